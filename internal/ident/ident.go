@@ -1,0 +1,155 @@
+package ident
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// Partitions is the number of logical partitions ids are spread over.
+const Partitions = 256
+
+// ErrInvalid is matched (errors.Is) by every parse failure of this package.
+var ErrInvalid = errors.New("invalid identifier")
+
+// ParseError reports an identifier that is not of the accepted form; it
+// quotes the input so a caller can show it to the user.
+type ParseError struct {
+	Kind   string // "execution id", "flow id", "uuid"
+	Input  string
+	Reason string
+}
+
+func (e *ParseError) Error() string {
+	return fmt.Sprintf("invalid %s %q: %s", e.Kind, e.Input, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalid) true for every ParseError.
+func (e *ParseError) Is(target error) bool { return target == ErrInvalid }
+
+// CRC16 is CRC-16/XMODEM: polynomial 0x1021, init 0, no reflection, xorout 0.
+func CRC16(b []byte) uint16 {
+	var crc uint16
+	for _, c := range b {
+		crc ^= uint16(c) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// Partition is the partition a uuid hashes to: CRC-16/XMODEM of its 16 raw
+// bytes, mod 256.
+func Partition(u uuid.UUID) int16 {
+	return int16(CRC16(u[:]) % Partitions)
+}
+
+// NewUUID mints a version 7 uuid: time-ordered, so ids inserted together sit
+// together in every btree that indexes them.
+func NewUUID() uuid.UUID {
+	return uuid.Must(uuid.NewV7())
+}
+
+// ExecutionID is an execution's wire id `{fp:N}:<uuid>`. Partition N is the
+// flow's partition for a flow member and the uuid's own partition for a solo
+// execution, so a flow and all its members share one partition key.
+type ExecutionID struct {
+	Partition int16
+	UUID      uuid.UUID
+}
+
+// NewExecutionID mints a solo execution id: a fresh v7 uuid on its own
+// partition.
+func NewExecutionID() ExecutionID {
+	u := NewUUID()
+	return ExecutionID{Partition: Partition(u), UUID: u}
+}
+
+// NewExecutionIDIn mints an execution id on the given partition, as a flow
+// member is minted on its flow's partition.
+func NewExecutionIDIn(partition int16) ExecutionID {
+	return ExecutionID{Partition: partition, UUID: NewUUID()}
+}
+
+// String renders the canonical wire form.
+func (id ExecutionID) String() string {
+	return "{fp:" + strconv.Itoa(int(id.Partition)) + "}:" + id.UUID.String()
+}
+
+// IsZero reports whether id is the zero value.
+func (id ExecutionID) IsZero() bool { return id == ExecutionID{} }
+
+// MarshalText renders the wire form, so ids read well in JSON.
+func (id ExecutionID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
+
+// UnmarshalText parses the wire form.
+func (id *ExecutionID) UnmarshalText(b []byte) error {
+	parsed, err := ParseExecutionID(string(b))
+	if err != nil {
+		return err
+	}
+	*id = parsed
+	return nil
+}
+
+// ParseExecutionID accepts exactly `{fp:N}:<uuid>` with N a decimal in
+// 0..255 without sign or leading zeros, and a lower-case hyphenated uuid.
+func ParseExecutionID(s string) (ExecutionID, error) {
+	fail := func(reason string) (ExecutionID, error) {
+		return ExecutionID{}, &ParseError{Kind: "execution id", Input: s, Reason: reason}
+	}
+	rest, ok := strings.CutPrefix(s, "{fp:")
+	if !ok {
+		return fail("want {fp:N}:<uuid>")
+	}
+	num, u, ok := strings.Cut(rest, "}:")
+	if !ok {
+		return fail("want {fp:N}:<uuid>")
+	}
+	if num == "" || len(num) > 3 || (len(num) > 1 && num[0] == '0') {
+		return fail("partition must be a decimal in 0..255")
+	}
+	for _, c := range num {
+		if c < '0' || c > '9' {
+			return fail("partition must be a decimal in 0..255")
+		}
+	}
+	n, _ := strconv.Atoi(num)
+	if n >= Partitions {
+		return fail("partition must be a decimal in 0..255")
+	}
+	parsed, err := parseCanonicalUUID(u)
+	if err != nil {
+		return fail(err.Error())
+	}
+	return ExecutionID{Partition: int16(n), UUID: parsed}, nil
+}
+
+// ParseUUID accepts only the canonical lower-case hyphenated form, the one
+// ffd itself prints, so an id has exactly one spelling.
+func ParseUUID(kind, s string) (uuid.UUID, error) {
+	u, err := parseCanonicalUUID(s)
+	if err != nil {
+		return uuid.Nil, &ParseError{Kind: kind, Input: s, Reason: err.Error()}
+	}
+	return u, nil
+}
+
+func parseCanonicalUUID(s string) (uuid.UUID, error) {
+	if len(s) != 36 {
+		return uuid.Nil, errors.New("uuid must be 36 characters, lower-case and hyphenated")
+	}
+	u, err := uuid.Parse(s)
+	if err != nil || u.String() != s {
+		return uuid.Nil, errors.New("uuid must be lower-case hexadecimal and hyphenated")
+	}
+	return u, nil
+}

@@ -1,0 +1,163 @@
+// Package schema applies ffd's embedded migrations and checks that a
+// database's schema is one this binary understands.
+//
+// Migrations are run by goose (its Provider API): each file in its own
+// transaction, under a Postgres session advisory lock so that any number of
+// `ffd migrate up` started together apply each version once, and recorded
+// in the ledger table LedgerTable. Every other command only reads the
+// ledger: it never creates or changes schema objects.
+package schema
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/flowfabric/ffd/migrations"
+)
+
+// LedgerTable records every applied migration version.
+const LedgerTable = "ff_schema_version"
+
+// advisoryLockID is the session advisory lock migrations run under:
+// the bytes of "ffd.migr" read as a big-endian int64.
+const advisoryLockID int64 = 0x6666642e6d696772
+
+// ErrSchemaTooNew is matched by the error returned when a database has a
+// schema version newer than this binary knows.
+var ErrSchemaTooNew = errors.New("schema newer than this ffd")
+
+// ErrSchemaBehind is matched when migrations are pending.
+var ErrSchemaBehind = errors.New("schema migrations pending")
+
+// VersionError says which schema version was found and which was expected.
+type VersionError struct {
+	Found, Expected int64
+}
+
+func (e *VersionError) Error() string {
+	if e.Found > e.Expected {
+		return fmt.Sprintf("database schema is at version %d but this ffd knows versions up to %d: upgrade ffd before running it against this database", e.Found, e.Expected)
+	}
+	return fmt.Sprintf("database schema is at version %d but this ffd expects version %d: run `ffd migrate up`", e.Found, e.Expected)
+}
+
+// Is matches ErrSchemaTooNew or ErrSchemaBehind as appropriate.
+func (e *VersionError) Is(target error) bool {
+	return (target == ErrSchemaTooNew && e.Found > e.Expected) ||
+		(target == ErrSchemaBehind && e.Found < e.Expected)
+}
+
+// Latest is the newest migration version embedded in this binary.
+func Latest() int64 {
+	entries, err := fs.Glob(migrations.FS, "*.sql")
+	if err != nil || len(entries) == 0 {
+		panic("schema: no embedded migrations") // a build defect, caught by every test
+	}
+	var latest int64
+	for _, name := range entries {
+		v, err := goose.NumericComponent(name)
+		if err != nil {
+			panic(fmt.Sprintf("schema: migration %s: %v", name, err))
+		}
+		latest = max(latest, v)
+	}
+	return latest
+}
+
+// Current reads the database's schema version from the ledger; 0 when ffd
+// has never been migrated there.
+func Current(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, LedgerTable).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int64
+	err := pool.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM `+LedgerTable+` WHERE is_applied`).Scan(&v)
+	if err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}
+
+// Check returns nil when the database is exactly at Latest, and a
+// *VersionError naming both versions otherwise.
+func Check(ctx context.Context, pool *pgxpool.Pool) error {
+	found, err := Current(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if want := Latest(); found != want {
+		return &VersionError{Found: found, Expected: want}
+	}
+	return nil
+}
+
+// Applied is one migration that Up applied.
+type Applied struct {
+	Version  int64
+	Name     string
+	Duration time.Duration
+}
+
+// Up applies every pending migration, each in its own transaction, under the
+// advisory lock. It refuses a database newer than this binary. It waits up
+// to lockWait for another migrator to finish (0 means ten minutes).
+func Up(ctx context.Context, pool *pgxpool.Pool, lockWait time.Duration) ([]Applied, error) {
+	found, err := Current(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	if found > Latest() {
+		return nil, &VersionError{Found: found, Expected: Latest()}
+	}
+	p, db, err := provider(pool, lockWait)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	results, err := p.Up(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("apply migrations: %w", err)
+	}
+	out := make([]Applied, 0, len(results))
+	for _, r := range results {
+		out = append(out, Applied{Version: r.Source.Version, Name: r.Source.Path, Duration: r.Duration})
+	}
+	return out, nil
+}
+
+func provider(pool *pgxpool.Pool, lockWait time.Duration) (*goose.Provider, *sql.DB, error) {
+	if lockWait <= 0 {
+		lockWait = 10 * time.Minute
+	}
+	locker, err := lock.NewPostgresSessionLocker(
+		lock.WithLockID(advisoryLockID),
+		lock.WithLockTimeout(1, uint64(max(1, lockWait/time.Second))),
+	)
+	if err != nil {
+		return nil, nil, fmt.Errorf("migration lock: %w", err)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+		goose.WithSessionLocker(locker),
+		goose.WithTableName(LedgerTable),
+		goose.WithDisableGlobalRegistry(true),
+	)
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("load migrations: %w", err)
+	}
+	return p, db, nil
+}
