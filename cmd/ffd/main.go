@@ -1,0 +1,144 @@
+// Command ffd is the ffd daemon and its tools: migrations, a private
+// development Postgres, and (in later commands) the daemon itself, ops
+// queries, the outbox tail and benchmarks.
+//
+// Every setting is a flag with an FFD_ environment variable; `ffd --help`
+// and `ffd COMMAND --help` list them.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/internal/logging"
+	"github.com/flowfabric/ffd/internal/schema"
+)
+
+// Globals are the settings every command shares.
+type Globals struct {
+	DatabaseURL string `name:"database-url" env:"FFD_DATABASE_URL" help:"PostgreSQL connection URL (or key=value DSN)."`
+	LogLevel    string `name:"log-level" env:"FFD_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error."`
+	LogFormat   string `name:"log-format" env:"FFD_LOG_FORMAT" default:"auto" enum:"auto,json,console" help:"Log format: json, console, or auto (console on a terminal, else json)."`
+
+	stdout io.Writer
+	log    *zap.Logger
+}
+
+// CLI is the whole command line.
+type CLI struct {
+	Globals
+
+	Migrate MigrateCmd `cmd:"" help:"Apply or inspect the schema migrations."`
+	Dev     DevCmd     `cmd:"" help:"Run a private PostgreSQL for development until interrupted."`
+}
+
+// errNoDatabase is returned by commands that need a database when none is
+// configured.
+var errNoDatabase = errors.New("no database configured: pass --database-url or set FFD_DATABASE_URL")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run parses args and runs the command; it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var cli CLI
+	exitCode := -1
+	parser, err := kong.New(&cli,
+		kong.Name("ffd"),
+		kong.Description("ffd: a Postgres-native engine for durable work that runs as DAGs."),
+		kong.UsageOnError(),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(code int) { exitCode = code; panic(exitSentinel{}) }),
+		kong.BindTo(ctx, (*context.Context)(nil)),
+		kong.Vars{"dev_port": strconv.Itoa(DefaultDevPort)},
+	)
+	if err != nil {
+		fmt.Fprintln(stderr, "ffd:", err)
+		return 2
+	}
+	kctx, code, done := parse(parser, args, &exitCode)
+	if done {
+		return code
+	}
+	log, err := logging.New(stderr, cli.LogLevel, cli.LogFormat)
+	if err != nil {
+		fmt.Fprintln(stderr, "ffd:", err)
+		return 2
+	}
+	defer log.Sync() //nolint:errcheck // stderr sync errors are not actionable
+	cli.stdout, cli.log = stdout, log
+	if err := kctx.Run(&cli.Globals); err != nil {
+		fmt.Fprintln(stderr, "ffd:", err)
+		return 1
+	}
+	return 0
+}
+
+type exitSentinel struct{}
+
+// parse turns kong's exit-on-help/error into a return value so that run can
+// be called from tests.
+func parse(parser *kong.Kong, args []string, exitCode *int) (kctx *kong.Context, code int, done bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(exitSentinel); !ok {
+				panic(r)
+			}
+			kctx, code, done = nil, *exitCode, true
+		}
+	}()
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		parser.Errorf("%s", err)
+		return nil, 2, true
+	}
+	return kctx, 0, false
+}
+
+// pool connects to the configured database.
+func (g *Globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
+	if g.DatabaseURL == "" {
+		return nil, errNoDatabase
+	}
+	cfg, err := pgxpool.ParseConfig(g.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return pool, nil
+}
+
+// checkedPool connects and refuses a schema this binary does not match;
+// every command except `migrate` uses it.
+func (g *Globals) checkedPool(ctx context.Context) (*pgxpool.Pool, error) {
+	pool, err := g.pool(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := schema.Check(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/internal/schema"
+)
+
+// MigrateCmd groups the migration subcommands.
+type MigrateCmd struct {
+	Up     MigrateUpCmd     `cmd:"" help:"Apply every pending migration (safe to run from several hosts at once)."`
+	Status MigrateStatusCmd `cmd:"" help:"Print the database's schema version and the latest this binary knows."`
+}
+
+// MigrateUpCmd applies pending migrations.
+type MigrateUpCmd struct {
+	LockWait time.Duration `name:"lock-wait" env:"FFD_MIGRATE_LOCK_WAIT" default:"10m" help:"How long to wait for another migrator to finish."`
+}
+
+// Run applies the migrations.
+func (c *MigrateUpCmd) Run(ctx context.Context, g *Globals) error {
+	pool, err := g.pool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	applied, err := schema.Up(ctx, pool, c.LockWait)
+	if err != nil {
+		return err
+	}
+	for _, a := range applied {
+		g.log.Info("migration applied", zap.Int64("version", a.Version), zap.String("name", a.Name), zap.Duration("duration", a.Duration))
+	}
+	fmt.Fprintf(g.stdout, "schema at version %d (%d applied now)\n", schema.Latest(), len(applied))
+	return nil
+}
+
+// MigrateStatusCmd prints the versions.
+type MigrateStatusCmd struct{}
+
+// Run prints the current and latest version; it fails when the database is
+// newer than this binary.
+func (c *MigrateStatusCmd) Run(ctx context.Context, g *Globals) error {
+	pool, err := g.pool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	current, err := schema.Current(ctx, pool)
+	if err != nil {
+		return err
+	}
+	latest := schema.Latest()
+	state := "up to date"
+	switch {
+	case current < latest:
+		state = fmt.Sprintf("%d pending: run `ffd migrate up`", latest-current)
+	case current > latest:
+		state = "database is newer than this ffd"
+	}
+	fmt.Fprintf(g.stdout, "current version: %d\nlatest version:  %d\nstatus:          %s\n", current, latest, state)
+	if current > latest {
+		return &schema.VersionError{Found: current, Expected: latest}
+	}
+	return nil
+}
