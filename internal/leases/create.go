@@ -1,0 +1,263 @@
+package leases
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/ident"
+)
+
+// Defaults for CreateParams' zero values (SPEC section 9).
+const (
+	DefaultNamespace       = "default"
+	DefaultMaxAttempts     = 5
+	DefaultLeaseTTL        = 30 * time.Second
+	DefaultBackoffBase     = time.Second
+	DefaultBackoffMax      = 5 * time.Minute
+	DefaultBackoffFactor   = 2.0
+	DefaultBackoffJitter   = 0.1
+	DefaultMaxPayloadBytes = 1 << 20
+)
+
+// Bounds on inputs; anything outside is refused as absurd (SPEC section 13).
+const (
+	MaxMaxAttempts      = 1000
+	MinLeaseTTL         = time.Second
+	MaxLeaseTTL         = 24 * time.Hour
+	MaxAttemptTimeout   = 7 * 24 * time.Hour
+	MaxDelay            = 365 * 24 * time.Hour
+	MaxDeadline         = 365 * 24 * time.Hour
+	MaxBackoff          = 7 * 24 * time.Hour
+	MaxCapabilities     = 64
+	MaxNameLength       = 128
+	MaxKindLength       = 256
+	MaxIdempotencyKey   = 512
+	MaxBackoffFactor    = 100.0
+	maxTagsBytes        = 64 << 10
+	maxCapabilityLength = 128
+)
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+
+// CreateParams describes a new execution. Zero values take the defaults
+// above.
+type CreateParams struct {
+	Namespace            string
+	Lane                 string
+	Kind                 string
+	Payload              []byte
+	Priority             int
+	RequiredCapabilities []string
+	MaxAttempts          int
+	Retry                RetryPolicy
+	LeaseTTL             time.Duration
+	AttemptTimeout       time.Duration // 0: attempts may run as long as they heartbeat
+	Deadline             time.Duration // 0: none; else expires this long after creation
+	Delay                time.Duration // claimable this long after creation
+	IdempotencyKey       string
+	Tags                 map[string]any
+
+	// Set by flow operations: the execution is minted on the flow's
+	// partition, and starts blocked when it waits on an edge group.
+	FlowID    *uuid.UUID
+	Partition *int16
+	Blocked   bool
+}
+
+// Limits are the configurable input limits.
+type Limits struct {
+	MaxPayloadBytes int // default DefaultMaxPayloadBytes
+}
+
+func (l Limits) maxPayload() int {
+	if l.MaxPayloadBytes <= 0 {
+		return DefaultMaxPayloadBytes
+	}
+	return l.MaxPayloadBytes
+}
+
+// ValidateName checks a lane or namespace.
+func ValidateName(field, v string) error {
+	if !namePattern.MatchString(v) {
+		return fault.Invalid(fault.KindInvalidValue, field, v, "want 1 to 128 characters of A-Z a-z 0-9 _ . : -")
+	}
+	return nil
+}
+
+// normalize fills defaults and validates; it changes nothing in the
+// database, so bad input writes nothing.
+func (p *CreateParams) normalize(lim Limits) error {
+	if p.Namespace == "" {
+		p.Namespace = DefaultNamespace
+	}
+	if err := ValidateName("namespace", p.Namespace); err != nil {
+		return err
+	}
+	if p.Lane == "" {
+		return fault.Invalid(fault.KindRequired, "lane", "", "a lane is required")
+	}
+	if err := ValidateName("lane", p.Lane); err != nil {
+		return err
+	}
+	if len(p.Kind) > MaxKindLength {
+		return fault.Invalid(fault.KindTooLarge, "kind", p.Kind, fmt.Sprintf("at most %d bytes", MaxKindLength))
+	}
+	if len(p.Payload) > lim.maxPayload() {
+		return fault.Invalid(fault.KindTooLarge, "payload", strconv.Itoa(len(p.Payload))+" bytes",
+			fmt.Sprintf("at most %d bytes", lim.maxPayload()))
+	}
+	if p.Priority < -1<<31 || p.Priority > 1<<31-1 {
+		return fault.Invalid(fault.KindOutOfRange, "priority", strconv.Itoa(p.Priority), "want a 32-bit integer")
+	}
+	if err := validateCapabilities("required_capabilities", p.RequiredCapabilities); err != nil {
+		return err
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = DefaultMaxAttempts
+	}
+	if p.MaxAttempts < 1 || p.MaxAttempts > MaxMaxAttempts {
+		return fault.Invalid(fault.KindOutOfRange, "max_attempts", strconv.Itoa(p.MaxAttempts), fmt.Sprintf("want 1..%d", MaxMaxAttempts))
+	}
+	if err := p.Retry.normalize(); err != nil {
+		return err
+	}
+	if p.LeaseTTL == 0 {
+		p.LeaseTTL = DefaultLeaseTTL
+	}
+	if p.LeaseTTL < MinLeaseTTL || p.LeaseTTL > MaxLeaseTTL {
+		return fault.Invalid(fault.KindOutOfRange, "lease_ttl", p.LeaseTTL.String(), fmt.Sprintf("want %s..%s", MinLeaseTTL, MaxLeaseTTL))
+	}
+	if p.AttemptTimeout < 0 || p.AttemptTimeout > MaxAttemptTimeout || (p.AttemptTimeout > 0 && p.AttemptTimeout < time.Millisecond) {
+		return fault.Invalid(fault.KindOutOfRange, "attempt_timeout", p.AttemptTimeout.String(), fmt.Sprintf("want 0 (none) or 1ms..%s", MaxAttemptTimeout))
+	}
+	if p.Deadline < 0 || p.Deadline > MaxDeadline || (p.Deadline > 0 && p.Deadline < time.Millisecond) {
+		return fault.Invalid(fault.KindOutOfRange, "deadline", p.Deadline.String(), fmt.Sprintf("want 0 (none) or 1ms..%s", MaxDeadline))
+	}
+	if p.Delay < 0 || p.Delay > MaxDelay {
+		return fault.Invalid(fault.KindOutOfRange, "delay", p.Delay.String(), fmt.Sprintf("want 0..%s", MaxDelay))
+	}
+	if len(p.IdempotencyKey) > MaxIdempotencyKey {
+		return fault.Invalid(fault.KindTooLarge, "idempotency_key", p.IdempotencyKey, fmt.Sprintf("at most %d bytes", MaxIdempotencyKey))
+	}
+	if p.Tags != nil {
+		b, err := json.Marshal(p.Tags)
+		if err != nil {
+			return fault.Invalid(fault.KindInvalidValue, "tags", fmt.Sprint(p.Tags), "must encode as a JSON object: "+err.Error())
+		}
+		if len(b) > maxTagsBytes {
+			return fault.Invalid(fault.KindTooLarge, "tags", strconv.Itoa(len(b))+" bytes", fmt.Sprintf("at most %d bytes of JSON", maxTagsBytes))
+		}
+	} else {
+		p.Tags = map[string]any{}
+	}
+	return nil
+}
+
+func validateCapabilities(field string, caps []string) error {
+	if len(caps) > MaxCapabilities {
+		return fault.Invalid(fault.KindTooLarge, field, strconv.Itoa(len(caps))+" capabilities", fmt.Sprintf("at most %d", MaxCapabilities))
+	}
+	for _, c := range caps {
+		if c == "" || len(c) > maxCapabilityLength {
+			return fault.Invalid(fault.KindInvalidValue, field, c, fmt.Sprintf("each capability is 1 to %d bytes", maxCapabilityLength))
+		}
+	}
+	return nil
+}
+
+func (r *RetryPolicy) normalize() error {
+	if r.Base == 0 {
+		r.Base = DefaultBackoffBase
+	}
+	if r.Max == 0 {
+		r.Max = max(DefaultBackoffMax, r.Base)
+	}
+	if r.Multiplier == 0 {
+		r.Multiplier = DefaultBackoffFactor
+	}
+	if r.Jitter == 0 {
+		r.Jitter = DefaultBackoffJitter
+	}
+	switch {
+	case r.Base < time.Millisecond || r.Base > MaxBackoff:
+		return fault.Invalid(fault.KindOutOfRange, "retry.base", r.Base.String(), fmt.Sprintf("want 1ms..%s", MaxBackoff))
+	case r.Max < r.Base || r.Max > MaxBackoff:
+		return fault.Invalid(fault.KindOutOfRange, "retry.max", r.Max.String(), fmt.Sprintf("want retry.base..%s", MaxBackoff))
+	case r.Multiplier < 1 || r.Multiplier > MaxBackoffFactor:
+		return fault.Invalid(fault.KindOutOfRange, "retry.multiplier", strconv.FormatFloat(r.Multiplier, 'g', -1, 64), "want 1..100")
+	case r.Jitter < 0 || r.Jitter > 1:
+		return fault.Invalid(fault.KindOutOfRange, "retry.jitter", strconv.FormatFloat(r.Jitter, 'g', -1, 64), "want 0..1")
+	}
+	return nil
+}
+
+const insertSQL = `
+INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
+	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
+	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, idempotency_key, tags)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+	now() + $10 * interval '1 microsecond', $11,
+	$12 * interval '1 microsecond', $13 * interval '1 microsecond', $14, $15,
+	$16 * interval '1 microsecond',
+	CASE WHEN $17 > 0 THEN $17 * interval '1 microsecond' END,
+	CASE WHEN $18 > 0 THEN now() + $18 * interval '1 microsecond' END,
+	$19, $20, $21)
+ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING ` + execColumns
+
+// Create inserts a new execution, pending (claimable at now + Delay) or,
+// for a flow member that waits on its group, blocked. With an idempotency
+// key already used in the namespace it returns the existing execution and
+// existed = true, writing nothing.
+func Create(ctx context.Context, db DB, lim Limits, p CreateParams) (x *Execution, existed bool, err error) {
+	if err := p.normalize(lim); err != nil {
+		return nil, false, err
+	}
+	id := ident.NewExecutionID()
+	if p.Partition != nil {
+		id = ident.NewExecutionIDIn(*p.Partition)
+	}
+	state := StatePending
+	if p.Blocked {
+		state = StateBlocked
+	}
+	caps := p.RequiredCapabilities
+	if caps == nil {
+		caps = []string{}
+	}
+	payload := p.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	err = withRetry(ctx, db, func() error {
+		x, err = scanExecution(db.QueryRow(ctx, insertSQL,
+			id.Partition, id.UUID, p.FlowID, p.Namespace, p.Lane, p.Kind, p.Priority,
+			caps, string(state), micros(p.Delay), p.MaxAttempts,
+			micros(p.Retry.Base), micros(p.Retry.Max), p.Retry.Multiplier, p.Retry.Jitter,
+			micros(p.LeaseTTL), micros(p.AttemptTimeout), micros(p.Deadline),
+			payload, nullIfEmpty(p.IdempotencyKey), p.Tags))
+		return err
+	})
+	if err == nil {
+		return x, false, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, wrap("create execution in lane "+p.Lane, err)
+	}
+	// The key is taken: return its holder.
+	x, err = scanExecution(db.QueryRow(ctx, `SELECT `+execColumns+` FROM ff_execution e
+		WHERE e.namespace = $1 AND e.idempotency_key = $2`, p.Namespace, p.IdempotencyKey))
+	if err != nil {
+		return nil, false, wrap("read execution by idempotency key "+p.IdempotencyKey, err)
+	}
+	return x, true, nil
+}

@@ -1,0 +1,246 @@
+package leases
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/ident"
+)
+
+// MaxErrorBytes bounds a failure message; longer ones are cut.
+const MaxErrorBytes = 16 << 10
+
+// Outcome is what complete, fail and cancel did.
+type Outcome struct {
+	// State after the call: completed, failed, cancelled, or pending when a
+	// failure was retried.
+	State   State
+	Attempt int
+	Result  []byte    // completed
+	RunAt   time.Time // pending: when the retry becomes claimable
+	// Repeated is true when the call had already taken effect: nothing was
+	// written this time and the stored outcome is returned.
+	Repeated bool
+	EventID  int64 // completion event written by this call, 0 if none
+}
+
+// Renew extends a running lease by its TTL, fenced on epoch.
+func Renew(ctx context.Context, db DB, id ident.ExecutionID, epoch int64) (time.Time, error) {
+	const q = `
+WITH upd AS (
+	UPDATE ff_execution SET lease_expires_at = now() + lease_ttl
+	WHERE partition_key = $1 AND execution_id = $2 AND state = 'running' AND lease_epoch = $3
+	RETURNING partition_key, execution_id, lease_epoch, attempt, lease_owner, lease_expires_at
+), lev AS (
+	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
+	SELECT partition_key, execution_id, lease_epoch, attempt, lease_owner, 'renewed', lease_expires_at FROM upd
+)
+SELECT lease_expires_at FROM upd`
+	var expires time.Time
+	err := withRetry(ctx, db, func() error {
+		return db.QueryRow(ctx, q, id.Partition, id.UUID, epoch).Scan(&expires)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, explainLost(ctx, db, id, epoch)
+	}
+	if err != nil {
+		return time.Time{}, wrap("renew lease of "+id.String(), err)
+	}
+	return expires, nil
+}
+
+// Complete ends a running execution as completed with result, fenced on
+// epoch. Repeating a completion that succeeded returns its stored outcome
+// and writes nothing.
+func Complete(ctx context.Context, db DB, id ident.ExecutionID, epoch int64, result []byte) (*Outcome, error) {
+	if result == nil {
+		result = []byte{}
+	}
+	ended, err := Terminate(ctx, db, []Ending{{ID: id, Epoch: epoch, State: StateCompleted, Result: result}})
+	if err != nil {
+		return nil, err
+	}
+	if len(ended) == 1 {
+		return &Outcome{State: StateCompleted, Attempt: ended[0].Attempt, Result: result, EventID: ended[0].EventID}, nil
+	}
+	return repeatedOr(ctx, db, id, epoch, "succeeded")
+}
+
+// FailParams describes a failed attempt.
+type FailParams struct {
+	Error     string
+	Retryable bool // retry when attempts remain; false ends the execution now
+	// Immediate makes a retry claimable at once instead of after backoff
+	// (a worker shutting down hands its work back this way).
+	Immediate bool
+}
+
+// Fail ends a running attempt as failed, fenced on epoch: back to pending
+// after backoff when retryable with attempts left, else terminal failed.
+// Repeating a failure that took effect returns its stored outcome.
+func Fail(ctx context.Context, db DB, id ident.ExecutionID, epoch int64, p FailParams) (*Outcome, error) {
+	msg := p.Error
+	if len(msg) > MaxErrorBytes {
+		msg = msg[:MaxErrorBytes]
+	}
+	if msg == "" {
+		msg = "failed"
+	}
+	if p.Retryable {
+		kind := requeueFailed
+		if p.Immediate {
+			kind = requeueFailedNow
+		}
+		rq, err := requeue(ctx, db, kind, false, []requeueItem{{ID: id, Epoch: epoch, Error: msg}})
+		if err != nil {
+			return nil, err
+		}
+		if len(rq) == 1 {
+			return &Outcome{State: StatePending, Attempt: rq[0].Attempt, RunAt: rq[0].RunAt}, nil
+		}
+	}
+	ended, err := Terminate(ctx, db, []Ending{{ID: id, Epoch: epoch, State: StateFailed, Error: msg}})
+	if err != nil {
+		return nil, err
+	}
+	if len(ended) == 1 {
+		return &Outcome{State: StateFailed, Attempt: ended[0].Attempt, EventID: ended[0].EventID}, nil
+	}
+	return repeatedOr(ctx, db, id, epoch, "failed")
+}
+
+// repeatedOr explains a fenced update that matched nothing: the same call
+// already took effect (the attempt run under epoch ended with want), or
+// the lease is lost, or the execution does not exist.
+func repeatedOr(ctx context.Context, db DB, id ident.ExecutionID, epoch int64, want string) (*Outcome, error) {
+	const q = `
+SELECT e.state, e.attempt, e.result, e.run_at, a.attempt, a.outcome
+FROM ff_execution e
+LEFT JOIN ff_attempt a ON a.partition_key = e.partition_key AND a.execution_id = e.execution_id
+	AND a.lease_epoch = $3
+WHERE e.partition_key = $1 AND e.execution_id = $2`
+	var (
+		state          string
+		attempt        int
+		result         []byte
+		runAt          time.Time
+		attemptOfEpoch *int
+		outcome        *string
+	)
+	err := db.QueryRow(ctx, q, id.Partition, id.UUID, epoch).Scan(&state, &attempt, &result, &runAt, &attemptOfEpoch, &outcome)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &fault.NotFoundError{Object: "execution", ID: id.String()}
+	}
+	if err != nil {
+		return nil, wrap("read execution "+id.String(), err)
+	}
+	if outcome != nil && *outcome == want {
+		o := &Outcome{Repeated: true, Attempt: *attemptOfEpoch}
+		switch {
+		case want == "succeeded":
+			o.State, o.Result = StateCompleted, result
+		case State(state) == StateFailed && attempt == *attemptOfEpoch:
+			o.State = StateFailed
+		default:
+			// That failure was retried; the execution has moved on since.
+			o.State, o.RunAt = StatePending, runAt
+		}
+		return o, nil
+	}
+	return nil, explainLost(ctx, db, id, epoch)
+}
+
+// explainLost builds the lease-lost (or not-found) error for a fenced
+// operation that matched nothing.
+func explainLost(ctx context.Context, db DB, id ident.ExecutionID, epoch int64) error {
+	var state string
+	var current int64
+	err := db.QueryRow(ctx, `SELECT state, lease_epoch FROM ff_execution WHERE partition_key = $1 AND execution_id = $2`,
+		id.Partition, id.UUID).Scan(&state, &current)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &fault.NotFoundError{Object: "execution", ID: id.String()}
+	}
+	if err != nil {
+		return wrap("read execution "+id.String(), err)
+	}
+	return &fault.LeaseLostError{ExecutionID: id.String(), Epoch: epoch, CurrentEpoch: current, State: state}
+}
+
+// Default cancellation attribution.
+const (
+	DefaultCancelReason = "cancelled"
+	DefaultCancelledBy  = "client"
+)
+
+// Cancel ends a non-terminal execution as cancelled; a running lease is
+// fenced. Cancelling a cancelled execution is a no-op success (Repeated);
+// any other terminal state is an *fault.AlreadyTerminalError.
+func Cancel(ctx context.Context, db DB, id ident.ExecutionID, reason, by string) (*Outcome, error) {
+	if reason == "" {
+		reason = DefaultCancelReason
+	}
+	if by == "" {
+		by = DefaultCancelledBy
+	}
+	ended, err := Terminate(ctx, db, []Ending{{ID: id, State: StateCancelled, Reason: reason, By: by}})
+	if err != nil {
+		return nil, err
+	}
+	if len(ended) == 1 {
+		return &Outcome{State: StateCancelled, Attempt: ended[0].Attempt, EventID: ended[0].EventID}, nil
+	}
+	x, err := Get(ctx, db, id)
+	if err != nil {
+		return nil, err
+	}
+	if x.State == StateCancelled {
+		return &Outcome{State: StateCancelled, Attempt: x.Attempt, Repeated: true}, nil
+	}
+	return nil, &fault.AlreadyTerminalError{Object: "execution", ID: id.String(), State: string(x.State)}
+}
+
+// Revoke takes a running execution's lease away (operator action): back to
+// pending at once, epoch bumped so the holder is fenced, attempt revoked.
+func Revoke(ctx context.Context, db DB, id ident.ExecutionID, reason string) (*Requeued, error) {
+	if reason == "" {
+		reason = "revoked by operator"
+	}
+	for range maxRetries {
+		x, err := Get(ctx, db, id)
+		if err != nil {
+			return nil, err
+		}
+		if x.State.Terminal() {
+			return nil, &fault.AlreadyTerminalError{Object: "execution", ID: id.String(), State: string(x.State)}
+		}
+		if x.State != StateRunning {
+			return nil, &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "only a running execution can be revoked; it is " + string(x.State), Existing: x}
+		}
+		rq, err := requeue(ctx, db, requeueRevoked, true, []requeueItem{{ID: id, Epoch: x.LeaseEpoch, Error: reason}})
+		if err != nil {
+			return nil, err
+		}
+		if len(rq) == 1 {
+			return &rq[0], nil
+		}
+		// The lease changed hands between the read and the update; look again.
+	}
+	return nil, &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "lease kept changing hands; revoke again"}
+}
+
+// Get reads one execution.
+func Get(ctx context.Context, db DB, id ident.ExecutionID) (*Execution, error) {
+	x, err := scanExecution(db.QueryRow(ctx, `SELECT `+execColumns+` FROM ff_execution e
+		WHERE e.partition_key = $1 AND e.execution_id = $2`, id.Partition, id.UUID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &fault.NotFoundError{Object: "execution", ID: id.String()}
+	}
+	if err != nil {
+		return nil, wrap("read execution "+id.String(), err)
+	}
+	return x, nil
+}

@@ -1,0 +1,146 @@
+package leases
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/flowfabric/ffd/internal/ident"
+)
+
+// Ending asks Terminate to end one execution.
+type Ending struct {
+	ID ident.ExecutionID
+	// Epoch fences the ending: when non-zero the execution must be running
+	// at exactly this epoch (complete, fail, lease expiry); when zero any
+	// non-terminal state will do (cancel, skip, deadline).
+	Epoch  int64
+	State  State  // completed, failed, cancelled, skipped or expired
+	Result []byte // completed only
+	Error  string // failed, expired: recorded on the attempt and as last_error
+	Reason string // cancelled: cancellation_reason
+	By     string // cancelled: cancelled_by
+}
+
+// Ended is one execution Terminate ended.
+type Ended struct {
+	ID         ident.ExecutionID
+	FlowID     *uuid.UUID
+	State      State
+	Attempt    int
+	LeaseEpoch int64 // after the ending (bumped when a running lease was fenced)
+	WasRunning bool
+	EventID    int64 // its completion event
+}
+
+// terminateSQL ends a batch of executions in one statement. For each input
+// row that is still non-terminal (and running at the given epoch when one
+// is given) it:
+//   - sets the terminal state, clears the lease, and bumps lease_epoch when
+//     a running lease is taken away (cancel, expiry) so its holder is fenced;
+//   - closes the running attempt (succeeded, failed, cancelled, timed_out);
+//   - writes the lease event (released, revoked, expired) for a running one;
+//   - writes the one completion event.
+//
+// Rows are locked in (partition_key, execution_id) order, the global lock
+// order, so concurrent batches cannot deadlock on each other.
+const terminateSQL = `
+WITH input AS (
+	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[], $5::bytea[],
+		$6::text[], $7::text[], $8::text[])
+		AS i(partition_key, execution_id, epoch, to_state, result, error, reason, by_whom)
+), locked AS (
+	SELECT e.partition_key, e.execution_id, e.state AS old_state, i.to_state, i.result, i.error,
+		i.reason, i.by_whom
+	FROM ff_execution e
+	JOIN input i ON i.partition_key = e.partition_key AND i.execution_id = e.execution_id
+	WHERE e.state IN ('blocked', 'pending', 'running')
+		AND (i.epoch = 0 OR (e.state = 'running' AND e.lease_epoch = i.epoch))
+		AND (i.to_state <> 'skipped' OR e.state = 'blocked')
+	ORDER BY e.partition_key, e.execution_id
+	FOR UPDATE OF e
+), upd AS (
+	UPDATE ff_execution e SET
+		state = l.to_state,
+		terminal_at = now(),
+		result = CASE WHEN l.to_state = 'completed' THEN coalesce(l.result, '') END,
+		last_error = coalesce(l.error, e.last_error),
+		cancellation_reason = CASE WHEN l.to_state = 'cancelled' THEN l.reason END,
+		cancelled_by = CASE WHEN l.to_state = 'cancelled' THEN l.by_whom END,
+		lease_epoch = e.lease_epoch + CASE WHEN l.old_state = 'running'
+			AND l.to_state IN ('cancelled', 'expired') THEN 1 ELSE 0 END,
+		lease_owner = NULL, lease_expires_at = NULL, attempt_deadline_at = NULL
+	FROM locked l
+	WHERE e.partition_key = l.partition_key AND e.execution_id = l.execution_id
+	RETURNING e.partition_key, e.execution_id, e.flow_id, e.namespace, e.attempt, e.lease_epoch,
+		e.state, l.old_state, l.error, l.reason
+), att AS (
+	UPDATE ff_attempt a SET
+		ended_at = now(),
+		outcome = CASE u.state WHEN 'completed' THEN 'succeeded' WHEN 'failed' THEN 'failed'
+			WHEN 'cancelled' THEN 'cancelled' ELSE 'timed_out' END,
+		error = coalesce(u.error, u.reason)
+	FROM upd u
+	WHERE u.old_state = 'running' AND a.partition_key = u.partition_key
+		AND a.execution_id = u.execution_id AND a.attempt = u.attempt
+	RETURNING a.partition_key, a.execution_id, a.worker, a.lease_epoch
+), lev AS (
+	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type)
+	SELECT u.partition_key, u.execution_id, a.lease_epoch, u.attempt, a.worker,
+		CASE u.state WHEN 'cancelled' THEN 'revoked' WHEN 'expired' THEN 'expired' ELSE 'released' END
+	FROM upd u JOIN att a ON a.partition_key = u.partition_key AND a.execution_id = u.execution_id
+), cev AS (
+	INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, attempt, namespace)
+	SELECT partition_key, execution_id, flow_id,
+		CASE state WHEN 'completed' THEN 'success' ELSE state END, attempt, namespace
+	FROM upd
+	RETURNING partition_key, execution_id, event_id
+)
+SELECT u.partition_key, u.execution_id, u.flow_id, u.state, u.attempt, u.lease_epoch,
+	u.old_state = 'running', c.event_id
+FROM upd u JOIN cev c ON c.partition_key = u.partition_key AND c.execution_id = u.execution_id`
+
+// Terminate ends every execution of ends that is still eligible (see
+// Ending.Epoch), in one statement, and returns those it ended; the others
+// it leaves untouched, for the caller to explain. It is the only writer of
+// execution completion events.
+func Terminate(ctx context.Context, db DB, ends []Ending) ([]Ended, error) {
+	if len(ends) == 0 {
+		return nil, nil
+	}
+	n := len(ends)
+	parts, ids, epochs := make([]int16, n), make([]uuid.UUID, n), make([]int64, n)
+	states, results := make([]string, n), make([][]byte, n)
+	errs, reasons, bys := make([]*string, n), make([]*string, n), make([]*string, n)
+	for i, e := range ends {
+		if !e.State.Terminal() {
+			return nil, fmt.Errorf("terminate %s: %q is not a terminal state", e.ID, e.State)
+		}
+		parts[i], ids[i], epochs[i], states[i], results[i] = e.ID.Partition, e.ID.UUID, e.Epoch, string(e.State), e.Result
+		errs[i], reasons[i], bys[i] = nullIfEmpty(e.Error), nullIfEmpty(e.Reason), nullIfEmpty(e.By)
+	}
+	var out []Ended
+	err := withRetry(ctx, db, func() error {
+		out = out[:0]
+		rows, err := db.Query(ctx, terminateSQL, parts, ids, epochs, states, results, errs, reasons, bys)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var e Ended
+			var state string
+			if err := rows.Scan(&e.ID.Partition, &e.ID.UUID, &e.FlowID, &state, &e.Attempt, &e.LeaseEpoch, &e.WasRunning, &e.EventID); err != nil {
+				return err
+			}
+			e.State = State(state)
+			out = append(out, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, wrap(fmt.Sprintf("terminate %d executions", n), err)
+	}
+	return out, nil
+}
