@@ -205,11 +205,11 @@ INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, 
 	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
 	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, idempotency_key, tags)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
-	now() + $10 * interval '1 microsecond', $11,
-	$12 * interval '1 microsecond', $13 * interval '1 microsecond', $14, $15,
-	$16 * interval '1 microsecond',
-	CASE WHEN $17 > 0 THEN $17 * interval '1 microsecond' END,
-	CASE WHEN $18 > 0 THEN now() + $18 * interval '1 microsecond' END,
+	now() + $10::bigint * interval '1 microsecond', $11,
+	$12::bigint * interval '1 microsecond', $13::bigint * interval '1 microsecond', $14, $15,
+	$16::bigint * interval '1 microsecond',
+	CASE WHEN $17::bigint > 0 THEN $17::bigint * interval '1 microsecond' END,
+	CASE WHEN $18::bigint > 0 THEN now() + $18::bigint * interval '1 microsecond' END,
 	$19, $20, $21)
 ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING ` + execColumns
