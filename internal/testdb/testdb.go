@@ -104,9 +104,23 @@ func NewEmpty(t testing.TB) *DB {
 
 func newDB(t testing.TB, migrated bool) *DB {
 	t.Helper()
-	c, err := get()
+	db, err := open(migrated)
 	if err != nil {
 		t.Fatalf("test database: %v", err)
+	}
+	t.Cleanup(db.Pool.Close)
+	return db
+}
+
+// Open returns a fresh migrated database for code that has no testing.TB,
+// such as a TestMain preparing runnable examples. The caller closes Pool;
+// the database goes with the cluster when Main ends.
+func Open() (*DB, error) { return open(true) }
+
+func open(migrated bool) (*DB, error) {
+	c, err := get()
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -116,7 +130,7 @@ func newDB(t testing.TB, migrated bool) *DB {
 		template = c.template
 	}
 	if err := c.admin(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, template)); err != nil {
-		t.Fatalf("create test database %s: %v", name, err)
+		return nil, fmt.Errorf("create test database %s: %w", name, err)
 	}
 	c.mu.Lock()
 	c.created = append(c.created, name)
@@ -124,15 +138,14 @@ func newDB(t testing.TB, migrated bool) *DB {
 	url := replaceDB(c.adminURL, name)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		t.Fatalf("parse test database URL: %v", err)
+		return nil, fmt.Errorf("parse test database URL: %w", err)
 	}
 	cfg.MaxConns = 12
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		t.Fatalf("connect test database %s: %v", name, err)
+		return nil, fmt.Errorf("connect test database %s: %w", name, err)
 	}
-	t.Cleanup(pool.Close)
-	return &DB{Pool: pool, URL: url, Name: name}
+	return &DB{Pool: pool, URL: url, Name: name}, nil
 }
 
 func get() (*cluster, error) {

@@ -1,0 +1,193 @@
+package ffd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/internal/leases"
+)
+
+// Config configures a Client. The zero value is usable.
+type Config struct {
+	// Namespace applies to calls that name none. Default DefaultNamespace.
+	Namespace string
+	// MaxPayloadBytes bounds an execution's payload. Default
+	// DefaultMaxPayloadBytes (1 MiB).
+	MaxPayloadBytes int
+	// Logger receives the client's and its workers' logs. Default: none.
+	Logger *zap.Logger
+}
+
+// Client is the entry point of the Go API. It is safe for concurrent use.
+type Client struct {
+	pool   *pgxpool.Pool
+	cfg    Config
+	limits leases.Limits
+}
+
+// NewClient builds a client over pool. cfg may be nil for the defaults. It
+// does not check the schema version; `ffd migrate up` must have run.
+func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
+	if pool == nil {
+		return nil, errors.New("ffd: NewClient needs a pool")
+	}
+	c := &Client{pool: pool}
+	if cfg != nil {
+		c.cfg = *cfg
+	}
+	if c.cfg.Namespace == "" {
+		c.cfg.Namespace = DefaultNamespace
+	}
+	if err := leases.ValidateName("namespace", c.cfg.Namespace); err != nil {
+		return nil, err
+	}
+	if c.cfg.MaxPayloadBytes < 0 {
+		return nil, fmt.Errorf("ffd: MaxPayloadBytes %d: want 0 (default) or more", c.cfg.MaxPayloadBytes)
+	}
+	if c.cfg.MaxPayloadBytes == 0 {
+		c.cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if c.cfg.Logger == nil {
+		c.cfg.Logger = zap.NewNop()
+	}
+	c.limits = leases.Limits{MaxPayloadBytes: c.cfg.MaxPayloadBytes}
+	return c, nil
+}
+
+// Pool is the pool the client runs on.
+func (c *Client) Pool() *pgxpool.Pool { return c.pool }
+
+// Create creates an execution, pending from now (or after Delay). With an
+// IdempotencyKey already used in the namespace it returns the existing one.
+func (c *Client) Create(ctx context.Context, p CreateParams) (*CreateResult, error) {
+	return c.create(ctx, c.pool, p)
+}
+
+// CreateTx is Create inside tx.
+func (c *Client) CreateTx(ctx context.Context, tx pgx.Tx, p CreateParams) (*CreateResult, error) {
+	return c.create(ctx, tx, p)
+}
+
+func (c *Client) create(ctx context.Context, db leases.DB, p CreateParams) (*CreateResult, error) {
+	ip, err := p.internal(c)
+	if err != nil {
+		return nil, err
+	}
+	x, existed, err := leases.Create(ctx, db, c.limits, ip)
+	if err != nil {
+		return nil, err
+	}
+	return &CreateResult{Execution: x, Existed: existed}, nil
+}
+
+// Claim leases up to p.Max due executions of p.Lane.
+func (c *Client) Claim(ctx context.Context, p ClaimParams) ([]*Execution, error) {
+	return c.claim(ctx, c.pool, p)
+}
+
+// ClaimTx is Claim inside tx.
+func (c *Client) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) ([]*Execution, error) {
+	return c.claim(ctx, tx, p)
+}
+
+func (c *Client) claim(ctx context.Context, db leases.DB, p ClaimParams) ([]*Execution, error) {
+	if p.Max == 0 {
+		p.Max = 1
+	}
+	return leases.Claim(ctx, db, leases.ClaimParams{Lane: p.Lane, Worker: p.Worker, Capabilities: p.Capabilities, Max: p.Max})
+}
+
+// Renew extends the lease held at epoch; it returns the new expiry (by the
+// database clock) or an error matching ErrLeaseLost.
+func (c *Client) Renew(ctx context.Context, id ExecutionID, epoch int64) (*RenewResult, error) {
+	return c.renew(ctx, c.pool, id, epoch)
+}
+
+// RenewTx is Renew inside tx.
+func (c *Client) RenewTx(ctx context.Context, tx pgx.Tx, id ExecutionID, epoch int64) (*RenewResult, error) {
+	return c.renew(ctx, tx, id, epoch)
+}
+
+// RenewResult is a renewed lease.
+type RenewResult struct {
+	LeaseExpiresAt time.Time
+}
+
+func (c *Client) renew(ctx context.Context, db leases.DB, id ExecutionID, epoch int64) (*RenewResult, error) {
+	exp, err := leases.Renew(ctx, db, id, epoch)
+	if err != nil {
+		return nil, err
+	}
+	return &RenewResult{LeaseExpiresAt: exp}, nil
+}
+
+// Complete ends the execution held at epoch as completed with result.
+// Repeated after it succeeded, it returns the stored outcome (Repeated).
+func (c *Client) Complete(ctx context.Context, id ExecutionID, epoch int64, result []byte) (*Outcome, error) {
+	return leases.Complete(ctx, c.pool, id, epoch, result)
+}
+
+// CompleteTx is Complete inside tx.
+func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, id ExecutionID, epoch int64, result []byte) (*Outcome, error) {
+	return leases.Complete(ctx, tx, id, epoch, result)
+}
+
+// Fail ends the attempt held at epoch as failed: retried after backoff when
+// p.Retryable and attempts remain, else the execution fails.
+func (c *Client) Fail(ctx context.Context, id ExecutionID, epoch int64, p FailParams) (*Outcome, error) {
+	return leases.Fail(ctx, c.pool, id, epoch, p)
+}
+
+// FailTx is Fail inside tx.
+func (c *Client) FailTx(ctx context.Context, tx pgx.Tx, id ExecutionID, epoch int64, p FailParams) (*Outcome, error) {
+	return leases.Fail(ctx, tx, id, epoch, p)
+}
+
+// Cancel cancels a non-terminal execution (fencing a running one). A
+// repeat is a no-op success; other terminal states give an
+// *AlreadyTerminalError.
+func (c *Client) Cancel(ctx context.Context, id ExecutionID, reason, by string) (*Outcome, error) {
+	return leases.Cancel(ctx, c.pool, id, reason, by)
+}
+
+// CancelTx is Cancel inside tx.
+func (c *Client) CancelTx(ctx context.Context, tx pgx.Tx, id ExecutionID, reason, by string) (*Outcome, error) {
+	return leases.Cancel(ctx, tx, id, reason, by)
+}
+
+// Revoke takes the lease of a running execution away (operator action):
+// it is pending again at once and its holder is fenced.
+func (c *Client) Revoke(ctx context.Context, id ExecutionID, reason string) (*Requeued, error) {
+	return leases.Revoke(ctx, c.pool, id, reason)
+}
+
+// RevokeTx is Revoke inside tx.
+func (c *Client) RevokeTx(ctx context.Context, tx pgx.Tx, id ExecutionID, reason string) (*Requeued, error) {
+	return leases.Revoke(ctx, tx, id, reason)
+}
+
+// Get reads one execution.
+func (c *Client) Get(ctx context.Context, id ExecutionID) (*Execution, error) {
+	return leases.Get(ctx, c.pool, id)
+}
+
+// GetTx is Get inside tx.
+func (c *Client) GetTx(ctx context.Context, tx pgx.Tx, id ExecutionID) (*Execution, error) {
+	return leases.Get(ctx, tx, id)
+}
+
+// List pages through executions in creation order.
+func (c *Client) List(ctx context.Context, p ListParams) (*ListPage, error) {
+	return leases.List(ctx, c.pool, p)
+}
+
+// ListTx is List inside tx.
+func (c *Client) ListTx(ctx context.Context, tx pgx.Tx, p ListParams) (*ListPage, error) {
+	return leases.List(ctx, tx, p)
+}

@@ -1,0 +1,295 @@
+package ffd_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+type fixture struct {
+	t      *testing.T
+	ctx    context.Context
+	db     *testdb.DB
+	client *ffd.Client
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	db := testdb.New(t)
+	client, err := ffd.NewClient(db.Pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, ctx: ctx, db: db, client: client}
+}
+
+func (f *fixture) count(sql string, args ...any) int {
+	f.t.Helper()
+	var n int
+	if err := f.db.Pool.QueryRow(f.ctx, sql, args...).Scan(&n); err != nil {
+		f.t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func (f *fixture) startWorker(cfg ffd.WorkerConfig) *ffd.Worker {
+	f.t.Helper()
+	w, err := ffd.NewWorker(f.client, cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := w.Start(f.ctx); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w.Stop(ctx)
+	})
+	return w
+}
+
+// waitFor polls cond until it holds or the test's budget runs out; it
+// bounds a wait, it does not measure speed.
+func (f *fixture) waitFor(what string, cond func() bool) {
+	f.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestWorkerRunsThousand(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const n = 1000
+	for i := range n {
+		if _, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "bulk", JSON: map[string]int{"i": i}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var running, peak atomic.Int64
+	var mu sync.Mutex
+	seen := map[int]int{}
+	f.startWorker(ffd.WorkerConfig{
+		Lanes:       []string{"bulk"},
+		Concurrency: 32,
+		Handler: func(ctx context.Context, job *ffd.Job) ([]byte, error) {
+			now := running.Add(1)
+			defer running.Add(-1)
+			for {
+				p := peak.Load()
+				if now <= p || peak.CompareAndSwap(p, now) {
+					break
+				}
+			}
+			var in struct{ I int }
+			if err := job.UnmarshalPayload(&in); err != nil {
+				return nil, err
+			}
+			mu.Lock()
+			seen[in.I]++
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			return []byte(fmt.Sprint(in.I)), nil
+		},
+	})
+	f.waitFor("1,000 completions", func() bool {
+		return f.count(`SELECT count(*) FROM ff_execution WHERE state = 'completed'`) == n
+	})
+	if peak.Load() > 32 {
+		t.Fatalf("%d handlers ran at once, concurrency is 32", peak.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range n {
+		if seen[i] != 1 {
+			t.Fatalf("payload %d handled %d times, want 1", i, seen[i])
+		}
+	}
+	if got := f.count(`SELECT count(*) FROM ff_completion_event WHERE outcome = 'success'`); got != n {
+		t.Fatalf("%d success events, want %d", got, n)
+	}
+}
+
+func TestWorkerSurvivesPanic(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	bad, _ := f.client.Create(f.ctx, ffd.CreateParams{Lane: "p", Kind: "explode", MaxAttempts: 1})
+	good, _ := f.client.Create(f.ctx, ffd.CreateParams{Lane: "p", Kind: "fine"})
+	perm, _ := f.client.Create(f.ctx, ffd.CreateParams{Lane: "p", Kind: "permanent", MaxAttempts: 5})
+	f.startWorker(ffd.WorkerConfig{
+		Lanes: []string{"p"},
+		Handler: func(ctx context.Context, job *ffd.Job) ([]byte, error) {
+			switch job.Kind {
+			case "explode":
+				panic("kaboom")
+			case "permanent":
+				return nil, ffd.Permanent(errors.New("bad request"))
+			}
+			return []byte("ok"), nil
+		},
+	})
+	f.waitFor("all three to finish", func() bool {
+		return f.count(`SELECT count(*) FROM ff_execution WHERE terminal_at IS NOT NULL`) == 3
+	})
+	x, _ := f.client.Get(f.ctx, bad.Execution.ID)
+	if x.State != ffd.StateFailed || x.LastError != "handler panicked: kaboom" {
+		t.Fatalf("panicking execution: %s %q, want failed with the panic", x.State, x.LastError)
+	}
+	x, _ = f.client.Get(f.ctx, good.Execution.ID)
+	if x.State != ffd.StateCompleted {
+		t.Fatalf("execution after the panic: %s, want completed", x.State)
+	}
+	x, _ = f.client.Get(f.ctx, perm.Execution.ID)
+	if x.State != ffd.StateFailed || x.Attempt != 1 {
+		t.Fatalf("permanent error: %s after %d attempts, want failed after 1", x.State, x.Attempt)
+	}
+}
+
+// A worker whose heartbeat is fenced cancels its handler with ErrLeaseLost,
+// and the handler's late result is not recorded.
+func TestWorkerFencedHeartbeatStopsHandler(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	res, _ := f.client.Create(f.ctx, ffd.CreateParams{Lane: "hb", LeaseTTL: time.Second})
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	w := f.startWorker(ffd.WorkerConfig{
+		Lanes: []string{"hb"},
+		Handler: func(ctx context.Context, job *ffd.Job) ([]byte, error) {
+			close(started)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return []byte("too late"), nil
+		},
+	})
+	<-started
+	if _, err := f.client.Revoke(f.ctx, res.Execution.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-cause:
+		if !errors.Is(err, ffd.ErrLeaseLost) {
+			t.Fatalf("handler context cause %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("handler was not cancelled after its lease was revoked")
+	}
+	// Once the worker is done with it, the first lease has completed
+	// nothing (the worker may have claimed it again meanwhile).
+	stopCtx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
+	defer cancel()
+	w.Stop(stopCtx)
+	if n := f.count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND lease_epoch = 1 AND outcome = 'succeeded'`, res.Execution.ID.UUID); n != 0 {
+		t.Fatal("the fenced attempt was recorded as succeeded")
+	}
+}
+
+// Stop waits for handlers until its context ends, then hands the rest back
+// as retryable at once.
+func TestWorkerStopHandsBack(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	res, _ := f.client.Create(f.ctx, ffd.CreateParams{Lane: "slow"})
+	started := make(chan struct{})
+	release := make(chan struct{})
+	w, err := ffd.NewWorker(f.client, ffd.WorkerConfig{
+		Lanes: []string{"slow"},
+		Handler: func(ctx context.Context, job *ffd.Job) ([]byte, error) {
+			close(started)
+			<-release // ignores ctx, like a stubborn handler
+			return nil, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	stopCtx, cancel := context.WithTimeout(f.ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := w.Stop(stopCtx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want the context's deadline error", err)
+	}
+	x, _ := f.client.Get(f.ctx, res.Execution.ID)
+	if x.State != ffd.StatePending || x.Attempt != 1 || x.LastError == "" {
+		t.Fatalf("after stop: %s attempt %d error %q; want pending for a prompt retry", x.State, x.Attempt, x.LastError)
+	}
+	// Claimable at once: no backoff.
+	got, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: "slow", Worker: "other/1"})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim after hand-back: %d, %v", len(got), err)
+	}
+	close(release)
+}
+
+func TestNewWorkerValidates(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	h := func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil }
+	bad := []ffd.WorkerConfig{
+		{Handler: h},
+		{Lanes: []string{"bad lane"}, Handler: h},
+		{Lanes: []string{"l"}},
+		{Lanes: []string{"l"}, Handler: h, Concurrency: -1},
+		{Lanes: []string{"l"}, Handler: h, PollInterval: -time.Second},
+	}
+	for i, cfg := range bad {
+		if _, err := ffd.NewWorker(f.client, cfg); !errors.Is(err, ffd.ErrValidation) {
+			t.Errorf("config %d: %v, want a validation error", i, err)
+		}
+	}
+}
+
+func TestClientTxVariants(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tx, err := f.db.Pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.client.CreateTx(f.ctx, tx, ffd.CreateParams{Lane: "tx"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := f.client.ClaimTx(f.ctx, tx, ffd.ClaimParams{Lane: "tx", Worker: "w/1"})
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim in tx: %d %v", len(claimed), err)
+	}
+	if _, err := f.client.CompleteTx(f.ctx, tx, res.Execution.ID, claimed[0].LeaseEpoch, []byte("r")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	x, err := f.client.Get(f.ctx, res.Execution.ID)
+	if err != nil || x.State != ffd.StateCompleted {
+		t.Fatalf("after committed tx: %v %v", x, err)
+	}
+
+	// Bad input through the public API is typed and writes nothing.
+	if _, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "l", Payload: []byte("x"), JSON: 1}); !errors.Is(err, ffd.ErrValidation) {
+		t.Fatalf("payload and JSON together: %v", err)
+	}
+	if _, err := ffd.ParseExecutionID("{fp:999}:nope"); !errors.Is(err, ffd.ErrValidation) {
+		t.Fatalf("bad id: %v", err)
+	}
+	if n := f.count(`SELECT count(*) FROM ff_execution`); n != 1 {
+		t.Fatalf("%d executions, want 1", n)
+	}
+}
