@@ -28,6 +28,8 @@ const (
 	KindOutOfRange   ValidationKind = "out_of_range"
 	KindInvalidValue ValidationKind = "invalid_value"
 	KindTooLarge     ValidationKind = "too_large"
+	KindCycle        ValidationKind = "cycle"
+	KindNotMember    ValidationKind = "not_member"
 )
 
 // ValidationError is bad input, caught before anything was written.

@@ -1,4 +1,17 @@
-// Package flows will stage and apply DAGs: flows, members, edges, edge
-// group policies, cancel_flow and submit_flow (SPEC section 6). Built by
-// the flows issue.
+// Package flows stages and applies DAGs of executions (SPEC sections 6
+// and 7): flows, members, dependency edges, edge-group join policies,
+// cancel_flow and submit_flow, and Resolve, the one place where an
+// upstream's outcome resolves edges, moves group counters and decides
+// groups. The cascade calls Resolve for every completion event; apply
+// calls it when the upstream has already finished.
+//
+// Graph changes compare-and-set the flow's graph_revision. The UPDATE that
+// bumps it also locks the flow row, and the cycle check runs after it in a
+// statement of its own, so under READ COMMITTED it sees every edge staged
+// by a transaction that won the row before it: two stagings that would
+// close a cycle together cannot both succeed.
+//
+// Lock order, everywhere: edge groups (by downstream id), then edges, then
+// executions (by partition and id), then flows. Deadlocks the order cannot
+// rule out are retried by leases.InTx.
 package flows

@@ -93,9 +93,9 @@ func ValidateName(field, v string) error {
 	return nil
 }
 
-// normalize fills defaults and validates; it changes nothing in the
-// database, so bad input writes nothing.
-func (p *CreateParams) normalize(lim Limits) error {
+// Normalize fills defaults and validates; it touches no database, so bad
+// input writes nothing. Normalizing twice is harmless.
+func (p *CreateParams) Normalize(lim Limits) error {
 	if p.Namespace == "" {
 		p.Namespace = DefaultNamespace
 	}
@@ -219,9 +219,63 @@ RETURNING ` + execColumns
 // key already used in the namespace it returns the existing execution and
 // existed = true, writing nothing.
 func Create(ctx context.Context, db DB, lim Limits, p CreateParams) (x *Execution, existed bool, err error) {
-	if err := p.normalize(lim); err != nil {
+	if err := p.Normalize(lim); err != nil {
 		return nil, false, err
 	}
+	args := insertArgs(&p)
+	err = withRetry(ctx, db, func() error {
+		x, err = scanExecution(db.QueryRow(ctx, insertSQL, args...))
+		return err
+	})
+	if err == nil {
+		return x, false, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, wrap("create execution in lane "+p.Lane, err)
+	}
+	// The key is taken: return its holder.
+	x, err = scanExecution(db.QueryRow(ctx, `SELECT `+execColumns+` FROM ff_execution e
+		WHERE e.namespace = $1 AND e.idempotency_key = $2`, p.Namespace, p.IdempotencyKey))
+	if err != nil {
+		return nil, false, wrap("read execution by idempotency key "+p.IdempotencyKey, err)
+	}
+	return x, true, nil
+}
+
+// CreateMany inserts executions in one round trip (a pipelined batch), for
+// submit_flow. Idempotency keys are refused: a batch that half exists is
+// not a thing a caller can reason about.
+func CreateMany(ctx context.Context, db DB, lim Limits, ps []CreateParams) ([]*Execution, error) {
+	batch := &pgx.Batch{}
+	for i := range ps {
+		p := &ps[i]
+		if err := p.Normalize(lim); err != nil {
+			return nil, err
+		}
+		if p.IdempotencyKey != "" {
+			return nil, fault.Invalid(fault.KindInvalidValue, "idempotency_key", p.IdempotencyKey, "not supported in a batch create")
+		}
+		batch.Queue(insertSQL, insertArgs(p)...)
+	}
+	res := db.SendBatch(ctx, batch)
+	out := make([]*Execution, 0, len(ps))
+	for range ps {
+		x, err := scanExecution(res.QueryRow())
+		if err != nil {
+			res.Close()
+			return nil, wrap(fmt.Sprintf("create %d executions", len(ps)), err)
+		}
+		out = append(out, x)
+	}
+	if err := res.Close(); err != nil {
+		return nil, wrap(fmt.Sprintf("create %d executions", len(ps)), err)
+	}
+	return out, nil
+}
+
+// insertArgs are insertSQL's arguments for normalized params, with a fresh
+// id on the right partition.
+func insertArgs(p *CreateParams) []any {
 	id := ident.NewExecutionID()
 	if p.Partition != nil {
 		id = ident.NewExecutionIDIn(*p.Partition)
@@ -238,26 +292,9 @@ func Create(ctx context.Context, db DB, lim Limits, p CreateParams) (x *Executio
 	if payload == nil {
 		payload = []byte{}
 	}
-	err = withRetry(ctx, db, func() error {
-		x, err = scanExecution(db.QueryRow(ctx, insertSQL,
-			id.Partition, id.UUID, p.FlowID, p.Namespace, p.Lane, p.Kind, p.Priority,
-			caps, string(state), micros(p.Delay), p.MaxAttempts,
-			micros(p.Retry.Base), micros(p.Retry.Max), p.Retry.Multiplier, p.Retry.Jitter,
-			micros(p.LeaseTTL), micros(p.AttemptTimeout), micros(p.Deadline),
-			payload, nullIfEmpty(p.IdempotencyKey), p.Tags))
-		return err
-	})
-	if err == nil {
-		return x, false, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, wrap("create execution in lane "+p.Lane, err)
-	}
-	// The key is taken: return its holder.
-	x, err = scanExecution(db.QueryRow(ctx, `SELECT `+execColumns+` FROM ff_execution e
-		WHERE e.namespace = $1 AND e.idempotency_key = $2`, p.Namespace, p.IdempotencyKey))
-	if err != nil {
-		return nil, false, wrap("read execution by idempotency key "+p.IdempotencyKey, err)
-	}
-	return x, true, nil
+	return []any{id.Partition, id.UUID, p.FlowID, p.Namespace, p.Lane, p.Kind, p.Priority,
+		caps, string(state), micros(p.Delay), p.MaxAttempts,
+		micros(p.Retry.Base), micros(p.Retry.Max), p.Retry.Multiplier, p.Retry.Jitter,
+		micros(p.LeaseTTL), micros(p.AttemptTimeout), micros(p.Deadline),
+		payload, nullIfEmpty(p.IdempotencyKey), p.Tags}
 }

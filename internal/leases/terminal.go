@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/ident"
 )
@@ -121,9 +122,9 @@ func Terminate(ctx context.Context, db DB, ends []Ending) ([]Ended, error) {
 		errs[i], reasons[i], bys[i] = nullIfEmpty(e.Error), nullIfEmpty(e.Reason), nullIfEmpty(e.By)
 	}
 	var out []Ended
-	err := withRetry(ctx, db, func() error {
+	err := InTx(ctx, db, func(tx pgx.Tx) error {
 		out = out[:0]
-		rows, err := db.Query(ctx, terminateSQL, parts, ids, epochs, states, results, errs, reasons, bys)
+		rows, err := tx.Query(ctx, terminateSQL, parts, ids, epochs, states, results, errs, reasons, bys)
 		if err != nil {
 			return err
 		}
@@ -137,10 +138,69 @@ func Terminate(ctx context.Context, db DB, ends []Ending) ([]Ended, error) {
 			e.State = State(state)
 			out = append(out, e)
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return finishFlows(ctx, tx, out)
 	})
 	if err != nil {
 		return nil, wrap(fmt.Sprintf("terminate %d executions", n), err)
 	}
 	return out, nil
 }
+
+// finishFlows ends every open flow whose last live member the batch just
+// ended: completed when no member failed or expired, else failed, with the
+// flow's own completion event, in the same transaction.
+//
+// The flow rows are locked first, in a statement of their own, and the
+// members counted in the next one: under READ COMMITTED that statement
+// takes a fresh snapshot, so of two transactions ending a flow's last two
+// members the second to get the lock sees the first's commit. A single
+// statement would let each see the other's member still running, and the
+// flow would never finish.
+func finishFlows(ctx context.Context, tx pgx.Tx, ended []Ended) error {
+	var parts []int16
+	var flows []uuid.UUID
+	seen := map[uuid.UUID]bool{}
+	for _, e := range ended {
+		if e.FlowID != nil && !seen[*e.FlowID] {
+			seen[*e.FlowID] = true
+			parts, flows = append(parts, e.ID.Partition), append(flows, *e.FlowID)
+		}
+	}
+	if len(flows) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM ff_flow f
+		JOIN unnest($1::smallint[], $2::uuid[]) AS i(partition_key, flow_id)
+			ON f.partition_key = i.partition_key AND f.flow_id = i.flow_id
+		WHERE f.state = 'open'
+		ORDER BY f.partition_key, f.flow_id
+		FOR UPDATE OF f`, parts, flows); err != nil {
+		return fmt.Errorf("lock flows: %w", err)
+	}
+	_, err := tx.Exec(ctx, finishFlowsSQL, parts, flows)
+	if err != nil {
+		return fmt.Errorf("finish flows: %w", err)
+	}
+	return nil
+}
+
+const finishFlowsSQL = `
+WITH done AS (
+	UPDATE ff_flow f SET
+		state = CASE WHEN EXISTS (SELECT 1 FROM ff_execution e
+				WHERE e.partition_key = f.partition_key AND e.flow_id = f.flow_id
+					AND e.state IN ('failed', 'expired'))
+			THEN 'failed' ELSE 'completed' END,
+		terminal_at = now(), updated_at = now()
+	FROM unnest($1::smallint[], $2::uuid[]) AS i(partition_key, flow_id)
+	WHERE f.partition_key = i.partition_key AND f.flow_id = i.flow_id AND f.state = 'open'
+		AND NOT EXISTS (SELECT 1 FROM ff_execution e
+			WHERE e.partition_key = f.partition_key AND e.flow_id = f.flow_id
+				AND e.state IN ('blocked', 'pending', 'running'))
+	RETURNING f.partition_key, f.flow_id, f.state, f.namespace
+)
+INSERT INTO ff_completion_event (partition_key, flow_id, outcome, namespace)
+SELECT partition_key, flow_id, state, namespace FROM done`
