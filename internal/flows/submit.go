@@ -182,8 +182,8 @@ func Submit(ctx context.Context, db leases.DB, lim leases.Limits, p SubmitParams
 			part, f.ID, gDowns, gKinds, gK, gOn, gTotal); err != nil {
 			return fmt.Errorf("insert edge groups: %w", err)
 		}
-		f, err = scanFlow(tx.QueryRow(ctx, `UPDATE ff_flow f SET node_count = $3, edge_count = $4,
-				graph_revision = $3 + $4, updated_at = now()
+		f, err = scanFlow(tx.QueryRow(ctx, `UPDATE ff_flow f SET node_count = $3::int, edge_count = $4::int,
+				graph_revision = $3::int + $4::int, updated_at = now()
 			WHERE partition_key = $1 AND flow_id = $2 RETURNING `+flowColumns, part, f.ID, len(xs), n))
 		if err != nil {
 			return err

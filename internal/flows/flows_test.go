@@ -1,0 +1,598 @@
+package flows_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/flows"
+	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+type fixture struct {
+	t    *testing.T
+	ctx  context.Context
+	pool *pgxpool.Pool
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return &fixture{t: t, ctx: ctx, pool: testdb.New(t).Pool}
+}
+
+func (f *fixture) flow() *flows.Flow {
+	f.t.Helper()
+	fl, existed, err := flows.CreateFlow(f.ctx, f.pool, flows.CreateFlowParams{Kind: "test"})
+	if err != nil || existed {
+		f.t.Fatalf("create flow: %v (existed %v)", err, existed)
+	}
+	return fl
+}
+
+// member creates a pending member in a lane of its own, so that tests can
+// claim exactly it.
+func (f *fixture) member(fl *flows.Flow) ident.ExecutionID {
+	f.t.Helper()
+	x, _, err := flows.CreateMember(f.ctx, f.pool, leases.Limits{}, fl.ID, leases.CreateParams{Lane: "m-" + uuid.NewString()})
+	if err != nil {
+		f.t.Fatalf("create member: %v", err)
+	}
+	return x.ID
+}
+
+func (f *fixture) revision(fl *flows.Flow) int64 {
+	f.t.Helper()
+	got, err := flows.Get(f.ctx, f.pool, fl.ID)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return got.GraphRevision
+}
+
+func (f *fixture) stage(fl *flows.Flow, up, down ident.ExecutionID) *flows.Edge {
+	f.t.Helper()
+	res, err := flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: up, Downstream: down, ExpectedRevision: f.revision(fl)})
+	if err != nil {
+		f.t.Fatalf("stage %s -> %s: %v", up, down, err)
+	}
+	return res.Edge
+}
+
+func (f *fixture) link(fl *flows.Flow, up, down ident.ExecutionID) *flows.ApplyResult {
+	f.t.Helper()
+	e := f.stage(fl, up, down)
+	res, err := flows.Apply(f.ctx, f.pool, fl.ID, e.ID)
+	if err != nil {
+		f.t.Fatalf("apply %s: %v", e.ID, err)
+	}
+	return res
+}
+
+// runAndEnd claims id (it must be the only due execution of its lane) and
+// completes or fails it.
+func (f *fixture) runAndEnd(id ident.ExecutionID, succeed bool) {
+	f.t.Helper()
+	x, err := leases.Get(f.ctx, f.pool, id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
+	if err != nil || len(got) != 1 || got[0].ID != id {
+		f.t.Fatalf("claim %s: %v (%d claimed)", id, err, len(got))
+	}
+	if succeed {
+		_, err = leases.Complete(f.ctx, f.pool, id, got[0].LeaseEpoch, nil)
+	} else {
+		_, err = leases.Fail(f.ctx, f.pool, id, got[0].LeaseEpoch, leases.FailParams{Error: "no"})
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) state(id ident.ExecutionID) leases.State {
+	f.t.Helper()
+	x, err := leases.Get(f.ctx, f.pool, id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return x.State
+}
+
+func (f *fixture) count(sql string, args ...any) int {
+	f.t.Helper()
+	var n int
+	if err := f.pool.QueryRow(f.ctx, sql, args...).Scan(&n); err != nil {
+		f.t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// graphRows counts what a refused graph change must not have written.
+func (f *fixture) graphRows(fl *flows.Flow) string {
+	f.t.Helper()
+	var s string
+	err := f.pool.QueryRow(f.ctx, `SELECT (SELECT count(*) FROM ff_edge WHERE flow_id = $1) || '/' ||
+		(SELECT count(*) FROM ff_edge_group WHERE flow_id = $1) || '/' ||
+		(SELECT graph_revision || ':' || edge_count || ':' || node_count FROM ff_flow WHERE flow_id = $1)`, fl.ID).Scan(&s)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return s
+}
+
+func TestCreateFlowIdempotent(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	id := ident.NewUUID()
+	a, existed, err := flows.CreateFlow(f.ctx, f.pool, flows.CreateFlowParams{ID: id, Namespace: "ns", Kind: "etl"})
+	if err != nil || existed || a.State != flows.FlowOpen || a.Partition != ident.Partition(id) {
+		t.Fatalf("create: %+v existed=%v err=%v", a, existed, err)
+	}
+	b, existed, err := flows.CreateFlow(f.ctx, f.pool, flows.CreateFlowParams{ID: id, Namespace: "ns", Kind: "etl"})
+	if err != nil || !existed || b.ID != id || !b.CreatedAt.Equal(a.CreatedAt) {
+		t.Fatalf("repeat: existed=%v err=%v", existed, err)
+	}
+	if n := f.count(`SELECT count(*) FROM ff_flow`); n != 1 {
+		t.Fatalf("%d flows, want 1", n)
+	}
+	if _, _, err := flows.CreateFlow(f.ctx, f.pool, flows.CreateFlowParams{Namespace: "bad ns"}); !errors.Is(err, fault.ErrValidation) {
+		t.Fatalf("bad namespace: %v", err)
+	}
+}
+
+func TestAddExecution(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	fl := f.flow()
+	// A solo execution minted on the flow's partition can join.
+	part := fl.Partition
+	solo, _, err := leases.Create(f.ctx, f.pool, leases.Limits{}, leases.CreateParams{Lane: "x", Partition: &part})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := flows.AddExecution(f.ctx, f.pool, fl.ID, solo.ID)
+	if err != nil || res.AlreadyMember || res.NodeCount != 1 {
+		t.Fatalf("add: %+v %v", res, err)
+	}
+	res, err = flows.AddExecution(f.ctx, f.pool, fl.ID, solo.ID)
+	if err != nil || !res.AlreadyMember || res.NodeCount != 1 {
+		t.Fatalf("add again: %+v %v; want already member", res, err)
+	}
+	// A member of another flow on the same partition: only membership
+	// differs.
+	var twin *flows.Flow
+	for {
+		twin = f.flow()
+		if twin.Partition == part {
+			break
+		}
+	}
+	inTwin, _, err := flows.CreateMember(f.ctx, f.pool, leases.Limits{}, twin.ID, leases.CreateParams{Lane: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ce *fault.ConflictError
+	if _, err := flows.AddExecution(f.ctx, f.pool, fl.ID, inTwin.ID); !errors.As(err, &ce) || ce.Existing != twin.ID {
+		t.Fatalf("member of another flow: %v, want a conflict carrying flow %s", err, twin.ID)
+	}
+	// Minted on another partition.
+	foreign := ident.NewExecutionIDIn((part + 1) % 256)
+	var ve *fault.ValidationError
+	if _, err := flows.AddExecution(f.ctx, f.pool, fl.ID, foreign); !errors.As(err, &ve) || ve.Kind != fault.KindNotMember {
+		t.Fatalf("execution on another partition: %v, want a not_member validation error", err)
+	}
+	// Missing flow, missing execution.
+	missingFlow := ident.NewUUID()
+	for ident.Partition(missingFlow) != part {
+		missingFlow = ident.NewUUID()
+	}
+	another, _, _ := leases.Create(f.ctx, f.pool, leases.Limits{}, leases.CreateParams{Lane: "x", Partition: &part})
+	if _, err := flows.AddExecution(f.ctx, f.pool, missingFlow, another.ID); !errors.Is(err, fault.ErrNotFound) {
+		t.Fatalf("missing flow: %v, want not found", err)
+	}
+	if _, err := flows.AddExecution(f.ctx, f.pool, fl.ID, ident.NewExecutionIDIn(part)); !errors.Is(err, fault.ErrNotFound) {
+		t.Fatalf("missing execution: %v, want not found", err)
+	}
+	// Terminal flow.
+	if _, err := flows.Cancel(f.ctx, f.pool, fl.ID, flows.CancelFlowOnly, ""); err != nil {
+		t.Fatal(err)
+	}
+	var te *fault.AlreadyTerminalError
+	if _, err := flows.AddExecution(f.ctx, f.pool, fl.ID, another.ID); !errors.As(err, &te) || te.State != "cancelled" {
+		t.Fatalf("terminal flow: %v, want already terminal", err)
+	}
+	if _, _, err := flows.CreateMember(f.ctx, f.pool, leases.Limits{}, fl.ID, leases.CreateParams{Lane: "x"}); !errors.Is(err, fault.ErrAlreadyTerminal) {
+		t.Fatalf("create member of terminal flow: %v", err)
+	}
+}
+
+func TestStageRefusals(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	fl := f.flow()
+	a, b := f.member(fl), f.member(fl)
+	rev := f.revision(fl)
+	before := f.graphRows(fl)
+	tests := []struct {
+		name string
+		p    flows.StageParams
+		is   error
+	}{
+		{"stale revision", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: rev - 1}, fault.ErrStaleRevision},
+		{"self edge", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: a, ExpectedRevision: rev}, fault.ErrValidation},
+		{"non-member on partition", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: ident.NewExecutionIDIn(fl.Partition), ExpectedRevision: rev}, fault.ErrNotFound},
+		{"other partition", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: ident.NewExecutionIDIn((fl.Partition + 7) % 256), ExpectedRevision: rev}, fault.ErrValidation},
+		{"missing flow", flows.StageParams{FlowID: ident.NewUUID(), Upstream: a, Downstream: b}, nil},
+	}
+	for _, tt := range tests {
+		_, err := flows.Stage(f.ctx, f.pool, tt.p)
+		if err == nil || (tt.is != nil && !errors.Is(err, tt.is)) {
+			t.Errorf("%s: %v, want %v", tt.name, err, tt.is)
+		}
+	}
+	var se *fault.StaleRevisionError
+	_, err := flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: rev + 5})
+	if !errors.As(err, &se) || se.Current != rev || se.Expected != rev+5 {
+		t.Fatalf("stale: %v, want current %d", err, rev)
+	}
+	// A solo execution on the flow's partition is not a member.
+	part := fl.Partition
+	solo, _, _ := leases.Create(f.ctx, f.pool, leases.Limits{}, leases.CreateParams{Lane: "x", Partition: &part})
+	var ve *fault.ValidationError
+	if _, err := flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: solo.ID, ExpectedRevision: rev}); !errors.As(err, &ve) || ve.Kind != fault.KindNotMember {
+		t.Fatalf("non-member: %v, want not_member", err)
+	}
+	if got := f.graphRows(fl); got != before {
+		t.Fatalf("refused stagings wrote something: %s, was %s", got, before)
+	}
+	// Duplicate: a conflict carrying the existing edge, by pair and by id.
+	e := f.stage(fl, a, b)
+	var ce *fault.ConflictError
+	_, err = flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: f.revision(fl)})
+	if !errors.As(err, &ce) || ce.Existing.(*flows.Edge).ID != e.ID {
+		t.Fatalf("duplicate pair: %v, want a conflict carrying edge %s", err, e.ID)
+	}
+	c := f.member(fl)
+	_, err = flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, EdgeID: e.ID, Upstream: b, Downstream: c, ExpectedRevision: f.revision(fl)})
+	if !errors.As(err, &ce) || ce.Existing.(*flows.Edge).ID != e.ID {
+		t.Fatalf("duplicate id: %v, want a conflict carrying edge %s", err, e.ID)
+	}
+	// Terminal flow.
+	if _, err := flows.Cancel(f.ctx, f.pool, fl.ID, flows.CancelFlowOnly, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: b, Downstream: c, ExpectedRevision: f.revision(fl)}); !errors.Is(err, fault.ErrAlreadyTerminal) {
+		t.Fatalf("terminal flow: %v", err)
+	}
+}
+
+func TestCycles(t *testing.T) {
+	t.Parallel()
+	t.Run("three nodes", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		fl := f.flow()
+		a, b, c := f.member(fl), f.member(fl), f.member(fl)
+		f.stage(fl, a, b)
+		f.stage(fl, b, c)
+		before := f.graphRows(fl)
+		_, err := flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: c, Downstream: a, ExpectedRevision: f.revision(fl)})
+		var ve *fault.ValidationError
+		if !errors.As(err, &ve) || ve.Kind != fault.KindCycle {
+			t.Fatalf("closing a 3-cycle: %v, want a cycle error", err)
+		}
+		if got := f.graphRows(fl); got != before {
+			t.Fatalf("refused cycle wrote something: %s, was %s", got, before)
+		}
+	})
+	t.Run("500 nodes", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		res, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, chainSpec(500))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fl := res.Flow
+		first, last := res.Executions["n0"].ID, res.Executions["n499"].ID
+		before := f.graphRows(fl)
+		_, err = flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: last, Downstream: first, ExpectedRevision: fl.GraphRevision})
+		if !errors.Is(err, fault.ErrValidation) {
+			t.Fatalf("closing a 500-cycle: %v", err)
+		}
+		if got := f.graphRows(fl); got != before {
+			t.Fatalf("refused cycle wrote something")
+		}
+	})
+	t.Run("racing", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		for round := range 10 {
+			fl := f.flow()
+			a, b, c := f.member(fl), f.member(fl), f.member(fl)
+			f.stage(fl, a, b)
+			// b -> c and c -> a are each fine; together they close a cycle.
+			var wg sync.WaitGroup
+			errs := make([]error, 2)
+			pairs := [][2]ident.ExecutionID{{b, c}, {c, a}}
+			for i, p := range pairs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					// Each retries on a stale revision, as a real client would.
+					for {
+						rev, err := flows.Get(f.ctx, f.pool, fl.ID)
+						if err != nil {
+							errs[i] = err
+							return
+						}
+						_, err = flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: p[0], Downstream: p[1], ExpectedRevision: rev.GraphRevision})
+						if !errors.Is(err, fault.ErrStaleRevision) {
+							errs[i] = err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			ok := 0
+			for _, err := range errs {
+				var ve *fault.ValidationError
+				switch {
+				case err == nil:
+					ok++
+				case errors.As(err, &ve) && ve.Kind == fault.KindCycle:
+				default:
+					t.Fatalf("round %d: unexpected error %v", round, err)
+				}
+			}
+			if ok != 1 {
+				t.Fatalf("round %d: %d of the two racing stagings succeeded, want exactly 1", round, ok)
+			}
+			if n := f.count(`SELECT count(*) FROM ff_edge WHERE flow_id = $1`, fl.ID); n != 2 {
+				t.Fatalf("round %d: %d edges, want 2", round, n)
+			}
+		}
+	})
+}
+
+func chainSpec(n int) flows.SubmitParams {
+	p := flows.SubmitParams{}
+	for i := range n {
+		p.Nodes = append(p.Nodes, flows.SubmitNode{Ref: fmt.Sprint("n", i), Params: leases.CreateParams{Lane: "chain"}})
+		if i > 0 {
+			p.Edges = append(p.Edges, flows.SubmitEdge{From: fmt.Sprint("n", i-1), To: fmt.Sprint("n", i)})
+		}
+	}
+	return p
+}
+
+func TestApply(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	fl := f.flow()
+	a, b, d := f.member(fl), f.member(fl), f.member(fl)
+	e1, e2 := f.stage(fl, a, d), f.stage(fl, b, d)
+	if f.state(d) != leases.StatePending {
+		t.Fatal("staging alone must not block the downstream")
+	}
+	r1, err := flows.Apply(f.ctx, f.pool, fl.ID, e1.ID)
+	if err != nil || r1.AlreadyApplied || r1.Unsatisfied != 1 || r1.Group.Counts.Total != 1 {
+		t.Fatalf("apply e1: %+v %v; want unsatisfied 1", r1, err)
+	}
+	if f.state(d) != leases.StateBlocked {
+		t.Fatalf("downstream %s after apply, want blocked", f.state(d))
+	}
+	r2, err := flows.Apply(f.ctx, f.pool, fl.ID, e2.ID)
+	if err != nil || r2.Unsatisfied != 2 {
+		t.Fatalf("apply e2: %+v %v; want unsatisfied 2", r2, err)
+	}
+	again, err := flows.Apply(f.ctx, f.pool, fl.ID, e2.ID)
+	if err != nil || !again.AlreadyApplied || again.Group.Counts.Total != 2 {
+		t.Fatalf("apply e2 again: %+v %v; want already applied, total still 2", again, err)
+	}
+	if _, err := flows.Apply(f.ctx, f.pool, fl.ID, ident.NewUUID()); !errors.Is(err, fault.ErrNotFound) {
+		t.Fatalf("apply missing edge: %v", err)
+	}
+	// Refused for a running downstream.
+	x, y := f.member(fl), f.member(fl)
+	eRun := f.stage(fl, x, y)
+	yx, _ := leases.Get(f.ctx, f.pool, y)
+	if got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: yx.Lane, Worker: "w/1", Max: 1}); err != nil || len(got) != 1 {
+		t.Fatalf("claim y: %v", err)
+	}
+	before := f.graphRows(fl)
+	if _, err := flows.Apply(f.ctx, f.pool, fl.ID, eRun.ID); !errors.Is(err, fault.ErrConflict) {
+		t.Fatalf("apply to running downstream: %v, want conflict", err)
+	}
+	if got := f.graphRows(fl); got != before || f.state(y) != leases.StateRunning {
+		t.Fatalf("refused apply changed something")
+	}
+}
+
+func TestApplyRefusedForTerminalDownstreamAndDecidedGroup(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	fl := f.flow()
+	a, d := f.member(fl), f.member(fl)
+	ed := f.stage(fl, a, d)
+	if _, err := leases.Cancel(f.ctx, f.pool, d, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := flows.Apply(f.ctx, f.pool, fl.ID, ed.ID); !errors.Is(err, fault.ErrAlreadyTerminal) {
+		t.Fatalf("apply to cancelled downstream: %v", err)
+	}
+	// Decided group: any_of satisfied by a finished upstream, then another edge.
+	fl2 := f.flow()
+	u1, u2, down := f.member(fl2), f.member(fl2), f.member(fl2)
+	if _, err := flows.SetPolicy(f.ctx, f.pool, fl2.ID, down, flows.Policy{Kind: flows.AnyOf}); err != nil {
+		t.Fatal(err)
+	}
+	f.runAndEnd(u1, true)
+	e1, e2 := f.stage(fl2, u1, down), f.stage(fl2, u2, down)
+	if r, err := flows.Apply(f.ctx, f.pool, fl2.ID, e1.ID); err != nil || r.Group.Decision != flows.Satisfied {
+		t.Fatalf("apply from finished upstream: %+v %v", r, err)
+	}
+	var ce *fault.ConflictError
+	if _, err := flows.Apply(f.ctx, f.pool, fl2.ID, e2.ID); !errors.As(err, &ce) {
+		t.Fatalf("apply into a decided group: %v, want conflict", err)
+	}
+}
+
+// An edge applied to an upstream that has already finished resolves at
+// once and decides the group as the policy says.
+func TestApplyToFinishedUpstream(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		policy   flows.Policy
+		succeed  bool
+		decision flows.Decision
+		state    leases.State
+	}{
+		{"all_of completed", flows.Policy{Kind: flows.AllOf}, true, flows.Satisfied, leases.StatePending},
+		{"all_of failed", flows.Policy{Kind: flows.AllOf}, false, flows.Impossible, leases.StateSkipped},
+		{"any_of completed", flows.Policy{Kind: flows.AnyOf}, true, flows.Satisfied, leases.StatePending},
+		{"any_of failed", flows.Policy{Kind: flows.AnyOf}, false, flows.Impossible, leases.StateSkipped},
+		{"quorum 1 completed", flows.Policy{Kind: flows.Quorum, K: 1}, true, flows.Satisfied, leases.StatePending},
+		{"quorum 1 failed", flows.Policy{Kind: flows.Quorum, K: 1}, false, flows.Impossible, leases.StateSkipped},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			fl := f.flow()
+			up, down := f.member(fl), f.member(fl)
+			if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, down, tt.policy); err != nil {
+				t.Fatal(err)
+			}
+			f.runAndEnd(up, tt.succeed)
+			e := f.stage(fl, up, down)
+			res, err := flows.Apply(f.ctx, f.pool, fl.ID, e.ID)
+			if err != nil || !res.Resolved || res.Group.Decision != tt.decision {
+				t.Fatalf("apply: %+v %v; want resolved and %s", res, err, tt.decision)
+			}
+			if got := f.state(down); got != tt.state {
+				t.Fatalf("downstream %s, want %s", got, tt.state)
+			}
+			edge, _ := flows.DescribeEdge(f.ctx, f.pool, fl.ID, e.ID)
+			want := "success"
+			if !tt.succeed {
+				want = "failed"
+			}
+			if edge.State != flows.EdgeResolved || edge.ResolvedOutcome != want {
+				t.Fatalf("edge %s %q, want resolved %s", edge.State, edge.ResolvedOutcome, want)
+			}
+			if tt.state == leases.StateSkipped {
+				if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'skipped'`, down.UUID); n != 1 {
+					t.Fatalf("%d skipped events, want 1", n)
+				}
+			}
+		})
+	}
+}
+
+func TestSetPolicy(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	fl := f.flow()
+	a, d := f.member(fl), f.member(fl)
+	bad := []flows.Policy{{Kind: flows.Quorum, K: 0}, {Kind: "most_of"}, {Kind: flows.AllOf, K: 2}, {Kind: flows.AnyOf, OnSatisfied: "explode"}, {Kind: flows.AllOf, OnSatisfied: flows.LetRun}}
+	for _, p := range bad {
+		if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, p); !errors.Is(err, fault.ErrValidation) {
+			t.Errorf("policy %+v: %v, want validation error", p, err)
+		}
+	}
+	q := flows.Policy{Kind: flows.Quorum, K: 2, OnSatisfied: flows.CancelRemaining}
+	if already, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, q); err != nil || already {
+		t.Fatalf("set: %v %v", already, err)
+	}
+	if already, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, q); err != nil || !already {
+		t.Fatalf("restate: %v %v; want a no-op success", already, err)
+	}
+	// Changing before any edge is staged is allowed.
+	if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, flows.Policy{Kind: flows.AnyOf}); err != nil {
+		t.Fatal(err)
+	}
+	f.stage(fl, a, d)
+	if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, q); !errors.Is(err, fault.ErrConflict) {
+		t.Fatalf("set after staging: %v, want conflict", err)
+	}
+	if already, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, flows.Policy{Kind: flows.AnyOf}); err != nil || !already {
+		t.Fatalf("restate after staging: %v %v; want a no-op success", already, err)
+	}
+	desc, err := flows.Describe(f.ctx, f.pool, fl.ID)
+	if err != nil || len(desc.Groups) != 1 || desc.Groups[0].Policy.Kind != flows.AnyOf || desc.Groups[0].Policy.OnSatisfied != flows.LetRun {
+		t.Fatalf("describe: %+v %v", desc, err)
+	}
+}
+
+func TestListsAndDescribe(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var ids []uuid.UUID
+	for range 7 {
+		ids = append(ids, f.flow().ID)
+	}
+	var got []uuid.UUID
+	var after *uuid.UUID
+	for {
+		page, err := flows.List(f.ctx, f.pool, flows.ListParams{After: after, Limit: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fl := range page.Flows {
+			got = append(got, fl.ID)
+		}
+		if page.Next == nil {
+			break
+		}
+		after = page.Next
+	}
+	if fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Fatalf("paged flows %v, want %v", got, ids)
+	}
+	if _, err := flows.List(f.ctx, f.pool, flows.ListParams{Limit: -1}); !errors.Is(err, fault.ErrValidation) {
+		t.Fatalf("negative limit: %v", err)
+	}
+	if page, err := flows.List(f.ctx, f.pool, flows.ListParams{Limit: 1 << 30}); err != nil || len(page.Flows) != 7 {
+		t.Fatalf("clamped limit: %v", err)
+	}
+
+	fl := f.flow()
+	a, b, c := f.member(fl), f.member(fl), f.member(fl)
+	eab, eac := f.stage(fl, a, b), f.stage(fl, a, c)
+	ebc := f.stage(fl, b, c)
+	out, err := flows.ListEdges(f.ctx, f.pool, fl.ID, a, flows.Outgoing)
+	if err != nil || len(out) != 2 {
+		t.Fatalf("outgoing of a: %d %v", len(out), err)
+	}
+	in, err := flows.ListEdges(f.ctx, f.pool, fl.ID, c, flows.Incoming)
+	if err != nil || len(in) != 2 || !(in[0].ID == eac.ID && in[1].ID == ebc.ID) {
+		t.Fatalf("incoming of c: %v %v", in, err)
+	}
+	if _, err := flows.ListEdges(f.ctx, f.pool, fl.ID, c, "sideways"); !errors.Is(err, fault.ErrValidation) {
+		t.Fatalf("bad direction: %v", err)
+	}
+	e, err := flows.DescribeEdge(f.ctx, f.pool, fl.ID, eab.ID)
+	if err != nil || e.Upstream != a || e.Downstream != b || e.State != flows.EdgeStaged || e.DependencyKind != flows.DefaultDependencyKind {
+		t.Fatalf("describe edge: %+v %v", e, err)
+	}
+	desc, err := flows.Describe(f.ctx, f.pool, fl.ID)
+	if err != nil || desc.NodeCount != 3 || desc.EdgeCount != 3 || desc.GraphRevision != 6 {
+		t.Fatalf("describe flow: %+v %v; want 3 nodes, 3 edges, revision 6", desc, err)
+	}
+}
