@@ -1,0 +1,228 @@
+package flows_test
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"testing"
+
+	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/flows"
+	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/leases"
+)
+
+// everyState builds a flow with a member in every state and returns them
+// by state name, and the running member's lease epoch.
+func (f *fixture) everyState() (*flows.Flow, map[string]ident.ExecutionID, int64) {
+	f.t.Helper()
+	fl := f.flow()
+	m := map[string]ident.ExecutionID{}
+	for _, name := range []string{"blocker", "blocked", "pending", "running", "completed", "failed", "retrying"} {
+		m[name] = f.member(fl)
+	}
+	f.link(fl, m["blocker"], m["blocked"])
+	f.runAndEnd(m["completed"], true)
+	f.runAndEnd(m["failed"], false)
+	// retrying: one failed attempt, back to pending after backoff.
+	x, _ := leases.Get(f.ctx, f.pool, m["retrying"])
+	got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
+	if err != nil || len(got) != 1 {
+		f.t.Fatal(err)
+	}
+	if out, err := leases.Fail(f.ctx, f.pool, got[0].ID, got[0].LeaseEpoch, leases.FailParams{Error: "flaky", Retryable: true}); err != nil || out.State != leases.StatePending {
+		f.t.Fatalf("retrying member: %+v %v", out, err)
+	}
+	x, _ = leases.Get(f.ctx, f.pool, m["running"])
+	got, err = leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
+	if err != nil || len(got) != 1 {
+		f.t.Fatal(err)
+	}
+	return fl, m, got[0].LeaseEpoch
+}
+
+func TestCancelFlow(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		policy    flows.CancelPolicy
+		cancelled []string
+	}{
+		{flows.CancelFlowOnly, nil},
+		{flows.CancelAll, []string{"blocker", "blocked", "pending", "running", "retrying"}},
+		{flows.CancelPending, []string{"blocker", "blocked", "pending", "retrying"}},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.policy), func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			fl, m, runningEpoch := f.everyState()
+			states := map[string]leases.State{}
+			for name, id := range m {
+				states[name] = f.state(id)
+			}
+			res, err := flows.Cancel(f.ctx, f.pool, fl.ID, tt.policy, "")
+			if err != nil || res.Repeated || res.Policy != tt.policy {
+				t.Fatalf("cancel: %+v %v", res, err)
+			}
+			want := map[ident.ExecutionID]bool{}
+			for _, name := range tt.cancelled {
+				want[m[name]] = true
+			}
+			if len(res.Members) != len(want) {
+				t.Fatalf("cancelled %d members, want %d", len(res.Members), len(want))
+			}
+			for _, id := range res.Members {
+				if !want[id] {
+					t.Fatalf("cancelled %s, which the policy spares", id)
+				}
+			}
+			for name, id := range m {
+				got := f.state(id)
+				if want[id] && got != leases.StateCancelled {
+					t.Errorf("%s member is %s, want cancelled", name, got)
+				}
+				if !want[id] && got != states[name] {
+					t.Errorf("%s member went from %s to %s, want untouched", name, states[name], got)
+				}
+				events := f.count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'cancelled'`, id.UUID)
+				if want[id] != (events == 1) {
+					t.Errorf("%s member has %d cancelled events", name, events)
+				}
+			}
+			if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND execution_id IS NULL AND outcome = 'cancelled'`, fl.ID); n != 1 {
+				t.Fatalf("%d flow cancelled events, want 1", n)
+			}
+			// No cancelled member keeps an open or "retry" attempt.
+			if n := f.count(`SELECT count(*) FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id)
+				WHERE e.flow_id = $1 AND e.state = 'cancelled' AND (a.outcome IS NULL OR a.outcome NOT IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'revoked'))`, fl.ID); n != 0 {
+				t.Fatalf("%d stale attempts on cancelled members", n)
+			}
+			// The running member: fenced under cancel_all, free to finish
+			// otherwise; either way the flow stays cancelled.
+			_, err = leases.Complete(f.ctx, f.pool, m["running"], runningEpoch, []byte("late"))
+			if tt.policy == flows.CancelAll {
+				if !errors.Is(err, fault.ErrLeaseLost) {
+					t.Fatalf("complete by a fenced member: %v, want lease lost", err)
+				}
+				if n := f.count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'revoked'`, m["running"].UUID); n != 1 {
+					t.Fatalf("%d revoked lease events for the running member, want 1", n)
+				}
+			} else if err != nil {
+				t.Fatalf("complete by a running member the policy spared: %v", err)
+			}
+			// Idempotent repeat, whatever policy it names.
+			before := f.count(`SELECT count(*) FROM ff_completion_event`)
+			again, err := flows.Cancel(f.ctx, f.pool, fl.ID, flows.CancelAll, "again")
+			if err != nil || !again.Repeated || again.Policy != tt.policy || fmt.Sprint(sorted(again.Members)) != fmt.Sprint(sorted(res.Members)) {
+				t.Fatalf("repeat: %+v %v; want the stored policy %s and members", again, err, tt.policy)
+			}
+			if after := f.count(`SELECT count(*) FROM ff_completion_event`); after != before {
+				t.Fatalf("repeat wrote %d events", after-before)
+			}
+			fl2, err := flows.Get(f.ctx, f.pool, fl.ID)
+			if err != nil || fl2.State != flows.FlowCancelled || fl2.CancellationPolicy != tt.policy {
+				t.Fatalf("flow after cancel: %+v %v", fl2, err)
+			}
+		})
+	}
+}
+
+func sorted(ids []ident.ExecutionID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestCancelFlowRefusals(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if _, err := flows.Cancel(f.ctx, f.pool, ident.NewUUID(), flows.CancelAll, ""); !errors.Is(err, fault.ErrNotFound) {
+		t.Fatalf("missing flow: %v", err)
+	}
+	fl := f.flow()
+	if _, err := flows.Cancel(f.ctx, f.pool, fl.ID, "everything", ""); !errors.Is(err, fault.ErrValidation) {
+		t.Fatalf("bad policy: %v", err)
+	}
+	a := f.member(fl)
+	f.runAndEnd(a, true)
+	var te *fault.AlreadyTerminalError
+	if _, err := flows.Cancel(f.ctx, f.pool, fl.ID, flows.CancelAll, ""); !errors.As(err, &te) || te.State != "completed" {
+		t.Fatalf("cancel of a completed flow: %v", err)
+	}
+}
+
+func TestFlowCompletion(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	check := func(fl *flows.Flow, want flows.FlowState) {
+		t.Helper()
+		got, err := flows.Get(f.ctx, f.pool, fl.ID)
+		if err != nil || got.State != want {
+			t.Fatalf("flow %s: %v %v, want %s", fl.ID, got.State, err, want)
+		}
+		outcome := string(want)
+		if want == flows.FlowOpen {
+			if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND execution_id IS NULL`, fl.ID); n != 0 {
+				t.Fatalf("open flow has %d flow events", n)
+			}
+			return
+		}
+		if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND execution_id IS NULL AND outcome = $2`, fl.ID, outcome); n != 1 {
+			t.Fatalf("flow %s: %d %s flow events, want 1", fl.ID, n, outcome)
+		}
+		if got.TerminalAt == nil {
+			t.Fatal("terminal flow without terminal_at")
+		}
+	}
+	ok := f.flow()
+	a, b := f.member(ok), f.member(ok)
+	f.runAndEnd(a, true)
+	check(ok, flows.FlowOpen)
+	f.runAndEnd(b, true)
+	check(ok, flows.FlowCompleted)
+
+	bad := f.flow()
+	c, d := f.member(bad), f.member(bad)
+	f.runAndEnd(c, false)
+	f.runAndEnd(d, true)
+	check(bad, flows.FlowFailed)
+
+	cancelled := f.flow()
+	f.member(cancelled)
+	if _, err := flows.Cancel(f.ctx, f.pool, cancelled.ID, flows.CancelAll, ""); err != nil {
+		t.Fatal(err)
+	}
+	check(cancelled, flows.FlowCancelled)
+
+	// Members ending concurrently: the last one to commit finishes the flow.
+	race := f.flow()
+	var ids []ident.ExecutionID
+	for range 20 {
+		ids = append(ids, f.member(race))
+	}
+	claimed := map[ident.ExecutionID]int64{}
+	for _, id := range ids {
+		x, _ := leases.Get(f.ctx, f.pool, id)
+		got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
+		if err != nil || len(got) != 1 {
+			t.Fatal(err)
+		}
+		claimed[id] = got[0].LeaseEpoch
+	}
+	errs := make(chan error, len(ids))
+	for id, epoch := range claimed {
+		go func() {
+			_, err := leases.Complete(f.ctx, f.pool, id, epoch, nil)
+			errs <- err
+		}()
+	}
+	for range ids {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(race, flows.FlowCompleted)
+}

@@ -1,0 +1,112 @@
+package flows_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/flows"
+	"github.com/flowfabric/ffd/internal/leases"
+)
+
+func TestSubmitThousandNodes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	// A root fanning out to 998 middles that join into a sink, plus policies.
+	p := flows.SubmitParams{Flow: flows.CreateFlowParams{Kind: "big"}}
+	p.Nodes = append(p.Nodes, flows.SubmitNode{Ref: "root", Params: leases.CreateParams{Lane: "big"}})
+	for i := range 998 {
+		ref := fmt.Sprint("m", i)
+		p.Nodes = append(p.Nodes, flows.SubmitNode{Ref: ref, Params: leases.CreateParams{Lane: "big", Priority: i % 3}})
+		p.Edges = append(p.Edges, flows.SubmitEdge{From: "root", To: ref}, flows.SubmitEdge{From: ref, To: "sink"})
+	}
+	p.Nodes = append(p.Nodes, flows.SubmitNode{Ref: "sink", Params: leases.CreateParams{Lane: "big"},
+		Policy: &flows.Policy{Kind: flows.Quorum, K: 500, OnSatisfied: flows.CancelRemaining}})
+	res, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Executions) != 1000 || res.Flow.NodeCount != 1000 || res.Flow.EdgeCount != 1996 {
+		t.Fatalf("submitted %d executions, flow %+v", len(res.Executions), res.Flow)
+	}
+	if got := res.Executions["root"].State; got != leases.StatePending {
+		t.Fatalf("root %s, want pending", got)
+	}
+	if n := f.count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND state = 'blocked'`, res.Flow.ID); n != 999 {
+		t.Fatalf("%d blocked, want 999", n)
+	}
+	if n := f.count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND partition_key = $2`, res.Flow.ID, res.Flow.Partition); n != 1000 {
+		t.Fatalf("%d members on the flow's partition, want 1000", n)
+	}
+	if n := f.count(`SELECT count(*) FROM ff_edge WHERE flow_id = $1 AND state = 'applied'`, res.Flow.ID); n != 1996 {
+		t.Fatalf("%d applied edges, want 1996", n)
+	}
+	desc, err := flows.Describe(f.ctx, f.pool, res.Flow.ID)
+	if err != nil || len(desc.Groups) != 999 {
+		t.Fatalf("describe: %d groups, %v", len(desc.Groups), err)
+	}
+	for _, g := range desc.Groups {
+		if g.Downstream == res.Executions["sink"].ID {
+			if g.Policy.Kind != flows.Quorum || g.Policy.K != 500 || g.Counts.Total != 998 {
+				t.Fatalf("sink group %+v", g)
+			}
+		} else if g.Policy.Kind != flows.AllOf || g.Counts.Total != 1 {
+			t.Fatalf("middle group %+v", g)
+		}
+	}
+}
+
+func TestSubmitInvalidWritesNothing(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	node := func(ref string) flows.SubmitNode {
+		return flows.SubmitNode{Ref: ref, Params: leases.CreateParams{Lane: "s"}}
+	}
+	base := func() flows.SubmitParams {
+		return flows.SubmitParams{Nodes: []flows.SubmitNode{node("a"), node("b"), node("c")},
+			Edges: []flows.SubmitEdge{{From: "a", To: "b"}, {From: "b", To: "c"}}}
+	}
+	tests := []struct {
+		name   string
+		mutate func(*flows.SubmitParams)
+		kind   fault.ValidationKind
+	}{
+		{"cycle", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "c", To: "a"}) }, fault.KindCycle},
+		{"unknown node", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "a", To: "zz"}) }, fault.KindInvalidValue},
+		{"self edge", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "b", To: "b"}) }, fault.KindInvalidValue},
+		{"duplicate edge", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "a", To: "b"}) }, fault.KindInvalidValue},
+		{"duplicate ref", func(p *flows.SubmitParams) { p.Nodes = append(p.Nodes, node("a")) }, fault.KindInvalidValue},
+		{"empty ref", func(p *flows.SubmitParams) { p.Nodes = append(p.Nodes, node("")) }, fault.KindInvalidValue},
+		{"quorum k zero", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &flows.Policy{Kind: flows.Quorum} }, fault.KindOutOfRange},
+		{"quorum k over in-degree", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &flows.Policy{Kind: flows.Quorum, K: 2} }, fault.KindOutOfRange},
+		{"unknown policy", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &flows.Policy{Kind: "most_of"} }, fault.KindInvalidValue},
+		{"policy on a root", func(p *flows.SubmitParams) { p.Nodes[0].Policy = &flows.Policy{Kind: flows.AnyOf} }, fault.KindInvalidValue},
+		{"bad lane", func(p *flows.SubmitParams) { p.Nodes[1].Params.Lane = "no spaces" }, fault.KindInvalidValue},
+		{"bad ttl", func(p *flows.SubmitParams) { p.Nodes[1].Params.LeaseTTL = -1 }, fault.KindOutOfRange},
+		{"no nodes", func(p *flows.SubmitParams) { p.Nodes, p.Edges = nil, nil }, fault.KindOutOfRange},
+	}
+	for _, tt := range tests {
+		p := base()
+		tt.mutate(&p)
+		_, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, p)
+		var ve *fault.ValidationError
+		if !errors.As(err, &ve) || ve.Kind != tt.kind {
+			t.Errorf("%s: %v, want a %s validation error", tt.name, err, tt.kind)
+		}
+	}
+	// A submission failing inside the transaction (flow id taken) also
+	// leaves nothing of its own.
+	ok, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := base()
+	again.Flow.ID = ok.Flow.ID
+	if _, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, again); !errors.Is(err, fault.ErrConflict) {
+		t.Fatalf("resubmitting a flow id: %v, want conflict", err)
+	}
+	if n := f.count(`SELECT (SELECT count(*) FROM ff_flow) + (SELECT count(*) FROM ff_execution) + (SELECT count(*) FROM ff_edge) + (SELECT count(*) FROM ff_edge_group)`); n != 1+3+2+2 {
+		t.Fatalf("%d rows in all, want exactly the one good submission's 8", n)
+	}
+}
