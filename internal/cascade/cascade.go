@@ -1,0 +1,246 @@
+package cascade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffd/internal/flows"
+	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/leases"
+)
+
+// Hooks receive what the cascade did, for metrics. Every method must be
+// cheap and safe for concurrent use. A nil Hooks is allowed.
+type Hooks interface {
+	// Dispatched is called once per committed dispatch transaction with the
+	// events it dispatched and each event's age at dispatch (from its
+	// insertion to the dispatch, both by the database clock).
+	Dispatched(events int, delays []time.Duration)
+	// Resolved is called with the edges resolved, by upstream outcome class
+	// (success, failed, skipped), and the decisions taken.
+	Resolved(byOutcome map[string]int, decisions map[flows.Decision]int)
+	// SiblingsCancelled is called with the siblings a tick cancelled.
+	SiblingsCancelled(n int)
+}
+
+// Dispatcher dispatches completion events and drains sibling
+// cancellations.
+type Dispatcher struct {
+	db    leases.DB
+	hooks Hooks
+	// step, when set (tests), runs between the statements of a dispatch
+	// transaction, to prove that a crash at any of them loses nothing.
+	step func(ctx context.Context, tx pgx.Tx, name string) error
+}
+
+// New builds a dispatcher over db (a pool).
+func New(db leases.DB, hooks Hooks) *Dispatcher {
+	return &Dispatcher{db: db, hooks: hooks}
+}
+
+// Result says what a dispatch did.
+type Result struct {
+	Events        int
+	EdgesResolved int
+	Decided       []flows.Decided
+	Skipped       int
+	CancelGroups  int
+}
+
+type event struct {
+	id        int64
+	part      int16
+	execution *uuid.UUID
+	flow      *uuid.UUID
+	outcome   string
+	age       time.Duration
+}
+
+const eventColumns = `event_id, partition_key, execution_id, flow_id, outcome,
+	extract(epoch FROM clock_timestamp() - occurred_at) * 1e6`
+
+// Dispatch dispatches one event by id. It returns a zero Result when the
+// event is already dispatched, unknown, or being dispatched by someone
+// else right now (whoever holds it will finish it, or roll back and leave
+// it to the sweep).
+func (d *Dispatcher) Dispatch(ctx context.Context, eventID int64) (Result, error) {
+	return d.dispatch(ctx, `SELECT `+eventColumns+` FROM ff_completion_event
+		WHERE event_id = $1 AND dispatched_at IS NULL
+		FOR UPDATE SKIP LOCKED`, eventID)
+}
+
+// DispatchBatch dispatches up to limit undispatched events at least grace
+// old, oldest first, in one transaction. The sweep uses it; grace keeps it
+// from racing the NOTIFY-driven dispatch of events that just committed.
+func (d *Dispatcher) DispatchBatch(ctx context.Context, limit int, grace time.Duration) (Result, error) {
+	return d.dispatch(ctx, `SELECT `+eventColumns+` FROM ff_completion_event
+		WHERE dispatched_at IS NULL AND occurred_at <= clock_timestamp() - $2::bigint * interval '1 microsecond'
+		ORDER BY event_id
+		LIMIT $1
+		FOR UPDATE SKIP LOCKED`, limit, grace.Microseconds())
+}
+
+func (d *Dispatcher) dispatch(ctx context.Context, pick string, args ...any) (Result, error) {
+	var res Result
+	var delays []time.Duration
+	var byOutcome map[string]int
+	decisions := map[flows.Decision]int{}
+	err := leases.InTx(ctx, d.db, func(tx pgx.Tx) error {
+		res, delays, byOutcome = Result{}, delays[:0], nil
+		clear(decisions)
+		rows, err := tx.Query(ctx, pick, args...)
+		if err != nil {
+			return fmt.Errorf("lock events: %w", err)
+		}
+		events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (event, error) {
+			var e event
+			var micros float64
+			err := r.Scan(&e.id, &e.part, &e.execution, &e.flow, &e.outcome, &micros)
+			e.age = time.Duration(micros) * time.Microsecond
+			return e, err
+		})
+		if err != nil {
+			return fmt.Errorf("lock events: %w", err)
+		}
+		if len(events) == 0 {
+			return nil
+		}
+		if err := d.hook(ctx, tx, "locked"); err != nil {
+			return err
+		}
+		// Flow events and solo executions have no edges: they are only
+		// marked dispatched.
+		var rs []flows.Resolution
+		ids, parts := make([]int64, len(events)), make([]int16, len(events))
+		for i, e := range events {
+			ids[i], parts[i] = e.id, e.part
+			delays = append(delays, e.age)
+			if e.execution != nil && e.flow != nil {
+				rs = append(rs, flows.Resolution{Upstream: ident.ExecutionID{Partition: e.part, UUID: *e.execution}, Outcome: e.outcome})
+			}
+		}
+		if len(rs) > 0 {
+			r, err := flows.Resolve(ctx, tx, rs)
+			if err != nil {
+				return err
+			}
+			res.EdgesResolved, res.Decided, res.Skipped, res.CancelGroups = r.EdgesResolved, r.Decided, len(r.Skipped), r.CancelGroups
+			byOutcome = r.ByOutcome
+			for _, dec := range r.Decided {
+				decisions[dec.Decision]++
+			}
+		}
+		if err := d.hook(ctx, tx, "resolved"); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE ff_completion_event SET dispatched_at = clock_timestamp()
+			FROM unnest($1::smallint[], $2::bigint[]) AS i(partition_key, event_id)
+			WHERE ff_completion_event.partition_key = i.partition_key AND ff_completion_event.event_id = i.event_id
+				AND dispatched_at IS NULL`, parts, ids)
+		if err != nil {
+			return fmt.Errorf("mark events dispatched: %w", err)
+		}
+		if tag.RowsAffected() != int64(len(events)) {
+			// We hold their row locks; anything else is a bug, and rolling
+			// back keeps the dispatch all-or-nothing.
+			return errors.New("marked fewer events dispatched than were locked")
+		}
+		res.Events = len(events)
+		return d.hook(ctx, tx, "marked")
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("dispatch completion events: %w", err)
+	}
+	if d.hooks != nil && res.Events > 0 {
+		d.hooks.Dispatched(res.Events, delays)
+		d.hooks.Resolved(byOutcome, decisions)
+	}
+	return res, nil
+}
+
+func (d *Dispatcher) hook(ctx context.Context, tx pgx.Tx, name string) error {
+	if d.step == nil {
+		return nil
+	}
+	return d.step(ctx, tx, name)
+}
+
+// Sibling cancellation attribution.
+const (
+	SiblingCancelReason = "sibling_quorum_satisfied"
+	SiblingCancelledBy  = "engine"
+)
+
+// CancelSiblings drains up to maxGroups pending cancel groups, one
+// transaction each, and returns how many siblings it cancelled. A group
+// held by another worker is skipped; a crash mid-group rolls that group
+// back whole, and the next tick does it again. Cancelling an already
+// terminal sibling is a no-op, so nothing is cancelled twice.
+func (d *Dispatcher) CancelSiblings(ctx context.Context, maxGroups int) (groups, cancelled int, err error) {
+	for range maxGroups {
+		found, n, err := d.cancelOneGroup(ctx)
+		if err != nil {
+			return groups, cancelled, err
+		}
+		if !found {
+			break
+		}
+		groups++
+		cancelled += n
+	}
+	if d.hooks != nil && cancelled > 0 {
+		d.hooks.SiblingsCancelled(cancelled)
+	}
+	return groups, cancelled, nil
+}
+
+func (d *Dispatcher) cancelOneGroup(ctx context.Context) (found bool, cancelled int, err error) {
+	err = leases.InTx(ctx, d.db, func(tx pgx.Tx) error {
+		found, cancelled = false, 0
+		var part int16
+		var flow, down uuid.UUID
+		err := tx.QueryRow(ctx, `SELECT partition_key, flow_id, downstream_id FROM ff_pending_cancel_group
+			ORDER BY enqueued_at LIMIT 1 FOR UPDATE SKIP LOCKED`).Scan(&part, &flow, &down)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("take pending cancel group: %w", err)
+		}
+		found = true
+		var members []uuid.UUID
+		if err := tx.QueryRow(ctx, `SELECT cancel_members FROM ff_edge_group
+			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`, part, flow, down).Scan(&members); err != nil {
+			return fmt.Errorf("read siblings of %s: %w", down, err)
+		}
+		ends := make([]leases.Ending, len(members))
+		for i, m := range members {
+			ends[i] = leases.Ending{ID: ident.ExecutionID{Partition: part, UUID: m}, State: leases.StateCancelled,
+				Reason: SiblingCancelReason, By: SiblingCancelledBy}
+		}
+		ended, err := leases.Terminate(ctx, tx, ends)
+		if err != nil {
+			return err
+		}
+		cancelled = len(ended)
+		if err := d.hook(ctx, tx, "siblings cancelled"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE ff_edge_group SET cancel_members = '{}'
+			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`, part, flow, down); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM ff_pending_cancel_group
+			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`, part, flow, down)
+		return err
+	})
+	if err != nil {
+		return false, 0, fmt.Errorf("cancel siblings: %w", err)
+	}
+	return found, cancelled, nil
+}

@@ -1,0 +1,464 @@
+package cascade_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowfabric/ffd/internal/cascade"
+	"github.com/flowfabric/ffd/internal/flows"
+	"github.com/flowfabric/ffd/internal/invariant"
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+type fixture struct {
+	t    *testing.T
+	ctx  context.Context
+	db   *testdb.DB
+	pool *pgxpool.Pool
+	d    *cascade.Dispatcher
+}
+
+// setup gives each test a database and a dispatcher, and checks the
+// invariants over the whole database when the test ends.
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	db := testdb.New(t)
+	f := &fixture{t: t, ctx: ctx, db: db, pool: db.Pool, d: cascade.New(db.Pool, nil)}
+	t.Cleanup(func() {
+		defer cancel()
+		if err := invariant.Check(ctx, db.Pool); err != nil {
+			t.Errorf("invariants after the test: %v", err)
+		}
+	})
+	return f
+}
+
+type dag struct {
+	flow *flows.Flow
+	x    map[string]*leases.Execution
+}
+
+// submit builds a DAG from "a->b" edge strings, each node in its own lane.
+func (f *fixture) submit(policies map[string]flows.Policy, edges ...string) *dag {
+	f.t.Helper()
+	p := flows.SubmitParams{}
+	seen := map[string]bool{}
+	addNode := func(ref string) {
+		if seen[ref] {
+			return
+		}
+		seen[ref] = true
+		n := flows.SubmitNode{Ref: ref, Params: leases.CreateParams{Lane: "n-" + uuid.NewString()[:8], MaxAttempts: 1}}
+		if pol, ok := policies[ref]; ok {
+			n.Policy = &pol
+		}
+		p.Nodes = append(p.Nodes, n)
+	}
+	for _, e := range edges {
+		from, to, ok := strings.Cut(e, "->")
+		if !ok {
+			f.t.Fatalf("edge %q: want from->to", e)
+		}
+		addNode(from)
+		addNode(to)
+		p.Edges = append(p.Edges, flows.SubmitEdge{From: from, To: to})
+	}
+	res, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, p)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return &dag{flow: res.Flow, x: res.Executions}
+}
+
+// claim leases a node (it must be pending and due).
+func (f *fixture) claim(g *dag, ref string) *leases.Execution {
+	f.t.Helper()
+	got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: g.x[ref].Lane, Worker: "w/1", Max: 1})
+	if err != nil || len(got) != 1 {
+		f.t.Fatalf("claim %s: %v (%d claimed; state %s)", ref, err, len(got), f.state(g, ref))
+	}
+	return got[0]
+}
+
+func (f *fixture) finish(x *leases.Execution, ok bool) {
+	f.t.Helper()
+	var err error
+	if ok {
+		_, err = leases.Complete(f.ctx, f.pool, x.ID, x.LeaseEpoch, nil)
+	} else {
+		_, err = leases.Fail(f.ctx, f.pool, x.ID, x.LeaseEpoch, leases.FailParams{Error: "no"})
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) run(g *dag, ref string, ok bool) { f.finish(f.claim(g, ref), ok) }
+
+func (f *fixture) state(g *dag, ref string) leases.State {
+	f.t.Helper()
+	x, err := leases.Get(f.ctx, f.pool, g.x[ref].ID)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return x.State
+}
+
+func (f *fixture) expect(g *dag, want map[string]leases.State) {
+	f.t.Helper()
+	for ref, s := range want {
+		if got := f.state(g, ref); got != s {
+			f.t.Errorf("%s is %s, want %s", ref, got, s)
+		}
+	}
+}
+
+// drain dispatches and cancels siblings until nothing is left.
+func (f *fixture) drain() (events int) {
+	f.t.Helper()
+	for {
+		r, err := f.d.DispatchBatch(f.ctx, 100, 0)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		groups, _, err := f.d.CancelSiblings(f.ctx, 100)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		events += r.Events
+		if r.Events == 0 && groups == 0 {
+			return events
+		}
+	}
+}
+
+func (f *fixture) count(sql string, args ...any) int {
+	f.t.Helper()
+	var n int
+	if err := f.pool.QueryRow(f.ctx, sql, args...).Scan(&n); err != nil {
+		f.t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func (f *fixture) quiescent() {
+	f.t.Helper()
+	if err := invariant.CheckQuiescent(f.ctx, f.pool); err != nil {
+		f.t.Fatalf("invariants at rest: %v", err)
+	}
+}
+
+// Scenario 1: all_of over three upstreams fires after the third success,
+// not before.
+func TestAllOfThree(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	g := f.submit(nil, "a->d", "b->d", "c->d")
+	for i, ref := range []string{"a", "b", "c"} {
+		f.run(g, ref, true)
+		f.drain()
+		want := leases.StateBlocked
+		if i == 2 {
+			want = leases.StatePending
+		}
+		f.expect(g, map[string]leases.State{"d": want})
+	}
+	f.run(g, "d", true)
+	f.drain()
+	f.quiescent()
+	if fl, _ := flows.Get(f.ctx, f.pool, g.flow.ID); fl.State != flows.FlowCompleted {
+		t.Fatalf("flow %s, want completed", fl.State)
+	}
+}
+
+// Scenario 2: any_of + cancel_remaining: the first success readies the
+// downstream and queues the two running siblings, which the tick cancels
+// and fences.
+func TestAnyOfCancelRemaining(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	g := f.submit(map[string]flows.Policy{"d": {Kind: flows.AnyOf, OnSatisfied: flows.CancelRemaining}}, "a->d", "b->d", "c->d")
+	a, b, c := f.claim(g, "a"), f.claim(g, "b"), f.claim(g, "c")
+	f.finish(a, true)
+	r, err := f.d.DispatchBatch(f.ctx, 10, 0)
+	if err != nil || r.Events != 1 || r.CancelGroups != 1 {
+		t.Fatalf("dispatch: %+v %v; want one event and one queued cancel group", r, err)
+	}
+	f.expect(g, map[string]leases.State{"d": leases.StatePending, "b": leases.StateRunning, "c": leases.StateRunning})
+	desc, _ := flows.Describe(f.ctx, f.pool, g.flow.ID)
+	for _, grp := range desc.Groups {
+		if len(grp.CancelMembers) != 2 {
+			t.Fatalf("group records %d siblings to cancel, want 2", len(grp.CancelMembers))
+		}
+	}
+	groups, cancelled, err := f.d.CancelSiblings(f.ctx, 10)
+	if err != nil || groups != 1 || cancelled != 2 {
+		t.Fatalf("tick: %d groups %d cancelled %v", groups, cancelled, err)
+	}
+	f.expect(g, map[string]leases.State{"b": leases.StateCancelled, "c": leases.StateCancelled})
+	for _, x := range []*leases.Execution{b, c} {
+		if _, err := leases.Complete(f.ctx, f.pool, x.ID, x.LeaseEpoch, nil); err == nil {
+			t.Fatalf("a cancelled sibling completed")
+		}
+		var reason, by string
+		f.pool.QueryRow(f.ctx, `SELECT cancellation_reason, cancelled_by FROM ff_execution WHERE execution_id = $1`, x.ID.UUID).Scan(&reason, &by)
+		if reason != cascade.SiblingCancelReason || by != cascade.SiblingCancelledBy {
+			t.Fatalf("sibling cancelled with %q by %q", reason, by)
+		}
+		if n := f.count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'revoked'`, x.ID.UUID); n != 1 {
+			t.Fatalf("sibling has %d revoked lease events, want 1", n)
+		}
+	}
+	// The tick again finds nothing; the siblings' events only move counters.
+	if groups, _, _ := f.d.CancelSiblings(f.ctx, 10); groups != 0 {
+		t.Fatal("the tick found the group again")
+	}
+	f.drain()
+	f.run(g, "d", true)
+	f.drain()
+	f.quiescent()
+	desc, _ = flows.Describe(f.ctx, f.pool, g.flow.ID)
+	if grp := desc.Groups[0]; grp.Counts.Success != 1 || grp.Counts.Fail != 2 || grp.Decision != flows.Satisfied {
+		t.Fatalf("group %+v", grp)
+	}
+}
+
+// Scenario 3: quorum(2) + let_run: pending after two successes; the third
+// keeps running and its completion only moves counters.
+func TestQuorumLetRun(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	g := f.submit(map[string]flows.Policy{"d": {Kind: flows.Quorum, K: 2, OnSatisfied: flows.LetRun}}, "a->d", "b->d", "c->d")
+	a, b, c := f.claim(g, "a"), f.claim(g, "b"), f.claim(g, "c")
+	f.finish(a, true)
+	f.drain()
+	f.expect(g, map[string]leases.State{"d": leases.StateBlocked})
+	f.finish(b, true)
+	f.drain()
+	f.expect(g, map[string]leases.State{"d": leases.StatePending, "c": leases.StateRunning})
+	if n := f.count(`SELECT count(*) FROM ff_pending_cancel_group`); n != 0 {
+		t.Fatal("let_run queued a cancel group")
+	}
+	f.finish(c, true)
+	f.drain()
+	desc, _ := flows.Describe(f.ctx, f.pool, g.flow.ID)
+	if grp := desc.Groups[0]; grp.Counts.Success != 3 || grp.Decision != flows.Satisfied {
+		t.Fatalf("group %+v", grp)
+	}
+	f.expect(g, map[string]leases.State{"d": leases.StatePending})
+}
+
+// Scenario 4: quorum(3) of 5 with three failures: skipped.
+func TestQuorumImpossible(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	g := f.submit(map[string]flows.Policy{"d": {Kind: flows.Quorum, K: 3, OnSatisfied: flows.LetRun}}, "a->d", "b->d", "c->d", "e->d", "h->d")
+	f.run(g, "a", false)
+	f.run(g, "b", false)
+	f.drain()
+	f.expect(g, map[string]leases.State{"d": leases.StateBlocked})
+	f.run(g, "c", false)
+	f.drain()
+	f.expect(g, map[string]leases.State{"d": leases.StateSkipped})
+	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'skipped'`, g.x["d"].ID.UUID); n != 1 {
+		t.Fatalf("%d skipped events, want 1", n)
+	}
+	f.run(g, "e", true)
+	f.run(g, "h", true)
+	f.drain()
+	f.quiescent()
+}
+
+// A 200-deep all_of chain whose root fails: every downstream skipped, one
+// completion event each, by repeated dispatch.
+func TestDeepChainSkip(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var edges []string
+	for i := range 199 {
+		edges = append(edges, fmt.Sprintf("n%d->n%d", i, i+1))
+	}
+	g := f.submit(nil, edges...)
+	f.run(g, "n0", false)
+	if events := f.drain(); events != 201 {
+		t.Fatalf("dispatched %d events, want 201 (root, 199 skips, the flow)", events)
+	}
+	if n := f.count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND state = 'skipped'`, g.flow.ID); n != 199 {
+		t.Fatalf("%d skipped, want 199", n)
+	}
+	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND outcome = 'skipped'`, g.flow.ID); n != 199 {
+		t.Fatalf("%d skipped events, want 199", n)
+	}
+	if fl, _ := flows.Get(f.ctx, f.pool, g.flow.ID); fl.State != flows.FlowFailed {
+		t.Fatalf("flow %s, want failed", fl.State)
+	}
+	f.quiescent()
+}
+
+// The same event dispatched twice, and by four goroutines at once: its
+// effects happen once.
+func TestDuplicateDispatch(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	g := f.submit(map[string]flows.Policy{"d": {Kind: flows.Quorum, K: 2, OnSatisfied: flows.LetRun}}, "a->d", "b->d", "c->d")
+	f.run(g, "a", true)
+	var eventID int64
+	f.pool.QueryRow(f.ctx, `SELECT event_id FROM ff_completion_event WHERE execution_id = $1`, g.x["a"].ID.UUID).Scan(&eventID)
+	r1, err := f.d.Dispatch(f.ctx, eventID)
+	if err != nil || r1.Events != 1 || r1.EdgesResolved != 1 {
+		t.Fatalf("first dispatch: %+v %v", r1, err)
+	}
+	r2, err := f.d.Dispatch(f.ctx, eventID)
+	if err != nil || r2.Events != 0 {
+		t.Fatalf("second dispatch: %+v %v; want nothing", r2, err)
+	}
+	// Four at once on b's event.
+	f.run(g, "b", true)
+	f.pool.QueryRow(f.ctx, `SELECT event_id FROM ff_completion_event WHERE execution_id = $1`, g.x["b"].ID.UUID).Scan(&eventID)
+	var wg sync.WaitGroup
+	var dispatched, resolved atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := f.d.Dispatch(f.ctx, eventID)
+			if err != nil {
+				t.Error(err)
+			}
+			dispatched.Add(int64(r.Events))
+			resolved.Add(int64(r.EdgesResolved))
+		}()
+	}
+	wg.Wait()
+	if dispatched.Load() != 1 || resolved.Load() != 1 {
+		t.Fatalf("four racing dispatches: %d events, %d edges; want 1 and 1", dispatched.Load(), resolved.Load())
+	}
+	desc, _ := flows.Describe(f.ctx, f.pool, g.flow.ID)
+	if grp := desc.Groups[0]; grp.Counts.Success != 2 || grp.Decision != flows.Satisfied {
+		t.Fatalf("group %+v, want 2 successes, satisfied", grp)
+	}
+}
+
+// A dispatch whose connection is killed mid-way leaves the event
+// undispatched and no edge resolved; the redispatch completes it once.
+func TestCrashMidDispatch(t *testing.T) {
+	t.Parallel()
+	for _, step := range []string{"locked", "resolved", "marked"} {
+		t.Run(step, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			// A failure that skips d, which in turn has a downstream: the
+			// dispatch resolves, decides, skips and writes an event.
+			g := f.submit(nil, "a->d", "b->d", "d->e")
+			f.run(g, "a", false)
+			before := f.count(`SELECT count(*) FROM ff_completion_event`)
+			crashing := cascade.New(f.pool, nil)
+			killer, err := pgx.Connect(f.ctx, f.db.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer killer.Close(context.Background())
+			crashing.SetStep(func(ctx context.Context, tx pgx.Tx, name string) error {
+				if name != step {
+					return nil
+				}
+				var pid int
+				if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+					return err
+				}
+				_, err := killer.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
+				return err
+			})
+			if _, err := crashing.DispatchBatch(f.ctx, 10, 0); err == nil {
+				t.Fatal("dispatch survived the kill of its connection")
+			}
+			if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NOT NULL`); n != 0 {
+				t.Fatalf("%d events dispatched by a crashed dispatch", n)
+			}
+			if n := f.count(`SELECT count(*) FROM ff_edge WHERE state = 'resolved'`); n != 0 {
+				t.Fatalf("%d edges resolved by a crashed dispatch", n)
+			}
+			if n := f.count(`SELECT count(*) FROM ff_completion_event`); n != before {
+				t.Fatalf("a crashed dispatch left %d events behind", n-before)
+			}
+			f.expect(g, map[string]leases.State{"d": leases.StateBlocked})
+			f.drain()
+			f.expect(g, map[string]leases.State{"d": leases.StateSkipped, "e": leases.StateSkipped})
+			if n := f.count(`SELECT count(*) FROM ff_edge WHERE state = 'resolved'`); n != 2 {
+				t.Fatalf("%d edges resolved after redispatch, want 2 (a->d, d->e)", n)
+			}
+		})
+	}
+}
+
+// A sibling-cancel tick killed mid-group is finished by the next; nothing
+// is cancelled twice.
+func TestCrashMidSiblingCancel(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	g := f.submit(map[string]flows.Policy{"d": {Kind: flows.AnyOf, OnSatisfied: flows.CancelRemaining}}, "a->d", "b->d", "c->d")
+	a := f.claim(g, "a")
+	f.claim(g, "b")
+	f.finish(a, true)
+	if _, err := f.d.DispatchBatch(f.ctx, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	crashing := cascade.New(f.pool, nil)
+	killer, err := pgx.Connect(f.ctx, f.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer killer.Close(context.Background())
+	crashing.SetStep(func(ctx context.Context, tx pgx.Tx, name string) error {
+		var pid int
+		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			return err
+		}
+		_, err := killer.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
+		return err
+	})
+	if _, _, err := crashing.CancelSiblings(f.ctx, 10); err == nil {
+		t.Fatal("tick survived the kill")
+	}
+	f.expect(g, map[string]leases.State{"b": leases.StateRunning, "c": leases.StatePending})
+	groups, cancelled, err := f.d.CancelSiblings(f.ctx, 10)
+	if err != nil || groups != 1 || cancelled != 2 {
+		t.Fatalf("next tick: %d groups, %d cancelled, %v", groups, cancelled, err)
+	}
+	f.drain()
+	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE outcome = 'cancelled'`); n != 2 {
+		t.Fatalf("%d cancelled events, want 2", n)
+	}
+	f.quiescent()
+}
+
+func TestSoloAndFlowEventsOnlyMarked(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if _, _, err := leases.Create(f.ctx, f.pool, leases.Limits{}, leases.CreateParams{Lane: "solo"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: "solo", Worker: "w/1", Max: 1})
+	f.finish(got[0], true)
+	g := f.submit(nil, "a->b")
+	f.run(g, "a", true)
+	f.drain()
+	f.run(g, "b", true)
+	if events := f.drain(); events != 2 {
+		t.Fatalf("dispatched %d, want b's event and the flow's", events)
+	}
+	f.quiescent()
+}
