@@ -7,4 +7,6 @@ import (
 )
 
 // SetStep installs a hook run between the statements of a dispatch.
-func (d *Dispatcher) SetStep(step func(ctx context.Context, tx pgx.Tx, name string) error) { d.step = step }
+func (d *Dispatcher) SetStep(step func(ctx context.Context, tx pgx.Tx, name string) error) {
+	d.step = step
+}
