@@ -14,6 +14,7 @@ import (
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/invariant"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
@@ -29,8 +30,14 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	return &fixture{t: t, ctx: ctx, pool: testdb.New(t).Pool}
+	pool := testdb.New(t).Pool
+	t.Cleanup(func() {
+		defer cancel()
+		if err := invariant.Check(ctx, pool); err != nil {
+			t.Errorf("invariants after the test: %v", err)
+		}
+	})
+	return &fixture{t: t, ctx: ctx, pool: pool}
 }
 
 func (f *fixture) flow() *flows.Flow {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/invariant"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
@@ -28,8 +29,14 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return &fixture{t: t, ctx: ctx, pool: testdb.New(t).Pool}
+	pool := testdb.New(t).Pool
+	t.Cleanup(func() {
+		defer cancel()
+		if err := invariant.Check(ctx, pool); err != nil {
+			t.Errorf("invariants after the test: %v", err)
+		}
+	})
+	return &fixture{t: t, ctx: ctx, pool: pool}
 }
 
 func (f *fixture) create(p leases.CreateParams) *leases.Execution {
@@ -731,5 +738,47 @@ func TestList(t *testing.T) {
 	page, err := leases.List(f.ctx, f.pool, leases.ListParams{State: leases.StatePending, Limit: 100000})
 	if err != nil || len(page.Executions) != 25 {
 		t.Fatalf("list pending with a clamped limit: %d, %v", len(page.Executions), err)
+	}
+}
+
+// Cancels racing claims: whichever wins, no attempt is left open and every
+// cancelled execution has one event (the invariant check at cleanup).
+func TestCancelRacesClaim(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const n = 300
+	var ids []ident.ExecutionID
+	for range n {
+		ids = append(ids, f.create(leases.CreateParams{Lane: "race"}).ID)
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for {
+				got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: "race", Worker: fmt.Sprintf("w%d/1", w), Max: 3})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 4 {
+				if _, err := leases.Cancel(f.ctx, f.pool, ids[i], "race", "test"); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := f.count(`SELECT count(*) FROM ff_execution WHERE state = 'cancelled'`); got != n {
+		t.Fatalf("%d cancelled, want %d", got, n)
 	}
 }

@@ -102,6 +102,14 @@ SELECT u.partition_key, u.execution_id, u.flow_id, u.state, u.attempt, u.lease_e
 	u.old_state = 'running', c.event_id
 FROM upd u JOIN cev c ON c.partition_key = u.partition_key AND c.execution_id = u.execution_id`
 
+// lockSQL locks the input executions in the global order.
+const lockSQL = `
+SELECT 1 FROM ff_execution e
+JOIN unnest($1::smallint[], $2::uuid[]) AS i(partition_key, execution_id)
+	ON i.partition_key = e.partition_key AND i.execution_id = e.execution_id
+ORDER BY e.partition_key, e.execution_id
+FOR UPDATE OF e`
+
 // Terminate ends every execution of ends that is still eligible (see
 // Ending.Epoch), in one statement, and returns those it ended; the others
 // it leaves untouched, for the caller to explain. It is the only writer of
@@ -121,9 +129,26 @@ func Terminate(ctx context.Context, db DB, ends []Ending) ([]Ended, error) {
 		parts[i], ids[i], epochs[i], states[i], results[i] = e.ID.Partition, e.ID.UUID, e.Epoch, string(e.State), e.Result
 		errs[i], reasons[i], bys[i] = nullIfEmpty(e.Error), nullIfEmpty(e.Reason), nullIfEmpty(e.By)
 	}
+	unfenced := false
+	for _, e := range ends {
+		unfenced = unfenced || e.Epoch == 0
+	}
 	var out []Ended
 	err := InTx(ctx, db, func(tx pgx.Tx) error {
 		out = out[:0]
+		// An unfenced ending (cancel, skip, deadline) can race a claim. Under
+		// READ COMMITTED the terminating statement would wait for the claim's
+		// row lock and then see the execution running, but not the attempt
+		// row the claim inserted (it is newer than the statement's snapshot),
+		// and leave that attempt open. Locking first, in a statement of its
+		// own, gives the terminating statement a snapshot that sees it.
+		// Fenced endings need no such step: the claim that produced their
+		// epoch committed before the caller ever learned it.
+		if unfenced {
+			if _, err := tx.Exec(ctx, lockSQL, parts, ids); err != nil {
+				return err
+			}
+		}
 		rows, err := tx.Query(ctx, terminateSQL, parts, ids, epochs, states, results, errs, reasons, bys)
 		if err != nil {
 			return err
