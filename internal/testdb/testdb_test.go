@@ -185,9 +185,9 @@ func TestCleanup(t *testing.T) {
 			}
 			waitGone(t, postmaster)
 			if mode == "die" {
-				if _, err := os.Stat(root); err != nil {
-					t.Fatalf("a killed binary cannot remove %s, yet it is gone: %v", root, err)
-				}
+				// The killed binary could not clean up; the next run's sweep
+				// does (another test binary starting meanwhile may already
+				// have).
 				removeStale()
 			}
 			if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
