@@ -50,6 +50,9 @@ type Result struct {
 	Decided       []flows.Decided
 	Skipped       int
 	CancelGroups  int
+	// Age is the oldest dispatched event's age at dispatch: for one event,
+	// the hop latency from its commit to its cascade (database clock).
+	Age time.Duration
 }
 
 type event struct {
@@ -120,6 +123,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, pick string, args ...any) (Re
 		for i, e := range events {
 			ids[i], parts[i] = e.id, e.part
 			delays = append(delays, e.age)
+			res.Age = max(res.Age, e.age)
 			if e.execution != nil && e.flow != nil {
 				rs = append(rs, flows.Resolution{Upstream: ident.ExecutionID{Partition: e.part, UUID: *e.execution}, Outcome: e.outcome})
 			}

@@ -20,6 +20,9 @@ const (
 type Expired struct {
 	Retried    int // back to pending after backoff
 	Terminated int // ended as expired
+	// By reason: the lease lapsed (no heartbeat), or the attempt ran longer
+	// than its attempt timeout.
+	LapsedRetried, LapsedExpired, TimeoutRetried, TimeoutExpired int
 }
 
 // lapsed is a running execution whose lease lapsed or whose attempt ran
@@ -36,8 +39,8 @@ const lapsedColumns = `partition_key, execution_id, lease_epoch, attempt, max_at
 // ExpireLapsed ends the attempt of one execution if it is still running at
 // epoch and its lease lapsed or its attempt timed out (re-checked under the
 // row lock): retried after backoff when attempts remain, else expired.
-// It reports whether it changed anything.
-func ExpireLapsed(ctx context.Context, db DB, id ident.ExecutionID, epoch int64) (bool, error) {
+// It reports what it did (nothing when the lease was renewed or moved on).
+func ExpireLapsed(ctx context.Context, db DB, id ident.ExecutionID, epoch int64) (Expired, error) {
 	var res Expired
 	err := InTx(ctx, db, func(tx pgx.Tx) error {
 		res = Expired{}
@@ -56,9 +59,9 @@ func ExpireLapsed(ctx context.Context, db DB, id ident.ExecutionID, epoch int64)
 		return err
 	})
 	if err != nil {
-		return false, wrap("expire lease of "+id.String(), err)
+		return Expired{}, wrap("expire lease of "+id.String(), err)
 	}
-	return res.Retried+res.Terminated > 0, nil
+	return res, nil
 }
 
 // SweepLapsed expires up to limit lapsed leases and timed-out attempts,
@@ -101,10 +104,21 @@ func collectLapsed(rows pgx.Rows) ([]lapsed, error) {
 func expireLocked(ctx context.Context, tx pgx.Tx, found []lapsed) (Expired, error) {
 	var retry []requeueItem
 	var end []Ending
+	var res Expired
 	for _, l := range found {
 		msg := errAttemptTimeout
 		if l.leaseLapsed {
 			msg = errLeaseLapsed
+		}
+		switch {
+		case l.attempt < l.maxAttempts && l.leaseLapsed:
+			res.LapsedRetried++
+		case l.attempt < l.maxAttempts:
+			res.TimeoutRetried++
+		case l.leaseLapsed:
+			res.LapsedExpired++
+		default:
+			res.TimeoutExpired++
 		}
 		if l.attempt < l.maxAttempts {
 			retry = append(retry, requeueItem{ID: l.id, Epoch: l.epoch, Error: msg})
@@ -124,7 +138,8 @@ func expireLocked(ctx context.Context, tx pgx.Tx, found []lapsed) (Expired, erro
 		// The rows are locked by this transaction; a mismatch is a bug.
 		return Expired{}, errors.New("expiry matched fewer rows than it locked")
 	}
-	return Expired{Retried: len(rq), Terminated: len(ended)}, nil
+	res.Retried, res.Terminated = len(rq), len(ended)
+	return res, nil
 }
 
 // ExpireDeadline ends one execution as expired if it is not terminal and

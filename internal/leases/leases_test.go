@@ -257,9 +257,9 @@ func TestFencing(t *testing.T) {
 	takeAway := map[string]func(f *fixture, x *leases.Execution){
 		"expiry": func(f *fixture, x *leases.Execution) {
 			f.lapse(x.ID)
-			changed, err := leases.ExpireLapsed(f.ctx, f.pool, x.ID, x.LeaseEpoch)
-			if err != nil || !changed {
-				f.t.Fatalf("expire: %v %v", changed, err)
+			res, err := leases.ExpireLapsed(f.ctx, f.pool, x.ID, x.LeaseEpoch)
+			if err != nil || res.LapsedRetried != 1 {
+				f.t.Fatalf("expire: %+v %v", res, err)
 			}
 		},
 		"revoke": func(f *fixture, x *leases.Execution) {
@@ -470,8 +470,8 @@ func TestLapseRetriesThenExpires(t *testing.T) {
 	c := f.claimOne("lapse")
 	f.lapse(c.ID)
 	res, err := leases.SweepLapsed(f.ctx, f.pool, 100)
-	if err != nil || res.Retried != 1 || res.Terminated != 0 {
-		t.Fatalf("first sweep: %+v %v; want one retry", res, err)
+	if err != nil || res.Retried != 1 || res.Terminated != 0 || res.LapsedRetried != 1 {
+		t.Fatalf("first sweep: %+v %v; want one lapsed lease retried", res, err)
 	}
 	if n := f.count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND outcome = 'timed_out'`, x.ID.UUID); n != 1 {
 		t.Fatal("attempt not timed_out")
@@ -480,12 +480,12 @@ func TestLapseRetriesThenExpires(t *testing.T) {
 	c2 := f.claimOne("lapse")
 	// Attempt timeout with heartbeats: attempt_deadline_at passed.
 	f.exec(`UPDATE ff_execution SET attempt_deadline_at = now() - interval '1 second' WHERE execution_id = $1`, x.ID.UUID)
-	if changed, err := leases.ExpireLapsed(f.ctx, f.pool, c2.ID, c.LeaseEpoch); err != nil || changed {
-		t.Fatalf("expire at a stale epoch: changed=%v err=%v; want nothing", changed, err)
+	if res, err := leases.ExpireLapsed(f.ctx, f.pool, c2.ID, c.LeaseEpoch); err != nil || res != (leases.Expired{}) {
+		t.Fatalf("expire at a stale epoch: %+v err=%v; want nothing", res, err)
 	}
-	changed, err := leases.ExpireLapsed(f.ctx, f.pool, c2.ID, c2.LeaseEpoch)
-	if err != nil || !changed {
-		t.Fatalf("expire: %v %v", changed, err)
+	res2, err := leases.ExpireLapsed(f.ctx, f.pool, c2.ID, c2.LeaseEpoch)
+	if err != nil || res2.TimeoutExpired != 1 || res2.Terminated != 1 {
+		t.Fatalf("expire: %+v %v; want one attempt timeout ending the execution", res2, err)
 	}
 	got := f.get(x.ID)
 	if got.State != leases.StateExpired || got.LeaseEpoch != c2.LeaseEpoch+1 || got.LastError != "attempt timed out" {

@@ -1,0 +1,581 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/daemon"
+	"github.com/flowfabric/ffd/internal/invariant"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+type fixture struct {
+	t      *testing.T
+	ctx    context.Context
+	db     *testdb.DB
+	client *ffd.Client
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	db := testdb.New(t)
+	client, err := ffd.NewClient(db.Pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer cancel()
+		if err := invariant.Check(ctx, db.Pool); err != nil {
+			t.Errorf("invariants after the test: %v", err)
+		}
+	})
+	return &fixture{t: t, ctx: ctx, db: db, client: client}
+}
+
+// pool opens a pool of its own, as a separate daemon process would.
+func (f *fixture) pool(maxConns int32) *pgxpool.Pool {
+	f.t.Helper()
+	cfg, err := pgxpool.ParseConfig(f.db.URL)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	p, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(p.Close)
+	return p
+}
+
+type running struct {
+	d    *daemon.Daemon
+	stop context.CancelFunc
+	done chan error
+}
+
+// startDaemon runs a daemon until the test ends (or stop is called) and
+// waits until it is ready.
+func (f *fixture) startDaemon(cfg daemon.Config) *running {
+	f.t.Helper()
+	if cfg.Pool == nil {
+		cfg.Pool = f.pool(8)
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = 200 * time.Millisecond
+	}
+	if cfg.StopTimeout == 0 {
+		cfg.StopTimeout = 10 * time.Second
+	}
+	d, err := daemon.New(cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	r := &running{d: d, stop: cancel, done: make(chan error, 1)}
+	go func() { r.done <- d.Run(ctx) }()
+	f.t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-r.done:
+			if err != nil {
+				f.t.Errorf("daemon: %v", err)
+			}
+			r.done <- nil
+		case <-time.After(30 * time.Second):
+			f.t.Error("daemon did not stop")
+		}
+	})
+	f.waitFor("daemon ready", d.Ready)
+	return r
+}
+
+func (f *fixture) startWorker(lanes []string, concurrency int, h ffd.HandlerFunc) *ffd.Worker {
+	f.t.Helper()
+	w, err := ffd.NewWorker(f.client, ffd.WorkerConfig{Lanes: lanes, Concurrency: concurrency, Handler: h, PollInterval: 200 * time.Millisecond})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := w.Start(f.ctx); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w.Stop(ctx)
+	})
+	return w
+}
+
+// waitFor bounds a wait for a condition; it does not measure speed.
+func (f *fixture) waitFor(what string, cond func() bool) {
+	f.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (f *fixture) count(sql string, args ...any) int {
+	f.t.Helper()
+	var n int
+	if err := f.db.Pool.QueryRow(f.ctx, sql, args...).Scan(&n); err != nil {
+		f.t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func (f *fixture) quiet() func() bool {
+	return func() bool {
+		return f.count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NULL`) == 0 &&
+			f.count(`SELECT count(*) FROM ff_pending_cancel_group`) == 0
+	}
+}
+
+func (f *fixture) quiescent() {
+	f.t.Helper()
+	if err := invariant.CheckQuiescent(f.ctx, f.db.Pool); err != nil {
+		f.t.Fatalf("invariants at rest: %v", err)
+	}
+}
+
+// A DAG with fan-out, an any_of race with cancel_remaining, and a failure
+// that skips a branch runs to the end with a daemon and a worker; the
+// daemon logs each hop's latency.
+func TestEndToEnd(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	core, logs := observer.New(zap.InfoLevel)
+	f.startDaemon(daemon.Config{Logger: zap.New(core)})
+	lane := "e2e-" + uuid.NewString()[:8]
+	node := func(ref, kind string) ffd.SubmitNode {
+		return ffd.SubmitNode{Ref: ref, Params: ffd.CreateParams{Lane: lane, Kind: kind, MaxAttempts: 1}}
+	}
+	race := ffd.SubmitNode{Ref: "race", Params: ffd.CreateParams{Lane: lane, Kind: "ok"}, Policy: &ffd.Policy{Kind: ffd.AnyOf, OnSatisfied: ffd.CancelRemaining}}
+	sub, err := f.client.SubmitFlow(f.ctx, ffd.SubmitFlowParams{
+		Nodes: []ffd.SubmitNode{node("start", "ok"), node("fast", "ok"), node("slow", "slow"), node("bad", "fail"),
+			node("after-bad", "ok"), race, node("end", "ok")},
+		Edges: []ffd.SubmitEdge{{From: "start", To: "fast"}, {From: "start", To: "slow"}, {From: "start", To: "bad"},
+			{From: "bad", To: "after-bad"}, {From: "fast", To: "race"}, {From: "slow", To: "race"}, {From: "race", To: "end"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.startWorker([]string{lane}, 8, func(ctx context.Context, job *ffd.Job) ([]byte, error) {
+		switch job.Kind {
+		case "fail":
+			return nil, ffd.Permanent(fmt.Errorf("planned failure"))
+		case "slow":
+			<-ctx.Done() // cancelled as the losing sibling
+			return nil, context.Cause(ctx)
+		}
+		return []byte("ok"), nil
+	})
+	f.waitFor("flow to finish", func() bool {
+		fl, err := f.client.DescribeFlow(f.ctx, sub.Flow.ID)
+		return err == nil && fl.State != ffd.FlowOpen
+	})
+	f.waitFor("cascade to settle", f.quiet())
+	want := map[string]ffd.State{"start": ffd.StateCompleted, "fast": ffd.StateCompleted, "slow": ffd.StateCancelled,
+		"bad": ffd.StateFailed, "after-bad": ffd.StateSkipped, "race": ffd.StateCompleted, "end": ffd.StateCompleted}
+	for ref, st := range want {
+		x, _ := f.client.Get(f.ctx, sub.Executions[ref].ID)
+		if x.State != st {
+			t.Errorf("%s: %s, want %s", ref, x.State, st)
+		}
+	}
+	fl, _ := f.client.DescribeFlow(f.ctx, sub.Flow.ID)
+	if fl.State != ffd.FlowFailed {
+		t.Fatalf("flow %s, want failed (one member failed)", fl.State)
+	}
+	hops := logs.FilterMessage("edge group decided").All()
+	if len(hops) == 0 {
+		t.Fatal("no hop was logged")
+	}
+	for _, e := range hops {
+		if _, ok := e.ContextMap()["hop_latency"]; !ok {
+			t.Fatalf("hop log without hop_latency: %v", e.ContextMap())
+		}
+	}
+	f.quiescent()
+}
+
+// completeBurst creates n solo-flow pairs a->b and completes every a, so
+// that n completion events need dispatching.
+func (f *fixture) completeBurst(n int) (lane string, flowIDs []uuid.UUID) {
+	f.t.Helper()
+	lane = "burst-" + uuid.NewString()[:8]
+	for range n / 100 {
+		p := ffd.SubmitFlowParams{}
+		for j := range 100 {
+			p.Nodes = append(p.Nodes,
+				ffd.SubmitNode{Ref: fmt.Sprint("a", j), Params: ffd.CreateParams{Lane: lane}},
+				ffd.SubmitNode{Ref: fmt.Sprint("b", j), Params: ffd.CreateParams{Lane: lane + "-next"}})
+			p.Edges = append(p.Edges, ffd.SubmitEdge{From: fmt.Sprint("a", j), To: fmt.Sprint("b", j)})
+		}
+		sub, err := f.client.SubmitFlow(f.ctx, p)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		flowIDs = append(flowIDs, sub.Flow.ID)
+	}
+	return lane, flowIDs
+}
+
+func (f *fixture) completeAll(lane string, total int) {
+	f.t.Helper()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: lane, Worker: fmt.Sprintf("burst%d/1", w), Max: 50})
+				if err != nil {
+					f.t.Error(err)
+					return
+				}
+				if len(xs) == 0 {
+					return
+				}
+				for _, x := range xs {
+					if _, err := f.client.Complete(f.ctx, x.ID, x.LeaseEpoch, nil); err != nil {
+						f.t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'completed'`, lane); n != total {
+		f.t.Fatalf("%d completed, want %d", n, total)
+	}
+}
+
+// With the listener's backend killed again and again during a burst of
+// 2,000 completions, every event is still dispatched exactly once.
+func TestListenerKilledDuringBurst(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	r := f.startDaemon(daemon.Config{})
+	lane, _ := f.completeBurst(2000)
+	killer, err := pgx.Connect(f.ctx, f.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer killer.Close(context.Background())
+	stop := make(chan struct{})
+	var kills sync.WaitGroup
+	kills.Add(1)
+	killed := 0
+	go func() {
+		defer kills.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if pid := r.d.Listener().BackendPID(); pid != 0 {
+				if _, err := killer.Exec(f.ctx, `SELECT pg_terminate_backend($1)`, int(pid)); err == nil {
+					killed++
+				}
+			}
+		}
+	}()
+	f.completeAll(lane, 2000)
+	close(stop)
+	kills.Wait()
+	f.waitFor("every event dispatched", f.quiet())
+	if killed == 0 || r.d.Listener().Reconnects() == 0 {
+		t.Fatalf("the listener was never killed (%d kills, %d reconnects): the test proves nothing", killed, r.d.Listener().Reconnects())
+	}
+	if n := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'pending'`, lane+"-next"); n != 2000 {
+		t.Fatalf("%d downstreams ready, want 2000", n)
+	}
+	t.Logf("listener killed %d times, %d reconnects", killed, r.d.Listener().Reconnects())
+	f.quiescent()
+}
+
+// With LISTEN disabled altogether, the sweep alone dispatches everything.
+func TestSweepAloneWithoutListen(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.startDaemon(daemon.Config{DisableListen: true})
+	lane, _ := f.completeBurst(2000)
+	f.completeAll(lane, 2000)
+	f.waitFor("every event dispatched", f.quiet())
+	if n := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'pending'`, lane+"-next"); n != 2000 {
+		t.Fatalf("%d downstreams ready, want 2000", n)
+	}
+	f.quiescent()
+}
+
+// Three daemons on one database under a random-DAG workload: invariants
+// hold, nothing is dispatched twice.
+func TestThreeDaemons(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var ds []*running
+	for range 3 {
+		ds = append(ds, f.startDaemon(daemon.Config{CascadeWorkers: 2}))
+	}
+	lane := "three-" + uuid.NewString()[:8]
+	var flowIDs []uuid.UUID
+	for seed := range 4 {
+		p := ffd.SubmitFlowParams{}
+		for i := range 60 {
+			kind := "ok"
+			if (i*7+seed)%9 == 0 {
+				kind = "fail"
+			}
+			n := ffd.SubmitNode{Ref: fmt.Sprint("n", i), Params: ffd.CreateParams{Lane: lane, Kind: kind, MaxAttempts: 1}}
+			preds := 0
+			for j := range i {
+				if (i*31+j*17+seed)%11 == 0 && preds < 3 {
+					p.Edges = append(p.Edges, ffd.SubmitEdge{From: fmt.Sprint("n", j), To: fmt.Sprint("n", i)})
+					preds++
+				}
+			}
+			switch {
+			case preds > 1 && i%3 == 0:
+				n.Policy = &ffd.Policy{Kind: ffd.AnyOf, OnSatisfied: ffd.CancelRemaining}
+			case preds > 1 && i%3 == 1:
+				n.Policy = &ffd.Policy{Kind: ffd.Quorum, K: 1, OnSatisfied: ffd.LetRun}
+			}
+			p.Nodes = append(p.Nodes, n)
+		}
+		sub, err := f.client.SubmitFlow(f.ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flowIDs = append(flowIDs, sub.Flow.ID)
+	}
+	f.startWorker([]string{lane}, 16, func(ctx context.Context, job *ffd.Job) ([]byte, error) {
+		if job.Kind == "fail" {
+			return nil, ffd.Permanent(fmt.Errorf("planned"))
+		}
+		return nil, nil
+	})
+	f.waitFor("every flow to finish", func() bool {
+		return f.count(`SELECT count(*) FROM ff_flow WHERE state = 'open'`) == 0
+	})
+	f.waitFor("cascade to settle", f.quiet())
+	var total float64
+	for _, r := range ds {
+		total += counterValue(t, r.d.Metrics(), "ffd_events_dispatched_total")
+	}
+	events := f.count(`SELECT count(*) FROM ff_completion_event`)
+	if int(total) != events {
+		t.Fatalf("the daemons dispatched %v events between them, the outbox has %d: something was dispatched twice or missed", total, events)
+	}
+	f.quiescent()
+}
+
+// A worker that stops heartbeating: its executions are retried after the
+// TTL, or expired when out of attempts.
+func TestLapsedLeasesRecovered(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.startDaemon(daemon.Config{})
+	lane := "lapse-" + uuid.NewString()[:8]
+	for i := range 20 {
+		attempts := 3
+		if i%2 == 0 {
+			attempts = 1
+		}
+		if _, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: lane, LeaseTTL: time.Second, MaxAttempts: attempts, Retry: ffd.RetryPolicy{Base: time.Millisecond}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A "worker" that claims and vanishes: no heartbeat, no completion.
+	xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: lane, Worker: "vanished/1", Max: 20})
+	if err != nil || len(xs) != 20 {
+		t.Fatalf("claim: %d %v", len(xs), err)
+	}
+	start := time.Now()
+	f.waitFor("every lease to be taken back", func() bool {
+		return f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'running'`, lane) == 0
+	})
+	t.Logf("all 20 leases recovered %s after the claim (TTL 1s, sweep 200ms)", time.Since(start).Round(time.Millisecond))
+	if n := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'expired'`, lane); n != 10 {
+		t.Fatalf("%d expired, want the 10 with one attempt", n)
+	}
+	if n := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'pending' AND attempt = 1`, lane); n != 10 {
+		t.Fatalf("%d pending for retry, want 10", n)
+	}
+	for _, x := range xs {
+		if _, err := f.client.Complete(f.ctx, x.ID, x.LeaseEpoch, nil); err == nil {
+			t.Fatal("the vanished worker completed after its lease was taken")
+		}
+	}
+}
+
+// SIGTERM (context cancel) mid-load: Run returns nil within the stop
+// timeout and leaves nothing half-done.
+func TestGracefulStopMidLoad(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	r := f.startDaemon(daemon.Config{StopTimeout: 5 * time.Second})
+	lane, _ := f.completeBurst(1000)
+	go f.completeAll(lane, 1000)
+	f.waitFor("some dispatching", func() bool {
+		return f.count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NOT NULL`) > 50
+	})
+	start := time.Now()
+	r.stop()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Fatalf("Run returned %v, want nil", err)
+		}
+		r.done <- nil
+	case <-time.After(20 * time.Second):
+		t.Fatal("daemon did not stop")
+	}
+	t.Logf("stopped in %s", time.Since(start).Round(time.Millisecond))
+	// Nothing half-done: every dispatched event's edges resolved, and the
+	// invariants hold with the daemon gone.
+	if err := invariant.Check(f.ctx, f.db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	// A new daemon finishes the rest.
+	f.startDaemon(daemon.Config{})
+	f.waitFor("the rest dispatched", func() bool {
+		return f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'completed'`, lane) == 1000 && f.quiet()()
+	})
+	f.quiescent()
+}
+
+// systemd: READY=1 once ready, STOPPING=1 on stop; /readyz follows the
+// database.
+func TestSystemdAndReadiness(t *testing.T) {
+	// Not parallel: it sets NOTIFY_SOCKET for the process.
+	f := setup(t)
+	dir, err := os.MkdirTemp("", "ffd-notify-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t.Setenv("NOTIFY_SOCKET", sock)
+	msgs := make(chan string, 100)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
+	// The test's database is taken away below, from another database.
+	name := f.db.Name
+	admin, err := pgx.Connect(f.ctx, strings.Replace(f.db.URL, "/"+name+"?", "/postgres?", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	pool := f.pool(4)
+	if _, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "gauge"}); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	r := f.startDaemon(daemon.Config{Pool: pool, AdminAddr: addr})
+	expectMsg(t, msgs, "READY=1")
+	get := func(path string) int {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("/readyz"); code != 200 {
+		t.Fatalf("/readyz = %d, want 200", code)
+	}
+	if code := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz = %d", code)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, name := range []string{"ffd_events_dispatched_total", "ffd_dispatch_delay_seconds", "ffd_listener_reconnects_total", "ffd_executions"} {
+		if !strings.Contains(string(body), name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	// Take the database away: refuse new connections, end existing ones.
+	away := func(allow bool) {
+		if _, err := admin.Exec(f.ctx, fmt.Sprintf(`ALTER DATABASE %s ALLOW_CONNECTIONS %v`, name, allow)); err != nil {
+			t.Fatal(err)
+		}
+		if !allow {
+			if _, err := admin.Exec(f.ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+				WHERE datname = $1 AND pid <> pg_backend_pid()`, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	away(false)
+	f.waitFor("/readyz to fail", func() bool { return get("/readyz") == http.StatusServiceUnavailable })
+	away(true)
+	f.db.Pool.Reset() // the test's own connections were ended too
+	f.waitFor("/readyz to recover", func() bool { return get("/readyz") == 200 })
+	r.stop()
+	expectMsg(t, msgs, "STOPPING=1")
+}
+
+func expectMsg(t *testing.T, msgs <-chan string, want string) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		select {
+		case m := <-msgs:
+			if strings.Contains(m, want) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no %s on the notify socket", want)
+		}
+	}
+}
+

@@ -1,0 +1,25 @@
+package daemon_test
+
+import (
+	"testing"
+
+	"github.com/flowfabric/ffd/internal/daemon"
+)
+
+func counterValue(t *testing.T, m *daemon.Metrics, name string) float64 {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			v += mm.GetCounter().GetValue()
+		}
+	}
+	return v
+}

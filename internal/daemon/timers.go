@@ -1,0 +1,176 @@
+package daemon
+
+import (
+	"container/heap"
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/logging"
+)
+
+// maxTimers bounds the timer heap; beyond it the sweep covers the rest.
+const maxTimers = 100000
+
+// timerWorker keeps the soonest lease lapses, attempt timeouts, deadlines
+// and due delays in memory and acts at the moment each passes. It is fed by
+// lease events (batched: one query per batch of notifications) and by its
+// own queries; every action re-checks the row under lock, so stale timers
+// (a lease renewed since) cost one cheap no-op at most.
+type timerWorker struct {
+	d      *Daemon
+	h      timerHeap
+	latest map[leaseKey]time.Time // newest known expiry per lease, to skip stale timers without a query
+}
+
+type leaseKey struct {
+	id    ident.ExecutionID
+	epoch int64
+}
+
+func newTimerWorker(d *Daemon) *timerWorker {
+	return &timerWorker{d: d, latest: map[leaseKey]time.Time{}}
+}
+
+func (w *timerWorker) run(ctx, workCtx context.Context) {
+	w.reload(workCtx)
+	reload := time.NewTicker(max(w.d.cfg.SweepInterval*10, time.Second))
+	defer reload.Stop()
+	var pending []int64
+	batch := time.NewTimer(time.Hour)
+	batch.Stop()
+	for {
+		next := time.Hour
+		if len(w.h) > 0 {
+			next = max(time.Until(w.h[0].At), 0)
+		}
+		fire := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			fire.Stop()
+			return
+		case id := <-w.d.leaseIDs:
+			if len(pending) == 0 {
+				batch.Reset(20 * time.Millisecond)
+			}
+			pending = append(pending, id)
+			if len(pending) >= 500 {
+				w.load(workCtx, pending)
+				pending = pending[:0]
+				batch.Stop()
+			}
+		case <-batch.C:
+			w.load(workCtx, pending)
+			pending = pending[:0]
+		case <-reload.C:
+			w.reload(workCtx)
+		case <-fire.C:
+			w.fireDue(workCtx)
+		}
+		fire.Stop()
+	}
+}
+
+func (w *timerWorker) load(ctx context.Context, eventIDs []int64) {
+	if len(eventIDs) == 0 {
+		return
+	}
+	ts, err := leases.TimersForLeaseEvents(ctx, w.d.cfg.Pool, eventIDs)
+	if err != nil {
+		w.d.log.Warn("timer worker: read lease events; the sweep covers them", zap.Error(err))
+		return
+	}
+	w.add(ts)
+}
+
+func (w *timerWorker) reload(ctx context.Context) {
+	ts, err := leases.UpcomingTimers(ctx, w.d.cfg.Pool, DefaultTimerLimit)
+	if err != nil {
+		w.d.log.Warn("timer worker: read upcoming timers; the sweep covers them", zap.Error(err))
+		return
+	}
+	w.add(ts)
+}
+
+func (w *timerWorker) add(ts []leases.Timer) {
+	for _, t := range ts {
+		if len(w.h) >= maxTimers {
+			return // the sweep covers what does not fit
+		}
+		if t.Kind == leases.TimerLease {
+			k := leaseKey{t.ID, t.Epoch}
+			if prev, ok := w.latest[k]; ok && !t.At.After(prev) {
+				continue // already scheduled at this time or later
+			}
+			w.latest[k] = t.At
+		}
+		heap.Push(&w.h, t)
+	}
+}
+
+func (w *timerWorker) fireDue(ctx context.Context) {
+	now := time.Now()
+	dueLanes := false
+	for len(w.h) > 0 && !w.h[0].At.After(now) {
+		t := heap.Pop(&w.h).(leases.Timer)
+		switch t.Kind {
+		case leases.TimerLease:
+			k := leaseKey{t.ID, t.Epoch}
+			if latest, ok := w.latest[k]; ok && latest.After(t.At) {
+				continue // renewed since: a later timer stands for it
+			}
+			delete(w.latest, k)
+			res, err := leases.ExpireLapsed(ctx, w.d.cfg.Pool, t.ID, t.Epoch)
+			if err != nil {
+				w.d.log.Warn("timer worker: expire lease; the sweep will retry", zap.String(logging.FieldExecutionID, t.ID.String()), zap.Error(err))
+				continue
+			}
+			if res.Retried+res.Terminated > 0 {
+				w.d.recordExpired(res)
+				w.d.log.Info("lease expired", zap.String(logging.FieldExecutionID, t.ID.String()), zap.String(logging.FieldLane, t.Lane),
+					zap.Int64(logging.FieldLeaseEpoch, t.Epoch), zap.Bool("retried", res.Retried > 0))
+			}
+		case leases.TimerDeadline:
+			ok, err := leases.ExpireDeadline(ctx, w.d.cfg.Pool, t.ID)
+			if err != nil {
+				w.d.log.Warn("timer worker: expire deadline; the sweep will retry", zap.String(logging.FieldExecutionID, t.ID.String()), zap.Error(err))
+				continue
+			}
+			if ok {
+				w.d.m.deadlinesExpired.Inc()
+				w.d.log.Info("deadline passed; execution expired", zap.String(logging.FieldExecutionID, t.ID.String()), zap.String(logging.FieldLane, t.Lane))
+			}
+		case leases.TimerDue:
+			dueLanes = true
+		}
+	}
+	if dueLanes {
+		w.d.sweepMu.Lock()
+		lanes, next, err := leases.NotifyDueLanes(ctx, w.d.cfg.Pool, w.d.dueSince)
+		if err == nil {
+			w.d.dueSince = next
+			w.d.m.readyNotified.Add(float64(len(lanes)))
+		}
+		w.d.sweepMu.Unlock()
+		if err != nil {
+			w.d.log.Warn("timer worker: notify due lanes; the sweep will retry", zap.Error(err))
+		}
+	}
+}
+
+// timerHeap is a min-heap by At.
+type timerHeap []leases.Timer
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].At.Before(h[j].At) }
+func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)        { *h = append(*h, x.(leases.Timer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return t
+}

@@ -1,0 +1,130 @@
+package leases
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffd/internal/ident"
+)
+
+// TimerKind says what a Timer acts on when it fires.
+type TimerKind int
+
+// Timer kinds.
+const (
+	// TimerLease fires when a running lease lapses or its attempt times out.
+	TimerLease TimerKind = iota
+	// TimerDeadline fires when an execution's deadline passes.
+	TimerDeadline
+	// TimerDue fires when a delayed pending execution becomes claimable.
+	TimerDue
+)
+
+// Timer is a moment at which the daemon's timeout worker must act.
+type Timer struct {
+	Kind  TimerKind
+	ID    ident.ExecutionID
+	Epoch int64 // TimerLease: the lease it concerns
+	At    time.Time
+	Lane  string
+}
+
+const timerColumns = `partition_key, execution_id, lease_epoch, at, lane, kind`
+
+// UpcomingTimers returns the soonest timers of each kind, at most limit of
+// each: lease expiries and attempt timeouts of running executions,
+// deadlines of live ones, and run_at of delayed pending ones.
+func UpcomingTimers(ctx context.Context, db DB, limit int) ([]Timer, error) {
+	rows, err := db.Query(ctx, `
+		(SELECT `+timerColumns+` FROM (
+			SELECT partition_key, execution_id, lease_epoch,
+				least(lease_expires_at, coalesce(attempt_deadline_at, 'infinity')) AS at, lane, 0 AS kind
+			FROM ff_execution WHERE state = 'running' ORDER BY lease_expires_at LIMIT $1) l)
+		UNION ALL
+		(SELECT partition_key, execution_id, lease_epoch, attempt_deadline_at, lane, 0
+			FROM ff_execution WHERE state = 'running' AND attempt_deadline_at IS NOT NULL
+			ORDER BY attempt_deadline_at LIMIT $1)
+		UNION ALL
+		(SELECT partition_key, execution_id, lease_epoch, deadline_at, lane, 1
+			FROM ff_execution WHERE deadline_at IS NOT NULL AND state IN ('blocked', 'pending', 'running')
+			ORDER BY deadline_at LIMIT $1)
+		UNION ALL
+		(SELECT partition_key, execution_id, lease_epoch, run_at, lane, 2
+			FROM ff_execution WHERE state = 'pending' AND run_at > now()
+			ORDER BY run_at LIMIT $1)`, limit)
+	if err != nil {
+		return nil, wrap("read upcoming timers", err)
+	}
+	return collectTimers(rows)
+}
+
+// TimersForLeaseEvents returns the timers that the given lease events call
+// for: the new expiry of an acquired or renewed lease still held, and the
+// retry time of an execution a released, expired or revoked lease left
+// pending for later.
+func TimersForLeaseEvents(ctx context.Context, db DB, eventIDs []int64) ([]Timer, error) {
+	rows, err := db.Query(ctx, `
+		SELECT e.partition_key, e.execution_id, e.lease_epoch,
+			CASE WHEN e.state = 'running' THEN least(e.lease_expires_at, coalesce(e.attempt_deadline_at, 'infinity'))
+				ELSE e.run_at END,
+			e.lane, CASE WHEN e.state = 'running' THEN 0 ELSE 2 END
+		FROM ff_lease_event l
+		JOIN ff_execution e ON e.partition_key = l.partition_key AND e.execution_id = l.execution_id
+		WHERE l.event_id = ANY($1)
+			AND ((e.state = 'running' AND e.lease_epoch = l.lease_epoch)
+				OR (e.state = 'pending' AND e.run_at > now()))`, eventIDs)
+	if err != nil {
+		return nil, wrap("read timers of lease events", err)
+	}
+	return collectTimers(rows)
+}
+
+func collectTimers(rows pgx.Rows) ([]Timer, error) {
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Timer, error) {
+		var t Timer
+		var kind int
+		err := r.Scan(&t.ID.Partition, &t.ID.UUID, &t.Epoch, &t.At, &t.Lane, &kind)
+		t.Kind = TimerKind(kind)
+		return t, err
+	})
+	return out, wrap("read timers", err)
+}
+
+// NotifyDueLanes sends ff_ready for every lane with a pending execution
+// whose run_at passed after since (and is now due), and returns the lanes
+// and the database time to pass as since next time.
+func NotifyDueLanes(ctx context.Context, db DB, since time.Time) ([]string, time.Time, error) {
+	rows, err := db.Query(ctx, `
+		WITH now AS (SELECT now() AS t)
+		SELECT d.lane, pg_notify('ff_ready', d.lane) IS NULL, now.t
+		FROM now, LATERAL (
+			SELECT DISTINCT lane FROM ff_execution
+			WHERE state = 'pending' AND run_at > $1 AND run_at <= now.t) d`, since)
+	if err != nil {
+		return nil, since, wrap("notify due lanes", err)
+	}
+	var lanes []string
+	next := since
+	for rows.Next() {
+		var lane string
+		var ignored bool
+		if err := rows.Scan(&lane, &ignored, &next); err != nil {
+			rows.Close()
+			return nil, since, wrap("notify due lanes", err)
+		}
+		lanes = append(lanes, lane)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, since, wrap("notify due lanes", err)
+	}
+	if len(lanes) == 0 {
+		// Nothing came due; still move the watermark to the database's now.
+		if err := db.QueryRow(ctx, `SELECT now()`).Scan(&next); err != nil {
+			return nil, since, wrap("read database time", err)
+		}
+	}
+	return lanes, next, nil
+}
