@@ -578,4 +578,3 @@ func expectMsg(t *testing.T, msgs <-chan string, want string) {
 		}
 	}
 }
-
