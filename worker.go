@@ -329,7 +329,9 @@ func (w *Worker) execute(ctx context.Context, j *runningJob) {
 		return
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
-		w.log.Warn("lease lost; handler result dropped", w.jobFields(x)...)
+		// Expected when the engine cancels a losing sibling or an operator
+		// revokes: the lease moved on and the result would be refused.
+		w.log.Info("lease lost; handler result dropped", w.jobFields(x)...)
 		return
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
@@ -381,7 +383,7 @@ func (w *Worker) heartbeat(ctx context.Context, j *runningJob, done <-chan struc
 		switch {
 		case err == nil:
 		case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
-			w.log.Warn("heartbeat fenced; cancelling handler", w.jobFields(j.x, zap.Error(err))...)
+			w.log.Info("heartbeat fenced; cancelling handler", w.jobFields(j.x, zap.Error(err))...)
 			j.cancel(ErrLeaseLost)
 			return
 		default:

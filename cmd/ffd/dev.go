@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/pgserver"
 	"github.com/flowfabric/ffd/internal/schema"
 )
@@ -20,8 +21,10 @@ const DefaultDevPort = 54329
 
 // DevCmd runs a private PostgreSQL for development.
 type DevCmd struct {
-	DataDir string `name:"data-dir" env:"FFD_DEV_DATA_DIR" help:"Cluster data directory; reused when it exists. Default: ffd/postgres in the user's cache directory (/var/lib/ffd/dev-postgres for root)."`
-	Port    int    `name:"port" env:"FFD_DEV_PORT" default:"${dev_port}" help:"TCP port on 127.0.0.1; 0 picks a free one."`
+	DataDir  string `name:"data-dir" env:"FFD_DEV_DATA_DIR" help:"Cluster data directory; reused when it exists. Default: ffd/postgres in the user's cache directory (/var/lib/ffd/dev-postgres for root)."`
+	Port     int    `name:"port" env:"FFD_DEV_PORT" default:"${dev_port}" help:"TCP port on 127.0.0.1; 0 picks a free one."`
+	NoDaemon bool   `name:"no-daemon" env:"FFD_DEV_NO_DAEMON" help:"Run only PostgreSQL, not the daemon."`
+	DaemonFlags
 }
 
 // DefaultDevDataDir is the data directory `ffd dev` uses by default. Root's
@@ -78,11 +81,34 @@ func (c *DevCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	g.log.Info("schema ready", zap.Int64("version", schema.Latest()), zap.Int("applied", len(applied)))
+	daemonDone := make(chan error, 1)
+	runCtx, stopDaemon := context.WithCancel(ctx)
+	defer stopDaemon()
+	if c.NoDaemon {
+		close(daemonDone)
+	} else {
+		cfg, dpool, err := c.config(ctx, g, url)
+		if err != nil {
+			return err
+		}
+		defer dpool.Close()
+		d, err := daemon.New(cfg)
+		if err != nil {
+			return err
+		}
+		go func() { daemonDone <- d.Run(runCtx) }()
+	}
 	fmt.Fprintf(g.stdout, "ffd dev: PostgreSQL is ready (Ctrl-C to stop)\n  FFD_DATABASE_URL=%s\n", url)
 	select {
 	case <-ctx.Done():
 		g.log.Info("stopping")
-		return nil
+		stopDaemon()
+		return <-daemonDone
+	case err := <-daemonDone:
+		if err == nil {
+			err = errors.New("daemon stopped unexpectedly")
+		}
+		return err
 	case <-srv.Exited():
 		return errors.New("postgres exited unexpectedly; see ffd-postgres.log in the data directory")
 	}

@@ -38,8 +38,12 @@ type Globals struct {
 type CLI struct {
 	Globals
 
+	Run     RunCmd     `cmd:"" help:"Run the daemon: cascade, sibling cancellation, timeouts, sweep."`
 	Migrate MigrateCmd `cmd:"" help:"Apply or inspect the schema migrations."`
-	Dev     DevCmd     `cmd:"" help:"Run a private PostgreSQL for development until interrupted."`
+	Exec    ExecCmd    `cmd:"" help:"Inspect and cancel executions."`
+	Flow    FlowCmd    `cmd:"" help:"Inspect and cancel flows."`
+	Dev     DevCmd     `cmd:"" help:"Run a private PostgreSQL and the daemon for development until interrupted."`
+	Demo    DemoCmd    `cmd:"" help:"Run a realistic DAG end to end on a private PostgreSQL and report."`
 }
 
 // errNoDatabase is returned by commands that need a database when none is

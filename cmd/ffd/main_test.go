@@ -4,22 +4,25 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/schema"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-func ffd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+func runFFD(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -33,17 +36,17 @@ func TestMigrateCommands(t *testing.T) {
 	db := testdb.NewEmpty(t)
 	url := "--database-url=" + db.URL
 
-	code, out, errOut := ffd(t, "migrate", "status", url)
+	code, out, errOut := runFFD(t, "migrate", "status", url)
 	if code != 0 || !strings.Contains(out, "current version: 0") || !strings.Contains(out, "pending") {
 		t.Fatalf("status on empty database: code %d, out %q, err %q", code, out, errOut)
 	}
 	for range 2 {
-		code, out, errOut = ffd(t, "migrate", "up", url)
+		code, out, errOut = runFFD(t, "migrate", "up", url)
 		if code != 0 || !strings.Contains(out, "schema at version") {
 			t.Fatalf("migrate up: code %d, out %q, err %q", code, out, errOut)
 		}
 	}
-	code, out, _ = ffd(t, "migrate", "status", url)
+	code, out, _ = runFFD(t, "migrate", "status", url)
 	if code != 0 || !strings.Contains(out, "up to date") {
 		t.Fatalf("status after up: code %d, out %q", code, out)
 	}
@@ -54,7 +57,7 @@ func TestMigrateCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, cmd := range [][]string{{"migrate", "status"}, {"migrate", "up"}} {
-		code, _, errOut = ffd(t, append(cmd, url)...)
+		code, _, errOut = runFFD(t, append(cmd, url)...)
 		if code == 0 || !strings.Contains(errOut, "9999") || !strings.Contains(errOut, "upgrade ffd") {
 			t.Fatalf("%v on a newer schema: code %d, stderr %q; want a refusal naming version 9999", cmd, code, errOut)
 		}
@@ -63,7 +66,7 @@ func TestMigrateCommands(t *testing.T) {
 
 func TestMissingDatabaseURL(t *testing.T) {
 	t.Setenv("FFD_DATABASE_URL", "")
-	code, _, errOut := ffd(t, "migrate", "status")
+	code, _, errOut := runFFD(t, "migrate", "status")
 	if code == 0 || !strings.Contains(errOut, "FFD_DATABASE_URL") || !strings.Contains(errOut, "--database-url") {
 		t.Fatalf("migrate status without a database: code %d, stderr %q", code, errOut)
 	}
@@ -103,7 +106,7 @@ func TestDev(t *testing.T) {
 		done := make(chan int, 1)
 		var logs bytes.Buffer
 		go func() {
-			done <- run(ctx, []string{"dev", "--data-dir", dataDir, "--port", "0", "--log-format", "json"}, pw, &logs)
+			done <- run(ctx, []string{"dev", "--data-dir", dataDir, "--port", "0", "--admin-addr", "", "--log-format", "json"}, pw, &logs)
 			pw.Close()
 		}()
 		var url string
@@ -134,10 +137,161 @@ func TestDev(t *testing.T) {
 		}
 		cancel()
 		if code := <-done; code != 0 {
-			t.Fatalf("round %d: ffd dev exited %d after cancel, want 0", round, code)
+			t.Fatalf("round %d: ffd dev exited %d after cancel, want 0: %s", round, code, logs.String())
 		}
 		if _, err := os.Stat(filepath.Join(dataDir, "postmaster.pid")); !os.IsNotExist(err) {
 			t.Fatalf("round %d: server still running after ffd dev returned", round)
 		}
 	}
+}
+
+// ffd demo, non-interactively: JSON report, exit 0, every step as designed.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	code, out, errOut := runFFD(t, "demo", "--json", "--database-url", db.URL, "--log-level", "warn")
+	if code != 0 {
+		t.Fatalf("demo exited %d: %s\n%s", code, out, errOut)
+	}
+	var rep demoReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("demo --json printed %q: %v", out, err)
+	}
+	if !rep.OK || len(rep.Executions) != len(demoDAG) || rep.FlowState != "failed" {
+		t.Fatalf("demo report: %+v", rep)
+	}
+	for _, r := range rep.Executions {
+		if r.State != r.Expected {
+			t.Errorf("%s: %s, want %s", r.Ref, r.State, r.Expected)
+		}
+	}
+	if rep.Outbox["completion"]["skipped"] != 2 || rep.Outbox["completion"]["cancelled"] != 2 || rep.Outbox["lease"]["revoked"] != 2 {
+		t.Fatalf("outbox counts %v", rep.Outbox)
+	}
+}
+
+// The ops commands read and cancel executions and flows, as tables and as
+// JSON; bad ids are refused with the input quoted.
+func TestOpsCommands(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	url := "--database-url=" + db.URL
+	ctx := context.Background()
+	client, err := ffd.NewClient(db.Pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := client.SubmitFlow(ctx, ffd.SubmitFlowParams{
+		Flow:  ffd.CreateFlowParams{Kind: "ops"},
+		Nodes: []ffd.SubmitNode{{Ref: "a", Params: ffd.CreateParams{Lane: "ops"}}, {Ref: "b", Params: ffd.CreateParams{Lane: "ops"}}},
+		Edges: []ffd.SubmitEdge{{From: "a", To: "b"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := sub.Executions["a"].ID.String()
+	code, out, errOut := runFFD(t, "exec", "show", a, url)
+	if code != 0 || !strings.Contains(out, "pending") || !strings.Contains(out, a) {
+		t.Fatalf("exec show: %d %q %q", code, out, errOut)
+	}
+	code, out, _ = runFFD(t, "exec", "list", "--lane", "ops", "--json", url)
+	var list struct {
+		Executions []map[string]any `json:"executions"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list.Executions) != 2 {
+		t.Fatalf("exec list --json: %d %q", code, out)
+	}
+	code, out, _ = runFFD(t, "flow", "show", sub.Flow.ID.String(), url)
+	if code != 0 || !strings.Contains(out, "all_of") || !strings.Contains(out, "blocked") {
+		t.Fatalf("flow show: %d %q", code, out)
+	}
+	code, out, _ = runFFD(t, "flow", "list", "--json", url)
+	if code != 0 || !strings.Contains(out, sub.Flow.ID.String()) {
+		t.Fatalf("flow list: %d %q", code, out)
+	}
+	code, out, _ = runFFD(t, "exec", "cancel", a, "--reason", "ops test", url)
+	if code != 0 || !strings.Contains(out, "cancelled") {
+		t.Fatalf("exec cancel: %d %q", code, out)
+	}
+	code, out, _ = runFFD(t, "flow", "cancel", sub.Flow.ID.String(), "--policy", "cancel_all", "--json", url)
+	var res map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res["policy"] != "cancel_all" {
+		t.Fatalf("flow cancel: %d %q", code, out)
+	}
+	code, _, errOut = runFFD(t, "exec", "show", "{fp:300}:nope", url)
+	if code == 0 || !strings.Contains(errOut, "{fp:300}:nope") {
+		t.Fatalf("bad id: %d %q", code, errOut)
+	}
+	code, _, errOut = runFFD(t, "flow", "show", "not-a-uuid", url)
+	if code == 0 || !strings.Contains(errOut, "not-a-uuid") {
+		t.Fatalf("bad flow id: %d %q", code, errOut)
+	}
+}
+
+// ffd run validates its settings and refuses to start with bad ones.
+func TestRunValidates(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	for _, args := range [][]string{
+		{"run", "--sweep-interval", "1ms"},
+		{"run", "--cascade-workers", "0"},
+		{"run", "--pool-max-conns", "1"},
+		{"run", "--stop-timeout", "2h"},
+	} {
+		code, _, errOut := runFFD(t, append(args, "--database-url", db.URL)...)
+		if code == 0 || !strings.Contains(errOut, strings.TrimPrefix(args[1], "--")) {
+			t.Errorf("ffd %v: exit %d, stderr %q; want a refusal naming the flag", args, code, errOut)
+		}
+	}
+	code, _, errOut := runFFD(t, "run", "--database-url", "")
+	if code == 0 || !strings.Contains(errOut, "FFD_DATABASE_URL") {
+		t.Errorf("run without a database: %d %q", code, errOut)
+	}
+}
+
+// ffd run serves until cancelled (SIGTERM) and exits 0.
+func TestRunStops(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	logs := &syncWriter{w: &bytes.Buffer{}}
+	go func() {
+		done <- run(ctx, []string{"run", "--database-url", db.URL, "--admin-addr", "", "--log-format", "json", "--stop-timeout", "5s"}, io.Discard, logs)
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(logs.String(), "ffd daemon ready") {
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("daemon not ready: %s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("ffd run exited %d", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ffd run did not stop")
+	}
+}
+
+// syncWriter lets a test read logs while the command writes them.
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.String()
 }

@@ -264,13 +264,17 @@ func (d *Daemon) requestSweep(afterConnect bool) {
 // StopTimeout), and returns nil. Errors at start-up (schema mismatch,
 // unreachable database) are returned at once.
 func (d *Daemon) Run(ctx context.Context) error {
-	if err := schema.Check(ctx, d.cfg.Pool); err != nil {
+	err := schema.Check(ctx, d.cfg.Pool)
+	if err == nil {
+		err = d.cfg.Pool.QueryRow(ctx, `SELECT now() - interval '5 minutes'`).Scan(&d.dueSince)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: nothing to finish
+		}
 		return err
 	}
 	d.dbOK.Store(true)
-	if err := d.cfg.Pool.QueryRow(ctx, `SELECT now() - interval '5 minutes'`).Scan(&d.dueSince); err != nil {
-		return fmt.Errorf("read database time: %w", err)
-	}
 	d.cfg.Notifier.Notify("STATUS=starting: schema verified")
 
 	// Work runs on a context that outlives ctx by up to StopTimeout, so

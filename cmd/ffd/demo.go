@@ -1,0 +1,345 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/daemon"
+	"github.com/flowfabric/ffd/internal/pgserver"
+	"github.com/flowfabric/ffd/internal/schema"
+)
+
+// DemoCmd runs a realistic DAG end to end.
+type DemoCmd struct {
+	JSON    bool          `name:"json" help:"Print the final report as JSON (no live progress)."`
+	Timeout time.Duration `name:"timeout" default:"2m" help:"Give up (and exit non-zero) after this long."`
+}
+
+// demoNode is one step of the demo DAG with the state its design implies.
+type demoNode struct {
+	ref, behaviour string
+	want           ffd.State
+	policy         *ffd.Policy
+	after          []string
+}
+
+// demoDAG is a media pipeline: fan-out/fan-in, an any_of race with
+// cancel_remaining, a 2-of-3 quorum with let_run, a step that fails once and
+// succeeds on retry, and a branch skipped after a failure.
+var demoDAG = []demoNode{
+	{ref: "ingest", behaviour: "ok", want: ffd.StateCompleted},
+	{ref: "resize-small", behaviour: "ok", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "resize-medium", behaviour: "ok", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "resize-large", behaviour: "ok", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "thumbnails", behaviour: "ok", want: ffd.StateCompleted, after: []string{"resize-small", "resize-medium", "resize-large"}},
+	{ref: "mirror-eu", behaviour: "hang", want: ffd.StateCancelled, after: []string{"ingest"}},
+	{ref: "mirror-us", behaviour: "ok", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "mirror-ap", behaviour: "hang", want: ffd.StateCancelled, after: []string{"ingest"}},
+	{ref: "cdn-publish", behaviour: "ok", want: ffd.StateCompleted, after: []string{"mirror-eu", "mirror-us", "mirror-ap"},
+		policy: &ffd.Policy{Kind: ffd.AnyOf, OnSatisfied: ffd.CancelRemaining}},
+	{ref: "replica-1", behaviour: "ok", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "replica-2", behaviour: "ok", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "replica-3", behaviour: "slow", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "commit", behaviour: "ok", want: ffd.StateCompleted, after: []string{"replica-1", "replica-2", "replica-3"},
+		policy: &ffd.Policy{Kind: ffd.Quorum, K: 2, OnSatisfied: ffd.LetRun}},
+	{ref: "billing", behaviour: "flaky", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "virus-scan", behaviour: "fail", want: ffd.StateFailed, after: []string{"ingest"}},
+	{ref: "quarantine-report", behaviour: "ok", want: ffd.StateSkipped, after: []string{"virus-scan"}},
+	{ref: "notify-legal", behaviour: "ok", want: ffd.StateSkipped, after: []string{"quarantine-report"}},
+	{ref: "finalize", behaviour: "ok", want: ffd.StateCompleted, after: []string{"thumbnails", "cdn-publish", "commit", "billing"}},
+}
+
+type demoRow struct {
+	Ref         string    `json:"ref"`
+	ExecutionID string    `json:"execution_id"`
+	State       ffd.State `json:"state"`
+	Expected    ffd.State `json:"expected"`
+	Attempts    int       `json:"attempts"`
+	DurationMS  int64     `json:"duration_ms"`
+}
+
+type demoReport struct {
+	FlowID     string                    `json:"flow_id"`
+	FlowState  ffd.FlowState             `json:"flow_state"`
+	OK         bool                      `json:"ok"`
+	DurationMS int64                     `json:"duration_ms"`
+	Executions []demoRow                 `json:"executions"`
+	Outbox     map[string]map[string]int `json:"outbox"`
+}
+
+// Run runs the demo; it fails unless every execution ends as designed.
+func (c *DemoCmd) Run(ctx context.Context, g *Globals) error {
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	url := g.DatabaseURL
+	if url == "" {
+		dir, err := os.MkdirTemp("", "ffd-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if err := os.Chmod(dir, 0o755); err != nil { // the server user must reach it
+			return err
+		}
+		if !c.JSON {
+			fmt.Fprintln(g.stdout, "starting a private PostgreSQL (pass --database-url to use another)")
+		}
+		srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "data")})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pgserver.DefaultStopTimeout)
+			defer cancel()
+			_ = srv.Stop(stopCtx)
+		}()
+		url = srv.URL("postgres")
+	}
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("database URL: %w", err)
+	}
+	pcfg.MaxConns = 16
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := schema.Up(ctx, pool, 0); err != nil {
+		return err
+	}
+	return c.demo(ctx, g, pool)
+}
+
+func (c *DemoCmd) demo(ctx context.Context, g *Globals, pool *pgxpool.Pool) error {
+	d, err := daemon.New(daemon.Config{Pool: pool, SweepInterval: 200 * time.Millisecond, Logger: g.log.Named("daemon"), Notifier: silent{}})
+	if err != nil {
+		return err
+	}
+	dctx, stopDaemon := context.WithCancel(ctx)
+	daemonDone := make(chan error, 1)
+	go func() { daemonDone <- d.Run(dctx) }()
+	defer func() { stopDaemon(); <-daemonDone }()
+	for !d.Ready() {
+		select {
+		case err := <-daemonDone:
+			daemonDone <- err
+			return fmt.Errorf("daemon: %v", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+
+	client, err := ffd.NewClient(pool, &ffd.Config{Logger: g.log})
+	if err != nil {
+		return err
+	}
+	lane := "demo-" + uuid.NewString()[:8]
+	spec := ffd.SubmitFlowParams{Flow: ffd.CreateFlowParams{Kind: "media-pipeline"}}
+	for _, n := range demoDAG {
+		spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: n.ref, Policy: n.policy, Params: ffd.CreateParams{
+			Lane: lane, Kind: n.behaviour, LeaseTTL: 3 * time.Second, MaxAttempts: 3,
+			Retry: ffd.RetryPolicy{Base: 300 * time.Millisecond}, Tags: map[string]any{"step": n.ref},
+		}})
+		for _, a := range n.after {
+			spec.Edges = append(spec.Edges, ffd.SubmitEdge{From: a, To: n.ref})
+		}
+	}
+	start := time.Now()
+	sub, err := client.SubmitFlow(ctx, spec)
+	if err != nil {
+		return err
+	}
+	refs := map[ffd.ExecutionID]string{}
+	for ref, x := range sub.Executions {
+		refs[x.ID] = ref
+	}
+	if !c.JSON {
+		fmt.Fprintf(g.stdout, "submitted flow %s: %d steps, %d edges\n", sub.Flow.ID, len(spec.Nodes), len(spec.Edges))
+	}
+	worker, err := ffd.NewWorker(client, ffd.WorkerConfig{Lanes: []string{lane}, Concurrency: 8, ID: "demo-worker",
+		PollInterval: 200 * time.Millisecond, Handler: demoHandler})
+	if err != nil {
+		return err
+	}
+	if err := worker.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = worker.Stop(stopCtx)
+	}()
+
+	// Live progress: one line per state change, until the flow ends and the
+	// cascade is idle.
+	seen := map[ffd.ExecutionID]ffd.State{}
+	for {
+		page, err := client.List(ctx, ffd.ListParams{FlowID: &sub.Flow.ID, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		for _, x := range page.Executions {
+			if seen[x.ID] != x.State {
+				seen[x.ID] = x.State
+				if !c.JSON {
+					fmt.Fprintf(g.stdout, "%7.2fs  %-18s %s (attempt %d)\n", time.Since(start).Seconds(), refs[x.ID], x.State, x.Attempt)
+				}
+			}
+		}
+		fl, err := client.DescribeFlow(ctx, sub.Flow.ID)
+		if err != nil {
+			return err
+		}
+		var backlog int
+		if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NULL)
+			+ (SELECT count(*) FROM ff_pending_cancel_group)`).Scan(&backlog); err != nil {
+			return err
+		}
+		if fl.State != ffd.FlowOpen && backlog == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("demo did not finish in %s: %w", c.Timeout, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return c.report(ctx, g, pool, client, sub, start)
+}
+
+func demoHandler(ctx context.Context, job *ffd.Job) ([]byte, error) {
+	pause := func(d time.Duration) error {
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	switch job.Kind {
+	case "hang": // a mirror that loses the race: runs until the engine cancels it
+		if err := pause(time.Minute); err != nil {
+			return nil, err
+		}
+	case "slow":
+		if err := pause(400 * time.Millisecond); err != nil {
+			return nil, err
+		}
+	case "flaky":
+		if job.Attempt == 1 {
+			return nil, errors.New("payment gateway timed out (transient)")
+		}
+	case "fail":
+		return nil, ffd.Permanent(errors.New("malware signature found"))
+	}
+	if err := pause(50 * time.Millisecond); err != nil {
+		return nil, err
+	}
+	return []byte(`{"ok":true}`), nil
+}
+
+func (c *DemoCmd) report(ctx context.Context, g *Globals, pool *pgxpool.Pool, client *ffd.Client, sub *ffd.SubmittedFlow, start time.Time) error {
+	rep := demoReport{FlowID: sub.Flow.ID.String(), OK: true, DurationMS: time.Since(start).Milliseconds(),
+		Outbox: map[string]map[string]int{"completion": {}, "lease": {}}}
+	for _, n := range demoDAG {
+		x, err := client.Get(ctx, sub.Executions[n.ref].ID)
+		if err != nil {
+			return err
+		}
+		row := demoRow{Ref: n.ref, ExecutionID: x.ID.String(), State: x.State, Expected: n.want, Attempts: x.Attempt}
+		if x.StartedAt != nil && x.TerminalAt != nil {
+			row.DurationMS = x.TerminalAt.Sub(*x.StartedAt).Milliseconds()
+		}
+		if x.State != n.want || (n.behaviour == "flaky" && x.Attempt != 2) {
+			rep.OK = false
+		}
+		rep.Executions = append(rep.Executions, row)
+	}
+	fl, err := client.DescribeFlow(ctx, sub.Flow.ID)
+	if err != nil {
+		return err
+	}
+	rep.FlowState = fl.State
+	if fl.State != ffd.FlowFailed { // virus-scan failed by design
+		rep.OK = false
+	}
+	for stream, q := range map[string]string{
+		"completion": `SELECT outcome, count(*) FROM ff_completion_event WHERE flow_id = $1 GROUP BY outcome`,
+		"lease": `SELECT l.event_type, count(*) FROM ff_lease_event l JOIN ff_execution e USING (partition_key, execution_id)
+			WHERE e.flow_id = $1 GROUP BY l.event_type`,
+	} {
+		rows, err := pool.Query(ctx, q, sub.Flow.ID)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var k string
+			var n int
+			if err := rows.Scan(&k, &n); err != nil {
+				rows.Close()
+				return err
+			}
+			rep.Outbox[stream][k] = n
+		}
+		rows.Close()
+	}
+	if c.JSON {
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "\nSTEP\tSTATE\tEXPECTED\tATTEMPTS\tDURATION")
+		for _, r := range rep.Executions {
+			mark := ""
+			if r.State != r.Expected {
+				mark = "  <-- unexpected"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%dms%s\n", r.Ref, r.State, r.Expected, r.Attempts, r.DurationMS, mark)
+		}
+		tw.Flush()
+		fmt.Fprintf(g.stdout, "\nflow %s %s in %dms\n", rep.FlowID, rep.FlowState, rep.DurationMS)
+		for _, stream := range []string{"completion", "lease"} {
+			keys := make([]string, 0, len(rep.Outbox[stream]))
+			for k := range rep.Outbox[stream] {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			fmt.Fprintf(g.stdout, "%s events:", stream)
+			for _, k := range keys {
+				fmt.Fprintf(g.stdout, " %s=%d", k, rep.Outbox[stream][k])
+			}
+			fmt.Fprintln(g.stdout)
+		}
+	}
+	if !rep.OK {
+		return errors.New("demo: some executions did not end as the DAG implies")
+	}
+	if !c.JSON {
+		fmt.Fprintln(g.stdout, "every step ended as the DAG implies")
+	}
+	g.log.Debug("demo finished", zap.String("flow_id", rep.FlowID))
+	return nil
+}
+
+// silent is a Notifier for in-process daemons that are not the service.
+type silent struct{}
+
+func (silent) Notify(string)                   {}
+func (silent) WatchdogInterval() time.Duration { return 0 }

@@ -1,0 +1,381 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/ident"
+)
+
+// ExecCmd groups the execution ops commands.
+type ExecCmd struct {
+	Show   ExecShowCmd   `cmd:"" help:"Show one execution and its attempts."`
+	List   ExecListCmd   `cmd:"" help:"List executions."`
+	Cancel ExecCancelCmd `cmd:"" help:"Cancel an execution (a running one is fenced)."`
+}
+
+// FlowCmd groups the flow ops commands.
+type FlowCmd struct {
+	Show   FlowShowCmd   `cmd:"" help:"Show one flow with its members and edge groups."`
+	List   FlowListCmd   `cmd:"" help:"List flows."`
+	Cancel FlowCancelCmd `cmd:"" help:"Cancel a flow."`
+}
+
+type output struct {
+	JSON bool `name:"json" help:"Print JSON instead of a table."`
+}
+
+func (o output) print(w io.Writer, v any, table func(tw *tabwriter.Writer)) error {
+	if o.JSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+func (g *Globals) client(ctx context.Context) (*ffd.Client, func(), error) {
+	pool, err := g.checkedPool(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := ffd.NewClient(pool, nil)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return c, pool.Close, nil
+}
+
+// execJSON is the stable JSON form of an execution (snake_case, as in the
+// schema).
+func execJSON(x *ffd.Execution) map[string]any {
+	m := map[string]any{
+		"execution_id": x.ID.String(), "namespace": x.Namespace, "lane": x.Lane, "kind": x.Kind,
+		"priority": x.Priority, "required_capabilities": x.RequiredCapabilities, "state": x.State,
+		"run_at": x.RunAt, "attempt": x.Attempt, "max_attempts": x.MaxAttempts, "lease_epoch": x.LeaseEpoch,
+		"lease_owner": x.LeaseOwner, "lease_expires_at": x.LeaseExpiresAt, "lease_ttl": x.LeaseTTL.String(),
+		"deadline_at": x.DeadlineAt, "last_error": x.LastError, "created_at": x.CreatedAt,
+		"started_at": x.StartedAt, "terminal_at": x.TerminalAt, "cancellation_reason": x.CancellationReason,
+		"cancelled_by": x.CancelledBy, "tags": x.Tags, "payload_bytes": len(x.Payload), "result_bytes": len(x.Result),
+	}
+	if x.FlowID != nil {
+		m["flow_id"] = x.FlowID.String()
+	}
+	return m
+}
+
+func ts(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// ExecShowCmd shows one execution.
+type ExecShowCmd struct {
+	output
+	ID string `arg:"" help:"Execution id, {fp:N}:<uuid>."`
+}
+
+// Run prints the execution.
+func (c *ExecShowCmd) Run(ctx context.Context, g *Globals) error {
+	id, err := ffd.ParseExecutionID(c.ID)
+	if err != nil {
+		return err
+	}
+	client, done, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	x, err := client.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	return c.print(g.stdout, execJSON(x), func(tw *tabwriter.Writer) {
+		flow := "-"
+		if x.FlowID != nil {
+			flow = x.FlowID.String()
+		}
+		rows := [][2]string{
+			{"execution_id", x.ID.String()}, {"flow_id", flow}, {"namespace", x.Namespace}, {"lane", x.Lane},
+			{"kind", x.Kind}, {"state", string(x.State)}, {"priority", fmt.Sprint(x.Priority)},
+			{"attempt", fmt.Sprintf("%d of %d", x.Attempt, x.MaxAttempts)}, {"lease_epoch", fmt.Sprint(x.LeaseEpoch)},
+			{"lease_owner", x.LeaseOwner}, {"lease_expires_at", ts(x.LeaseExpiresAt)}, {"run_at", ts(&x.RunAt)},
+			{"created_at", ts(&x.CreatedAt)}, {"started_at", ts(x.StartedAt)}, {"terminal_at", ts(x.TerminalAt)},
+			{"last_error", x.LastError}, {"cancellation_reason", x.CancellationReason}, {"cancelled_by", x.CancelledBy},
+		}
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
+		}
+	})
+}
+
+// ExecListCmd lists executions.
+type ExecListCmd struct {
+	output
+	Lane  string `name:"lane" help:"Only this lane."`
+	State string `name:"state" help:"Only this state."`
+	Flow  string `name:"flow" help:"Only members of this flow."`
+	After string `name:"after" help:"Cursor: the last execution id of the previous page."`
+	Limit int    `name:"limit" default:"50" help:"Page size (1..1000)."`
+}
+
+// Run prints one page.
+func (c *ExecListCmd) Run(ctx context.Context, g *Globals) error {
+	p := ffd.ListParams{Lane: c.Lane, State: ffd.State(c.State), Limit: c.Limit}
+	if c.Flow != "" {
+		id, err := ident.ParseUUID("flow id", c.Flow)
+		if err != nil {
+			return err
+		}
+		p.FlowID = &id
+	}
+	if c.After != "" {
+		id, err := ffd.ParseExecutionID(c.After)
+		if err != nil {
+			return err
+		}
+		p.After = &id
+	}
+	client, done, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	page, err := client.List(ctx, p)
+	if err != nil {
+		return err
+	}
+	items := make([]map[string]any, len(page.Executions))
+	for i, x := range page.Executions {
+		items[i] = execJSON(x)
+	}
+	out := map[string]any{"executions": items, "next": nil}
+	if page.Next != nil {
+		out["next"] = page.Next.String()
+	}
+	return c.print(g.stdout, out, func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, "EXECUTION\tLANE\tSTATE\tATTEMPT\tPRIORITY\tCREATED")
+		for _, x := range page.Executions {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\n", x.ID, x.Lane, x.State, x.Attempt, x.MaxAttempts, x.Priority, ts(&x.CreatedAt))
+		}
+		if page.Next != nil {
+			fmt.Fprintf(tw, "next page: --after %s\n", page.Next)
+		}
+	})
+}
+
+// ExecCancelCmd cancels an execution.
+type ExecCancelCmd struct {
+	output
+	ID     string `arg:"" help:"Execution id."`
+	Reason string `name:"reason" default:"cancelled by operator" help:"Recorded as cancellation_reason."`
+	By     string `name:"by" default:"ffd-cli" help:"Recorded as cancelled_by."`
+}
+
+// Run cancels.
+func (c *ExecCancelCmd) Run(ctx context.Context, g *Globals) error {
+	id, err := ffd.ParseExecutionID(c.ID)
+	if err != nil {
+		return err
+	}
+	client, done, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	out, err := client.Cancel(ctx, id, c.Reason, c.By)
+	if err != nil {
+		return err
+	}
+	return c.print(g.stdout, map[string]any{"execution_id": id.String(), "state": out.State, "repeated": out.Repeated},
+		func(tw *tabwriter.Writer) {
+			if out.Repeated {
+				fmt.Fprintf(tw, "%s was already cancelled\n", id)
+			} else {
+				fmt.Fprintf(tw, "%s cancelled\n", id)
+			}
+		})
+}
+
+func flowJSON(f *ffd.Flow) map[string]any {
+	groups := make([]map[string]any, len(f.Groups))
+	for i, gr := range f.Groups {
+		groups[i] = map[string]any{"downstream_id": gr.Downstream.String(), "policy": gr.Policy.Kind, "k": gr.Policy.K,
+			"on_satisfied": gr.Policy.OnSatisfied, "total": gr.Counts.Total, "success_count": gr.Counts.Success,
+			"fail_count": gr.Counts.Fail, "skip_count": gr.Counts.Skip, "decision": gr.Decision}
+	}
+	members := make([]string, len(f.CancelledMembers))
+	for i, m := range f.CancelledMembers {
+		members[i] = m.String()
+	}
+	return map[string]any{"flow_id": f.ID.String(), "namespace": f.Namespace, "kind": f.Kind, "state": f.State,
+		"graph_revision": f.GraphRevision, "node_count": f.NodeCount, "edge_count": f.EdgeCount,
+		"cancellation_policy": f.CancellationPolicy, "cancel_reason": f.CancelReason, "cancelled_members": members,
+		"tags": f.Tags, "created_at": f.CreatedAt, "terminal_at": f.TerminalAt, "edge_groups": groups}
+}
+
+// FlowShowCmd shows one flow.
+type FlowShowCmd struct {
+	output
+	ID string `arg:"" help:"Flow id."`
+}
+
+// Run prints the flow, its groups and its members.
+func (c *FlowShowCmd) Run(ctx context.Context, g *Globals) error {
+	id, err := ident.ParseUUID("flow id", c.ID)
+	if err != nil {
+		return err
+	}
+	client, done, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	f, err := client.DescribeFlow(ctx, id)
+	if err != nil {
+		return err
+	}
+	var members []*ffd.Execution
+	p := ffd.ListParams{FlowID: &id, Limit: 1000}
+	for {
+		page, err := client.List(ctx, p)
+		if err != nil {
+			return err
+		}
+		members = append(members, page.Executions...)
+		if page.Next == nil {
+			break
+		}
+		p.After = page.Next
+	}
+	out := flowJSON(f)
+	ms := make([]map[string]any, len(members))
+	for i, x := range members {
+		ms[i] = execJSON(x)
+	}
+	out["members"] = ms
+	return c.print(g.stdout, out, func(tw *tabwriter.Writer) {
+		fmt.Fprintf(tw, "flow %s (%s) %s, %d nodes, %d edges, revision %d\n\n", f.ID, f.Kind, f.State, f.NodeCount, f.EdgeCount, f.GraphRevision)
+		fmt.Fprintln(tw, "MEMBER\tKIND\tSTATE\tATTEMPT\tJOIN\tDECISION")
+		join := map[ffd.ExecutionID]ffd.EdgeGroup{}
+		for _, gr := range f.Groups {
+			join[gr.Downstream] = gr
+		}
+		for _, x := range members {
+			j, dec := "-", "-"
+			if gr, ok := join[x.ID]; ok {
+				j = fmt.Sprintf("%s %d/%d ok, %d bad", policyString(gr.Policy), gr.Counts.Success, gr.Counts.Total, gr.Counts.Fail+gr.Counts.Skip)
+				dec = string(gr.Decision)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", x.ID, x.Kind, x.State, x.Attempt, j, dec)
+		}
+	})
+}
+
+func policyString(p ffd.Policy) string {
+	switch p.Kind {
+	case ffd.Quorum:
+		return fmt.Sprintf("quorum(%d,%s)", p.K, p.OnSatisfied)
+	case ffd.AnyOf:
+		return "any_of(" + string(p.OnSatisfied) + ")"
+	}
+	return string(p.Kind)
+}
+
+// FlowListCmd lists flows.
+type FlowListCmd struct {
+	output
+	Namespace string `name:"namespace" help:"Only this namespace."`
+	State     string `name:"state" help:"Only this state (open, completed, failed, cancelled)."`
+	After     string `name:"after" help:"Cursor: the last flow id of the previous page."`
+	Limit     int    `name:"limit" default:"50" help:"Page size (1..1000)."`
+}
+
+// Run prints one page.
+func (c *FlowListCmd) Run(ctx context.Context, g *Globals) error {
+	p := ffd.ListFlowsParams{Namespace: c.Namespace, State: ffd.FlowState(c.State), Limit: c.Limit}
+	if c.After != "" {
+		id, err := ident.ParseUUID("flow id", c.After)
+		if err != nil {
+			return err
+		}
+		p.After = &id
+	}
+	client, done, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	page, err := client.ListFlows(ctx, p)
+	if err != nil {
+		return err
+	}
+	items := make([]map[string]any, len(page.Flows))
+	for i, f := range page.Flows {
+		items[i] = flowJSON(f)
+	}
+	out := map[string]any{"flows": items, "next": nil}
+	if page.Next != nil {
+		out["next"] = page.Next.String()
+	}
+	return c.print(g.stdout, out, func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, "FLOW\tKIND\tSTATE\tNODES\tEDGES\tCREATED")
+		for _, f := range page.Flows {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", f.ID, f.Kind, f.State, f.NodeCount, f.EdgeCount, ts(&f.CreatedAt))
+		}
+		if page.Next != nil {
+			fmt.Fprintf(tw, "next page: --after %s\n", page.Next)
+		}
+	})
+}
+
+// FlowCancelCmd cancels a flow.
+type FlowCancelCmd struct {
+	output
+	ID     string `arg:"" help:"Flow id."`
+	Policy string `name:"policy" default:"cancel_all" enum:"flow_only,cancel_all,cancel_pending" help:"flow_only, cancel_all or cancel_pending."`
+	Reason string `name:"reason" default:"cancelled by operator" help:"Recorded on the flow and its cancelled members."`
+}
+
+// Run cancels.
+func (c *FlowCancelCmd) Run(ctx context.Context, g *Globals) error {
+	id, err := ident.ParseUUID("flow id", c.ID)
+	if err != nil {
+		return err
+	}
+	client, done, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	res, err := client.CancelFlow(ctx, id, ffd.CancelPolicy(c.Policy), c.Reason)
+	if err != nil {
+		return err
+	}
+	members := make([]string, len(res.Members))
+	for i, m := range res.Members {
+		members[i] = m.String()
+	}
+	return c.print(g.stdout, map[string]any{"flow_id": id.String(), "policy": res.Policy, "cancelled_members": members, "repeated": res.Repeated},
+		func(tw *tabwriter.Writer) {
+			verb := "cancelled"
+			if res.Repeated {
+				verb = "was already cancelled"
+			}
+			fmt.Fprintf(tw, "flow %s %s (%s); members cancelled: %d\n", id, verb, res.Policy, len(members))
+			if len(members) > 0 {
+				fmt.Fprintln(tw, strings.Join(members, "\n"))
+			}
+		})
+}
