@@ -81,12 +81,12 @@ func (c *DevCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	g.log.Info("schema ready", zap.Int64("version", schema.Latest()), zap.Int("applied", len(applied)))
-	daemonDone := make(chan error, 1)
+	// daemonDone stays nil (never ready) without a daemon.
+	var daemonDone chan error
 	runCtx, stopDaemon := context.WithCancel(ctx)
 	defer stopDaemon()
-	if c.NoDaemon {
-		close(daemonDone)
-	} else {
+	if !c.NoDaemon {
+		daemonDone = make(chan error, 1)
 		cfg, dpool, err := c.config(ctx, g, url)
 		if err != nil {
 			return err
@@ -103,6 +103,9 @@ func (c *DevCmd) Run(ctx context.Context, g *Globals) error {
 	case <-ctx.Done():
 		g.log.Info("stopping")
 		stopDaemon()
+		if daemonDone == nil {
+			return nil
+		}
 		return <-daemonDone
 	case err := <-daemonDone:
 		if err == nil {

@@ -74,7 +74,7 @@ const eventColumns = `event_id, partition_key, execution_id, flow_id, outcome,
 func (d *Dispatcher) Dispatch(ctx context.Context, eventID int64) (Result, error) {
 	return d.dispatch(ctx, `SELECT `+eventColumns+` FROM ff_completion_event
 		WHERE event_id = $1 AND dispatched_at IS NULL
-		FOR UPDATE SKIP LOCKED`, eventID)
+		FOR NO KEY UPDATE SKIP LOCKED`, eventID)
 }
 
 // DispatchBatch dispatches up to limit undispatched events at least grace
@@ -85,7 +85,7 @@ func (d *Dispatcher) DispatchBatch(ctx context.Context, limit int, grace time.Du
 		WHERE dispatched_at IS NULL AND occurred_at <= clock_timestamp() - $2::bigint * interval '1 microsecond'
 		ORDER BY event_id
 		LIMIT $1
-		FOR UPDATE SKIP LOCKED`, limit, grace.Microseconds())
+		FOR NO KEY UPDATE SKIP LOCKED`, limit, grace.Microseconds())
 }
 
 func (d *Dispatcher) dispatch(ctx context.Context, pick string, args ...any) (Result, error) {
@@ -218,8 +218,12 @@ func (d *Dispatcher) cancelOneGroup(ctx context.Context) (found bool, cancelled 
 		}
 		found = true
 		var members []uuid.UUID
+		// Lock the group before the siblings (the global order: groups,
+		// executions, flows): a dispatch resolving into this group holds it
+		// while it skips downstreams and finishes flows.
 		if err := tx.QueryRow(ctx, `SELECT cancel_members FROM ff_edge_group
-			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`, part, flow, down).Scan(&members); err != nil {
+			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3
+			FOR NO KEY UPDATE`, part, flow, down).Scan(&members); err != nil {
 			return fmt.Errorf("read siblings of %s: %w", down, err)
 		}
 		ends := make([]leases.Ending, len(members))

@@ -154,6 +154,19 @@ func (f *fixture) count(sql string, args ...any) int {
 	return n
 }
 
+// waitGone waits until a terminated backend has exited (its transaction
+// rolled back, its locks released).
+func (f *fixture) waitGone(pid int) {
+	f.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for f.count(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid) > 0 {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("backend %d still there", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func (f *fixture) quiescent() {
 	f.t.Helper()
 	if err := invariant.CheckQuiescent(f.ctx, f.pool); err != nil {
@@ -371,20 +384,21 @@ func TestCrashMidDispatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer killer.Close(context.Background())
+			var killed int
 			crashing.SetStep(func(ctx context.Context, tx pgx.Tx, name string) error {
 				if name != step {
 					return nil
 				}
-				var pid int
-				if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&killed); err != nil {
 					return err
 				}
-				_, err := killer.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
+				_, err := killer.Exec(ctx, `SELECT pg_terminate_backend($1)`, killed)
 				return err
 			})
 			if _, err := crashing.DispatchBatch(f.ctx, 10, 0); err == nil {
 				t.Fatal("dispatch survived the kill of its connection")
 			}
+			f.waitGone(killed)
 			if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NOT NULL`); n != 0 {
 				t.Fatalf("%d events dispatched by a crashed dispatch", n)
 			}
@@ -422,17 +436,20 @@ func TestCrashMidSiblingCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer killer.Close(context.Background())
+	var killed int
 	crashing.SetStep(func(ctx context.Context, tx pgx.Tx, name string) error {
-		var pid int
-		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&killed); err != nil {
 			return err
 		}
-		_, err := killer.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
+		_, err := killer.Exec(ctx, `SELECT pg_terminate_backend($1)`, killed)
 		return err
 	})
 	if _, _, err := crashing.CancelSiblings(f.ctx, 10); err == nil {
 		t.Fatal("tick survived the kill")
 	}
+	// The killed backend releases its locks when it has exited, not when
+	// pg_terminate_backend returns.
+	f.waitGone(killed)
 	f.expect(g, map[string]leases.State{"b": leases.StateRunning, "c": leases.StatePending})
 	groups, cancelled, err := f.d.CancelSiblings(f.ctx, 10)
 	if err != nil || groups != 1 || cancelled != 2 {

@@ -341,7 +341,7 @@ func TestThreeDaemons(t *testing.T) {
 	f := setup(t)
 	var ds []*running
 	for range 3 {
-		ds = append(ds, f.startDaemon(daemon.Config{CascadeWorkers: 2}))
+		ds = append(ds, f.startDaemon(daemon.Config{CascadeWorkers: 2, Logger: testLogger(t)}))
 	}
 	lane := "three-" + uuid.NewString()[:8]
 	var flowIDs []uuid.UUID
@@ -380,8 +380,28 @@ func TestThreeDaemons(t *testing.T) {
 		}
 		return nil, nil
 	})
+	last := time.Now()
+	began := time.Now()
+	defer func() { t.Logf("flows finished after %s", time.Since(began).Round(time.Millisecond)) }()
 	f.waitFor("every flow to finish", func() bool {
-		return f.count(`SELECT count(*) FROM ff_flow WHERE state = 'open'`) == 0
+		if f.count(`SELECT count(*) FROM ff_flow WHERE state = 'open'`) == 0 {
+			return true
+		}
+		if time.Since(last) > 20*time.Second {
+			last = time.Now()
+			rows, _ := f.db.Pool.Query(f.ctx, `SELECT 'exec', state, count(*)::text FROM ff_execution WHERE state IN ('blocked','pending','running') GROUP BY 1,2
+				UNION ALL SELECT 'undispatched', outcome, count(*)::text FROM ff_completion_event WHERE dispatched_at IS NULL GROUP BY 1,2
+				UNION ALL SELECT 'cancelgroups', '', count(*)::text FROM ff_pending_cancel_group
+				UNION ALL SELECT 'activity', pid || ' blockedby ' || pg_blocking_pids(pid)::text || ' ' || coalesce(state, '') || ' ' || coalesce(wait_event_type, '') || ':' || coalesce(wait_event, '') || ' ' || coalesce((now() - xact_start)::text, ''), left(regexp_replace(query, '\s+', ' ', 'g'), 120)
+					FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+			for rows.Next() {
+				v, _ := rows.Values()
+				t.Logf("status: %v", v)
+			}
+			rows.Close()
+			t.Logf("invariants: %v", invariant.CheckQuiescent(f.ctx, f.db.Pool))
+		}
+		return false
 	})
 	f.waitFor("cascade to settle", f.quiet())
 	var total float64
@@ -532,14 +552,20 @@ func TestSystemdAndReadiness(t *testing.T) {
 	if code := get("/healthz"); code != 200 {
 		t.Fatalf("/healthz = %d", code)
 	}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	metrics := func() string {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, name := range []string{"ffd_events_dispatched_total", "ffd_dispatch_delay_seconds", "ffd_listener_reconnects_total", "ffd_executions"} {
-		if !strings.Contains(string(body), name) {
+	// The executions gauge is sampled in the background: wait for it.
+	f.waitFor("the executions gauge", func() bool { return strings.Contains(metrics(), `ffd_executions{lane="gauge",state="pending"} 1`) })
+	body := metrics()
+	for _, name := range []string{"ffd_events_dispatched_total", "ffd_dispatch_delay_seconds", "ffd_listener_reconnects_total"} {
+		if !strings.Contains(body, name) {
 			t.Errorf("/metrics lacks %s", name)
 		}
 	}

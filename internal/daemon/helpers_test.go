@@ -1,7 +1,10 @@
 package daemon_test
 
 import (
+	"os"
 	"testing"
+
+	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/daemon"
 )
@@ -22,4 +25,12 @@ func counterValue(t *testing.T, m *daemon.Metrics, name string) float64 {
 		}
 	}
 	return v
+}
+
+func testLogger(t *testing.T) *zap.Logger {
+	if os.Getenv("FFD_TEST_DAEMON_LOGS") == "" {
+		return zap.NewNop()
+	}
+	l, _ := zap.NewDevelopment(zap.IncreaseLevel(zap.InfoLevel))
+	return l
 }

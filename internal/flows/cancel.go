@@ -77,7 +77,7 @@ func Cancel(ctx context.Context, db leases.DB, flowID uuid.UUID, policy CancelPo
 		if len(states) > 0 {
 			rows, err := tx.Query(ctx, `SELECT execution_id FROM ff_execution
 				WHERE partition_key = $1 AND flow_id = $2 AND state = ANY($3)
-				ORDER BY partition_key, execution_id FOR UPDATE`, part, flowID, states)
+				ORDER BY partition_key, execution_id FOR NO KEY UPDATE`, part, flowID, states)
 			if err != nil {
 				return err
 			}
@@ -86,7 +86,7 @@ func Cancel(ctx context.Context, db leases.DB, flowID uuid.UUID, policy CancelPo
 			}
 		}
 		f, err = scanFlow(tx.QueryRow(ctx, `SELECT `+flowColumns+` FROM ff_flow f
-			WHERE f.partition_key = $1 AND f.flow_id = $2 FOR UPDATE`, part, flowID))
+			WHERE f.partition_key = $1 AND f.flow_id = $2 FOR NO KEY UPDATE`, part, flowID))
 		if err != nil {
 			return err
 		}

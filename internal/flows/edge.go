@@ -224,12 +224,12 @@ func Apply(ctx context.Context, db leases.DB, flowID, edgeID uuid.UUID) (*ApplyR
 			return err
 		}
 		group, err := scanGroup(tx.QueryRow(ctx, `SELECT `+groupColumns+` FROM ff_edge_group g
-			WHERE g.partition_key = $1 AND g.flow_id = $2 AND g.downstream_id = $3 FOR UPDATE`, part, flowID, edge.Downstream.UUID))
+			WHERE g.partition_key = $1 AND g.flow_id = $2 AND g.downstream_id = $3 FOR NO KEY UPDATE`, part, flowID, edge.Downstream.UUID))
 		if err != nil {
 			return err
 		}
 		var state string
-		if err := tx.QueryRow(ctx, `SELECT state FROM ff_edge WHERE partition_key = $1 AND flow_id = $2 AND edge_id = $3 FOR UPDATE`,
+		if err := tx.QueryRow(ctx, `SELECT state FROM ff_edge WHERE partition_key = $1 AND flow_id = $2 AND edge_id = $3 FOR NO KEY UPDATE`,
 			part, flowID, edgeID).Scan(&state); err != nil {
 			return err
 		}
@@ -245,7 +245,7 @@ func Apply(ctx context.Context, db leases.DB, flowID, edgeID uuid.UUID) (*ApplyR
 		// resolve here) or waits for us (and its cascade sees the applied
 		// edge).
 		rows, err := tx.Query(ctx, `SELECT execution_id, state FROM ff_execution
-			WHERE partition_key = $1 AND execution_id = ANY($2) ORDER BY execution_id FOR UPDATE`,
+			WHERE partition_key = $1 AND execution_id = ANY($2) ORDER BY execution_id FOR NO KEY UPDATE`,
 			part, []uuid.UUID{edge.Upstream.UUID, edge.Downstream.UUID})
 		if err != nil {
 			return err
@@ -338,7 +338,7 @@ func SetPolicy(ctx context.Context, db leases.DB, flowID uuid.UUID, downstream i
 			return err
 		}
 		existing, err := scanGroup(tx.QueryRow(ctx, `SELECT `+groupColumns+` FROM ff_edge_group g
-			WHERE g.partition_key = $1 AND g.flow_id = $2 AND g.downstream_id = $3 FOR UPDATE`, part, flowID, downstream.UUID))
+			WHERE g.partition_key = $1 AND g.flow_id = $2 AND g.downstream_id = $3 FOR NO KEY UPDATE`, part, flowID, downstream.UUID))
 		switch {
 		case err == nil && existing.Policy == p:
 			alreadySet = true

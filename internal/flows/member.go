@@ -32,7 +32,7 @@ func AddExecution(ctx context.Context, db leases.DB, flowID uuid.UUID, id ident.
 	var res *AddResult
 	err := leases.InTx(ctx, db, func(tx pgx.Tx) error {
 		var member *uuid.UUID
-		err := tx.QueryRow(ctx, `SELECT flow_id FROM ff_execution WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`,
+		err := tx.QueryRow(ctx, `SELECT flow_id FROM ff_execution WHERE partition_key = $1 AND execution_id = $2 FOR NO KEY UPDATE`,
 			id.Partition, id.UUID).Scan(&member)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return &fault.NotFoundError{Object: "execution", ID: id.String()}
@@ -102,7 +102,7 @@ func CreateMember(ctx context.Context, db leases.DB, lim leases.Limits, flowID u
 // it) or says why it cannot change.
 func openFlowForUpdate(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Flow, error) {
 	f, err := scanFlow(tx.QueryRow(ctx, `SELECT `+flowColumns+` FROM ff_flow f
-		WHERE f.partition_key = $1 AND f.flow_id = $2 FOR UPDATE`, ident.Partition(id), id))
+		WHERE f.partition_key = $1 AND f.flow_id = $2 FOR NO KEY UPDATE`, ident.Partition(id), id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &fault.NotFoundError{Object: "flow", ID: id.String()}
 	}

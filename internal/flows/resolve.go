@@ -67,7 +67,7 @@ func Resolve(ctx context.Context, tx pgx.Tx, rs []Resolution) (*ResolveResult, e
 				ON e.partition_key = i.partition_key AND e.upstream_id = i.upstream_id
 			WHERE e.state = 'applied' AND (i.edge_id IS NULL OR e.edge_id = i.edge_id))
 		ORDER BY g.partition_key, g.downstream_id
-		FOR UPDATE`, parts, ups, edges); err != nil {
+		FOR NO KEY UPDATE`, parts, ups, edges); err != nil {
 		return nil, fmt.Errorf("lock edge groups: %w", err)
 	}
 	rows, err := tx.Query(ctx, resolveSQL, parts, ups, outcomes, edges)

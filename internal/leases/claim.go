@@ -34,7 +34,7 @@ WITH picked AS (
 		AND (e.deadline_at IS NULL OR e.deadline_at > now())
 	ORDER BY e.priority DESC, e.run_at, e.execution_id
 	LIMIT $3
-	FOR UPDATE SKIP LOCKED
+	FOR NO KEY UPDATE SKIP LOCKED
 ), claimed AS (
 	UPDATE ff_execution e SET
 		state = 'running',

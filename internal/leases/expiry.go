@@ -47,7 +47,7 @@ func ExpireLapsed(ctx context.Context, db DB, id ident.ExecutionID, epoch int64)
 		rows, err := tx.Query(ctx, `SELECT `+lapsedColumns+` FROM ff_execution
 			WHERE partition_key = $1 AND execution_id = $2 AND state = 'running' AND lease_epoch = $3
 				AND (lease_expires_at <= now() OR attempt_deadline_at <= now())
-			FOR UPDATE`, id.Partition, id.UUID, epoch)
+			FOR NO KEY UPDATE`, id.Partition, id.UUID, epoch)
 		if err != nil {
 			return err
 		}
@@ -74,7 +74,7 @@ func SweepLapsed(ctx context.Context, db DB, limit int) (Expired, error) {
 			WHERE state = 'running' AND (lease_expires_at <= now() OR attempt_deadline_at <= now())
 			ORDER BY partition_key, execution_id
 			LIMIT $1
-			FOR UPDATE SKIP LOCKED`, limit)
+			FOR NO KEY UPDATE SKIP LOCKED`, limit)
 		if err != nil {
 			return err
 		}
@@ -160,7 +160,7 @@ func expireDeadlines(ctx context.Context, db DB, where string, args ...any) (int
 	err := InTx(ctx, db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT partition_key, execution_id FROM ff_execution
 			WHERE deadline_at <= now() AND state IN ('blocked', 'pending', 'running') AND `+where+`
-			FOR UPDATE SKIP LOCKED`, args...)
+			FOR NO KEY UPDATE SKIP LOCKED`, args...)
 		if err != nil {
 			return err
 		}

@@ -47,7 +47,7 @@ WITH input AS (
 	WHERE e.state = 'running' AND e.lease_epoch = i.epoch
 		AND ($8 OR e.attempt < e.max_attempts)
 	ORDER BY e.partition_key, e.execution_id
-	FOR UPDATE OF e
+	FOR NO KEY UPDATE OF e
 ), upd AS (
 	UPDATE ff_execution e SET
 		state = 'pending',

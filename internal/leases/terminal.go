@@ -60,7 +60,7 @@ WITH input AS (
 		AND (i.epoch = 0 OR (e.state = 'running' AND e.lease_epoch = i.epoch))
 		AND (i.to_state <> 'skipped' OR e.state = 'blocked')
 	ORDER BY e.partition_key, e.execution_id
-	FOR UPDATE OF e
+	FOR NO KEY UPDATE OF e
 ), upd AS (
 	UPDATE ff_execution e SET
 		state = l.to_state,
@@ -108,7 +108,7 @@ SELECT 1 FROM ff_execution e
 JOIN unnest($1::smallint[], $2::uuid[]) AS i(partition_key, execution_id)
 	ON i.partition_key = e.partition_key AND i.execution_id = e.execution_id
 ORDER BY e.partition_key, e.execution_id
-FOR UPDATE OF e`
+FOR NO KEY UPDATE OF e`
 
 // Terminate ends every execution of ends that is still eligible (see
 // Ending.Epoch), in one statement, and returns those it ended; the others
@@ -202,7 +202,7 @@ func finishFlows(ctx context.Context, tx pgx.Tx, ended []Ended) error {
 			ON f.partition_key = i.partition_key AND f.flow_id = i.flow_id
 		WHERE f.state = 'open'
 		ORDER BY f.partition_key, f.flow_id
-		FOR UPDATE OF f`, parts, flows); err != nil {
+		FOR NO KEY UPDATE OF f`, parts, flows); err != nil {
 		return fmt.Errorf("lock flows: %w", err)
 	}
 	_, err := tx.Exec(ctx, finishFlowsSQL, parts, flows)
