@@ -1,0 +1,170 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/listener"
+)
+
+// Consumer defaults.
+const (
+	DefaultBatch        = 100
+	DefaultPollInterval = time.Second
+)
+
+// Handler processes a batch inside tx, the transaction that will also
+// advance the consumer's cursor past the batch. Returning an error rolls
+// both back: the batch is delivered again.
+type Handler func(ctx context.Context, tx pgx.Tx, events []Event) error
+
+// ConsumeConfig configures Consume.
+type ConsumeConfig struct {
+	// Pool to read and ack on. Required.
+	Pool *pgxpool.Pool
+	// Name of the consumer (registered on first use). Required.
+	Name string
+	// Stream: completion, lease or all. Default all.
+	Stream Stream
+	// Start is where a new consumer begins. Default FromStart.
+	Start Start
+	// Batch bounds the events per handler call. Default DefaultBatch.
+	Batch int
+	// PollInterval is the fallback when no notification arrives (jittered
+	// ±10%). Default DefaultPollInterval.
+	PollInterval time.Duration
+	// Handler is called for each non-empty batch. Required.
+	Handler Handler
+	// Listen wakes the consumer on NOTIFY; default true (set NoListen to
+	// poll only).
+	NoListen bool
+	Logger   *zap.Logger
+}
+
+// Consume follows the stream for the named consumer until ctx ends
+// (returning nil) or the handler fails (returning its error, with nothing
+// acknowledged for that batch).
+func Consume(ctx context.Context, cfg ConsumeConfig) error {
+	if cfg.Pool == nil || cfg.Handler == nil {
+		return errors.New("outbox: Consume needs a pool and a handler")
+	}
+	if cfg.Stream == "" {
+		cfg.Stream = All
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if _, err := Register(ctx, cfg.Pool, cfg.Name, cfg.Stream, cfg.Start); err != nil {
+		return err
+	}
+	wake := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	if !cfg.NoListen {
+		l, err := listener.New(listener.Config{
+			ConnConfig: cfg.Pool.Config().ConnConfig,
+			Channels:   channelsOf(cfg.Stream),
+			Handle:     func(*pgconn.Notification) { signal() },
+			OnConnect:  func(context.Context, bool) { signal() },
+			Logger:     cfg.Logger.Named("listener"),
+		})
+		if err != nil {
+			return err
+		}
+		lctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go l.Run(lctx)
+	}
+	for {
+		n, err := ConsumeOnce(ctx, cfg.Pool, cfg.Name, cfg.Batch, cfg.Handler)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if n == cfg.Batch {
+			continue // more is probably waiting
+		}
+		t := time.NewTimer(time.Duration(float64(cfg.PollInterval) * (0.9 + 0.2*rand.Float64())))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func channelsOf(s Stream) []string {
+	switch s {
+	case Completion:
+		return []string{"ff_completion"}
+	case Lease:
+		return []string{"ff_lease"}
+	}
+	return []string{"ff_completion", "ff_lease"}
+}
+
+// ConsumeOnce reads one batch after the consumer's cursor and hands it to
+// h in one transaction that also advances the cursor; it returns how many
+// events it delivered. The consumer's row is locked for the transaction,
+// so two processes running the same consumer take turns instead of
+// delivering a batch twice.
+func ConsumeOnce(ctx context.Context, db leases.DB, name string, batch int, h Handler) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var stream, txid string
+		var c Cursor
+		err := tx.QueryRow(ctx, `SELECT stream, cursor_txid::text, cursor_event_id FROM ff_outbox_consumer
+			WHERE name = $1 FOR NO KEY UPDATE`, name).Scan(&stream, &txid, &c.EventID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("consumer %s is not registered", name)
+		}
+		if err != nil {
+			return err
+		}
+		if c.TxID, err = strconv.ParseUint(txid, 10, 64); err != nil {
+			return err
+		}
+		events, err := Read(ctx, tx, Stream(stream), c, batch)
+		if err != nil {
+			return err
+		}
+		if len(events) == 0 {
+			_, err := tx.Exec(ctx, `UPDATE ff_outbox_consumer SET last_read_at = now() WHERE name = $1`, name)
+			return err
+		}
+		if err := h(ctx, tx, events); err != nil {
+			return fmt.Errorf("consumer %s handler: %w", name, err)
+		}
+		n = len(events)
+		return Ack(ctx, tx, name, events[len(events)-1].Position())
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}

@@ -1,0 +1,452 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowfabric/ffd/internal/outbox"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+type fixture struct {
+	t   *testing.T
+	ctx context.Context
+	db  *testdb.DB
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return &fixture{t: t, ctx: ctx, db: testdb.New(t)}
+}
+
+// insertEvent writes one completion event in q and returns its id.
+func insertEvent(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (int64, error) {
+	var id int64
+	err := q.QueryRow(ctx, `INSERT INTO ff_completion_event (partition_key, execution_id, outcome)
+		VALUES (1, gen_random_uuid(), 'success') RETURNING event_id`).Scan(&id)
+	return id, err
+}
+
+func (f *fixture) read(s outbox.Stream, after outbox.Cursor) []outbox.Event {
+	f.t.Helper()
+	ev, err := outbox.Read(f.ctx, f.db.Pool, s, after, 1000)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ev
+}
+
+// readUntil reads from after until n events are visible (other tests'
+// transactions can hold the cluster-wide horizon back briefly).
+func (f *fixture) readUntil(s outbox.Stream, after outbox.Cursor, n int) []outbox.Event {
+	f.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := f.read(s, after)
+		if len(got) >= n || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// consumeN runs ConsumeOnce (batches of batch) until n events went
+// through h or the wait runs out.
+func (f *fixture) consumeN(name string, batch, n int, h outbox.Handler) int {
+	f.t.Helper()
+	total := 0
+	deadline := time.Now().Add(30 * time.Second)
+	for total < n && time.Now().Before(deadline) {
+		k, err := outbox.ConsumeOnce(f.ctx, f.db.Pool, name, min(batch, n-total), h)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		total += k
+		if k == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return total
+}
+
+func ids(ev []outbox.Event) []int64 {
+	out := make([]int64, len(ev))
+	for i, e := range ev {
+		out[i] = e.EventID
+	}
+	return out
+}
+
+// A opens and writes first, B writes later and commits first: the reader
+// sees neither until A ends, then both in (txid, event_id) order; had A
+// rolled back, B's alone.
+func TestOutOfOrderCommits(t *testing.T) {
+	t.Parallel()
+	for _, commitA := range []bool{true, false} {
+		t.Run(fmt.Sprintf("A commits=%v", commitA), func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			txA, err := f.db.Pool.Begin(f.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer txA.Rollback(f.ctx)
+			idA, err := insertEvent(f.ctx, txA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			idB, err := insertEvent(f.ctx, f.db.Pool) // B: its own transaction, committed
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := f.read(outbox.Completion, outbox.Cursor{}); len(got) != 0 {
+				t.Fatalf("while A is open the reader got %v; want nothing (B must wait behind A)", ids(got))
+			}
+			if commitA {
+				if err := txA.Commit(f.ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := txA.Rollback(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+			want := []int64{idB}
+			if commitA {
+				want = []int64{idA, idB}
+			}
+			// The horizon is cluster-wide: a transaction open in another
+			// test's database also holds events back, for a moment.
+			got := f.readUntil(outbox.Completion, outbox.Cursor{}, len(want))
+			if fmt.Sprint(ids(got)) != fmt.Sprint(want) {
+				t.Fatalf("after A ended: got %v, want %v", ids(got), want)
+			}
+			// Exactly once: reading after the last position yields nothing.
+			if more := f.read(outbox.Completion, got[len(got)-1].Position()); len(more) != 0 {
+				t.Fatalf("re-read after the cursor returned %v", ids(more))
+			}
+		})
+	}
+}
+
+// 16 writers commit in random order with random delays; 3 named consumers
+// each see every event exactly once, in (txid, event_id) order.
+func TestStressConsumers(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	cfg, _ := pgxpool.ParseConfig(f.db.URL)
+	cfg.MaxConns = 30
+	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	const writers, perWriter = 16, 40
+	names := []string{"billing", "audit", "dash"}
+	for _, n := range names {
+		if _, err := outbox.Register(f.ctx, pool, n, outbox.All, outbox.FromStart); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	written := map[int64]bool{}
+	seen := map[string][]outbox.Event{}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for range perWriter {
+				tx, err := pool.Begin(f.ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var mine []int64
+				for range 1 + rng.IntN(3) {
+					id, err := insertEvent(f.ctx, tx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mine = append(mine, id)
+				}
+				// Some writers also write lease events, for the merged stream.
+				if rng.IntN(2) == 0 {
+					var id int64
+					if err := tx.QueryRow(f.ctx, `INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type)
+						VALUES (2, gen_random_uuid(), 1, 1, 'w', 'acquired') RETURNING event_id`).Scan(&id); err != nil {
+						t.Error(err)
+						return
+					}
+					mine = append(mine, id)
+				}
+				time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+				if rng.IntN(10) == 0 {
+					tx.Rollback(f.ctx) // never delivered
+					continue
+				}
+				if err := tx.Commit(f.ctx); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for _, id := range mine {
+					written[id] = true
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	var cw sync.WaitGroup
+	for _, name := range names {
+		cw.Add(1)
+		go func() {
+			defer cw.Done()
+			for {
+				n, err := outbox.ConsumeOnce(f.ctx, pool, name, 1+rand.IntN(50), func(ctx context.Context, tx pgx.Tx, ev []outbox.Event) error {
+					mu.Lock()
+					seen[name] = append(seen[name], ev...)
+					mu.Unlock()
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if n == 0 {
+					select {
+					case <-done:
+						return
+					case <-time.After(2 * time.Millisecond):
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// Let the consumers drain, then stop them.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		mu.Lock()
+		caught := true
+		for _, n := range names {
+			caught = caught && len(seen[n]) >= len(written)
+		}
+		mu.Unlock()
+		if caught || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(done)
+	cw.Wait()
+	for _, n := range names {
+		got := seen[n]
+		if len(got) != len(written) {
+			t.Fatalf("consumer %s saw %d events, %d were committed", n, len(got), len(written))
+		}
+		once := map[int64]bool{}
+		for i, e := range got {
+			if once[e.EventID] || !written[e.EventID] {
+				t.Fatalf("consumer %s: event %d repeated or never committed", n, e.EventID)
+			}
+			once[e.EventID] = true
+			if i > 0 && !got[i-1].Position().Less(e.Position()) {
+				t.Fatalf("consumer %s: %v then %v: not in (txid, event_id) order", n, got[i-1].Position(), e.Position())
+			}
+		}
+	}
+	t.Logf("%d events, %d writers, %d consumers", len(written), writers, len(names))
+}
+
+// A consumer restarted resumes right after its cursor; a handler that
+// fails rolls back its own writes and the ack, and gets the batch again.
+func TestRestartAndTransactionalAck(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if _, err := f.db.Pool.Exec(f.ctx, `CREATE TABLE ledger (event_id bigint PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	var all []int64
+	for range 10 {
+		id, err := insertEvent(f.ctx, f.db.Pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, id)
+	}
+	if _, err := outbox.Register(f.ctx, f.db.Pool, "ledger", outbox.Completion, outbox.FromStart); err != nil {
+		t.Fatal(err)
+	}
+	write := func(ctx context.Context, tx pgx.Tx, ev []outbox.Event) error {
+		for _, e := range ev {
+			if _, err := tx.Exec(ctx, `INSERT INTO ledger VALUES ($1)`, e.EventID); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if n := f.consumeN("ledger", 4, 4, write); n != 4 {
+		t.Fatalf("first batch: %d", n)
+	}
+	// The handler fails mid-batch: its writes and the ack roll back.
+	boom := errors.New("downstream unavailable")
+	if _, err := outbox.ConsumeOnce(f.ctx, f.db.Pool, "ledger", 4, func(ctx context.Context, tx pgx.Tx, ev []outbox.Event) error {
+		if err := write(ctx, tx, ev[:2]); err != nil {
+			return err
+		}
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("failing handler: %v", err)
+	}
+	var n int
+	f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM ledger`).Scan(&n)
+	if n != 4 {
+		t.Fatalf("ledger has %d rows after a failed batch, want 4", n)
+	}
+	// "Restart": a fresh call resumes right after the cursor.
+	for {
+		k, err := outbox.ConsumeOnce(f.ctx, f.db.Pool, "ledger", 3, write)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == 0 {
+			break
+		}
+	}
+	rows, _ := f.db.Pool.Query(f.ctx, `SELECT event_id FROM ledger ORDER BY event_id`)
+	got, _ := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if fmt.Sprint(got) != fmt.Sprint(all) {
+		t.Fatalf("ledger %v, want %v: each event exactly once", got, all)
+	}
+	c, err := outbox.Get(f.ctx, f.db.Pool, "ledger")
+	if err != nil || c.Cursor.EventID != all[len(all)-1] {
+		t.Fatalf("cursor %+v %v", c, err)
+	}
+	// Registering again keeps the cursor; another stream is a conflict.
+	again, err := outbox.Register(f.ctx, f.db.Pool, "ledger", outbox.Completion, outbox.FromStart)
+	if err != nil || again.Cursor != c.Cursor {
+		t.Fatalf("re-register moved the cursor: %+v %v", again, err)
+	}
+	if _, err := outbox.Register(f.ctx, f.db.Pool, "ledger", outbox.Lease, outbox.FromStart); err == nil {
+		t.Fatal("re-register for another stream succeeded")
+	}
+}
+
+// From-now skips every event committed below the horizon at registration
+// and delivers every one committed after.
+func TestFromNow(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if _, err := insertEvent(f.ctx, f.db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the old event is below the (cluster-wide) horizon.
+	if got := f.readUntil(outbox.Completion, outbox.Cursor{}, 1); len(got) != 1 {
+		t.Fatal("the first event never became readable")
+	}
+	if _, err := outbox.Register(f.ctx, f.db.Pool, "late", outbox.All, outbox.FromNow); err != nil {
+		t.Fatal(err)
+	}
+	id, err := insertEvent(f.ctx, f.db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	f.consumeN("late", 10, 1, func(_ context.Context, _ pgx.Tx, ev []outbox.Event) error {
+		got = append(got, ids(ev)...)
+		return nil
+	})
+	if fmt.Sprint(got) != fmt.Sprint([]int64{id}) {
+		t.Fatalf("from-now consumer got %v, want only %d", got, id)
+	}
+}
+
+// Retention deletes only dispatched events older than the window that
+// every registered consumer has passed.
+func TestRetention(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := f.db.Pool.Exec(f.ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 6 {
+		if _, err := insertEvent(f.ctx, f.db.Pool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type)
+		SELECT 1, gen_random_uuid(), 1, 1, 'w', 'acquired' FROM generate_series(1, 4)`)
+	// Everything is old; half the completion events are dispatched.
+	exec(`UPDATE ff_completion_event SET occurred_at = now() - interval '30 days'`)
+	exec(`UPDATE ff_lease_event SET occurred_at = now() - interval '30 days'`)
+	exec(`UPDATE ff_completion_event SET dispatched_at = now() WHERE event_id IN (SELECT event_id FROM ff_completion_event ORDER BY event_id LIMIT 4)`)
+	// A consumer that has read two completion events.
+	if _, err := outbox.Register(f.ctx, f.db.Pool, "slow", outbox.Completion, outbox.FromStart); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.consumeN("slow", 2, 2, func(context.Context, pgx.Tx, []outbox.Event) error { return nil }); n != 2 {
+		t.Fatalf("consumer read %d, want 2", n)
+	}
+	r, err := outbox.Retain(f.ctx, f.db.Pool, 7*24*time.Hour, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Completion: 4 dispatched, 2 of those consumed → 2 deleted. Lease: no
+	// consumer of that stream → all 4.
+	if r.Completion != 2 || r.Lease != 4 {
+		t.Fatalf("retention deleted %+v, want 2 completion and 4 lease events", r)
+	}
+	var undispatched, unconsumed int
+	f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FILTER (WHERE dispatched_at IS NULL), count(*) FILTER (WHERE dispatched_at IS NOT NULL) FROM ff_completion_event`).Scan(&undispatched, &unconsumed)
+	if undispatched != 2 || unconsumed != 2 {
+		t.Fatalf("left %d undispatched and %d dispatched-but-unconsumed, want 2 and 2", undispatched, unconsumed)
+	}
+	// Recent events are kept whatever else holds.
+	if r, _ := outbox.Retain(f.ctx, f.db.Pool, 365*24*time.Hour*100, 10); r.Completion+r.Lease != 0 {
+		t.Fatalf("a window longer than the events' age deleted %+v", r)
+	}
+	// An idle consumer behind waiting events is reported.
+	exec(`UPDATE ff_outbox_consumer SET last_read_at = now() - interval '2 days'`)
+	idle, err := outbox.IdleConsumers(f.ctx, f.db.Pool, 24*time.Hour)
+	if err != nil || len(idle) != 1 || idle[0].Name != "slow" {
+		t.Fatalf("idle consumers %+v %v", idle, err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if _, err := outbox.Read(f.ctx, f.db.Pool, "everything", outbox.Cursor{}, 10); err == nil {
+		t.Error("unknown stream accepted")
+	}
+	if _, err := outbox.Read(f.ctx, f.db.Pool, outbox.All, outbox.Cursor{}, 0); err == nil {
+		t.Error("limit 0 accepted")
+	}
+	if _, err := outbox.Register(f.ctx, f.db.Pool, "bad name", outbox.All, outbox.FromStart); err == nil {
+		t.Error("bad consumer name accepted")
+	}
+	if err := outbox.StreamWAL(f.ctx, outbox.WALConfig{ConnString: f.db.URL, Slot: "Bad-Slot", Handler: func(context.Context, []outbox.Event) error { return nil }}); err == nil || !strings.Contains(err.Error(), "Bad-Slot") {
+		t.Errorf("bad slot name: %v", err)
+	}
+}
+

@@ -1,0 +1,248 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowfabric/ffd/internal/outbox"
+	"github.com/flowfabric/ffd/internal/pgserver"
+	"github.com/flowfabric/ffd/internal/schema"
+)
+
+type walRun struct {
+	mu   sync.Mutex
+	txs  [][]int64
+	done chan error
+	stop context.CancelFunc
+}
+
+func (w *walRun) all() []int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []int64
+	for _, tx := range w.txs {
+		out = append(out, tx...)
+	}
+	return out
+}
+
+func (f *fixture) slot() string {
+	slot := "s_" + strings.ToLower(f.db.Name)
+	f.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := outbox.DropSlot(ctx, f.db.URL, slot); err != nil && !strings.Contains(err.Error(), "does not exist") {
+			f.t.Errorf("drop slot: %v", err)
+		}
+	})
+	return slot
+}
+
+func (f *fixture) stream(slot string, into *walRun) *walRun {
+	if into == nil {
+		into = &walRun{}
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	into.stop, into.done = cancel, make(chan error, 1)
+	go func() {
+		into.done <- outbox.StreamWAL(ctx, outbox.WALConfig{ConnString: f.db.URL, Slot: slot, StatusInterval: 100 * time.Millisecond,
+			Handler: func(_ context.Context, ev []outbox.Event) error {
+				into.mu.Lock()
+				defer into.mu.Unlock()
+				into.txs = append(into.txs, ids(ev))
+				return nil
+			}})
+	}()
+	return into
+}
+
+func (f *fixture) waitSlotActive(slot string) int {
+	f.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var pid *int
+		err := f.db.Pool.QueryRow(f.ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&pid)
+		if err == nil && pid != nil {
+			return *pid
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("slot %s never became active", slot)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The WAL stream delivers transactions in commit order (B before A when B
+// commits first), whatever their event ids.
+func TestWALCommitOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	slot := f.slot()
+	run := f.stream(slot, nil)
+	defer run.stop()
+	f.waitSlotActive(slot)
+	txA, err := f.db.Pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idA, err := insertEvent(f.ctx, txA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idB, err := insertEvent(f.ctx, f.db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := txA.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(run.all()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := run.all(); len(got) != 2 || got[0] != idB || got[1] != idA {
+		t.Fatalf("WAL order %v, want B (%d) then A (%d): commit order", got, idB, idA)
+	}
+}
+
+// Killing the replication connection and restarting the consumer loses
+// nothing; anything delivered twice carries the same ids.
+func TestWALResumeAfterKill(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	slot := f.slot()
+	run := f.stream(slot, nil)
+	pid := f.waitSlotActive(slot)
+	var want []int64
+	write := func(n int) {
+		for range n {
+			tx, err := f.db.Pool.Begin(f.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				id, err := insertEvent(f.ctx, tx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, id)
+			}
+			if err := tx.Commit(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(30)
+	if _, err := f.db.Pool.Exec(f.ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-run.done:
+		if err == nil {
+			t.Fatal("the stream ended without an error when its connection was killed")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream did not notice its connection was killed")
+	}
+	write(30) // committed while nobody streams
+	f.waitSlotInactive(slot)
+	run = f.stream(slot, run)
+	defer run.stop()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if covered(run.all(), want) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	got := run.all()
+	if !covered(got, want) {
+		t.Fatalf("lost events: got %d ids for %d written", len(got), len(want))
+	}
+	for _, id := range got {
+		if !contains(want, id) {
+			t.Fatalf("delivered id %d that was never written", id)
+		}
+	}
+	t.Logf("%d events written, %d delivered (%d redelivered)", len(want), len(got), len(got)-len(want))
+}
+
+func (f *fixture) waitSlotInactive(slot string) {
+	f.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var active bool
+		if err := f.db.Pool.QueryRow(f.ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active); err == nil && !active {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("slot %s still active", slot)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func covered(got, want []int64) bool {
+	seen := map[int64]bool{}
+	for _, id := range got {
+		seen[id] = true
+	}
+	for _, id := range want {
+		if !seen[id] {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(xs []int64, x int64) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// On a server without wal_level=logical the stream refuses with an error
+// naming the setting.
+func TestWALLevelRequired(t *testing.T) {
+	t.Parallel()
+	if os.Getenv("FFD_TEST_DATABASE_URL") != "" {
+		t.Skip("starts a private server with wal_level=replica")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "ffd-wal-level-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "data"), Settings: map[string]string{"wal_level": "replica"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(context.Background())
+	pool, err := pgxpool.New(ctx, srv.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := schema.Up(ctx, pool, 0); err != nil {
+		t.Fatal(err)
+	}
+	err = outbox.StreamWAL(ctx, outbox.WALConfig{ConnString: srv.URL("postgres"), Slot: "never",
+		Handler: func(context.Context, []outbox.Event) error { return nil }})
+	if !errors.Is(err, outbox.ErrWALLevel) || !strings.Contains(err.Error(), "wal_level = logical") {
+		t.Fatalf("StreamWAL on wal_level=replica: %v; want an error naming wal_level = logical", err)
+	}
+}
