@@ -42,6 +42,7 @@ type CLI struct {
 	Migrate MigrateCmd `cmd:"" help:"Apply or inspect the schema migrations."`
 	Exec    ExecCmd    `cmd:"" help:"Inspect and cancel executions."`
 	Flow    FlowCmd    `cmd:"" help:"Inspect and cancel flows."`
+	Events  EventsCmd  `cmd:"" help:"Read the outbox: tail events, manage consumers and WAL slots."`
 	Dev     DevCmd     `cmd:"" help:"Run a private PostgreSQL and the daemon for development until interrupted."`
 	Demo    DemoCmd    `cmd:"" help:"Run a realistic DAG end to end on a private PostgreSQL and report."`
 }

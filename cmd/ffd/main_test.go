@@ -295,3 +295,73 @@ func (s *syncWriter) String() string {
 	defer s.mu.Unlock()
 	return s.w.String()
 }
+
+// ffd events tail --follow, parsed while a flow runs: every completion
+// event of the flow arrives once, as JSON with the documented fields, in
+// (txid, event_id) order.
+func TestEventsTailFollow(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	tailDone := make(chan int, 1)
+	go func() {
+		tailDone <- run(ctx, []string{"events", "tail", "--follow", "--stream", "completion", "--consumer", "tail-test",
+			"--poll-interval", "100ms", "--database-url", db.URL, "--log-format", "json"}, pw, io.Discard)
+		pw.Close()
+	}()
+	demoDone := make(chan int, 1)
+	go func() {
+		code, _, _ := runFFD(t, "demo", "--json", "--database-url", db.URL, "--log-level", "error")
+		demoDone <- code
+	}()
+	type line struct {
+		Stream      string `json:"stream"`
+		EventID     int64  `json:"event_id"`
+		TxID        uint64 `json:"txid"`
+		ExecutionID string `json:"execution_id"`
+		FlowID      string `json:"flow_id"`
+		Outcome     string `json:"outcome"`
+	}
+	var got []line
+	sc := bufio.NewScanner(pr)
+	flowDone := false
+	// Every step's event and the flow's own: (txid, event_id) order need
+	// not put the flow's last.
+	for len(got) < len(demoDAG)+1 && sc.Scan() {
+		var l line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("tail printed %q: %v", sc.Text(), err)
+		}
+		if l.Stream != "completion" || l.EventID == 0 || l.TxID == 0 || l.Outcome == "" {
+			t.Fatalf("incomplete event line %q", sc.Text())
+		}
+		got = append(got, l)
+		flowDone = flowDone || (l.ExecutionID == "" && l.FlowID != "")
+	}
+	if code := <-demoDone; code != 0 {
+		t.Fatalf("demo exited %d", code)
+	}
+	cancel()
+	go io.Copy(io.Discard, pr)
+	if code := <-tailDone; code != 0 {
+		t.Fatalf("tail exited %d", code)
+	}
+	if !flowDone {
+		t.Fatal("the flow's own completion event never came")
+	}
+	var want int
+	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM ff_completion_event`).Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != want || want != len(demoDAG)+1 {
+		t.Fatalf("tail printed %d events, the outbox has %d (want %d: every step and the flow)", len(got), want, len(demoDAG)+1)
+	}
+	for i := 1; i < len(got); i++ {
+		a, b := got[i-1], got[i]
+		if a.TxID > b.TxID || (a.TxID == b.TxID && a.EventID >= b.EventID) {
+			t.Fatalf("events out of (txid, event_id) order: %+v then %+v", a, b)
+		}
+	}
+}

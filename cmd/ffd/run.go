@@ -28,6 +28,8 @@ type DaemonFlags struct {
 	SweepInterval  time.Duration `name:"sweep-interval" env:"FFD_SWEEP_INTERVAL" default:"1s" help:"Period of the fallback sweep (jittered ±10%)."`
 	SweepBatch     int           `name:"sweep-batch" env:"FFD_SWEEP_BATCH" default:"500" help:"Rows each sweep batch takes."`
 	StopTimeout    time.Duration `name:"stop-timeout" env:"FFD_STOP_TIMEOUT" default:"30s" help:"How long a graceful stop may take."`
+	Retention      time.Duration `name:"retention" env:"FFD_RETENTION" default:"168h" help:"Delete outbox events older than this once dispatched and consumed by every named consumer; 0 disables."`
+	ConsumerIdle   time.Duration `name:"consumer-idle-limit" env:"FFD_CONSUMER_IDLE_LIMIT" default:"24h" help:"Report named consumers idle this long while events wait for them."`
 }
 
 func (f *DaemonFlags) validate() error {
@@ -46,6 +48,10 @@ func (f *DaemonFlags) validate() error {
 		return fmt.Errorf("--sweep-batch %d: want 1..100000", f.SweepBatch)
 	case f.StopTimeout < 100*time.Millisecond || f.StopTimeout > time.Hour:
 		return fmt.Errorf("--stop-timeout %s: want 100ms..1h", f.StopTimeout)
+	case f.Retention < 0 || f.Retention > 10*365*24*time.Hour:
+		return fmt.Errorf("--retention %s: want 0 (off) up to 87600h", f.Retention)
+	case f.ConsumerIdle < time.Second || f.ConsumerIdle > 365*24*time.Hour:
+		return fmt.Errorf("--consumer-idle-limit %s: want 1s..8760h", f.ConsumerIdle)
 	}
 	return nil
 }
@@ -73,7 +79,7 @@ func (f *DaemonFlags) config(ctx context.Context, g *Globals, databaseURL string
 	return daemon.Config{
 		Pool: pool, ListenConnConfig: listen, CascadeWorkers: f.CascadeWorkers, SiblingWorkers: f.SiblingWorkers,
 		QueueSize: f.QueueSize, SweepInterval: f.SweepInterval, SweepBatch: f.SweepBatch, StopTimeout: f.StopTimeout,
-		AdminAddr: f.AdminAddr, Logger: g.log,
+		AdminAddr: f.AdminAddr, Retention: f.Retention, ConsumerIdleLimit: f.ConsumerIdle, Logger: g.log,
 	}, pool, nil
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/listener"
 	"github.com/flowfabric/ffd/internal/logging"
+	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/schema"
 )
 
@@ -75,6 +76,15 @@ type Config struct {
 	// SampleInterval is how often the executions gauge is refreshed.
 	// Default 15 s.
 	SampleInterval time.Duration
+	// Retention deletes outbox events older than this that are dispatched
+	// and behind every registered consumer; 0 disables it. Default 0 (the
+	// CLI defaults it to outbox.DefaultRetention).
+	Retention time.Duration
+	// RetentionInterval is how often retention runs. Default 1 min.
+	RetentionInterval time.Duration
+	// ConsumerIdleLimit: consumers that have not read for this long while
+	// events wait are reported (logs and metrics). Default 24 h.
+	ConsumerIdleLimit time.Duration
 	// DisableListen runs on the sweep alone (tests of lost notifications).
 	DisableListen bool
 	// Logger. Default: none.
@@ -119,6 +129,8 @@ func (c *Config) normalize() error {
 		{"dispatch grace", &c.DispatchGrace, DefaultDispatchGrace, 0},
 		{"stop timeout", &c.StopTimeout, DefaultStopTimeout, 100 * time.Millisecond},
 		{"sample interval", &c.SampleInterval, DefaultSampleInterval, 100 * time.Millisecond},
+		{"retention interval", &c.RetentionInterval, time.Minute, 10 * time.Millisecond},
+		{"consumer idle limit", &c.ConsumerIdleLimit, outbox.DefaultIdleConsumerAge, time.Second},
 	}
 	for _, d := range durations {
 		if *d.v < 0 || (*d.v > 0 && *d.v < d.min) || *d.v > 24*time.Hour {
@@ -127,6 +139,9 @@ func (c *Config) normalize() error {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
+	}
+	if c.Retention < 0 || c.Retention > 10*365*24*time.Hour {
+		return fmt.Errorf("retention %s: want 0 (off) up to 10 years", c.Retention)
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -322,6 +337,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	workers.Go(func() { d.sweepLoop(ctx, workCtx) })
 	workers.Go(func() { d.watchdog(ctx) })
 	workers.Go(func() { d.sampleLoop(ctx, workCtx) })
+	workers.Go(func() { d.retentionLoop(ctx, workCtx) })
 
 	<-ctx.Done()
 	d.log.Info("stopping: no new work; finishing in-flight transactions", zap.Duration("stop_timeout", d.cfg.StopTimeout))
@@ -558,3 +574,40 @@ func (d *Daemon) sample(ctx context.Context) {
 
 // Sweeps counts sweeps run (tests wait on it).
 func (d *Daemon) Sweeps() int64 { return d.sweepCount.Load() }
+
+// retentionLoop deletes old outbox events and reports idle consumers.
+func (d *Daemon) retentionLoop(ctx, workCtx context.Context) {
+	t := time.NewTicker(d.cfg.RetentionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.retain(workCtx)
+	}
+}
+
+func (d *Daemon) retain(ctx context.Context) {
+	if d.cfg.Retention > 0 {
+		r, err := outbox.Retain(ctx, d.cfg.Pool, d.cfg.Retention, outbox.DefaultRetentionBatch)
+		if err != nil {
+			d.log.Error("retention failed", zap.Error(err))
+		} else if r.Completion+r.Lease > 0 {
+			d.m.outboxDeleted.WithLabelValues("completion").Add(float64(r.Completion))
+			d.m.outboxDeleted.WithLabelValues("lease").Add(float64(r.Lease))
+			d.log.Info("retention deleted outbox events", zap.Int("completion", r.Completion), zap.Int("lease", r.Lease), zap.Duration("retention", d.cfg.Retention))
+		}
+	}
+	idle, err := outbox.IdleConsumers(ctx, d.cfg.Pool, d.cfg.ConsumerIdleLimit)
+	if err != nil {
+		d.log.Warn("read idle consumers", zap.Error(err))
+		return
+	}
+	d.m.idleConsumers.Set(float64(len(idle)))
+	for _, c := range idle {
+		d.log.Warn("outbox consumer idle while events wait; it holds retention back (drop it with ffd events drop-consumer if it is gone)",
+			zap.String("consumer", c.Name), zap.String("stream", string(c.Stream)), zap.Duration("idle", c.Idle))
+	}
+}

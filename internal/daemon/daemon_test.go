@@ -604,3 +604,34 @@ func expectMsg(t *testing.T, msgs <-chan string, want string) {
 		}
 	}
 }
+
+// Retention in the daemon deletes old events once no registered consumer
+// needs them, and reports consumers idle while events wait.
+func TestRetentionInDaemon(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if _, err := f.db.Pool.Exec(f.ctx, `INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, occurred_at)
+		SELECT 1, gen_random_uuid(), 1, 1, 'w', 'acquired', now() - interval '2 hours' FROM generate_series(1, 5)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.RegisterConsumer(f.ctx, "holdback", ffd.StreamLease, ffd.FromStart); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.db.Pool.Exec(f.ctx, `UPDATE ff_outbox_consumer SET last_read_at = now() - interval '3 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	r := f.startDaemon(daemon.Config{Retention: time.Hour, RetentionInterval: 50 * time.Millisecond, ConsumerIdleLimit: time.Hour})
+	f.waitFor("the idle consumer to be reported", func() bool {
+		return gaugeValue(t, r.d.Metrics(), "ffd_outbox_idle_consumers") == 1
+	})
+	if n := f.count(`SELECT count(*) FROM ff_lease_event`); n != 5 {
+		t.Fatalf("retention deleted events a consumer has not read: %d left", n)
+	}
+	if err := f.client.DropConsumer(f.ctx, "holdback"); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("retention to delete the old events", func() bool { return f.count(`SELECT count(*) FROM ff_lease_event`) == 0 })
+	f.waitFor("the deletions to be counted", func() bool {
+		return counterValue(t, r.d.Metrics(), "ffd_outbox_deleted_total") == 5
+	})
+}

@@ -34,3 +34,21 @@ func testLogger(t *testing.T) *zap.Logger {
 	l, _ := zap.NewDevelopment(zap.IncreaseLevel(zap.InfoLevel))
 	return l
 }
+
+func gaugeValue(t *testing.T, m *daemon.Metrics, name string) float64 {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			var v float64
+			for _, mm := range mf.GetMetric() {
+				v += mm.GetGauge().GetValue()
+			}
+			return v
+		}
+	}
+	return 0
+}

@@ -24,6 +24,8 @@ type Metrics struct {
 	droppedHints      *prometheus.CounterVec
 	executions        *prometheus.GaugeVec
 	readyNotified     prometheus.Counter
+	outboxDeleted     *prometheus.CounterVec
+	idleConsumers     prometheus.Gauge
 }
 
 // NewMetrics registers the metrics in a registry of their own.
@@ -71,8 +73,14 @@ func NewMetrics() *Metrics {
 		readyNotified: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ffd_ready_notified_total", Help: "ff_ready notifications sent for lanes whose delayed executions came due.",
 		}),
+		outboxDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ffd_outbox_deleted_total", Help: "Outbox events deleted by retention, by stream.",
+		}, []string{"stream"}),
+		idleConsumers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ffd_outbox_idle_consumers", Help: "Named consumers idle beyond the limit while events wait for them.",
+		}),
 	}
-	r.MustRegister(m.eventsDispatched, m.dispatchDelay, m.edgesResolved, m.decisions, m.siblingsCancelled,
+	r.MustRegister(m.outboxDeleted, m.idleConsumers, m.eventsDispatched, m.dispatchDelay, m.edgesResolved, m.decisions, m.siblingsCancelled,
 		m.leasesExpired, m.deadlinesExpired, m.sweepFound, m.reconnects, m.droppedHints, m.executions, m.readyNotified,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m

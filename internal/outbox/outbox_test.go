@@ -449,4 +449,3 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("bad slot name: %v", err)
 	}
 }
-

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/flowfabric/ffd/internal/listener"
+	"github.com/flowfabric/ffd/internal/outbox"
+)
+
+// EventsCmd groups the outbox commands.
+type EventsCmd struct {
+	Tail         EventsTailCmd         `cmd:"" help:"Print outbox events as JSON lines."`
+	DropConsumer EventsDropConsumerCmd `cmd:"" name:"drop-consumer" help:"Remove a named cursor consumer (retention stops waiting for it)."`
+	DropSlot     EventsDropSlotCmd     `cmd:"" name:"drop-slot" help:"Drop a WAL consumer's replication slot (it stops retaining WAL)."`
+}
+
+// EventsTailCmd prints events.
+type EventsTailCmd struct {
+	Stream    string        `name:"stream" default:"all" enum:"completion,lease,all" help:"completion, lease or all."`
+	Consumer  string        `name:"consumer" help:"Durable named consumer: resumes after its cursor and acknowledges what it printed. Without it the cursor is ephemeral."`
+	FromStart bool          `name:"from-start" xor:"start" help:"Start at the oldest retained event (the default for a new cursor)."`
+	FromNow   bool          `name:"from-now" xor:"start" help:"Start after everything committed so far."`
+	Follow    bool          `name:"follow" short:"f" help:"Keep printing new events until interrupted."`
+	WAL       bool          `name:"wal" help:"Follow the WAL stream (logical replication, commit order) instead of the cursor."`
+	Slot      string        `name:"slot" help:"Replication slot of the WAL consumer (with --wal); created on first use."`
+	Limit     int           `name:"limit" help:"Stop after this many events (0: no limit)."`
+	Poll      time.Duration `name:"poll-interval" default:"1s" help:"Fallback poll interval when following."`
+}
+
+// Run prints events.
+func (c *EventsTailCmd) Run(ctx context.Context, g *Globals) error {
+	stream, err := outbox.ParseStream(c.Stream)
+	if err != nil {
+		return err
+	}
+	if c.Limit < 0 {
+		return fmt.Errorf("--limit %d: want 0 or more", c.Limit)
+	}
+	out := &jsonLines{enc: json.NewEncoder(g.stdout)}
+	if c.WAL {
+		return c.wal(ctx, g, stream, out)
+	}
+	if c.Slot != "" {
+		return errors.New("--slot goes with --wal")
+	}
+	pool, err := g.checkedPool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	start := outbox.FromStart
+	if c.FromNow {
+		start = outbox.FromNow
+	}
+	wake := make(chan struct{}, 1)
+	if c.Follow {
+		l, err := listener.New(listener.Config{ConnConfig: pool.Config().ConnConfig, Channels: []string{"ff_completion", "ff_lease"},
+			Handle: func(*pgconn.Notification) {
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}, Logger: g.log})
+		if err != nil {
+			return err
+		}
+		lctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go l.Run(lctx)
+	}
+	batch := outbox.DefaultBatch
+	var cursor outbox.Cursor
+	if c.Consumer != "" {
+		if _, err := outbox.Register(ctx, pool, c.Consumer, stream, start); err != nil {
+			return err
+		}
+	} else if start == outbox.FromNow {
+		if cursor, err = outbox.Horizon(ctx, pool); err != nil {
+			return err
+		}
+	}
+	for {
+		if c.Limit > 0 {
+			batch = min(outbox.DefaultBatch, c.Limit-out.n)
+		}
+		var n int
+		if c.Consumer != "" {
+			n, err = outbox.ConsumeOnce(ctx, pool, c.Consumer, batch, func(_ context.Context, _ pgx.Tx, ev []outbox.Event) error {
+				return out.write(ev)
+			})
+		} else {
+			var ev []outbox.Event
+			if ev, err = outbox.Read(ctx, pool, stream, cursor, batch); err == nil && len(ev) > 0 {
+				err = out.write(ev)
+				cursor = ev[len(ev)-1].Position()
+			}
+			n = len(ev)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if c.Limit > 0 && out.n >= c.Limit {
+			return nil
+		}
+		if n == batch {
+			continue
+		}
+		if !c.Follow {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-time.After(c.Poll):
+		}
+	}
+}
+
+func (c *EventsTailCmd) wal(ctx context.Context, g *Globals, stream outbox.Stream, out *jsonLines) error {
+	if c.Slot == "" {
+		return errors.New("--wal needs --slot NAME: the replication slot that keeps this consumer's position")
+	}
+	if c.Consumer != "" || c.FromNow {
+		return errors.New("--wal resumes from its slot: --consumer and --from-now do not apply")
+	}
+	if g.DatabaseURL == "" {
+		return errNoDatabase
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err := outbox.StreamWAL(ctx, outbox.WALConfig{ConnString: g.DatabaseURL, Slot: c.Slot, Logger: g.log,
+		Handler: func(_ context.Context, ev []outbox.Event) error {
+			var keep []outbox.Event
+			for _, e := range ev {
+				if stream == outbox.All || e.Stream == stream {
+					keep = append(keep, e)
+				}
+			}
+			if c.Limit > 0 && out.n+len(keep) > c.Limit {
+				keep = keep[:c.Limit-out.n]
+			}
+			if err := out.write(keep); err != nil {
+				return err
+			}
+			if c.Limit > 0 && out.n >= c.Limit {
+				cancel()
+			}
+			return nil
+		}})
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// jsonLines writes one JSON object a line.
+type jsonLines struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+	n   int
+}
+
+func (j *jsonLines) write(ev []outbox.Event) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, e := range ev {
+		if err := j.enc.Encode(e); err != nil {
+			return err
+		}
+		j.n++
+	}
+	return nil
+}
+
+// EventsDropConsumerCmd removes a named consumer.
+type EventsDropConsumerCmd struct {
+	Name string `arg:"" help:"Consumer name."`
+}
+
+// Run drops the consumer.
+func (c *EventsDropConsumerCmd) Run(ctx context.Context, g *Globals) error {
+	pool, err := g.checkedPool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := outbox.Drop(ctx, pool, c.Name); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "consumer %s dropped\n", c.Name)
+	return nil
+}
+
+// EventsDropSlotCmd drops a WAL consumer's slot.
+type EventsDropSlotCmd struct {
+	Slot string `arg:"" help:"Replication slot name."`
+}
+
+// Run drops the slot.
+func (c *EventsDropSlotCmd) Run(ctx context.Context, g *Globals) error {
+	if g.DatabaseURL == "" {
+		return errNoDatabase
+	}
+	if err := outbox.DropSlot(ctx, g.DatabaseURL, c.Slot); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "slot %s dropped\n", c.Slot)
+	return nil
+}
