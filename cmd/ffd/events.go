@@ -10,7 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/listener"
 	"github.com/flowfabric/ffd/internal/outbox"
 )
@@ -140,29 +142,44 @@ func (c *EventsTailCmd) wal(ctx context.Context, g *Globals, stream outbox.Strea
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	err := outbox.StreamWAL(ctx, outbox.WALConfig{ConnString: g.DatabaseURL, Slot: c.Slot, Logger: g.log,
-		Handler: func(_ context.Context, ev []outbox.Event) error {
-			var keep []outbox.Event
-			for _, e := range ev {
-				if stream == outbox.All || e.Stream == stream {
-					keep = append(keep, e)
-				}
+	handler := func(_ context.Context, ev []outbox.Event) error {
+		var keep []outbox.Event
+		for _, e := range ev {
+			if stream == outbox.All || e.Stream == stream {
+				keep = append(keep, e)
 			}
-			if c.Limit > 0 && out.n+len(keep) > c.Limit {
-				keep = keep[:c.Limit-out.n]
-			}
-			if err := out.write(keep); err != nil {
-				return err
-			}
-			if c.Limit > 0 && out.n >= c.Limit {
-				cancel()
-			}
-			return nil
-		}})
-	if ctx.Err() != nil {
+		}
+		if c.Limit > 0 && out.n+len(keep) > c.Limit {
+			keep = keep[:c.Limit-out.n]
+		}
+		if err := out.write(keep); err != nil {
+			return err
+		}
+		if c.Limit > 0 && out.n >= c.Limit {
+			cancel()
+		}
 		return nil
 	}
-	return err
+	// A dropped connection is resumed from the slot's confirmed position;
+	// configuration errors end the command.
+	backoff := 200 * time.Millisecond
+	for {
+		err := outbox.StreamWAL(ctx, outbox.WALConfig{ConnString: g.DatabaseURL, Slot: c.Slot, Logger: g.log, Handler: handler})
+		if ctx.Err() != nil {
+			return nil
+		}
+		var ve *fault.ValidationError
+		if err == nil || errors.Is(err, outbox.ErrWALLevel) || errors.As(err, &ve) || !c.Follow {
+			return err
+		}
+		g.log.Warn("WAL stream interrupted; resuming from the slot", zap.Error(err), zap.Duration("retry_in", backoff))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
 }
 
 // jsonLines writes one JSON object a line.

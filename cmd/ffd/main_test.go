@@ -365,3 +365,68 @@ func TestEventsTailFollow(t *testing.T) {
 		}
 	}
 }
+
+// ffd events tail --wal: events committed after the slot exists arrive as
+// JSON lines; drop-slot removes the slot.
+func TestEventsTailWAL(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	slot := "tail_" + strings.ToLower(db.Name)
+	ctx := context.Background()
+	var out bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"events", "tail", "--wal", "--slot", slot, "--follow", "--limit", "3",
+			"--database-url", db.URL, "--log-format", "json"}, &syncWriter{w: &out}, io.Discard)
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var active bool
+		if err := db.Pool.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active); err == nil && active {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the WAL tail never attached to its slot")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 3 {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type)
+			VALUES (3, gen_random_uuid(), 1, 1, 'w', 'acquired')`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("tail --wal exited %d", code)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("tail --wal --limit 3 did not stop")
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("tail --wal printed %d lines: %q", len(lines), out.String())
+	}
+	for _, l := range lines {
+		var e map[string]any
+		if err := json.Unmarshal([]byte(l), &e); err != nil || e["stream"] != "lease" || e["event_type"] != "acquired" {
+			t.Fatalf("line %q", l)
+		}
+	}
+	for {
+		var active bool
+		if err := db.Pool.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active); err == nil && !active {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code, outp, errOut := runFFD(t, "events", "drop-slot", slot, "--database-url", db.URL); code != 0 {
+		t.Fatalf("drop-slot: %d %s %s", code, outp, errOut)
+	}
+	var n int
+	db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n)
+	if n != 0 {
+		t.Fatal("slot still there after drop-slot")
+	}
+}
