@@ -382,7 +382,9 @@ func TestEventsTailWAL(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var active bool
-		if err := db.Pool.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active); err == nil && active {
+		// A slot being created is active before it is consistent; it has
+		// a confirmed position once it is.
+		if err := db.Pool.QueryRow(ctx, `SELECT active AND confirmed_flush_lsn IS NOT NULL FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active); err == nil && active {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -48,6 +48,11 @@ type WALConfig struct {
 	Handler WALHandler
 	// StatusInterval: standby status updates when idle. Default 10 s.
 	StatusInterval time.Duration
+	// OnStart, when set, is called once streaming has started: the slot
+	// exists and is consistent, so every transaction committed from now on
+	// will be delivered. (A new slot holds only what commits after it was
+	// created; read older events with the cursor protocol.)
+	OnStart func()
 	Logger         *zap.Logger
 }
 
@@ -150,6 +155,9 @@ func StreamWAL(ctx context.Context, cfg WALConfig) error {
 	})
 	if err != nil {
 		return fmt.Errorf("start replication on slot %s: %w", cfg.Slot, err)
+	}
+	if cfg.OnStart != nil {
+		cfg.OnStart()
 	}
 	s := &walStream{cfg: cfg, conn: conn, relations: map[uint32]*pglogrepl.RelationMessage{}, types: pgtype.NewMap()}
 	return s.run(ctx)

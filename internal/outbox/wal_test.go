@@ -18,10 +18,11 @@ import (
 )
 
 type walRun struct {
-	mu   sync.Mutex
-	txs  [][]int64
-	done chan error
-	stop context.CancelFunc
+	mu      sync.Mutex
+	txs     [][]int64
+	done    chan error
+	stop    context.CancelFunc
+	started chan struct{}
 }
 
 func (w *walRun) all() []int64 {
@@ -51,9 +52,11 @@ func (f *fixture) stream(slot string, into *walRun) *walRun {
 		into = &walRun{}
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
-	into.stop, into.done = cancel, make(chan error, 1)
+	into.stop, into.done, into.started = cancel, make(chan error, 1), make(chan struct{})
+	started := into.started
 	go func() {
 		into.done <- outbox.StreamWAL(ctx, outbox.WALConfig{ConnString: f.db.URL, Slot: slot, StatusInterval: 100 * time.Millisecond,
+			OnStart: func() { close(started) },
 			Handler: func(_ context.Context, ev []outbox.Event) error {
 				into.mu.Lock()
 				defer into.mu.Unlock()
@@ -62,6 +65,21 @@ func (f *fixture) stream(slot string, into *walRun) *walRun {
 			}})
 	}()
 	return into
+}
+
+// waitStarted waits until the stream is streaming (a slot being created is
+// already "active" while it waits for a consistent point, before which
+// nothing is decoded) and returns its walsender's pid.
+func (f *fixture) waitStarted(run *walRun, slot string) int {
+	f.t.Helper()
+	select {
+	case <-run.started:
+	case err := <-run.done:
+		f.t.Fatalf("the stream ended before starting: %v", err)
+	case <-time.After(2 * time.Minute):
+		f.t.Fatal("the stream never started")
+	}
+	return f.waitSlotActive(slot)
 }
 
 func (f *fixture) waitSlotActive(slot string) int {
@@ -88,7 +106,7 @@ func TestWALCommitOrder(t *testing.T) {
 	slot := f.slot()
 	run := f.stream(slot, nil)
 	defer run.stop()
-	f.waitSlotActive(slot)
+	f.waitStarted(run, slot)
 	txA, err := f.db.Pool.Begin(f.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +138,7 @@ func TestWALResumeAfterKill(t *testing.T) {
 	f := setup(t)
 	slot := f.slot()
 	run := f.stream(slot, nil)
-	pid := f.waitSlotActive(slot)
+	pid := f.waitStarted(run, slot)
 	var want []int64
 	write := func(n int) {
 		for range n {
@@ -156,16 +174,33 @@ func TestWALResumeAfterKill(t *testing.T) {
 	f.waitSlotInactive(slot)
 	run = f.stream(slot, run)
 	defer run.stop()
+	f.waitStarted(run, slot)
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if covered(run.all(), want) {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case err := <-run.done:
+			t.Fatalf("the restarted stream ended: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	got := run.all()
 	if !covered(got, want) {
-		t.Fatalf("lost events: got %d ids for %d written", len(got), len(want))
+		seen := map[int64]bool{}
+		for _, id := range got {
+			seen[id] = true
+		}
+		var missing []int
+		for i, id := range want {
+			if !seen[id] {
+				missing = append(missing, i)
+			}
+		}
+		var slotInfo string
+		f.db.Pool.QueryRow(f.ctx, `SELECT active::text || ' ' || restart_lsn::text || ' ' || confirmed_flush_lsn::text || ' ' || pg_current_wal_lsn()::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&slotInfo)
+		t.Fatalf("lost events: got %d ids for %d written; missing positions %v (of 90 before the kill, 90 after); slot %s; delivered txs %d", len(got), len(want), missing, slotInfo, len(run.txs))
 	}
 	for _, id := range got {
 		if !contains(want, id) {
