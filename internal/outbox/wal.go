@@ -53,7 +53,7 @@ type WALConfig struct {
 	// will be delivered. (A new slot holds only what commits after it was
 	// created; read older events with the cursor protocol.)
 	OnStart func()
-	Logger         *zap.Logger
+	Logger  *zap.Logger
 }
 
 func validSlot(s string) error {
