@@ -77,15 +77,18 @@ type Worker struct {
 	name   string
 	log    *zap.Logger
 
-	wake     chan struct{}
-	stopping chan struct{}
-	loops    conc.WaitGroup
-	jobs     sync.WaitGroup
+	wake        chan struct{}
+	stopping    chan struct{}
+	completions chan *completion
+	quit        chan struct{} // closed when the completer may stop
+	loops       conc.WaitGroup
+	jobs        sync.WaitGroup
 
 	mu       sync.Mutex
 	active   map[ExecutionID]*runningJob
 	started  bool
 	stopOnce sync.Once
+	quitOnce sync.Once
 	more     bool // the last claim filled every slot: likely more due work
 }
 
@@ -138,13 +141,15 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	return &Worker{
-		client:   client,
-		cfg:      cfg,
-		name:     name,
-		log:      client.cfg.Logger.With(zap.String(logging.FieldWorker, name)),
-		wake:     make(chan struct{}, 1),
-		stopping: make(chan struct{}),
-		active:   map[ExecutionID]*runningJob{},
+		client:      client,
+		cfg:         cfg,
+		name:        name,
+		log:         client.cfg.Logger.With(zap.String(logging.FieldWorker, name)),
+		wake:        make(chan struct{}, 1),
+		stopping:    make(chan struct{}),
+		completions: make(chan *completion, cfg.Concurrency),
+		quit:        make(chan struct{}),
+		active:      map[ExecutionID]*runningJob{},
 	}, nil
 }
 
@@ -166,6 +171,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	base := context.WithoutCancel(ctx)
 	w.loops.Go(func() { w.listen(base) })
 	w.loops.Go(func() { w.fetch(base) })
+	go w.completer(base)
 	w.signal()
 	return nil
 }
@@ -180,6 +186,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.loops.Wait()
 	done := make(chan struct{})
 	go func() { w.jobs.Wait(); close(done) }()
+	defer w.quitOnce.Do(func() { close(w.quit) })
 	select {
 	case <-done:
 		return nil
@@ -337,8 +344,7 @@ func (w *Worker) execute(ctx context.Context, j *runningJob) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	if herr == nil {
-		_, err := w.client.Complete(fctx, x.ID, x.LeaseEpoch, result)
-		w.logFinish(x, "completed", err)
+		w.logFinish(x, "completed", w.complete(fctx, x, result))
 		return
 	}
 	var perm *PermanentError
@@ -445,4 +451,87 @@ func (w *Worker) listenOnce(ctx context.Context) error {
 // jitter spreads d by ±10% so that many workers do not poll in step.
 func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.9 + 0.2*rand.Float64()))
+}
+
+// completion is a handler's result waiting for the completer.
+type completion struct {
+	x      *Execution
+	result []byte
+	done   chan error
+}
+
+// maxCompletionBatch bounds one group commit of completions.
+const maxCompletionBatch = 500
+
+// complete hands a result to the completer, which commits completions in
+// batches (one transaction for whatever is waiting: group commit), each
+// still fenced on its own lease epoch.
+func (w *Worker) complete(ctx context.Context, x *Execution, result []byte) error {
+	c := &completion{x: x, result: result, done: make(chan error, 1)}
+	select {
+	case <-w.quit: // the worker stopped: no completer any more
+		_, err := w.client.Complete(ctx, x.ID, x.LeaseEpoch, result)
+		return err
+	default:
+	}
+	select {
+	case w.completions <- c:
+	case <-w.quit:
+		_, err := w.client.Complete(ctx, x.ID, x.LeaseEpoch, result)
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-c.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (w *Worker) completer(ctx context.Context) {
+	batch := make([]*completion, 0, maxCompletionBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case c := <-w.completions:
+			batch = append(batch, c)
+		case <-w.quit:
+			// Whatever is still queued goes out one by one.
+			for {
+				select {
+				case c := <-w.completions:
+					_, err := w.client.Complete(ctx, c.x.ID, c.x.LeaseEpoch, c.result)
+					c.done <- err
+				default:
+					return
+				}
+			}
+		}
+	fill:
+		for len(batch) < maxCompletionBatch {
+			select {
+			case c := <-w.completions:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		items := make([]leases.Completion, len(batch))
+		for i, c := range batch {
+			items[i] = leases.Completion{ID: c.x.ID, Epoch: c.x.LeaseEpoch, Result: c.result}
+		}
+		cctx, cancel := context.WithTimeout(ctx, finishTimeout)
+		_, errs, err := leases.CompleteMany(cctx, w.client.pool, items)
+		cancel()
+		for i, c := range batch {
+			switch {
+			case err != nil:
+				c.done <- err
+			default:
+				c.done <- errs[i]
+			}
+		}
+	}
 }

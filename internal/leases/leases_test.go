@@ -782,3 +782,43 @@ func TestCancelRacesClaim(t *testing.T) {
 		t.Fatalf("%d cancelled, want %d", got, n)
 	}
 }
+
+// A batch of completions commits together; a stale epoch in the batch
+// fails only its own item.
+func TestCompleteMany(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for range 5 {
+		f.create(leases.CreateParams{Lane: "many"})
+	}
+	xs := f.claim("many", 5)
+	items := make([]leases.Completion, len(xs))
+	for i, x := range xs {
+		items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch, Result: []byte(fmt.Sprint(i))}
+	}
+	items[2].Epoch = 99 // a holder that lost its lease
+	outs, errs, err := leases.CompleteMany(f.ctx, f.pool, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range items {
+		if i == 2 {
+			if !errors.Is(errs[i], fault.ErrLeaseLost) {
+				t.Fatalf("stale item: %v, want lease lost", errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil || outs[i].State != leases.StateCompleted {
+			t.Fatalf("item %d: %+v %v", i, outs[i], errs[i])
+		}
+	}
+	if n := f.count(`SELECT count(*) FROM ff_execution WHERE state = 'completed'`); n != 4 {
+		t.Fatalf("%d completed, want 4", n)
+	}
+	// Repeating the batch: idempotent, nothing new written.
+	before := f.count(`SELECT count(*) FROM ff_completion_event`)
+	outs, errs, err = leases.CompleteMany(f.ctx, f.pool, items)
+	if err != nil || !outs[0].Repeated || errs[0] != nil || f.count(`SELECT count(*) FROM ff_completion_event`) != before {
+		t.Fatalf("repeat: %+v %v %v", outs[0], errs[0], err)
+	}
+}

@@ -244,3 +244,41 @@ func Get(ctx context.Context, db DB, id ident.ExecutionID) (*Execution, error) {
 	}
 	return x, nil
 }
+
+// Completion is one fenced completion of a batch.
+type Completion struct {
+	ID     ident.ExecutionID
+	Epoch  int64
+	Result []byte
+}
+
+// CompleteMany completes a batch of executions in one transaction (group
+// commit), each fenced on its own epoch exactly as Complete. It returns one
+// outcome or error per item, in order; a lost lease fails only its item.
+func CompleteMany(ctx context.Context, db DB, items []Completion) ([]*Outcome, []error, error) {
+	ends := make([]Ending, len(items))
+	for i, it := range items {
+		r := it.Result
+		if r == nil {
+			r = []byte{}
+		}
+		ends[i] = Ending{ID: it.ID, Epoch: it.Epoch, State: StateCompleted, Result: r}
+	}
+	ended, err := Terminate(ctx, db, ends)
+	if err != nil {
+		return nil, nil, err
+	}
+	done := make(map[ident.ExecutionID]Ended, len(ended))
+	for _, e := range ended {
+		done[e.ID] = e
+	}
+	outs, errs := make([]*Outcome, len(items)), make([]error, len(items))
+	for i, it := range items {
+		if e, ok := done[it.ID]; ok {
+			outs[i] = &Outcome{State: StateCompleted, Attempt: e.Attempt, Result: ends[i].Result, EventID: e.EventID}
+			continue
+		}
+		outs[i], errs[i] = repeatedOr(ctx, db, it.ID, it.Epoch, "succeeded")
+	}
+	return outs, errs, nil
+}
