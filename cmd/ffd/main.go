@@ -45,6 +45,7 @@ type CLI struct {
 	Events  EventsCmd  `cmd:"" help:"Read the outbox: tail events, manage consumers and WAL slots."`
 	Dev     DevCmd     `cmd:"" help:"Run a private PostgreSQL and the daemon for development until interrupted."`
 	Demo    DemoCmd    `cmd:"" help:"Run a realistic DAG end to end on a private PostgreSQL and report."`
+	Bench   BenchCmd   `cmd:"" help:"Measure ffd on the anchor scenarios (docs/benchmarks.md)."`
 }
 
 // errNoDatabase is returned by commands that need a database when none is

@@ -1,0 +1,204 @@
+// Package bench measures ffd on the anchor scenarios (`ffd bench`): raw
+// claim/complete throughput, DAG hop latency, fan-out joins and sibling
+// cancellation, cancel_flow, and recovery from vanished workers and a
+// killed listener. Each scenario works in a namespace of its own and
+// reports a JSON-ready Report; docs/benchmarks.md documents the schema and
+// the results.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/internal/ident"
+)
+
+// Scenarios lists the scenario names.
+var Scenarios = []string{"throughput", "chain", "fanout", "cancel-flow", "recovery"}
+
+// Params are every scenario's sizes; zero values take the defaults.
+type Params struct {
+	// throughput
+	Executions int `json:"executions,omitempty"` // default 20000
+	Workers    int `json:"workers,omitempty"`    // default 100
+	// chain
+	Flows       int `json:"flows,omitempty"`        // default 200
+	ChainLength int `json:"chain_length,omitempty"` // default 10
+	ChainWorker int `json:"chain_workers,omitempty"`
+	// fanout
+	FanWidth int `json:"fan_width,omitempty"` // default 1000
+	Repeats  int `json:"repeats,omitempty"`   // default 5
+	// cancel-flow
+	FlowSizes []int `json:"flow_sizes,omitempty"` // default 10, 100, 1000
+	// recovery
+	Leases        int           `json:"leases,omitempty"`         // default 1000
+	LeaseTTL      time.Duration `json:"lease_ttl,omitempty"`      // default 2s
+	Burst         int           `json:"burst,omitempty"`          // default 10000
+	SweepInterval time.Duration `json:"sweep_interval,omitempty"` // default 1s
+}
+
+func (p *Params) defaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&p.Executions, 20000)
+	def(&p.Workers, 100)
+	def(&p.Flows, 200)
+	def(&p.ChainLength, 10)
+	def(&p.ChainWorker, 16)
+	def(&p.FanWidth, 1000)
+	def(&p.Repeats, 5)
+	def(&p.Leases, 1000)
+	def(&p.Burst, 10000)
+	if len(p.FlowSizes) == 0 {
+		p.FlowSizes = []int{10, 100, 1000}
+	}
+	if p.LeaseTTL <= 0 {
+		p.LeaseTTL = 2 * time.Second
+	}
+	if p.SweepInterval <= 0 {
+		p.SweepInterval = time.Second
+	}
+}
+
+// Report is one scenario's result.
+type Report struct {
+	Scenario   string         `json:"scenario"`
+	Parameters Params         `json:"parameters"`
+	Machine    Machine        `json:"machine"`
+	StartedAt  time.Time      `json:"started_at"`
+	DurationMS int64          `json:"duration_ms"`
+	Figures    map[string]any `json:"figures"`
+	Targets    []Target       `json:"targets"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	Cores             int    `json:"cores"`
+	GoVersion         string `json:"go_version"`
+	OS                string `json:"os"`
+	PostgresVersion   string `json:"postgres_version"`
+	Fsync             string `json:"fsync"`
+	SynchronousCommit string `json:"synchronous_commit"`
+	SharedBuffers     string `json:"shared_buffers"`
+}
+
+// Target is a goal and whether this run met it.
+type Target struct {
+	Name  string  `json:"name"`
+	Goal  string  `json:"goal"`
+	Value float64 `json:"value"`
+	Unit  string  `json:"unit"`
+	Met   bool    `json:"met"`
+}
+
+// Env is what a scenario runs on.
+type Env struct {
+	Pool *pgxpool.Pool
+	URL  string
+	Log  *zap.Logger
+	// Namespace isolates the run's rows; Cleanup deletes them.
+	Namespace string
+}
+
+// NewEnv prepares a run over pool, in a namespace of its own.
+func NewEnv(pool *pgxpool.Pool, url string, log *zap.Logger) *Env {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Env{Pool: pool, URL: url, Log: log, Namespace: "bench_" + ident.NewUUID().String()[24:]}
+}
+
+func (e *Env) lane(name string) string { return e.Namespace + "." + name }
+
+// Run runs one scenario.
+func Run(ctx context.Context, env *Env, scenario string, p Params) (*Report, error) {
+	p.defaults()
+	r := &Report{Scenario: scenario, Parameters: p, StartedAt: time.Now().UTC(), Figures: map[string]any{}}
+	var err error
+	if r.Machine, err = machine(ctx, env.Pool); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	switch scenario {
+	case "throughput":
+		err = throughput(ctx, env, p, r)
+	case "chain":
+		err = chain(ctx, env, p, r)
+	case "fanout":
+		err = fanout(ctx, env, p, r)
+	case "cancel-flow":
+		err = cancelFlow(ctx, env, p, r)
+	case "recovery":
+		err = recovery(ctx, env, p, r)
+	default:
+		return nil, fmt.Errorf("unknown scenario %q: want one of %v", scenario, Scenarios)
+	}
+	r.DurationMS = time.Since(start).Milliseconds()
+	if err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", scenario, err)
+	}
+	return r, nil
+}
+
+func machine(ctx context.Context, pool *pgxpool.Pool) (Machine, error) {
+	m := Machine{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	err := pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
+		current_setting('synchronous_commit'), current_setting('shared_buffers')`).Scan(
+		&m.PostgresVersion, &m.Fsync, &m.SynchronousCommit, &m.SharedBuffers)
+	if err != nil {
+		return m, fmt.Errorf("read server settings: %w", err)
+	}
+	return m, nil
+}
+
+// ms renders a duration in milliseconds with microsecond precision.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// percentiles of durations (nearest rank).
+func percentiles(ds []time.Duration, ps ...float64) []time.Duration {
+	if len(ds) == 0 {
+		return make([]time.Duration, len(ps))
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	out := make([]time.Duration, len(ps))
+	for i, p := range ps {
+		idx := int(p/100*float64(len(s))+0.5) - 1
+		out[i] = s[min(max(idx, 0), len(s)-1)]
+	}
+	return out
+}
+
+func target(name, goal string, value float64, unit string, met bool) Target {
+	return Target{Name: name, Goal: goal, Value: value, Unit: unit, Met: met}
+}
+
+// Cleanup deletes every row the run wrote (for runs against a database
+// that is not throwaway).
+func (e *Env) Cleanup(ctx context.Context) error {
+	stmts := []string{
+		`DELETE FROM ff_pending_cancel_group WHERE flow_id IN (SELECT flow_id FROM ff_flow WHERE namespace = $1)`,
+		`DELETE FROM ff_edge WHERE flow_id IN (SELECT flow_id FROM ff_flow WHERE namespace = $1)`,
+		`DELETE FROM ff_edge_group WHERE flow_id IN (SELECT flow_id FROM ff_flow WHERE namespace = $1)`,
+		`DELETE FROM ff_attempt WHERE execution_id IN (SELECT execution_id FROM ff_execution WHERE namespace = $1)`,
+		`DELETE FROM ff_lease_event WHERE execution_id IN (SELECT execution_id FROM ff_execution WHERE namespace = $1)`,
+		`DELETE FROM ff_completion_event WHERE namespace = $1`,
+		`DELETE FROM ff_execution WHERE namespace = $1`,
+		`DELETE FROM ff_flow WHERE namespace = $1`,
+	}
+	for _, s := range stmts {
+		if _, err := e.Pool.Exec(ctx, s, e.Namespace); err != nil {
+			return fmt.Errorf("clean up the bench rows: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,50 @@
+package bench_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffd/internal/bench"
+	"github.com/flowfabric/ffd/internal/invariant"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// Every scenario runs at a tiny size: the run must be correct (counts and
+// invariants are checked inside); timings are not asserted here.
+func TestScenariosTiny(t *testing.T) {
+	t.Parallel()
+	tiny := bench.Params{Executions: 300, Workers: 20, Flows: 10, ChainLength: 4, FanWidth: 30, Repeats: 1,
+		FlowSizes: []int{4, 20}, Leases: 30, LeaseTTL: time.Second, Burst: 300, SweepInterval: 200 * time.Millisecond}
+	for _, name := range bench.Scenarios {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			db := testdb.New(t)
+			env := bench.NewEnv(db.Pool, db.URL, nil)
+			r, err := bench.Run(ctx, env, name, tiny)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Scenario != name || len(r.Figures) == 0 || len(r.Targets) == 0 || r.Machine.Cores == 0 || r.Machine.PostgresVersion == "" {
+				t.Fatalf("incomplete report: %+v", r)
+			}
+			// Scenarios that run the daemon leave nothing undispatched.
+			withDaemon := name == "chain" || name == "fanout" || name == "recovery"
+			if err := invariant.CheckQuiescent(ctx, db.Pool); err != nil && withDaemon {
+				t.Fatalf("invariants at rest: %v", err)
+			}
+			if err := env.Cleanup(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var left int
+			if err := db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ff_execution) + (SELECT count(*) FROM ff_flow)
+				+ (SELECT count(*) FROM ff_completion_event) + (SELECT count(*) FROM ff_lease_event)`).Scan(&left); err != nil || left != 0 {
+				t.Fatalf("cleanup left %d rows (%v)", left, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,555 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/daemon"
+	"github.com/flowfabric/ffd/internal/invariant"
+	"github.com/flowfabric/ffd/internal/leases"
+)
+
+func (e *Env) client() (*ffd.Client, error) {
+	return ffd.NewClient(e.Pool, &ffd.Config{Namespace: e.Namespace})
+}
+
+func (e *Env) createMany(ctx context.Context, p leases.CreateParams, n int) error {
+	p.Namespace = e.Namespace
+	for done := 0; done < n; {
+		k := min(1000, n-done)
+		ps := make([]leases.CreateParams, k)
+		for i := range ps {
+			ps[i] = p
+		}
+		err := leases.InTx(ctx, e.Pool, func(tx pgxTx) error {
+			_, err := leases.CreateMany(ctx, tx, leases.Limits{}, ps)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		done += k
+	}
+	return nil
+}
+
+type runningDaemon struct {
+	d    *daemon.Daemon
+	stop func()
+}
+
+func (e *Env) startDaemon(ctx context.Context, sweep time.Duration) (*runningDaemon, error) {
+	d, err := daemon.New(daemon.Config{Pool: e.Pool, SweepInterval: sweep, Logger: e.Log.Named("daemon"), Notifier: silent{}})
+	if err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(dctx) }()
+	for !d.Ready() {
+		select {
+		case err := <-done:
+			cancel()
+			return nil, fmt.Errorf("daemon: %v", err)
+		case <-ctx.Done():
+			cancel()
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return &runningDaemon{d: d, stop: func() { cancel(); <-done }}, nil
+}
+
+func (e *Env) startWorker(ctx context.Context, lanes []string, concurrency int, h ffd.HandlerFunc) (func(), error) {
+	c, err := e.client()
+	if err != nil {
+		return nil, err
+	}
+	w, err := ffd.NewWorker(c, ffd.WorkerConfig{Lanes: lanes, Concurrency: concurrency, Handler: h, ID: "bench", PollInterval: 100 * time.Millisecond})
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	}, nil
+}
+
+// waitUntil polls cond (a cheap query) until it holds.
+func waitUntil(ctx context.Context, what string, limit time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s", limit, what)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (e *Env) count(ctx context.Context, sql string, args ...any) (int, error) {
+	var n int
+	err := e.Pool.QueryRow(ctx, sql, args...).Scan(&n)
+	return n, err
+}
+
+// xactCommits reads the database's committed transactions (statistics are
+// flushed by backends about once a second, so callers wait first).
+func (e *Env) xactCommits(ctx context.Context) (int64, error) {
+	var n int64
+	err := e.Pool.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
+	return n, err
+}
+
+// settle waits until the daemon has dispatched every event of the run.
+func (e *Env) settle(ctx context.Context) error {
+	return waitUntil(ctx, "the cascade to settle", 2*time.Minute, func() (bool, error) {
+		n, err := e.count(ctx, `SELECT (SELECT count(*) FROM ff_completion_event WHERE namespace = $1 AND dispatched_at IS NULL)
+			+ (SELECT count(*) FROM ff_pending_cancel_group)`, e.Namespace)
+		return n == 0, err
+	})
+}
+
+func (e *Env) checkInvariants(ctx context.Context) error {
+	if err := invariant.Check(ctx, e.Pool); err != nil {
+		return fmt.Errorf("invariants after the run: %w", err)
+	}
+	return nil
+}
+
+// durations runs a query returning one interval in microseconds per row.
+func (e *Env) durations(ctx context.Context, sql string, args ...any) ([]time.Duration, error) {
+	rows, err := e.Pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []time.Duration
+	for rows.Next() {
+		var us float64
+		if err := rows.Scan(&us); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Duration(us)*time.Microsecond)
+	}
+	return out, rows.Err()
+}
+
+// throughput: N pre-created no-op executions worked by W workers through
+// the public Worker API.
+func throughput(ctx context.Context, env *Env, p Params, r *Report) error {
+	lane := env.lane("throughput")
+	if err := env.createMany(ctx, leases.CreateParams{Lane: lane}, p.Executions); err != nil {
+		return err
+	}
+	time.Sleep(1100 * time.Millisecond) // let the statistics of the set-up settle
+	before, err := env.xactCommits(ctx)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	stop, err := env.startWorker(ctx, []string{lane}, p.Workers, func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil })
+	if err != nil {
+		return err
+	}
+	err = waitUntil(ctx, "every execution to complete", 10*time.Minute, func() (bool, error) {
+		n, err := env.count(ctx, `SELECT count(*) FROM ff_completion_event WHERE namespace = $1`, env.Namespace)
+		return n >= p.Executions, err
+	})
+	wall := time.Since(start)
+	stop()
+	if err != nil {
+		return err
+	}
+	time.Sleep(1100 * time.Millisecond)
+	after, err := env.xactCommits(ctx)
+	if err != nil {
+		return err
+	}
+	var span float64
+	if err := env.Pool.QueryRow(ctx, `SELECT extract(epoch FROM max(a.ended_at) - min(a.started_at))
+		FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id) WHERE e.lane = $1`, lane).Scan(&span); err != nil {
+		return err
+	}
+	lat, err := env.durations(ctx, `SELECT extract(epoch FROM a.ended_at - a.started_at) * 1e6
+		FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id) WHERE e.lane = $1`, lane)
+	if err != nil {
+		return err
+	}
+	if n, err := env.count(ctx, `SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'completed' AND attempt = 1`, lane); err != nil || n != p.Executions {
+		return fmt.Errorf("%d of %d executions completed on their first attempt (%v)", n, p.Executions, err)
+	}
+	rate := float64(p.Executions) / span
+	pc := percentiles(lat, 50, 95, 99)
+	r.Figures["executions_per_second"] = rate
+	r.Figures["wall_seconds"] = wall.Seconds()
+	r.Figures["claim_to_complete_ms"] = map[string]float64{"p50": ms(pc[0]), "p95": ms(pc[1]), "p99": ms(pc[2])}
+	r.Figures["transactions_per_execution"] = float64(after-before) / float64(p.Executions)
+	r.Targets = append(r.Targets, target("executions_per_second", ">= 15000 at 100 workers", rate, "1/s", rate >= 15000))
+	return env.checkInvariants(ctx)
+}
+
+// chainSpec is a linear all_of chain.
+func chainSpec(lane string, n int) ffd.SubmitFlowParams {
+	var s ffd.SubmitFlowParams
+	for i := range n {
+		s.Nodes = append(s.Nodes, ffd.SubmitNode{Ref: fmt.Sprint("n", i), Params: ffd.CreateParams{Lane: lane}})
+		if i > 0 {
+			s.Edges = append(s.Edges, ffd.SubmitEdge{From: fmt.Sprint("n", i-1), To: fmt.Sprint("n", i)})
+		}
+	}
+	return s
+}
+
+// chain: F linear all_of chains through the daemon and 16 workers.
+func chain(ctx context.Context, env *Env, p Params, r *Report) error {
+	lane := env.lane("chain")
+	c, err := env.client()
+	if err != nil {
+		return err
+	}
+	d, err := env.startDaemon(ctx, p.SweepInterval)
+	if err != nil {
+		return err
+	}
+	defer d.stop()
+	stop, err := env.startWorker(ctx, []string{lane}, p.ChainWorker, func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil })
+	if err != nil {
+		return err
+	}
+	defer stop()
+	start := time.Now()
+	for range p.Flows {
+		if _, err := c.SubmitFlow(ctx, chainSpec(lane, p.ChainLength)); err != nil {
+			return err
+		}
+	}
+	err = waitUntil(ctx, "every chain to complete", 10*time.Minute, func() (bool, error) {
+		n, err := env.count(ctx, `SELECT count(*) FROM ff_flow WHERE namespace = $1 AND state = 'completed'`, env.Namespace)
+		return n >= p.Flows, err
+	})
+	wall := time.Since(start)
+	if err != nil {
+		return err
+	}
+	// Hop: the upstream's completion event (inserted at its commit) to the
+	// downstream's claim.
+	hops, err := env.durations(ctx, `SELECT extract(epoch FROM a.started_at - c.occurred_at) * 1e6
+		FROM ff_edge ed
+		JOIN ff_flow f ON f.partition_key = ed.partition_key AND f.flow_id = ed.flow_id AND f.namespace = $1
+		JOIN ff_completion_event c ON c.partition_key = ed.partition_key AND c.execution_id = ed.upstream_id
+		JOIN ff_attempt a ON a.partition_key = ed.partition_key AND a.execution_id = ed.downstream_id AND a.attempt = 1`, env.Namespace)
+	if err != nil {
+		return err
+	}
+	if len(hops) != p.Flows*(p.ChainLength-1) {
+		return fmt.Errorf("measured %d hops, want %d", len(hops), p.Flows*(p.ChainLength-1))
+	}
+	pc := percentiles(hops, 50, 99)
+	r.Figures["flows_per_second"] = float64(p.Flows) / wall.Seconds()
+	r.Figures["hop_ms"] = map[string]float64{"p50": ms(pc[0]), "p99": ms(pc[1])}
+	r.Targets = append(r.Targets,
+		target("hop_p50_ms", "<= 5", ms(pc[0]), "ms", ms(pc[0]) <= 5),
+		target("hop_p99_ms", "<= 25", ms(pc[1]), "ms", ms(pc[1]) <= 25))
+	if err := env.settle(ctx); err != nil {
+		return err
+	}
+	return env.checkInvariants(ctx)
+}
+
+// fanout: the 1 -> N -> 1 all_of join latency, and the time to cancel N
+// running siblings after the first success of an any_of group.
+func fanout(ctx context.Context, env *Env, p Params, r *Report) error {
+	c, err := env.client()
+	if err != nil {
+		return err
+	}
+	d, err := env.startDaemon(ctx, p.SweepInterval)
+	if err != nil {
+		return err
+	}
+	defer d.stop()
+	var joins, cancels []time.Duration
+	for rep := range p.Repeats {
+		// 1 -> N -> 1 all_of: the middles are completed here in batches.
+		lane := env.lane(fmt.Sprint("fan", rep))
+		spec := ffd.SubmitFlowParams{}
+		spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: "root", Params: ffd.CreateParams{Lane: lane + ".root"}},
+			ffd.SubmitNode{Ref: "join", Params: ffd.CreateParams{Lane: lane + ".join"}})
+		for i := range p.FanWidth {
+			ref := fmt.Sprint("m", i)
+			spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: ref, Params: ffd.CreateParams{Lane: lane + ".mid"}})
+			spec.Edges = append(spec.Edges, ffd.SubmitEdge{From: "root", To: ref}, ffd.SubmitEdge{From: ref, To: "join"})
+		}
+		sub, err := c.SubmitFlow(ctx, spec)
+		if err != nil {
+			return err
+		}
+		if err := claimComplete(ctx, c, lane+".root", 1); err != nil {
+			return err
+		}
+		if err := claimComplete(ctx, c, lane+".mid", p.FanWidth); err != nil {
+			return err
+		}
+		join := sub.Executions["join"].ID
+		if err := waitUntil(ctx, "the join to become claimable", time.Minute, func() (bool, error) {
+			x, err := c.Get(ctx, join)
+			return err == nil && x.State == ffd.StatePending, err
+		}); err != nil {
+			return err
+		}
+		var us float64
+		if err := env.Pool.QueryRow(ctx, `SELECT extract(epoch FROM j.run_at - (SELECT max(c.occurred_at) FROM ff_completion_event c
+				JOIN ff_execution m ON m.partition_key = c.partition_key AND m.execution_id = c.execution_id
+				WHERE m.flow_id = j.flow_id AND m.lane = $2)) * 1e6
+			FROM ff_execution j WHERE j.partition_key = $1 AND j.execution_id = $3`, join.Partition, lane+".mid", join.UUID).Scan(&us); err != nil {
+			return err
+		}
+		joins = append(joins, time.Duration(us)*time.Microsecond)
+
+		// any_of + cancel_remaining over N running siblings.
+		lane = env.lane(fmt.Sprint("race", rep))
+		spec = ffd.SubmitFlowParams{}
+		spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: "root", Params: ffd.CreateParams{Lane: lane + ".root"}},
+			ffd.SubmitNode{Ref: "use", Params: ffd.CreateParams{Lane: lane + ".use"}, Policy: &ffd.Policy{Kind: ffd.AnyOf, OnSatisfied: ffd.CancelRemaining}})
+		for i := range p.FanWidth {
+			ref := fmt.Sprint("s", i)
+			spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: ref, Params: ffd.CreateParams{Lane: lane + ".sib"}})
+			spec.Edges = append(spec.Edges, ffd.SubmitEdge{From: "root", To: ref}, ffd.SubmitEdge{From: ref, To: "use"})
+		}
+		sub, err = c.SubmitFlow(ctx, spec)
+		if err != nil {
+			return err
+		}
+		if err := claimComplete(ctx, c, lane+".root", 1); err != nil {
+			return err
+		}
+		var running []*ffd.Execution
+		if err := waitUntil(ctx, "every sibling to be claimed", time.Minute, func() (bool, error) {
+			xs, err := c.Claim(ctx, ffd.ClaimParams{Lane: lane + ".sib", Worker: "bench/siblings", Max: min(1000, p.FanWidth-len(running))})
+			running = append(running, xs...)
+			return len(running) == p.FanWidth, err
+		}); err != nil {
+			return err
+		}
+		winner := running[0]
+		if _, err := c.Complete(ctx, winner.ID, winner.LeaseEpoch, nil); err != nil {
+			return err
+		}
+		if err := waitUntil(ctx, "every sibling to be cancelled", time.Minute, func() (bool, error) {
+			n, err := env.count(ctx, `SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'cancelled'`, lane+".sib")
+			return n == p.FanWidth-1, err
+		}); err != nil {
+			return err
+		}
+		// Fenced and evented: every loser's epoch moved on and it has its
+		// completion event; its late completion is refused.
+		fenced, err := env.count(ctx, `SELECT count(*) FROM ff_execution e JOIN ff_completion_event c USING (partition_key, execution_id)
+			WHERE e.lane = $1 AND e.state = 'cancelled' AND e.lease_epoch = 2 AND c.outcome = 'cancelled'`, lane+".sib")
+		if err != nil || fenced != p.FanWidth-1 {
+			return fmt.Errorf("%d of %d siblings fenced and evented (%v)", fenced, p.FanWidth-1, err)
+		}
+		if _, err := c.Complete(ctx, running[1].ID, running[1].LeaseEpoch, nil); !errors.Is(err, ffd.ErrLeaseLost) {
+			return fmt.Errorf("a cancelled sibling's late completion: %v, want lease lost", err)
+		}
+		var us2 float64
+		if err := env.Pool.QueryRow(ctx, `SELECT extract(epoch FROM (SELECT max(terminal_at) FROM ff_execution WHERE lane = $1 AND state = 'cancelled')
+			- (SELECT occurred_at FROM ff_completion_event WHERE partition_key = $2 AND execution_id = $3)) * 1e6`,
+			lane+".sib", winner.ID.Partition, winner.ID.UUID).Scan(&us2); err != nil {
+			return err
+		}
+		cancels = append(cancels, time.Duration(us2)*time.Microsecond)
+	}
+	jp, cp := percentiles(joins, 50, 99), percentiles(cancels, 50, 99)
+	r.Figures["join_ms"] = map[string]float64{"p50": ms(jp[0]), "p99": ms(jp[1])}
+	r.Figures["siblings_cancelled_ms"] = map[string]float64{"p50": ms(cp[0]), "p99": ms(cp[1])}
+	r.Targets = append(r.Targets,
+		target("join_after_last_middle_ms", "<= 50", ms(jp[1]), "ms", ms(jp[1]) <= 50),
+		target("siblings_cancelled_p99_ms", "<= 200", ms(cp[1]), "ms", ms(cp[1]) <= 200))
+	if err := env.settle(ctx); err != nil {
+		return err
+	}
+	return env.checkInvariants(ctx)
+}
+
+// claimComplete claims and completes n executions of a lane in batches.
+func claimComplete(ctx context.Context, c *ffd.Client, lane string, n int) error {
+	done := 0
+	return waitUntil(ctx, "claiming "+lane, time.Minute, func() (bool, error) {
+		xs, err := c.Claim(ctx, ffd.ClaimParams{Lane: lane, Worker: "bench/driver", Max: min(500, n-done)})
+		if err != nil || len(xs) == 0 {
+			return false, err
+		}
+		items := make([]leases.Completion, len(xs))
+		for i, x := range xs {
+			items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch}
+		}
+		_, errs, err := leases.CompleteMany(ctx, c.Pool(), items)
+		if err != nil {
+			return false, err
+		}
+		for _, e := range errs {
+			if e != nil {
+				return false, e
+			}
+		}
+		done += len(xs)
+		return done >= n, nil
+	})
+}
+
+// cancelFlow: cancel_all on flows of several sizes, half running, half
+// pending.
+func cancelFlow(ctx context.Context, env *Env, p Params, r *Report) error {
+	c, err := env.client()
+	if err != nil {
+		return err
+	}
+	results := map[string]map[string]float64{}
+	for _, size := range p.FlowSizes {
+		var ds []time.Duration
+		reps := max(p.Repeats, 3)
+		if size <= 100 {
+			reps = max(p.Repeats*4, 5)
+		}
+		for rep := range reps {
+			lane := env.lane(fmt.Sprintf("cancel%d_%d", size, rep))
+			spec := ffd.SubmitFlowParams{}
+			for i := range size {
+				spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: fmt.Sprint("n", i), Params: ffd.CreateParams{Lane: lane}})
+			}
+			sub, err := c.SubmitFlow(ctx, spec)
+			if err != nil {
+				return err
+			}
+			if _, err := c.Claim(ctx, ffd.ClaimParams{Lane: lane, Worker: "bench/holder", Max: size / 2}); err != nil {
+				return err
+			}
+			start := time.Now()
+			res, err := c.CancelFlow(ctx, sub.Flow.ID, ffd.CancelAll, "bench")
+			ds = append(ds, time.Since(start))
+			if err != nil {
+				return err
+			}
+			if len(res.Members) != size {
+				return fmt.Errorf("cancel_all cancelled %d of %d members", len(res.Members), size)
+			}
+		}
+		pc := percentiles(ds, 50, 99)
+		results[fmt.Sprint(size)] = map[string]float64{"p50": ms(pc[0]), "p99": ms(pc[1])}
+		if size == slices.Max(p.FlowSizes) {
+			r.Targets = append(r.Targets, target(fmt.Sprintf("cancel_flow_%d_p99_ms", size), "<= 100 (for 1000 members)", ms(pc[1]), "ms", ms(pc[1]) <= 100))
+		}
+	}
+	r.Figures["cancel_flow_ms"] = results
+	return env.checkInvariants(ctx)
+}
+
+// recovery: leases of vanished workers are re-claimed after their TTL; a
+// burst of completions is dispatched after the listener comes back.
+func recovery(ctx context.Context, env *Env, p Params, r *Report) error {
+	c, err := env.client()
+	if err != nil {
+		return err
+	}
+	lane := env.lane("recovery")
+	if err := env.createMany(ctx, leases.CreateParams{Lane: lane, LeaseTTL: p.LeaseTTL, Retry: leases.RetryPolicy{Base: time.Millisecond, Max: time.Millisecond}}, p.Leases); err != nil {
+		return err
+	}
+	d, err := env.startDaemon(ctx, p.SweepInterval)
+	if err != nil {
+		return err
+	}
+	defer d.stop()
+	// The vanishing workers: they claim and are never heard of again.
+	held := 0
+	if err := waitUntil(ctx, "the leases to be taken", time.Minute, func() (bool, error) {
+		xs, err := c.Claim(ctx, ffd.ClaimParams{Lane: lane, Worker: "vanished/1", Max: min(1000, p.Leases-held)})
+		held += len(xs)
+		return held == p.Leases, err
+	}); err != nil {
+		return err
+	}
+	stop, err := env.startWorker(ctx, []string{lane}, 100, func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil })
+	if err != nil {
+		return err
+	}
+	err = waitUntil(ctx, "every lease re-claimed and completed", 5*time.Minute, func() (bool, error) {
+		n, err := env.count(ctx, `SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'completed'`, lane)
+		return n == p.Leases, err
+	})
+	stop()
+	if err != nil {
+		return err
+	}
+	var reclaimUS float64
+	if err := env.Pool.QueryRow(ctx, `SELECT extract(epoch FROM
+			(SELECT max(a.started_at) FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id) WHERE e.lane = $1 AND a.attempt = 2)
+			- (SELECT max(l.lease_expires_at) FROM ff_lease_event l JOIN ff_execution e USING (partition_key, execution_id)
+				WHERE e.lane = $1 AND l.event_type = 'acquired' AND l.attempt = 1)) * 1e6`, lane).Scan(&reclaimUS); err != nil {
+		return err
+	}
+	reclaim := time.Duration(reclaimUS) * time.Microsecond
+	r.Figures["reclaimed_after_ttl_ms"] = ms(reclaim)
+	r.Targets = append(r.Targets, target("reclaim_after_ttl_ms", fmt.Sprintf("<= sweep interval (%s)", p.SweepInterval), ms(reclaim), "ms", reclaim <= p.SweepInterval))
+
+	// The burst: solo executions completed in batches while the listener's
+	// backend is killed.
+	burst := env.lane("burst")
+	if err := env.createMany(ctx, leases.CreateParams{Lane: burst}, p.Burst); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	var burstErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		burstErr = claimComplete(ctx, c, burst, p.Burst)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	before := d.d.Listener().Reconnects()
+	if pid := d.d.Listener().BackendPID(); pid != 0 {
+		if _, err := env.Pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, int(pid)); err != nil {
+			return err
+		}
+	}
+	wg.Wait()
+	if burstErr != nil {
+		return burstErr
+	}
+	if err := waitUntil(ctx, "the listener to come back", time.Minute, func() (bool, error) {
+		return d.d.Listener().Reconnects() > before && d.d.Listener().Connected(), nil
+	}); err != nil {
+		return err
+	}
+	back := time.Now()
+	if err := waitUntil(ctx, "every burst event dispatched", 5*time.Minute, func() (bool, error) {
+		n, err := env.count(ctx, `SELECT count(*) FROM ff_completion_event WHERE namespace = $1 AND dispatched_at IS NULL`, env.Namespace)
+		return n == 0, err
+	}); err != nil {
+		return err
+	}
+	after := time.Since(back)
+	r.Figures["burst_dispatched_after_reconnect_ms"] = ms(after)
+	r.Targets = append(r.Targets, target("burst_dispatched_after_reconnect_ms", "<= 2000", ms(after), "ms", after <= 2*time.Second))
+	return env.checkInvariants(ctx)
+}
