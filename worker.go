@@ -171,7 +171,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	base := context.WithoutCancel(ctx)
 	w.loops.Go(func() { w.listen(base) })
 	w.loops.Go(func() { w.fetch(base) })
-	go w.completer(base)
+	for range completers {
+		go w.completer(base)
+	}
 	w.signal()
 	return nil
 }
@@ -310,7 +312,9 @@ func (w *Worker) run(base context.Context, x *Execution) {
 
 func (w *Worker) execute(ctx context.Context, j *runningJob) {
 	x := j.x
-	w.log.Debug("execution claimed", w.jobFields(x)...)
+	if ce := w.log.Check(zap.DebugLevel, "execution claimed"); ce != nil {
+		ce.Write(w.jobFields(x)...)
+	}
 	hbDone := make(chan struct{})
 	hbStopped := make(chan struct{})
 	go func() {
@@ -360,7 +364,9 @@ func (w *Worker) execute(ctx context.Context, j *runningJob) {
 func (w *Worker) logFinish(x *Execution, state string, err error, more ...zap.Field) {
 	switch {
 	case err == nil:
-		w.log.Debug("execution "+state, w.jobFields(x, more...)...)
+		if ce := w.log.Check(zap.DebugLevel, "execution "+state); ce != nil {
+			ce.Write(w.jobFields(x, more...)...)
+		}
 	case errors.Is(err, ErrLeaseLost):
 		w.log.Warn("lease lost before the result was recorded", w.jobFields(x, append(more, zap.Error(err))...)...)
 	default:
@@ -462,6 +468,10 @@ type completion struct {
 
 // maxCompletionBatch bounds one group commit of completions.
 const maxCompletionBatch = 500
+
+// completers commit batches in parallel, so that one batch's commit (and
+// its WAL flush) overlaps the next batch's work.
+const completers = 1
 
 // complete hands a result to the completer, which commits completions in
 // batches (one transaction for whatever is waiting: group commit), each

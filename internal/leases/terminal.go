@@ -133,9 +133,12 @@ func Terminate(ctx context.Context, db DB, ends []Ending) ([]Ended, error) {
 	for _, e := range ends {
 		unfenced = unfenced || e.Epoch == 0
 	}
+	// One round trip: the statements go as one pipelined batch, which
+	// Postgres runs as one transaction (or inside the caller's).
 	var out []Ended
-	err := InTx(ctx, db, func(tx pgx.Tx) error {
+	err := withRetry(ctx, db, func() error {
 		out = out[:0]
+		b := &pgx.Batch{}
 		// An unfenced ending (cancel, skip, deadline) can race a claim. Under
 		// READ COMMITTED the terminating statement would wait for the claim's
 		// row lock and then see the execution running, but not the attempt
@@ -145,28 +148,22 @@ func Terminate(ctx context.Context, db DB, ends []Ending) ([]Ended, error) {
 		// Fenced endings need no such step: the claim that produced their
 		// epoch committed before the caller ever learned it.
 		if unfenced {
-			if _, err := tx.Exec(ctx, lockSQL, parts, ids); err != nil {
-				return err
+			b.Queue(lockSQL, parts, ids)
+		}
+		b.Queue(terminateSQL, parts, ids, epochs, states, results, errs, reasons, bys).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var e Ended
+				var state string
+				if err := rows.Scan(&e.ID.Partition, &e.ID.UUID, &e.FlowID, &state, &e.Attempt, &e.LeaseEpoch, &e.WasRunning, &e.EventID); err != nil {
+					return err
+				}
+				e.State = State(state)
+				out = append(out, e)
 			}
-		}
-		rows, err := tx.Query(ctx, terminateSQL, parts, ids, epochs, states, results, errs, reasons, bys)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var e Ended
-			var state string
-			if err := rows.Scan(&e.ID.Partition, &e.ID.UUID, &e.FlowID, &state, &e.Attempt, &e.LeaseEpoch, &e.WasRunning, &e.EventID); err != nil {
-				return err
-			}
-			e.State = State(state)
-			out = append(out, e)
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return finishFlows(ctx, tx, out)
+			return rows.Err()
+		})
+		queueFinishFlows(b, parts, ids)
+		return db.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return nil, wrap(fmt.Sprintf("terminate %d executions", n), err)
@@ -174,43 +171,32 @@ func Terminate(ctx context.Context, db DB, ends []Ending) ([]Ended, error) {
 	return out, nil
 }
 
-// finishFlows ends every open flow whose last live member the batch just
-// ended: completed when no member failed or expired, else failed, with the
-// flow's own completion event, in the same transaction.
+// queueFinishFlows ends every open flow whose last live member this batch
+// just ended: completed when no member failed or expired, else failed,
+// with the flow's own completion event, in the same transaction.
 //
-// The flow rows are locked first, in a statement of their own, and the
-// members counted in the next one: under READ COMMITTED that statement
+// The flows are those of the input executions now terminal (ending one
+// that another transaction already ended only re-checks its flow, which is
+// harmless). Their rows are locked first, in a statement of their own, and
+// the members counted in the next: under READ COMMITTED that statement
 // takes a fresh snapshot, so of two transactions ending a flow's last two
 // members the second to get the lock sees the first's commit. A single
 // statement would let each see the other's member still running, and the
-// flow would never finish.
-func finishFlows(ctx context.Context, tx pgx.Tx, ended []Ended) error {
-	var parts []int16
-	var flows []uuid.UUID
-	seen := map[uuid.UUID]bool{}
-	for _, e := range ended {
-		if e.FlowID != nil && !seen[*e.FlowID] {
-			seen[*e.FlowID] = true
-			parts, flows = append(parts, e.ID.Partition), append(flows, *e.FlowID)
-		}
-	}
-	if len(flows) == 0 {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM ff_flow f
-		JOIN unnest($1::smallint[], $2::uuid[]) AS i(partition_key, flow_id)
-			ON f.partition_key = i.partition_key AND f.flow_id = i.flow_id
-		WHERE f.state = 'open'
+// flow would never finish. Solo executions find no flow and cost two index
+// probes.
+func queueFinishFlows(b *pgx.Batch, parts []int16, ids []uuid.UUID) {
+	b.Queue(`SELECT 1 FROM ff_flow f
+		WHERE (f.partition_key, f.flow_id) IN (`+endedFlowsSQL+`) AND f.state = 'open'
 		ORDER BY f.partition_key, f.flow_id
-		FOR NO KEY UPDATE OF f`, parts, flows); err != nil {
-		return fmt.Errorf("lock flows: %w", err)
-	}
-	_, err := tx.Exec(ctx, finishFlowsSQL, parts, flows)
-	if err != nil {
-		return fmt.Errorf("finish flows: %w", err)
-	}
-	return nil
+		FOR NO KEY UPDATE OF f`, parts, ids)
+	b.Queue(finishFlowsSQL, parts, ids)
 }
+
+const endedFlowsSQL = `
+	SELECT e.partition_key, e.flow_id FROM ff_execution e
+	JOIN unnest($1::smallint[], $2::uuid[]) AS i(partition_key, execution_id)
+		ON e.partition_key = i.partition_key AND e.execution_id = i.execution_id
+	WHERE e.flow_id IS NOT NULL AND e.state IN ('completed', 'failed', 'cancelled', 'skipped', 'expired')`
 
 const finishFlowsSQL = `
 WITH done AS (
@@ -220,8 +206,7 @@ WITH done AS (
 					AND e.state IN ('failed', 'expired'))
 			THEN 'failed' ELSE 'completed' END,
 		terminal_at = now(), updated_at = now()
-	FROM unnest($1::smallint[], $2::uuid[]) AS i(partition_key, flow_id)
-	WHERE f.partition_key = i.partition_key AND f.flow_id = i.flow_id AND f.state = 'open'
+	WHERE (f.partition_key, f.flow_id) IN (` + endedFlowsSQL + `) AND f.state = 'open'
 		AND NOT EXISTS (SELECT 1 FROM ff_execution e
 			WHERE e.partition_key = f.partition_key AND e.flow_id = f.flow_id
 				AND e.state IN ('blocked', 'pending', 'running'))
