@@ -77,6 +77,17 @@ func (d *Dispatcher) Dispatch(ctx context.Context, eventID int64) (Result, error
 		FOR NO KEY UPDATE SKIP LOCKED`, eventID)
 }
 
+// DispatchMany dispatches the given events (those still undispatched and
+// not held by another dispatcher) in one transaction: the daemon's cascade
+// workers hand it every notification that queued up while they worked, so
+// that one commit carries many hops.
+func (d *Dispatcher) DispatchMany(ctx context.Context, eventIDs []int64) (Result, error) {
+	return d.dispatch(ctx, `SELECT `+eventColumns+` FROM ff_completion_event
+		WHERE event_id = ANY($1) AND dispatched_at IS NULL
+		ORDER BY event_id
+		FOR NO KEY UPDATE SKIP LOCKED`, eventIDs)
+}
+
 // DispatchBatch dispatches up to limit undispatched events at least grace
 // old, oldest first, in one transaction. The sweep uses it; grace keeps it
 // from racing the NOTIFY-driven dispatch of events that just committed.

@@ -364,33 +364,49 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return nil
 }
 
+// maxDispatchBatch bounds the events one cascade transaction takes.
+const maxDispatchBatch = 200
+
 func (d *Daemon) cascadeWorker(ctx, workCtx context.Context) {
+	ids := make([]int64, 0, maxDispatchBatch)
 	for {
+		ids = ids[:0]
 		select {
 		case <-ctx.Done():
 			return
 		case id := <-d.events:
-			res, err := d.cascade.Dispatch(workCtx, id)
-			if err != nil {
-				d.log.Error("dispatch failed; the sweep will retry", zap.Int64(logging.FieldEventID, id), zap.Error(err))
-				continue
+			ids = append(ids, id)
+		}
+		// Whatever else is queued goes in the same transaction.
+	drain:
+		for len(ids) < maxDispatchBatch {
+			select {
+			case id := <-d.events:
+				ids = append(ids, id)
+			default:
+				break drain
 			}
-			if res.Events > 0 {
-				d.log.Debug("event dispatched", zap.Int64(logging.FieldEventID, id), zap.Int("edges", res.EdgesResolved), zap.Int("decided", len(res.Decided)))
-			}
-			for _, dec := range res.Decided {
-				// hop_latency: from the upstream's completion event to the
-				// downstream's decision, by the database clock.
-				d.log.Info("edge group decided", zap.Int64(logging.FieldEventID, id),
-					zap.String(logging.FieldFlowID, dec.FlowID.String()), zap.String(logging.FieldExecutionID, dec.Downstream.String()),
-					zap.String("decision", string(dec.Decision)), zap.String("policy", string(dec.Policy.Kind)),
-					zap.Duration("hop_latency", res.Age))
-			}
-			if res.CancelGroups > 0 {
-				select {
-				case d.siblings <- struct{}{}:
-				default:
-				}
+		}
+		res, err := d.cascade.DispatchMany(workCtx, ids)
+		if err != nil {
+			d.log.Error("dispatch failed; the sweep will retry", zap.Int64s("event_ids", ids), zap.Error(err))
+			continue
+		}
+		if res.Events > 0 {
+			d.log.Debug("events dispatched", zap.Int("events", res.Events), zap.Int("edges", res.EdgesResolved), zap.Int("decided", len(res.Decided)))
+		}
+		for _, dec := range res.Decided {
+			// hop_latency: from the oldest upstream completion event of the
+			// batch to the decision, by the database clock.
+			d.log.Info("edge group decided",
+				zap.String(logging.FieldFlowID, dec.FlowID.String()), zap.String(logging.FieldExecutionID, dec.Downstream.String()),
+				zap.String("decision", string(dec.Decision)), zap.String("policy", string(dec.Policy.Kind)),
+				zap.Duration("hop_latency", res.Age))
+		}
+		if res.CancelGroups > 0 {
+			select {
+			case d.siblings <- struct{}{}:
+			default:
 			}
 		}
 	}
