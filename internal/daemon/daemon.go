@@ -232,27 +232,22 @@ func (d *Daemon) Ready() bool {
 
 // handle fans a notification out without ever blocking the listener.
 func (d *Daemon) handle(n *pgconn.Notification) {
+	queue, name := d.events, "cascade"
 	switch n.Channel {
 	case "ff_completion":
-		id, err := strconv.ParseInt(n.Payload, 10, 64)
-		if err != nil {
-			return
-		}
-		select {
-		case d.events <- id:
-		default:
-			d.m.droppedHints.WithLabelValues("cascade").Inc()
-		}
 	case "ff_lease":
-		id, err := strconv.ParseInt(n.Payload, 10, 64)
-		if err != nil {
-			return
-		}
-		select {
-		case d.leaseIDs <- id:
-		default:
-			d.m.droppedHints.WithLabelValues("timeout").Inc()
-		}
+		queue, name = d.leaseIDs, "timeout"
+	default:
+		return
+	}
+	id, err := strconv.ParseInt(n.Payload, 10, 64)
+	if err != nil {
+		return
+	}
+	select {
+	case queue <- id:
+	default:
+		d.m.droppedHints.WithLabelValues(name).Inc()
 	}
 }
 

@@ -41,13 +41,30 @@ const lapsedColumns = `partition_key, execution_id, lease_epoch, attempt, max_at
 // row lock): retried after backoff when attempts remain, else expired.
 // It reports what it did (nothing when the lease was renewed or moved on).
 func ExpireLapsed(ctx context.Context, db DB, id ident.ExecutionID, epoch int64) (Expired, error) {
+	res, err := expireSelected(ctx, db, `SELECT `+lapsedColumns+` FROM ff_execution
+		WHERE partition_key = $1 AND execution_id = $2 AND state = 'running' AND lease_epoch = $3
+			AND (lease_expires_at <= now() OR attempt_deadline_at <= now())
+		FOR NO KEY UPDATE`, id.Partition, id.UUID, epoch)
+	return res, wrap("expire lease of "+id.String(), err)
+}
+
+// SweepLapsed expires up to limit lapsed leases and timed-out attempts,
+// skipping rows other sweepers hold.
+func SweepLapsed(ctx context.Context, db DB, limit int) (Expired, error) {
+	res, err := expireSelected(ctx, db, `SELECT `+lapsedColumns+` FROM ff_execution
+		WHERE state = 'running' AND (lease_expires_at <= now() OR attempt_deadline_at <= now())
+		ORDER BY partition_key, execution_id
+		LIMIT $1
+		FOR NO KEY UPDATE SKIP LOCKED`, limit)
+	return res, wrap("sweep lapsed leases", err)
+}
+
+// expireSelected locks the lapsed rows the query selects and ends their
+// attempts, in one transaction.
+func expireSelected(ctx context.Context, db DB, sql string, args ...any) (Expired, error) {
 	var res Expired
 	err := InTx(ctx, db, func(tx pgx.Tx) error {
-		res = Expired{}
-		rows, err := tx.Query(ctx, `SELECT `+lapsedColumns+` FROM ff_execution
-			WHERE partition_key = $1 AND execution_id = $2 AND state = 'running' AND lease_epoch = $3
-				AND (lease_expires_at <= now() OR attempt_deadline_at <= now())
-			FOR NO KEY UPDATE`, id.Partition, id.UUID, epoch)
+		rows, err := tx.Query(ctx, sql, args...)
 		if err != nil {
 			return err
 		}
@@ -59,33 +76,9 @@ func ExpireLapsed(ctx context.Context, db DB, id ident.ExecutionID, epoch int64)
 		return err
 	})
 	if err != nil {
-		return Expired{}, wrap("expire lease of "+id.String(), err)
+		return Expired{}, err
 	}
 	return res, nil
-}
-
-// SweepLapsed expires up to limit lapsed leases and timed-out attempts,
-// skipping rows other sweepers hold.
-func SweepLapsed(ctx context.Context, db DB, limit int) (Expired, error) {
-	var res Expired
-	err := InTx(ctx, db, func(tx pgx.Tx) error {
-		res = Expired{}
-		rows, err := tx.Query(ctx, `SELECT `+lapsedColumns+` FROM ff_execution
-			WHERE state = 'running' AND (lease_expires_at <= now() OR attempt_deadline_at <= now())
-			ORDER BY partition_key, execution_id
-			LIMIT $1
-			FOR NO KEY UPDATE SKIP LOCKED`, limit)
-		if err != nil {
-			return err
-		}
-		found, err := collectLapsed(rows)
-		if err != nil {
-			return err
-		}
-		res, err = expireLocked(ctx, tx, found)
-		return err
-	})
-	return res, wrap("sweep lapsed leases", err)
 }
 
 func collectLapsed(rows pgx.Rows) ([]lapsed, error) {
