@@ -17,6 +17,7 @@ import (
 	"github.com/sourcegraph/conc/panics"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/logging"
 )
@@ -104,7 +105,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		return nil, errors.New("ffd: NewWorker needs a client")
 	}
 	if len(cfg.Lanes) == 0 {
-		return nil, fmtInvalid("lanes", "", "at least one lane is required")
+		return nil, fault.Invalid(fault.KindRequired, "lanes", "", "at least one lane is required")
 	}
 	for _, l := range cfg.Lanes {
 		if err := leases.ValidateName("lanes", l); err != nil {
@@ -112,16 +113,16 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		}
 	}
 	if cfg.Handler == nil {
-		return nil, fmtInvalid("handler", "nil", "a handler is required")
+		return nil, fault.Invalid(fault.KindRequired, "handler", "nil", "a handler is required")
 	}
 	if cfg.Concurrency < 0 || cfg.Concurrency > 10000 {
-		return nil, fmtInvalid("concurrency", fmt.Sprint(cfg.Concurrency), "want 1..10000 (0 for the default)")
+		return nil, fault.Invalid(fault.KindOutOfRange, "concurrency", fmt.Sprint(cfg.Concurrency), "want 1..10000 (0 for the default)")
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
 	if cfg.PollInterval < 0 {
-		return nil, fmtInvalid("poll_interval", cfg.PollInterval.String(), "want a positive duration (0 for the default)")
+		return nil, fault.Invalid(fault.KindOutOfRange, "poll_interval", cfg.PollInterval.String(), "want a positive duration (0 for the default)")
 	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = DefaultPollInterval
@@ -151,10 +152,6 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		quit:        make(chan struct{}),
 		active:      map[ExecutionID]*runningJob{},
 	}, nil
-}
-
-func fmtInvalid(field, value, detail string) error {
-	return &ValidationError{Kind: "invalid_value", Field: field, Value: value, Detail: detail}
 }
 
 // Name is "ID/Instance", as recorded on leases.

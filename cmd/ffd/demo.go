@@ -124,7 +124,7 @@ func (c *DemoCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 func (c *DemoCmd) demo(ctx context.Context, g *Globals, pool *pgxpool.Pool) error {
-	d, err := daemon.New(daemon.Config{Pool: pool, SweepInterval: 200 * time.Millisecond, Logger: g.log.Named("daemon"), Notifier: silent{}})
+	d, err := daemon.New(daemon.Config{Pool: pool, SweepInterval: 200 * time.Millisecond, Logger: g.log.Named("daemon"), Notifier: daemon.NopNotifier{}})
 	if err != nil {
 		return err
 	}
@@ -337,9 +337,3 @@ func (c *DemoCmd) report(ctx context.Context, g *Globals, pool *pgxpool.Pool, cl
 	g.log.Debug("demo finished", zap.String("flow_id", rep.FlowID))
 	return nil
 }
-
-// silent is a Notifier for in-process daemons that are not the service.
-type silent struct{}
-
-func (silent) Notify(string)                   {}
-func (silent) WatchdogInterval() time.Duration { return 0 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/invariant"
@@ -26,7 +28,7 @@ func (e *Env) createMany(ctx context.Context, p leases.CreateParams, n int) erro
 		for i := range ps {
 			ps[i] = p
 		}
-		err := leases.InTx(ctx, e.Pool, func(tx pgxTx) error {
+		err := leases.InTx(ctx, e.Pool, func(tx pgx.Tx) error {
 			_, err := leases.CreateMany(ctx, tx, leases.Limits{}, ps)
 			return err
 		})
@@ -44,7 +46,7 @@ type runningDaemon struct {
 }
 
 func (e *Env) startDaemon(ctx context.Context, sweep time.Duration) (*runningDaemon, error) {
-	d, err := daemon.New(daemon.Config{Pool: e.Pool, SweepInterval: sweep, Logger: e.Log.Named("daemon"), Notifier: silent{}})
+	d, err := daemon.New(daemon.Config{Pool: e.Pool, SweepInterval: sweep, Logger: e.Log.Named("daemon"), Notifier: daemon.NopNotifier{}})
 	if err != nil {
 		return nil, err
 	}
@@ -348,8 +350,7 @@ func fanout(ctx context.Context, env *Env, p Params, r *Report) error {
 			spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: ref, Params: ffd.CreateParams{Lane: lane + ".sib"}})
 			spec.Edges = append(spec.Edges, ffd.SubmitEdge{From: "root", To: ref}, ffd.SubmitEdge{From: ref, To: "use"})
 		}
-		sub, err = c.SubmitFlow(ctx, spec)
-		if err != nil {
+		if _, err := c.SubmitFlow(ctx, spec); err != nil {
 			return err
 		}
 		if err := claimComplete(ctx, c, lane+".root", 1); err != nil {

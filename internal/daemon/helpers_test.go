@@ -1,10 +1,7 @@
 package daemon_test
 
 import (
-	"os"
 	"testing"
-
-	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/daemon"
 )
@@ -25,14 +22,6 @@ func counterValue(t *testing.T, m *daemon.Metrics, name string) float64 {
 		}
 	}
 	return v
-}
-
-func testLogger(t *testing.T) *zap.Logger {
-	if os.Getenv("FFD_TEST_DAEMON_LOGS") == "" {
-		return zap.NewNop()
-	}
-	l, _ := zap.NewDevelopment(zap.IncreaseLevel(zap.InfoLevel))
-	return l
 }
 
 func gaugeValue(t *testing.T, m *daemon.Metrics, name string) float64 {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/flowfabric/ffd/internal/flows"
 )
@@ -82,7 +83,7 @@ func NewMetrics() *Metrics {
 	}
 	r.MustRegister(m.outboxDeleted, m.idleConsumers, m.eventsDispatched, m.dispatchDelay, m.edgesResolved, m.decisions, m.siblingsCancelled,
 		m.leasesExpired, m.deadlinesExpired, m.sweepFound, m.reconnects, m.droppedHints, m.executions, m.readyNotified,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -29,3 +29,13 @@ func (SystemdNotifier) WatchdogInterval() time.Duration {
 	}
 	return d
 }
+
+// NopNotifier reports nothing: for daemons run in-process (demo, bench,
+// tests) that are not the supervised service.
+type NopNotifier struct{}
+
+// Notify implements Notifier.
+func (NopNotifier) Notify(string) {}
+
+// WatchdogInterval implements Notifier.
+func (NopNotifier) WatchdogInterval() time.Duration { return 0 }
