@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/leases"
 )
 
@@ -17,8 +19,8 @@ import (
 type Config struct {
 	// Namespace applies to calls that name none. Default DefaultNamespace.
 	Namespace string
-	// MaxPayloadBytes bounds an execution's payload. Default
-	// DefaultMaxPayloadBytes (1 MiB).
+	// MaxPayloadBytes bounds an execution's payload and its result.
+	// Default DefaultMaxPayloadBytes (1 MiB); at most MaxMaxPayloadBytes.
 	MaxPayloadBytes int
 	// Logger receives the client's and its workers' logs. Default: none.
 	Logger *zap.Logger
@@ -47,8 +49,9 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if err := leases.ValidateName("namespace", c.cfg.Namespace); err != nil {
 		return nil, err
 	}
-	if c.cfg.MaxPayloadBytes < 0 {
-		return nil, fmt.Errorf("ffd: MaxPayloadBytes %d: want 0 (default) or more", c.cfg.MaxPayloadBytes)
+	if c.cfg.MaxPayloadBytes < 0 || c.cfg.MaxPayloadBytes > MaxMaxPayloadBytes {
+		return nil, fault.Invalid(fault.KindOutOfRange, "max_payload_bytes", strconv.Itoa(c.cfg.MaxPayloadBytes),
+			fmt.Sprintf("want 0 (the default, %d) up to %d", DefaultMaxPayloadBytes, MaxMaxPayloadBytes))
 	}
 	if c.cfg.MaxPayloadBytes == 0 {
 		c.cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
@@ -129,13 +132,16 @@ func (c *Client) renew(ctx context.Context, db leases.DB, id ExecutionID, epoch 
 
 // Complete ends the execution held at epoch as completed with result.
 // Repeated after it succeeded, it returns the stored outcome (Repeated).
+// epoch must be the one the claim returned (1 or more): an epoch of 0 is a
+// ValidationError, never an unfenced completion. result is at most
+// Config.MaxPayloadBytes.
 func (c *Client) Complete(ctx context.Context, id ExecutionID, epoch int64, result []byte) (*Outcome, error) {
-	return leases.Complete(ctx, c.pool, id, epoch, result)
+	return leases.Complete(ctx, c.pool, c.limits, id, epoch, result)
 }
 
 // CompleteTx is Complete inside tx.
 func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, id ExecutionID, epoch int64, result []byte) (*Outcome, error) {
-	return leases.Complete(ctx, tx, id, epoch, result)
+	return leases.Complete(ctx, tx, c.limits, id, epoch, result)
 }
 
 // Fail ends the attempt held at epoch as failed: retried after backoff when

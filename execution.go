@@ -53,6 +53,21 @@ const (
 	DefaultMaxPayloadBytes = leases.DefaultMaxPayloadBytes
 )
 
+// Input limits, enforced with a ValidationError before anything is written.
+const (
+	// MaxMaxPayloadBytes is the largest Config.MaxPayloadBytes (64 MiB).
+	MaxMaxPayloadBytes = leases.MaxMaxPayloadBytes
+	// MaxErrorBytes bounds FailParams.Error. The Worker shortens longer
+	// handler errors to fit.
+	MaxErrorBytes = leases.MaxErrorBytes
+	// MaxReasonBytes bounds a Cancel or Revoke reason.
+	MaxReasonBytes = leases.MaxReasonBytes
+	// MaxCancelledByBytes bounds Cancel's by.
+	MaxCancelledByBytes = leases.MaxByBytes
+	// MaxTagsBytes bounds CreateParams.Tags, encoded as JSON.
+	MaxTagsBytes = leases.MaxTagsBytes
+)
+
 // CreateParams describes a new execution. Only Lane is required.
 type CreateParams struct {
 	// Lane is the queue workers claim from: 1-128 of [A-Za-z0-9_.:-].

@@ -350,7 +350,7 @@ func (w *Worker) execute(ctx context.Context, j *runningJob) {
 	}
 	var perm *PermanentError
 	retry := !errors.As(herr, &perm)
-	out, err := w.client.Fail(fctx, x.ID, x.LeaseEpoch, FailParams{Error: herr.Error(), Retryable: retry})
+	out, err := w.client.Fail(fctx, x.ID, x.LeaseEpoch, FailParams{Error: leases.CleanText(herr.Error(), MaxErrorBytes), Retryable: retry})
 	state := "failed"
 	if out != nil {
 		state = string(out.State)
@@ -530,7 +530,7 @@ func (w *Worker) completer(ctx context.Context) {
 			items[i] = leases.Completion{ID: c.x.ID, Epoch: c.x.LeaseEpoch, Result: c.result}
 		}
 		cctx, cancel := context.WithTimeout(ctx, finishTimeout)
-		_, errs, err := leases.CompleteMany(cctx, w.client.pool, items)
+		_, errs, err := leases.CompleteMany(cctx, w.client.pool, w.client.limits, items)
 		cancel()
 		for i, c := range batch {
 			switch {

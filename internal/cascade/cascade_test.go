@@ -97,7 +97,7 @@ func (f *fixture) finish(x *leases.Execution, ok bool) {
 	f.t.Helper()
 	var err error
 	if ok {
-		_, err = leases.Complete(f.ctx, f.pool, x.ID, x.LeaseEpoch, nil)
+		_, err = leases.Complete(f.ctx, f.pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil)
 	} else {
 		_, err = leases.Fail(f.ctx, f.pool, x.ID, x.LeaseEpoch, leases.FailParams{Error: "no"})
 	}
@@ -223,7 +223,7 @@ func TestAnyOfCancelRemaining(t *testing.T) {
 	}
 	f.expect(g, map[string]leases.State{"b": leases.StateCancelled, "c": leases.StateCancelled})
 	for _, x := range []*leases.Execution{b, c} {
-		if _, err := leases.Complete(f.ctx, f.pool, x.ID, x.LeaseEpoch, nil); err == nil {
+		if _, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil); err == nil {
 			t.Fatalf("a cancelled sibling completed")
 		}
 		var reason, by string

@@ -148,7 +148,7 @@ func TestRandomDAGs(t *testing.T) {
 							wrng.Shuffle(len(got), func(i, j int) { got[i], got[j] = got[j], got[i] })
 							for _, x := range got {
 								if x.Kind == "true" {
-									_, err = leases.Complete(f.ctx, f.pool, x.ID, x.LeaseEpoch, nil)
+									_, err = leases.Complete(f.ctx, f.pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil)
 								} else {
 									_, err = leases.Fail(f.ctx, f.pool, x.ID, x.LeaseEpoch, leases.FailParams{Error: "planned"})
 								}

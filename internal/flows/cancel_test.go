@@ -99,7 +99,7 @@ func TestCancelFlow(t *testing.T) {
 			}
 			// The running member: fenced under cancel_all, free to finish
 			// otherwise; either way the flow stays cancelled.
-			_, err = leases.Complete(f.ctx, f.pool, m["running"], runningEpoch, []byte("late"))
+			_, err = leases.Complete(f.ctx, f.pool, leases.Limits{}, m["running"], runningEpoch, []byte("late"))
 			if tt.policy == flows.CancelAll {
 				if !errors.Is(err, fault.ErrLeaseLost) {
 					t.Fatalf("complete by a fenced member: %v, want lease lost", err)
@@ -215,7 +215,7 @@ func TestFlowCompletion(t *testing.T) {
 	errs := make(chan error, len(ids))
 	for id, epoch := range claimed {
 		go func() {
-			_, err := leases.Complete(f.ctx, f.pool, id, epoch, nil)
+			_, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, id, epoch, nil)
 			errs <- err
 		}()
 	}

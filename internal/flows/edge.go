@@ -328,23 +328,53 @@ func SetPolicy(ctx context.Context, db leases.DB, flowID uuid.UUID, downstream i
 	if downstream.Partition != part {
 		return false, fault.Invalid(fault.KindNotMember, "downstream_id", downstream.String(), "not a member of flow "+flowID.String()+" (another partition)")
 	}
+	var k *int
+	var onSat *string
+	if p.Kind == Quorum {
+		k = &p.K
+	}
+	if p.Kind != AllOf {
+		s := string(p.OnSatisfied)
+		onSat = &s
+	}
 	err = leases.InTx(ctx, db, func(tx pgx.Tx) error {
-		// Share-lock the flow first: staging updates it, so no edge can be
-		// staged between our check and our write.
-		if _, err := openFlowForShare(ctx, tx, flowID); err != nil {
+		// Unlocked checks first, so that a missing flow or a non-member is
+		// reported as such rather than as a foreign-key violation.
+		if _, err := Get(ctx, tx, flowID); err != nil {
 			return err
 		}
 		if err := checkMembers(ctx, tx, flowID, downstream); err != nil {
 			return err
 		}
-		existing, err := scanGroup(tx.QueryRow(ctx, `SELECT `+groupColumns+` FROM ff_edge_group g
-			WHERE g.partition_key = $1 AND g.flow_id = $2 AND g.downstream_id = $3 FOR NO KEY UPDATE`, part, flowID, downstream.UUID))
-		switch {
-		case err == nil && existing.Policy == p:
+		// Then the locks in the global order: the group, then the flow.
+		// The group row is created with the new policy when it is missing
+		// (a refusal below rolls it back) and locked when it exists.
+		var inserted bool
+		err := tx.QueryRow(ctx, `INSERT INTO ff_edge_group (partition_key, flow_id, downstream_id, policy, k, on_satisfied)
+			VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (partition_key, flow_id, downstream_id) DO NOTHING
+			RETURNING true`, part, flowID, downstream.UUID, string(p.Kind), k, onSat).Scan(&inserted)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		var existing *EdgeGroup
+		if !inserted {
+			existing, err = scanGroup(tx.QueryRow(ctx, `SELECT `+groupColumns+` FROM ff_edge_group g
+				WHERE g.partition_key = $1 AND g.flow_id = $2 AND g.downstream_id = $3 FOR NO KEY UPDATE`, part, flowID, downstream.UUID))
+			if err != nil {
+				return err
+			}
+		}
+		// Share-lock the flow: staging an edge updates it, so no edge can
+		// be staged between the check below (a statement of its own, whose
+		// snapshot sees every staging that committed before the lock) and
+		// our commit.
+		if _, err := openFlowForShare(ctx, tx, flowID); err != nil {
+			return err
+		}
+		if existing != nil && existing.Policy == p {
 			alreadySet = true
 			return nil
-		case err != nil && !errors.Is(err, pgx.ErrNoRows):
-			return err
 		}
 		var staged bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ff_edge
@@ -355,19 +385,11 @@ func SetPolicy(ctx context.Context, db leases.DB, flowID uuid.UUID, downstream i
 			return &fault.ConflictError{Object: "edge group", ID: downstream.String(),
 				Reason: "its policy is fixed: edges into it are already staged", Existing: existing}
 		}
-		var k *int
-		var onSat *string
-		if p.Kind == Quorum {
-			k = &p.K
+		if inserted {
+			return nil
 		}
-		if p.Kind != AllOf {
-			s := string(p.OnSatisfied)
-			onSat = &s
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO ff_edge_group (partition_key, flow_id, downstream_id, policy, k, on_satisfied)
-			VALUES ($1, $2, $3, $4, $5, $6)
-			ON CONFLICT (partition_key, flow_id, downstream_id)
-			DO UPDATE SET policy = EXCLUDED.policy, k = EXCLUDED.k, on_satisfied = EXCLUDED.on_satisfied`,
+		_, err = tx.Exec(ctx, `UPDATE ff_edge_group SET policy = $4, k = $5, on_satisfied = $6
+			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`,
 			part, flowID, downstream.UUID, string(p.Kind), k, onSat)
 		return err
 	})

@@ -101,7 +101,7 @@ func (f *fixture) runAndEnd(id ident.ExecutionID, succeed bool) {
 		f.t.Fatalf("claim %s: %v (%d claimed)", id, err, len(got))
 	}
 	if succeed {
-		_, err = leases.Complete(f.ctx, f.pool, id, got[0].LeaseEpoch, nil)
+		_, err = leases.Complete(f.ctx, f.pool, leases.Limits{}, id, got[0].LeaseEpoch, nil)
 	} else {
 		_, err = leases.Fail(f.ctx, f.pool, id, got[0].LeaseEpoch, leases.FailParams{Error: "no"})
 	}

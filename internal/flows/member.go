@@ -21,10 +21,14 @@ type AddResult struct {
 
 // AddExecution makes an existing execution a member of a flow
 // (add_execution_to_flow). It is idempotent for the same flow; it refuses
-// an execution of another flow (conflict), a terminal flow, a missing flow
-// or execution, and an execution minted on another partition than the
-// flow's (members share the flow's partition).
+// an execution of another flow (conflict), a terminal execution
+// (AlreadyTerminalError: it could never finish the flow), a terminal flow,
+// a missing flow or execution, and an execution minted on another
+// partition than the flow's (members share the flow's partition).
 func AddExecution(ctx context.Context, db leases.DB, flowID uuid.UUID, id ident.ExecutionID) (*AddResult, error) {
+	if err := leases.ValidateID("execution_id", id); err != nil {
+		return nil, err
+	}
 	if part := ident.Partition(flowID); id.Partition != part {
 		return nil, fault.Invalid(fault.KindNotMember, "execution_id", id.String(),
 			fmt.Sprintf("minted on partition %d, but flow %s lives on partition %d; create members with the flow id so they are minted there", id.Partition, flowID, part))
@@ -32,8 +36,9 @@ func AddExecution(ctx context.Context, db leases.DB, flowID uuid.UUID, id ident.
 	var res *AddResult
 	err := leases.InTx(ctx, db, func(tx pgx.Tx) error {
 		var member *uuid.UUID
-		err := tx.QueryRow(ctx, `SELECT flow_id FROM ff_execution WHERE partition_key = $1 AND execution_id = $2 FOR NO KEY UPDATE`,
-			id.Partition, id.UUID).Scan(&member)
+		var state string
+		err := tx.QueryRow(ctx, `SELECT flow_id, state FROM ff_execution WHERE partition_key = $1 AND execution_id = $2 FOR NO KEY UPDATE`,
+			id.Partition, id.UUID).Scan(&member, &state)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return &fault.NotFoundError{Object: "execution", ID: id.String()}
 		}
@@ -50,6 +55,12 @@ func AddExecution(ctx context.Context, db leases.DB, flowID uuid.UUID, id ident.
 		if member != nil {
 			res = &AddResult{NodeCount: f.NodeCount, AlreadyMember: true}
 			return nil
+		}
+		// A finished execution would be a member that can never end the
+		// flow: the flow finishes when its last live member ends, and this
+		// one ended before it joined. Refuse rather than strand the flow.
+		if leases.State(state).Terminal() {
+			return &fault.AlreadyTerminalError{Object: "execution", ID: id.String(), State: state}
 		}
 		if _, err := tx.Exec(ctx, `UPDATE ff_execution SET flow_id = $3 WHERE partition_key = $1 AND execution_id = $2`,
 			id.Partition, id.UUID, flowID); err != nil {

@@ -42,7 +42,6 @@ const (
 	MaxKindLength       = 256
 	MaxIdempotencyKey   = 512
 	MaxBackoffFactor    = 100.0
-	maxTagsBytes        = 64 << 10
 	maxCapabilityLength = 128
 )
 
@@ -108,8 +107,8 @@ func (p *CreateParams) Normalize(lim Limits) error {
 	if err := ValidateName("lane", p.Lane); err != nil {
 		return err
 	}
-	if len(p.Kind) > MaxKindLength {
-		return fault.Invalid(fault.KindTooLarge, "kind", p.Kind, fmt.Sprintf("at most %d bytes", MaxKindLength))
+	if err := ValidateText("kind", p.Kind, MaxKindLength); err != nil {
+		return err
 	}
 	if len(p.Payload) > lim.maxPayload() {
 		return fault.Invalid(fault.KindTooLarge, "payload", strconv.Itoa(len(p.Payload))+" bytes",
@@ -145,16 +144,24 @@ func (p *CreateParams) Normalize(lim Limits) error {
 	if p.Delay < 0 || p.Delay > MaxDelay {
 		return fault.Invalid(fault.KindOutOfRange, "delay", p.Delay.String(), fmt.Sprintf("want 0..%s", MaxDelay))
 	}
-	if len(p.IdempotencyKey) > MaxIdempotencyKey {
-		return fault.Invalid(fault.KindTooLarge, "idempotency_key", p.IdempotencyKey, fmt.Sprintf("at most %d bytes", MaxIdempotencyKey))
+	if err := ValidateText("idempotency_key", p.IdempotencyKey, MaxIdempotencyKey); err != nil {
+		return err
 	}
 	if p.Tags != nil {
 		b, err := json.Marshal(p.Tags)
 		if err != nil {
 			return fault.Invalid(fault.KindInvalidValue, "tags", fmt.Sprint(p.Tags), "must encode as a JSON object: "+err.Error())
 		}
-		if len(b) > maxTagsBytes {
-			return fault.Invalid(fault.KindTooLarge, "tags", strconv.Itoa(len(b))+" bytes", fmt.Sprintf("at most %d bytes of JSON", maxTagsBytes))
+		if len(b) > MaxTagsBytes {
+			return fault.Invalid(fault.KindTooLarge, "tags", strconv.Itoa(len(b))+" bytes", fmt.Sprintf("at most %d bytes of JSON", MaxTagsBytes))
+		}
+		if err := validateJSONText("tags", b); err != nil {
+			return err
+		}
+		// encoding/json silently replaces invalid UTF-8; refuse it instead
+		// of storing something other than what was given.
+		if err := validateTagValue(p.Tags); err != nil {
+			return err
 		}
 	} else {
 		p.Tags = map[string]any{}
@@ -169,6 +176,9 @@ func validateCapabilities(field string, caps []string) error {
 	for _, c := range caps {
 		if c == "" || len(c) > maxCapabilityLength {
 			return fault.Invalid(fault.KindInvalidValue, field, c, fmt.Sprintf("each capability is 1 to %d bytes", maxCapabilityLength))
+		}
+		if err := ValidateText(field, c, 0); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -192,9 +202,11 @@ func (r *RetryPolicy) normalize() error {
 		return fault.Invalid(fault.KindOutOfRange, "retry.base", r.Base.String(), fmt.Sprintf("want 1ms..%s", MaxBackoff))
 	case r.Max < r.Base || r.Max > MaxBackoff:
 		return fault.Invalid(fault.KindOutOfRange, "retry.max", r.Max.String(), fmt.Sprintf("want retry.base..%s", MaxBackoff))
-	case r.Multiplier < 1 || r.Multiplier > MaxBackoffFactor:
+	// Written as negated ranges so that NaN, which fails every
+	// comparison, is refused too.
+	case !(r.Multiplier >= 1 && r.Multiplier <= MaxBackoffFactor):
 		return fault.Invalid(fault.KindOutOfRange, "retry.multiplier", strconv.FormatFloat(r.Multiplier, 'g', -1, 64), "want 1..100")
-	case r.Jitter < 0 || r.Jitter > 1:
+	case !(r.Jitter >= 0 && r.Jitter <= 1):
 		return fault.Invalid(fault.KindOutOfRange, "retry.jitter", strconv.FormatFloat(r.Jitter, 'g', -1, 64), "want 0..1")
 	}
 	return nil
@@ -297,4 +309,35 @@ func insertArgs(p *CreateParams) []any {
 		micros(p.Retry.Base), micros(p.Retry.Max), p.Retry.Multiplier, p.Retry.Jitter,
 		micros(p.LeaseTTL), micros(p.AttemptTimeout), micros(p.Deadline),
 		payload, nullIfEmpty(p.IdempotencyKey), p.Tags}
+}
+
+// validateTagValue walks the JSON-like values of tags for text Postgres
+// or encoding/json would refuse or alter.
+func validateTagValue(v any) error {
+	switch t := v.(type) {
+	case string:
+		return ValidateText("tags", t, 0)
+	case map[string]any:
+		for k, e := range t {
+			if err := ValidateText("tags", k, 0); err != nil {
+				return err
+			}
+			if err := validateTagValue(e); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for _, e := range t {
+			if err := validateTagValue(e); err != nil {
+				return err
+			}
+		}
+	case []string:
+		for _, e := range t {
+			if err := ValidateText("tags", e, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -151,7 +151,7 @@ func TestCreateAndClaim(t *testing.T) {
 	if err != nil || !exp.After(*c.LeaseExpiresAt) && !exp.Equal(*c.LeaseExpiresAt) {
 		t.Fatalf("renew: %v, %v", exp, err)
 	}
-	out, err := leases.Complete(f.ctx, f.pool, c.ID, c.LeaseEpoch, []byte("done"))
+	out, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, c.ID, c.LeaseEpoch, []byte("done"))
 	if err != nil || out.State != leases.StateCompleted || out.Repeated {
 		t.Fatalf("complete: %+v, %v", out, err)
 	}
@@ -185,12 +185,12 @@ func TestCompleteIdempotent(t *testing.T) {
 	f := setup(t)
 	f.create(leases.CreateParams{})
 	c := f.claimOne("default")
-	first, err := leases.Complete(f.ctx, f.pool, c.ID, c.LeaseEpoch, []byte("r1"))
+	first, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, c.ID, c.LeaseEpoch, []byte("r1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := f.snapshot(c.ID)
-	again, err := leases.Complete(f.ctx, f.pool, c.ID, c.LeaseEpoch, []byte("r2"))
+	again, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, c.ID, c.LeaseEpoch, []byte("r2"))
 	if err != nil || !again.Repeated || again.State != leases.StateCompleted || string(again.Result) != "r1" || again.Attempt != first.Attempt {
 		t.Fatalf("repeated complete: %+v, %v; want the stored outcome r1", again, err)
 	}
@@ -298,7 +298,7 @@ func TestFencing(t *testing.T) {
 			if _, err := leases.Renew(f.ctx, f.pool, x.ID, x.LeaseEpoch); !errors.Is(err, fault.ErrLeaseLost) {
 				t.Errorf("renew by old holder: %v, want lease lost", err)
 			}
-			if _, err := leases.Complete(f.ctx, f.pool, x.ID, x.LeaseEpoch, []byte("late")); !errors.Is(err, fault.ErrLeaseLost) {
+			if _, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, x.ID, x.LeaseEpoch, []byte("late")); !errors.Is(err, fault.ErrLeaseLost) {
 				t.Errorf("complete by old holder: %v, want lease lost", err)
 			}
 			for _, retry := range []bool{true, false} {
@@ -307,7 +307,7 @@ func TestFencing(t *testing.T) {
 				}
 			}
 			var lost *fault.LeaseLostError
-			_, err := leases.Complete(f.ctx, f.pool, x.ID, x.LeaseEpoch, nil)
+			_, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil)
 			if !errors.As(err, &lost) || lost.Epoch != x.LeaseEpoch || lost.CurrentEpoch != after.LeaseEpoch {
 				t.Errorf("lease lost error %v does not carry the epochs %d and %d", err, x.LeaseEpoch, after.LeaseEpoch)
 			}
@@ -355,7 +355,7 @@ func TestCancel(t *testing.T) {
 
 	f.create(leases.CreateParams{Lane: "c"})
 	done := f.claimOne("c")
-	if _, err := leases.Complete(f.ctx, f.pool, done.ID, done.LeaseEpoch, nil); err != nil {
+	if _, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, done.ID, done.LeaseEpoch, nil); err != nil {
 		t.Fatal(err)
 	}
 	var term *fault.AlreadyTerminalError
@@ -577,7 +577,7 @@ func TestConcurrentClaims(t *testing.T) {
 					return
 				}
 				for _, x := range got {
-					if _, err := leases.Complete(f.ctx, f.pool, x.ID, x.LeaseEpoch, nil); err != nil {
+					if _, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil); err != nil {
 						errs <- err
 						return
 					}
@@ -691,7 +691,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("bad input wrote %d rows", n)
 	}
 	missing := ident.NewExecutionID()
-	if _, err := leases.Complete(f.ctx, f.pool, missing, 1, nil); !errors.Is(err, fault.ErrNotFound) {
+	if _, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, missing, 1, nil); !errors.Is(err, fault.ErrNotFound) {
 		t.Errorf("complete of a missing execution: %v, want not found", err)
 	}
 	if _, err := leases.Cancel(f.ctx, f.pool, missing, "", ""); !errors.Is(err, fault.ErrNotFound) {
@@ -797,7 +797,7 @@ func TestCompleteMany(t *testing.T) {
 		items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch, Result: []byte(fmt.Sprint(i))}
 	}
 	items[2].Epoch = 99 // a holder that lost its lease
-	outs, errs, err := leases.CompleteMany(f.ctx, f.pool, items)
+	outs, errs, err := leases.CompleteMany(f.ctx, f.pool, leases.Limits{}, items)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -817,7 +817,7 @@ func TestCompleteMany(t *testing.T) {
 	}
 	// Repeating the batch: idempotent, nothing new written.
 	before := f.count(`SELECT count(*) FROM ff_completion_event`)
-	outs, errs, err = leases.CompleteMany(f.ctx, f.pool, items)
+	outs, errs, err = leases.CompleteMany(f.ctx, f.pool, leases.Limits{}, items)
 	if err != nil || !outs[0].Repeated || errs[0] != nil || f.count(`SELECT count(*) FROM ff_completion_event`) != before {
 		t.Fatalf("repeat: %+v %v %v", outs[0], errs[0], err)
 	}

@@ -3,6 +3,8 @@ package leases
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -10,9 +12,6 @@ import (
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 )
-
-// MaxErrorBytes bounds a failure message; longer ones are cut.
-const MaxErrorBytes = 16 << 10
 
 // Outcome is what complete, fail and cancel did.
 type Outcome struct {
@@ -30,6 +29,9 @@ type Outcome struct {
 
 // Renew extends a running lease by its TTL, fenced on epoch.
 func Renew(ctx context.Context, db DB, id ident.ExecutionID, epoch int64) (time.Time, error) {
+	if err := validateFence(id, epoch); err != nil {
+		return time.Time{}, err
+	}
 	const q = `
 WITH upd AS (
 	UPDATE ff_execution SET lease_expires_at = now() + lease_ttl
@@ -55,8 +57,11 @@ SELECT lease_expires_at FROM upd`
 
 // Complete ends a running execution as completed with result, fenced on
 // epoch. Repeating a completion that succeeded returns its stored outcome
-// and writes nothing.
-func Complete(ctx context.Context, db DB, id ident.ExecutionID, epoch int64, result []byte) (*Outcome, error) {
+// and writes nothing. result is bounded like a payload (lim).
+func Complete(ctx context.Context, db DB, lim Limits, id ident.ExecutionID, epoch int64, result []byte) (*Outcome, error) {
+	if err := validateCompletion(lim, id, epoch, result); err != nil {
+		return nil, err
+	}
 	if result == nil {
 		result = []byte{}
 	}
@@ -83,10 +88,13 @@ type FailParams struct {
 // after backoff when retryable with attempts left, else terminal failed.
 // Repeating a failure that took effect returns its stored outcome.
 func Fail(ctx context.Context, db DB, id ident.ExecutionID, epoch int64, p FailParams) (*Outcome, error) {
-	msg := p.Error
-	if len(msg) > MaxErrorBytes {
-		msg = msg[:MaxErrorBytes]
+	if err := validateFence(id, epoch); err != nil {
+		return nil, err
 	}
+	if err := ValidateText("error", p.Error, MaxErrorBytes); err != nil {
+		return nil, err
+	}
+	msg := p.Error
 	if msg == "" {
 		msg = "failed"
 	}
@@ -180,6 +188,15 @@ const (
 // fenced. Cancelling a cancelled execution is a no-op success (Repeated);
 // any other terminal state is an *fault.AlreadyTerminalError.
 func Cancel(ctx context.Context, db DB, id ident.ExecutionID, reason, by string) (*Outcome, error) {
+	if err := ValidateID("execution_id", id); err != nil {
+		return nil, err
+	}
+	if err := ValidateText("reason", reason, MaxReasonBytes); err != nil {
+		return nil, err
+	}
+	if err := ValidateText("by", by, MaxByBytes); err != nil {
+		return nil, err
+	}
 	if reason == "" {
 		reason = DefaultCancelReason
 	}
@@ -206,6 +223,12 @@ func Cancel(ctx context.Context, db DB, id ident.ExecutionID, reason, by string)
 // Revoke takes a running execution's lease away (operator action): back to
 // pending at once, epoch bumped so the holder is fenced, attempt revoked.
 func Revoke(ctx context.Context, db DB, id ident.ExecutionID, reason string) (*Requeued, error) {
+	if err := ValidateID("execution_id", id); err != nil {
+		return nil, err
+	}
+	if err := ValidateText("reason", reason, MaxReasonBytes); err != nil {
+		return nil, err
+	}
 	if reason == "" {
 		reason = "revoked by operator"
 	}
@@ -234,6 +257,9 @@ func Revoke(ctx context.Context, db DB, id ident.ExecutionID, reason string) (*R
 
 // Get reads one execution.
 func Get(ctx context.Context, db DB, id ident.ExecutionID) (*Execution, error) {
+	if err := ValidateID("execution_id", id); err != nil {
+		return nil, err
+	}
 	x, err := scanExecution(db.QueryRow(ctx, `SELECT `+execColumns+` FROM ff_execution e
 		WHERE e.partition_key = $1 AND e.execution_id = $2`, id.Partition, id.UUID))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -254,15 +280,20 @@ type Completion struct {
 
 // CompleteMany completes a batch of executions in one transaction (group
 // commit), each fenced on its own epoch exactly as Complete. It returns one
-// outcome or error per item, in order; a lost lease fails only its item.
-func CompleteMany(ctx context.Context, db DB, items []Completion) ([]*Outcome, []error, error) {
-	ends := make([]Ending, len(items))
+// outcome or error per item, in order; a lost lease or invalid input fails
+// only its item.
+func CompleteMany(ctx context.Context, db DB, lim Limits, items []Completion) ([]*Outcome, []error, error) {
+	outs, errs := make([]*Outcome, len(items)), make([]error, len(items))
+	ends := make([]Ending, 0, len(items))
 	for i, it := range items {
+		if errs[i] = validateCompletion(lim, it.ID, it.Epoch, it.Result); errs[i] != nil {
+			continue
+		}
 		r := it.Result
 		if r == nil {
 			r = []byte{}
 		}
-		ends[i] = Ending{ID: it.ID, Epoch: it.Epoch, State: StateCompleted, Result: r}
+		ends = append(ends, Ending{ID: it.ID, Epoch: it.Epoch, State: StateCompleted, Result: r})
 	}
 	ended, err := Terminate(ctx, db, ends)
 	if err != nil {
@@ -272,13 +303,29 @@ func CompleteMany(ctx context.Context, db DB, items []Completion) ([]*Outcome, [
 	for _, e := range ended {
 		done[e.ID] = e
 	}
-	outs, errs := make([]*Outcome, len(items)), make([]error, len(items))
 	for i, it := range items {
+		if errs[i] != nil {
+			continue
+		}
 		if e, ok := done[it.ID]; ok {
-			outs[i] = &Outcome{State: StateCompleted, Attempt: e.Attempt, Result: ends[i].Result, EventID: e.EventID}
+			outs[i] = &Outcome{State: StateCompleted, Attempt: e.Attempt, Result: it.Result, EventID: e.EventID}
+			if outs[i].Result == nil {
+				outs[i].Result = []byte{}
+			}
 			continue
 		}
 		outs[i], errs[i] = repeatedOr(ctx, db, it.ID, it.Epoch, "succeeded")
 	}
 	return outs, errs, nil
+}
+
+func validateCompletion(lim Limits, id ident.ExecutionID, epoch int64, result []byte) error {
+	if err := validateFence(id, epoch); err != nil {
+		return err
+	}
+	if len(result) > lim.maxPayload() {
+		return fault.Invalid(fault.KindTooLarge, "result", strconv.Itoa(len(result))+" bytes",
+			fmt.Sprintf("at most %d bytes (the client's MaxPayloadBytes)", lim.maxPayload()))
+	}
+	return nil
 }

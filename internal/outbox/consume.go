@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/listener"
 )
@@ -141,7 +142,7 @@ func ConsumeOnce(ctx context.Context, db leases.DB, name string, batch int, h Ha
 		err := tx.QueryRow(ctx, `SELECT stream, cursor_txid::text, cursor_event_id FROM ff_outbox_consumer
 			WHERE name = $1 FOR NO KEY UPDATE`, name).Scan(&stream, &txid, &c.EventID)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("consumer %s is not registered", name)
+			return &fault.NotFoundError{Object: "consumer", ID: name}
 		}
 		if err != nil {
 			return err
