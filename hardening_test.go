@@ -230,8 +230,14 @@ func TestBadInputsAreTypedAndWriteNothing(t *testing.T) {
 		field string
 		call  func() error
 	}{
-		{"NUL in kind", "kind", func() error { _, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "bad", Kind: "a\x00b"}); return err }},
-		{"invalid UTF-8 in kind", "kind", func() error { _, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "bad", Kind: "a\xffb"}); return err }},
+		{"NUL in kind", "kind", func() error {
+			_, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "bad", Kind: "a\x00b"})
+			return err
+		}},
+		{"invalid UTF-8 in kind", "kind", func() error {
+			_, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "bad", Kind: "a\xffb"})
+			return err
+		}},
 		{"NUL in idempotency key", "idempotency_key", func() error {
 			_, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "bad", IdempotencyKey: "k\x00"})
 			return err
