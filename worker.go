@@ -17,9 +17,11 @@ import (
 	"github.com/sourcegraph/conc/panics"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/logging"
+	"github.com/flowfabric/ffd/internal/session"
 )
 
 // Worker defaults.
@@ -63,11 +65,11 @@ type WorkerConfig struct {
 	// Capabilities the worker has; it claims only executions whose required
 	// capabilities are among them. Default none.
 	Capabilities []string
-	// Concurrency is how many handlers run at once. Default
+	// Concurrency is how many handlers run at once: 1..10000. Default
 	// DefaultConcurrency.
 	Concurrency int
 	// PollInterval is the fallback claim interval (jittered ±10%) when no
-	// ff_ready notification arrives. Default DefaultPollInterval.
+	// ff_ready notification arrives: 10ms..1h. Default DefaultPollInterval.
 	PollInterval time.Duration
 }
 
@@ -115,14 +117,14 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	if cfg.Handler == nil {
 		return nil, fault.Invalid(fault.KindRequired, "handler", "nil", "a handler is required")
 	}
-	if cfg.Concurrency < 0 || cfg.Concurrency > 10000 {
-		return nil, fault.Invalid(fault.KindOutOfRange, "concurrency", fmt.Sprint(cfg.Concurrency), "want 1..10000 (0 for the default)")
+	if err := bound.Concurrency.CheckOrZero("Concurrency", cfg.Concurrency); err != nil {
+		return nil, err
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
-	if cfg.PollInterval < 0 {
-		return nil, fault.Invalid(fault.KindOutOfRange, "poll_interval", cfg.PollInterval.String(), "want a positive duration (0 for the default)")
+	if err := bound.PollInterval.CheckOrZero("PollInterval", cfg.PollInterval); err != nil {
+		return nil, err
 	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = DefaultPollInterval
@@ -431,7 +433,13 @@ func (w *Worker) listen(ctx context.Context) {
 }
 
 func (w *Worker) listenOnce(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, w.client.pool.Config().ConnConfig.Copy())
+	cfg := w.client.pool.Config().ConnConfig.Copy()
+	if !session.Guarded(&cfg.Config) {
+		// The application's pool has no guard of its own; this connection
+		// is ffd's, so it gets ffd's.
+		session.Default().Apply(cfg)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -37,15 +37,6 @@ type BenchCmd struct {
 // Run runs the scenario on a fresh private Postgres (fsync on), or in the
 // given database, cleaning up its own rows afterwards.
 func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
-	for name, v := range map[string]int{"executions": c.Executions, "workers": c.Workers, "flows": c.Flows, "chain-length": c.ChainLength,
-		"chain-workers": c.ChainWorkers, "fan-width": c.FanWidth, "repeats": c.Repeats, "leases": c.Leases, "burst": c.Burst} {
-		if v < 1 || v > 10_000_000 {
-			return fmt.Errorf("--%s %d: want 1..10000000", name, v)
-		}
-	}
-	if c.ChainLength < 2 {
-		return fmt.Errorf("--chain-length %d: want at least 2", c.ChainLength)
-	}
 	url := g.DatabaseURL
 	private := url == ""
 	if private {
@@ -69,9 +60,9 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 		}()
 		url = srv.URL("postgres")
 	}
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := g.poolConfig(url)
 	if err != nil {
-		return fmt.Errorf("database URL: %w", err)
+		return err
 	}
 	cfg.MaxConns = int32(max(20, min(c.Workers/2, 60)))
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

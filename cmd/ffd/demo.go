@@ -107,9 +107,9 @@ func (c *DemoCmd) Run(ctx context.Context, g *Globals) error {
 		}()
 		url = srv.URL("postgres")
 	}
-	pcfg, err := pgxpool.ParseConfig(url)
+	pcfg, err := g.poolConfig(url)
 	if err != nil {
-		return fmt.Errorf("database URL: %w", err)
+		return err
 	}
 	pcfg.MaxConns = 16
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)

@@ -43,9 +43,6 @@ func (c *EventsTailCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if c.Limit < 0 {
-		return fmt.Errorf("--limit %d: want 0 or more", c.Limit)
-	}
 	out := &jsonLines{enc: json.NewEncoder(g.stdout)}
 	if c.WAL {
 		return c.wal(ctx, g, stream, out)

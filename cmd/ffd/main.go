@@ -15,13 +15,16 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/alecthomas/kong"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/logging"
 	"github.com/flowfabric/ffd/internal/schema"
+	"github.com/flowfabric/ffd/internal/session"
 )
 
 // Globals are the settings every command shares.
@@ -29,6 +32,14 @@ type Globals struct {
 	DatabaseURL string `name:"database-url" env:"FFD_DATABASE_URL" help:"PostgreSQL connection URL (or key=value DSN)."`
 	LogLevel    string `name:"log-level" env:"FFD_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error."`
 	LogFormat   string `name:"log-format" env:"FFD_LOG_FORMAT" default:"auto" enum:"auto,json,console" help:"Log format: json, console, or auto (console on a terminal, else json)."`
+
+	// The session guard of every connection (internal/session).
+	IdleInTxTimeout   time.Duration `name:"idle-in-transaction-timeout" env:"FFD_IDLE_IN_TRANSACTION_TIMEOUT" default:"15s" help:"The server disconnects an ffd session idle inside a transaction this long, releasing its locks (0: never)."`
+	LockTimeout       time.Duration `name:"lock-timeout" env:"FFD_LOCK_TIMEOUT" default:"10s" help:"Longest wait of one statement for a lock (0: forever)."`
+	KeepaliveIdle     time.Duration `name:"tcp-keepalive-idle" env:"FFD_TCP_KEEPALIVE_IDLE" default:"15s" help:"Silence before the first TCP keepalive probe, both ends (0: the OS default)."`
+	KeepaliveInterval time.Duration `name:"tcp-keepalive-interval" env:"FFD_TCP_KEEPALIVE_INTERVAL" default:"5s" help:"Time between TCP keepalive probes (0: the OS default)."`
+	KeepaliveCount    int           `name:"tcp-keepalive-count" env:"FFD_TCP_KEEPALIVE_COUNT" default:"3" help:"Unanswered probes that end a connection (0: the OS default)."`
+	ConnectTimeout    time.Duration `name:"connect-timeout" env:"FFD_CONNECT_TIMEOUT" default:"10s" help:"Longest wait to establish a connection (0: none)."`
 
 	stdout io.Writer
 	log    *zap.Logger
@@ -115,14 +126,50 @@ func parse(parser *kong.Kong, args []string, exitCode *int) (kctx *kong.Context,
 	return kctx, 0, false
 }
 
+// Validate checks the session flags (kong calls it after parsing, before
+// any command runs).
+func (g *Globals) Validate() error {
+	return firstError(
+		bound.IdleInTransactionTimeout.Check("--idle-in-transaction-timeout", g.IdleInTxTimeout),
+		bound.LockTimeout.Check("--lock-timeout", g.LockTimeout),
+		bound.KeepaliveIdle.Check("--tcp-keepalive-idle", g.KeepaliveIdle),
+		bound.KeepaliveInterval.Check("--tcp-keepalive-interval", g.KeepaliveInterval),
+		bound.KeepaliveCount.Check("--tcp-keepalive-count", g.KeepaliveCount),
+		bound.ConnectTimeout.Check("--connect-timeout", g.ConnectTimeout),
+	)
+}
+
+// session is the guard every connection of this command carries.
+func (g *Globals) session() session.Config {
+	return session.Config{
+		IdleInTransactionTimeout: g.IdleInTxTimeout, LockTimeout: g.LockTimeout,
+		KeepaliveIdle: g.KeepaliveIdle, KeepaliveInterval: g.KeepaliveInterval, KeepaliveCount: g.KeepaliveCount,
+		ConnectTimeout: g.ConnectTimeout,
+	}
+}
+
+// poolConfig parses url into a pool configuration carrying the session
+// guard and naming the command in pg_stat_activity.
+func (g *Globals) poolConfig(url string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	g.session().ApplyPool(cfg)
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "ffd"
+	}
+	return cfg, nil
+}
+
 // pool connects to the configured database.
 func (g *Globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
 	if g.DatabaseURL == "" {
 		return nil, errNoDatabase
 	}
-	cfg, err := pgxpool.ParseConfig(g.DatabaseURL)
+	cfg, err := g.poolConfig(g.DatabaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("database URL: %w", err)
+		return nil, err
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/daemon"
 )
 
@@ -32,38 +33,40 @@ type DaemonFlags struct {
 	ConsumerIdle   time.Duration `name:"consumer-idle-limit" env:"FFD_CONSUMER_IDLE_LIMIT" default:"24h" help:"Report named consumers idle this long while events wait for them."`
 }
 
-func (f *DaemonFlags) validate() error {
-	switch {
-	case f.PoolMaxConns < 2 || f.PoolMaxConns > 1000:
-		return fmt.Errorf("--pool-max-conns %d: want 2..1000", f.PoolMaxConns)
-	case f.CascadeWorkers < 1 || f.CascadeWorkers > 1000:
-		return fmt.Errorf("--cascade-workers %d: want 1..1000", f.CascadeWorkers)
-	case f.SiblingWorkers < 1 || f.SiblingWorkers > 1000:
-		return fmt.Errorf("--sibling-workers %d: want 1..1000", f.SiblingWorkers)
-	case f.QueueSize < 1 || f.QueueSize > 10_000_000:
-		return fmt.Errorf("--queue-size %d: want 1..10000000", f.QueueSize)
-	case f.SweepInterval < 10*time.Millisecond || f.SweepInterval > time.Hour:
-		return fmt.Errorf("--sweep-interval %s: want 10ms..1h", f.SweepInterval)
-	case f.SweepBatch < 1 || f.SweepBatch > 100000:
-		return fmt.Errorf("--sweep-batch %d: want 1..100000", f.SweepBatch)
-	case f.StopTimeout < 100*time.Millisecond || f.StopTimeout > time.Hour:
-		return fmt.Errorf("--stop-timeout %s: want 100ms..1h", f.StopTimeout)
-	case f.Retention < 0 || f.Retention > 10*365*24*time.Hour:
-		return fmt.Errorf("--retention %s: want 0 (off) up to 87600h", f.Retention)
-	case f.ConsumerIdle < time.Second || f.ConsumerIdle > 365*24*time.Hour:
-		return fmt.Errorf("--consumer-idle-limit %s: want 1s..8760h", f.ConsumerIdle)
+// Validate checks every flag against the range the daemon accepts
+// (internal/bound), before anything connects; kong calls it after parsing.
+func (f *DaemonFlags) Validate() error {
+	return firstError(
+		bound.PoolMaxConns.Check("--pool-max-conns", int(f.PoolMaxConns)),
+		bound.CascadeWorkers.Check("--cascade-workers", f.CascadeWorkers),
+		bound.SiblingWorkers.Check("--sibling-workers", f.SiblingWorkers),
+		bound.QueueSize.Check("--queue-size", f.QueueSize),
+		bound.SweepInterval.Check("--sweep-interval", f.SweepInterval),
+		bound.SweepBatch.Check("--sweep-batch", f.SweepBatch),
+		bound.StopTimeout.Check("--stop-timeout", f.StopTimeout),
+		bound.Retention.Check("--retention", f.Retention),
+		bound.ConsumerIdleLimit.Check("--consumer-idle-limit", f.ConsumerIdle),
+	)
+}
+
+// firstError returns the first non-nil error.
+func firstError(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
 // config builds the daemon configuration over databaseURL.
 func (f *DaemonFlags) config(ctx context.Context, g *Globals, databaseURL string) (daemon.Config, *pgxpool.Pool, error) {
-	if err := f.validate(); err != nil {
+	if err := f.Validate(); err != nil {
 		return daemon.Config{}, nil, err
 	}
-	pcfg, err := pgxpool.ParseConfig(databaseURL)
+	pcfg, err := g.poolConfig(databaseURL)
 	if err != nil {
-		return daemon.Config{}, nil, fmt.Errorf("database URL: %w", err)
+		return daemon.Config{}, nil, err
 	}
 	pcfg.MaxConns = f.PoolMaxConns
 	listen := pcfg.ConnConfig
@@ -71,6 +74,7 @@ func (f *DaemonFlags) config(ctx context.Context, g *Globals, databaseURL string
 		if listen, err = pgx.ParseConfig(f.ListenerURL); err != nil {
 			return daemon.Config{}, nil, fmt.Errorf("listener URL: %w", err)
 		}
+		g.session().Apply(listen)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

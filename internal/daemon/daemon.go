@@ -12,7 +12,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -25,6 +24,7 @@ import (
 	"github.com/sourcegraph/conc"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/listener"
@@ -35,16 +35,17 @@ import (
 
 // Defaults for Config.
 const (
-	DefaultCascadeWorkers = 4
-	DefaultSiblingWorkers = 1
-	DefaultQueueSize      = 10000
-	DefaultSweepInterval  = time.Second
-	DefaultSweepBatch     = 500
-	DefaultDispatchGrace  = 500 * time.Millisecond
-	DefaultStopTimeout    = 30 * time.Second
-	DefaultAdminAddr      = "127.0.0.1:9464"
-	DefaultSampleInterval = 15 * time.Second
-	DefaultTimerLimit     = 1000
+	DefaultCascadeWorkers    = 4
+	DefaultSiblingWorkers    = 1
+	DefaultQueueSize         = 10000
+	DefaultSweepInterval     = time.Second
+	DefaultSweepBatch        = 500
+	DefaultDispatchGrace     = 500 * time.Millisecond
+	DefaultStopTimeout       = 30 * time.Second
+	DefaultAdminAddr         = "127.0.0.1:9464"
+	DefaultSampleInterval    = 15 * time.Second
+	DefaultTimerLimit        = 1000
+	DefaultRetentionInterval = time.Minute
 )
 
 // Config configures a Daemon. Zero values take the defaults.
@@ -80,7 +81,8 @@ type Config struct {
 	// and behind every registered consumer; 0 disables it. Default 0 (the
 	// CLI defaults it to outbox.DefaultRetention).
 	Retention time.Duration
-	// RetentionInterval is how often retention runs. Default 1 min.
+	// RetentionInterval is how often retention runs. Default
+	// DefaultRetentionInterval (1 min).
 	RetentionInterval time.Duration
 	// ConsumerIdleLimit: consumers that have not read for this long while
 	// events wait are reported (logs and metrics). Default 24 h.
@@ -102,46 +104,48 @@ func (c *Config) normalize() error {
 	if c.ListenConnConfig == nil {
 		c.ListenConnConfig = c.Pool.Config().ConnConfig
 	}
-	checks := []struct {
+	ints := []struct {
 		name string
 		v    *int
 		def  int
+		b    bound.Int
 	}{
-		{"cascade workers", &c.CascadeWorkers, DefaultCascadeWorkers},
-		{"sibling workers", &c.SiblingWorkers, DefaultSiblingWorkers},
-		{"queue size", &c.QueueSize, DefaultQueueSize},
-		{"sweep batch", &c.SweepBatch, DefaultSweepBatch},
+		{"CascadeWorkers", &c.CascadeWorkers, DefaultCascadeWorkers, bound.CascadeWorkers},
+		{"SiblingWorkers", &c.SiblingWorkers, DefaultSiblingWorkers, bound.SiblingWorkers},
+		{"QueueSize", &c.QueueSize, DefaultQueueSize, bound.QueueSize},
+		{"SweepBatch", &c.SweepBatch, DefaultSweepBatch, bound.SweepBatch},
 	}
-	for _, ch := range checks {
-		if *ch.v < 0 || *ch.v > 100000 {
-			return fmt.Errorf("%s %d: want 1..100000", ch.name, *ch.v)
+	for _, ch := range ints {
+		if err := ch.b.CheckOrZero(ch.name, *ch.v); err != nil {
+			return err
 		}
 		if *ch.v == 0 {
 			*ch.v = ch.def
 		}
 	}
 	durations := []struct {
-		name     string
-		v        *time.Duration
-		def, min time.Duration
+		name string
+		v    *time.Duration
+		def  time.Duration
+		b    bound.Duration
 	}{
-		{"sweep interval", &c.SweepInterval, DefaultSweepInterval, 10 * time.Millisecond},
-		{"dispatch grace", &c.DispatchGrace, DefaultDispatchGrace, 0},
-		{"stop timeout", &c.StopTimeout, DefaultStopTimeout, 100 * time.Millisecond},
-		{"sample interval", &c.SampleInterval, DefaultSampleInterval, 100 * time.Millisecond},
-		{"retention interval", &c.RetentionInterval, time.Minute, 10 * time.Millisecond},
-		{"consumer idle limit", &c.ConsumerIdleLimit, outbox.DefaultIdleConsumerAge, time.Second},
+		{"SweepInterval", &c.SweepInterval, DefaultSweepInterval, bound.SweepInterval},
+		{"DispatchGrace", &c.DispatchGrace, DefaultDispatchGrace, bound.DispatchGrace},
+		{"StopTimeout", &c.StopTimeout, DefaultStopTimeout, bound.StopTimeout},
+		{"SampleInterval", &c.SampleInterval, DefaultSampleInterval, bound.SampleInterval},
+		{"RetentionInterval", &c.RetentionInterval, DefaultRetentionInterval, bound.RetentionInterval},
+		{"ConsumerIdleLimit", &c.ConsumerIdleLimit, outbox.DefaultIdleConsumerAge, bound.ConsumerIdleLimit},
 	}
 	for _, d := range durations {
-		if *d.v < 0 || (*d.v > 0 && *d.v < d.min) || *d.v > 24*time.Hour {
-			return fmt.Errorf("%s %s: want %s..24h", d.name, *d.v, d.min)
+		if err := d.b.CheckOrZero(d.name, *d.v); err != nil {
+			return err
 		}
 		if *d.v == 0 {
 			*d.v = d.def
 		}
 	}
-	if c.Retention < 0 || c.Retention > 10*365*24*time.Hour {
-		return fmt.Errorf("retention %s: want 0 (off) up to 10 years", c.Retention)
+	if err := bound.Retention.Check("Retention", c.Retention); err != nil {
+		return err
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()

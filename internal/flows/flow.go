@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
@@ -207,7 +207,7 @@ func scanGroup(row pgx.Row) (*EdgeGroup, error) {
 // List limits.
 const (
 	DefaultListLimit = 100
-	MaxListLimit     = 1000
+	MaxListLimit     = bound.MaxListLimit
 )
 
 // ListParams pages through flows in id (creation) order.
@@ -215,7 +215,7 @@ type ListParams struct {
 	Namespace string     // default: every namespace
 	State     FlowState  // default: every state
 	After     *uuid.UUID // cursor: the previous page's Next
-	Limit     int        // clamped to 1..MaxListLimit; 0 means DefaultListLimit
+	Limit     int        // 1..MaxListLimit; 0 means DefaultListLimit; more is a ValidationError
 }
 
 // ListPage is one page; Next is nil on the last.
@@ -236,14 +236,13 @@ func List(ctx context.Context, db leases.DB, p ListParams) (*ListPage, error) {
 	default:
 		return nil, fault.Invalid(fault.KindInvalidValue, "state", string(p.State), "want open, completed, failed or cancelled")
 	}
-	if p.Limit < 0 {
-		return nil, fault.Invalid(fault.KindOutOfRange, "limit", strconv.Itoa(p.Limit), fmt.Sprintf("want 0..%d", MaxListLimit))
+	if err := bound.ListLimit.CheckOrZero("limit", p.Limit); err != nil {
+		return nil, err
 	}
 	limit := p.Limit
 	if limit == 0 {
 		limit = DefaultListLimit
 	}
-	limit = min(limit, MaxListLimit)
 	var ns, state *string
 	if p.Namespace != "" {
 		ns = &p.Namespace

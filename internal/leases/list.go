@@ -2,11 +2,10 @@ package leases
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 
 	"github.com/google/uuid"
 
+	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 )
@@ -14,7 +13,7 @@ import (
 // List limits.
 const (
 	DefaultListLimit = 100
-	MaxListLimit     = 1000
+	MaxListLimit     = bound.MaxListLimit
 )
 
 // ListParams filters a listing; zero fields do not filter.
@@ -25,7 +24,7 @@ type ListParams struct {
 	FlowID    *uuid.UUID
 	// After is the cursor: the last execution id of the previous page.
 	After *ident.ExecutionID
-	// Limit is clamped to 1..MaxListLimit; 0 means DefaultListLimit.
+	// Limit is 1..MaxListLimit; 0 means DefaultListLimit; more is a ValidationError.
 	Limit int
 }
 
@@ -47,14 +46,13 @@ func List(ctx context.Context, db DB, p ListParams) (*ListPage, error) {
 	if p.State != "" && !p.State.Valid() {
 		return nil, fault.Invalid(fault.KindInvalidValue, "state", string(p.State), "want blocked, pending, running, completed, failed, cancelled, skipped or expired")
 	}
-	if p.Limit < 0 {
-		return nil, fault.Invalid(fault.KindOutOfRange, "limit", strconv.Itoa(p.Limit), fmt.Sprintf("want 0..%d", MaxListLimit))
+	if err := bound.ListLimit.CheckOrZero("limit", p.Limit); err != nil {
+		return nil, err
 	}
 	limit := p.Limit
 	if limit == 0 {
 		limit = DefaultListLimit
 	}
-	limit = min(limit, MaxListLimit)
 	var after *uuid.UUID
 	if p.After != nil {
 		after = &p.After.UUID

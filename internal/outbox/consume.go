@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/listener"
@@ -62,10 +63,16 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 	if cfg.Stream == "" {
 		cfg.Stream = All
 	}
-	if cfg.Batch <= 0 {
+	if err := bound.ConsumerBatch.CheckOrZero("Batch", cfg.Batch); err != nil {
+		return err
+	}
+	if err := bound.PollInterval.CheckOrZero("PollInterval", cfg.PollInterval); err != nil {
+		return err
+	}
+	if cfg.Batch == 0 {
 		cfg.Batch = DefaultBatch
 	}
-	if cfg.PollInterval <= 0 {
+	if cfg.PollInterval == 0 {
 		cfg.PollInterval = DefaultPollInterval
 	}
 	if cfg.Logger == nil {

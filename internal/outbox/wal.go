@@ -17,6 +17,7 @@ import (
 
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/session"
 )
 
 // Publication is the publication (created by the migrations) the WAL
@@ -53,6 +54,10 @@ type WALConfig struct {
 	// will be delivered. (A new slot holds only what commits after it was
 	// created; read older events with the cursor protocol.)
 	OnStart func()
+	// Session is the connection's guard (keepalives above all: a stream
+	// that is idle must still notice a vanished server). Default
+	// session.Default().
+	Session *session.Config
 	Logger  *zap.Logger
 }
 
@@ -63,11 +68,16 @@ func validSlot(s string) error {
 	return nil
 }
 
-func replicationConn(ctx context.Context, connString string) (*pgconn.PgConn, error) {
+func replicationConn(ctx context.Context, connString string, guard *session.Config) (*pgconn.PgConn, error) {
 	cfg, err := pgconn.ParseConfig(connString)
 	if err != nil {
 		return nil, fmt.Errorf("replication connection: %w", err)
 	}
+	g := session.Default()
+	if guard != nil {
+		g = *guard
+	}
+	g.ApplyConn(cfg)
 	cfg.RuntimeParams["replication"] = "database"
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -110,7 +120,7 @@ func DropSlot(ctx context.Context, connString, slot string) error {
 	if err := validSlot(slot); err != nil {
 		return err
 	}
-	conn, err := replicationConn(ctx, connString)
+	conn, err := replicationConn(ctx, connString, nil)
 	if err != nil {
 		return err
 	}
@@ -138,7 +148,12 @@ func StreamWAL(ctx context.Context, cfg WALConfig) error {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	conn, err := replicationConn(ctx, cfg.ConnString)
+	if cfg.Session != nil {
+		if err := cfg.Session.Validate(); err != nil {
+			return err
+		}
+	}
+	conn, err := replicationConn(ctx, cfg.ConnString, cfg.Session)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,63 @@
+package ffd
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowfabric/ffd/internal/session"
+)
+
+// SessionConfig bounds what a stuck connection can do to everyone else:
+// idle_in_transaction_session_timeout, lock_timeout, TCP keepalives on
+// both ends and a connect timeout, sent as startup parameters. See
+// docs/operations.md ("Session guard") for why each matters.
+type SessionConfig = session.Config
+
+// Session guard defaults (DefaultSessionConfig).
+const (
+	DefaultIdleInTransactionTimeout = session.DefaultIdleInTransactionTimeout
+	DefaultLockTimeout              = session.DefaultLockTimeout
+	DefaultKeepaliveIdle            = session.DefaultKeepaliveIdle
+	DefaultKeepaliveInterval        = session.DefaultKeepaliveInterval
+	DefaultKeepaliveCount           = session.DefaultKeepaliveCount
+	DefaultConnectTimeout           = session.DefaultConnectTimeout
+)
+
+// DefaultSessionConfig is the guard ffd's own connections use.
+func DefaultSessionConfig() SessionConfig { return session.Default() }
+
+// ConfigurePool puts the session guard s (nil: DefaultSessionConfig) on
+// every connection of cfg. Build the pool you hand to NewClient this way:
+// a process that freezes inside one of its transactions is then cut off by
+// the server instead of holding row locks the daemon and other workers
+// wait for.
+func ConfigurePool(cfg *pgxpool.Config, s *SessionConfig) error {
+	guard := session.Default()
+	if s != nil {
+		guard = *s
+	}
+	if err := guard.Validate(); err != nil {
+		return err
+	}
+	guard.ApplyPool(cfg)
+	return nil
+}
+
+// NewPool connects a pool to connString with the session guard s (nil:
+// DefaultSessionConfig).
+func NewPool(ctx context.Context, connString string, s *SessionConfig) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("parse connection string: %w", err)
+	}
+	if err := ConfigurePool(cfg, s); err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return pool, nil
+}
