@@ -19,7 +19,9 @@ func (c *DevCmd) Validate() error {
 func (c *DemoCmd) Validate() error { return bound.DemoTimeout.Check("--timeout", c.Timeout) }
 
 // Validate checks migrate up's flags.
-func (c *MigrateUpCmd) Validate() error { return bound.MigrateLockWait.Check("--lock-wait", c.LockWait) }
+func (c *MigrateUpCmd) Validate() error {
+	return bound.MigrateLockWait.Check("--lock-wait", c.LockWait)
+}
 
 // Validate checks the page size.
 func (c *ExecListCmd) Validate() error { return bound.ListLimit.Check("--limit", c.Limit) }
