@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +30,12 @@ import (
 const (
 	DefaultConcurrency  = 10
 	DefaultPollInterval = time.Second
+	// DefaultHandBackTimeout bounds the one statement that hands unfinished
+	// executions back when Stop's context ends.
+	DefaultHandBackTimeout = 2 * time.Second
+	// DefaultCompletionLockTimeout bounds how long a batch of completions
+	// waits for a row lock before it is split up.
+	DefaultCompletionLockTimeout = 2 * time.Second
 	// finishTimeout bounds the complete/fail call after a handler returns,
 	// independent of the handler's context.
 	finishTimeout = 30 * time.Second
@@ -71,6 +79,17 @@ type WorkerConfig struct {
 	// PollInterval is the fallback claim interval (jittered ±10%) when no
 	// ff_ready notification arrives: 10ms..1h. Default DefaultPollInterval.
 	PollInterval time.Duration
+	// HandBackTimeout bounds handing unfinished executions back when Stop's
+	// context ends without a deadline; with a deadline, Stop keeps this
+	// much of it (at most a quarter) for the hand-back. 10ms..10m. Default
+	// DefaultHandBackTimeout.
+	HandBackTimeout time.Duration
+	// CompletionLockTimeout bounds how long one batch of completions waits
+	// for a row lock (say, a flow row held by a frozen process). Past it
+	// the batch is split and each completion retried on its own, so the
+	// one behind the lock waits alone. 10ms..1h. Default
+	// DefaultCompletionLockTimeout.
+	CompletionLockTimeout time.Duration
 }
 
 // Worker claims and runs executions. Start it once; Stop it once.
@@ -81,11 +100,20 @@ type Worker struct {
 	log    *zap.Logger
 
 	wake        chan struct{}
-	stopping    chan struct{}
+	stopping    chan struct{} // closed by Stop: claim nothing more
 	completions chan *completion
 	quit        chan struct{} // closed when the completer may stop
-	loops       conc.WaitGroup
-	jobs        sync.WaitGroup
+
+	// stopLoops cancels the claim and listen loops (and a claim in
+	// flight); abort cancels every database call the worker still makes
+	// (Stop's deadline has come).
+	stopLoops context.CancelFunc
+	abort     context.CancelFunc
+	dbCtx     context.Context // cancelled by abort
+
+	loops     conc.WaitGroup // listen, fetch
+	completer conc.WaitGroup // the completer and its lone retries
+	jobs      sync.WaitGroup // handlers, with their heartbeats
 
 	mu       sync.Mutex
 	active   map[ExecutionID]*runningJob
@@ -129,6 +157,18 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = DefaultPollInterval
 	}
+	if err := bound.HandBackTimeout.CheckOrZero("HandBackTimeout", cfg.HandBackTimeout); err != nil {
+		return nil, err
+	}
+	if cfg.HandBackTimeout == 0 {
+		cfg.HandBackTimeout = DefaultHandBackTimeout
+	}
+	if err := bound.LockTimeout.CheckOrZero("CompletionLockTimeout", cfg.CompletionLockTimeout); err != nil {
+		return nil, err
+	}
+	if cfg.CompletionLockTimeout == 0 {
+		cfg.CompletionLockTimeout = DefaultCompletionLockTimeout
+	}
 	if cfg.ID == "" {
 		host, err := os.Hostname()
 		if err != nil || host == "" {
@@ -159,7 +199,8 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 // Name is "ID/Instance", as recorded on leases.
 func (w *Worker) Name() string { return w.name }
 
-// Start begins claiming; it returns at once. The worker runs until Stop.
+// Start begins claiming; it returns at once. The worker runs until Stop;
+// ctx's values reach the handlers, its cancellation does not (call Stop).
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -167,51 +208,131 @@ func (w *Worker) Start(ctx context.Context) error {
 		return errors.New("ffd: worker already started")
 	}
 	w.started = true
-	base := context.WithoutCancel(ctx)
-	w.loops.Go(func() { w.listen(base) })
-	w.loops.Go(func() { w.fetch(base) })
-	for range completers {
-		go w.completer(base)
-	}
+	dbCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	loopCtx, stopLoops := context.WithCancel(dbCtx)
+	w.abort, w.stopLoops, w.dbCtx = abort, stopLoops, dbCtx
+	w.loops.Go(func() { w.listen(loopCtx) })
+	w.loops.Go(func() { w.fetch(loopCtx, dbCtx) })
+	w.completer.Go(func() { w.runCompleter(dbCtx) })
 	w.signal()
 	return nil
 }
 
-// Stop stops claiming and waits for running handlers until ctx ends. Any
-// handler still running then has its context cancelled (cause
-// ErrWorkerStopped) and its execution failed back as retryable with no
-// backoff, so another worker picks it up at once. Stop returns ctx's error
-// in that case, nil when every handler finished.
+// Stop stops claiming at once and waits for running handlers until ctx
+// ends. Any handler still running then has its context cancelled (cause
+// ErrWorkerStopped) and every such execution is handed back in one
+// statement: pending again with no backoff, so another worker picks it
+// up at once (failed instead when it has no attempt left). With a
+// deadline on ctx, Stop keeps part of it (HandBackTimeout, at most a
+// quarter) for that statement and returns by the deadline; without one it
+// spends up to HandBackTimeout after ctx ends. Stop waits for every
+// goroutine the worker started, except a handler that ignores its
+// context: that one is abandoned, and its result, if it ever comes, is
+// dropped. It returns ctx's error when handlers were cut short, nil when
+// every handler finished.
 func (w *Worker) Stop(ctx context.Context) error {
-	w.stopOnce.Do(func() { close(w.stopping) })
-	w.loops.Wait()
-	done := make(chan struct{})
-	go func() { w.jobs.Wait(); close(done) }()
-	defer w.quitOnce.Do(func() { close(w.quit) })
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-	}
 	w.mu.Lock()
-	var left []*runningJob
-	for _, j := range w.active {
-		j.handedIn = true
-		left = append(left, j)
-	}
+	started := w.started
 	w.mu.Unlock()
-	for _, j := range left {
-		j.cancel(ErrWorkerStopped)
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-		_, err := w.client.Fail(fctx, j.x.ID, j.x.LeaseEpoch, FailParams{Error: "worker stopped before the handler finished", Retryable: true, Immediate: true})
-		cancel()
-		if err != nil && !errors.Is(err, ErrLeaseLost) {
-			w.log.Error("hand back execution on stop", w.jobFields(j.x, zap.Error(err))...)
-		} else {
-			w.log.Info("execution handed back on stop", w.jobFields(j.x)...)
+	if !started {
+		return nil
+	}
+	w.stopOnce.Do(func() {
+		close(w.stopping)
+		w.stopLoops()
+	})
+	w.loops.Wait() // claims in flight were cancelled: this is prompt
+
+	waitCtx, handBackCtx, cancel := w.stopContexts(ctx)
+	defer cancel()
+	jobsDone := make(chan struct{})
+	go func() { w.jobs.Wait(); close(jobsDone) }()
+	var err error
+	select {
+	case <-jobsDone:
+	case <-waitCtx.Done():
+		err = ctx.Err()
+		if err == nil {
+			err = context.DeadlineExceeded // the reserve for the hand-back began
+		}
+		w.handBack(handBackCtx)
+		// Handlers that honour their context return now; wait for them
+		// until the deadline, not longer.
+		select {
+		case <-jobsDone:
+		case <-handBackCtx.Done():
+			w.log.Warn("handlers still running after stop; abandoning them")
 		}
 	}
-	return ctx.Err()
+	// Nothing the worker does from here on may outlive Stop: flush what
+	// completions are queued, then cut every call still waiting.
+	w.quitOnce.Do(func() { close(w.quit) })
+	flushed := make(chan struct{})
+	go func() { w.completer.Wait(); close(flushed) }()
+	select {
+	case <-flushed:
+	case <-handBackCtx.Done():
+		w.abort()
+		<-flushed
+	}
+	w.abort()
+	return err
+}
+
+// stopContexts splits Stop's context: waitCtx ends when handlers must be
+// cut short, handBackCtx when everything must be over.
+func (w *Worker) stopContexts(ctx context.Context) (waitCtx, handBackCtx context.Context, cancel func()) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		// No deadline: wait until ctx ends, then take HandBackTimeout.
+		hb, cancelHB := context.WithCancel(context.WithoutCancel(ctx))
+		var timer *time.Timer
+		stop := context.AfterFunc(ctx, func() { timer = time.AfterFunc(w.cfg.HandBackTimeout, cancelHB) })
+		return ctx, hb, func() {
+			stop()
+			if timer != nil {
+				timer.Stop()
+			}
+			cancelHB()
+		}
+	}
+	reserve := min(w.cfg.HandBackTimeout, time.Until(deadline)/4)
+	waitCtx, cancelWait := context.WithDeadline(ctx, deadline.Add(-reserve))
+	handBackCtx, cancelHB := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	return waitCtx, handBackCtx, func() { cancelWait(); cancelHB() }
+}
+
+// handBack cancels every running handler and gives its lease back, all in
+// one statement.
+func (w *Worker) handBack(ctx context.Context) {
+	w.mu.Lock()
+	var held []leases.Held
+	var jobs []*runningJob
+	for _, j := range w.active {
+		if j.handedIn {
+			continue
+		}
+		j.handedIn = true
+		j.cancel(ErrWorkerStopped)
+		held = append(held, leases.Held{ID: j.x.ID, Epoch: j.x.LeaseEpoch})
+		jobs = append(jobs, j)
+	}
+	w.mu.Unlock()
+	if len(held) == 0 {
+		return
+	}
+	requeued, failed, err := leases.HandBack(ctx, w.client.pool, held, "worker stopped before the handler finished")
+	if err != nil {
+		// The leases lapse after their TTL and the sweep retries them.
+		w.log.Error("hand back executions on stop; they will be retried when their leases lapse", zap.Int("executions", len(held)), zap.Error(err))
+		return
+	}
+	w.log.Info("executions handed back on stop", zap.Int("requeued", requeued), zap.Int("failed", failed), zap.Int("lease_moved_on", len(held)-requeued-failed))
+	for _, j := range jobs {
+		if ce := w.log.Check(zap.DebugLevel, "execution handed back"); ce != nil {
+			ce.Write(w.jobFields(j.x)...)
+		}
+	}
 }
 
 func (w *Worker) signal() {
@@ -232,10 +353,10 @@ func (w *Worker) jobFields(x *Execution, more ...zap.Field) []zap.Field {
 
 // fetch claims while there are free slots and due work; it sleeps until a
 // notification, a finished job, or the jittered poll interval.
-func (w *Worker) fetch(ctx context.Context) {
+func (w *Worker) fetch(ctx, jobCtx context.Context) {
 	next := 0
 	for {
-		w.claimFree(ctx, &next)
+		w.claimFree(ctx, jobCtx, &next)
 		timer := time.NewTimer(jitter(w.cfg.PollInterval))
 		select {
 		case <-w.stopping:
@@ -248,7 +369,7 @@ func (w *Worker) fetch(ctx context.Context) {
 	}
 }
 
-func (w *Worker) claimFree(ctx context.Context, next *int) {
+func (w *Worker) claimFree(ctx, jobCtx context.Context, next *int) {
 	for {
 		select {
 		case <-w.stopping:
@@ -268,11 +389,13 @@ func (w *Worker) claimFree(ctx context.Context, next *int) {
 			*next++
 			xs, err := w.client.Claim(ctx, ClaimParams{Lane: lane, Worker: w.name, Capabilities: w.cfg.Capabilities, Max: free - claimed})
 			if err != nil {
-				w.log.Warn("claim failed; retrying at the next poll", zap.String(logging.FieldLane, lane), zap.Error(err))
+				if ctx.Err() == nil {
+					w.log.Warn("claim failed; retrying at the next poll", zap.String(logging.FieldLane, lane), zap.Error(err))
+				}
 				return
 			}
 			for _, x := range xs {
-				w.run(ctx, x)
+				w.run(jobCtx, x)
 			}
 			claimed += len(xs)
 			if claimed == free {
@@ -344,7 +467,10 @@ func (w *Worker) execute(ctx context.Context, j *runningJob) {
 		w.log.Info("lease lost; handler result dropped", w.jobFields(x)...)
 		return
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	// The handler's context may be cancelled (lease lost is handled above;
+	// a cancelled parent is not ours to obey here): record the outcome on
+	// the worker's own context, which only Stop's deadline cuts.
+	fctx, cancel := context.WithTimeout(w.dbCtx, finishTimeout)
 	defer cancel()
 	if herr == nil {
 		w.logFinish(x, "completed", w.complete(fctx, x, result))
@@ -444,7 +570,7 @@ func (w *Worker) listenOnce(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `LISTEN ff_ready`); err != nil {
+	if _, err := conn.Exec(ctx, `LISTEN ff_ready; LISTEN ff_revoke`); err != nil {
 		return err
 	}
 	w.signal()
@@ -453,10 +579,49 @@ func (w *Worker) listenOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if slices.Contains(w.cfg.Lanes, n.Payload) {
-			w.signal()
+		switch n.Channel {
+		case "ff_ready":
+			if slices.Contains(w.cfg.Lanes, n.Payload) {
+				w.signal()
+			}
+		case "ff_revoke":
+			w.revoked(n.Payload)
 		}
 	}
+}
+
+// revoked cancels the handler holding a lease that was just taken away
+// (cancelled, expired, revoked by an operator, or lost to a sibling), so
+// that it stops at once rather than at its next heartbeat. The payload is
+// "partition:uuid:epoch", the epoch being the one the lease was held at.
+func (w *Worker) revoked(payload string) {
+	id, epoch, ok := parseRevoke(payload)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	j := w.active[id]
+	w.mu.Unlock()
+	if j == nil || j.x.LeaseEpoch != epoch {
+		return
+	}
+	w.log.Info("lease revoked; cancelling handler", w.jobFields(j.x)...)
+	j.cancel(ErrLeaseLost)
+}
+
+func parseRevoke(s string) (ExecutionID, int64, bool) {
+	part, rest, ok1 := strings.Cut(s, ":")
+	u, ep, ok2 := strings.Cut(rest, ":")
+	if !ok1 || !ok2 {
+		return ExecutionID{}, 0, false
+	}
+	p, err1 := strconv.ParseInt(part, 10, 16)
+	id, err2 := uuid.Parse(u)
+	epoch, err3 := strconv.ParseInt(ep, 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return ExecutionID{}, 0, false
+	}
+	return ExecutionID{Partition: int16(p), UUID: id}, epoch, true
 }
 
 // jitter spreads d by ±10% so that many workers do not poll in step.
@@ -505,24 +670,18 @@ func (w *Worker) complete(ctx context.Context, x *Execution, result []byte) erro
 	}
 }
 
-func (w *Worker) completer(ctx context.Context) {
+// runCompleter commits completions in batches until quit, then flushes
+// what is queued in one last batch.
+func (w *Worker) runCompleter(ctx context.Context) {
 	batch := make([]*completion, 0, maxCompletionBatch)
 	for {
 		batch = batch[:0]
+		quitting := false
 		select {
 		case c := <-w.completions:
 			batch = append(batch, c)
 		case <-w.quit:
-			// Whatever is still queued goes out one by one.
-			for {
-				select {
-				case c := <-w.completions:
-					_, err := w.client.Complete(ctx, c.x.ID, c.x.LeaseEpoch, c.result)
-					c.done <- err
-				default:
-					return
-				}
-			}
+			quitting = true
 		}
 	fill:
 		for len(batch) < maxCompletionBatch {
@@ -533,20 +692,66 @@ func (w *Worker) completer(ctx context.Context) {
 				break fill
 			}
 		}
-		items := make([]leases.Completion, len(batch))
-		for i, c := range batch {
-			items[i] = leases.Completion{ID: c.x.ID, Epoch: c.x.LeaseEpoch, Result: c.result}
+		if len(batch) > 0 {
+			w.commit(ctx, batch)
 		}
-		cctx, cancel := context.WithTimeout(ctx, finishTimeout)
-		_, errs, err := leases.CompleteMany(cctx, w.client.pool, w.client.limits, items)
-		cancel()
-		for i, c := range batch {
-			switch {
-			case err != nil:
-				c.done <- err
-			default:
-				c.done <- errs[i]
-			}
+		if quitting {
+			return
 		}
+	}
+}
+
+// commit completes a batch in one transaction. A batch that waited too
+// long for a row lock is split: each completion is retried on its own, in
+// the background, so the completer goes back to new completions at once
+// and only the completion behind the lock keeps waiting.
+func (w *Worker) commit(ctx context.Context, batch []*completion) {
+	items := make([]leases.Completion, len(batch))
+	for i, c := range batch {
+		items[i] = leases.Completion{ID: c.x.ID, Epoch: c.x.LeaseEpoch, Result: c.result}
+	}
+	cctx, cancel := context.WithTimeout(ctx, finishTimeout)
+	_, errs, err := leases.CompleteMany(cctx, w.client.pool, w.client.limits, items, w.cfg.CompletionLockTimeout)
+	cancel()
+	if leases.IsLockTimeout(err) {
+		w.log.Warn("completion batch waited too long for a lock; completing each on its own", zap.Int("completions", len(batch)))
+		for _, c := range batch {
+			w.completer.Go(func() { w.completeAlone(ctx, c) })
+		}
+		return
+	}
+	for i, c := range batch {
+		if err != nil {
+			c.done <- err
+		} else {
+			c.done <- errs[i]
+		}
+	}
+}
+
+// completeAlone retries one completion, waiting out lock timeouts with
+// backoff, for at most finishTimeout.
+func (w *Worker) completeAlone(ctx context.Context, c *completion) {
+	ctx, cancel := context.WithTimeout(ctx, finishTimeout)
+	defer cancel()
+	backoff := 50 * time.Millisecond
+	item := []leases.Completion{{ID: c.x.ID, Epoch: c.x.LeaseEpoch, Result: c.result}}
+	for {
+		_, errs, err := leases.CompleteMany(ctx, w.client.pool, w.client.limits, item, w.cfg.CompletionLockTimeout)
+		if err == nil {
+			c.done <- errs[0]
+			return
+		}
+		if !leases.IsLockTimeout(err) {
+			c.done <- err
+			return
+		}
+		select {
+		case <-ctx.Done():
+			c.done <- err
+			return
+		case <-time.After(jitter(backoff)):
+		}
+		backoff = min(backoff*2, time.Second)
 	}
 }

@@ -416,7 +416,7 @@ func claimComplete(ctx context.Context, c *ffd.Client, lane string, n int) error
 		for i, x := range xs {
 			items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch}
 		}
-		_, errs, err := leases.CompleteMany(ctx, c.Pool(), leases.Limits{}, items)
+		_, errs, err := leases.CompleteMany(ctx, c.Pool(), leases.Limits{}, items, 0)
 		if err != nil {
 			return false, err
 		}

@@ -31,6 +31,13 @@ func retryable(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
+// IsLockTimeout reports a statement that gave up waiting for a lock
+// (lock_not_available, 55P03: lock_timeout or NOWAIT).
+func IsLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
 // InTx runs fn in a transaction on db (a savepoint when db is itself a
 // transaction) and commits. When it owns the transaction it retries fn on
 // serialization failures and deadlocks, so these never surface as

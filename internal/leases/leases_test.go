@@ -797,7 +797,7 @@ func TestCompleteMany(t *testing.T) {
 		items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch, Result: []byte(fmt.Sprint(i))}
 	}
 	items[2].Epoch = 99 // a holder that lost its lease
-	outs, errs, err := leases.CompleteMany(f.ctx, f.pool, leases.Limits{}, items)
+	outs, errs, err := leases.CompleteMany(f.ctx, f.pool, leases.Limits{}, items, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -817,7 +817,7 @@ func TestCompleteMany(t *testing.T) {
 	}
 	// Repeating the batch: idempotent, nothing new written.
 	before := f.count(`SELECT count(*) FROM ff_completion_event`)
-	outs, errs, err = leases.CompleteMany(f.ctx, f.pool, leases.Limits{}, items)
+	outs, errs, err = leases.CompleteMany(f.ctx, f.pool, leases.Limits{}, items, 0)
 	if err != nil || !outs[0].Repeated || errs[0] != nil || f.count(`SELECT count(*) FROM ff_completion_event`) != before {
 		t.Fatalf("repeat: %+v %v %v", outs[0], errs[0], err)
 	}

@@ -282,7 +282,11 @@ type Completion struct {
 // commit), each fenced on its own epoch exactly as Complete. It returns one
 // outcome or error per item, in order; a lost lease or invalid input fails
 // only its item.
-func CompleteMany(ctx context.Context, db DB, lim Limits, items []Completion) ([]*Outcome, []error, error) {
+//
+// lockTimeout, when positive, bounds how long the batch waits for any row
+// lock; past it the whole batch fails with SQLSTATE 55P03 (IsLockTimeout)
+// and nothing is written.
+func CompleteMany(ctx context.Context, db DB, lim Limits, items []Completion, lockTimeout time.Duration) ([]*Outcome, []error, error) {
 	outs, errs := make([]*Outcome, len(items)), make([]error, len(items))
 	ends := make([]Ending, 0, len(items))
 	for i, it := range items {
@@ -295,7 +299,7 @@ func CompleteMany(ctx context.Context, db DB, lim Limits, items []Completion) ([
 		}
 		ends = append(ends, Ending{ID: it.ID, Epoch: it.Epoch, State: StateCompleted, Result: r})
 	}
-	ended, err := Terminate(ctx, db, ends)
+	ended, err := terminate(ctx, db, ends, lockTimeout)
 	if err != nil {
 		return nil, nil, err
 	}

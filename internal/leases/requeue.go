@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/ident"
 )
@@ -118,4 +119,60 @@ func requeue(ctx context.Context, db DB, kind requeueKind, force bool, items []r
 		return nil, wrap(fmt.Sprintf("requeue %d executions (%s)", n, kind.attemptOutcome), err)
 	}
 	return out, nil
+}
+
+// Held names a lease: an execution and the epoch its holder claimed it at.
+type Held struct {
+	ID    ident.ExecutionID
+	Epoch int64
+}
+
+// HandBack gives leases back because their holder is stopping: in one
+// transaction, each execution with attempts left is pending again at once
+// (no backoff, so another worker picks it up straight away) and each
+// without is failed with msg. Items whose lease already moved on are left
+// alone. It returns how many were requeued and how many failed.
+func HandBack(ctx context.Context, db DB, held []Held, msg string) (requeued, failed int, err error) {
+	if len(held) == 0 {
+		return 0, 0, nil
+	}
+	msg = CleanText(msg, MaxErrorBytes)
+	items := make([]requeueItem, len(held))
+	ends := make([]Ending, len(held))
+	for i, h := range held {
+		if err := validateFence(h.ID, h.Epoch); err != nil {
+			return 0, 0, err
+		}
+		items[i] = requeueItem{ID: h.ID, Epoch: h.Epoch, Error: msg}
+		ends[i] = Ending{ID: h.ID, Epoch: h.Epoch, State: StateFailed, Error: msg}
+	}
+	err = InTx(ctx, db, func(tx pgx.Tx) error {
+		rq, err := requeue(ctx, tx, requeueFailedNow, false, items)
+		if err != nil {
+			return err
+		}
+		// Terminate is fenced on the epoch, which requeue left unchanged:
+		// drop what was just requeued (now pending) so only the exhausted
+		// ones are failed.
+		back := make(map[ident.ExecutionID]bool, len(rq))
+		for _, r := range rq {
+			back[r.ID] = true
+		}
+		rest := ends[:0:0]
+		for _, e := range ends {
+			if !back[e.ID] {
+				rest = append(rest, e)
+			}
+		}
+		ended, err := Terminate(ctx, tx, rest)
+		if err != nil {
+			return err
+		}
+		requeued, failed = len(rq), len(ended)
+		return nil
+	})
+	if err != nil {
+		return 0, 0, wrap(fmt.Sprintf("hand back %d leases", len(held)), err)
+	}
+	return requeued, failed, nil
 }

@@ -3,6 +3,8 @@ package leases
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -115,6 +117,13 @@ FOR NO KEY UPDATE OF e`
 // it leaves untouched, for the caller to explain. It is the only writer of
 // execution completion events.
 func Terminate(ctx context.Context, db DB, ends []Ending) ([]Ended, error) {
+	return terminate(ctx, db, ends, 0)
+}
+
+// terminate is Terminate whose row-lock waits are bounded by lockTimeout
+// (0: the session's lock_timeout), for callers that would rather retry a
+// contended item on its own than wait with a whole batch behind it.
+func terminate(ctx context.Context, db DB, ends []Ending, lockTimeout time.Duration) ([]Ended, error) {
 	if len(ends) == 0 {
 		return nil, nil
 	}
@@ -139,6 +148,11 @@ func Terminate(ctx context.Context, db DB, ends []Ending) ([]Ended, error) {
 	err := withRetry(ctx, db, func() error {
 		out = out[:0]
 		b := &pgx.Batch{}
+		if lockTimeout > 0 {
+			// Local to the batch's transaction (the batch is one implicit
+			// transaction, or the caller's).
+			b.Queue(`SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(lockTimeout.Milliseconds(), 10))
+		}
 		// An unfenced ending (cancel, skip, deadline) can race a claim. Under
 		// READ COMMITTED the terminating statement would wait for the claim's
 		// row lock and then see the execution running, but not the attempt

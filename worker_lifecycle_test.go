@@ -1,0 +1,276 @@
+package ffd_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/invariant"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+// blockingHandler runs until its context ends and reports each cause.
+type blockingHandler struct {
+	started chan ffd.ExecutionID
+	ended   chan error
+}
+
+func newBlockingHandler(n int) *blockingHandler {
+	return &blockingHandler{started: make(chan ffd.ExecutionID, n), ended: make(chan error, n)}
+}
+
+func (b *blockingHandler) run(ctx context.Context, j *ffd.Job) ([]byte, error) {
+	b.started <- j.ID
+	<-ctx.Done()
+	b.ended <- context.Cause(ctx)
+	return nil, context.Cause(ctx)
+}
+
+// A cancelled execution's handler learns of it from the lease
+// notification, not from its next heartbeat: with an hour-long TTL the
+// heartbeat would come in twenty minutes.
+func TestCancelReachesTheRunningHandler(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	h := newBlockingHandler(3)
+	f.startWorker(ffd.WorkerConfig{Lanes: []string{"revoke"}, Handler: h.run, Concurrency: 3})
+	ids := map[ffd.ExecutionID]bool{}
+	for range 3 {
+		ids[f.mustCreate(ffd.CreateParams{Lane: "revoke", LeaseTTL: time.Hour}).ID] = true
+	}
+	running := map[ffd.ExecutionID]bool{}
+	for len(running) < 3 {
+		select {
+		case id := <-h.started:
+			running[id] = true
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of 3 handlers started", len(running))
+		}
+	}
+	// Cancel one, revoke another (operator), leave the third running.
+	var cancelled, revoked, untouched ffd.ExecutionID
+	for id := range ids {
+		switch {
+		case cancelled == (ffd.ExecutionID{}):
+			cancelled = id
+		case revoked == (ffd.ExecutionID{}):
+			revoked = id
+		default:
+			untouched = id
+		}
+	}
+	if _, err := f.client.Cancel(f.ctx, cancelled, "user asked", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Revoke(f.ctx, revoked, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case cause := <-h.ended:
+			if !errors.Is(cause, ffd.ErrLeaseLost) {
+				t.Fatalf("handler context cancelled with %v, want ErrLeaseLost", cause)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a handler whose lease was taken away is still running (the heartbeat is twenty minutes away)")
+		}
+	}
+	select {
+	case cause := <-h.ended:
+		t.Fatalf("the untouched handler was cancelled too: %v", cause)
+	default:
+	}
+	if x, _ := f.client.Get(f.ctx, untouched); x.State != ffd.StateRunning {
+		t.Fatalf("untouched execution is %s, want running", x.State)
+	}
+}
+
+// Stop keeps its context's deadline against a database that accepts
+// connections and never answers, and hands the unfinished executions back
+// in one statement once the database answers again... or leaves them to
+// lapse when it does not.
+func TestWorkerStopKeepsItsDeadlineAgainstAFrozenDatabase(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	proxy := testdb.NewProxy(t, f.db)
+	pool, err := pgxpool.New(f.ctx, proxy.URL(f.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	client, err := ffd.NewClient(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newBlockingHandler(4)
+	w, err := ffd.NewWorker(client, ffd.WorkerConfig{Lanes: []string{"frozen"}, Handler: h.run, Concurrency: 4, PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goroutines := runtime.NumGoroutine()
+	if err := w.Start(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		f.mustCreate(ffd.CreateParams{Lane: "frozen"})
+	}
+	for range 4 {
+		select {
+		case <-h.started:
+		case <-time.After(time.Minute):
+			t.Fatal("handlers did not start")
+		}
+	}
+	proxy.Freeze()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	err = w.Stop(ctx)
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop: %v, want the deadline's error (handlers were cut short)", err)
+	}
+	// The bound is the deadline plus scheduling slack, not the 30 s per
+	// execution of a one-by-one hand-back.
+	if took > 3*time.Second {
+		t.Fatalf("Stop with a 1 s deadline took %s against a frozen database", took)
+	}
+	for range 4 {
+		if cause := <-h.ended; !errors.Is(cause, ffd.ErrWorkerStopped) {
+			t.Fatalf("handler cancelled with %v, want ErrWorkerStopped", cause)
+		}
+	}
+	// Every goroutine the worker started is gone.
+	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > goroutines; {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("goroutines before Start %d, after Stop %d:\n%s", goroutines, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	proxy.Thaw()
+}
+
+// With the database answering, Stop hands every unfinished execution back
+// in one statement: pending at once, fenced, attempt recorded.
+func TestWorkerStopHandsBackInOneBatch(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	h := newBlockingHandler(5)
+	w, err := ffd.NewWorker(f.client, ffd.WorkerConfig{Lanes: []string{"handback"}, Handler: h.run, Concurrency: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	last := f.mustCreate(ffd.CreateParams{Lane: "handback", MaxAttempts: 1})
+	for range 4 {
+		f.mustCreate(ffd.CreateParams{Lane: "handback"})
+	}
+	for range 5 {
+		<-h.started
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if err := w.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop: %v, want DeadlineExceeded", err)
+	}
+	if n := f.count(`SELECT count(*) FROM ff_execution WHERE lane = 'handback' AND state = 'pending' AND run_at <= now()`); n != 4 {
+		t.Fatalf("%d executions pending again, want 4", n)
+	}
+	if x, _ := f.client.Get(f.ctx, last.ID); x.State != ffd.StateFailed {
+		t.Fatalf("the execution with no attempt left is %s, want failed", x.State)
+	}
+	if n := f.count(`SELECT count(*) FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id)
+		WHERE e.lane = 'handback' AND a.outcome = 'failed' AND a.error LIKE 'worker stopped%'`); n != 5 {
+		t.Fatalf("%d attempts recorded as handed back, want 5", n)
+	}
+	if err := invariant.Check(f.ctx, f.db.Pool); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A process frozen inside a transaction that holds a flow's row lock: the
+// worker's other completions go through within the completion lock
+// timeout (the batch is split), and the flow member's own completion goes
+// through once the server ends the frozen session.
+func TestFrozenLockHolderDoesNotStallOtherCompletions(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	sub, err := f.client.SubmitFlow(f.ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{
+		{Ref: "a", Params: ffd.CreateParams{Lane: "frozen.flow"}},
+		{Ref: "b", Params: ffd.CreateParams{Lane: "frozen.flow"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The frozen process: a session with the guard, idle in a transaction
+	// that holds the flow's row lock, as a daemon stopped mid-cascade.
+	guard := ffd.DefaultSessionConfig()
+	guard.IdleInTransactionTimeout = 4 * time.Second
+	frozen, err := ffd.NewPool(f.ctx, f.db.URL, &guard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer frozen.Close()
+	tx, err := frozen.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := tx.QueryRow(f.ctx, `SELECT pg_backend_pid() FROM ff_flow WHERE flow_id = $1 FOR NO KEY UPDATE`, sub.Flow.ID).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	done := map[string]time.Time{}
+	f.startWorker(ffd.WorkerConfig{Lanes: []string{"frozen.flow", "frozen.solo"}, Concurrency: 20,
+		CompletionLockTimeout: 200 * time.Millisecond,
+		Handler: func(ctx context.Context, j *ffd.Job) ([]byte, error) { return nil, nil }})
+	var solos []ffd.ExecutionID
+	for range 20 {
+		solos = append(solos, f.mustCreate(ffd.CreateParams{Lane: "frozen.solo"}).ID)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); !cond(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		mu.Lock()
+		done[what] = time.Now()
+		mu.Unlock()
+	}
+	waitFor("solos completed", func() bool {
+		return f.count(`SELECT count(*) FROM ff_execution WHERE lane = 'frozen.solo' AND state = 'completed'`) == len(solos)
+	})
+	// The holder is still there: the solos did not wait for it.
+	if alive := f.count(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid); alive != 1 {
+		t.Fatal("the frozen session ended before the solo completions; the test proves nothing")
+	}
+	if n := f.count(`SELECT count(*) FROM ff_execution WHERE lane = 'frozen.flow' AND state = 'completed'`); n != 0 {
+		t.Fatalf("%d flow members completed while their flow was locked", n)
+	}
+	// The server ends the frozen session; the members then complete.
+	waitFor("flow members completed", func() bool {
+		return f.count(`SELECT count(*) FROM ff_execution WHERE lane = 'frozen.flow' AND state = 'completed'`) == 2
+	})
+	if alive := f.count(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid); alive != 0 {
+		t.Fatal("the flow members completed while the frozen session still held the flow")
+	}
+	if err := tx.Commit(f.ctx); err == nil {
+		t.Fatal("the frozen session's transaction committed; the server should have ended it")
+	}
+	if d, _ := f.client.DescribeFlow(f.ctx, sub.Flow.ID); d.State != ffd.FlowCompleted {
+		t.Fatalf("flow is %s, want completed", d.State)
+	}
+}
