@@ -233,7 +233,7 @@ func TestFrozenLockHolderDoesNotStallOtherCompletions(t *testing.T) {
 	done := map[string]time.Time{}
 	f.startWorker(ffd.WorkerConfig{Lanes: []string{"frozen.flow", "frozen.solo"}, Concurrency: 20,
 		CompletionLockTimeout: 200 * time.Millisecond,
-		Handler: func(ctx context.Context, j *ffd.Job) ([]byte, error) { return nil, nil }})
+		Handler:               func(ctx context.Context, j *ffd.Job) ([]byte, error) { return nil, nil }})
 	var solos []ffd.ExecutionID
 	for range 20 {
 		solos = append(solos, f.mustCreate(ffd.CreateParams{Lane: "frozen.solo"}).ID)
