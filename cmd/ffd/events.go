@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
-	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/listener"
 	"github.com/flowfabric/ffd/internal/outbox"
 )
@@ -86,6 +85,10 @@ func (c *EventsTailCmd) Run(ctx context.Context, g *Globals) error {
 			return err
 		}
 	}
+	// Following, a transient error (a terminated backend, a crash
+	// restart) is waited out and the tail resumes from its cursor: the
+	// named consumer's acknowledged one, or the last event printed.
+	retry := outbox.NewBackoff()
 	for {
 		if c.Limit > 0 {
 			batch = min(outbox.DefaultBatch, c.Limit-out.n)
@@ -107,8 +110,16 @@ func (c *EventsTailCmd) Run(ctx context.Context, g *Globals) error {
 			return nil
 		}
 		if err != nil {
-			return err
+			if !c.Follow || !outbox.Transient(err) {
+				return err
+			}
+			g.log.Warn("database unavailable; resuming from the cursor", zap.Error(err), zap.Duration("retry_in", retry.Next()))
+			if !retry.Wait(ctx) {
+				return nil
+			}
+			continue
 		}
+		retry.Reset()
 		if c.Limit > 0 && out.n >= c.Limit {
 			return nil
 		}
@@ -158,24 +169,27 @@ func (c *EventsTailCmd) wal(ctx context.Context, g *Globals, stream outbox.Strea
 		return nil
 	}
 	// A dropped connection is resumed from the slot's confirmed position;
-	// configuration errors end the command.
-	backoff := 200 * time.Millisecond
+	// permanent errors (no REPLICATION privilege, bad credentials, a slot
+	// of another database, wal_level) end the command with their message.
+	guard := g.session()
+	retry := outbox.NewBackoff()
 	for {
-		err := outbox.StreamWAL(ctx, outbox.WALConfig{ConnString: g.DatabaseURL, Slot: c.Slot, Logger: g.log, Handler: handler})
+		started := false
+		err := outbox.StreamWAL(ctx, outbox.WALConfig{ConnString: g.DatabaseURL, Slot: c.Slot, Logger: g.log, Handler: handler,
+			Session: &guard, OnStart: func() { started = true }})
 		if ctx.Err() != nil {
 			return nil
 		}
-		var ve *fault.ValidationError
-		if err == nil || errors.Is(err, outbox.ErrWALLevel) || errors.As(err, &ve) || !c.Follow {
+		if err == nil || !c.Follow || !outbox.Transient(err) {
 			return err
 		}
-		g.log.Warn("WAL stream interrupted; resuming from the slot", zap.Error(err), zap.Duration("retry_in", backoff))
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
+		if started {
+			retry.Reset()
 		}
-		backoff = min(backoff*2, 10*time.Second)
+		g.log.Warn("WAL stream interrupted; resuming from the slot", zap.Error(err), zap.Duration("retry_in", retry.Next()))
+		if !retry.Wait(ctx) {
+			return nil
+		}
 	}
 }
 

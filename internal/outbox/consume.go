@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -54,8 +53,13 @@ type ConsumeConfig struct {
 }
 
 // Consume follows the stream for the named consumer until ctx ends
-// (returning nil) or the handler fails (returning its error, with nothing
-// acknowledged for that batch).
+// (returning nil), the handler fails (returning its error, a
+// *HandlerError, with nothing acknowledged for that batch), or a
+// permanent error occurs (bad credentials, a dropped consumer: see
+// Transient). Transient errors — a terminated backend, a server crash
+// restart, a network blip — are logged and retried with backoff from the
+// acknowledged cursor, so no event is skipped; a batch whose commit's
+// answer was lost may be delivered again (dedupe by event id).
 func Consume(ctx context.Context, cfg ConsumeConfig) error {
 	if cfg.Pool == nil || cfg.Handler == nil {
 		return errors.New("outbox: Consume needs a pool and a handler")
@@ -78,8 +82,22 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	if _, err := Register(ctx, cfg.Pool, cfg.Name, cfg.Stream, cfg.Start); err != nil {
-		return err
+	retry := NewBackoff()
+	for {
+		_, err := Register(ctx, cfg.Pool, cfg.Name, cfg.Stream, cfg.Start)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !Transient(err) {
+			return err
+		}
+		cfg.Logger.Warn("register consumer: database unavailable; retrying", zap.String("consumer", cfg.Name), zap.Error(err), zap.Duration("retry_in", retry.Next()))
+		if !retry.Wait(ctx) {
+			return nil
+		}
 	}
 	wake := make(chan struct{}, 1)
 	signal := func() {
@@ -109,8 +127,16 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 			return nil
 		}
 		if err != nil {
-			return err
+			if !Transient(err) {
+				return err
+			}
+			cfg.Logger.Warn("consumer: database unavailable; resuming from the cursor", zap.String("consumer", cfg.Name), zap.Error(err), zap.Duration("retry_in", retry.Next()))
+			if !retry.Wait(ctx) {
+				return nil
+			}
+			continue
 		}
+		retry.Reset()
 		if n == cfg.Batch {
 			continue // more is probably waiting
 		}
@@ -166,7 +192,7 @@ func ConsumeOnce(ctx context.Context, db leases.DB, name string, batch int, h Ha
 			return err
 		}
 		if err := h(ctx, tx, events); err != nil {
-			return fmt.Errorf("consumer %s handler: %w", name, err)
+			return &HandlerError{Consumer: name, Err: err}
 		}
 		n = len(events)
 		return Ack(ctx, tx, name, events[len(events)-1].Position())
@@ -176,3 +202,35 @@ func ConsumeOnce(ctx context.Context, db leases.DB, name string, batch int, h Ha
 	}
 	return n, nil
 }
+
+// Backoff is a jittered exponential delay for reconnect loops: 100 ms
+// doubling to 5 s. Call Next (to log it), then Wait; Reset after a success.
+type Backoff struct{ d, pending time.Duration }
+
+// NewBackoff starts at 100 ms.
+func NewBackoff() *Backoff { return &Backoff{d: 100 * time.Millisecond} }
+
+// Next is the delay the coming Wait will take.
+func (b *Backoff) Next() time.Duration {
+	b.pending = time.Duration(float64(b.d) * (0.8 + 0.4*rand.Float64()))
+	return b.pending
+}
+
+// Wait sleeps for the delay Next chose; false when ctx ended first.
+func (b *Backoff) Wait(ctx context.Context) bool {
+	if b.pending == 0 {
+		b.Next()
+	}
+	t := time.NewTimer(b.pending)
+	defer t.Stop()
+	b.pending, b.d = 0, min(b.d*2, 5*time.Second)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Reset starts over at 100 ms.
+func (b *Backoff) Reset() { b.d = 100 * time.Millisecond }

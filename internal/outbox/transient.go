@@ -1,0 +1,84 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/flowfabric/ffd/internal/fault"
+)
+
+// HandlerError is an error returned by a consumer's handler: never
+// retried by the consumer loops, always returned to their caller.
+type HandlerError struct {
+	Consumer string
+	Err      error
+}
+
+func (e *HandlerError) Error() string { return "consumer " + e.Consumer + " handler: " + e.Err.Error() }
+func (e *HandlerError) Unwrap() error { return e.Err }
+
+// Transient reports whether err is worth retrying on a new connection:
+// the connection or the server went away (a crash restart, a terminated
+// backend, a network blip), the server is starting or out of
+// connections, or a transaction lost a concurrency race. Everything else
+// is permanent and a consumer loop must stop and say so: bad credentials
+// (SQLSTATE class 28), a missing database (3D000), a missing privilege
+// such as REPLICATION (42501), a replication slot of another database
+// (55000), invalid input, a dropped consumer, a handler's error, a
+// cancelled context.
+func Transient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var he *HandlerError
+	if errors.As(err, &he) || errors.Is(err, ErrWALLevel) {
+		return false
+	}
+	for _, sentinel := range []error{fault.ErrValidation, fault.ErrNotFound, fault.ErrConflict, fault.ErrStaleRevision, fault.ErrLeaseLost, fault.ErrAlreadyTerminal} {
+		if errors.Is(err, sentinel) {
+			return false
+		}
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code[:2] == "08": // connection exception
+			return true
+		case pgErr.Code[:2] == "53": // insufficient resources (too many connections, out of memory)
+			return true
+		}
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03", // admin shutdown, crash shutdown, cannot connect now
+			"40001", "40P01", // serialization failure, deadlock
+			"55P03",          // lock not available (lock_timeout)
+			"25P03",          // idle in transaction timeout: our own session was cut
+			"57014":          // query cancelled
+			return true
+		}
+		return false
+	}
+	// No answer from the server at all: the connection broke or was never
+	// made.
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	return errors.As(err, &netErr) || errors.As(err, &connectErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		pgconn.SafeToRetry(err) || isConnClosed(err)
+}
+
+// isConnClosed matches pgx's "conn closed" (a connection the pool or pgx
+// already knows is dead), which carries no type of its own.
+func isConnClosed(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if e.Error() == "conn closed" {
+			return true
+		}
+	}
+	return false
+}
