@@ -575,8 +575,11 @@ func TestListsAndDescribe(t *testing.T) {
 	if _, err := flows.List(f.ctx, f.pool, flows.ListParams{Limit: -1}); !errors.Is(err, fault.ErrValidation) {
 		t.Fatalf("negative limit: %v", err)
 	}
-	if page, err := flows.List(f.ctx, f.pool, flows.ListParams{Limit: 1 << 30}); err != nil || len(page.Flows) != 7 {
-		t.Fatalf("clamped limit: %v", err)
+	if _, err := flows.List(f.ctx, f.pool, flows.ListParams{Limit: 1 << 30}); !errors.Is(err, fault.ErrValidation) {
+		t.Fatalf("limit over the maximum: %v, want a ValidationError", err)
+	}
+	if page, err := flows.List(f.ctx, f.pool, flows.ListParams{Limit: flows.MaxListLimit}); err != nil || len(page.Flows) != 7 {
+		t.Fatalf("largest limit: %v", err)
 	}
 
 	fl := f.flow()

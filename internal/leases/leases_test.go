@@ -735,9 +735,13 @@ func TestList(t *testing.T) {
 			t.Fatalf("position %d: %s, want %s (creation order)", i, id, ids[2*i])
 		}
 	}
-	page, err := leases.List(f.ctx, f.pool, leases.ListParams{State: leases.StatePending, Limit: 100000})
+	// A page larger than the maximum is refused, not silently shortened.
+	if _, err := leases.List(f.ctx, f.pool, leases.ListParams{State: leases.StatePending, Limit: 100000}); !errors.Is(err, fault.ErrValidation) {
+		t.Fatalf("list with a limit over the maximum: %v, want a ValidationError", err)
+	}
+	page, err := leases.List(f.ctx, f.pool, leases.ListParams{State: leases.StatePending, Limit: leases.MaxListLimit})
 	if err != nil || len(page.Executions) != 25 {
-		t.Fatalf("list pending with a clamped limit: %d, %v", len(page.Executions), err)
+		t.Fatalf("list pending with the largest limit: %d, %v", len(page.Executions), err)
 	}
 }
 

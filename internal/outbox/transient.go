@@ -55,9 +55,9 @@ func Transient(err error) bool {
 		switch pgErr.Code {
 		case "57P01", "57P02", "57P03", // admin shutdown, crash shutdown, cannot connect now
 			"40001", "40P01", // serialization failure, deadlock
-			"55P03",          // lock not available (lock_timeout)
-			"25P03",          // idle in transaction timeout: our own session was cut
-			"57014":          // query cancelled
+			"55P03", // lock not available (lock_timeout)
+			"25P03", // idle in transaction timeout: our own session was cut
+			"57014": // query cancelled
 			return true
 		}
 		return false
