@@ -71,8 +71,12 @@ func (c *EventsTailCmd) Run(ctx context.Context, g *Globals) error {
 			return err
 		}
 		lctx, stop := context.WithCancel(ctx)
-		defer stop()
-		go l.Run(lctx)
+		listening := make(chan struct{})
+		go func() {
+			defer close(listening)
+			l.Run(lctx)
+		}()
+		defer func() { stop(); <-listening }()
 	}
 	batch := outbox.DefaultBatch
 	var cursor outbox.Cursor

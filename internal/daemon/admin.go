@@ -12,7 +12,8 @@ import (
 
 type adminServer struct {
 	srv *http.Server
-	ln  net.Listener
+	ln     net.Listener
+	served chan struct{} // closed when Serve has returned
 }
 
 // startAdmin serves /healthz (the process is up), /readyz (ready: database
@@ -34,15 +35,24 @@ func startAdmin(d *Daemon, addr string) (*adminServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin server on %s: %w", addr, err)
 	}
-	a := &adminServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}
-	go a.srv.Serve(ln) //nolint:errcheck // returns http.ErrServerClosed on Close
+	a := &adminServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln, served: make(chan struct{})}
+	go func() {
+		defer close(a.served)
+		a.srv.Serve(ln) //nolint:errcheck // returns http.ErrServerClosed on Close
+	}()
 	return a, nil
 }
 
 func (a *adminServer) Addr() string { return a.ln.Addr().String() }
 
+// Close stops serving (in-flight requests get 2 s) and returns once the
+// listener is closed and Serve has returned: a stopped daemon answers
+// nothing, not even /healthz.
 func (a *adminServer) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = a.srv.Shutdown(ctx)
+	if err := a.srv.Shutdown(ctx); err != nil {
+		a.srv.Close() //nolint:errcheck // forced: the graceful window is over
+	}
+	<-a.served
 }

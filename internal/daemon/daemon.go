@@ -296,12 +296,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 
-	var admin *adminServer
 	if d.cfg.AdminAddr != "" {
-		var err error
-		if admin, err = startAdmin(d, d.cfg.AdminAddr); err != nil {
+		admin, err := startAdmin(d, d.cfg.AdminAddr)
+		if err != nil {
 			return err
 		}
+		// Whichever way Run returns, the admin server is gone by then.
+		defer admin.Close()
 		d.log.Info("admin server listening", zap.String("addr", admin.Addr()))
 	}
 
@@ -355,9 +356,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.Warn("stop timeout reached; cancelling in-flight work (it rolls back and the next daemon redoes it)")
 		stopWork()
 		<-done
-	}
-	if admin != nil {
-		admin.Close()
 	}
 	d.log.Info("ffd daemon stopped")
 	return nil

@@ -118,8 +118,12 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 			return err
 		}
 		lctx, stop := context.WithCancel(ctx)
-		defer stop()
-		go l.Run(lctx)
+		listening := make(chan struct{})
+		go func() {
+			defer close(listening)
+			l.Run(lctx)
+		}()
+		defer func() { stop(); <-listening }()
 	}
 	for {
 		n, err := ConsumeOnce(ctx, cfg.Pool, cfg.Name, cfg.Batch, cfg.Handler)
