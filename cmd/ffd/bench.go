@@ -18,7 +18,7 @@ import (
 
 // BenchCmd is `ffd bench`.
 type BenchCmd struct {
-	Scenario      string        `name:"scenario" required:"" enum:"throughput,chain,fanout,cancel-flow,recovery" help:"throughput, chain, fanout, cancel-flow or recovery."`
+	Scenario      string        `name:"scenario" required:"" enum:"throughput,chain,fanout,cancel-flow,recovery,cancel-running" help:"throughput, chain, fanout, cancel-flow, recovery or cancel-running."`
 	JSON          bool          `name:"json" help:"Print the report as JSON (schema in docs/benchmarks.md)."`
 	Executions    int           `name:"executions" default:"20000" help:"throughput: executions."`
 	Workers       int           `name:"workers" default:"100" help:"throughput: worker concurrency."`
@@ -31,6 +31,7 @@ type BenchCmd struct {
 	Leases        int           `name:"leases" default:"1000" help:"recovery: leases of vanished workers."`
 	LeaseTTL      time.Duration `name:"lease-ttl" default:"2s" help:"recovery: their TTL."`
 	Burst         int           `name:"burst" default:"10000" help:"recovery: completions while the listener is killed."`
+	Cancels       int           `name:"cancels" default:"200" help:"cancel-running: running executions cancelled one by one."`
 	SweepInterval time.Duration `name:"sweep-interval" default:"1s" help:"The in-process daemon's sweep interval."`
 }
 
@@ -89,7 +90,7 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	r, err := bench.Run(ctx, env, c.Scenario, bench.Params{Executions: c.Executions, Workers: c.Workers, Flows: c.Flows,
 		ChainLength: c.ChainLength, ChainWorker: c.ChainWorkers, FanWidth: c.FanWidth, Repeats: c.Repeats, FlowSizes: c.FlowSizes,
-		Leases: c.Leases, LeaseTTL: c.LeaseTTL, Burst: c.Burst, SweepInterval: c.SweepInterval})
+		Leases: c.Leases, LeaseTTL: c.LeaseTTL, Burst: c.Burst, SweepInterval: c.SweepInterval, Cancels: c.Cancels})
 	if err != nil {
 		return err
 	}

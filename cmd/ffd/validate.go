@@ -46,6 +46,7 @@ func (c *BenchCmd) Validate() error {
 		bound.BenchCount.Check("--repeats", c.Repeats),
 		bound.BenchCount.Check("--leases", c.Leases),
 		bound.BenchCount.Check("--burst", c.Burst),
+		bound.Concurrency.Check("--cancels", c.Cancels),
 		bound.SweepInterval.Check("--sweep-interval", c.SweepInterval),
 		bound.Duration{Min: leases.MinLeaseTTL, Max: leases.MaxLeaseTTL}.Check("--lease-ttl", c.LeaseTTL),
 	}

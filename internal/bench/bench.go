@@ -20,7 +20,7 @@ import (
 )
 
 // Scenarios lists the scenario names.
-var Scenarios = []string{"throughput", "chain", "fanout", "cancel-flow", "recovery"}
+var Scenarios = []string{"throughput", "chain", "fanout", "cancel-flow", "recovery", "cancel-running"}
 
 // Params are every scenario's sizes; zero values take the defaults.
 type Params struct {
@@ -41,6 +41,8 @@ type Params struct {
 	LeaseTTL      time.Duration `json:"lease_ttl,omitempty"`      // default 2s
 	Burst         int           `json:"burst,omitempty"`          // default 10000
 	SweepInterval time.Duration `json:"sweep_interval,omitempty"` // default 1s
+	// cancel-running
+	Cancels int `json:"cancels,omitempty"` // default 200
 }
 
 func (p *Params) defaults() {
@@ -58,6 +60,7 @@ func (p *Params) defaults() {
 	def(&p.Repeats, 5)
 	def(&p.Leases, 1000)
 	def(&p.Burst, 10000)
+	def(&p.Cancels, 200)
 	if len(p.FlowSizes) == 0 {
 		p.FlowSizes = []int{10, 100, 1000}
 	}
@@ -139,6 +142,8 @@ func Run(ctx context.Context, env *Env, scenario string, p Params) (*Report, err
 		err = cancelFlow(ctx, env, p, r)
 	case "recovery":
 		err = recovery(ctx, env, p, r)
+	case "cancel-running":
+		err = cancelRunning(ctx, env, p, r)
 	default:
 		return nil, fmt.Errorf("unknown scenario %q: want one of %v", scenario, Scenarios)
 	}

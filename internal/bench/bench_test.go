@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 func TestScenariosTiny(t *testing.T) {
 	t.Parallel()
 	tiny := bench.Params{Executions: 300, Workers: 20, Flows: 10, ChainLength: 4, FanWidth: 30, Repeats: 1,
-		FlowSizes: []int{4, 20}, Leases: 30, LeaseTTL: time.Second, Burst: 300, SweepInterval: 200 * time.Millisecond}
+		FlowSizes: []int{4, 20}, Leases: 30, LeaseTTL: time.Second, Burst: 300, SweepInterval: 200 * time.Millisecond, Cancels: 10}
 	for _, name := range bench.Scenarios {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

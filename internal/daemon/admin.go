@@ -11,7 +11,7 @@ import (
 )
 
 type adminServer struct {
-	srv *http.Server
+	srv    *http.Server
 	ln     net.Listener
 	served chan struct{} // closed when Serve has returned
 }
