@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/invariant"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+// deploy/roles.sql gives the daemon and the workers enough and no more:
+// the daemon (ffd run) and a worker, each as its own least-privilege role,
+// run a flow to its end; the runtime role cannot change the schema.
+func TestLeastPrivilegeRoles(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	script, err := os.ReadFile("../../deploy/roles.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Roles are cluster-wide and tests share the cluster: give this test's
+	// roles names of their own.
+	prefix := "t" + strings.ToLower(strings.ReplaceAll(db.Name, "-", ""))
+	sql := strings.ReplaceAll(string(script), "ffd_", prefix+"_")
+	if _, err := db.Pool.Exec(ctx, sql); err != nil {
+		t.Fatalf("deploy/roles.sql: %v", err)
+	}
+	t.Cleanup(func() {
+		for _, r := range []string{"daemon", "worker", "wal", "runtime", "migrator"} {
+			db.Pool.Exec(context.Background(), `DROP OWNED BY `+prefix+`_`+r)       //nolint:errcheck
+			db.Pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+prefix+`_`+r) //nolint:errcheck
+		}
+	})
+	as := func(role string) string {
+		u, _ := url.Parse(db.URL)
+		u.User = url.User(prefix + "_" + role)
+		return u.String()
+	}
+	if code, out, errOut := runFFD(t, "migrate", "up", "--database-url", as("migrator")); code != 0 {
+		t.Fatalf("migrate up as the migrator: %d %s %s", code, out, errOut)
+	}
+
+	dctx, stopDaemon := context.WithCancel(ctx)
+	daemonDone := make(chan int, 1)
+	go func() {
+		daemonDone <- run(dctx, []string{"run", "--database-url", as("daemon"), "--admin-addr", "", "--log-format", "json",
+			"--sweep-interval", "200ms", "--stop-timeout", "5s"}, io.Discard, io.Discard)
+	}()
+	defer func() {
+		stopDaemon()
+		if code := <-daemonDone; code != 0 {
+			t.Errorf("the daemon as its role exited %d", code)
+		}
+	}()
+
+	pool, err := ffd.NewPool(ctx, as("worker"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	client, err := ffd.NewClient(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := ffd.NewWorker(client, ffd.WorkerConfig{Lanes: []string{"roles"}, PollInterval: 50 * time.Millisecond,
+		Handler: func(context.Context, *ffd.Job) ([]byte, error) { return []byte(`"ok"`), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background()) //nolint:errcheck
+	sub, err := client.SubmitFlow(ctx, ffd.SubmitFlowParams{
+		Nodes: []ffd.SubmitNode{{Ref: "a", Params: ffd.CreateParams{Lane: "roles"}}, {Ref: "b", Params: ffd.CreateParams{Lane: "roles"}},
+			{Ref: "c", Params: ffd.CreateParams{Lane: "roles"}}},
+		Edges: []ffd.SubmitEdge{{From: "a", To: "b"}, {From: "a", To: "c"}},
+	})
+	if err != nil {
+		t.Fatalf("submit as the worker role: %v", err)
+	}
+	for {
+		f, err := client.DescribeFlow(ctx, sub.Flow.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.State == ffd.FlowCompleted {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("flow still %s: the daemon or the worker lacks a privilege", f.State)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// And no more than that: the runtime roles cannot alter the schema.
+	if _, err := pool.Exec(ctx, `ALTER TABLE ff_execution ADD COLUMN sneaky int`); err == nil || !strings.Contains(err.Error(), "owner") {
+		t.Fatalf("the worker role altered a table: %v", err)
+	}
+	if err := invariant.CheckQuiescent(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+}
