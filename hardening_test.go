@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/ident"
@@ -31,6 +32,20 @@ func (f *fixture) fingerprint() string {
 		f.t.Fatalf("fingerprint: %v", err)
 	}
 	return s
+}
+
+// inTx runs fn in a transaction it commits when fn succeeds.
+func (f *fixture) inTx(fn func(tx pgx.Tx) error) error {
+	f.t.Helper()
+	tx, err := f.db.Pool.Begin(f.ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(f.ctx)
 }
 
 // refused asserts that err is a ValidationError naming field and that the
@@ -78,48 +93,30 @@ func TestEpochZeroIsRefusedEverywhere(t *testing.T) {
 			return err
 		},
 		"CompleteTx": func(id ffd.ExecutionID, epoch int64) error {
-			tx, err := f.db.Pool.Begin(f.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(context.Background()) //nolint:errcheck
-			_, err = f.client.CompleteTx(f.ctx, tx, id, epoch, []byte("forged"))
-			if err == nil {
-				err = tx.Commit(f.ctx)
-			}
-			return err
+			return f.inTx(func(tx pgx.Tx) error {
+				_, err := f.client.CompleteTx(f.ctx, tx, id, epoch, []byte("forged"))
+				return err
+			})
 		},
 		"Fail": func(id ffd.ExecutionID, epoch int64) error {
 			_, err := f.client.Fail(f.ctx, id, epoch, ffd.FailParams{Error: "forged"})
 			return err
 		},
 		"FailTx": func(id ffd.ExecutionID, epoch int64) error {
-			tx, err := f.db.Pool.Begin(f.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(context.Background()) //nolint:errcheck
-			_, err = f.client.FailTx(f.ctx, tx, id, epoch, ffd.FailParams{Error: "forged", Retryable: true})
-			if err == nil {
-				err = tx.Commit(f.ctx)
-			}
-			return err
+			return f.inTx(func(tx pgx.Tx) error {
+				_, err := f.client.FailTx(f.ctx, tx, id, epoch, ffd.FailParams{Error: "forged", Retryable: true})
+				return err
+			})
 		},
 		"Renew": func(id ffd.ExecutionID, epoch int64) error {
 			_, err := f.client.Renew(f.ctx, id, epoch)
 			return err
 		},
 		"RenewTx": func(id ffd.ExecutionID, epoch int64) error {
-			tx, err := f.db.Pool.Begin(f.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(context.Background()) //nolint:errcheck
-			_, err = f.client.RenewTx(f.ctx, tx, id, epoch)
-			if err == nil {
-				err = tx.Commit(f.ctx)
-			}
-			return err
+			return f.inTx(func(tx pgx.Tx) error {
+				_, err := f.client.RenewTx(f.ctx, tx, id, epoch)
+				return err
+			})
 		},
 	}
 	targets := map[string]ffd.ExecutionID{"pending": pending.ID, "leased to another worker": leased.ID, "blocked flow member": blocked.ID}
