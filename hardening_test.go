@@ -71,10 +71,7 @@ func TestEpochZeroIsRefusedEverywhere(t *testing.T) {
 	f := setup(t)
 	pending := f.mustCreate(ffd.CreateParams{Lane: "fence"})
 	leased := f.mustCreate(ffd.CreateParams{Lane: "fence.held"})
-	claimed, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: "fence.held", Worker: "holder/1"})
-	if err != nil || len(claimed) != 1 {
-		t.Fatalf("claim: %v", err)
-	}
+	claimed := []*ffd.Execution{f.claimOne(leased)}
 	sub, err := f.client.SubmitFlow(f.ctx, ffd.SubmitFlowParams{
 		Nodes: []ffd.SubmitNode{{Ref: "up", Params: ffd.CreateParams{Lane: "fence.flow"}}, {Ref: "down", Params: ffd.CreateParams{Lane: "fence.flow"}}},
 		Edges: []ffd.SubmitEdge{{From: "up", To: "down"}},
@@ -147,11 +144,7 @@ func TestAddFinishedExecutionToFlowIsRefused(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	solo := f.mustCreate(ffd.CreateParams{Lane: "strand"})
-	xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: "strand", Worker: "w/1"})
-	if err != nil || len(xs) != 1 || xs[0].ID != solo.ID {
-		t.Fatalf("claim the solo execution: %v", err)
-	}
-	if _, err := f.client.Complete(f.ctx, solo.ID, xs[0].LeaseEpoch, nil); err != nil {
+	if _, err := f.client.Complete(f.ctx, solo.ID, f.claimOne(solo).LeaseEpoch, nil); err != nil {
 		t.Fatal(err)
 	}
 	// A flow on the solo execution's partition, so that only its state
@@ -210,17 +203,23 @@ func (f *fixture) mustCreate(p ffd.CreateParams) *ffd.Execution {
 	return r.Execution
 }
 
+// claimOne claims x, alone in its lane.
+func (f *fixture) claimOne(x *ffd.Execution) *ffd.Execution {
+	f.t.Helper()
+	xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: x.Lane, Worker: "w/1"})
+	if err != nil || len(xs) != 1 || xs[0].ID != x.ID {
+		f.t.Fatalf("claim %s: %v", x.ID, err)
+	}
+	return xs[0]
+}
+
 // Every bad input is a typed error before any write.
 func TestBadInputsAreTypedAndWriteNothing(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	x := f.mustCreate(ffd.CreateParams{Lane: "bad"})
 	held := f.mustCreate(ffd.CreateParams{Lane: "bad.held"})
-	xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: "bad.held", Worker: "w/1"})
-	if err != nil || len(xs) != 1 || xs[0].ID != held.ID {
-		t.Fatalf("claim: %v", err)
-	}
-	epoch := xs[0].LeaseEpoch
+	epoch := f.claimOne(held).LeaseEpoch
 	bad := ffd.ExecutionID{Partition: 300, UUID: x.ID.UUID}
 	cases := []struct {
 		name  string

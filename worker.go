@@ -145,29 +145,15 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	if cfg.Handler == nil {
 		return nil, fault.Invalid(fault.KindRequired, "handler", "nil", "a handler is required")
 	}
-	if err := bound.Concurrency.CheckOrZero("Concurrency", cfg.Concurrency); err != nil {
-		return nil, err
-	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if err := bound.PollInterval.CheckOrZero("PollInterval", cfg.PollInterval); err != nil {
-		return nil, err
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = DefaultPollInterval
-	}
-	if err := bound.HandBackTimeout.CheckOrZero("HandBackTimeout", cfg.HandBackTimeout); err != nil {
-		return nil, err
-	}
-	if cfg.HandBackTimeout == 0 {
-		cfg.HandBackTimeout = DefaultHandBackTimeout
-	}
-	if err := bound.LockTimeout.CheckOrZero("CompletionLockTimeout", cfg.CompletionLockTimeout); err != nil {
-		return nil, err
-	}
-	if cfg.CompletionLockTimeout == 0 {
-		cfg.CompletionLockTimeout = DefaultCompletionLockTimeout
+	for _, err := range []error{
+		bound.Concurrency.Fill("Concurrency", &cfg.Concurrency, DefaultConcurrency),
+		bound.PollInterval.Fill("PollInterval", &cfg.PollInterval, DefaultPollInterval),
+		bound.HandBackTimeout.Fill("HandBackTimeout", &cfg.HandBackTimeout, DefaultHandBackTimeout),
+		bound.LockTimeout.Fill("CompletionLockTimeout", &cfg.CompletionLockTimeout, DefaultCompletionLockTimeout),
+	} {
+		if err != nil {
+			return nil, err
+		}
 	}
 	if cfg.ID == "" {
 		host, err := os.Hostname()

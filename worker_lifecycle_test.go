@@ -138,9 +138,10 @@ func TestWorkerStopKeepsItsDeadlineAgainstAFrozenDatabase(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop: %v, want the deadline's error (handlers were cut short)", err)
 	}
-	// The bound is the deadline plus scheduling slack, not the 30 s per
-	// execution of a one-by-one hand-back.
-	if took > 3*time.Second {
+	// The bound is the deadline plus generous slack for a loaded machine
+	// under -race; what it rules out is blocking on the frozen database
+	// (30 s per execution for a one-by-one hand-back, or forever).
+	if took > 10*time.Second {
 		t.Fatalf("Stop with a 1 s deadline took %s against a frozen database", took)
 	}
 	for range 4 {
@@ -153,7 +154,7 @@ func TestWorkerStopKeepsItsDeadlineAgainstAFrozenDatabase(t *testing.T) {
 	// A goroutine that has signalled its end may still be unwinding its
 	// defers for a moment; give it that moment, not more.
 	buf := make([]byte, 4<<20)
-	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		stacks := string(buf[:runtime.Stack(buf, true)])
 		if !strings.Contains(stacks, "ffd.(*Worker)") {
 			break

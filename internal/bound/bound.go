@@ -36,6 +36,18 @@ func (b Int) CheckOrZero(name string, v int) error {
 	return nil
 }
 
+// Fill checks *v (0 allowed) and replaces 0 with def: the pattern of every
+// config field whose zero value means "the default".
+func (b Int) Fill(name string, v *int, def int) error {
+	if err := b.CheckOrZero(name, *v); err != nil {
+		return err
+	}
+	if *v == 0 {
+		*v = def
+	}
+	return nil
+}
+
 // Duration is an inclusive duration range. Off, when set, also allows 0
 // with that meaning (for example "disabled").
 type Duration struct {
@@ -71,6 +83,17 @@ func (b Duration) CheckOrZero(name string, d time.Duration) error {
 
 // MaxListLimit is the largest page a list call returns.
 const MaxListLimit = 1000
+
+// Fill checks *d (0 allowed) and replaces 0 with def.
+func (b Duration) Fill(name string, d *time.Duration, def time.Duration) error {
+	if err := b.CheckOrZero(name, *d); err != nil {
+		return err
+	}
+	if *d == 0 {
+		*d = def
+	}
+	return nil
+}
 
 // The ranges. Each setting has one, whoever checks it.
 var (

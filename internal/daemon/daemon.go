@@ -104,44 +104,20 @@ func (c *Config) normalize() error {
 	if c.ListenConnConfig == nil {
 		c.ListenConnConfig = c.Pool.Config().ConnConfig
 	}
-	ints := []struct {
-		name string
-		v    *int
-		def  int
-		b    bound.Int
-	}{
-		{"CascadeWorkers", &c.CascadeWorkers, DefaultCascadeWorkers, bound.CascadeWorkers},
-		{"SiblingWorkers", &c.SiblingWorkers, DefaultSiblingWorkers, bound.SiblingWorkers},
-		{"QueueSize", &c.QueueSize, DefaultQueueSize, bound.QueueSize},
-		{"SweepBatch", &c.SweepBatch, DefaultSweepBatch, bound.SweepBatch},
-	}
-	for _, ch := range ints {
-		if err := ch.b.CheckOrZero(ch.name, *ch.v); err != nil {
+	for _, err := range []error{
+		bound.CascadeWorkers.Fill("CascadeWorkers", &c.CascadeWorkers, DefaultCascadeWorkers),
+		bound.SiblingWorkers.Fill("SiblingWorkers", &c.SiblingWorkers, DefaultSiblingWorkers),
+		bound.QueueSize.Fill("QueueSize", &c.QueueSize, DefaultQueueSize),
+		bound.SweepBatch.Fill("SweepBatch", &c.SweepBatch, DefaultSweepBatch),
+		bound.SweepInterval.Fill("SweepInterval", &c.SweepInterval, DefaultSweepInterval),
+		bound.DispatchGrace.Fill("DispatchGrace", &c.DispatchGrace, DefaultDispatchGrace),
+		bound.StopTimeout.Fill("StopTimeout", &c.StopTimeout, DefaultStopTimeout),
+		bound.SampleInterval.Fill("SampleInterval", &c.SampleInterval, DefaultSampleInterval),
+		bound.RetentionInterval.Fill("RetentionInterval", &c.RetentionInterval, DefaultRetentionInterval),
+		bound.ConsumerIdleLimit.Fill("ConsumerIdleLimit", &c.ConsumerIdleLimit, outbox.DefaultIdleConsumerAge),
+	} {
+		if err != nil {
 			return err
-		}
-		if *ch.v == 0 {
-			*ch.v = ch.def
-		}
-	}
-	durations := []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-		b    bound.Duration
-	}{
-		{"SweepInterval", &c.SweepInterval, DefaultSweepInterval, bound.SweepInterval},
-		{"DispatchGrace", &c.DispatchGrace, DefaultDispatchGrace, bound.DispatchGrace},
-		{"StopTimeout", &c.StopTimeout, DefaultStopTimeout, bound.StopTimeout},
-		{"SampleInterval", &c.SampleInterval, DefaultSampleInterval, bound.SampleInterval},
-		{"RetentionInterval", &c.RetentionInterval, DefaultRetentionInterval, bound.RetentionInterval},
-		{"ConsumerIdleLimit", &c.ConsumerIdleLimit, outbox.DefaultIdleConsumerAge, bound.ConsumerIdleLimit},
-	}
-	for _, d := range durations {
-		if err := d.b.CheckOrZero(d.name, *d.v); err != nil {
-			return err
-		}
-		if *d.v == 0 {
-			*d.v = d.def
 		}
 	}
 	if err := bound.Retention.Check("Retention", c.Retention); err != nil {

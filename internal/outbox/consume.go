@@ -67,17 +67,11 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 	if cfg.Stream == "" {
 		cfg.Stream = All
 	}
-	if err := bound.ConsumerBatch.CheckOrZero("Batch", cfg.Batch); err != nil {
+	if err := bound.ConsumerBatch.Fill("Batch", &cfg.Batch, DefaultBatch); err != nil {
 		return err
 	}
-	if err := bound.PollInterval.CheckOrZero("PollInterval", cfg.PollInterval); err != nil {
+	if err := bound.PollInterval.Fill("PollInterval", &cfg.PollInterval, DefaultPollInterval); err != nil {
 		return err
-	}
-	if cfg.Batch == 0 {
-		cfg.Batch = DefaultBatch
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = DefaultPollInterval
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
