@@ -11,95 +11,20 @@ import (
 
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/oracle"
 )
 
-// randomDAG is a DAG over nodes n0..n(N-1) whose edges only go from lower
-// to higher index, with a policy per joined node and a predetermined
-// outcome per node.
-type randomDAG struct {
-	preds    [][]int
-	policies []flows.Policy
-	succeeds []bool
-}
-
-func newRandomDAG(rng *rand.Rand, n int, cancelRemaining bool) *randomDAG {
-	d := &randomDAG{preds: make([][]int, n), policies: make([]flows.Policy, n), succeeds: make([]bool, n)}
-	for i := range n {
-		d.succeeds[i] = rng.IntN(10) < 8
-		if i == 0 {
-			continue
-		}
-		seen := map[int]bool{}
-		for range rng.IntN(4) {
-			p := rng.IntN(i)
-			if !seen[p] {
-				seen[p] = true
-				d.preds[i] = append(d.preds[i], p)
-			}
-		}
-		if len(d.preds[i]) == 0 {
-			continue
-		}
-		on := flows.LetRun
-		if cancelRemaining && rng.IntN(2) == 0 {
-			on = flows.CancelRemaining
-		}
-		switch rng.IntN(3) {
-		case 0:
-			d.policies[i] = flows.Policy{Kind: flows.AllOf}
-		case 1:
-			d.policies[i] = flows.Policy{Kind: flows.AnyOf, OnSatisfied: on}
-		default:
-			d.policies[i] = flows.Policy{Kind: flows.Quorum, K: 1 + rng.IntN(len(d.preds[i])), OnSatisfied: on}
-		}
-	}
-	return d
-}
-
-// expected is the final state of every node the policies imply. With
-// let_run only it does not depend on the order of completions: each
-// group's verdict is a function of its upstreams' final outcomes.
-func (d *randomDAG) expected() []leases.State {
-	out := make([]leases.State, len(d.preds))
-	for i := range out {
-		run := true
-		if len(d.preds[i]) > 0 {
-			var c flows.Counts
-			c.Total = len(d.preds[i])
-			for _, p := range d.preds[i] {
-				switch out[p] {
-				case leases.StateCompleted:
-					c.Success++
-				case leases.StateSkipped:
-					c.Skip++
-				default:
-					c.Fail++
-				}
-			}
-			run = flows.Evaluate(d.policies[i], c) == flows.Satisfied
-		}
-		switch {
-		case !run:
-			out[i] = leases.StateSkipped
-		case d.succeeds[i]:
-			out[i] = leases.StateCompleted
-		default:
-			out[i] = leases.StateFailed
-		}
-	}
-	return out
-}
-
-func (d *randomDAG) spec(lane string) flows.SubmitParams {
+// spec submits d with each node's outcome as its kind.
+func spec(d *oracle.DAG, lane string) flows.SubmitParams {
 	p := flows.SubmitParams{}
-	for i := range d.preds {
-		node := flows.SubmitNode{Ref: fmt.Sprint("n", i), Params: leases.CreateParams{Lane: lane, MaxAttempts: 1, Kind: fmt.Sprint(d.succeeds[i])}}
-		if len(d.preds[i]) > 0 {
-			pol := d.policies[i]
+	for i := range d.Preds {
+		node := flows.SubmitNode{Ref: fmt.Sprint("n", i), Params: leases.CreateParams{Lane: lane, MaxAttempts: 1, Kind: fmt.Sprint(d.Succeeds[i])}}
+		if len(d.Preds[i]) > 0 {
+			pol := d.Policies[i]
 			node.Policy = &pol
 		}
 		p.Nodes = append(p.Nodes, node)
-		for _, pr := range d.preds[i] {
+		for _, pr := range d.Preds[i] {
 			p.Edges = append(p.Edges, flows.SubmitEdge{From: fmt.Sprint("n", pr), To: fmt.Sprint("n", i)})
 		}
 	}
@@ -117,9 +42,9 @@ func TestRandomDAGs(t *testing.T) {
 				t.Parallel()
 				f := setup(t)
 				rng := rand.New(rand.NewPCG(seed, 42))
-				d := newRandomDAG(rng, 50+rng.IntN(251), cancelRemaining)
+				d := oracle.Random(rng, 50+rng.IntN(251), cancelRemaining)
 				lane := "rand-" + uuid.NewString()[:8]
-				sub, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, d.spec(lane))
+				sub, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, spec(d, lane))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -205,7 +130,7 @@ func TestRandomDAGs(t *testing.T) {
 				if cancelRemaining {
 					return // cancellation races make the end state order-dependent; the invariants cover it
 				}
-				want := d.expected()
+				want := d.Expected()
 				for i, w := range want {
 					x := sub.Executions[fmt.Sprint("n", i)]
 					got, err := leases.Get(f.ctx, f.pool, x.ID)
@@ -213,7 +138,7 @@ func TestRandomDAGs(t *testing.T) {
 						t.Fatal(err)
 					}
 					if got.State != w {
-						t.Errorf("n%d (%v over %v): %s, want %s", i, d.policies[i], d.preds[i], got.State, w)
+						t.Errorf("n%d (%v over %v): %s, want %s", i, d.Policies[i], d.Preds[i], got.State, w)
 					}
 				}
 			})

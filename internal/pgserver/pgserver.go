@@ -338,6 +338,13 @@ func (s *Server) Stop(ctx context.Context) error {
 	return errors.New("postgres did not stop in time and was killed")
 }
 
+// Crash ends the server the way a crash would look to its clients: an
+// immediate shutdown (what `pg_ctl stop -m immediate` sends), with no
+// checkpoint, so the next Start on the same data directory runs crash
+// recovery. It returns once the server has exited. The fault suite uses
+// it; the socket directory is kept for the restart.
+func (s *Server) Crash() { s.kill() }
+
 func (s *Server) kill() {
 	_ = s.cmd.Process.Signal(syscall.SIGQUIT)
 	select {

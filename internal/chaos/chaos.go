@@ -1,0 +1,391 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/pgserver"
+)
+
+// Defaults of Config: the short form, about a minute on two cores.
+const (
+	DefaultDuration     = 40 * time.Second
+	DefaultDaemons      = 3
+	DefaultWorkers      = 2
+	DefaultFlowEvery    = 200 * time.Millisecond
+	DefaultMinNodes     = 5
+	DefaultMaxNodes     = 40
+	DefaultFaultGap     = 2 * time.Second
+	DefaultCrashDown    = 3 * time.Second
+	DefaultIdleInTx     = 3 * time.Second
+	DefaultDrainTimeout = 3 * time.Minute
+	DefaultRestartDelay = time.Second
+)
+
+// Config is one run of the suite.
+type Config struct {
+	// FFD is the path of an `ffd` binary. Required.
+	FFD string
+	// Self is the binary run as a worker process (EnvRole=RoleWorker);
+	// a test passes os.Args[0]. Required.
+	Self string
+	// Dir holds the cluster, the logs and the consumers' output; it must
+	// be reachable by the postgres OS user when run as root. Required.
+	Dir string
+	// Duration of the fault phase. Default DefaultDuration.
+	Duration time.Duration
+	// Daemons (`ffd run` processes). Default DefaultDaemons.
+	Daemons int
+	// Workers (worker processes). Default DefaultWorkers.
+	Workers int
+	// FlowEvery is the pause between two DAG submissions. Default
+	// DefaultFlowEvery.
+	FlowEvery time.Duration
+	// MinNodes and MaxNodes bound a DAG's size. Default DefaultMinNodes
+	// and DefaultMaxNodes.
+	MinNodes, MaxNodes int
+	// FaultGap is the pause between two faults. Default DefaultFaultGap.
+	FaultGap time.Duration
+	// CrashDown is how long Postgres stays down after a crash. Default
+	// DefaultCrashDown.
+	CrashDown time.Duration
+	// IdleInTransactionTimeout is the daemons' session guard (their
+	// --idle-in-transaction-timeout); a frozen daemon stays frozen for
+	// twice this plus six seconds. Default DefaultIdleInTx; 0 keeps ffd's
+	// own default.
+	IdleInTransactionTimeout time.Duration
+	// DrainTimeout bounds the wait for the system to drain after the
+	// faults. Default DefaultDrainTimeout.
+	DrainTimeout time.Duration
+	// Seed makes the DAGs and the fault schedule repeatable. Default 0
+	// (a fixed seed; pass a random one to explore).
+	Seed uint64
+	// Logf reports progress. Default: none.
+	Logf func(format string, args ...any)
+}
+
+func (c *Config) normalize() error {
+	if c.FFD == "" || c.Self == "" || c.Dir == "" {
+		return errors.New("chaos: FFD, Self and Dir are required")
+	}
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defInt := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.Duration, DefaultDuration)
+	def(&c.FlowEvery, DefaultFlowEvery)
+	def(&c.FaultGap, DefaultFaultGap)
+	def(&c.CrashDown, DefaultCrashDown)
+	def(&c.DrainTimeout, DefaultDrainTimeout)
+	if c.IdleInTransactionTimeout < 0 {
+		c.IdleInTransactionTimeout = 0
+	}
+	defInt(&c.Daemons, DefaultDaemons)
+	defInt(&c.Workers, DefaultWorkers)
+	defInt(&c.MinNodes, DefaultMinNodes)
+	defInt(&c.MaxNodes, DefaultMaxNodes)
+	if c.MaxNodes < c.MinNodes {
+		return fmt.Errorf("chaos: MaxNodes %d below MinNodes %d", c.MaxNodes, c.MinNodes)
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return nil
+}
+
+// Report is what a run did and what it found.
+type Report struct {
+	Seed uint64 `json:"seed"`
+	// FaultPhase is how long faults were injected.
+	FaultPhase time.Duration `json:"fault_phase"`
+	// Flows submitted and acknowledged (a submission whose commit was
+	// lost to a fault may be in the database without an acknowledgement).
+	Flows      int `json:"flows"`
+	FlowsAcked int `json:"flows_acked"`
+	// Executions in the database at the end, and their outbox events.
+	Executions int `json:"executions"`
+	Events     int `json:"events"`
+	// Faults injected, by kind.
+	Faults map[string]int `json:"faults"`
+	// FrozenInTransaction counts the freezes that caught a daemon inside
+	// a transaction (the others froze it between transactions).
+	FrozenInTransaction int `json:"frozen_in_transaction"`
+	// Starts of each process (restarts after kills and exits included).
+	Starts map[string]int `json:"starts"`
+	// Exits that no fault caused, by process: how each ended.
+	UnpromptedExits map[string][]string `json:"unprompted_exits,omitempty"`
+	// Drain is the time from the end of the last fault until nothing was
+	// left to run or dispatch.
+	Drain time.Duration `json:"drain"`
+	// Resume is, for each crash restart, the time from the server
+	// accepting connections again to the next completion event.
+	Resume []time.Duration `json:"resume"`
+	// Duplicates each consumer printed (the same event id again after a
+	// kill or a crash): expected, removed by dedupe.
+	CursorDuplicates int `json:"cursor_duplicates"`
+	WALDuplicates    int `json:"wal_duplicates"`
+	// Violations of an invariant, of a DAG's ground truth or of the
+	// consumers' completeness. Must be empty.
+	Violations []string `json:"violations"`
+}
+
+// harness is one run in progress.
+type harness struct {
+	cfg  Config
+	rng  *rand.Rand
+	srv  *pgserver.Server
+	port int
+	url  string
+	pool *pgxpool.Pool
+
+	daemons, workers []*proc
+	cursor, wal      *proc
+	all              []*proc
+
+	mu        sync.Mutex
+	report    Report
+	flows     map[string]*submitted // by flow id
+	kills     map[*proc]int         // SIGKILLs the suite sent, by process
+	serverMu  sync.Mutex            // held while Postgres is being crashed and restarted
+	progress  progressLog
+	lastFault time.Time
+}
+
+// Run runs the suite once. The error is for a suite that could not run at
+// all; what it found is in the Report's Violations.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	h := &harness{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0xc4a05)),
+		flows: map[string]*submitted{}, kills: map[*proc]int{}}
+	h.report.Seed = cfg.Seed
+	h.report.Faults = map[string]int{}
+	h.report.Starts = map[string]int{}
+	defer h.close()
+	if err := h.startServer(ctx, 0); err != nil {
+		return nil, err
+	}
+	if out, err := exec.CommandContext(ctx, cfg.FFD, "migrate", "up", "--database-url", h.url, "--log-level", "warn").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("ffd migrate up: %w\n%s", err, out)
+	}
+	pcfg, err := pgxpool.ParseConfig(h.appURL("harness"))
+	if err != nil {
+		return nil, err
+	}
+	pcfg.MaxConns = 6
+	guard := ffd.DefaultSessionConfig()
+	guard.ConnectTimeout = 2 * time.Second
+	if err := ffd.ConfigurePool(pcfg, &guard); err != nil {
+		return nil, err
+	}
+	if h.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	runCtx, stopProcs := context.WithCancel(ctx)
+	defer stopProcs()
+	if err := h.startProcesses(runCtx); err != nil {
+		return nil, err
+	}
+	monCtx, stopMonitor := context.WithCancel(ctx)
+	monitored := make(chan struct{})
+	go func() {
+		defer close(monitored)
+		h.monitor(monCtx)
+	}()
+	defer func() { stopMonitor(); <-monitored }()
+
+	// The fault phase: submissions, consumer kills and faults together.
+	// Work goes on until the last fault has ended (a freeze must see work
+	// to check that the others progress).
+	phaseCtx, endPhase := context.WithTimeout(ctx, cfg.Duration)
+	workCtx, endWork := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); h.submit(workCtx) }()
+	go func() { defer wg.Done(); h.killConsumers(workCtx) }()
+	started := time.Now()
+	h.injectFaults(phaseCtx)
+	endPhase()
+	endWork()
+	wg.Wait()
+	h.report.FaultPhase = time.Since(started)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	cfg.Logf("chaos: faults over after %s (%v); draining", h.report.FaultPhase.Round(time.Second), h.report.Faults)
+
+	h.drain(ctx)
+	h.verify(ctx)
+	h.verifyConsumers(ctx)
+	h.stopProcesses()
+	h.collectExits()
+	sort.Strings(h.report.Violations)
+	return &h.report, nil
+}
+
+// violation records a breach.
+func (h *harness) violation(format string, args ...any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.report.Violations = append(h.report.Violations, fmt.Sprintf(format, args...))
+}
+
+func (h *harness) startServer(ctx context.Context, port int) error {
+	dir := filepath.Join(h.cfg.Dir, "pg")
+	sock := filepath.Join(dir, "sock")
+	if err := os.MkdirAll(sock, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "data"), SocketDir: sock, Port: port,
+		Settings: map[string]string{"max_connections": "200"}})
+	if err != nil {
+		return err
+	}
+	h.srv, h.port, h.url = srv, srv.Port(), srv.URL("postgres")
+	return nil
+}
+
+// appURL is the database URL naming its sessions chaos-<name> in
+// pg_stat_activity, which is how the faults find them.
+func (h *harness) appURL(name string) string {
+	u, _ := url.Parse(h.url)
+	q := u.Query()
+	q.Set("application_name", "chaos-"+name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func (h *harness) startProcesses(ctx context.Context) error {
+	dir := h.cfg.Dir
+	common := []string{"--log-format", "json", "--log-level", "info", "--connect-timeout", "2s"}
+	if h.cfg.IdleInTransactionTimeout > 0 {
+		common = append(common, "--idle-in-transaction-timeout", h.cfg.IdleInTransactionTimeout.String())
+	}
+	for i := range h.cfg.Daemons {
+		name := fmt.Sprintf("daemon-%d", i+1)
+		args := append([]string{"run", "--database-url", h.appURL(name), "--admin-addr=", "--retention", "0", "--stop-timeout", "10s"}, common...)
+		h.daemons = append(h.daemons, newProc(dir, name, h.cfg.FFD, args, nil, DefaultRestartDelay))
+	}
+	for i := range h.cfg.Workers {
+		name := fmt.Sprintf("worker-%d", i+1)
+		env := []string{EnvRole + "=" + RoleWorker, envURL + "=" + h.url, envName + "=" + name}
+		h.workers = append(h.workers, newProc(dir, name, h.cfg.Self, nil, env, DefaultRestartDelay))
+	}
+	h.cursor = newProc(dir, "cursor", h.cfg.FFD, append([]string{"events", "tail", "--consumer", "chaos", "--follow",
+		"--poll-interval", "200ms", "--database-url", h.appURL("cursor")}, common...), nil, DefaultRestartDelay)
+	h.cursor.outPath = filepath.Join(dir, "cursor.jsonl")
+	h.wal = newProc(dir, "wal", h.cfg.FFD, append([]string{"events", "tail", "--wal", "--slot", "chaos", "--follow",
+		"--database-url", h.appURL("wal")}, common...), nil, DefaultRestartDelay)
+	h.wal.outPath = filepath.Join(dir, "wal.jsonl")
+	h.all = append(append(append([]*proc{}, h.daemons...), h.workers...), h.cursor, h.wal)
+	for _, p := range h.all {
+		go p.supervise(ctx)
+	}
+	// The WAL stream starts at its slot's creation: wait for the slot
+	// before anything is written, so that it can see every event.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var n int
+		err := h.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'chaos'`).Scan(&n)
+		if err == nil && n == 1 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the WAL consumer created no slot within a minute (%v): %s", err, h.wal.logTail(2000))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (h *harness) stopProcesses() {
+	var wg sync.WaitGroup
+	for _, p := range h.all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.stop(syscall.SIGTERM, 15*time.Second)
+		}()
+	}
+	wg.Wait()
+}
+
+// collectExits reports the process starts and the exits no fault caused.
+// The suite's last SIGTERM ends every process: those runs must end with
+// status 0. A process that exits on its own after it was up and running
+// (a consumer giving up on a crash restart, a daemon on a terminated
+// session) is a violation; one that fails to start while Postgres is down
+// is only reported, as its supervisor restarts it.
+func (h *harness) collectExits() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range h.all {
+		starts, exits := p.history()
+		h.report.Starts[p.name] = starts
+		killed := h.kills[p]
+		for i, e := range exits {
+			last := i == len(exits)-1
+			switch {
+			case last && e.how != "exit 0":
+				h.report.Violations = append(h.report.Violations, fmt.Sprintf("%s did not stop cleanly on SIGTERM: %s", p.name, e.how))
+			case last:
+			case e.how == "signal killed" && killed > 0:
+				killed--
+			default:
+				if h.report.UnpromptedExits == nil {
+					h.report.UnpromptedExits = map[string][]string{}
+				}
+				h.report.UnpromptedExits[p.name] = append(h.report.UnpromptedExits[p.name], fmt.Sprintf("%s after %s", e.how, e.ran.Round(time.Millisecond)))
+				if e.ran > startupGrace {
+					h.report.Violations = append(h.report.Violations, fmt.Sprintf("%s exited on its own (%s) after running %s", p.name, e.how, e.ran.Round(time.Millisecond)))
+				}
+			}
+		}
+	}
+}
+
+// startupGrace separates a process that could not start (Postgres down)
+// from one that gave up while running.
+const startupGrace = 5 * time.Second
+
+func (h *harness) close() {
+	for _, p := range h.all {
+		p.stop(syscall.SIGKILL, 5*time.Second)
+	}
+	if h.pool != nil {
+		h.pool.Close()
+	}
+	h.serverMu.Lock()
+	defer h.serverMu.Unlock()
+	if h.srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = h.srv.Stop(sctx)
+	}
+}

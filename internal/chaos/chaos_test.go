@@ -1,0 +1,95 @@
+package chaos_test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffd/internal/chaos"
+)
+
+// The long form: go test ./internal/chaos -run TestFaultSuite -timeout 60m
+// -chaos.duration 10m -chaos.idle-in-tx 0 (docs/development.md).
+var (
+	duration = flag.Duration("chaos.duration", chaos.DefaultDuration, "length of the fault phase")
+	seed     = flag.Uint64("chaos.seed", 1, "seed of the DAGs and the fault schedule")
+	daemons  = flag.Int("chaos.daemons", chaos.DefaultDaemons, "daemon processes")
+	workers  = flag.Int("chaos.workers", chaos.DefaultWorkers, "worker processes")
+	idleInTx = flag.Duration("chaos.idle-in-tx", chaos.DefaultIdleInTx, "the daemons' idle-in-transaction timeout; 0 keeps ffd's default")
+	crash    = flag.Duration("chaos.crash-down", chaos.DefaultCrashDown, "how long Postgres stays down after a crash")
+	report   = flag.String("chaos.report", "", "write the report as JSON to this file")
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(chaos.EnvRole) == chaos.RoleWorker {
+		os.Exit(chaos.WorkerMain())
+	}
+	os.Exit(m.Run())
+}
+
+// Daemons, workers and consumers as separate processes over random DAGs,
+// while daemons, workers and consumers are SIGKILLed, sessions terminated,
+// Postgres crash-restarted and a daemon frozen inside a transaction: no
+// invariant breaks, every DAG ends as its structure implies, and each
+// consumer sees every event.
+func TestFaultSuite(t *testing.T) {
+	t.Parallel()
+	dir, err := os.MkdirTemp("", "ffd-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The private server runs as the postgres OS user under root.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	ffdBin := filepath.Join(dir, "ffd")
+	build := exec.Command("go", "build", "-o", ffdBin, "../../cmd/ffd")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build ffd: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *duration+10*time.Minute)
+	defer cancel()
+	rep, err := chaos.Run(ctx, chaos.Config{
+		FFD: ffdBin, Self: os.Args[0], Dir: dir, Duration: *duration, Seed: *seed,
+		Daemons: *daemons, Workers: *workers, IdleInTransactionTimeout: *idleInTx, CrashDown: *crash,
+		Logf: t.Logf,
+	})
+	if err != nil {
+		t.Fatalf("fault suite did not run: %v", err)
+	}
+	js, _ := json.MarshalIndent(rep, "", "  ")
+	t.Logf("report:\n%s", js)
+	if *report != "" {
+		if err := os.WriteFile(*report, js, 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, v := range rep.Violations {
+		t.Errorf("violation: %s", v)
+	}
+	// A run that injected nothing or submitted nothing proves nothing.
+	for _, kind := range []string{chaos.FaultKillDaemon, chaos.FaultKillWorker, chaos.FaultKillConsumer,
+		chaos.FaultTerminate, chaos.FaultCrash, chaos.FaultFreeze} {
+		if rep.Faults[kind] == 0 {
+			t.Errorf("no %s fault was injected: %v", kind, rep.Faults)
+		}
+	}
+	if rep.FlowsAcked == 0 || rep.Executions == 0 {
+		t.Errorf("nothing ran: %d flows acknowledged, %d executions", rep.FlowsAcked, rep.Executions)
+	}
+	if len(rep.Resume) != rep.Faults[chaos.FaultCrash] {
+		t.Errorf("progress resumed after %d of %d crash restarts", len(rep.Resume), rep.Faults[chaos.FaultCrash])
+	}
+}

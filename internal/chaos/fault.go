@@ -1,0 +1,207 @@
+package chaos
+
+import (
+	"context"
+	"syscall"
+	"time"
+)
+
+// Fault kinds, as counted in Report.Faults.
+const (
+	FaultKillDaemon   = "kill_daemon"
+	FaultKillWorker   = "kill_worker"
+	FaultKillConsumer = "kill_consumer"
+	FaultTerminate    = "terminate_backends"
+	FaultCrash        = "crash_restart"
+	FaultFreeze       = "freeze_daemon"
+)
+
+// cycle is the order faults are drawn in: each kind once per cycle, the
+// cycle shuffled, so that a short run sees every kind.
+var cycle = []string{FaultTerminate, FaultKillDaemon, FaultFreeze, FaultCrash, FaultKillWorker}
+
+// injectFaults injects one fault at a time, FaultGap apart, until ctx
+// ends (a fault under way finishes first).
+func (h *harness) injectFaults(ctx context.Context) {
+	var order []string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(h.cfg.FaultGap):
+		}
+		if len(order) == 0 {
+			order = append(order, cycle...)
+			h.mu.Lock()
+			h.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+			h.mu.Unlock()
+		}
+		kind := order[0]
+		order = order[1:]
+		// A fault runs to its end even when the phase ends meanwhile: a
+		// frozen daemon is thawed, a crashed server restarted.
+		fctx := context.WithoutCancel(ctx)
+		switch kind {
+		case FaultTerminate:
+			h.terminate(fctx)
+		case FaultKillDaemon:
+			h.kill(h.daemons[h.intn(len(h.daemons))])
+		case FaultKillWorker:
+			h.kill(h.workers[h.intn(len(h.workers))])
+		case FaultFreeze:
+			h.freeze(fctx)
+		case FaultCrash:
+			h.crash(fctx)
+		}
+		h.mu.Lock()
+		h.report.Faults[kind]++
+		h.lastFault = time.Now()
+		h.mu.Unlock()
+		h.cfg.Logf("chaos: %s", kind)
+	}
+}
+
+// killConsumers SIGKILLs one of the two consumers every few seconds.
+func (h *harness) killConsumers(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(1500+h.intn(2000)) * time.Millisecond):
+		}
+		p := h.cursor
+		if h.intn(2) == 0 {
+			p = h.wal
+		}
+		if h.kill(p) {
+			h.mu.Lock()
+			h.report.Faults[FaultKillConsumer]++
+			h.mu.Unlock()
+		}
+	}
+}
+
+// intn draws from the fault schedule's generator.
+func (h *harness) intn(n int) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.rng.IntN(n)
+}
+
+// kill SIGKILLs p; its supervisor restarts it.
+func (h *harness) kill(p *proc) bool {
+	if _, ok := p.signal(syscall.SIGKILL); !ok {
+		return false
+	}
+	h.mu.Lock()
+	h.kills[p]++
+	h.mu.Unlock()
+	return true
+}
+
+// terminate ends about half of the suite's sessions (daemons' pools and
+// listeners, workers, consumers, WAL senders) from the server side.
+func (h *harness) terminate(ctx context.Context) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var n int
+	err := h.pool.QueryRow(qctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+		FROM pg_stat_activity
+		WHERE pid <> pg_backend_pid() AND application_name LIKE 'chaos-%' AND application_name <> 'chaos-harness'
+			AND random() < 0.5`).Scan(&n)
+	if err != nil {
+		h.cfg.Logf("chaos: terminate backends: %v", err)
+	}
+}
+
+// crash crash-restarts Postgres: an immediate shutdown, CrashDown of
+// downtime, a restart on the same port (crash recovery), then the time
+// until the next completion event.
+func (h *harness) crash(ctx context.Context) {
+	h.serverMu.Lock()
+	h.srv.Crash()
+	time.Sleep(h.cfg.CrashDown)
+	err := h.startServer(ctx, h.port)
+	h.serverMu.Unlock()
+	if err != nil {
+		h.violation("Postgres did not restart after a crash: %v", err)
+		return
+	}
+	up := time.Now()
+	deadline := up.Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if at, ok := h.progress.grew(up, time.Now()); ok {
+			h.mu.Lock()
+			h.report.Resume = append(h.report.Resume, at.Sub(up))
+			h.mu.Unlock()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	h.violation("no completion event within a minute of a crash restart")
+}
+
+// freeze stops a daemon with SIGSTOP, trying to catch it inside a
+// transaction (a session of its idle in transaction, holding whatever it
+// locked), and keeps it frozen past the session guard's bound. The others
+// must complete work while it is still frozen.
+func (h *harness) freeze(ctx context.Context) {
+	d := h.daemons[h.intn(len(h.daemons))]
+	inTx := false
+	for try := 0; try < 100 && !inTx; try++ {
+		if !d.running() {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if _, ok := d.signal(syscall.SIGSTOP); !ok {
+			continue
+		}
+		// A statement in flight finishes; the frozen client then leaves
+		// its session idle in the transaction.
+		time.Sleep(50 * time.Millisecond)
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		var n int
+		_ = h.pool.QueryRow(qctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND state = 'idle in transaction'`, "chaos-"+d.name).Scan(&n)
+		cancel()
+		if n > 0 {
+			inTx = true
+			break
+		}
+		d.signal(syscall.SIGCONT)
+		time.Sleep(time.Duration(h.intn(40)) * time.Millisecond)
+	}
+	if !inTx {
+		d.signal(syscall.SIGSTOP) // frozen between transactions: still a fault
+	}
+	bound := h.cfg.IdleInTransactionTimeout
+	if bound == 0 {
+		bound = 15 * time.Second // ffd's default guard
+	}
+	from := time.Now()
+	time.Sleep(2*bound + 6*time.Second)
+	// After the guard's bound (plus the lock waits it ends), the others
+	// must have completed something while this daemon is still frozen.
+	late := from.Add(bound + 3*time.Second)
+	_, progressed := h.progress.grew(late, time.Now())
+	// And the guard must have ended the frozen transaction by now,
+	// releasing its locks.
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	var stuck int
+	err := h.pool.QueryRow(qctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE application_name = $1 AND state = 'idle in transaction'`, "chaos-"+d.name).Scan(&stuck)
+	cancel()
+	d.signal(syscall.SIGCONT)
+	if err == nil && stuck > 0 {
+		h.violation("%s was frozen %s and still held %d sessions idle in a transaction", d.name, time.Since(from).Round(time.Second), stuck)
+	}
+	h.mu.Lock()
+	if inTx {
+		h.report.FrozenInTransaction++
+	}
+	h.mu.Unlock()
+	if !progressed {
+		h.violation("no completion event while %s was frozen (in a transaction: %v), from %s after the freeze until it was thawed",
+			d.name, inTx, late.Sub(from))
+	}
+}

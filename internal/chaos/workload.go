@@ -1,0 +1,262 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/invariant"
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/oracle"
+)
+
+// submitted is one DAG the submitter sent.
+type submitted struct {
+	dag   *oracle.DAG
+	acked bool // the submission (or a retry of it) was acknowledged
+}
+
+// nodeParams are the execution parameters of every node: enough attempts
+// and a short lease, so that killed workers, lapsed leases and lost
+// completions are retried until the node's planned outcome lands.
+func nodeParams(kind string) ffd.CreateParams {
+	return ffd.CreateParams{Lane: Lane, Kind: kind, MaxAttempts: 100, LeaseTTL: 3 * time.Second,
+		Retry: ffd.RetryPolicy{Base: 50 * time.Millisecond, Max: time.Second, Multiplier: 2}}
+}
+
+func dagParams(id uuid.UUID, d *oracle.DAG) ffd.SubmitFlowParams {
+	p := ffd.SubmitFlowParams{Flow: ffd.CreateFlowParams{ID: id, Kind: "chaos"}}
+	for i := range d.Preds {
+		node := ffd.SubmitNode{Ref: fmt.Sprint("n", i), Params: nodeParams(kindOf(i, d.Succeeds[i]))}
+		if len(d.Preds[i]) > 0 {
+			pol := d.Policies[i]
+			node.Policy = &pol
+		}
+		p.Nodes = append(p.Nodes, node)
+		for _, pr := range d.Preds[i] {
+			p.Edges = append(p.Edges, ffd.SubmitEdge{From: fmt.Sprint("n", pr), To: fmt.Sprint("n", i)})
+		}
+	}
+	return p
+}
+
+// submit sends random DAGs until ctx ends. A submission that fails is
+// retried with the same flow id, which makes it idempotent: a retry of a
+// submission that did commit reports a conflict with the existing flow.
+func (h *harness) submit(ctx context.Context) {
+	client, err := ffd.NewClient(h.pool, nil)
+	if err != nil {
+		h.violation("submitter: %v", err)
+		return
+	}
+	// Its own generator: the DAGs do not depend on the fault schedule.
+	rng := rand.New(rand.NewPCG(h.cfg.Seed, 1))
+	for ctx.Err() == nil {
+		n := h.cfg.MinNodes + rng.IntN(h.cfg.MaxNodes-h.cfg.MinNodes+1)
+		d := oracle.Random(rng, n, rng.IntN(4) == 0)
+		id := uuid.New()
+		s := &submitted{dag: d}
+		h.mu.Lock()
+		h.flows[id.String()] = s
+		h.report.Flows++
+		h.mu.Unlock()
+		p := dagParams(id, d)
+		for attempt := 0; ; attempt++ {
+			// Each try is bounded; the last one may run past the phase so
+			// that few submissions are left unacknowledged.
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			_, err := client.SubmitFlow(tctx, p)
+			cancel()
+			var conflict *ffd.ConflictError
+			if err == nil || errors.As(err, &conflict) {
+				h.mu.Lock()
+				s.acked = true
+				h.report.FlowsAcked++
+				h.mu.Unlock()
+				break
+			}
+			if errors.Is(err, ffd.ErrValidation) {
+				h.violation("submitter: flow %s refused: %v", id, err)
+				break
+			}
+			if ctx.Err() != nil && attempt > 0 {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(h.cfg.FlowEvery):
+		}
+	}
+}
+
+// progressLog samples the number of completion events over time.
+type progressLog struct {
+	mu      sync.Mutex
+	samples []sample
+}
+
+type sample struct {
+	at    time.Time
+	count int64
+}
+
+func (l *progressLog) add(s sample) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.samples = append(l.samples, s)
+}
+
+// grew reports whether the count grew between from and to, and when
+// first after from.
+func (l *progressLog) grew(from, to time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var base int64 = -1
+	for _, s := range l.samples {
+		if s.at.Before(from) {
+			base = s.count
+			continue
+		}
+		if s.at.After(to) {
+			break
+		}
+		if base >= 0 && s.count > base {
+			return s.at, true
+		}
+		if base < 0 {
+			base = s.count
+		}
+	}
+	return time.Time{}, false
+}
+
+// monitor samples progress every 100 ms; samples fail while Postgres is
+// down and are simply missing then.
+func (h *harness) monitor(ctx context.Context) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, time.Second)
+		var n int64
+		err := h.pool.QueryRow(qctx, `SELECT count(*) FROM ff_completion_event`).Scan(&n)
+		cancel()
+		if err == nil {
+			h.progress.add(sample{at: time.Now(), count: n})
+		}
+	}
+}
+
+// drain waits until nothing is left to run, dispatch or cancel.
+func (h *harness) drain(ctx context.Context) {
+	h.mu.Lock()
+	from := h.lastFault
+	h.mu.Unlock()
+	if from.IsZero() {
+		from = time.Now()
+	}
+	deadline := time.Now().Add(h.cfg.DrainTimeout)
+	var left string
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var live, undispatched, cancels, open int
+		err := h.pool.QueryRow(qctx, `SELECT
+			(SELECT count(*) FROM ff_execution WHERE state IN ('blocked', 'pending', 'running')),
+			(SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NULL),
+			(SELECT count(*) FROM ff_pending_cancel_group),
+			(SELECT count(*) FROM ff_flow WHERE state = 'open')`).Scan(&live, &undispatched, &cancels, &open)
+		cancel()
+		if err == nil && live+undispatched+cancels+open == 0 {
+			h.report.Drain = time.Since(from)
+			h.cfg.Logf("chaos: drained %s after the last fault", h.report.Drain.Round(10*time.Millisecond))
+			return
+		}
+		left = fmt.Sprintf("%d live executions, %d undispatched events, %d cancel groups, %d open flows (err %v)", live, undispatched, cancels, open, err)
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			h.violation("not drained %s after the faults: %s", h.cfg.DrainTimeout, left)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// verify checks the invariants and every DAG's ground truth.
+func (h *harness) verify(ctx context.Context) {
+	if err := invariant.CheckQuiescent(ctx, h.pool); err != nil {
+		h.violation("invariants: %v", err)
+	}
+	type node struct {
+		index int
+		state leases.State
+	}
+	byFlow := map[string][]node{}
+	rows, err := h.pool.Query(ctx, `SELECT flow_id::text, kind, state FROM ff_execution`)
+	if err != nil {
+		h.violation("read executions: %v", err)
+		return
+	}
+	for rows.Next() {
+		var flow, kind, state string
+		if err := rows.Scan(&flow, &kind, &state); err != nil {
+			h.violation("read executions: %v", err)
+			return
+		}
+		i, err := strconv.Atoi(strings.TrimPrefix(strings.SplitN(kind, ".", 2)[0], "n"))
+		if err != nil {
+			h.violation("execution of flow %s has an unknown kind %q", flow, kind)
+			continue
+		}
+		byFlow[flow] = append(byFlow[flow], node{i, leases.State(state)})
+		h.report.Executions++
+	}
+	if err := rows.Err(); err != nil {
+		h.violation("read executions: %v", err)
+		return
+	}
+	if err := h.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ff_completion_event) + (SELECT count(*) FROM ff_lease_event)`).Scan(&h.report.Events); err != nil {
+		h.violation("count events: %v", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, s := range h.flows {
+		nodes, found := byFlow[id]
+		delete(byFlow, id)
+		if !found {
+			if s.acked {
+				h.report.Violations = append(h.report.Violations, fmt.Sprintf("flow %s was acknowledged but is not in the database", id))
+			}
+			continue
+		}
+		if len(nodes) != len(s.dag.Preds) {
+			h.report.Violations = append(h.report.Violations, fmt.Sprintf("flow %s has %d executions, its DAG %d", id, len(nodes), len(s.dag.Preds)))
+			continue
+		}
+		if !s.dag.Deterministic() {
+			continue // cancel_remaining: the invariants cover the order-dependent end
+		}
+		want := s.dag.Expected()
+		for _, n := range nodes {
+			if n.state != want[n.index] {
+				h.report.Violations = append(h.report.Violations, fmt.Sprintf("flow %s node n%d (%v over %v): %s, want %s",
+					id, n.index, s.dag.Policies[n.index], s.dag.Preds[n.index], n.state, want[n.index]))
+			}
+		}
+	}
+	for id := range byFlow {
+		h.report.Violations = append(h.report.Violations, fmt.Sprintf("flow %s is in the database but was never submitted", id))
+	}
+}
