@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/listener"
@@ -49,8 +50,15 @@ func (c *EventsTailCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Slot != "" {
 		return errors.New("--slot goes with --wal")
 	}
-	pool, err := g.checkedPool(ctx)
-	if err != nil {
+	// Following, it waits for a database that is down or restarting, as
+	// it does once running; a one-shot read fails at once.
+	var pool *pgxpool.Pool
+	if c.Follow {
+		pool, err = g.waitedPool(ctx)
+	} else {
+		pool, err = g.checkedPool(ctx)
+	}
+	if err != nil || pool == nil {
 		return err
 	}
 	defer pool.Close()
@@ -80,19 +88,30 @@ func (c *EventsTailCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	batch := outbox.DefaultBatch
 	var cursor outbox.Cursor
-	if c.Consumer != "" {
-		if _, err := outbox.Register(ctx, pool, c.Consumer, stream, start); err != nil {
-			return err
-		}
-	} else if start == outbox.FromNow {
-		if cursor, err = outbox.Horizon(ctx, pool); err != nil {
-			return err
-		}
-	}
 	// Following, a transient error (a terminated backend, a crash
 	// restart) is waited out and the tail resumes from its cursor: the
 	// named consumer's acknowledged one, or the last event printed.
 	retry := outbox.NewBackoff()
+	for placed := false; !placed; {
+		switch {
+		case c.Consumer != "":
+			_, err = outbox.Register(ctx, pool, c.Consumer, stream, start)
+		case start == outbox.FromNow:
+			cursor, err = outbox.Horizon(ctx, pool)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && (!c.Follow || !outbox.Transient(err)) {
+			return err
+		}
+		if placed = err == nil; !placed {
+			g.log.Warn("database unavailable; waiting to place the cursor", zap.Error(err), zap.Duration("retry_in", retry.Next()))
+			if !retry.Wait(ctx) {
+				return nil
+			}
+		}
+	}
 	for {
 		if c.Limit > 0 {
 			batch = min(outbox.DefaultBatch, c.Limit-out.n)

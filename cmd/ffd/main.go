@@ -23,6 +23,7 @@ import (
 
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/logging"
+	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/schema"
 	"github.com/flowfabric/ffd/internal/session"
 )
@@ -180,6 +181,27 @@ func (g *Globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
 	return pool, nil
+}
+
+// waitedPool is checkedPool for a command that runs until interrupted:
+// while the database is unreachable or restarting (a transient error) it
+// waits and retries with backoff instead of exiting, so that a service
+// started before its database, or restarted while it crash-restarts, comes
+// up with it rather than exhausting its supervisor's restart limit.
+// Permanent errors (credentials, a missing database, a schema this binary
+// does not match) end it at once. It returns nil, nil when ctx ends first.
+func (g *Globals) waitedPool(ctx context.Context) (*pgxpool.Pool, error) {
+	retry := outbox.NewBackoff()
+	for {
+		pool, err := g.checkedPool(ctx)
+		if err == nil || !outbox.Transient(err) {
+			return pool, err
+		}
+		g.log.Warn("database unavailable; waiting for it", zap.Error(err), zap.Duration("retry_in", retry.Next()))
+		if !retry.Wait(ctx) {
+			return nil, nil
+		}
+	}
 }
 
 // checkedPool connects and refuses a schema this binary does not match;

@@ -123,3 +123,56 @@ func TestEventsTailWALPermanentErrors(t *testing.T) {
 		}
 	}
 }
+
+// events tail --consumer --follow started while the database hangs (a
+// crash restart in progress) waits for it, as it does once running, and
+// prints the events once the database answers; without --follow it fails
+// at once.
+func TestEventsTailFollowWaitsForTheDatabase(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	proxy := testdb.NewProxy(t, db)
+	proxy.Freeze()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	args := []string{"events", "tail", "--stream", "completion", "--consumer", "late", "--poll-interval", "50ms",
+		"--connect-timeout", "200ms", "--database-url", proxy.URL(db), "--log-format", "json"}
+	var errOut bytes.Buffer
+	if code := run(ctx, args, io.Discard, &errOut); code == 0 {
+		t.Fatalf("a one-shot tail against a hung database exited 0")
+	}
+	out := &syncWriter{w: &bytes.Buffer{}}
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, append(args, "--follow"), out, io.Discard) }()
+	select {
+	case code := <-done:
+		t.Fatalf("tail --follow exited %d while the database hung", code)
+	case <-time.After(time.Second):
+	}
+	proxy.Thaw()
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO ff_completion_event (partition_key, execution_id, outcome)
+		SELECT 1, gen_random_uuid(), 'success' FROM generate_series(1, 3)`); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; {
+		out.mu.Lock()
+		n := strings.Count(out.w.String(), "\n")
+		out.mu.Unlock()
+		if n == 3 {
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("tail --follow exited %d with %d of 3 events", code, n)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tail --follow printed %d of 3 events after the database came back", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("tail exited %d after cancel", code)
+	}
+}

@@ -23,6 +23,7 @@ var (
 	idleInTx = flag.Duration("chaos.idle-in-tx", chaos.DefaultIdleInTx, "the daemons' idle-in-transaction timeout; 0 keeps ffd's default")
 	crash    = flag.Duration("chaos.crash-down", chaos.DefaultCrashDown, "how long Postgres stays down after a crash")
 	report   = flag.String("chaos.report", "", "write the report as JSON to this file")
+	keep     = flag.Bool("chaos.keep", false, "keep the working directory (cluster, logs, consumer output) even when the test passes")
 )
 
 func TestMain(m *testing.M) {
@@ -48,7 +49,7 @@ func TestFaultSuite(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || *keep {
 			t.Logf("logs kept in %s", dir)
 			return
 		}

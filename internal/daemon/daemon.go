@@ -251,18 +251,33 @@ func (d *Daemon) requestSweep(afterConnect bool) {
 
 // Run runs the daemon until ctx ends, then stops gracefully: it stops
 // listening and sweeping, lets in-flight transactions finish (bounded by
-// StopTimeout), and returns nil. Errors at start-up (schema mismatch,
-// unreachable database) are returned at once.
+// StopTimeout), and returns nil. At start-up it waits, retrying with
+// backoff, while the database is unreachable or restarting (a service
+// started before its database, or restarted while it crash-restarts, comes
+// up with it instead of exhausting its supervisor's restart limit);
+// permanent errors (a schema mismatch, bad credentials, a missing
+// database) are returned at once.
 func (d *Daemon) Run(ctx context.Context) error {
-	err := schema.Check(ctx, d.cfg.Pool)
-	if err == nil {
-		err = d.cfg.Pool.QueryRow(ctx, `SELECT now() - interval '5 minutes'`).Scan(&d.dueSince)
-	}
-	if err != nil {
+	retry := outbox.NewBackoff()
+	for {
+		err := schema.Check(ctx, d.cfg.Pool)
+		if err == nil {
+			err = d.cfg.Pool.QueryRow(ctx, `SELECT now() - interval '5 minutes'`).Scan(&d.dueSince)
+		}
+		if err == nil {
+			break
+		}
 		if ctx.Err() != nil {
 			return nil // stopped while starting: nothing to finish
 		}
-		return err
+		if !outbox.Transient(err) {
+			return err
+		}
+		d.log.Warn("database unavailable at start-up; waiting for it", zap.Error(err), zap.Duration("retry_in", retry.Next()))
+		d.cfg.Notifier.Notify("STATUS=waiting for the database")
+		if !retry.Wait(ctx) {
+			return nil
+		}
 	}
 	d.dbOK.Store(true)
 	d.cfg.Notifier.Notify("STATUS=starting: schema verified")

@@ -4,10 +4,13 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/testdb"
@@ -76,4 +79,85 @@ func TestStoppedDaemonServesNothing(t *testing.T) {
 		t.Fatal("/healthz still answers after Run returned")
 	}
 	proxy.Thaw()
+}
+
+// A daemon started while its database hangs (a restart in progress, a
+// partition) waits for it instead of exiting, and comes up ready once the
+// database answers; a stop while it waits returns nil at once.
+func TestDaemonWaitsForItsDatabaseAtStartUp(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	proxy := testdb.NewProxy(t, f.db)
+	proxy.Freeze()
+	cfg, err := pgxpool.ParseConfig(proxy.URL(f.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.ConnectTimeout = 200 * time.Millisecond
+	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	d, err := daemon.New(daemon.Config{Pool: pool, Notifier: daemon.NopNotifier{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	// Several connect timeouts: it must still be waiting, not gone.
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned while the database hung: %v", err)
+	case <-time.After(time.Second):
+	}
+	proxy.Thaw()
+	for deadline := time.Now().Add(30 * time.Second); !d.Ready(); {
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned after the database came back: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon did not become ready after its database came back")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// A permanent error at start-up (here a role that does not exist) is
+// returned at once rather than waited out.
+func TestDaemonStartUpRefusesPermanentErrors(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	u, err := url.Parse(f.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User("no_such_role")
+	pool, err := pgxpool.New(f.ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	d, err := daemon.New(daemon.Config{Pool: pool, Notifier: daemon.NopNotifier{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(f.ctx) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "no_such_role") {
+			t.Fatalf("Run: %v, want the server's refusal of no_such_role", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run kept waiting on a role that does not exist")
+	}
 }

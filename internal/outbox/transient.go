@@ -32,7 +32,7 @@ func (e *HandlerError) Unwrap() error { return e.Err }
 // (55000), invalid input, a dropped consumer, a handler's error, a
 // cancelled context.
 func Transient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}
 	var he *HandlerError
@@ -62,11 +62,20 @@ func Transient(err error) bool {
 		}
 		return false
 	}
-	// No answer from the server at all: the connection broke or was never
-	// made.
-	var netErr net.Error
+	// A connection that could not be made without the server refusing it
+	// (refused, unreachable, or no answer within the connect timeout: a
+	// hung or partitioned server) is worth another try.
 	var connectErr *pgconn.ConnectError
-	return errors.As(err, &netErr) || errors.As(err, &connectErr) ||
+	if errors.As(err, &connectErr) {
+		return true
+	}
+	// Any other deadline is the caller's.
+	if errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	// No answer from the server at all: the connection broke.
+	var netErr net.Error
+	return errors.As(err, &netErr) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		pgconn.SafeToRetry(err) || isConnClosed(err)
