@@ -128,7 +128,8 @@ func (d *Dispatcher) dispatch(ctx context.Context, pick string, args ...any) (Re
 			return err
 		}
 		// Flow events and solo executions have no edges: they are only
-		// marked dispatched.
+		// marked dispatched. Since migration 00004 they are born
+		// dispatched; this covers those written before it.
 		var rs []flows.Resolution
 		ids, parts := make([]int64, len(events)), make([]int16, len(events))
 		for i, e := range events {

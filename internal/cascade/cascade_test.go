@@ -306,8 +306,8 @@ func TestDeepChainSkip(t *testing.T) {
 	}
 	g := f.submit(nil, edges...)
 	f.run(g, "n0", false)
-	if events := f.drain(); events != 201 {
-		t.Fatalf("dispatched %d events, want 201 (root, 199 skips, the flow)", events)
+	if events := f.drain(); events != 200 {
+		t.Fatalf("dispatched %d events, want 200 (root and 199 skips; the flow's own is born dispatched)", events)
 	}
 	if n := f.count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND state = 'skipped'`, g.flow.ID); n != 199 {
 		t.Fatalf("%d skipped, want 199", n)
@@ -462,7 +462,10 @@ func TestCrashMidSiblingCancel(t *testing.T) {
 	f.quiescent()
 }
 
-func TestSoloAndFlowEventsOnlyMarked(t *testing.T) {
+// Events with nothing to cascade, a solo execution's and a flow's own,
+// are written already dispatched: the dispatcher has nothing to do for
+// them, and only b's event (an edge's upstream) waits for it.
+func TestSoloAndFlowEventsAreBornDispatched(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	if _, _, err := leases.Create(f.ctx, f.pool, leases.Limits{}, leases.CreateParams{Lane: "solo"}); err != nil {
@@ -470,12 +473,21 @@ func TestSoloAndFlowEventsOnlyMarked(t *testing.T) {
 	}
 	got, _ := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: "solo", Worker: "w/1", Max: 1})
 	f.finish(got[0], true)
+	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE flow_id IS NULL AND dispatched_at IS NOT NULL`); n != 1 {
+		t.Fatalf("%d solo events born dispatched, want 1", n)
+	}
 	g := f.submit(nil, "a->b")
 	f.run(g, "a", true)
 	f.drain()
 	f.run(g, "b", true)
-	if events := f.drain(); events != 2 {
-		t.Fatalf("dispatched %d, want b's event and the flow's", events)
+	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NULL`); n != 1 {
+		t.Fatalf("%d events wait for the dispatcher, want b's alone", n)
+	}
+	if events := f.drain(); events != 1 {
+		t.Fatalf("dispatched %d, want b's event alone", events)
+	}
+	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND execution_id IS NULL AND outcome = 'completed' AND dispatched_at IS NOT NULL`, g.flow.ID); n != 1 {
+		t.Fatalf("%d finished-flow events born dispatched, want 1", n)
 	}
 	f.quiescent()
 }

@@ -102,8 +102,8 @@ func Cancel(ctx context.Context, db leases.DB, flowID uuid.UUID, policy CancelPo
 					cancelled_members = $5, terminal_at = now(), updated_at = now()
 				WHERE partition_key = $1 AND flow_id = $2
 				RETURNING partition_key, flow_id, namespace)
-			INSERT INTO ff_completion_event (partition_key, flow_id, outcome, namespace)
-			SELECT partition_key, flow_id, 'cancelled', namespace FROM f`,
+			INSERT INTO ff_completion_event (partition_key, flow_id, outcome, namespace, dispatched_at)
+			SELECT partition_key, flow_id, 'cancelled', namespace, now() FROM f`,
 			part, flowID, string(policy), reason, members); err != nil {
 			return err
 		}

@@ -94,9 +94,12 @@ WITH input AS (
 		CASE u.state WHEN 'cancelled' THEN 'revoked' WHEN 'expired' THEN 'expired' ELSE 'released' END
 	FROM upd u JOIN att a ON a.partition_key = u.partition_key AND a.execution_id = u.execution_id
 ), cev AS (
-	INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, attempt, namespace)
+	-- An execution outside any flow has nothing to cascade: its event is
+	-- born dispatched (migration 00004).
+	INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, attempt, namespace, dispatched_at)
 	SELECT partition_key, execution_id, flow_id,
-		CASE state WHEN 'completed' THEN 'success' ELSE state END, attempt, namespace
+		CASE state WHEN 'completed' THEN 'success' ELSE state END, attempt, namespace,
+		CASE WHEN flow_id IS NULL THEN now() END
 	FROM upd
 	RETURNING partition_key, execution_id, event_id
 )
@@ -226,5 +229,5 @@ WITH done AS (
 				AND e.state IN ('blocked', 'pending', 'running'))
 	RETURNING f.partition_key, f.flow_id, f.state, f.namespace
 )
-INSERT INTO ff_completion_event (partition_key, flow_id, outcome, namespace)
-SELECT partition_key, flow_id, state, namespace FROM done`
+INSERT INTO ff_completion_event (partition_key, flow_id, outcome, namespace, dispatched_at)
+SELECT partition_key, flow_id, state, namespace, now() FROM done`

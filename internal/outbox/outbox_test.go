@@ -449,3 +449,67 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("bad slot name: %v", err)
 	}
 }
+
+// An event born dispatched (a solo execution's, a flow's own) notifies
+// without an id, and a following consumer still wakes for it: with a poll
+// interval of an hour, only the notification can bring it in.
+func TestConsumerWakesOnBornDispatchedEvents(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	got := make(chan int64, 100)
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- outbox.Consume(ctx, outbox.ConsumeConfig{Pool: f.db.Pool, Name: "wake", Stream: outbox.Completion, PollInterval: time.Hour,
+			Handler: func(_ context.Context, _ pgx.Tx, ev []outbox.Event) error {
+				for _, e := range ev {
+					got <- e.EventID
+				}
+				return nil
+			}})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Consume: %v", err)
+		}
+	}()
+	bornDispatched := func() int64 {
+		t.Helper()
+		var id int64
+		if err := f.db.Pool.QueryRow(f.ctx, `INSERT INTO ff_completion_event (partition_key, execution_id, outcome, dispatched_at)
+			VALUES (1, gen_random_uuid(), 'success', now()) RETURNING event_id`).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	receive := func(want int64) {
+		t.Helper()
+		select {
+		case id := <-got:
+			if id != want {
+				t.Fatalf("consumed event %d, want %d", id, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("event %d not consumed within 10s of its commit: no wake-up", want)
+		}
+	}
+	// The first is read by the consumer's first pass; wait for its LISTEN
+	// before the second, which only a wake-up can bring in.
+	receive(bornDispatched())
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var n int
+		if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query ILIKE 'listen%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the consumer never listened")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	receive(bornDispatched())
+}
