@@ -14,6 +14,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -220,15 +221,49 @@ func (d *Daemon) handle(n *pgconn.Notification) {
 	default:
 		return
 	}
-	id, err := strconv.ParseInt(n.Payload, 10, 64)
-	if err != nil {
+	lo, hi, ok := parseIDRange(n.Payload)
+	if !ok {
+		return // an empty payload: nothing for the daemon (migration 00004)
+	}
+	if hi-lo >= maxHintRange {
+		// A range this wide is rare (a huge statement interleaved with
+		// others); the sweep finds its events without expanding it.
+		d.m.droppedHints.WithLabelValues(name).Inc()
+		d.requestSweep(false)
 		return
 	}
-	select {
-	case queue <- id:
-	default:
-		d.m.droppedHints.WithLabelValues(name).Inc()
+	for id := lo; id <= hi; id++ {
+		select {
+		case queue <- id:
+		default:
+			d.m.droppedHints.WithLabelValues(name).Inc()
+			return
+		}
 	}
+}
+
+// maxHintRange bounds how many ids one notification's range is expanded
+// into.
+const maxHintRange = 10000
+
+// parseIDRange reads a notification payload: "id" or "lo-hi" (one per
+// statement, migration 00005). Ids in the range that are not the daemon's
+// concern (another table's, dispatched already) are filtered by the
+// queries they feed.
+func parseIDRange(payload string) (lo, hi int64, ok bool) {
+	a, b, isRange := strings.Cut(payload, "-")
+	lo, err := strconv.ParseInt(a, 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	if !isRange {
+		return lo, lo, true
+	}
+	hi, err = strconv.ParseInt(b, 10, 64)
+	if err != nil || hi < lo {
+		return 0, 0, false
+	}
+	return lo, hi, true
 }
 
 func (d *Daemon) requestSweep(afterConnect bool) {
