@@ -254,11 +254,49 @@ func Create(ctx context.Context, db DB, lim Limits, p CreateParams) (x *Executio
 	return x, true, nil
 }
 
-// CreateMany inserts executions in one round trip (a pipelined batch), for
-// submit_flow. Idempotency keys are refused: a batch that half exists is
+// insertManySQL inserts a batch in one statement from one array per
+// column. A row's capabilities travel as a JSON array (Postgres arrays
+// cannot be ragged).
+const insertManySQL = `
+INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
+	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
+	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, tags)
+SELECT i.partition_key, i.execution_id, i.flow_id, i.namespace, i.lane, i.kind, i.priority,
+	ARRAY(SELECT jsonb_array_elements_text(i.caps)), i.state,
+	now() + i.delay * interval '1 microsecond', i.max_attempts,
+	i.base * interval '1 microsecond', i.max_backoff * interval '1 microsecond', i.multiplier, i.jitter,
+	i.ttl * interval '1 microsecond',
+	CASE WHEN i.timeout > 0 THEN i.timeout * interval '1 microsecond' END,
+	CASE WHEN i.deadline > 0 THEN now() + i.deadline * interval '1 microsecond' END,
+	i.payload, i.tags
+FROM unnest($1::smallint[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::int[],
+	$8::jsonb[], $9::text[], $10::bigint[], $11::int[], $12::bigint[], $13::bigint[], $14::float8[],
+	$15::float8[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bytea[], $20::jsonb[])
+	AS i(partition_key, execution_id, flow_id, namespace, lane, kind, priority, caps, state, delay,
+		max_attempts, base, max_backoff, multiplier, jitter, ttl, timeout, deadline, payload, tags)
+RETURNING ` + execColumns
+
+// CreateMany inserts executions in one statement and returns them in the
+// order of ps. Idempotency keys are refused: a batch that half exists is
 // not a thing a caller can reason about.
 func CreateMany(ctx context.Context, db DB, lim Limits, ps []CreateParams) ([]*Execution, error) {
-	batch := &pgx.Batch{}
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	n := len(ps)
+	var (
+		parts                     = make([]int16, n)
+		ids, flowIDs              = make([]uuid.UUID, n), make([]*uuid.UUID, n)
+		namespaces, lanes, kinds  = make([]string, n), make([]string, n), make([]string, n)
+		states                    = make([]string, n)
+		priorities, maxAttempts   = make([]int32, n), make([]int32, n)
+		caps, tags                = make([][]byte, n), make([]*map[string]any, n)
+		delays, bases, maxes      = make([]int64, n), make([]int64, n), make([]int64, n)
+		ttls, timeouts, deadlines = make([]int64, n), make([]int64, n), make([]int64, n)
+		multipliers, jitters      = make([]float64, n), make([]float64, n)
+		payloads                  = make([][]byte, n)
+		order                     = make(map[uuid.UUID]int, n)
+	)
 	for i := range ps {
 		p := &ps[i]
 		if err := p.Normalize(lim); err != nil {
@@ -267,20 +305,68 @@ func CreateMany(ctx context.Context, db DB, lim Limits, ps []CreateParams) ([]*E
 		if p.IdempotencyKey != "" {
 			return nil, fault.Invalid(fault.KindInvalidValue, "idempotency_key", p.IdempotencyKey, "not supported in a batch create")
 		}
-		batch.Queue(insertSQL, insertArgs(p)...)
-	}
-	res := db.SendBatch(ctx, batch)
-	out := make([]*Execution, 0, len(ps))
-	for range ps {
-		x, err := scanExecution(res.QueryRow())
-		if err != nil {
-			res.Close()
-			return nil, wrap(fmt.Sprintf("create %d executions", len(ps)), err)
+		id := ident.NewExecutionID()
+		if p.Partition != nil {
+			id = ident.NewExecutionIDIn(*p.Partition)
 		}
-		out = append(out, x)
+		parts[i], ids[i], flowIDs[i] = id.Partition, id.UUID, p.FlowID
+		order[id.UUID] = i
+		namespaces[i], lanes[i], kinds[i] = p.Namespace, p.Lane, p.Kind
+		states[i] = string(StatePending)
+		if p.Blocked {
+			states[i] = string(StateBlocked)
+		}
+		priorities[i], maxAttempts[i] = int32(p.Priority), int32(p.MaxAttempts)
+		c := p.RequiredCapabilities
+		if c == nil {
+			c = []string{}
+		}
+		var err error
+		if caps[i], err = json.Marshal(c); err != nil {
+			return nil, fmt.Errorf("encode capabilities: %w", err)
+		}
+		if p.Tags != nil {
+			tags[i] = &p.Tags
+		}
+		delays[i], bases[i], maxes[i] = micros(p.Delay), micros(p.Retry.Base), micros(p.Retry.Max)
+		multipliers[i], jitters[i] = p.Retry.Multiplier, p.Retry.Jitter
+		ttls[i], timeouts[i], deadlines[i] = micros(p.LeaseTTL), micros(p.AttemptTimeout), micros(p.Deadline)
+		payloads[i] = p.Payload
+		if payloads[i] == nil {
+			payloads[i] = []byte{}
+		}
 	}
-	if err := res.Close(); err != nil {
-		return nil, wrap(fmt.Sprintf("create %d executions", len(ps)), err)
+	out := make([]*Execution, n)
+	err := withRetry(ctx, db, func() error {
+		rows, err := db.Query(ctx, insertManySQL, parts, ids, flowIDs, namespaces, lanes, kinds, priorities,
+			caps, states, delays, maxAttempts, bases, maxes, multipliers, jitters, ttls, timeouts, deadlines, payloads, tags)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		got := 0
+		for rows.Next() {
+			x, err := scanExecution(rows)
+			if err != nil {
+				return err
+			}
+			i, ok := order[x.ID.UUID]
+			if !ok {
+				return fmt.Errorf("inserted an execution %s that was not asked for", x.ID)
+			}
+			out[i] = x
+			got++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if got != n {
+			return fmt.Errorf("inserted %d of %d executions", got, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap(fmt.Sprintf("create %d executions", n), err)
 	}
 	return out, nil
 }
