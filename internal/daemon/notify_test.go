@@ -12,8 +12,8 @@ import (
 	"github.com/flowfabric/ffd/internal/leases"
 )
 
-// One statement sends one notification per outbox, whatever the number of
-// events it wrote: a claim of 50 one ff_lease covering their 50 lease
+// One statement sends one notification per outbox (and per lane it made
+// work claimable in), whatever the number of rows it wrote: a claim of 50 one ff_lease covering their 50 lease
 // events; their completion in one batch one ff_lease and one empty
 // ff_completion (solo events are born dispatched); a statement that wrote
 // nothing sends nothing.
@@ -25,7 +25,7 @@ func TestOneNotificationPerStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(f.ctx, `LISTEN ff_lease; LISTEN ff_completion`); err != nil {
+	if _, err := conn.Exec(f.ctx, `LISTEN ff_lease; LISTEN ff_completion; LISTEN ff_ready`); err != nil {
 		t.Fatal(err)
 	}
 	// collect gathers what arrives until 300 ms pass in silence.
@@ -45,14 +45,21 @@ func TestOneNotificationPerStatement(t *testing.T) {
 			got[n.Channel] = append(got[n.Channel], n.Payload)
 		}
 	}
-	ps := make([]leases.CreateParams, 50)
+	// A batch create wakes each lane with claimable work once; delayed
+	// executions wake nobody.
+	ps := make([]leases.CreateParams, 60)
 	for i := range ps {
 		ps[i] = leases.CreateParams{Lane: "batch"}
+		if i >= 50 {
+			ps[i] = leases.CreateParams{Lane: "later", Delay: time.Hour}
+		}
 	}
 	if _, err := leases.CreateMany(f.ctx, f.db.Pool, leases.Limits{}, ps); err != nil {
 		t.Fatal(err)
 	}
-	collect()
+	if got := collect(); len(got) != 1 || len(got["ff_ready"]) != 1 || got["ff_ready"][0] != "batch" {
+		t.Fatalf("a batch create notified %v, want one ff_ready for lane batch", got)
+	}
 	xs, err := leases.Claim(f.ctx, f.db.Pool, leases.ClaimParams{Lane: "batch", Worker: "w/1", Max: 50})
 	if err != nil || len(xs) != 50 {
 		t.Fatalf("claimed %d of 50: %v", len(xs), err)
