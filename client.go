@@ -89,6 +89,44 @@ func (c *Client) create(ctx context.Context, db leases.DB, p CreateParams) (*Cre
 	return &CreateResult{Execution: x, Existed: existed}, nil
 }
 
+// MaxCreateMany bounds one CreateMany call.
+const MaxCreateMany = 10000
+
+// CreateMany creates executions in one statement and returns them in the
+// order of ps: the fast way to enqueue many. Every row is validated before
+// anything is written, and one invalid row rejects the whole batch.
+// Idempotency keys are refused (a batch that half exists is not a thing a
+// caller can reason about: use Create for those). At most MaxCreateMany
+// rows per call.
+func (c *Client) CreateMany(ctx context.Context, ps []CreateParams) ([]*Execution, error) {
+	return c.createMany(ctx, c.pool, ps)
+}
+
+// CreateManyTx is CreateMany inside tx: the executions exist once tx
+// commits, together with the caller's own writes.
+func (c *Client) CreateManyTx(ctx context.Context, tx pgx.Tx, ps []CreateParams) ([]*Execution, error) {
+	return c.createMany(ctx, tx, ps)
+}
+
+func (c *Client) createMany(ctx context.Context, db leases.DB, ps []CreateParams) ([]*Execution, error) {
+	if len(ps) > MaxCreateMany {
+		return nil, fault.Invalid(fault.KindTooLarge, "executions", strconv.Itoa(len(ps)), fmt.Sprintf("at most %d per CreateMany", MaxCreateMany))
+	}
+	ips := make([]leases.CreateParams, len(ps))
+	for i, p := range ps {
+		ip, err := p.internal(c)
+		if err != nil {
+			return nil, fmt.Errorf("execution %d of %d: %w", i, len(ps), err)
+		}
+		ips[i] = ip
+	}
+	xs, err := leases.CreateMany(ctx, db, c.limits, ips)
+	if err != nil {
+		return nil, err
+	}
+	return xs, nil
+}
+
 // Claim leases up to p.Max due executions of p.Lane.
 func (c *Client) Claim(ctx context.Context, p ClaimParams) ([]*Execution, error) {
 	return c.claim(ctx, c.pool, p)

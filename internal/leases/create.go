@@ -300,7 +300,7 @@ func CreateMany(ctx context.Context, db DB, lim Limits, ps []CreateParams) ([]*E
 	for i := range ps {
 		p := &ps[i]
 		if err := p.Normalize(lim); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("execution %d of %d: %w", i, n, err)
 		}
 		if p.IdempotencyKey != "" {
 			return nil, fault.Invalid(fault.KindInvalidValue, "idempotency_key", p.IdempotencyKey, "not supported in a batch create")
