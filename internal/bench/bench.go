@@ -20,13 +20,15 @@ import (
 )
 
 // Scenarios lists the scenario names.
-var Scenarios = []string{"throughput", "chain", "fanout", "cancel-flow", "recovery", "cancel-running"}
+var Scenarios = []string{"throughput", "enqueue", "chain", "fanout", "cancel-flow", "recovery", "cancel-running"}
 
 // Params are every scenario's sizes; zero values take the defaults.
 type Params struct {
-	// throughput
+	// throughput, enqueue
 	Executions int `json:"executions,omitempty"` // default 20000
 	Workers    int `json:"workers,omitempty"`    // default 100
+	// enqueue: single Create calls timed one by one
+	Creates int `json:"creates,omitempty"` // default 1000
 	// chain
 	Flows       int `json:"flows,omitempty"`        // default 200
 	ChainLength int `json:"chain_length,omitempty"` // default 10
@@ -61,6 +63,7 @@ func (p *Params) defaults() {
 	def(&p.Leases, 1000)
 	def(&p.Burst, 10000)
 	def(&p.Cancels, 200)
+	def(&p.Creates, 1000)
 	if len(p.FlowSizes) == 0 {
 		p.FlowSizes = []int{10, 100, 1000}
 	}
@@ -134,6 +137,8 @@ func Run(ctx context.Context, env *Env, scenario string, p Params) (*Report, err
 	switch scenario {
 	case "throughput":
 		err = throughput(ctx, env, p, r)
+	case "enqueue":
+		err = enqueue(ctx, env, p, r)
 	case "chain":
 		err = chain(ctx, env, p, r)
 	case "fanout":
