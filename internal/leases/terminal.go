@@ -87,25 +87,29 @@ WITH input AS (
 	FROM upd u
 	WHERE u.old_state = 'running' AND a.partition_key = u.partition_key
 		AND a.execution_id = u.execution_id AND a.attempt = u.attempt
-	RETURNING a.partition_key, a.execution_id, a.worker, a.lease_epoch
+	RETURNING a.partition_key, a.execution_id, a.worker, a.lease_epoch, u.attempt, u.state
 ), lev AS (
 	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type)
-	SELECT u.partition_key, u.execution_id, a.lease_epoch, u.attempt, a.worker,
-		CASE u.state WHEN 'cancelled' THEN 'revoked' WHEN 'expired' THEN 'expired' ELSE 'released' END
-	FROM upd u JOIN att a ON a.partition_key = u.partition_key AND a.execution_id = u.execution_id
+	SELECT partition_key, execution_id, lease_epoch, attempt, worker,
+		CASE state WHEN 'cancelled' THEN 'revoked' WHEN 'expired' THEN 'expired' ELSE 'released' END
+	FROM att
+), ended AS (
+	-- Each ended execution's event id is drawn here, so that neither the
+	-- event rows nor the answer need a join between CTEs (which the
+	-- planner, estimating one row each, runs as a nested loop: quadratic
+	-- in the batch).
+	SELECT u.*, nextval('ff_outbox_event_id_seq') AS event_id FROM upd u
 ), cev AS (
 	-- An execution outside any flow has nothing to cascade: its event is
 	-- born dispatched (migration 00004).
-	INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, attempt, namespace, dispatched_at)
-	SELECT partition_key, execution_id, flow_id,
+	INSERT INTO ff_completion_event (event_id, partition_key, execution_id, flow_id, outcome, attempt, namespace, dispatched_at)
+	SELECT event_id, partition_key, execution_id, flow_id,
 		CASE state WHEN 'completed' THEN 'success' ELSE state END, attempt, namespace,
 		CASE WHEN flow_id IS NULL THEN now() END
-	FROM upd
-	RETURNING partition_key, execution_id, event_id
+	FROM ended
 )
-SELECT u.partition_key, u.execution_id, u.flow_id, u.state, u.attempt, u.lease_epoch,
-	u.old_state = 'running', c.event_id
-FROM upd u JOIN cev c ON c.partition_key = u.partition_key AND c.execution_id = u.execution_id`
+SELECT partition_key, execution_id, flow_id, state, attempt, lease_epoch, old_state = 'running', event_id
+FROM ended`
 
 // lockSQL locks the input executions in the global order.
 const lockSQL = `

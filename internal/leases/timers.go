@@ -63,18 +63,23 @@ func UpcomingTimers(ctx context.Context, db DB, limit int) ([]Timer, error) {
 // TimersForLeaseEvents returns the timers that the given lease events call
 // for: the new expiry of an acquired or renewed lease still held, and the
 // retry time of an execution a released, expired or revoked lease left
-// pending for later.
+// pending for later. The lease events are read first, once, by their ids
+// (a materialized CTE): joined directly, stale statistics during a burst
+// let the planner start from every running execution and re-test the
+// whole id list against each of them, quadratic work that cost more than
+// the claim and the completion together.
 func TimersForLeaseEvents(ctx context.Context, db DB, eventIDs []int64) ([]Timer, error) {
 	rows, err := db.Query(ctx, `
+		WITH l AS MATERIALIZED (
+			SELECT partition_key, execution_id, lease_epoch FROM ff_lease_event WHERE event_id = ANY($1))
 		SELECT e.partition_key, e.execution_id, e.lease_epoch,
 			CASE WHEN e.state = 'running' THEN least(e.lease_expires_at, coalesce(e.attempt_deadline_at, 'infinity'))
 				ELSE e.run_at END,
 			e.lane, CASE WHEN e.state = 'running' THEN 0 ELSE 2 END
-		FROM ff_lease_event l
+		FROM l
 		JOIN ff_execution e ON e.partition_key = l.partition_key AND e.execution_id = l.execution_id
-		WHERE l.event_id = ANY($1)
-			AND ((e.state = 'running' AND e.lease_epoch = l.lease_epoch)
-				OR (e.state = 'pending' AND e.run_at > now()))`, eventIDs)
+		WHERE (e.state = 'running' AND e.lease_epoch = l.lease_epoch)
+			OR (e.state = 'pending' AND e.run_at > now())`, eventIDs)
 	if err != nil {
 		return nil, wrap("read timers of lease events", err)
 	}
