@@ -73,6 +73,19 @@ func connect(ctx context.Context, url string, workers int) (*pgxpool.Pool, error
 	return pool, nil
 }
 
+// dbTime is the database's execution time so far over this database
+// (pg_stat_statements), as ffd bench reads it; false without the
+// extension.
+func dbTime(ctx context.Context, pool *pgxpool.Pool) (time.Duration, bool) {
+	var ms float64
+	err := pool.QueryRow(ctx, `SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&ms)
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(ms * float64(time.Millisecond)), true
+}
+
 // runInsert times InsertManyFast of jobs in batches of 1000, as ffd bench's
 // enqueue scenario times CreateMany.
 func runInsert(url string, jobs, workers int) error {
@@ -135,6 +148,7 @@ func runWork(url string, jobs, workers int) error {
 	if _, err := client.InsertManyFast(ctx, params); err != nil {
 		return fmt.Errorf("insert: %w", err)
 	}
+	db0, hasDB := dbTime(ctx, pool)
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
 		return err
@@ -158,12 +172,17 @@ func runWork(url string, jobs, workers int) error {
 	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
 	defer scancel()
 	_ = client.Stop(sctx)
+	db1, _ := dbTime(ctx, pool)
 	var span float64
 	if err := pool.QueryRow(ctx, `SELECT extract(epoch FROM max(finalized_at) - min(attempted_at)) FROM river_job`).Scan(&span); err != nil {
 		return err
 	}
-	return json.NewEncoder(os.Stdout).Encode(map[string]any{
+	out := map[string]any{
 		"peer": "river", "mode": "work", "executions": jobs, "workers": workers,
 		"executions_per_second": float64(jobs) / span, "wall_ms": took.Milliseconds(),
-	})
+	}
+	if hasDB {
+		out["db_us_per_execution"] = float64((db1 - db0).Microseconds()) / float64(jobs)
+	}
+	return json.NewEncoder(os.Stdout).Encode(out)
 }
