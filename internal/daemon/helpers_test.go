@@ -41,3 +41,26 @@ func gaugeValue(t *testing.T, m *daemon.Metrics, name string) float64 {
 	}
 	return 0
 }
+
+// labelValue is a counter's value for one label value.
+func labelValue(t *testing.T, m *daemon.Metrics, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			for _, lp := range mm.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					v += mm.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return v
+}

@@ -19,6 +19,7 @@ type Metrics struct {
 	decisions         *prometheus.CounterVec
 	siblingsCancelled prometheus.Counter
 	leasesExpired     *prometheus.CounterVec
+	leaseTimers       *prometheus.CounterVec
 	deadlinesExpired  prometheus.Counter
 	sweepFound        *prometheus.CounterVec
 	reconnects        prometheus.Counter
@@ -55,6 +56,10 @@ func NewMetrics() *Metrics {
 			Name: "ffd_leases_expired_total",
 			Help: "Running attempts ended for lack of time, by reason (lease_lapsed, attempt_timeout) and result (retried, expired).",
 		}, []string{"reason", "result"}),
+		leaseTimers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ffd_lease_timers_total",
+			Help: "Lease expiry timers that came due, by outcome: checked (a query under the row lock) or ended (the lease was known to have ended: no query).",
+		}, []string{"outcome"}),
 		deadlinesExpired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ffd_deadlines_expired_total", Help: "Executions expired because their deadline passed.",
 		}),
@@ -82,7 +87,7 @@ func NewMetrics() *Metrics {
 		}),
 	}
 	r.MustRegister(m.outboxDeleted, m.idleConsumers, m.eventsDispatched, m.dispatchDelay, m.edgesResolved, m.decisions, m.siblingsCancelled,
-		m.leasesExpired, m.deadlinesExpired, m.sweepFound, m.reconnects, m.droppedHints, m.executions, m.readyNotified,
+		m.leasesExpired, m.leaseTimers, m.deadlinesExpired, m.sweepFound, m.reconnects, m.droppedHints, m.executions, m.readyNotified,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/leases"
 )
 
@@ -101,5 +103,33 @@ func TestOneNotificationPerStatement(t *testing.T) {
 	}
 	if got := collect(); len(got) != 0 {
 		t.Fatalf("a statement that wrote no event notified %v", got)
+	}
+}
+
+// A lease that ended before its expiry (the execution completed) costs the
+// daemon no query when its timer comes due: the release dropped the timer.
+func TestEndedLeaseTimersCostNoQuery(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	r := f.startDaemon(daemon.Config{})
+	const n = 20
+	for range n {
+		if _, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "timers", LeaseTTL: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.startWorker([]string{"timers"}, n, func(ctx context.Context, _ *ffd.Job) ([]byte, error) {
+		time.Sleep(300 * time.Millisecond) // long enough for the daemon to load the lease's timer
+		return nil, nil
+	})
+	f.waitFor("every execution to complete", func() bool {
+		return f.count(`SELECT count(*) FROM ff_execution WHERE state = 'completed'`) == n
+	})
+	// Every lease's expiry (claim + 1 s) has come by then.
+	f.waitFor("the lease timers to come due", func() bool {
+		return counterValue(t, r.d.Metrics(), "ffd_lease_timers_total") >= n
+	})
+	if checked := labelValue(t, r.d.Metrics(), "ffd_lease_timers_total", "outcome", "checked"); checked != 0 {
+		t.Fatalf("%v lease timers of completed executions were checked with a query, want 0", checked)
 	}
 }

@@ -78,13 +78,25 @@ func (w *timerWorker) load(ctx context.Context, eventIDs []int64) {
 	if len(eventIDs) == 0 {
 		return
 	}
-	ts, err := leases.TimersForLeaseEvents(ctx, w.d.cfg.Pool, eventIDs)
+	ts, ended, err := leases.TimersForLeaseEvents(ctx, w.d.cfg.Pool, eventIDs)
 	if err != nil {
 		w.d.log.Warn("timer worker: read lease events; the sweep covers them", zap.Error(err))
 		return
 	}
 	w.add(ts)
+	// A lease that ended (released, revoked, expired) needs no check when
+	// its expiry comes: mark its pending timer so that it is dropped then,
+	// instead of costing a query per execution.
+	for _, l := range ended {
+		k := leaseKey{l.ID, l.Epoch}
+		if _, ok := w.latest[k]; ok {
+			w.latest[k] = leaseEnded
+		}
+	}
 }
+
+// leaseEnded marks, in timerWorker.latest, a lease known to have ended.
+var leaseEnded = time.Unix(1<<62, 0)
 
 func (w *timerWorker) reload(ctx context.Context) {
 	ts, err := leases.UpcomingTimers(ctx, w.d.cfg.Pool, DefaultTimerLimit)
@@ -119,10 +131,17 @@ func (w *timerWorker) fireDue(ctx context.Context) {
 		switch t.Kind {
 		case leases.TimerLease:
 			k := leaseKey{t.ID, t.Epoch}
-			if latest, ok := w.latest[k]; ok && latest.After(t.At) {
+			latest, ok := w.latest[k]
+			if ok && latest.Equal(leaseEnded) {
+				delete(w.latest, k)
+				w.d.m.leaseTimers.WithLabelValues("ended").Inc()
+				continue // the lease ended before its expiry: nothing to check
+			}
+			if ok && latest.After(t.At) {
 				continue // renewed since: a later timer stands for it
 			}
 			delete(w.latest, k)
+			w.d.m.leaseTimers.WithLabelValues("checked").Inc()
 			res, err := leases.ExpireLapsed(ctx, w.d.cfg.Pool, t.ID, t.Epoch)
 			if err != nil {
 				w.d.log.Warn("timer worker: expire lease; the sweep will retry", zap.String(logging.FieldExecutionID, t.ID.String()), zap.Error(err))

@@ -60,30 +60,64 @@ func UpcomingTimers(ctx context.Context, db DB, limit int) ([]Timer, error) {
 	return collectTimers(rows)
 }
 
+// LeaseRef names one lease: an execution at an epoch.
+type LeaseRef struct {
+	ID    ident.ExecutionID
+	Epoch int64
+}
+
 // TimersForLeaseEvents returns the timers that the given lease events call
 // for: the new expiry of an acquired or renewed lease still held, and the
 // retry time of an execution a released, expired or revoked lease left
-// pending for later. The lease events are read first, once, by their ids
-// (a materialized CTE): joined directly, stale statistics during a burst
-// let the planner start from every running execution and re-test the
-// whole id list against each of them, quadratic work that cost more than
-// the claim and the completion together.
-func TimersForLeaseEvents(ctx context.Context, db DB, eventIDs []int64) ([]Timer, error) {
+// pending for later. It also returns the leases the events show ended (the
+// execution no longer runs at the event's epoch), so that the caller can
+// drop their expiry timers instead of checking each one when it comes due.
+//
+// The lease events are read first, once, by their ids (a materialized
+// CTE): joined directly, stale statistics during a burst let the planner
+// start from every running execution and re-test the whole id list against
+// each of them, quadratic work that cost more than the claim and the
+// completion together.
+func TimersForLeaseEvents(ctx context.Context, db DB, eventIDs []int64) ([]Timer, []LeaseRef, error) {
 	rows, err := db.Query(ctx, `
 		WITH l AS MATERIALIZED (
 			SELECT partition_key, execution_id, lease_epoch FROM ff_lease_event WHERE event_id = ANY($1))
-		SELECT e.partition_key, e.execution_id, e.lease_epoch,
+		SELECT e.partition_key, e.execution_id, e.lease_epoch, l.lease_epoch,
+			e.state = 'running' AND e.lease_epoch = l.lease_epoch,
 			CASE WHEN e.state = 'running' THEN least(e.lease_expires_at, coalesce(e.attempt_deadline_at, 'infinity'))
-				ELSE e.run_at END,
-			e.lane, CASE WHEN e.state = 'running' THEN 0 ELSE 2 END
+				WHEN e.state = 'pending' AND e.run_at > now() THEN e.run_at END,
+			e.lane
 		FROM l
-		JOIN ff_execution e ON e.partition_key = l.partition_key AND e.execution_id = l.execution_id
-		WHERE (e.state = 'running' AND e.lease_epoch = l.lease_epoch)
-			OR (e.state = 'pending' AND e.run_at > now())`, eventIDs)
+		JOIN ff_execution e ON e.partition_key = l.partition_key AND e.execution_id = l.execution_id`, eventIDs)
 	if err != nil {
-		return nil, wrap("read timers of lease events", err)
+		return nil, nil, wrap("read timers of lease events", err)
 	}
-	return collectTimers(rows)
+	defer rows.Close()
+	var timers []Timer
+	var ended []LeaseRef
+	for rows.Next() {
+		var id ident.ExecutionID
+		var epoch, eventEpoch int64
+		var held bool
+		var at *time.Time
+		var lane string
+		if err := rows.Scan(&id.Partition, &id.UUID, &epoch, &eventEpoch, &held, &at, &lane); err != nil {
+			return nil, nil, wrap("read timers of lease events", err)
+		}
+		switch {
+		case held:
+			timers = append(timers, Timer{Kind: TimerLease, ID: id, Epoch: epoch, At: *at, Lane: lane})
+		default:
+			ended = append(ended, LeaseRef{ID: id, Epoch: eventEpoch})
+			if at != nil { // left pending until a later run_at
+				timers = append(timers, Timer{Kind: TimerDue, ID: id, Epoch: epoch, At: *at, Lane: lane})
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, wrap("read timers of lease events", err)
+	}
+	return timers, ended, nil
 }
 
 func collectTimers(rows pgx.Rows) ([]Timer, error) {
