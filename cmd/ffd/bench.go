@@ -18,14 +18,16 @@ import (
 
 // BenchCmd is `ffd bench`.
 type BenchCmd struct {
-	Scenario      string        `name:"scenario" required:"" enum:"throughput,enqueue,chain,fanout,cancel-flow,recovery,cancel-running" help:"throughput, enqueue, chain, fanout, cancel-flow, recovery or cancel-running."`
+	Scenario      string        `name:"scenario" required:"" enum:"throughput,enqueue,chain,hop,fanout,cancel-flow,recovery,cancel-running" help:"throughput, enqueue, chain, hop, fanout, cancel-flow, recovery or cancel-running."`
 	JSON          bool          `name:"json" help:"Print the report as JSON (schema in docs/benchmarks.md)."`
 	Executions    int           `name:"executions" default:"20000" help:"throughput, enqueue: executions."`
 	Creates       int           `name:"creates" default:"1000" help:"enqueue: single Create calls timed one by one."`
 	Workers       int           `name:"workers" default:"100" help:"throughput: worker concurrency."`
 	Flows         int           `name:"flows" default:"200" help:"chain: flows."`
 	ChainLength   int           `name:"chain-length" default:"10" help:"chain: nodes per chain."`
-	ChainWorkers  int           `name:"chain-workers" default:"16" help:"chain: worker concurrency."`
+	ChainWorkers  int           `name:"chain-workers" default:"16" help:"chain, hop: worker concurrency."`
+	HopChains     int           `name:"hop-chains" default:"4" help:"hop: chains at a time (the workers stay mostly idle)."`
+	HopLength     int           `name:"hop-length" default:"25" help:"hop: nodes per chain."`
 	FanWidth      int           `name:"fan-width" default:"1000" help:"fanout: middles and siblings."`
 	Repeats       int           `name:"repeats" default:"5" help:"fanout, cancel-flow: repeats per measurement."`
 	FlowSizes     []int         `name:"flow-sizes" default:"10,100,1000" help:"cancel-flow: member counts."`
@@ -91,7 +93,7 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	r, err := bench.Run(ctx, env, c.Scenario, bench.Params{Executions: c.Executions, Workers: c.Workers, Flows: c.Flows,
 		ChainLength: c.ChainLength, ChainWorker: c.ChainWorkers, FanWidth: c.FanWidth, Repeats: c.Repeats, FlowSizes: c.FlowSizes,
-		Leases: c.Leases, LeaseTTL: c.LeaseTTL, Burst: c.Burst, SweepInterval: c.SweepInterval, Cancels: c.Cancels, Creates: c.Creates})
+		Leases: c.Leases, LeaseTTL: c.LeaseTTL, Burst: c.Burst, SweepInterval: c.SweepInterval, Cancels: c.Cancels, Creates: c.Creates, HopChains: c.HopChains, HopLength: c.HopLength})
 	if err != nil {
 		return err
 	}

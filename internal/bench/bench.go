@@ -20,7 +20,7 @@ import (
 )
 
 // Scenarios lists the scenario names.
-var Scenarios = []string{"throughput", "enqueue", "chain", "fanout", "cancel-flow", "recovery", "cancel-running"}
+var Scenarios = []string{"throughput", "enqueue", "chain", "hop", "fanout", "cancel-flow", "recovery", "cancel-running"}
 
 // Params are every scenario's sizes; zero values take the defaults.
 type Params struct {
@@ -33,6 +33,9 @@ type Params struct {
 	Flows       int `json:"flows,omitempty"`        // default 200
 	ChainLength int `json:"chain_length,omitempty"` // default 10
 	ChainWorker int `json:"chain_workers,omitempty"`
+	// hop: the chain scenario with idle workers, a few chains at a time
+	HopChains int `json:"hop_chains,omitempty"` // default 4
+	HopLength int `json:"hop_length,omitempty"` // default 25
 	// fanout
 	FanWidth int `json:"fan_width,omitempty"` // default 1000
 	Repeats  int `json:"repeats,omitempty"`   // default 5
@@ -58,6 +61,8 @@ func (p *Params) defaults() {
 	def(&p.Flows, 200)
 	def(&p.ChainLength, 10)
 	def(&p.ChainWorker, 16)
+	def(&p.HopChains, 4)
+	def(&p.HopLength, 25)
 	def(&p.FanWidth, 1000)
 	def(&p.Repeats, 5)
 	def(&p.Leases, 1000)
@@ -141,6 +146,10 @@ func Run(ctx context.Context, env *Env, scenario string, p Params) (*Report, err
 		err = enqueue(ctx, env, p, r)
 	case "chain":
 		err = chain(ctx, env, p, r)
+	case "hop":
+		q := p
+		q.Flows, q.ChainLength = p.HopChains, p.HopLength
+		err = chain(ctx, env, q, r)
 	case "fanout":
 		err = fanout(ctx, env, p, r)
 	case "cancel-flow":

@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 func TestScenariosTiny(t *testing.T) {
 	t.Parallel()
 	tiny := bench.Params{Executions: 300, Workers: 20, Flows: 10, ChainLength: 4, FanWidth: 30, Repeats: 1,
-		FlowSizes: []int{4, 20}, Leases: 30, LeaseTTL: time.Second, Burst: 300, SweepInterval: 200 * time.Millisecond, Cancels: 10, Creates: 20}
+		FlowSizes: []int{4, 20}, Leases: 30, LeaseTTL: time.Second, Burst: 300, SweepInterval: 200 * time.Millisecond, Cancels: 10, Creates: 20, HopChains: 2, HopLength: 4}
 	for _, name := range bench.Scenarios {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -33,7 +33,7 @@ func TestScenariosTiny(t *testing.T) {
 				t.Fatalf("incomplete report: %+v", r)
 			}
 			// Scenarios that run the daemon leave nothing undispatched.
-			withDaemon := name == "throughput" || name == "chain" || name == "fanout" || name == "recovery"
+			withDaemon := name == "throughput" || name == "chain" || name == "hop" || name == "fanout" || name == "recovery"
 			if err := invariant.CheckQuiescent(ctx, db.Pool); err != nil && withDaemon {
 				t.Fatalf("invariants at rest: %v", err)
 			}
