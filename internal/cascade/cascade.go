@@ -64,17 +64,29 @@ type event struct {
 	age       time.Duration
 }
 
-const eventColumns = `event_id, partition_key, execution_id, flow_id, outcome,
-	extract(epoch FROM clock_timestamp() - occurred_at) * 1e6`
+const eventColumns = `c.event_id, c.partition_key, c.execution_id, c.flow_id, c.outcome,
+	extract(epoch FROM clock_timestamp() - c.occurred_at) * 1e6`
+
+// lockAndMark wraps a query selecting events to lock (their partition_key
+// and event_id): it locks them and marks them dispatched in the same
+// statement, one round trip for both. The mark commits with the rest of
+// the dispatch or not at all, so marking first is as safe as marking last.
+func lockAndMark(pick string) string {
+	return `WITH picked AS (` + pick + `)
+		UPDATE ff_completion_event c SET dispatched_at = clock_timestamp()
+		FROM picked p
+		WHERE c.partition_key = p.partition_key AND c.event_id = p.event_id
+		RETURNING ` + eventColumns
+}
 
 // Dispatch dispatches one event by id. It returns a zero Result when the
 // event is already dispatched, unknown, or being dispatched by someone
 // else right now (whoever holds it will finish it, or roll back and leave
 // it to the sweep).
 func (d *Dispatcher) Dispatch(ctx context.Context, eventID int64) (Result, error) {
-	return d.dispatch(ctx, `SELECT `+eventColumns+` FROM ff_completion_event
+	return d.dispatch(ctx, lockAndMark(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE event_id = $1 AND dispatched_at IS NULL
-		FOR NO KEY UPDATE SKIP LOCKED`, eventID)
+		FOR NO KEY UPDATE SKIP LOCKED`), eventID)
 }
 
 // DispatchMany dispatches the given events (those still undispatched and
@@ -82,21 +94,21 @@ func (d *Dispatcher) Dispatch(ctx context.Context, eventID int64) (Result, error
 // workers hand it every notification that queued up while they worked, so
 // that one commit carries many hops.
 func (d *Dispatcher) DispatchMany(ctx context.Context, eventIDs []int64) (Result, error) {
-	return d.dispatch(ctx, `SELECT `+eventColumns+` FROM ff_completion_event
+	return d.dispatch(ctx, lockAndMark(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE event_id = ANY($1) AND dispatched_at IS NULL
 		ORDER BY event_id
-		FOR NO KEY UPDATE SKIP LOCKED`, eventIDs)
+		FOR NO KEY UPDATE SKIP LOCKED`), eventIDs)
 }
 
 // DispatchBatch dispatches up to limit undispatched events at least grace
 // old, oldest first, in one transaction. The sweep uses it; grace keeps it
 // from racing the NOTIFY-driven dispatch of events that just committed.
 func (d *Dispatcher) DispatchBatch(ctx context.Context, limit int, grace time.Duration) (Result, error) {
-	return d.dispatch(ctx, `SELECT `+eventColumns+` FROM ff_completion_event
+	return d.dispatch(ctx, lockAndMark(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE dispatched_at IS NULL AND occurred_at <= clock_timestamp() - $2::bigint * interval '1 microsecond'
 		ORDER BY event_id
 		LIMIT $1
-		FOR NO KEY UPDATE SKIP LOCKED`, limit, grace.Microseconds())
+		FOR NO KEY UPDATE SKIP LOCKED`), limit, grace.Microseconds())
 }
 
 func (d *Dispatcher) dispatch(ctx context.Context, pick string, args ...any) (Result, error) {
@@ -127,13 +139,11 @@ func (d *Dispatcher) dispatch(ctx context.Context, pick string, args ...any) (Re
 		if err := d.hook(ctx, tx, "locked"); err != nil {
 			return err
 		}
-		// Flow events and solo executions have no edges: they are only
-		// marked dispatched. Since migration 00004 they are born
-		// dispatched; this covers those written before it.
+		// Flow events and solo executions have no edges: marking them
+		// (done as they were locked) is all. Since migration 00004 they
+		// are born dispatched; this covers those written before it.
 		var rs []flows.Resolution
-		ids, parts := make([]int64, len(events)), make([]int16, len(events))
-		for i, e := range events {
-			ids[i], parts[i] = e.id, e.part
+		for _, e := range events {
 			delays = append(delays, e.age)
 			res.Age = max(res.Age, e.age)
 			if e.execution != nil && e.flow != nil {
@@ -153,18 +163,6 @@ func (d *Dispatcher) dispatch(ctx context.Context, pick string, args ...any) (Re
 		}
 		if err := d.hook(ctx, tx, "resolved"); err != nil {
 			return err
-		}
-		tag, err := tx.Exec(ctx, `UPDATE ff_completion_event SET dispatched_at = clock_timestamp()
-			FROM unnest($1::smallint[], $2::bigint[]) AS i(partition_key, event_id)
-			WHERE ff_completion_event.partition_key = i.partition_key AND ff_completion_event.event_id = i.event_id
-				AND dispatched_at IS NULL`, parts, ids)
-		if err != nil {
-			return fmt.Errorf("mark events dispatched: %w", err)
-		}
-		if tag.RowsAffected() != int64(len(events)) {
-			// We hold their row locks; anything else is a bug, and rolling
-			// back keeps the dispatch all-or-nothing.
-			return errors.New("marked fewer events dispatched than were locked")
 		}
 		res.Events = len(events)
 		return d.hook(ctx, tx, "marked")

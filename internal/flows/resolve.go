@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
@@ -130,28 +131,31 @@ func Resolve(ctx context.Context, tx pgx.Tx, rs []Resolution) (*ResolveResult, e
 			cancelParts, cancelFlows, cancelDowns = append(cancelParts, g.part), append(cancelFlows, g.flow), append(cancelDowns, g.down)
 		}
 	}
+	// The decisions take effect in one round trip: the statements go as a
+	// pipelined batch, in this order, inside the caller's transaction.
+	b := &pgx.Batch{}
 	if len(decisions) > 0 {
-		if _, err := tx.Exec(ctx, `UPDATE ff_edge_group g SET decision = i.decision, decided_at = now()
+		b.Queue(`UPDATE ff_edge_group g SET decision = i.decision, decided_at = now()
 			FROM unnest($1::smallint[], $2::uuid[], $3::uuid[], $4::text[]) AS i(partition_key, flow_id, downstream_id, decision)
 			WHERE g.partition_key = i.partition_key AND g.flow_id = i.flow_id AND g.downstream_id = i.downstream_id`,
-			decParts, decFlows, decDowns, decisions); err != nil {
-			return nil, fmt.Errorf("record decisions: %w", err)
-		}
+			decParts, decFlows, decDowns, decisions)
 	}
 	if len(readyIDs) > 0 {
-		if _, err := tx.Exec(ctx, `UPDATE ff_execution e SET state = 'pending', run_at = now()
+		b.Queue(`UPDATE ff_execution e SET state = 'pending', run_at = now()
 			FROM unnest($1::smallint[], $2::uuid[]) AS i(partition_key, execution_id)
 			WHERE e.partition_key = i.partition_key AND e.execution_id = i.execution_id AND e.state = 'blocked'`,
-			ready, readyIDs); err != nil {
-			return nil, fmt.Errorf("ready satisfied downstreams: %w", err)
-		}
+			ready, readyIDs)
 	}
 	if len(cancelDowns) > 0 {
-		tag, err := tx.Exec(ctx, queueCancelSQL, cancelParts, cancelFlows, cancelDowns)
-		if err != nil {
-			return nil, fmt.Errorf("queue sibling cancellation: %w", err)
+		b.Queue(queueCancelSQL, cancelParts, cancelFlows, cancelDowns).Exec(func(tag pgconn.CommandTag) error {
+			res.CancelGroups = int(tag.RowsAffected())
+			return nil
+		})
+	}
+	if b.Len() > 0 {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, fmt.Errorf("record decisions: %w", err)
 		}
-		res.CancelGroups = int(tag.RowsAffected())
 	}
 	if len(skip) > 0 {
 		ended, err := leases.Terminate(ctx, tx, skip)
