@@ -83,7 +83,7 @@ func TestStoppedDaemonServesNothing(t *testing.T) {
 
 // A daemon started while its database hangs (a restart in progress, a
 // partition) waits for it instead of exiting, and comes up ready once the
-// database answers; a stop while it waits returns nil at once.
+// database answers.
 func TestDaemonWaitsForItsDatabaseAtStartUp(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
