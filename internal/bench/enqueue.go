@@ -5,9 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/flowfabric/ffd"
+	"go.uber.org/zap"
 )
 
 // enqueueBatch is the CreateMany batch of the enqueue scenario (River's
@@ -77,10 +76,7 @@ func (e *Env) dbTime(ctx context.Context) (time.Duration, bool) {
 	err := e.Pool.QueryRow(ctx, `SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&ms)
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) {
-			e.Log.Debug("pg_stat_statements unavailable")
-		}
+		e.Log.Debug("no database time: pg_stat_statements is not installed in this database", zap.Error(err))
 		return 0, false
 	}
 	return time.Duration(ms * float64(time.Millisecond)), true
