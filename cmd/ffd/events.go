@@ -91,27 +91,27 @@ func (c *EventsTailCmd) Run(ctx context.Context, g *Globals) error {
 	// Following, a transient error (a terminated backend, a crash
 	// restart) is waited out and the tail resumes from its cursor: the
 	// named consumer's acknowledged one, or the last event printed.
-	retry := outbox.NewBackoff()
-	for placed := false; !placed; {
+	place := func() (err error) {
 		switch {
 		case c.Consumer != "":
 			_, err = outbox.Register(ctx, pool, c.Consumer, stream, start)
 		case start == outbox.FromNow:
 			cursor, err = outbox.Horizon(ctx, pool)
 		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil && (!c.Follow || !outbox.Transient(err)) {
-			return err
-		}
-		if placed = err == nil; !placed {
-			g.log.Warn("database unavailable; waiting to place the cursor", zap.Error(err), zap.Duration("retry_in", retry.Next()))
-			if !retry.Wait(ctx) {
-				return nil
-			}
-		}
+		return err
 	}
+	if c.Follow {
+		err = outbox.RetryTransient(ctx, g.log, "database unavailable; waiting to place the cursor", place)
+	} else {
+		err = place()
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	retry := outbox.NewBackoff()
 	for {
 		if c.Limit > 0 {
 			batch = min(outbox.DefaultBatch, c.Limit-out.n)

@@ -191,17 +191,15 @@ func (g *Globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
 // Permanent errors (credentials, a missing database, a schema this binary
 // does not match) end it at once. It returns nil, nil when ctx ends first.
 func (g *Globals) waitedPool(ctx context.Context) (*pgxpool.Pool, error) {
-	retry := outbox.NewBackoff()
-	for {
-		pool, err := g.checkedPool(ctx)
-		if err == nil || !outbox.Transient(err) {
-			return pool, err
-		}
-		g.log.Warn("database unavailable; waiting for it", zap.Error(err), zap.Duration("retry_in", retry.Next()))
-		if !retry.Wait(ctx) {
-			return nil, nil
-		}
+	var pool *pgxpool.Pool
+	err := outbox.RetryTransient(ctx, g.log, "database unavailable; waiting for it", func() (err error) {
+		pool, err = g.checkedPool(ctx)
+		return err
+	})
+	if ctx.Err() != nil {
+		return nil, nil
 	}
+	return pool, err
 }
 
 // checkedPool connects and refuses a schema this binary does not match;

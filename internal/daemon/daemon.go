@@ -293,26 +293,21 @@ func (d *Daemon) requestSweep(afterConnect bool) {
 // permanent errors (a schema mismatch, bad credentials, a missing
 // database) are returned at once.
 func (d *Daemon) Run(ctx context.Context) error {
-	retry := outbox.NewBackoff()
-	for {
+	err := outbox.RetryTransient(ctx, d.log, "database unavailable at start-up; waiting for it", func() error {
 		err := schema.Check(ctx, d.cfg.Pool)
 		if err == nil {
 			err = d.cfg.Pool.QueryRow(ctx, `SELECT now() - interval '5 minutes'`).Scan(&d.dueSince)
 		}
-		if err == nil {
-			break
+		if err != nil && outbox.Transient(err) {
+			d.cfg.Notifier.Notify("STATUS=waiting for the database")
 		}
-		if ctx.Err() != nil {
-			return nil // stopped while starting: nothing to finish
-		}
-		if !outbox.Transient(err) {
-			return err
-		}
-		d.log.Warn("database unavailable at start-up; waiting for it", zap.Error(err), zap.Duration("retry_in", retry.Next()))
-		d.cfg.Notifier.Notify("STATUS=waiting for the database")
-		if !retry.Wait(ctx) {
-			return nil
-		}
+		return err
+	})
+	if ctx.Err() != nil {
+		return nil // stopped while starting: nothing to finish
+	}
+	if err != nil {
+		return err
 	}
 	d.dbOK.Store(true)
 	d.cfg.Notifier.Notify("STATUS=starting: schema verified")

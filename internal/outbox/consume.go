@@ -76,22 +76,14 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	retry := NewBackoff()
-	for {
+	if err := RetryTransient(ctx, cfg.Logger.With(zap.String("consumer", cfg.Name)), "register consumer: database unavailable; retrying", func() error {
 		_, err := Register(ctx, cfg.Pool, cfg.Name, cfg.Stream, cfg.Start)
-		if err == nil {
-			break
-		}
+		return err
+	}); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if !Transient(err) {
-			return err
-		}
-		cfg.Logger.Warn("register consumer: database unavailable; retrying", zap.String("consumer", cfg.Name), zap.Error(err), zap.Duration("retry_in", retry.Next()))
-		if !retry.Wait(ctx) {
-			return nil
-		}
+		return err
 	}
 	wake := make(chan struct{}, 1)
 	signal := func() {
@@ -119,6 +111,7 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 		}()
 		defer func() { stop(); <-listening }()
 	}
+	retry := NewBackoff()
 	for {
 		n, err := ConsumeOnce(ctx, cfg.Pool, cfg.Name, cfg.Batch, cfg.Handler)
 		if ctx.Err() != nil {

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/fault"
 )
@@ -90,4 +91,29 @@ func isConnClosed(err error) bool {
 		}
 	}
 	return false
+}
+
+// RetryTransient calls fn until it succeeds or fails permanently, waiting
+// with a Backoff between transient failures (Transient) and logging each
+// one at Warn as msg. It returns nil once fn succeeds, fn's permanent
+// error, or ctx's error when ctx ends first. The start-up of the daemon,
+// of consumers and of following tails waits for the database this way.
+func RetryTransient(ctx context.Context, log *zap.Logger, msg string, fn func() error) error {
+	retry := NewBackoff()
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !Transient(err) {
+			return err
+		}
+		log.Warn(msg, zap.Error(err), zap.Duration("retry_in", retry.Next()))
+		if !retry.Wait(ctx) {
+			return ctx.Err()
+		}
+	}
 }
