@@ -305,36 +305,22 @@ func CreateMany(ctx context.Context, db DB, lim Limits, ps []CreateParams) ([]*E
 		if p.IdempotencyKey != "" {
 			return nil, fault.Invalid(fault.KindInvalidValue, "idempotency_key", p.IdempotencyKey, "not supported in a batch create")
 		}
-		id := ident.NewExecutionID()
-		if p.Partition != nil {
-			id = ident.NewExecutionIDIn(*p.Partition)
-		}
-		parts[i], ids[i], flowIDs[i] = id.Partition, id.UUID, p.FlowID
-		order[id.UUID] = i
-		namespaces[i], lanes[i], kinds[i] = p.Namespace, p.Lane, p.Kind
-		states[i] = string(StatePending)
-		if p.Blocked {
-			states[i] = string(StateBlocked)
-		}
+		r := newRow(p)
+		parts[i], ids[i], flowIDs[i] = r.id.Partition, r.id.UUID, p.FlowID
+		order[r.id.UUID] = i
+		namespaces[i], lanes[i], kinds[i], states[i] = p.Namespace, p.Lane, p.Kind, string(r.state)
 		priorities[i], maxAttempts[i] = int32(p.Priority), int32(p.MaxAttempts)
-		c := p.RequiredCapabilities
-		if c == nil {
-			c = []string{}
-		}
 		var err error
-		if caps[i], err = json.Marshal(c); err != nil {
+		if caps[i], err = json.Marshal(r.caps); err != nil {
 			return nil, fmt.Errorf("encode capabilities: %w", err)
 		}
 		if p.Tags != nil {
 			tags[i] = &p.Tags
 		}
-		delays[i], bases[i], maxes[i] = micros(p.Delay), micros(p.Retry.Base), micros(p.Retry.Max)
+		delays[i], bases[i], maxes[i] = r.delay, r.base, r.maxBackoff
 		multipliers[i], jitters[i] = p.Retry.Multiplier, p.Retry.Jitter
-		ttls[i], timeouts[i], deadlines[i] = micros(p.LeaseTTL), micros(p.AttemptTimeout), micros(p.Deadline)
-		payloads[i] = p.Payload
-		if payloads[i] == nil {
-			payloads[i] = []byte{}
-		}
+		ttls[i], timeouts[i], deadlines[i] = r.ttl, r.attemptTimeout, r.deadline
+		payloads[i] = r.payload
 	}
 	out := make([]*Execution, n)
 	err := withRetry(ctx, db, func() error {
@@ -371,30 +357,43 @@ func CreateMany(ctx context.Context, db DB, lim Limits, ps []CreateParams) ([]*E
 	return out, nil
 }
 
-// insertArgs are insertSQL's arguments for normalized params, with a fresh
-// id on the right partition.
-func insertArgs(p *CreateParams) []any {
-	id := ident.NewExecutionID()
+// row is one execution to insert, from normalized params: a fresh id on
+// the right partition and every column's value as both insert statements
+// take it.
+type row struct {
+	id                            ident.ExecutionID
+	state                         State
+	caps                          []string
+	payload                       []byte
+	delay, base, maxBackoff       int64 // microseconds
+	ttl, attemptTimeout, deadline int64 // microseconds
+}
+
+func newRow(p *CreateParams) row {
+	r := row{id: ident.NewExecutionID(), state: StatePending, caps: p.RequiredCapabilities, payload: p.Payload,
+		delay: micros(p.Delay), base: micros(p.Retry.Base), maxBackoff: micros(p.Retry.Max),
+		ttl: micros(p.LeaseTTL), attemptTimeout: micros(p.AttemptTimeout), deadline: micros(p.Deadline)}
 	if p.Partition != nil {
-		id = ident.NewExecutionIDIn(*p.Partition)
+		r.id = ident.NewExecutionIDIn(*p.Partition)
 	}
-	state := StatePending
 	if p.Blocked {
-		state = StateBlocked
+		r.state = StateBlocked
 	}
-	caps := p.RequiredCapabilities
-	if caps == nil {
-		caps = []string{}
+	if r.caps == nil {
+		r.caps = []string{}
 	}
-	payload := p.Payload
-	if payload == nil {
-		payload = []byte{}
+	if r.payload == nil {
+		r.payload = []byte{}
 	}
-	return []any{id.Partition, id.UUID, p.FlowID, p.Namespace, p.Lane, p.Kind, p.Priority,
-		caps, string(state), micros(p.Delay), p.MaxAttempts,
-		micros(p.Retry.Base), micros(p.Retry.Max), p.Retry.Multiplier, p.Retry.Jitter,
-		micros(p.LeaseTTL), micros(p.AttemptTimeout), micros(p.Deadline),
-		payload, nullIfEmpty(p.IdempotencyKey), p.Tags}
+	return r
+}
+
+// insertArgs are insertSQL's arguments for normalized params.
+func insertArgs(p *CreateParams) []any {
+	r := newRow(p)
+	return []any{r.id.Partition, r.id.UUID, p.FlowID, p.Namespace, p.Lane, p.Kind, p.Priority,
+		r.caps, string(r.state), r.delay, p.MaxAttempts, r.base, r.maxBackoff, p.Retry.Multiplier, p.Retry.Jitter,
+		r.ttl, r.attemptTimeout, r.deadline, r.payload, nullIfEmpty(p.IdempotencyKey), p.Tags}
 }
 
 // validateTagValue walks the JSON-like values of tags for text Postgres
