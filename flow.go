@@ -247,9 +247,16 @@ type SubmitFlowParams struct {
 // SubmittedFlow is the created flow and its executions by Ref.
 type SubmittedFlow = flows.Submitted
 
+// Bounds of one SubmitFlow.
+const (
+	MaxSubmitNodes = flows.MaxSubmitNodes // 100,000
+	MaxSubmitEdges = flows.MaxSubmitEdges // 200,000
+)
+
 // SubmitFlow creates a flow, its executions, edges and policies in one
 // transaction; roots start pending, the rest blocked. Any invalid part
-// rejects the whole submission and writes nothing.
+// rejects the whole submission and writes nothing; so does a DAG over
+// MaxSubmitNodes nodes or MaxSubmitEdges edges.
 func (c *Client) SubmitFlow(ctx context.Context, p SubmitFlowParams) (*SubmittedFlow, error) {
 	return c.submitFlow(ctx, c.pool, p)
 }

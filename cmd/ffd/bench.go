@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/bench"
 	"github.com/flowfabric/ffd/internal/pgserver"
@@ -18,7 +22,7 @@ import (
 
 // BenchCmd is `ffd bench`.
 type BenchCmd struct {
-	Scenario      string        `name:"scenario" required:"" enum:"throughput,enqueue,chain,hop,fanout,cancel-flow,recovery,cancel-running" help:"throughput, enqueue, chain, hop, fanout, cancel-flow, recovery or cancel-running."`
+	Scenario      string        `name:"scenario" required:"" enum:"throughput,curve,history,memory,enqueue,chain,hop,fanout,big-flow,cancel-flow,recovery,cancel-running" help:"throughput, curve, history, memory, enqueue, chain, hop, fanout, big-flow, cancel-flow, recovery or cancel-running."`
 	JSON          bool          `name:"json" help:"Print the report as JSON (schema in docs/benchmarks.md)."`
 	Executions    int           `name:"executions" default:"20000" help:"throughput, enqueue: executions."`
 	Creates       int           `name:"creates" default:"1000" help:"enqueue: single Create calls timed one by one."`
@@ -36,6 +40,12 @@ type BenchCmd struct {
 	Burst         int           `name:"burst" default:"10000" help:"recovery: completions while the listener is killed."`
 	Cancels       int           `name:"cancels" default:"200" help:"cancel-running: running executions cancelled one by one."`
 	SweepInterval time.Duration `name:"sweep-interval" default:"1s" help:"The in-process daemon's sweep interval."`
+	WorkerCurve   []int         `name:"worker-curve" default:"1,10,100,400" help:"curve: worker concurrencies."`
+	Preload       int           `name:"preload" default:"1000000" help:"history: finished executions already in the tables."`
+	BigFlowSizes  []int         `name:"big-flow-sizes" default:"100,10000" help:"big-flow: fan-out widths of 1 -> N -> 1."`
+	MemoryRounds  int           `name:"memory-rounds" default:"5" help:"memory: rounds of --executions through a daemon and a --workers worker process."`
+	Peer          string        `name:"peer" type:"path" help:"Compare with this peer program (bench/peers/river built; bench/compare.sh builds it): throughput, curve or enqueue, each side in fresh databases, alternately."`
+	Rounds        int           `name:"rounds" default:"5" help:"With --peer: rounds of both sides."`
 }
 
 // Run runs the scenario on a fresh private Postgres (fsync on), or in the
@@ -52,8 +62,12 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 		if err := os.Chmod(dir, 0o755); err != nil {
 			return err
 		}
-		srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "data"), Durable: true,
-			Settings: map[string]string{"shared_buffers": "256MB"}})
+		settings := map[string]string{"shared_buffers": "256MB"}
+		if pgserver.HasLibrary("pg_stat_statements") {
+			// Database time per execution (db_us_per_execution).
+			settings["shared_preload_libraries"] = "pg_stat_statements"
+		}
+		srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "data"), Durable: true, Settings: settings})
 		if err != nil {
 			return err
 		}
@@ -68,7 +82,10 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = int32(max(20, min(c.Workers/2, 60)))
+	cfg.MaxConns = benchConns(c.Workers)
+	if c.Scenario == "curve" {
+		cfg.MaxConns = benchConns(slices.Max(c.WorkerCurve))
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -78,10 +95,24 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 		if _, err := schema.Up(ctx, pool, 0); err != nil {
 			return err
 		}
+		statStatements(ctx, pool)
 	} else if err := schema.Check(ctx, pool); err != nil {
 		return err
 	}
 	env := bench.NewEnv(pool, url, g.log)
+	env.NewDatabase = c.newDatabase(g, pool, cfg)
+	params := bench.Params{Executions: c.Executions, Workers: c.Workers, Flows: c.Flows,
+		ChainLength: c.ChainLength, ChainWorker: c.ChainWorkers, FanWidth: c.FanWidth, Repeats: c.Repeats, FlowSizes: c.FlowSizes,
+		Leases: c.Leases, LeaseTTL: c.LeaseTTL, Burst: c.Burst, SweepInterval: c.SweepInterval, Cancels: c.Cancels, Creates: c.Creates,
+		HopChains: c.HopChains, HopLength: c.HopLength, WorkerCurve: c.WorkerCurve, Preload: c.Preload, BigFlowSizes: c.BigFlowSizes,
+		MemoryRounds: c.MemoryRounds}
+	if c.Peer != "" {
+		cmp, err := bench.Compare(ctx, env, c.Scenario, params, c.Peer, c.Rounds)
+		if err != nil {
+			return err
+		}
+		return c.printComparison(g, cmp)
+	}
 	if !private {
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
@@ -91,9 +122,7 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 			}
 		}()
 	}
-	r, err := bench.Run(ctx, env, c.Scenario, bench.Params{Executions: c.Executions, Workers: c.Workers, Flows: c.Flows,
-		ChainLength: c.ChainLength, ChainWorker: c.ChainWorkers, FanWidth: c.FanWidth, Repeats: c.Repeats, FlowSizes: c.FlowSizes,
-		Leases: c.Leases, LeaseTTL: c.LeaseTTL, Burst: c.Burst, SweepInterval: c.SweepInterval, Cancels: c.Cancels, Creates: c.Creates, HopChains: c.HopChains, HopLength: c.HopLength})
+	r, err := bench.Run(ctx, env, c.Scenario, params)
 	if err != nil {
 		return err
 	}
@@ -120,6 +149,81 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 			verdict = "not met"
 		}
 		fmt.Fprintf(g.stdout, "  target %-34s %10.2f %-4s goal %-28s %s\n", t.Name, t.Value, t.Unit, t.Goal, verdict)
+	}
+	return nil
+}
+
+func benchConns(workers int) int32 { return int32(max(20, min(workers/2, 60))) }
+
+// statStatements installs pg_stat_statements where the server preloads
+// it; without it the reports leave database time out.
+func statStatements(ctx context.Context, pool *pgxpool.Pool) {
+	_, _ = pool.Exec(ctx, `DO $$ BEGIN
+		IF current_setting('shared_preload_libraries') LIKE '%pg_stat_statements%' THEN
+			CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
+		END IF;
+	END $$`)
+}
+
+// newDatabase makes fresh migrated databases next to the bench's own (for
+// history and for comparisons), dropped again after use.
+func (c *BenchCmd) newDatabase(g *Globals, admin *pgxpool.Pool, base *pgxpool.Config) func(context.Context) (*pgxpool.Pool, string, func(), error) {
+	var n atomic.Int64
+	return func(ctx context.Context) (*pgxpool.Pool, string, func(), error) {
+		name := fmt.Sprintf("ffd_bench_%d_%d", os.Getpid(), n.Add(1))
+		if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+			return nil, "", nil, fmt.Errorf("create database %s: %w", name, err)
+		}
+		drop := func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if _, err := admin.Exec(dctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+				g.log.Warn("drop a bench database", zap.String("database", name), zap.Error(err))
+			}
+		}
+		cfg := base.Copy()
+		cfg.ConnConfig.Database = name
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			drop()
+			return nil, "", nil, err
+		}
+		if _, err := schema.Up(ctx, pool, 0); err != nil {
+			pool.Close()
+			drop()
+			return nil, "", nil, err
+		}
+		statStatements(ctx, pool)
+		return pool, withDatabase(base.ConnString(), name), func() { pool.Close(); drop() }, nil
+	}
+}
+
+// withDatabase is a connection string naming another database.
+func withDatabase(conn, name string) string {
+	if u, err := url.Parse(conn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		u.Path = "/" + name
+		return u.String()
+	}
+	return conn + " dbname=" + name // a key=value DSN: the last setting wins
+}
+
+func (c *BenchCmd) printComparison(g *Globals, cmp *bench.Comparison) error {
+	if c.JSON {
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(cmp)
+	}
+	m := cmp.Machine
+	fmt.Fprintf(g.stdout, "%s against the peer, %d rounds, alternating, on %d cores, PostgreSQL %s, fsync=%s\n",
+		cmp.Scenario, cmp.Rounds, m.Cores, m.PostgresVersion, m.Fsync)
+	for _, p := range cmp.Points {
+		s := p.Summary
+		fmt.Fprintf(g.stdout, "  %-16s %s: ffd %.0f, peer %.0f, ratio (median of rounds) %.2f\n",
+			p.Name, p.Figure, s["ffd_"+p.Figure], s["peer_"+p.Figure], s["ratio_"+p.Figure])
+		if _, ok := s["ratio_db_us_per_execution"]; ok {
+			fmt.Fprintf(g.stdout, "  %-16s database time per execution: ffd %.1f µs, peer %.1f µs, ratio %.2f\n",
+				"", s["ffd_db_us_per_execution"], s["peer_db_us_per_execution"], s["ratio_db_us_per_execution"])
+		}
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/internal/bench"
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/logging"
 	"github.com/flowfabric/ffd/internal/outbox"
@@ -65,6 +66,7 @@ type CLI struct {
 var errNoDatabase = errors.New("no database configured: pass --database-url or set FFD_DATABASE_URL")
 
 func main() {
+	bench.RoleMain() // `ffd bench --scenario memory` runs its daemon and worker as this binary
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -20,7 +20,7 @@ import (
 )
 
 // Scenarios lists the scenario names.
-var Scenarios = []string{"throughput", "enqueue", "chain", "hop", "fanout", "cancel-flow", "recovery", "cancel-running"}
+var Scenarios = []string{"throughput", "curve", "history", "memory", "enqueue", "chain", "hop", "fanout", "big-flow", "cancel-flow", "recovery", "cancel-running"}
 
 // Params are every scenario's sizes; zero values take the defaults.
 type Params struct {
@@ -48,6 +48,16 @@ type Params struct {
 	SweepInterval time.Duration `json:"sweep_interval,omitempty"` // default 1s
 	// cancel-running
 	Cancels int `json:"cancels,omitempty"` // default 200
+	// curve: throughput at each worker concurrency (Executions each,
+	// fewer below 100 workers: 200 per worker, at least 2,000)
+	WorkerCurve []int `json:"worker_curve,omitempty"` // default 1, 10, 100, 400
+	// history: finished executions already in the tables
+	Preload int `json:"preload,omitempty"` // default 1000000
+	// big-flow: fan-out widths of 1 -> N -> 1
+	BigFlowSizes []int `json:"big_flow_sizes,omitempty"` // default 100, 10000
+	// memory: rounds of Executions executions through a daemon and a
+	// Workers-slot worker, each an OS process of its own
+	MemoryRounds int `json:"memory_rounds,omitempty"` // default 5
 }
 
 func (p *Params) defaults() {
@@ -69,6 +79,14 @@ func (p *Params) defaults() {
 	def(&p.Burst, 10000)
 	def(&p.Cancels, 200)
 	def(&p.Creates, 1000)
+	def(&p.Preload, 1000000)
+	def(&p.MemoryRounds, 5)
+	if len(p.WorkerCurve) == 0 {
+		p.WorkerCurve = []int{1, 10, 100, 400}
+	}
+	if len(p.BigFlowSizes) == 0 {
+		p.BigFlowSizes = []int{100, 10000}
+	}
 	if len(p.FlowSizes) == 0 {
 		p.FlowSizes = []int{10, 100, 1000}
 	}
@@ -118,6 +136,10 @@ type Env struct {
 	Log  *zap.Logger
 	// Namespace isolates the run's rows; Cleanup deletes them.
 	Namespace string
+	// NewDatabase makes a fresh migrated database on the same server, for
+	// scenarios that compare two (history); nil when the run cannot create
+	// databases. drop removes it.
+	NewDatabase func(ctx context.Context) (pool *pgxpool.Pool, url string, drop func(), err error)
 }
 
 // NewEnv prepares a run over pool, in a namespace of its own.
@@ -142,6 +164,14 @@ func Run(ctx context.Context, env *Env, scenario string, p Params) (*Report, err
 	switch scenario {
 	case "throughput":
 		err = throughput(ctx, env, p, r)
+	case "curve":
+		err = curve(ctx, env, p, r)
+	case "history":
+		err = history(ctx, env, p, r)
+	case "memory":
+		err = memory(ctx, env, p, r)
+	case "big-flow":
+		err = bigFlow(ctx, env, p, r)
 	case "enqueue":
 		err = enqueue(ctx, env, p, r)
 	case "chain":

@@ -2,22 +2,29 @@ package bench_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/internal/bench"
 	"github.com/flowfabric/ffd/internal/invariant"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) {
+	bench.RoleMain() // the memory scenario's daemon and worker processes
+	testdb.Main(m)
+}
 
 // Every scenario runs at a tiny size: the run must be correct (counts and
 // invariants are checked inside); timings are not asserted here.
 func TestScenariosTiny(t *testing.T) {
 	t.Parallel()
 	tiny := bench.Params{Executions: 300, Workers: 20, Flows: 10, ChainLength: 4, FanWidth: 30, Repeats: 1,
-		FlowSizes: []int{4, 20}, Leases: 30, LeaseTTL: time.Second, Burst: 300, SweepInterval: 200 * time.Millisecond, Cancels: 10, Creates: 20, HopChains: 2, HopLength: 4}
+		FlowSizes: []int{4, 20}, Leases: 30, LeaseTTL: time.Second, Burst: 300, SweepInterval: 200 * time.Millisecond, Cancels: 10, Creates: 20, HopChains: 2, HopLength: 4,
+		WorkerCurve: []int{1, 4}, Preload: 500, BigFlowSizes: []int{5, 50}, MemoryRounds: 2}
 	for _, name := range bench.Scenarios {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -25,6 +32,10 @@ func TestScenariosTiny(t *testing.T) {
 			defer cancel()
 			db := testdb.New(t)
 			env := bench.NewEnv(db.Pool, db.URL, nil)
+			env.NewDatabase = func(context.Context) (*pgxpool.Pool, string, func(), error) {
+				other := testdb.New(t)
+				return other.Pool, other.URL, func() {}, nil
+			}
 			r, err := bench.Run(ctx, env, name, tiny)
 			if err != nil {
 				t.Fatal(err)
@@ -33,7 +44,7 @@ func TestScenariosTiny(t *testing.T) {
 				t.Fatalf("incomplete report: %+v", r)
 			}
 			// Scenarios that run the daemon leave nothing undispatched.
-			withDaemon := name == "throughput" || name == "chain" || name == "hop" || name == "fanout" || name == "recovery"
+			withDaemon := !slices.Contains([]string{"enqueue", "cancel-flow", "cancel-running"}, name)
 			if err := invariant.CheckQuiescent(ctx, db.Pool); err != nil && withDaemon {
 				t.Fatalf("invariants at rest: %v", err)
 			}

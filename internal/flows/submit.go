@@ -12,8 +12,12 @@ import (
 	"github.com/flowfabric/ffd/internal/leases"
 )
 
-// MaxSubmitNodes bounds one submit_flow.
-const MaxSubmitNodes = 10000
+// One submit_flow is one transaction; these bound its size (a fan-out of
+// 10,000 with a join needs 10,002 nodes and 20,000 edges).
+const (
+	MaxSubmitNodes = 100000
+	MaxSubmitEdges = 200000
+)
 
 // SubmitNode is one execution of a submitted DAG, named by Ref.
 type SubmitNode struct {
@@ -55,6 +59,9 @@ func Submit(ctx context.Context, db leases.DB, lim leases.Limits, p SubmitParams
 	}
 	if len(p.Nodes) == 0 || len(p.Nodes) > MaxSubmitNodes {
 		return nil, fault.Invalid(fault.KindOutOfRange, "nodes", fmt.Sprint(len(p.Nodes)), fmt.Sprintf("want 1..%d nodes", MaxSubmitNodes))
+	}
+	if len(p.Edges) > MaxSubmitEdges {
+		return nil, fault.Invalid(fault.KindOutOfRange, "edges", fmt.Sprint(len(p.Edges)), fmt.Sprintf("want at most %d edges", MaxSubmitEdges))
 	}
 	index := make(map[string]int, len(p.Nodes))
 	for i, n := range p.Nodes {

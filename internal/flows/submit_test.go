@@ -85,6 +85,14 @@ func TestSubmitInvalidWritesNothing(t *testing.T) {
 		{"bad lane", func(p *flows.SubmitParams) { p.Nodes[1].Params.Lane = "no spaces" }, fault.KindInvalidValue},
 		{"bad ttl", func(p *flows.SubmitParams) { p.Nodes[1].Params.LeaseTTL = -1 }, fault.KindOutOfRange},
 		{"no nodes", func(p *flows.SubmitParams) { p.Nodes, p.Edges = nil, nil }, fault.KindOutOfRange},
+		{"too many nodes", func(p *flows.SubmitParams) {
+			for i := range flows.MaxSubmitNodes {
+				p.Nodes = append(p.Nodes, node(fmt.Sprint("x", i)))
+			}
+		}, fault.KindOutOfRange},
+		{"too many edges", func(p *flows.SubmitParams) {
+			p.Edges = append(p.Edges, make([]flows.SubmitEdge, flows.MaxSubmitEdges)...)
+		}, fault.KindOutOfRange},
 	}
 	for _, tt := range tests {
 		p := base()

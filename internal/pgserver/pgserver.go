@@ -420,3 +420,25 @@ func (o osUser) chown(dir string) error {
 		}
 	}
 }
+
+// HasLibrary reports whether the server binaries found by FindBinDir come
+// with the loadable module name (such as "pg_stat_statements"), which
+// Debian ships in the server package and other builds in a contrib one.
+func HasLibrary(name string) bool {
+	bin, err := FindBinDir()
+	if err != nil {
+		return false
+	}
+	dirs := []string{filepath.Join(filepath.Dir(bin), "lib")}
+	if out, err := exec.Command(filepath.Join(bin, "pg_config"), "--pkglibdir").Output(); err == nil {
+		dirs = append(dirs, strings.TrimSpace(string(out)))
+	} else if out, err := exec.Command("pg_config", "--pkglibdir").Output(); err == nil {
+		dirs = append(dirs, strings.TrimSpace(string(out)))
+	}
+	for _, dir := range dirs {
+		if _, err := os.Stat(filepath.Join(dir, name+".so")); err == nil {
+			return true
+		}
+	}
+	return false
+}
