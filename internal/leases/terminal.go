@@ -206,28 +206,34 @@ func terminate(ctx context.Context, db DB, ends []Ending, lockTimeout time.Durat
 // flow would never finish. Solo executions find no flow and cost two index
 // probes.
 func queueFinishFlows(b *pgx.Batch, parts []int16, ids []uuid.UUID) {
-	b.Queue(`SELECT 1 FROM ff_flow f
-		WHERE (f.partition_key, f.flow_id) IN (`+endedFlowsSQL+`) AND f.state = 'open'
+	b.Queue(`WITH ended AS MATERIALIZED (`+endedFlowsSQL+`)
+		SELECT 1 FROM ff_flow f
+		WHERE (f.partition_key, f.flow_id) IN (SELECT partition_key, flow_id FROM ended) AND f.state = 'open'
 		ORDER BY f.partition_key, f.flow_id
 		FOR NO KEY UPDATE OF f`, parts, ids)
 	b.Queue(finishFlowsSQL, parts, ids)
 }
 
+// endedFlowsSQL is materialized by its users: the planner, estimating one
+// open flow and one member, otherwise walks every member of each open flow
+// and joins them to the input, which made finishing a flow quadratic in
+// its size (27 ms per completion batch at 10,000 members).
 const endedFlowsSQL = `
-	SELECT e.partition_key, e.flow_id FROM ff_execution e
+	SELECT DISTINCT e.partition_key, e.flow_id FROM ff_execution e
 	JOIN unnest($1::smallint[], $2::uuid[]) AS i(partition_key, execution_id)
 		ON e.partition_key = i.partition_key AND e.execution_id = i.execution_id
 	WHERE e.flow_id IS NOT NULL AND e.state IN ('completed', 'failed', 'cancelled', 'skipped', 'expired')`
 
 const finishFlowsSQL = `
-WITH done AS (
+WITH ended AS MATERIALIZED (` + endedFlowsSQL + `),
+done AS (
 	UPDATE ff_flow f SET
 		state = CASE WHEN EXISTS (SELECT 1 FROM ff_execution e
 				WHERE e.partition_key = f.partition_key AND e.flow_id = f.flow_id
 					AND e.state IN ('failed', 'expired'))
 			THEN 'failed' ELSE 'completed' END,
 		terminal_at = now(), updated_at = now()
-	WHERE (f.partition_key, f.flow_id) IN (` + endedFlowsSQL + `) AND f.state = 'open'
+	WHERE (f.partition_key, f.flow_id) IN (SELECT partition_key, flow_id FROM ended) AND f.state = 'open'
 		AND NOT EXISTS (SELECT 1 FROM ff_execution e
 			WHERE e.partition_key = f.partition_key AND e.flow_id = f.flow_id
 				AND e.state IN ('blocked', 'pending', 'running'))
