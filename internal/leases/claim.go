@@ -25,12 +25,20 @@ type ClaimParams struct {
 // execution nobody can run never blocks the lane behind it. One statement
 // starts the attempt, bumps the epoch, sets started_at on the first claim
 // only, and writes the attempt row and the `acquired` lease event.
+//
+// The capability test says `= '{}' OR <@` although `<@` alone means the
+// same: the planner guesses `<@` keeps 0.5% of rows, and once ANALYZE has
+// seen a table of finished executions it trusts the guess, sorts every
+// pending row of the lane and only then applies the LIMIT (20 ms per claim
+// at 20,000 pending instead of 0.3 ms). The equality it can estimate from
+// the column's statistics (most executions require nothing), so it keeps
+// reading the claim index in order and stops at the LIMIT.
 const claimSQL = `
 WITH picked AS (
 	SELECT e.partition_key, e.execution_id
 	FROM ff_execution e
 	WHERE e.state = 'pending' AND e.lane = $1 AND e.run_at <= now()
-		AND e.required_capabilities <@ $2::text[]
+		AND (e.required_capabilities = '{}' OR e.required_capabilities <@ $2::text[])
 		AND (e.deadline_at IS NULL OR e.deadline_at > now())
 	ORDER BY e.priority DESC, e.run_at, e.execution_id
 	LIMIT $3

@@ -35,7 +35,10 @@ const timerColumns = `partition_key, execution_id, lease_epoch, at, lane, kind`
 
 // UpcomingTimers returns the soonest timers of each kind, at most limit of
 // each: lease expiries and attempt timeouts of running executions,
-// deadlines of live ones, and run_at of delayed pending ones.
+// deadlines of live ones, and run_at of delayed pending ones. A pending
+// row with run_at in the future was written with run_at after created_at,
+// so "run_at > created_at" changes no answer and lets the query use
+// ff_execution_later (migration 00008), which only holds such rows.
 func UpcomingTimers(ctx context.Context, db DB, limit int) ([]Timer, error) {
 	rows, err := db.Query(ctx, `
 		(SELECT `+timerColumns+` FROM (
@@ -52,7 +55,7 @@ func UpcomingTimers(ctx context.Context, db DB, limit int) ([]Timer, error) {
 			ORDER BY deadline_at LIMIT $1)
 		UNION ALL
 		(SELECT partition_key, execution_id, lease_epoch, run_at, lane, 2
-			FROM ff_execution WHERE state = 'pending' AND run_at > now()
+			FROM ff_execution WHERE state = 'pending' AND run_at > now() AND run_at > created_at
 			ORDER BY run_at LIMIT $1)`, limit)
 	if err != nil {
 		return nil, wrap("read upcoming timers", err)
@@ -133,14 +136,15 @@ func collectTimers(rows pgx.Rows) ([]Timer, error) {
 
 // NotifyDueLanes sends ff_ready for every lane with a pending execution
 // whose run_at passed after since (and is now due), and returns the lanes
-// and the database time to pass as since next time.
+// and the database time to pass as since next time. Rows due when written
+// (run_at = created_at) are left out: their insert notified already.
 func NotifyDueLanes(ctx context.Context, db DB, since time.Time) ([]string, time.Time, error) {
 	rows, err := db.Query(ctx, `
 		WITH now AS (SELECT now() AS t)
 		SELECT d.lane, pg_notify('ff_ready', d.lane) IS NULL, now.t
 		FROM now, LATERAL (
 			SELECT DISTINCT lane FROM ff_execution
-			WHERE state = 'pending' AND run_at > $1 AND run_at <= now.t) d`, since)
+			WHERE state = 'pending' AND run_at > $1 AND run_at <= now.t AND run_at > created_at) d`, since)
 	if err != nil {
 		return nil, since, wrap("notify due lanes", err)
 	}

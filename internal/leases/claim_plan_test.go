@@ -1,0 +1,84 @@
+package leases
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+// The claim must read the claim index in order and stop at its LIMIT
+// whatever the statistics say. Two statistics that misled the planner
+// before: gathered while nothing was pending (it then served the claim
+// from an index of every pending row and sorted the lane), and gathered
+// over many pending rows (it guessed that `<@` keeps 0.5% of them and
+// sorted them all). A plan that sorts the lane costs milliseconds per
+// claim at tens of thousands pending, so the plan is what is checked.
+func TestClaimPlanSurvivesStatistics(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := testdb.New(t).Pool
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	insert := func(lane, state string, n int) {
+		t.Helper()
+		exec(`INSERT INTO ff_execution (partition_key, execution_id, namespace, lane, state, attempt, started_at, terminal_at)
+			SELECT (random() * 255)::int, gen_random_uuid(), 'plan', '` + lane + `', '` + state + `',
+				CASE WHEN '` + state + `' = 'pending' THEN 0 ELSE 1 END,
+				CASE WHEN '` + state + `' = 'pending' THEN NULL ELSE now() END,
+				CASE WHEN '` + state + `' = 'pending' THEN NULL ELSE now() END
+			FROM generate_series(1, ` + strconv.Itoa(n) + `)`)
+	}
+	check := func(when string) {
+		t.Helper()
+		var raw []byte
+		if err := pool.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+claimSQL, "busy", []string{}, 30, "w/1").Scan(&raw); err != nil {
+			t.Fatalf("explain the claim: %v", err)
+		}
+		var plans []struct{ Plan planNode }
+		if err := json.Unmarshal(raw, &plans); err != nil || len(plans) != 1 {
+			t.Fatalf("parse the plan: %v", err)
+		}
+		picked := plans[0].Plan.find(func(n *planNode) bool { return n.SubplanName == "CTE picked" })
+		if picked == nil {
+			t.Fatalf("%s: no CTE picked in the plan: %s", when, raw)
+		}
+		if picked.find(func(n *planNode) bool { return n.NodeType == "Sort" }) != nil ||
+			picked.find(func(n *planNode) bool { return n.IndexName == "ff_execution_claim" && n.NodeType == "Index Scan" }) == nil {
+			t.Errorf("%s: want the claim read in order from ff_execution_claim, no sort; got %s", when, raw)
+		}
+	}
+	insert("done", "completed", 20000)
+	exec(`ANALYZE ff_execution`) // statistics of a table with nothing pending
+	insert("busy", "pending", 20000)
+	check("statistics gathered while nothing was pending")
+	exec(`ANALYZE ff_execution`)
+	check("statistics gathered over 20,000 pending rows")
+}
+
+type planNode struct {
+	NodeType    string     `json:"Node Type"`
+	SubplanName string     `json:"Subplan Name"`
+	IndexName   string     `json:"Index Name"`
+	Plans       []planNode `json:"Plans"`
+}
+
+func (n *planNode) find(match func(*planNode) bool) *planNode {
+	if match(n) {
+		return n
+	}
+	for i := range n.Plans {
+		if m := n.Plans[i].find(match); m != nil {
+			return m
+		}
+	}
+	return nil
+}
