@@ -33,7 +33,7 @@ type BenchCmd struct {
 	HopChains     int           `name:"hop-chains" default:"4" help:"hop: chains at a time (the workers stay mostly idle)."`
 	HopLength     int           `name:"hop-length" default:"25" help:"hop: nodes per chain."`
 	FanWidth      int           `name:"fan-width" default:"1000" help:"fanout: middles and siblings."`
-	Repeats       int           `name:"repeats" default:"5" help:"fanout, cancel-flow: repeats per measurement."`
+	Repeats       int           `name:"repeats" default:"20" help:"fanout, cancel-flow: repeats per measurement."`
 	FlowSizes     []int         `name:"flow-sizes" default:"10,100,1000" help:"cancel-flow: member counts."`
 	Leases        int           `name:"leases" default:"1000" help:"recovery: leases of vanished workers."`
 	LeaseTTL      time.Duration `name:"lease-ttl" default:"2s" help:"recovery: their TTL."`
@@ -45,7 +45,7 @@ type BenchCmd struct {
 	BigFlowSizes  []int         `name:"big-flow-sizes" default:"100,10000" help:"big-flow: fan-out widths of 1 -> N -> 1."`
 	MemoryRounds  int           `name:"memory-rounds" default:"5" help:"memory: rounds of --executions through a daemon and a --workers worker process."`
 	Peer          string        `name:"peer" type:"path" help:"Compare with this peer program (bench/peers/river built; bench/compare.sh builds it): throughput, curve or enqueue, each side in fresh databases, alternately."`
-	Rounds        int           `name:"rounds" default:"5" help:"With --peer: rounds of both sides."`
+	Rounds        int           `name:"rounds" default:"5" help:"history, and with --peer: alternating rounds of both sides."`
 }
 
 // Run runs the scenario on a fresh private Postgres (fsync on), or in the
@@ -105,9 +105,9 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 		ChainLength: c.ChainLength, ChainWorker: c.ChainWorkers, FanWidth: c.FanWidth, Repeats: c.Repeats, FlowSizes: c.FlowSizes,
 		Leases: c.Leases, LeaseTTL: c.LeaseTTL, Burst: c.Burst, SweepInterval: c.SweepInterval, Cancels: c.Cancels, Creates: c.Creates,
 		HopChains: c.HopChains, HopLength: c.HopLength, WorkerCurve: c.WorkerCurve, Preload: c.Preload, BigFlowSizes: c.BigFlowSizes,
-		MemoryRounds: c.MemoryRounds}
+		MemoryRounds: c.MemoryRounds, Rounds: c.Rounds}
 	if c.Peer != "" {
-		cmp, err := bench.Compare(ctx, env, c.Scenario, params, c.Peer, c.Rounds)
+		cmp, err := bench.Compare(ctx, env, c.Scenario, params, c.Peer)
 		if err != nil {
 			return err
 		}

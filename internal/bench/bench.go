@@ -38,7 +38,7 @@ type Params struct {
 	HopLength int `json:"hop_length,omitempty"` // default 25
 	// fanout
 	FanWidth int `json:"fan_width,omitempty"` // default 1000
-	Repeats  int `json:"repeats,omitempty"`   // default 5
+	Repeats  int `json:"repeats,omitempty"`   // default 20
 	// cancel-flow
 	FlowSizes []int `json:"flow_sizes,omitempty"` // default 10, 100, 1000
 	// recovery
@@ -53,6 +53,8 @@ type Params struct {
 	WorkerCurve []int `json:"worker_curve,omitempty"` // default 1, 10, 100, 400
 	// history: finished executions already in the tables
 	Preload int `json:"preload,omitempty"` // default 1000000
+	// history, and comparisons with a peer: alternating rounds of each side
+	Rounds int `json:"rounds,omitempty"` // default 5
 	// big-flow: fan-out widths of 1 -> N -> 1
 	BigFlowSizes []int `json:"big_flow_sizes,omitempty"` // default 100, 10000
 	// memory: rounds of Executions executions through a daemon and a
@@ -74,12 +76,13 @@ func (p *Params) defaults() {
 	def(&p.HopChains, 4)
 	def(&p.HopLength, 25)
 	def(&p.FanWidth, 1000)
-	def(&p.Repeats, 5)
+	def(&p.Repeats, 20)
 	def(&p.Leases, 1000)
 	def(&p.Burst, 10000)
 	def(&p.Cancels, 200)
 	def(&p.Creates, 1000)
 	def(&p.Preload, 1000000)
+	def(&p.Rounds, 5)
 	def(&p.MemoryRounds, 5)
 	if len(p.WorkerCurve) == 0 {
 		p.WorkerCurve = []int{1, 10, 100, 400}

@@ -93,14 +93,12 @@ func comparePoints(scenario string, p Params) ([]point, error) {
 }
 
 // Compare runs scenario and the peer program at peerPath alternately,
-// rounds times, each run in a fresh database from env.NewDatabase.
-func Compare(ctx context.Context, env *Env, scenario string, p Params, peerPath string, rounds int) (*Comparison, error) {
+// p.Rounds times, each run in a fresh database from env.NewDatabase.
+func Compare(ctx context.Context, env *Env, scenario string, p Params, peerPath string) (*Comparison, error) {
 	p.defaults()
+	rounds := p.Rounds
 	if env.NewDatabase == nil {
 		return nil, fmt.Errorf("a comparison runs each side in a database of its own: run it where the bench may create databases")
-	}
-	if rounds < 1 {
-		return nil, fmt.Errorf("rounds %d: want at least 1", rounds)
 	}
 	points, err := comparePoints(scenario, p)
 	if err != nil {

@@ -42,7 +42,7 @@ func TestCompare(t *testing.T) {
 		return other.Pool, other.URL, func() {}, nil
 	}
 	peer, argsLog := fakePeer(t, `{"peer": "fake", "executions_per_second": 50, "db_us_per_execution": 1000}`)
-	c, err := bench.Compare(ctx, env, "throughput", bench.Params{Executions: 200, Workers: 10}, peer, 2)
+	c, err := bench.Compare(ctx, env, "throughput", bench.Params{Executions: 200, Workers: 10, Rounds: 2}, peer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,14 +94,14 @@ func TestCompareRefuses(t *testing.T) {
 		return other.Pool, other.URL, func() {}, nil
 	}
 	silent, _ := fakePeer(t, `{"peer": "fake"}`)
-	if _, err := bench.Compare(ctx, env, "enqueue", bench.Params{Executions: 100}, silent, 1); err == nil || !strings.Contains(err.Error(), "reported no executions_per_second") {
+	if _, err := bench.Compare(ctx, env, "enqueue", bench.Params{Executions: 100, Rounds: 1}, silent); err == nil || !strings.Contains(err.Error(), "reported no executions_per_second") {
 		t.Errorf("a peer without the figure: %v, want an error naming it", err)
 	}
-	if _, err := bench.Compare(ctx, env, "chain", bench.Params{}, silent, 1); err == nil || !strings.Contains(err.Error(), "no peer equivalent") {
+	if _, err := bench.Compare(ctx, env, "chain", bench.Params{Rounds: 1}, silent); err == nil || !strings.Contains(err.Error(), "no peer equivalent") {
 		t.Errorf("a scenario without a peer: %v, want refused", err)
 	}
 	env.NewDatabase = nil
-	if _, err := bench.Compare(ctx, env, "throughput", bench.Params{}, silent, 1); err == nil {
+	if _, err := bench.Compare(ctx, env, "throughput", bench.Params{Rounds: 1}, silent); err == nil {
 		t.Error("a comparison without fresh databases: want refused")
 	}
 }

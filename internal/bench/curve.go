@@ -43,7 +43,7 @@ func curve(ctx context.Context, env *Env, p Params, r *Report) error {
 
 // history: throughput on a database that already holds Preload finished
 // executions (with their attempts, lease events and completion events)
-// against an empty one, alternately, Repeats times each.
+// against an empty one, alternately, Rounds times each.
 func history(ctx context.Context, env *Env, p Params, r *Report) error {
 	if env.NewDatabase == nil {
 		return fmt.Errorf("history compares two databases: run it where the bench may create databases")
@@ -71,7 +71,7 @@ func history(ctx context.Context, env *Env, p Params, r *Report) error {
 	}
 	r.Figures["preload_seconds"] = time.Since(start).Seconds()
 	var emptyRates, fullRates, ratios []float64
-	for i := range p.Repeats {
+	for i := range p.Rounds {
 		fe, err := empty.work(ctx, fmt.Sprint("history", i), p.Executions, p.Workers, p.SweepInterval)
 		if err != nil {
 			return fmt.Errorf("empty database: %w", err)

@@ -454,7 +454,7 @@ func fanout(ctx context.Context, env *Env, p Params, r *Report) error {
 	r.Figures["siblings_cancelled_ms"] = map[string]float64{"p50": ms(cp[0]), "p99": ms(cp[1])}
 	r.Targets = append(r.Targets,
 		target("join_after_last_middle_ms", "<= 50", ms(jp[1]), "ms", ms(jp[1]) <= 50),
-		target("siblings_cancelled_p99_ms", "<= 200", ms(cp[1]), "ms", ms(cp[1]) <= 200))
+		target("siblings_cancelled_p99_ms", "<= 50", ms(cp[1]), "ms", ms(cp[1]) <= 50))
 	if err := env.settle(ctx); err != nil {
 		return err
 	}
@@ -527,7 +527,7 @@ func cancelFlow(ctx context.Context, env *Env, p Params, r *Report) error {
 		pc := percentiles(ds, 50, 99)
 		results[fmt.Sprint(size)] = map[string]float64{"p50": ms(pc[0]), "p99": ms(pc[1])}
 		if size == slices.Max(p.FlowSizes) {
-			r.Targets = append(r.Targets, target(fmt.Sprintf("cancel_flow_%d_p99_ms", size), "<= 100 (for 1000 members)", ms(pc[1]), "ms", ms(pc[1]) <= 100))
+			r.Targets = append(r.Targets, target(fmt.Sprintf("cancel_flow_%d_p99_ms", size), "<= 50 (for 1000 members)", ms(pc[1]), "ms", ms(pc[1]) <= 50))
 		}
 	}
 	r.Figures["cancel_flow_ms"] = results
