@@ -122,6 +122,8 @@ func startChild(role string, env []string) (*child, error) {
 	c.cmd = exec.Command(self)
 	c.cmd.Env = append(os.Environ(), append(env, EnvRole+"="+role)...)
 	c.cmd.Stderr = c.stderr
+	// A bench killed outright takes its processes with it.
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the %s process: %w", role, err)
 	}

@@ -338,6 +338,18 @@ func chain(ctx context.Context, env *Env, p Params, r *Report) error {
 	r.Figures["flows_per_second"] = float64(p.Flows) / wall.Seconds()
 	r.Figures["hop_ms"] = map[string]float64{"p50": ms(pc[0]), "p99": ms(pc[1])}
 	r.Figures["hop_to_claimable_ms"] = map[string]float64{"p50": ms(rc[0]), "p99": ms(rc[1])}
+	// What the hop spent waiting for a worker slot behind other ready work
+	// rather than in the engine (mean over the hops).
+	var sumHop, sumReady time.Duration
+	for i := range hops {
+		sumHop += hops[i]
+	}
+	for i := range ready {
+		sumReady += ready[i]
+	}
+	if sumHop > 0 {
+		r.Figures["queueing_share_of_hop"] = 1 - float64(sumReady)/float64(sumHop)
+	}
 	r.Targets = append(r.Targets,
 		target("hop_p50_ms", "<= 5", ms(pc[0]), "ms", ms(pc[0]) <= 5),
 		target("hop_p99_ms", "<= 25", ms(pc[1]), "ms", ms(pc[1]) <= 25))

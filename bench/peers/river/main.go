@@ -100,6 +100,7 @@ func runInsert(url string, jobs, workers int) error {
 		return err
 	}
 	params := make([]river.InsertManyParams, 0, 1000)
+	db0, hasDB := dbTime(ctx, pool)
 	start := time.Now()
 	for done := 0; done < jobs; done += len(params) {
 		params = params[:0]
@@ -111,10 +112,14 @@ func runInsert(url string, jobs, workers int) error {
 		}
 	}
 	took := time.Since(start)
-	return json.NewEncoder(os.Stdout).Encode(map[string]any{
+	out := map[string]any{
 		"peer": "river", "mode": "insert", "executions": jobs,
 		"executions_per_second": float64(jobs) / took.Seconds(), "duration_ms": took.Milliseconds(),
-	})
+	}
+	if db1, _ := dbTime(ctx, pool); hasDB {
+		out["db_us_per_execution"] = float64((db1 - db0).Microseconds()) / float64(jobs)
+	}
+	return json.NewEncoder(os.Stdout).Encode(out)
 }
 
 // runWork inserts jobs, then works them with a no-op worker and reports
