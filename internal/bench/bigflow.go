@@ -37,7 +37,7 @@ func bigFlow(ctx context.Context, env *Env, p Params, r *Report) error {
 	}
 	defer d.stop()
 	lane := env.lane("big")
-	stop, err := env.startWorker(ctx, []string{lane}, p.Workers, func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil })
+	stop, err := env.startWorker(ctx, []string{lane}, p.Workers, noop)
 	if err != nil {
 		return err
 	}

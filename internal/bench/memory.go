@@ -89,7 +89,7 @@ func runRole(role string, log *zap.Logger) error {
 			return err
 		}
 		w, err := ffd.NewWorker(c, ffd.WorkerConfig{Lanes: []string{os.Getenv(envRoleLane)}, Concurrency: slots, ID: "bench-memory",
-			PollInterval: 100 * time.Millisecond, Handler: func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil }})
+			PollInterval: 100 * time.Millisecond, Handler: noop})
 		if err != nil {
 			return err
 		}
@@ -225,9 +225,8 @@ func memory(ctx context.Context, env *Env, p Params, r *Report) error {
 					return false, err
 				}
 			}
-			left, err := env.count(ctx, `SELECT (SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'pending')
-				+ (SELECT count(*) FROM ff_execution WHERE state = 'running' AND lane = $1)`, lane)
-			return left == 0, err
+			n, err := env.left(ctx, lane)
+			return n == 0, err
 		})
 		if err != nil {
 			return err

@@ -86,6 +86,17 @@ func (e *Env) startWorker(ctx context.Context, lanes []string, concurrency int, 
 	}, nil
 }
 
+// noop is the handler of every no-op workload.
+func noop(context.Context, *ffd.Job) ([]byte, error) { return nil, nil }
+
+// left counts a lane's executions not yet finished. Both counts read
+// partial indexes, so a poll costs the same over a table of a million
+// finished rows as over an empty one.
+func (e *Env) left(ctx context.Context, lane string) (int, error) {
+	return e.count(ctx, `SELECT (SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'pending')
+		+ (SELECT count(*) FROM ff_execution WHERE state = 'running' AND lane = $1)`, lane)
+}
+
 // waitUntil polls cond (a cheap query) every 5 ms until it holds.
 func waitUntil(ctx context.Context, what string, limit time.Duration, cond func() (bool, error)) error {
 	return pollUntil(ctx, what, limit, 5*time.Millisecond, cond)
@@ -218,19 +229,16 @@ func (e *Env) work(ctx context.Context, name string, n, workers int, sweep time.
 	}
 	db0, hasDB := e.dbTime(ctx)
 	start := time.Now()
-	stop, err := e.startWorker(ctx, []string{lane}, workers, func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil })
+	stop, err := e.startWorker(ctx, []string{lane}, workers, noop)
 	if err != nil {
 		return f, err
 	}
 	// The rate comes from the attempts' own timestamps; this wait only
 	// notices the end, so it polls rarely, to leave the database to the
 	// work it measures.
-	// Both counts read partial indexes, so the poll costs the same over a
-	// table of a million finished rows as over an empty one.
 	err = pollUntil(ctx, "every execution to complete", 10*time.Minute, 100*time.Millisecond, func() (bool, error) {
-		left, err := e.count(ctx, `SELECT (SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'pending')
-			+ (SELECT count(*) FROM ff_execution WHERE state = 'running' AND lane = $1)`, lane)
-		return left == 0, err
+		n, err := e.left(ctx, lane)
+		return n == 0, err
 	})
 	f.Wall = time.Since(start)
 	stop()
@@ -291,7 +299,7 @@ func chain(ctx context.Context, env *Env, p Params, r *Report) error {
 		return err
 	}
 	defer d.stop()
-	stop, err := env.startWorker(ctx, []string{lane}, p.ChainWorker, func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil })
+	stop, err := env.startWorker(ctx, []string{lane}, p.ChainWorker, noop)
 	if err != nil {
 		return err
 	}
@@ -571,7 +579,7 @@ func recovery(ctx context.Context, env *Env, p Params, r *Report) error {
 	}); err != nil {
 		return err
 	}
-	stop, err := env.startWorker(ctx, []string{lane}, 100, func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil })
+	stop, err := env.startWorker(ctx, []string{lane}, 100, noop)
 	if err != nil {
 		return err
 	}
