@@ -99,10 +99,15 @@ type Worker struct {
 	name   string
 	log    *zap.Logger
 
-	wake        chan struct{}
-	stopping    chan struct{} // closed by Stop: claim nothing more
-	completions chan *completion
-	quit        chan struct{} // closed when the completer may stop
+	wake     chan struct{}
+	stopping chan struct{} // closed by Stop: claim nothing more
+	// listening is closed once the first LISTEN has succeeded (or failed:
+	// the worker then polls); no claim is made before, so that no lease is
+	// held while its ff_revoke could go unheard.
+	listening     chan struct{}
+	listeningOnce sync.Once
+	completions   chan *completion
+	quit          chan struct{} // closed when the completer may stop
 
 	// stopLoops cancels the claim and listen loops (and a claim in
 	// flight); abort cancels every database call the worker still makes
@@ -176,6 +181,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		log:         client.cfg.Logger.With(zap.String(logging.FieldWorker, name)),
 		wake:        make(chan struct{}, 1),
 		stopping:    make(chan struct{}),
+		listening:   make(chan struct{}),
 		completions: make(chan *completion, cfg.Concurrency),
 		quit:        make(chan struct{}),
 		active:      map[ExecutionID]*runningJob{},
@@ -340,6 +346,11 @@ func (w *Worker) jobFields(x *Execution, more ...zap.Field) []zap.Field {
 // fetch claims while there are free slots and due work; it sleeps until a
 // notification, a finished job, or the jittered poll interval.
 func (w *Worker) fetch(ctx, jobCtx context.Context) {
+	select {
+	case <-w.listening:
+	case <-w.stopping:
+		return
+	}
 	next := 0
 	for {
 		w.claimFree(ctx, jobCtx, &next)
@@ -534,6 +545,7 @@ func (w *Worker) listen(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		w.listeningOnce.Do(func() { close(w.listening) }) // poll meanwhile
 		w.log.Warn("ff_ready listener disconnected; polling until it reconnects", zap.Error(err), zap.Duration("retry_in", backoff))
 		select {
 		case <-ctx.Done():
@@ -559,6 +571,11 @@ func (w *Worker) listenOnce(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, `LISTEN ff_ready; LISTEN ff_revoke`); err != nil {
 		return err
 	}
+	w.listeningOnce.Do(func() { close(w.listening) })
+	// A lease taken away while no LISTEN was active (between a disconnect
+	// and this reconnect) sent its ff_revoke to nobody: ask the database
+	// about every lease held, once, now that later revokes will be heard.
+	w.recheckLeases(ctx)
 	w.signal()
 	for {
 		n, err := conn.WaitForNotification(ctx)
@@ -585,6 +602,32 @@ func (w *Worker) revoked(payload string) {
 	if !ok {
 		return
 	}
+	w.revoke(id, epoch)
+}
+
+// recheckLeases cancels the handler of every lease held that the database
+// says is gone. A failure is logged: the heartbeat still finds the loss.
+func (w *Worker) recheckLeases(ctx context.Context) {
+	w.mu.Lock()
+	held := make([]leases.LeaseRef, 0, len(w.active))
+	for id, j := range w.active {
+		held = append(held, leases.LeaseRef{ID: id, Epoch: j.x.LeaseEpoch})
+	}
+	w.mu.Unlock()
+	if len(held) == 0 {
+		return
+	}
+	lost, err := leases.LostLeases(ctx, w.client.pool, held)
+	if err != nil {
+		w.log.Warn("check held leases after reconnecting; heartbeats will", zap.Error(err))
+		return
+	}
+	for _, l := range lost {
+		w.revoke(l.ID, l.Epoch)
+	}
+}
+
+func (w *Worker) revoke(id ExecutionID, epoch int64) {
 	w.mu.Lock()
 	j := w.active[id]
 	w.mu.Unlock()

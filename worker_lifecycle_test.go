@@ -92,6 +92,41 @@ func TestCancelReachesTheRunningHandler(t *testing.T) {
 	}
 }
 
+// A lease revoked while the worker's listener is disconnected sends its
+// ff_revoke to nobody; the worker asks about its leases when it listens
+// again, so the handler still stops long before its next heartbeat.
+func TestRevokeDuringListenerGap(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	h := newBlockingHandler(1)
+	f.startWorker(ffd.WorkerConfig{Lanes: []string{"gap"}, Handler: h.run, Concurrency: 1})
+	x := f.mustCreate(ffd.CreateParams{Lane: "gap", LeaseTTL: time.Hour})
+	select {
+	case <-h.started:
+	case <-time.After(time.Minute):
+		t.Fatal("the handler never started")
+	}
+	// Kill the listener and revoke in one statement, before the listener
+	// can come back (its first retry waits ~100 ms): the notification is
+	// lost for certain.
+	var killed int
+	if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN ff_ready%') k`).Scan(&killed); err != nil || killed != 1 {
+		t.Fatalf("terminated %d listeners (%v), want the worker's one", killed, err)
+	}
+	if _, err := f.client.Revoke(f.ctx, x.ID, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case cause := <-h.ended:
+		if !errors.Is(cause, ffd.ErrLeaseLost) {
+			t.Fatalf("handler context cancelled with %v, want ErrLeaseLost", cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler of a lease revoked during the listener's gap still runs (its heartbeat is twenty minutes away)")
+	}
+}
+
 // Stop keeps its context's deadline against a database that accepts
 // connections and never answers, and hands the unfinished executions back
 // in one statement once the database answers again... or leaves them to

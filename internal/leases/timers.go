@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/ident"
@@ -170,4 +171,28 @@ func NotifyDueLanes(ctx context.Context, db DB, since time.Time) ([]string, time
 		}
 	}
 	return lanes, next, nil
+}
+
+// LostLeases returns those of the given leases that are no longer held:
+// the execution does not run at that epoch any more.
+func LostLeases(ctx context.Context, db DB, held []LeaseRef) ([]LeaseRef, error) {
+	parts, ids, epochs := make([]int16, len(held)), make([]uuid.UUID, len(held)), make([]int64, len(held))
+	for i, l := range held {
+		parts[i], ids[i], epochs[i] = l.ID.Partition, l.ID.UUID, l.Epoch
+	}
+	rows, err := db.Query(ctx, `
+		SELECT i.partition_key, i.execution_id, i.lease_epoch
+		FROM unnest($1::smallint[], $2::uuid[], $3::bigint[]) AS i(partition_key, execution_id, lease_epoch)
+		WHERE NOT EXISTS (SELECT 1 FROM ff_execution e
+			WHERE e.partition_key = i.partition_key AND e.execution_id = i.execution_id
+				AND e.state = 'running' AND e.lease_epoch = i.lease_epoch)`, parts, ids, epochs)
+	if err != nil {
+		return nil, wrap("check held leases", err)
+	}
+	lost, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LeaseRef, error) {
+		var l LeaseRef
+		err := r.Scan(&l.ID.Partition, &l.ID.UUID, &l.Epoch)
+		return l, err
+	})
+	return lost, wrap("check held leases", err)
 }
