@@ -167,13 +167,21 @@ func summarize(figure string, ffd, peer []map[string]float64) map[string]float64
 	return s
 }
 
-func (e *Env) compareFFD(ctx context.Context, pt point) (map[string]float64, error) {
+// fresh is an Env like e's over a fresh database from NewDatabase.
+func (e *Env) fresh(ctx context.Context) (*Env, func(), error) {
 	pool, url, drop, err := e.NewDatabase(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &Env{Pool: pool, URL: url, Log: e.Log, Namespace: e.Namespace}, drop, nil
+}
+
+func (e *Env) compareFFD(ctx context.Context, pt point) (map[string]float64, error) {
+	side, drop, err := e.fresh(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer drop()
-	side := &Env{Pool: pool, URL: url, Log: e.Log, Namespace: e.Namespace}
 	return pt.ffd(ctx, side)
 }
 

@@ -48,19 +48,12 @@ func history(ctx context.Context, env *Env, p Params, r *Report) error {
 	if env.NewDatabase == nil {
 		return fmt.Errorf("history compares two databases: run it where the bench may create databases")
 	}
-	side := func() (*Env, func(), error) {
-		pool, url, drop, err := env.NewDatabase(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		return &Env{Pool: pool, URL: url, Log: env.Log, Namespace: env.Namespace}, drop, nil
-	}
-	empty, dropEmpty, err := side()
+	empty, dropEmpty, err := env.fresh(ctx)
 	if err != nil {
 		return err
 	}
 	defer dropEmpty()
-	full, dropFull, err := side()
+	full, dropFull, err := env.fresh(ctx)
 	if err != nil {
 		return err
 	}
