@@ -2,7 +2,7 @@
 -- ffd core schema. Table and column names are a contract with consumers and
 -- operators (docs/schema.md); add columns freely, never rename these.
 -- Every flow- or execution-scoped table leads its primary key with
--- partition_key (the co-location key; see SPEC section 3). No native
+-- partition_key (the co-location key; see docs/design.md, section 2). No native
 -- partitioning: stock Postgres must run ffd without lock-table tuning.
 
 CREATE TABLE ff_flow (

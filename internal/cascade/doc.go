@@ -1,4 +1,4 @@
-// Package cascade dispatches completion events (SPEC sections 7 and 8).
+// Package cascade dispatches completion events (docs/design.md section 5).
 //
 // Dispatching one event is one transaction: lock the undispatched event
 // (SKIP LOCKED, so racing dispatchers split the work), resolve every applied

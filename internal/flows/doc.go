@@ -1,5 +1,5 @@
-// Package flows stages and applies DAGs of executions (SPEC sections 6
-// and 7): flows, members, dependency edges, edge-group join policies,
+// Package flows stages and applies DAGs of executions (docs/design.md,
+// sections 4 and 5): flows, members, dependency edges, edge-group join policies,
 // cancel_flow and submit_flow, and Resolve, the one place where an
 // upstream's outcome resolves edges, moves group counters and decides
 // groups. The cascade calls Resolve for every completion event; apply

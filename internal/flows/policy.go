@@ -10,7 +10,7 @@ import (
 // PolicyKind is a join policy.
 type PolicyKind string
 
-// Join policies (SPEC section 7).
+// Join policies (docs/design.md section 5).
 const (
 	AllOf  PolicyKind = "all_of"
 	AnyOf  PolicyKind = "any_of"
@@ -78,7 +78,7 @@ type Counts struct {
 	Total, Success, Fail, Skip int
 }
 
-// Evaluate decides a group that has not decided yet (SPEC section 7):
+// Evaluate decides a group that has not decided yet (docs/design.md section 5):
 //
 //	all_of:   satisfied when success = total;  impossible when fail + skip > 0
 //	any_of:   satisfied when success ≥ 1;      impossible when fail + skip = total

@@ -1,5 +1,5 @@
-// Package invariant checks SPEC section 12's invariants over a whole
-// database. Tests of every layer that writes executions, edges or events
+// Package invariant checks the invariants of docs/design.md (section 10)
+// over a whole database. Tests of every layer that writes executions, edges or events
 // run it after they act; it reads only, so it is safe on a live database,
 // though a check racing writers can see a transient state (run it when the
 // writers are done).

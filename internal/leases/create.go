@@ -16,7 +16,7 @@ import (
 	"github.com/flowfabric/ffd/internal/ident"
 )
 
-// Defaults for CreateParams' zero values (SPEC section 9).
+// Defaults for CreateParams' zero values (docs/design.md section 6).
 const (
 	DefaultNamespace       = "default"
 	DefaultMaxAttempts     = 5
@@ -28,7 +28,7 @@ const (
 	DefaultMaxPayloadBytes = 1 << 20
 )
 
-// Bounds on inputs; anything outside is refused as absurd (SPEC section 13).
+// Bounds on inputs; anything outside is refused as absurd (docs/design.md section 11).
 const (
 	MaxMaxAttempts      = 1000
 	MinLeaseTTL         = time.Second

@@ -1,4 +1,4 @@
-// Package leases is the execution state machine of SPEC section 5: create,
+// Package leases is the execution state machine of docs/design.md section 3: create,
 // claim, renew, complete, fail, cancel, revoke, and the lapse, timeout and
 // deadline transitions the daemon's timeout worker calls.
 //

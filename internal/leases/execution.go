@@ -12,7 +12,7 @@ import (
 // State is an execution's state.
 type State string
 
-// Execution states (SPEC section 5).
+// Execution states (docs/design.md section 3).
 const (
 	StateBlocked   State = "blocked"
 	StatePending   State = "pending"

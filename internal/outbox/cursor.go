@@ -17,7 +17,7 @@ import (
 // MaxBatch bounds one read.
 const MaxBatch = 10000
 
-// The protocol of SPEC section 10, per table. $1,$2 is the cursor; only
+// The protocol of docs/design.md section 7, per table. $1,$2 is the cursor; only
 // transactions below the snapshot's xmin are read, so no event can later
 // appear behind the cursor.
 const (
@@ -51,7 +51,7 @@ func readSQL(s Stream) string {
 }
 
 // Read returns up to limit committed events after cursor, in (txid,
-// event_id) order: the protocol of SPEC section 10.
+// event_id) order: the protocol of docs/design.md section 7.
 func Read(ctx context.Context, db leases.DB, s Stream, after Cursor, limit int) ([]Event, error) {
 	if _, err := ParseStream(string(s)); err != nil {
 		return nil, err

@@ -1,5 +1,5 @@
 // Package outbox serves downstream consumers of ff_completion_event and
-// ff_lease_event (SPEC section 10).
+// ff_lease_event (docs/design.md section 7).
 //
 // Event ids are assigned at insert, but transactions commit out of order:
 // a reader that keeps "the last event id I saw" skips, for good, the event

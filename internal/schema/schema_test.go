@@ -217,7 +217,7 @@ func inRolledBackTx(ctx context.Context, pool *pgxpool.Pool, sql string) error {
 	return err
 }
 
-// The triggers send the wake-ups of SPEC section 10 at commit, with the
+// The triggers send the wake-ups of docs/design.md section 7 at commit, with the
 // specified payloads, and nothing for a delayed execution or a rollback.
 func TestNotifyTriggers(t *testing.T) {
 	t.Parallel()
