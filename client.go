@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Config configures a Client. The zero value is usable.
@@ -77,7 +78,7 @@ func (c *Client) CreateTx(ctx context.Context, tx pgx.Tx, p CreateParams) (*Crea
 	return c.create(ctx, tx, p)
 }
 
-func (c *Client) create(ctx context.Context, db leases.DB, p CreateParams) (*CreateResult, error) {
+func (c *Client) create(ctx context.Context, db store.DB, p CreateParams) (*CreateResult, error) {
 	ip, err := p.internal(c)
 	if err != nil {
 		return nil, err
@@ -108,7 +109,7 @@ func (c *Client) CreateManyTx(ctx context.Context, tx pgx.Tx, ps []CreateParams)
 	return c.createMany(ctx, tx, ps)
 }
 
-func (c *Client) createMany(ctx context.Context, db leases.DB, ps []CreateParams) ([]*Execution, error) {
+func (c *Client) createMany(ctx context.Context, db store.DB, ps []CreateParams) ([]*Execution, error) {
 	if len(ps) > MaxCreateMany {
 		return nil, fault.Invalid(fault.KindTooLarge, "executions", strconv.Itoa(len(ps)), fmt.Sprintf("at most %d per CreateMany", MaxCreateMany))
 	}
@@ -137,7 +138,7 @@ func (c *Client) ClaimTx(ctx context.Context, tx pgx.Tx, p ClaimParams) ([]*Exec
 	return c.claim(ctx, tx, p)
 }
 
-func (c *Client) claim(ctx context.Context, db leases.DB, p ClaimParams) ([]*Execution, error) {
+func (c *Client) claim(ctx context.Context, db store.DB, p ClaimParams) ([]*Execution, error) {
 	if p.Max == 0 {
 		p.Max = 1
 	}
@@ -160,7 +161,7 @@ type RenewResult struct {
 	LeaseExpiresAt time.Time
 }
 
-func (c *Client) renew(ctx context.Context, db leases.DB, id ExecutionID, epoch int64) (*RenewResult, error) {
+func (c *Client) renew(ctx context.Context, db store.DB, id ExecutionID, epoch int64) (*RenewResult, error) {
 	exp, err := leases.Renew(ctx, db, id, epoch)
 	if err != nil {
 		return nil, err

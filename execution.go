@@ -8,6 +8,7 @@ import (
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // ExecutionID is an execution's id, `{fp:N}:<uuid>` on the wire.
@@ -27,18 +28,18 @@ func ParseExecutionID(s string) (ExecutionID, error) {
 type Execution = leases.Execution
 
 // State is an execution's state.
-type State = leases.State
+type State = store.State
 
 // Execution states.
 const (
-	StateBlocked   = leases.StateBlocked
-	StatePending   = leases.StatePending
-	StateRunning   = leases.StateRunning
-	StateCompleted = leases.StateCompleted
-	StateFailed    = leases.StateFailed
-	StateCancelled = leases.StateCancelled
-	StateSkipped   = leases.StateSkipped
-	StateExpired   = leases.StateExpired
+	StateBlocked   = store.StateBlocked
+	StatePending   = store.StatePending
+	StateRunning   = store.StateRunning
+	StateCompleted = store.StateCompleted
+	StateFailed    = store.StateFailed
+	StateCancelled = store.StateCancelled
+	StateSkipped   = store.StateSkipped
+	StateExpired   = store.StateExpired
 )
 
 // RetryPolicy is exponential backoff with a cap and jitter. Zero fields

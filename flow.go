@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/flows"
-	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Flow types; see docs/flows.md.
@@ -15,7 +15,7 @@ type (
 	// Flow is a DAG of executions.
 	Flow = flows.Flow
 	// FlowState is open, completed, failed or cancelled.
-	FlowState = flows.FlowState
+	FlowState = store.FlowState
 	// Edge makes a downstream execution depend on an upstream one.
 	Edge = flows.Edge
 	// EdgeGroup is a downstream's join state: policy, counters, decision.
@@ -23,15 +23,15 @@ type (
 	// Policy is a join policy: all_of, any_of or quorum k, with on_satisfied.
 	Policy = flows.Policy
 	// PolicyKind is all_of, any_of or quorum.
-	PolicyKind = flows.PolicyKind
+	PolicyKind = store.PolicyKind
 	// OnSatisfied is cancel_remaining or let_run.
-	OnSatisfied = flows.OnSatisfied
+	OnSatisfied = store.OnSatisfied
 	// Decision is pending, satisfied or impossible.
-	Decision = flows.Decision
+	Decision = store.Decision
 	// Counts are a group's edge counters.
 	Counts = flows.Counts
 	// CancelPolicy is flow_only, cancel_all or cancel_pending.
-	CancelPolicy = flows.CancelPolicy
+	CancelPolicy = store.CancelPolicy
 	// CreateFlowParams describes a new flow (ID defaults to a fresh v7 uuid).
 	CreateFlowParams = flows.CreateFlowParams
 	// AddResult is what AddExecutionToFlow did.
@@ -54,25 +54,25 @@ type (
 
 // Flow constants.
 const (
-	FlowOpen      = flows.FlowOpen
-	FlowCompleted = flows.FlowCompleted
-	FlowFailed    = flows.FlowFailed
-	FlowCancelled = flows.FlowCancelled
+	FlowOpen      = store.FlowOpen
+	FlowCompleted = store.FlowCompleted
+	FlowFailed    = store.FlowFailed
+	FlowCancelled = store.FlowCancelled
 
-	AllOf  = flows.AllOf
-	AnyOf  = flows.AnyOf
-	Quorum = flows.Quorum
+	AllOf  = store.AllOf
+	AnyOf  = store.AnyOf
+	Quorum = store.Quorum
 
-	CancelRemaining = flows.CancelRemaining
-	LetRun          = flows.LetRun
+	CancelRemaining = store.CancelRemaining
+	LetRun          = store.LetRun
 
-	DecisionPending    = flows.Pending
-	DecisionSatisfied  = flows.Satisfied
-	DecisionImpossible = flows.Impossible
+	DecisionPending    = store.Pending
+	DecisionSatisfied  = store.Satisfied
+	DecisionImpossible = store.Impossible
 
-	CancelFlowOnly = flows.CancelFlowOnly
-	CancelAll      = flows.CancelAll
-	CancelPending  = flows.CancelPending
+	CancelFlowOnly = store.CancelFlowOnly
+	CancelAll      = store.CancelAll
+	CancelPending  = store.CancelPending
 
 	Incoming = flows.Incoming
 	Outgoing = flows.Outgoing
@@ -95,7 +95,7 @@ func (c *Client) CreateFlowTx(ctx context.Context, tx pgx.Tx, p CreateFlowParams
 	return c.createFlow(ctx, tx, p)
 }
 
-func (c *Client) createFlow(ctx context.Context, db leases.DB, p CreateFlowParams) (*CreateFlowResult, error) {
+func (c *Client) createFlow(ctx context.Context, db store.DB, p CreateFlowParams) (*CreateFlowResult, error) {
 	if p.Namespace == "" {
 		p.Namespace = c.cfg.Namespace
 	}
@@ -118,7 +118,7 @@ func (c *Client) CreateInFlowTx(ctx context.Context, tx pgx.Tx, flowID uuid.UUID
 	return c.createInFlow(ctx, tx, flowID, p)
 }
 
-func (c *Client) createInFlow(ctx context.Context, db leases.DB, flowID uuid.UUID, p CreateParams) (*CreateResult, error) {
+func (c *Client) createInFlow(ctx context.Context, db store.DB, flowID uuid.UUID, p CreateParams) (*CreateResult, error) {
 	ip, err := p.internal(c)
 	if err != nil {
 		return nil, err
@@ -266,7 +266,7 @@ func (c *Client) SubmitFlowTx(ctx context.Context, tx pgx.Tx, p SubmitFlowParams
 	return c.submitFlow(ctx, tx, p)
 }
 
-func (c *Client) submitFlow(ctx context.Context, db leases.DB, p SubmitFlowParams) (*SubmittedFlow, error) {
+func (c *Client) submitFlow(ctx context.Context, db store.DB, p SubmitFlowParams) (*SubmittedFlow, error) {
 	if p.Flow.Namespace == "" {
 		p.Flow.Namespace = c.cfg.Namespace
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/outbox"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Outbox types; see docs/consumers.md.
@@ -14,7 +15,7 @@ type (
 	// OutboxEvent is one row of ff_completion_event or ff_lease_event.
 	OutboxEvent = outbox.Event
 	// OutboxStream is completion, lease or all.
-	OutboxStream = outbox.Stream
+	OutboxStream = store.Stream
 	// OutboxCursor is a position in (txid, event_id) order.
 	OutboxCursor = outbox.Cursor
 	// OutboxStart is where a new consumer begins.
@@ -32,9 +33,9 @@ type (
 
 // Outbox constants.
 const (
-	StreamCompletion = outbox.Completion
-	StreamLease      = outbox.Lease
-	StreamAll        = outbox.All
+	StreamCompletion = store.StreamCompletion
+	StreamLease      = store.StreamLease
+	StreamAll        = store.StreamAll
 	FromStart        = outbox.FromStart
 	FromNow          = outbox.FromNow
 )

@@ -24,6 +24,7 @@ import (
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/logging"
 	"github.com/flowfabric/ffd/internal/session"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Worker defaults.
@@ -568,7 +569,7 @@ func (w *Worker) listenOnce(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `LISTEN ff_ready; LISTEN ff_revoke`); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+store.ChannelReady+"; LISTEN "+store.ChannelRevoke); err != nil {
 		return err
 	}
 	w.listeningOnce.Do(func() { close(w.listening) })
@@ -583,11 +584,11 @@ func (w *Worker) listenOnce(ctx context.Context) error {
 			return err
 		}
 		switch n.Channel {
-		case "ff_ready":
+		case store.ChannelReady:
 			if slices.Contains(w.cfg.Lanes, n.Payload) {
 				w.signal()
 			}
-		case "ff_revoke":
+		case store.ChannelRevoke:
 			w.revoked(n.Payload)
 		}
 	}
@@ -742,7 +743,7 @@ func (w *Worker) commit(ctx context.Context, batch []*completion) {
 	cctx, cancel := context.WithTimeout(ctx, finishTimeout)
 	_, errs, err := leases.CompleteMany(cctx, w.client.pool, w.client.limits, items, w.cfg.CompletionLockTimeout)
 	cancel()
-	if leases.IsLockTimeout(err) {
+	if store.IsLockTimeout(err) {
 		w.log.Warn("completion batch waited too long for a lock; completing each on its own", zap.Int("completions", len(batch)))
 		for _, c := range batch {
 			w.completer.Go(func() { w.completeAlone(ctx, c) })
@@ -771,7 +772,7 @@ func (w *Worker) completeAlone(ctx context.Context, c *completion) {
 			c.done <- errs[0]
 			return
 		}
-		if !leases.IsLockTimeout(err) {
+		if !store.IsLockTimeout(err) {
 			c.done <- err
 			return
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flowfabric/ffd/internal/listener"
 	"github.com/flowfabric/ffd/internal/outbox"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // EventsCmd groups the outbox commands.
@@ -68,7 +69,7 @@ func (c *EventsTailCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	wake := make(chan struct{}, 1)
 	if c.Follow {
-		l, err := listener.New(listener.Config{ConnConfig: pool.Config().ConnConfig, Channels: []string{"ff_completion", "ff_lease"},
+		l, err := listener.New(listener.Config{ConnConfig: pool.Config().ConnConfig, Channels: []string{store.ChannelCompletion, store.ChannelLease},
 			Handle: func(*pgconn.Notification) {
 				select {
 				case wake <- struct{}{}:
@@ -161,7 +162,7 @@ func (c *EventsTailCmd) Run(ctx context.Context, g *Globals) error {
 	}
 }
 
-func (c *EventsTailCmd) wal(ctx context.Context, g *Globals, stream outbox.Stream, out *jsonLines) error {
+func (c *EventsTailCmd) wal(ctx context.Context, g *Globals, stream store.Stream, out *jsonLines) error {
 	if c.Slot == "" {
 		return errors.New("--wal needs --slot NAME: the replication slot that keeps this consumer's position")
 	}
@@ -176,7 +177,7 @@ func (c *EventsTailCmd) wal(ctx context.Context, g *Globals, stream outbox.Strea
 	handler := func(_ context.Context, ev []outbox.Event) error {
 		var keep []outbox.Event
 		for _, e := range ev {
-			if stream == outbox.All || e.Stream == stream {
+			if stream == store.StreamAll || e.Stream == stream {
 				keep = append(keep, e)
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/invariant"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 func (e *Env) client() (*ffd.Client, error) {
@@ -28,7 +29,7 @@ func (e *Env) createMany(ctx context.Context, p leases.CreateParams, n int) erro
 		for i := range ps {
 			ps[i] = p
 		}
-		err := leases.InTx(ctx, e.Pool, func(tx pgx.Tx) error {
+		err := store.InTx(ctx, e.Pool, func(tx pgx.Tx) error {
 			_, err := leases.CreateMany(ctx, tx, leases.Limits{}, ps)
 			return err
 		})

@@ -12,6 +12,7 @@ import (
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Hooks receive what the cascade did, for metrics. Every method must be
@@ -23,7 +24,7 @@ type Hooks interface {
 	Dispatched(events int, delays []time.Duration)
 	// Resolved is called with the edges resolved, by upstream outcome class
 	// (success, failed, skipped), and the decisions taken.
-	Resolved(byOutcome map[string]int, decisions map[flows.Decision]int)
+	Resolved(byOutcome map[string]int, decisions map[store.Decision]int)
 	// SiblingsCancelled is called with the siblings a tick cancelled.
 	SiblingsCancelled(n int)
 }
@@ -31,7 +32,7 @@ type Hooks interface {
 // Dispatcher dispatches completion events and drains sibling
 // cancellations.
 type Dispatcher struct {
-	db    leases.DB
+	db    store.DB
 	hooks Hooks
 	// step, when set (tests), runs between the statements of a dispatch
 	// transaction, to prove that a crash at any of them loses nothing.
@@ -39,7 +40,7 @@ type Dispatcher struct {
 }
 
 // New builds a dispatcher over db (a pool).
-func New(db leases.DB, hooks Hooks) *Dispatcher {
+func New(db store.DB, hooks Hooks) *Dispatcher {
 	return &Dispatcher{db: db, hooks: hooks}
 }
 
@@ -115,8 +116,8 @@ func (d *Dispatcher) dispatch(ctx context.Context, pick string, args ...any) (Re
 	var res Result
 	var delays []time.Duration
 	var byOutcome map[string]int
-	decisions := map[flows.Decision]int{}
-	err := leases.InTx(ctx, d.db, func(tx pgx.Tx) error {
+	decisions := map[store.Decision]int{}
+	err := store.InTx(ctx, d.db, func(tx pgx.Tx) error {
 		res, delays, byOutcome = Result{}, delays[:0], nil
 		clear(decisions)
 		rows, err := tx.Query(ctx, pick, args...)
@@ -214,7 +215,7 @@ func (d *Dispatcher) CancelSiblings(ctx context.Context, maxGroups int) (groups,
 }
 
 func (d *Dispatcher) cancelOneGroup(ctx context.Context) (found bool, cancelled int, err error) {
-	err = leases.InTx(ctx, d.db, func(tx pgx.Tx) error {
+	err = store.InTx(ctx, d.db, func(tx pgx.Tx) error {
 		found, cancelled = false, 0
 		var part int16
 		var flow, down uuid.UUID
@@ -238,7 +239,7 @@ func (d *Dispatcher) cancelOneGroup(ctx context.Context) (found bool, cancelled 
 		}
 		ends := make([]leases.Ending, len(members))
 		for i, m := range members {
-			ends[i] = leases.Ending{ID: ident.ExecutionID{Partition: part, UUID: m}, State: leases.StateCancelled,
+			ends[i] = leases.Ending{ID: ident.ExecutionID{Partition: part, UUID: m}, State: store.StateCancelled,
 				Reason: SiblingCancelReason, By: SiblingCancelledBy}
 		}
 		ended, err := leases.Terminate(ctx, tx, ends)

@@ -17,6 +17,7 @@ import (
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/invariant"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -108,7 +109,7 @@ func (f *fixture) finish(x *leases.Execution, ok bool) {
 
 func (f *fixture) run(g *dag, ref string, ok bool) { f.finish(f.claim(g, ref), ok) }
 
-func (f *fixture) state(g *dag, ref string) leases.State {
+func (f *fixture) state(g *dag, ref string) store.State {
 	f.t.Helper()
 	x, err := leases.Get(f.ctx, f.pool, g.x[ref].ID)
 	if err != nil {
@@ -117,7 +118,7 @@ func (f *fixture) state(g *dag, ref string) leases.State {
 	return x.State
 }
 
-func (f *fixture) expect(g *dag, want map[string]leases.State) {
+func (f *fixture) expect(g *dag, want map[string]store.State) {
 	f.t.Helper()
 	for ref, s := range want {
 		if got := f.state(g, ref); got != s {
@@ -183,16 +184,16 @@ func TestAllOfThree(t *testing.T) {
 	for i, ref := range []string{"a", "b", "c"} {
 		f.run(g, ref, true)
 		f.drain()
-		want := leases.StateBlocked
+		want := store.StateBlocked
 		if i == 2 {
-			want = leases.StatePending
+			want = store.StatePending
 		}
-		f.expect(g, map[string]leases.State{"d": want})
+		f.expect(g, map[string]store.State{"d": want})
 	}
 	f.run(g, "d", true)
 	f.drain()
 	f.quiescent()
-	if fl, _ := flows.Get(f.ctx, f.pool, g.flow.ID); fl.State != flows.FlowCompleted {
+	if fl, _ := flows.Get(f.ctx, f.pool, g.flow.ID); fl.State != store.FlowCompleted {
 		t.Fatalf("flow %s, want completed", fl.State)
 	}
 }
@@ -203,14 +204,14 @@ func TestAllOfThree(t *testing.T) {
 func TestAnyOfCancelRemaining(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	g := f.submit(map[string]flows.Policy{"d": {Kind: flows.AnyOf, OnSatisfied: flows.CancelRemaining}}, "a->d", "b->d", "c->d")
+	g := f.submit(map[string]flows.Policy{"d": {Kind: store.AnyOf, OnSatisfied: store.CancelRemaining}}, "a->d", "b->d", "c->d")
 	a, b, c := f.claim(g, "a"), f.claim(g, "b"), f.claim(g, "c")
 	f.finish(a, true)
 	r, err := f.d.DispatchBatch(f.ctx, 10, 0)
 	if err != nil || r.Events != 1 || r.CancelGroups != 1 {
 		t.Fatalf("dispatch: %+v %v; want one event and one queued cancel group", r, err)
 	}
-	f.expect(g, map[string]leases.State{"d": leases.StatePending, "b": leases.StateRunning, "c": leases.StateRunning})
+	f.expect(g, map[string]store.State{"d": store.StatePending, "b": store.StateRunning, "c": store.StateRunning})
 	desc, _ := flows.Describe(f.ctx, f.pool, g.flow.ID)
 	for _, grp := range desc.Groups {
 		if len(grp.CancelMembers) != 2 {
@@ -221,7 +222,7 @@ func TestAnyOfCancelRemaining(t *testing.T) {
 	if err != nil || groups != 1 || cancelled != 2 {
 		t.Fatalf("tick: %d groups %d cancelled %v", groups, cancelled, err)
 	}
-	f.expect(g, map[string]leases.State{"b": leases.StateCancelled, "c": leases.StateCancelled})
+	f.expect(g, map[string]store.State{"b": store.StateCancelled, "c": store.StateCancelled})
 	for _, x := range []*leases.Execution{b, c} {
 		if _, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil); err == nil {
 			t.Fatalf("a cancelled sibling completed")
@@ -244,7 +245,7 @@ func TestAnyOfCancelRemaining(t *testing.T) {
 	f.drain()
 	f.quiescent()
 	desc, _ = flows.Describe(f.ctx, f.pool, g.flow.ID)
-	if grp := desc.Groups[0]; grp.Counts.Success != 1 || grp.Counts.Fail != 2 || grp.Decision != flows.Satisfied {
+	if grp := desc.Groups[0]; grp.Counts.Success != 1 || grp.Counts.Fail != 2 || grp.Decision != store.Satisfied {
 		t.Fatalf("group %+v", grp)
 	}
 }
@@ -254,38 +255,38 @@ func TestAnyOfCancelRemaining(t *testing.T) {
 func TestQuorumLetRun(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	g := f.submit(map[string]flows.Policy{"d": {Kind: flows.Quorum, K: 2, OnSatisfied: flows.LetRun}}, "a->d", "b->d", "c->d")
+	g := f.submit(map[string]flows.Policy{"d": {Kind: store.Quorum, K: 2, OnSatisfied: store.LetRun}}, "a->d", "b->d", "c->d")
 	a, b, c := f.claim(g, "a"), f.claim(g, "b"), f.claim(g, "c")
 	f.finish(a, true)
 	f.drain()
-	f.expect(g, map[string]leases.State{"d": leases.StateBlocked})
+	f.expect(g, map[string]store.State{"d": store.StateBlocked})
 	f.finish(b, true)
 	f.drain()
-	f.expect(g, map[string]leases.State{"d": leases.StatePending, "c": leases.StateRunning})
+	f.expect(g, map[string]store.State{"d": store.StatePending, "c": store.StateRunning})
 	if n := f.count(`SELECT count(*) FROM ff_pending_cancel_group`); n != 0 {
 		t.Fatal("let_run queued a cancel group")
 	}
 	f.finish(c, true)
 	f.drain()
 	desc, _ := flows.Describe(f.ctx, f.pool, g.flow.ID)
-	if grp := desc.Groups[0]; grp.Counts.Success != 3 || grp.Decision != flows.Satisfied {
+	if grp := desc.Groups[0]; grp.Counts.Success != 3 || grp.Decision != store.Satisfied {
 		t.Fatalf("group %+v", grp)
 	}
-	f.expect(g, map[string]leases.State{"d": leases.StatePending})
+	f.expect(g, map[string]store.State{"d": store.StatePending})
 }
 
 // Scenario 4: quorum(3) of 5 with three failures: skipped.
 func TestQuorumImpossible(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	g := f.submit(map[string]flows.Policy{"d": {Kind: flows.Quorum, K: 3, OnSatisfied: flows.LetRun}}, "a->d", "b->d", "c->d", "e->d", "h->d")
+	g := f.submit(map[string]flows.Policy{"d": {Kind: store.Quorum, K: 3, OnSatisfied: store.LetRun}}, "a->d", "b->d", "c->d", "e->d", "h->d")
 	f.run(g, "a", false)
 	f.run(g, "b", false)
 	f.drain()
-	f.expect(g, map[string]leases.State{"d": leases.StateBlocked})
+	f.expect(g, map[string]store.State{"d": store.StateBlocked})
 	f.run(g, "c", false)
 	f.drain()
-	f.expect(g, map[string]leases.State{"d": leases.StateSkipped})
+	f.expect(g, map[string]store.State{"d": store.StateSkipped})
 	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'skipped'`, g.x["d"].ID.UUID); n != 1 {
 		t.Fatalf("%d skipped events, want 1", n)
 	}
@@ -315,7 +316,7 @@ func TestDeepChainSkip(t *testing.T) {
 	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND outcome = 'skipped'`, g.flow.ID); n != 199 {
 		t.Fatalf("%d skipped events, want 199", n)
 	}
-	if fl, _ := flows.Get(f.ctx, f.pool, g.flow.ID); fl.State != flows.FlowFailed {
+	if fl, _ := flows.Get(f.ctx, f.pool, g.flow.ID); fl.State != store.FlowFailed {
 		t.Fatalf("flow %s, want failed", fl.State)
 	}
 	f.quiescent()
@@ -326,7 +327,7 @@ func TestDeepChainSkip(t *testing.T) {
 func TestDuplicateDispatch(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	g := f.submit(map[string]flows.Policy{"d": {Kind: flows.Quorum, K: 2, OnSatisfied: flows.LetRun}}, "a->d", "b->d", "c->d")
+	g := f.submit(map[string]flows.Policy{"d": {Kind: store.Quorum, K: 2, OnSatisfied: store.LetRun}}, "a->d", "b->d", "c->d")
 	f.run(g, "a", true)
 	var eventID int64
 	f.pool.QueryRow(f.ctx, `SELECT event_id FROM ff_completion_event WHERE execution_id = $1`, g.x["a"].ID.UUID).Scan(&eventID)
@@ -360,7 +361,7 @@ func TestDuplicateDispatch(t *testing.T) {
 		t.Fatalf("four racing dispatches: %d events, %d edges; want 1 and 1", dispatched.Load(), resolved.Load())
 	}
 	desc, _ := flows.Describe(f.ctx, f.pool, g.flow.ID)
-	if grp := desc.Groups[0]; grp.Counts.Success != 2 || grp.Decision != flows.Satisfied {
+	if grp := desc.Groups[0]; grp.Counts.Success != 2 || grp.Decision != store.Satisfied {
 		t.Fatalf("group %+v, want 2 successes, satisfied", grp)
 	}
 }
@@ -408,9 +409,9 @@ func TestCrashMidDispatch(t *testing.T) {
 			if n := f.count(`SELECT count(*) FROM ff_completion_event`); n != before {
 				t.Fatalf("a crashed dispatch left %d events behind", n-before)
 			}
-			f.expect(g, map[string]leases.State{"d": leases.StateBlocked})
+			f.expect(g, map[string]store.State{"d": store.StateBlocked})
 			f.drain()
-			f.expect(g, map[string]leases.State{"d": leases.StateSkipped, "e": leases.StateSkipped})
+			f.expect(g, map[string]store.State{"d": store.StateSkipped, "e": store.StateSkipped})
 			if n := f.count(`SELECT count(*) FROM ff_edge WHERE state = 'resolved'`); n != 2 {
 				t.Fatalf("%d edges resolved after redispatch, want 2 (a->d, d->e)", n)
 			}
@@ -423,7 +424,7 @@ func TestCrashMidDispatch(t *testing.T) {
 func TestCrashMidSiblingCancel(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	g := f.submit(map[string]flows.Policy{"d": {Kind: flows.AnyOf, OnSatisfied: flows.CancelRemaining}}, "a->d", "b->d", "c->d")
+	g := f.submit(map[string]flows.Policy{"d": {Kind: store.AnyOf, OnSatisfied: store.CancelRemaining}}, "a->d", "b->d", "c->d")
 	a := f.claim(g, "a")
 	f.claim(g, "b")
 	f.finish(a, true)
@@ -450,7 +451,7 @@ func TestCrashMidSiblingCancel(t *testing.T) {
 	// The killed backend releases its locks when it has exited, not when
 	// pg_terminate_backend returns.
 	f.waitGone(killed)
-	f.expect(g, map[string]leases.State{"b": leases.StateRunning, "c": leases.StatePending})
+	f.expect(g, map[string]store.State{"b": store.StateRunning, "c": store.StatePending})
 	groups, cancelled, err := f.d.CancelSiblings(f.ctx, 10)
 	if err != nil || groups != 1 || cancelled != 2 {
 		t.Fatalf("next tick: %d groups, %d cancelled, %v", groups, cancelled, err)

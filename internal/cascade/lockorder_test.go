@@ -13,7 +13,7 @@ import (
 	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/flows"
-	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // racePool is a pool of the test's own, tagged so that the test can wait
@@ -83,7 +83,7 @@ func TestSetPolicyWaitsForTheGroupBeforeTheFlow(t *testing.T) {
 	}
 	setErr := make(chan error, 1)
 	go func() {
-		_, err := flows.SetPolicy(f.ctx, pool, g.flow.ID, g.x["down"].ID, flows.Policy{Kind: flows.AnyOf, OnSatisfied: flows.LetRun})
+		_, err := flows.SetPolicy(f.ctx, pool, g.flow.ID, g.x["down"].ID, flows.Policy{Kind: store.AnyOf, OnSatisfied: store.LetRun})
 		setErr <- err
 	}()
 	f.waitForLockWaiters(1)
@@ -105,7 +105,7 @@ func TestSetPolicyWaitsForTheGroupBeforeTheFlow(t *testing.T) {
 	if n := f.deadlocks(pool); n != 0 {
 		t.Fatalf("deadlocks in pg_stat_database: %d, want 0", n)
 	}
-	if got := f.state(g, "down"); got != leases.StateSkipped {
+	if got := f.state(g, "down"); got != store.StateSkipped {
 		t.Fatalf("down is %s, want skipped", got)
 	}
 }
@@ -155,7 +155,7 @@ func TestPolicyChangesRacingDispatchNeverDeadlock(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 3 {
-				_, err := flows.SetPolicy(f.ctx, pool, g.flow.ID, g.x["join"].ID, flows.Policy{Kind: flows.Quorum, K: 1, OnSatisfied: flows.LetRun})
+				_, err := flows.SetPolicy(f.ctx, pool, g.flow.ID, g.x["join"].ID, flows.Policy{Kind: store.Quorum, K: 1, OnSatisfied: store.LetRun})
 				if err != nil && !errors.Is(err, fault.ErrConflict) && !errors.Is(err, fault.ErrAlreadyTerminal) {
 					errs <- fmt.Errorf("set policy: %w", err)
 				}
@@ -175,7 +175,7 @@ func TestPolicyChangesRacingDispatchNeverDeadlock(t *testing.T) {
 	}
 	f.drain()
 	for i, g := range dags {
-		if got := f.state(g, "join"); got != leases.StateSkipped {
+		if got := f.state(g, "join"); got != store.StateSkipped {
 			t.Errorf("dag %d: join is %s, want skipped (all_of with a failed upstream)", i, got)
 		}
 	}

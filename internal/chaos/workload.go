@@ -14,8 +14,8 @@ import (
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/invariant"
-	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/oracle"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // submitted is one DAG the submitter sent.
@@ -201,7 +201,7 @@ func (h *harness) verify(ctx context.Context) {
 	}
 	type node struct {
 		index int
-		state leases.State
+		state store.State
 	}
 	byFlow := map[string][]node{}
 	rows, err := h.pool.Query(ctx, `SELECT flow_id::text, kind, state FROM ff_execution`)
@@ -220,7 +220,7 @@ func (h *harness) verify(ctx context.Context) {
 			h.violation("execution of flow %s has an unknown kind %q", flow, kind)
 			continue
 		}
-		byFlow[flow] = append(byFlow[flow], node{i, leases.State(state)})
+		byFlow[flow] = append(byFlow[flow], node{i, store.State(state)})
 		h.report.Executions++
 	}
 	if err := rows.Err(); err != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/flowfabric/ffd/internal/logging"
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/schema"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Defaults for Config.
@@ -215,8 +216,8 @@ func (d *Daemon) Ready() bool {
 func (d *Daemon) handle(n *pgconn.Notification) {
 	queue, name := d.events, "cascade"
 	switch n.Channel {
-	case "ff_completion":
-	case "ff_lease":
+	case store.ChannelCompletion:
+	case store.ChannelLease:
 		queue, name = d.leaseIDs, "timeout"
 	default:
 		return

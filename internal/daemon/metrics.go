@@ -3,10 +3,9 @@ package daemon
 import (
 	"time"
 
+	"github.com/flowfabric/ffd/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-
-	"github.com/flowfabric/ffd/internal/flows"
 )
 
 // Metrics are the daemon's Prometheus metrics. Names are stable: alerts
@@ -104,7 +103,7 @@ func (m *Metrics) Dispatched(n int, delays []time.Duration) {
 }
 
 // Resolved implements cascade.Hooks.
-func (m *Metrics) Resolved(by map[string]int, dec map[flows.Decision]int) {
+func (m *Metrics) Resolved(by map[string]int, dec map[store.Decision]int) {
 	for k, v := range by {
 		if v > 0 {
 			m.edgesResolved.WithLabelValues(k).Add(float64(v))

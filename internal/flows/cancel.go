@@ -10,20 +10,7 @@ import (
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
-)
-
-// CancelPolicy is how cancel_flow treats members.
-type CancelPolicy string
-
-// Cancel policies.
-const (
-	// CancelFlowOnly cancels the flow alone: members are untouched, and no
-	// members or edges can be added any more.
-	CancelFlowOnly CancelPolicy = "flow_only"
-	// CancelAll cancels every non-terminal member; running ones are fenced.
-	CancelAll CancelPolicy = "cancel_all"
-	// CancelPending cancels members not yet running; running ones finish.
-	CancelPending CancelPolicy = "cancel_pending"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Attribution of members cancelled with their flow.
@@ -34,7 +21,7 @@ const (
 
 // CancelResult is what cancel_flow did, or did the first time.
 type CancelResult struct {
-	Policy CancelPolicy
+	Policy store.CancelPolicy
 	// Members cancelled by the call (by the first call, on a repeat).
 	Members []ident.ExecutionID
 	// Repeated is true when the flow was already cancelled: nothing was
@@ -47,13 +34,13 @@ type CancelResult struct {
 // is fenced with lease event `revoked`). The flow writes its own
 // `cancelled` completion event. Idempotent: a repeat returns the stored
 // policy and members; a completed or failed flow is already terminal.
-func Cancel(ctx context.Context, db leases.DB, flowID uuid.UUID, policy CancelPolicy, reason string) (*CancelResult, error) {
+func Cancel(ctx context.Context, db store.DB, flowID uuid.UUID, policy store.CancelPolicy, reason string) (*CancelResult, error) {
 	var states []string
 	switch policy {
-	case CancelFlowOnly:
-	case CancelAll:
+	case store.CancelFlowOnly:
+	case store.CancelAll:
 		states = []string{"blocked", "pending", "running"}
-	case CancelPending:
+	case store.CancelPending:
 		states = []string{"blocked", "pending"}
 	default:
 		return nil, fault.Invalid(fault.KindInvalidValue, "policy", string(policy), "want flow_only, cancel_all or cancel_pending")
@@ -63,7 +50,7 @@ func Cancel(ctx context.Context, db leases.DB, flowID uuid.UUID, policy CancelPo
 	}
 	part := ident.Partition(flowID)
 	var res *CancelResult
-	err := leases.InTx(ctx, db, func(tx pgx.Tx) error {
+	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		f, err := Get(ctx, tx, flowID)
 		if err != nil {
 			return err
@@ -109,7 +96,7 @@ func Cancel(ctx context.Context, db leases.DB, flowID uuid.UUID, policy CancelPo
 		}
 		ends := make([]leases.Ending, len(members))
 		for i, m := range members {
-			ends[i] = leases.Ending{ID: ident.ExecutionID{Partition: part, UUID: m}, State: leases.StateCancelled, Reason: reason, By: FlowCancelledBy}
+			ends[i] = leases.Ending{ID: ident.ExecutionID{Partition: part, UUID: m}, State: store.StateCancelled, Reason: reason, By: FlowCancelledBy}
 		}
 		ended, err := leases.Terminate(ctx, tx, ends)
 		if err != nil {
@@ -132,9 +119,9 @@ func Cancel(ctx context.Context, db leases.DB, flowID uuid.UUID, policy CancelPo
 // when it already is, an error when it finished otherwise.
 func cancelled(f *Flow) (*CancelResult, bool, error) {
 	switch f.State {
-	case FlowCancelled:
+	case store.FlowCancelled:
 		return &CancelResult{Policy: f.CancellationPolicy, Members: f.CancelledMembers, Repeated: true}, true, nil
-	case FlowCompleted, FlowFailed:
+	case store.FlowCompleted, store.FlowFailed:
 		return nil, true, &fault.AlreadyTerminalError{Object: "flow", ID: f.ID.String(), State: string(f.State)}
 	}
 	return nil, false, nil

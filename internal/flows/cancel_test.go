@@ -10,6 +10,7 @@ import (
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // everyState builds a flow with a member in every state and returns them
@@ -30,7 +31,7 @@ func (f *fixture) everyState() (*flows.Flow, map[string]ident.ExecutionID, int64
 	if err != nil || len(got) != 1 {
 		f.t.Fatal(err)
 	}
-	if out, err := leases.Fail(f.ctx, f.pool, got[0].ID, got[0].LeaseEpoch, leases.FailParams{Error: "flaky", Retryable: true}); err != nil || out.State != leases.StatePending {
+	if out, err := leases.Fail(f.ctx, f.pool, got[0].ID, got[0].LeaseEpoch, leases.FailParams{Error: "flaky", Retryable: true}); err != nil || out.State != store.StatePending {
 		f.t.Fatalf("retrying member: %+v %v", out, err)
 	}
 	x, _ = leases.Get(f.ctx, f.pool, m["running"])
@@ -44,19 +45,19 @@ func (f *fixture) everyState() (*flows.Flow, map[string]ident.ExecutionID, int64
 func TestCancelFlow(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		policy    flows.CancelPolicy
+		policy    store.CancelPolicy
 		cancelled []string
 	}{
-		{flows.CancelFlowOnly, nil},
-		{flows.CancelAll, []string{"blocker", "blocked", "pending", "running", "retrying"}},
-		{flows.CancelPending, []string{"blocker", "blocked", "pending", "retrying"}},
+		{store.CancelFlowOnly, nil},
+		{store.CancelAll, []string{"blocker", "blocked", "pending", "running", "retrying"}},
+		{store.CancelPending, []string{"blocker", "blocked", "pending", "retrying"}},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.policy), func(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
 			fl, m, runningEpoch := f.everyState()
-			states := map[string]leases.State{}
+			states := map[string]store.State{}
 			for name, id := range m {
 				states[name] = f.state(id)
 			}
@@ -78,7 +79,7 @@ func TestCancelFlow(t *testing.T) {
 			}
 			for name, id := range m {
 				got := f.state(id)
-				if want[id] && got != leases.StateCancelled {
+				if want[id] && got != store.StateCancelled {
 					t.Errorf("%s member is %s, want cancelled", name, got)
 				}
 				if !want[id] && got != states[name] {
@@ -100,7 +101,7 @@ func TestCancelFlow(t *testing.T) {
 			// The running member: fenced under cancel_all, free to finish
 			// otherwise; either way the flow stays cancelled.
 			_, err = leases.Complete(f.ctx, f.pool, leases.Limits{}, m["running"], runningEpoch, []byte("late"))
-			if tt.policy == flows.CancelAll {
+			if tt.policy == store.CancelAll {
 				if !errors.Is(err, fault.ErrLeaseLost) {
 					t.Fatalf("complete by a fenced member: %v, want lease lost", err)
 				}
@@ -112,7 +113,7 @@ func TestCancelFlow(t *testing.T) {
 			}
 			// Idempotent repeat, whatever policy it names.
 			before := f.count(`SELECT count(*) FROM ff_completion_event`)
-			again, err := flows.Cancel(f.ctx, f.pool, fl.ID, flows.CancelAll, "again")
+			again, err := flows.Cancel(f.ctx, f.pool, fl.ID, store.CancelAll, "again")
 			if err != nil || !again.Repeated || again.Policy != tt.policy || fmt.Sprint(sorted(again.Members)) != fmt.Sprint(sorted(res.Members)) {
 				t.Fatalf("repeat: %+v %v; want the stored policy %s and members", again, err, tt.policy)
 			}
@@ -120,7 +121,7 @@ func TestCancelFlow(t *testing.T) {
 				t.Fatalf("repeat wrote %d events", after-before)
 			}
 			fl2, err := flows.Get(f.ctx, f.pool, fl.ID)
-			if err != nil || fl2.State != flows.FlowCancelled || fl2.CancellationPolicy != tt.policy {
+			if err != nil || fl2.State != store.FlowCancelled || fl2.CancellationPolicy != tt.policy {
 				t.Fatalf("flow after cancel: %+v %v", fl2, err)
 			}
 		})
@@ -139,7 +140,7 @@ func sorted(ids []ident.ExecutionID) []string {
 func TestCancelFlowRefusals(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, err := flows.Cancel(f.ctx, f.pool, ident.NewUUID(), flows.CancelAll, ""); !errors.Is(err, fault.ErrNotFound) {
+	if _, err := flows.Cancel(f.ctx, f.pool, ident.NewUUID(), store.CancelAll, ""); !errors.Is(err, fault.ErrNotFound) {
 		t.Fatalf("missing flow: %v", err)
 	}
 	fl := f.flow()
@@ -149,7 +150,7 @@ func TestCancelFlowRefusals(t *testing.T) {
 	a := f.member(fl)
 	f.runAndEnd(a, true)
 	var te *fault.AlreadyTerminalError
-	if _, err := flows.Cancel(f.ctx, f.pool, fl.ID, flows.CancelAll, ""); !errors.As(err, &te) || te.State != "completed" {
+	if _, err := flows.Cancel(f.ctx, f.pool, fl.ID, store.CancelAll, ""); !errors.As(err, &te) || te.State != "completed" {
 		t.Fatalf("cancel of a completed flow: %v", err)
 	}
 }
@@ -157,14 +158,14 @@ func TestCancelFlowRefusals(t *testing.T) {
 func TestFlowCompletion(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	check := func(fl *flows.Flow, want flows.FlowState) {
+	check := func(fl *flows.Flow, want store.FlowState) {
 		t.Helper()
 		got, err := flows.Get(f.ctx, f.pool, fl.ID)
 		if err != nil || got.State != want {
 			t.Fatalf("flow %s: %v %v, want %s", fl.ID, got.State, err, want)
 		}
 		outcome := string(want)
-		if want == flows.FlowOpen {
+		if want == store.FlowOpen {
 			if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND execution_id IS NULL`, fl.ID); n != 0 {
 				t.Fatalf("open flow has %d flow events", n)
 			}
@@ -180,22 +181,22 @@ func TestFlowCompletion(t *testing.T) {
 	ok := f.flow()
 	a, b := f.member(ok), f.member(ok)
 	f.runAndEnd(a, true)
-	check(ok, flows.FlowOpen)
+	check(ok, store.FlowOpen)
 	f.runAndEnd(b, true)
-	check(ok, flows.FlowCompleted)
+	check(ok, store.FlowCompleted)
 
 	bad := f.flow()
 	c, d := f.member(bad), f.member(bad)
 	f.runAndEnd(c, false)
 	f.runAndEnd(d, true)
-	check(bad, flows.FlowFailed)
+	check(bad, store.FlowFailed)
 
 	cancelled := f.flow()
 	f.member(cancelled)
-	if _, err := flows.Cancel(f.ctx, f.pool, cancelled.ID, flows.CancelAll, ""); err != nil {
+	if _, err := flows.Cancel(f.ctx, f.pool, cancelled.ID, store.CancelAll, ""); err != nil {
 		t.Fatal(err)
 	}
-	check(cancelled, flows.FlowCancelled)
+	check(cancelled, store.FlowCancelled)
 
 	// Members ending concurrently: the last one to commit finishes the flow.
 	race := f.flow()
@@ -224,5 +225,5 @@ func TestFlowCompletion(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	check(race, flows.FlowCompleted)
+	check(race, store.FlowCompleted)
 }

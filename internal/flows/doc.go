@@ -13,5 +13,5 @@
 //
 // Lock order, everywhere: edge groups (by downstream id), then edges, then
 // executions (by partition and id), then flows. Deadlocks the order cannot
-// rule out are retried by leases.InTx.
+// rule out are retried by store.InTx.
 package flows

@@ -11,17 +11,7 @@ import (
 
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
-	"github.com/flowfabric/ffd/internal/leases"
-)
-
-// EdgeState is an edge's state.
-type EdgeState string
-
-// Edge states.
-const (
-	EdgeStaged   EdgeState = "staged"
-	EdgeApplied  EdgeState = "applied"
-	EdgeResolved EdgeState = "resolved"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // DefaultDependencyKind is an edge's kind unless given.
@@ -35,7 +25,7 @@ type Edge struct {
 	Downstream      ident.ExecutionID
 	DependencyKind  string
 	DataPassingRef  string
-	State           EdgeState
+	State           store.EdgeState
 	ResolvedOutcome string
 	CreatedAt       time.Time
 	AppliedAt       *time.Time
@@ -54,7 +44,7 @@ func scanEdge(row pgx.Row) (*Edge, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.Upstream.Partition, e.Downstream.Partition, e.State = part, part, EdgeState(state)
+	e.Upstream.Partition, e.Downstream.Partition, e.State = part, part, store.EdgeState(state)
 	return &e, nil
 }
 
@@ -81,7 +71,7 @@ type StageResult struct {
 // on the flow's graph revision; refuses self edges, executions outside the
 // flow, terminal flows, duplicates (a conflict carrying the existing edge)
 // and edges that would close a cycle. A refusal writes nothing.
-func Stage(ctx context.Context, db leases.DB, p StageParams) (*StageResult, error) {
+func Stage(ctx context.Context, db store.DB, p StageParams) (*StageResult, error) {
 	if p.Upstream == p.Downstream {
 		return nil, fault.Invalid(fault.KindInvalidValue, "downstream_id", p.Downstream.String(), "an edge cannot join an execution to itself")
 	}
@@ -101,7 +91,7 @@ func Stage(ctx context.Context, db leases.DB, p StageParams) (*StageResult, erro
 		return nil, fault.Invalid(fault.KindTooLarge, "dependency_kind", p.DependencyKind, "dependency_kind at most 64 bytes, data_passing_ref at most 1024")
 	}
 	var res *StageResult
-	err := leases.InTx(ctx, db, func(tx pgx.Tx) error {
+	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		var rev int64
 		err := tx.QueryRow(ctx, `UPDATE ff_flow SET graph_revision = graph_revision + 1, edge_count = edge_count + 1,
 				updated_at = now()
@@ -112,7 +102,7 @@ func Stage(ctx context.Context, db leases.DB, p StageParams) (*StageResult, erro
 			switch {
 			case err != nil:
 				return err
-			case f.State != FlowOpen:
+			case f.State != store.FlowOpen:
 				return &fault.AlreadyTerminalError{Object: "flow", ID: p.FlowID.String(), State: string(f.State)}
 			default:
 				return &fault.StaleRevisionError{FlowID: p.FlowID.String(), Expected: p.ExpectedRevision, Current: f.GraphRevision}
@@ -210,10 +200,10 @@ type ApplyResult struct {
 // blocked. If the upstream has already finished, the edge resolves at once
 // from its outcome. Idempotent. Refused for a running or terminal
 // downstream, a decided group, or a flow that is not open.
-func Apply(ctx context.Context, db leases.DB, flowID, edgeID uuid.UUID) (*ApplyResult, error) {
+func Apply(ctx context.Context, db store.DB, flowID, edgeID uuid.UUID) (*ApplyResult, error) {
 	part := ident.Partition(flowID)
 	var res *ApplyResult
-	err := leases.InTx(ctx, db, func(tx pgx.Tx) error {
+	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		edge, err := DescribeEdge(ctx, tx, flowID, edgeID)
 		if err != nil {
 			return err
@@ -233,11 +223,11 @@ func Apply(ctx context.Context, db leases.DB, flowID, edgeID uuid.UUID) (*ApplyR
 			part, flowID, edgeID).Scan(&state); err != nil {
 			return err
 		}
-		if state != string(EdgeStaged) {
+		if state != string(store.EdgeStaged) {
 			res = &ApplyResult{AlreadyApplied: true, Unsatisfied: group.Unsatisfied(), Group: *group}
 			return nil
 		}
-		if group.Decision != Pending {
+		if group.Decision != store.Pending {
 			return &fault.ConflictError{Object: "edge group", ID: edge.Downstream.String(), Reason: "the group has already decided (" + string(group.Decision) + ")", Existing: *group}
 		}
 		// Executions in id order. The upstream's state is read under its row
@@ -250,7 +240,7 @@ func Apply(ctx context.Context, db leases.DB, flowID, edgeID uuid.UUID) (*ApplyR
 		if err != nil {
 			return err
 		}
-		states := map[uuid.UUID]leases.State{}
+		states := map[uuid.UUID]store.State{}
 		for rows.Next() {
 			var id uuid.UUID
 			var s string
@@ -258,7 +248,7 @@ func Apply(ctx context.Context, db leases.DB, flowID, edgeID uuid.UUID) (*ApplyR
 				rows.Close()
 				return err
 			}
-			states[id] = leases.State(s)
+			states[id] = store.State(s)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -268,7 +258,7 @@ func Apply(ctx context.Context, db leases.DB, flowID, edgeID uuid.UUID) (*ApplyR
 		switch {
 		case down.Terminal():
 			return &fault.AlreadyTerminalError{Object: "execution", ID: edge.Downstream.String(), State: string(down)}
-		case down == leases.StateRunning:
+		case down == store.StateRunning:
 			return &fault.ConflictError{Object: "execution", ID: edge.Downstream.String(), Reason: "the downstream is already running; apply edges before it can be claimed"}
 		}
 		if _, err := openFlowForShare(ctx, tx, flowID); err != nil {
@@ -282,7 +272,7 @@ func Apply(ctx context.Context, db leases.DB, flowID, edgeID uuid.UUID) (*ApplyR
 			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`, part, flowID, edge.Downstream.UUID); err != nil {
 			return err
 		}
-		if down == leases.StatePending {
+		if down == store.StatePending {
 			if _, err := tx.Exec(ctx, `UPDATE ff_execution SET state = 'blocked'
 				WHERE partition_key = $1 AND execution_id = $2 AND state = 'pending'`, part, edge.Downstream.UUID); err != nil {
 				return err
@@ -310,8 +300,8 @@ func Apply(ctx context.Context, db leases.DB, flowID, edgeID uuid.UUID) (*ApplyR
 }
 
 // OutcomeOf is the completion outcome of a terminal execution state.
-func OutcomeOf(s leases.State) string {
-	if s == leases.StateCompleted {
+func OutcomeOf(s store.State) string {
+	if s == store.StateCompleted {
 		return "success"
 	}
 	return string(s)
@@ -320,7 +310,7 @@ func OutcomeOf(s leases.State) string {
 // SetPolicy sets the join policy of a downstream (set_edge_group_policy).
 // Allowed only before the first edge into that downstream is staged;
 // restating the policy it has is a no-op success (alreadySet).
-func SetPolicy(ctx context.Context, db leases.DB, flowID uuid.UUID, downstream ident.ExecutionID, p Policy) (alreadySet bool, err error) {
+func SetPolicy(ctx context.Context, db store.DB, flowID uuid.UUID, downstream ident.ExecutionID, p Policy) (alreadySet bool, err error) {
 	if err := p.Normalize(); err != nil {
 		return false, err
 	}
@@ -330,14 +320,14 @@ func SetPolicy(ctx context.Context, db leases.DB, flowID uuid.UUID, downstream i
 	}
 	var k *int
 	var onSat *string
-	if p.Kind == Quorum {
+	if p.Kind == store.Quorum {
 		k = &p.K
 	}
-	if p.Kind != AllOf {
+	if p.Kind != store.AllOf {
 		s := string(p.OnSatisfied)
 		onSat = &s
 	}
-	err = leases.InTx(ctx, db, func(tx pgx.Tx) error {
+	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
 		// Unlocked checks first, so that a missing flow or a non-member is
 		// reported as such rather than as a foreign-key violation.
 		if _, err := Get(ctx, tx, flowID); err != nil {
@@ -410,7 +400,7 @@ const (
 
 // ListEdges lists the edges into (Incoming) or out of (Outgoing) one
 // member, by edge id.
-func ListEdges(ctx context.Context, db leases.DB, flowID uuid.UUID, node ident.ExecutionID, dir Direction) ([]*Edge, error) {
+func ListEdges(ctx context.Context, db store.DB, flowID uuid.UUID, node ident.ExecutionID, dir Direction) ([]*Edge, error) {
 	col := "upstream_id"
 	switch dir {
 	case Outgoing:
@@ -433,7 +423,7 @@ func ListEdges(ctx context.Context, db leases.DB, flowID uuid.UUID, node ident.E
 }
 
 // DescribeEdge reads one edge.
-func DescribeEdge(ctx context.Context, db leases.DB, flowID, edgeID uuid.UUID) (*Edge, error) {
+func DescribeEdge(ctx context.Context, db store.DB, flowID, edgeID uuid.UUID) (*Edge, error) {
 	e, err := scanEdge(db.QueryRow(ctx, `SELECT `+edgeColumns+` FROM ff_edge e
 		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.edge_id = $3`, ident.Partition(flowID), flowID, edgeID))
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -14,17 +14,7 @@ import (
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
-)
-
-// FlowState is a flow's state.
-type FlowState string
-
-// Flow states.
-const (
-	FlowOpen      FlowState = "open"
-	FlowCompleted FlowState = "completed"
-	FlowFailed    FlowState = "failed"
-	FlowCancelled FlowState = "cancelled"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Flow is one flow row, with its edge groups when described.
@@ -33,11 +23,11 @@ type Flow struct {
 	Partition          int16
 	Namespace          string
 	Kind               string
-	State              FlowState
+	State              store.FlowState
 	GraphRevision      int64
 	NodeCount          int
 	EdgeCount          int
-	CancellationPolicy CancelPolicy
+	CancellationPolicy store.CancelPolicy
 	CancelReason       string
 	CancelledMembers   []ident.ExecutionID
 	Tags               map[string]any
@@ -53,7 +43,7 @@ type EdgeGroup struct {
 	Downstream    ident.ExecutionID
 	Policy        Policy
 	Counts        Counts
-	Decision      Decision
+	Decision      store.Decision
 	DecidedAt     *time.Time
 	CancelMembers []ident.ExecutionID
 }
@@ -61,14 +51,14 @@ type EdgeGroup struct {
 // Unsatisfied is how many more successes the group needs (0 once it has
 // them or has decided).
 func (g EdgeGroup) Unsatisfied() int {
-	if g.Decision != Pending {
+	if g.Decision != store.Pending {
 		return 0
 	}
 	need := g.Counts.Total
 	switch g.Policy.Kind {
-	case AnyOf:
+	case store.AnyOf:
 		need = 1
-	case Quorum:
+	case store.Quorum:
 		need = g.Policy.K
 	}
 	return max(0, need-g.Counts.Success)
@@ -87,7 +77,7 @@ func scanFlow(row pgx.Row) (*Flow, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.State, f.CancellationPolicy = FlowState(state), CancelPolicy(policy)
+	f.State, f.CancellationPolicy = store.FlowState(state), store.CancelPolicy(policy)
 	f.CancelledMembers = idsOn(f.Partition, members)
 	return &f, nil
 }
@@ -134,7 +124,7 @@ func (p *CreateFlowParams) normalize() error {
 
 // CreateFlow creates an open flow on its own partition. A repeat with the
 // same id returns the existing flow and alreadyExists = true.
-func CreateFlow(ctx context.Context, db leases.DB, p CreateFlowParams) (f *Flow, alreadyExists bool, err error) {
+func CreateFlow(ctx context.Context, db store.DB, p CreateFlowParams) (f *Flow, alreadyExists bool, err error) {
 	if err := p.normalize(); err != nil {
 		return nil, false, err
 	}
@@ -154,7 +144,7 @@ func CreateFlow(ctx context.Context, db leases.DB, p CreateFlowParams) (f *Flow,
 }
 
 // Get reads a flow without its groups.
-func Get(ctx context.Context, db leases.DB, id uuid.UUID) (*Flow, error) {
+func Get(ctx context.Context, db store.DB, id uuid.UUID) (*Flow, error) {
 	f, err := scanFlow(db.QueryRow(ctx, `SELECT `+flowColumns+` FROM ff_flow f
 		WHERE f.partition_key = $1 AND f.flow_id = $2`, ident.Partition(id), id))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -167,7 +157,7 @@ func Get(ctx context.Context, db leases.DB, id uuid.UUID) (*Flow, error) {
 }
 
 // Describe reads a flow with every edge group and its counters.
-func Describe(ctx context.Context, db leases.DB, id uuid.UUID) (*Flow, error) {
+func Describe(ctx context.Context, db store.DB, id uuid.UUID) (*Flow, error) {
 	f, err := Get(ctx, db, id)
 	if err != nil {
 		return nil, err
@@ -199,7 +189,7 @@ func scanGroup(row pgx.Row) (*EdgeGroup, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.Policy.Kind, g.Policy.OnSatisfied, g.Decision = PolicyKind(policy), OnSatisfied(onSat), Decision(decision)
+	g.Policy.Kind, g.Policy.OnSatisfied, g.Decision = store.PolicyKind(policy), store.OnSatisfied(onSat), store.Decision(decision)
 	g.CancelMembers = idsOn(g.Downstream.Partition, members)
 	return &g, nil
 }
@@ -212,10 +202,10 @@ const (
 
 // ListParams pages through flows in id (creation) order.
 type ListParams struct {
-	Namespace string     // default: every namespace
-	State     FlowState  // default: every state
-	After     *uuid.UUID // cursor: the previous page's Next
-	Limit     int        // 1..MaxListLimit; 0 means DefaultListLimit; more is a ValidationError
+	Namespace string          // default: every namespace
+	State     store.FlowState // default: every state
+	After     *uuid.UUID      // cursor: the previous page's Next
+	Limit     int             // 1..MaxListLimit; 0 means DefaultListLimit; more is a ValidationError
 }
 
 // ListPage is one page; Next is nil on the last.
@@ -225,14 +215,14 @@ type ListPage struct {
 }
 
 // List pages through flows by keyset on the flow id.
-func List(ctx context.Context, db leases.DB, p ListParams) (*ListPage, error) {
+func List(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
 	if p.Namespace != "" {
 		if err := leases.ValidateName("namespace", p.Namespace); err != nil {
 			return nil, err
 		}
 	}
 	switch p.State {
-	case "", FlowOpen, FlowCompleted, FlowFailed, FlowCancelled:
+	case "", store.FlowOpen, store.FlowCompleted, store.FlowFailed, store.FlowCancelled:
 	default:
 		return nil, fault.Invalid(fault.KindInvalidValue, "state", string(p.State), "want open, completed, failed or cancelled")
 	}
@@ -283,7 +273,7 @@ func openFlowForShare(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Flow, erro
 	if err != nil {
 		return nil, fmt.Errorf("read flow %s: %w", id, err)
 	}
-	if f.State != FlowOpen {
+	if f.State != store.FlowOpen {
 		return nil, &fault.AlreadyTerminalError{Object: "flow", ID: id.String(), State: string(f.State)}
 	}
 	return f, nil

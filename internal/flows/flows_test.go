@@ -16,6 +16,7 @@ import (
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/invariant"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -110,7 +111,7 @@ func (f *fixture) runAndEnd(id ident.ExecutionID, succeed bool) {
 	}
 }
 
-func (f *fixture) state(id ident.ExecutionID) leases.State {
+func (f *fixture) state(id ident.ExecutionID) store.State {
 	f.t.Helper()
 	x, err := leases.Get(f.ctx, f.pool, id)
 	if err != nil {
@@ -146,7 +147,7 @@ func TestCreateFlowIdempotent(t *testing.T) {
 	f := setup(t)
 	id := ident.NewUUID()
 	a, existed, err := flows.CreateFlow(f.ctx, f.pool, flows.CreateFlowParams{ID: id, Namespace: "ns", Kind: "etl"})
-	if err != nil || existed || a.State != flows.FlowOpen || a.Partition != ident.Partition(id) {
+	if err != nil || existed || a.State != store.FlowOpen || a.Partition != ident.Partition(id) {
 		t.Fatalf("create: %+v existed=%v err=%v", a, existed, err)
 	}
 	b, existed, err := flows.CreateFlow(f.ctx, f.pool, flows.CreateFlowParams{ID: id, Namespace: "ns", Kind: "etl"})
@@ -215,7 +216,7 @@ func TestAddExecution(t *testing.T) {
 		t.Fatalf("missing execution: %v, want not found", err)
 	}
 	// Terminal flow.
-	if _, err := flows.Cancel(f.ctx, f.pool, fl.ID, flows.CancelFlowOnly, ""); err != nil {
+	if _, err := flows.Cancel(f.ctx, f.pool, fl.ID, store.CancelFlowOnly, ""); err != nil {
 		t.Fatal(err)
 	}
 	var te *fault.AlreadyTerminalError
@@ -279,7 +280,7 @@ func TestStageRefusals(t *testing.T) {
 		t.Fatalf("duplicate id: %v, want a conflict carrying edge %s", err, e.ID)
 	}
 	// Terminal flow.
-	if _, err := flows.Cancel(f.ctx, f.pool, fl.ID, flows.CancelFlowOnly, ""); err != nil {
+	if _, err := flows.Cancel(f.ctx, f.pool, fl.ID, store.CancelFlowOnly, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: b, Downstream: c, ExpectedRevision: f.revision(fl)}); !errors.Is(err, fault.ErrAlreadyTerminal) {
@@ -393,14 +394,14 @@ func TestApply(t *testing.T) {
 	fl := f.flow()
 	a, b, d := f.member(fl), f.member(fl), f.member(fl)
 	e1, e2 := f.stage(fl, a, d), f.stage(fl, b, d)
-	if f.state(d) != leases.StatePending {
+	if f.state(d) != store.StatePending {
 		t.Fatal("staging alone must not block the downstream")
 	}
 	r1, err := flows.Apply(f.ctx, f.pool, fl.ID, e1.ID)
 	if err != nil || r1.AlreadyApplied || r1.Unsatisfied != 1 || r1.Group.Counts.Total != 1 {
 		t.Fatalf("apply e1: %+v %v; want unsatisfied 1", r1, err)
 	}
-	if f.state(d) != leases.StateBlocked {
+	if f.state(d) != store.StateBlocked {
 		t.Fatalf("downstream %s after apply, want blocked", f.state(d))
 	}
 	r2, err := flows.Apply(f.ctx, f.pool, fl.ID, e2.ID)
@@ -425,7 +426,7 @@ func TestApply(t *testing.T) {
 	if _, err := flows.Apply(f.ctx, f.pool, fl.ID, eRun.ID); !errors.Is(err, fault.ErrConflict) {
 		t.Fatalf("apply to running downstream: %v, want conflict", err)
 	}
-	if got := f.graphRows(fl); got != before || f.state(y) != leases.StateRunning {
+	if got := f.graphRows(fl); got != before || f.state(y) != store.StateRunning {
 		t.Fatalf("refused apply changed something")
 	}
 }
@@ -445,12 +446,12 @@ func TestApplyRefusedForTerminalDownstreamAndDecidedGroup(t *testing.T) {
 	// Decided group: any_of satisfied by a finished upstream, then another edge.
 	fl2 := f.flow()
 	u1, u2, down := f.member(fl2), f.member(fl2), f.member(fl2)
-	if _, err := flows.SetPolicy(f.ctx, f.pool, fl2.ID, down, flows.Policy{Kind: flows.AnyOf}); err != nil {
+	if _, err := flows.SetPolicy(f.ctx, f.pool, fl2.ID, down, flows.Policy{Kind: store.AnyOf}); err != nil {
 		t.Fatal(err)
 	}
 	f.runAndEnd(u1, true)
 	e1, e2 := f.stage(fl2, u1, down), f.stage(fl2, u2, down)
-	if r, err := flows.Apply(f.ctx, f.pool, fl2.ID, e1.ID); err != nil || r.Group.Decision != flows.Satisfied {
+	if r, err := flows.Apply(f.ctx, f.pool, fl2.ID, e1.ID); err != nil || r.Group.Decision != store.Satisfied {
 		t.Fatalf("apply from finished upstream: %+v %v", r, err)
 	}
 	var ce *fault.ConflictError
@@ -467,15 +468,15 @@ func TestApplyToFinishedUpstream(t *testing.T) {
 		name     string
 		policy   flows.Policy
 		succeed  bool
-		decision flows.Decision
-		state    leases.State
+		decision store.Decision
+		state    store.State
 	}{
-		{"all_of completed", flows.Policy{Kind: flows.AllOf}, true, flows.Satisfied, leases.StatePending},
-		{"all_of failed", flows.Policy{Kind: flows.AllOf}, false, flows.Impossible, leases.StateSkipped},
-		{"any_of completed", flows.Policy{Kind: flows.AnyOf}, true, flows.Satisfied, leases.StatePending},
-		{"any_of failed", flows.Policy{Kind: flows.AnyOf}, false, flows.Impossible, leases.StateSkipped},
-		{"quorum 1 completed", flows.Policy{Kind: flows.Quorum, K: 1}, true, flows.Satisfied, leases.StatePending},
-		{"quorum 1 failed", flows.Policy{Kind: flows.Quorum, K: 1}, false, flows.Impossible, leases.StateSkipped},
+		{"all_of completed", flows.Policy{Kind: store.AllOf}, true, store.Satisfied, store.StatePending},
+		{"all_of failed", flows.Policy{Kind: store.AllOf}, false, store.Impossible, store.StateSkipped},
+		{"any_of completed", flows.Policy{Kind: store.AnyOf}, true, store.Satisfied, store.StatePending},
+		{"any_of failed", flows.Policy{Kind: store.AnyOf}, false, store.Impossible, store.StateSkipped},
+		{"quorum 1 completed", flows.Policy{Kind: store.Quorum, K: 1}, true, store.Satisfied, store.StatePending},
+		{"quorum 1 failed", flows.Policy{Kind: store.Quorum, K: 1}, false, store.Impossible, store.StateSkipped},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -500,10 +501,10 @@ func TestApplyToFinishedUpstream(t *testing.T) {
 			if !tt.succeed {
 				want = "failed"
 			}
-			if edge.State != flows.EdgeResolved || edge.ResolvedOutcome != want {
+			if edge.State != store.EdgeResolved || edge.ResolvedOutcome != want {
 				t.Fatalf("edge %s %q, want resolved %s", edge.State, edge.ResolvedOutcome, want)
 			}
-			if tt.state == leases.StateSkipped {
+			if tt.state == store.StateSkipped {
 				if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'skipped'`, down.UUID); n != 1 {
 					t.Fatalf("%d skipped events, want 1", n)
 				}
@@ -517,13 +518,13 @@ func TestSetPolicy(t *testing.T) {
 	f := setup(t)
 	fl := f.flow()
 	a, d := f.member(fl), f.member(fl)
-	bad := []flows.Policy{{Kind: flows.Quorum, K: 0}, {Kind: "most_of"}, {Kind: flows.AllOf, K: 2}, {Kind: flows.AnyOf, OnSatisfied: "explode"}, {Kind: flows.AllOf, OnSatisfied: flows.LetRun}}
+	bad := []flows.Policy{{Kind: store.Quorum, K: 0}, {Kind: "most_of"}, {Kind: store.AllOf, K: 2}, {Kind: store.AnyOf, OnSatisfied: "explode"}, {Kind: store.AllOf, OnSatisfied: store.LetRun}}
 	for _, p := range bad {
 		if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, p); !errors.Is(err, fault.ErrValidation) {
 			t.Errorf("policy %+v: %v, want validation error", p, err)
 		}
 	}
-	q := flows.Policy{Kind: flows.Quorum, K: 2, OnSatisfied: flows.CancelRemaining}
+	q := flows.Policy{Kind: store.Quorum, K: 2, OnSatisfied: store.CancelRemaining}
 	if already, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, q); err != nil || already {
 		t.Fatalf("set: %v %v", already, err)
 	}
@@ -531,18 +532,18 @@ func TestSetPolicy(t *testing.T) {
 		t.Fatalf("restate: %v %v; want a no-op success", already, err)
 	}
 	// Changing before any edge is staged is allowed.
-	if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, flows.Policy{Kind: flows.AnyOf}); err != nil {
+	if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, flows.Policy{Kind: store.AnyOf}); err != nil {
 		t.Fatal(err)
 	}
 	f.stage(fl, a, d)
 	if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, q); !errors.Is(err, fault.ErrConflict) {
 		t.Fatalf("set after staging: %v, want conflict", err)
 	}
-	if already, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, flows.Policy{Kind: flows.AnyOf}); err != nil || !already {
+	if already, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, flows.Policy{Kind: store.AnyOf}); err != nil || !already {
 		t.Fatalf("restate after staging: %v %v; want a no-op success", already, err)
 	}
 	desc, err := flows.Describe(f.ctx, f.pool, fl.ID)
-	if err != nil || len(desc.Groups) != 1 || desc.Groups[0].Policy.Kind != flows.AnyOf || desc.Groups[0].Policy.OnSatisfied != flows.LetRun {
+	if err != nil || len(desc.Groups) != 1 || desc.Groups[0].Policy.Kind != store.AnyOf || desc.Groups[0].Policy.OnSatisfied != store.LetRun {
 		t.Fatalf("describe: %+v %v", desc, err)
 	}
 }
@@ -598,7 +599,7 @@ func TestListsAndDescribe(t *testing.T) {
 		t.Fatalf("bad direction: %v", err)
 	}
 	e, err := flows.DescribeEdge(f.ctx, f.pool, fl.ID, eab.ID)
-	if err != nil || e.Upstream != a || e.Downstream != b || e.State != flows.EdgeStaged || e.DependencyKind != flows.DefaultDependencyKind {
+	if err != nil || e.Upstream != a || e.Downstream != b || e.State != store.EdgeStaged || e.DependencyKind != flows.DefaultDependencyKind {
 		t.Fatalf("describe edge: %+v %v", e, err)
 	}
 	desc, err := flows.Describe(f.ctx, f.pool, fl.ID)

@@ -11,6 +11,7 @@ import (
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // AddResult is what AddExecution did.
@@ -25,7 +26,7 @@ type AddResult struct {
 // (AlreadyTerminalError: it could never finish the flow), a terminal flow,
 // a missing flow or execution, and an execution minted on another
 // partition than the flow's (members share the flow's partition).
-func AddExecution(ctx context.Context, db leases.DB, flowID uuid.UUID, id ident.ExecutionID) (*AddResult, error) {
+func AddExecution(ctx context.Context, db store.DB, flowID uuid.UUID, id ident.ExecutionID) (*AddResult, error) {
 	if err := leases.ValidateID("execution_id", id); err != nil {
 		return nil, err
 	}
@@ -34,7 +35,7 @@ func AddExecution(ctx context.Context, db leases.DB, flowID uuid.UUID, id ident.
 			fmt.Sprintf("minted on partition %d, but flow %s lives on partition %d; create members with the flow id so they are minted there", id.Partition, flowID, part))
 	}
 	var res *AddResult
-	err := leases.InTx(ctx, db, func(tx pgx.Tx) error {
+	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		var member *uuid.UUID
 		var state string
 		err := tx.QueryRow(ctx, `SELECT flow_id, state FROM ff_execution WHERE partition_key = $1 AND execution_id = $2 FOR NO KEY UPDATE`,
@@ -59,7 +60,7 @@ func AddExecution(ctx context.Context, db leases.DB, flowID uuid.UUID, id ident.
 		// A finished execution would be a member that can never end the
 		// flow: the flow finishes when its last live member ends, and this
 		// one ended before it joined. Refuse rather than strand the flow.
-		if leases.State(state).Terminal() {
+		if store.State(state).Terminal() {
 			return &fault.AlreadyTerminalError{Object: "execution", ID: id.String(), State: state}
 		}
 		if _, err := tx.Exec(ctx, `UPDATE ff_execution SET flow_id = $3 WHERE partition_key = $1 AND execution_id = $2`,
@@ -82,10 +83,10 @@ func AddExecution(ctx context.Context, db leases.DB, flowID uuid.UUID, id ident.
 
 // CreateMember creates an execution minted on the flow's partition as a
 // member of the flow, in one transaction.
-func CreateMember(ctx context.Context, db leases.DB, lim leases.Limits, flowID uuid.UUID, p leases.CreateParams) (x *leases.Execution, existed bool, err error) {
+func CreateMember(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.UUID, p leases.CreateParams) (x *leases.Execution, existed bool, err error) {
 	part := ident.Partition(flowID)
 	p.FlowID, p.Partition = &flowID, &part
-	err = leases.InTx(ctx, db, func(tx pgx.Tx) error {
+	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
 		if _, err := openFlowForUpdate(ctx, tx, flowID); err != nil {
 			return err
 		}
@@ -120,7 +121,7 @@ func openFlowForUpdate(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Flow, err
 	if err != nil {
 		return nil, fmt.Errorf("lock flow %s: %w", id, err)
 	}
-	if f.State != FlowOpen {
+	if f.State != store.FlowOpen {
 		return nil, &fault.AlreadyTerminalError{Object: "flow", ID: id.String(), State: string(f.State)}
 	}
 	return f, nil

@@ -1,36 +1,40 @@
 package flows
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/flowfabric/ffd/internal/store"
+)
 
 func TestEvaluate(t *testing.T) {
 	t.Parallel()
-	allOf, anyOf := Policy{Kind: AllOf}, Policy{Kind: AnyOf, OnSatisfied: LetRun}
-	q2 := Policy{Kind: Quorum, K: 2, OnSatisfied: LetRun}
-	q3 := Policy{Kind: Quorum, K: 3, OnSatisfied: CancelRemaining}
+	allOf, anyOf := Policy{Kind: store.AllOf}, Policy{Kind: store.AnyOf, OnSatisfied: store.LetRun}
+	q2 := Policy{Kind: store.Quorum, K: 2, OnSatisfied: store.LetRun}
+	q3 := Policy{Kind: store.Quorum, K: 3, OnSatisfied: store.CancelRemaining}
 	tests := []struct {
 		p    Policy
 		c    Counts
-		want Decision
+		want store.Decision
 	}{
-		{allOf, Counts{Total: 0}, Pending},
-		{allOf, Counts{Total: 3, Success: 2}, Pending},
-		{allOf, Counts{Total: 3, Success: 3}, Satisfied},
-		{allOf, Counts{Total: 3, Success: 2, Fail: 1}, Impossible},
-		{allOf, Counts{Total: 3, Skip: 1}, Impossible},
-		{anyOf, Counts{Total: 3}, Pending},
-		{anyOf, Counts{Total: 3, Success: 1}, Satisfied},
-		{anyOf, Counts{Total: 3, Fail: 2}, Pending},
-		{anyOf, Counts{Total: 3, Fail: 2, Skip: 1}, Impossible},
-		{anyOf, Counts{Total: 3, Fail: 2, Success: 1}, Satisfied},
-		{q2, Counts{Total: 3, Success: 1}, Pending},
-		{q2, Counts{Total: 3, Success: 2}, Satisfied},
-		{q2, Counts{Total: 3, Success: 1, Fail: 1}, Pending},
-		{q2, Counts{Total: 3, Fail: 2}, Impossible},
-		{q2, Counts{Total: 3, Success: 1, Fail: 1, Skip: 1}, Impossible},
-		{q3, Counts{Total: 5, Fail: 2}, Pending},
-		{q3, Counts{Total: 5, Fail: 3}, Impossible},
-		{q3, Counts{Total: 5, Success: 3, Fail: 2}, Satisfied},
-		{q3, Counts{Total: 2}, Impossible},
+		{allOf, Counts{Total: 0}, store.Pending},
+		{allOf, Counts{Total: 3, Success: 2}, store.Pending},
+		{allOf, Counts{Total: 3, Success: 3}, store.Satisfied},
+		{allOf, Counts{Total: 3, Success: 2, Fail: 1}, store.Impossible},
+		{allOf, Counts{Total: 3, Skip: 1}, store.Impossible},
+		{anyOf, Counts{Total: 3}, store.Pending},
+		{anyOf, Counts{Total: 3, Success: 1}, store.Satisfied},
+		{anyOf, Counts{Total: 3, Fail: 2}, store.Pending},
+		{anyOf, Counts{Total: 3, Fail: 2, Skip: 1}, store.Impossible},
+		{anyOf, Counts{Total: 3, Fail: 2, Success: 1}, store.Satisfied},
+		{q2, Counts{Total: 3, Success: 1}, store.Pending},
+		{q2, Counts{Total: 3, Success: 2}, store.Satisfied},
+		{q2, Counts{Total: 3, Success: 1, Fail: 1}, store.Pending},
+		{q2, Counts{Total: 3, Fail: 2}, store.Impossible},
+		{q2, Counts{Total: 3, Success: 1, Fail: 1, Skip: 1}, store.Impossible},
+		{q3, Counts{Total: 5, Fail: 2}, store.Pending},
+		{q3, Counts{Total: 5, Fail: 3}, store.Impossible},
+		{q3, Counts{Total: 5, Success: 3, Fail: 2}, store.Satisfied},
+		{q3, Counts{Total: 2}, store.Impossible},
 	}
 	for _, tt := range tests {
 		if got := Evaluate(tt.p, tt.c); got != tt.want {
@@ -49,8 +53,8 @@ func FuzzEvaluate(f *testing.F) {
 	f.Add(uint8(2), uint8(3), uint8(5), uint8(0), uint8(3), uint8(0), uint8(1))
 	f.Add(uint8(1), uint8(0), uint8(4), uint8(0), uint8(2), uint8(2), uint8(0))
 	f.Fuzz(func(t *testing.T, kind, k, total, success, fail, skip, more uint8) {
-		p := Policy{Kind: []PolicyKind{AllOf, AnyOf, Quorum}[kind%3]}
-		if p.Kind == Quorum {
+		p := Policy{Kind: []store.PolicyKind{store.AllOf, store.AnyOf, store.Quorum}[kind%3]}
+		if p.Kind == store.Quorum {
 			p.K = int(k%16) + 1
 		}
 		c := Counts{Total: int(total%32) + 1}
@@ -74,7 +78,7 @@ func FuzzEvaluate(f *testing.F) {
 				c.Skip++
 			}
 			next := Evaluate(p, c)
-			if d != Pending && next != d {
+			if d != store.Pending && next != d {
 				t.Fatalf("%v: decided %s, then %s after one more resolution (%+v)", p, d, next, c)
 			}
 			d = next
@@ -82,11 +86,11 @@ func FuzzEvaluate(f *testing.F) {
 		if c.Success+c.Fail+c.Skip > c.Total {
 			t.Fatalf("counts exceed total: %+v", c)
 		}
-		if c.Success+c.Fail+c.Skip == c.Total && Evaluate(p, c) == Pending {
+		if c.Success+c.Fail+c.Skip == c.Total && Evaluate(p, c) == store.Pending {
 			t.Fatalf("%v: every edge resolved (%+v) but still pending", p, c)
 		}
-		sat := (p.Kind == AllOf && c.Success == c.Total) || (p.Kind == AnyOf && c.Success >= 1) || (p.Kind == Quorum && c.Success >= p.K)
-		imp := (p.Kind == AllOf && c.Fail+c.Skip > 0) || (p.Kind == AnyOf && c.Fail+c.Skip == c.Total) || (p.Kind == Quorum && c.Total-c.Fail-c.Skip < p.K)
+		sat := (p.Kind == store.AllOf && c.Success == c.Total) || (p.Kind == store.AnyOf && c.Success >= 1) || (p.Kind == store.Quorum && c.Success >= p.K)
+		imp := (p.Kind == store.AllOf && c.Fail+c.Skip > 0) || (p.Kind == store.AnyOf && c.Fail+c.Skip == c.Total) || (p.Kind == store.Quorum && c.Total-c.Fail-c.Skip < p.K)
 		if sat && imp {
 			t.Fatalf("%v at %+v: both satisfied and impossible", p, c)
 		}

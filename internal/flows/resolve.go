@@ -10,6 +10,7 @@ import (
 
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Resolution is an upstream's terminal outcome to resolve its applied
@@ -24,7 +25,7 @@ type Resolution struct {
 type Decided struct {
 	FlowID     uuid.UUID
 	Downstream ident.ExecutionID
-	Decision   Decision
+	Decision   store.Decision
 	Policy     Policy
 }
 
@@ -80,7 +81,7 @@ func Resolve(ctx context.Context, tx pgx.Tx, rs []Resolution) (*ResolveResult, e
 		flow, down uuid.UUID
 		policy     Policy
 		counts     Counts
-		decision   Decision
+		decision   store.Decision
 	}
 	var groups []moved
 	for rows.Next() {
@@ -92,7 +93,7 @@ func Resolve(ctx context.Context, tx pgx.Tx, rs []Resolution) (*ResolveResult, e
 			rows.Close()
 			return nil, fmt.Errorf("resolve edges: %w", err)
 		}
-		m.policy.Kind, m.policy.OnSatisfied, m.decision = PolicyKind(kind), OnSatisfied(onSat), Decision(decision)
+		m.policy.Kind, m.policy.OnSatisfied, m.decision = store.PolicyKind(kind), store.OnSatisfied(onSat), store.Decision(decision)
 		res.EdgesResolved += nRes
 		res.ByOutcome["success"] += nSucc
 		res.ByOutcome["failed"] += nFail
@@ -111,23 +112,23 @@ func Resolve(ctx context.Context, tx pgx.Tx, rs []Resolution) (*ResolveResult, e
 	var ready, cancelParts []int16
 	var readyIDs, cancelFlows, cancelDowns []uuid.UUID
 	for _, g := range groups {
-		if g.decision != Pending {
+		if g.decision != store.Pending {
 			continue // decided once; later resolutions only count
 		}
 		d := Evaluate(g.policy, g.counts)
-		if d == Pending {
+		if d == store.Pending {
 			continue
 		}
 		down := ident.ExecutionID{Partition: g.part, UUID: g.down}
 		res.Decided = append(res.Decided, Decided{FlowID: g.flow, Downstream: down, Decision: d, Policy: g.policy})
 		decParts, decFlows, decDowns, decisions = append(decParts, g.part), append(decFlows, g.flow), append(decDowns, g.down), append(decisions, string(d))
-		if d == Impossible {
-			skip = append(skip, leases.Ending{ID: down, State: leases.StateSkipped, Error: "dependencies can no longer be satisfied"})
+		if d == store.Impossible {
+			skip = append(skip, leases.Ending{ID: down, State: store.StateSkipped, Error: "dependencies can no longer be satisfied"})
 			continue
 		}
 		ready, readyIDs = append(ready, g.part), append(readyIDs, g.down)
 		res.Readied = append(res.Readied, down)
-		if g.policy.OnSatisfied == CancelRemaining {
+		if g.policy.OnSatisfied == store.CancelRemaining {
 			cancelParts, cancelFlows, cancelDowns = append(cancelParts, g.part), append(cancelFlows, g.flow), append(cancelDowns, g.down)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // One submit_flow is one transaction; these bound its size (a fan-out of
@@ -53,7 +54,7 @@ type Submitted struct {
 // their edges already applied. Any invalid part (unknown or duplicate ref,
 // self or duplicate edge, cycle, bad policy or execution parameters)
 // rejects the whole submission before anything is written.
-func Submit(ctx context.Context, db leases.DB, lim leases.Limits, p SubmitParams) (*Submitted, error) {
+func Submit(ctx context.Context, db store.DB, lim leases.Limits, p SubmitParams) (*Submitted, error) {
 	if err := p.Flow.normalize(); err != nil {
 		return nil, err
 	}
@@ -102,7 +103,7 @@ func Submit(ctx context.Context, db leases.DB, lim leases.Limits, p SubmitParams
 	params := make([]leases.CreateParams, len(p.Nodes))
 	policies := make([]Policy, len(p.Nodes))
 	for i, n := range p.Nodes {
-		pol := Policy{Kind: AllOf}
+		pol := Policy{Kind: store.AllOf}
 		if n.Policy != nil {
 			pol = *n.Policy
 			if indeg[i] == 0 {
@@ -112,7 +113,7 @@ func Submit(ctx context.Context, db leases.DB, lim leases.Limits, p SubmitParams
 		if err := pol.Normalize(); err != nil {
 			return nil, refine(err, n.Ref)
 		}
-		if pol.Kind == Quorum && pol.K > indeg[i] {
+		if pol.Kind == store.Quorum && pol.K > indeg[i] {
 			return nil, fault.Invalid(fault.KindOutOfRange, "k", fmt.Sprint(pol.K), fmt.Sprintf("node %s has %d incoming edges; a quorum of %d can never be met", n.Ref, indeg[i], pol.K))
 		}
 		policies[i] = pol
@@ -131,7 +132,7 @@ func Submit(ctx context.Context, db leases.DB, lim leases.Limits, p SubmitParams
 	}
 
 	var res *Submitted
-	err := leases.InTx(ctx, db, func(tx pgx.Tx) error {
+	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		f, exists, err := CreateFlow(ctx, tx, p.Flow)
 		if err != nil {
 			return err
@@ -173,11 +174,11 @@ func Submit(ctx context.Context, db leases.DB, lim leases.Limits, p SubmitParams
 			gDowns, gKinds, gTotal = append(gDowns, xs[i].ID.UUID), append(gKinds, string(pol.Kind)), append(gTotal, indeg[i])
 			var k *int
 			var on *string
-			if pol.Kind == Quorum {
+			if pol.Kind == store.Quorum {
 				kk := pol.K
 				k = &kk
 			}
-			if pol.Kind != AllOf {
+			if pol.Kind != store.AllOf {
 				s := string(pol.OnSatisfied)
 				on = &s
 			}

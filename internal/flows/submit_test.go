@@ -8,6 +8,7 @@ import (
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 func TestSubmitThousandNodes(t *testing.T) {
@@ -22,7 +23,7 @@ func TestSubmitThousandNodes(t *testing.T) {
 		p.Edges = append(p.Edges, flows.SubmitEdge{From: "root", To: ref}, flows.SubmitEdge{From: ref, To: "sink"})
 	}
 	p.Nodes = append(p.Nodes, flows.SubmitNode{Ref: "sink", Params: leases.CreateParams{Lane: "big"},
-		Policy: &flows.Policy{Kind: flows.Quorum, K: 500, OnSatisfied: flows.CancelRemaining}})
+		Policy: &flows.Policy{Kind: store.Quorum, K: 500, OnSatisfied: store.CancelRemaining}})
 	res, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, p)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +31,7 @@ func TestSubmitThousandNodes(t *testing.T) {
 	if len(res.Executions) != 1000 || res.Flow.NodeCount != 1000 || res.Flow.EdgeCount != 1996 {
 		t.Fatalf("submitted %d executions, flow %+v", len(res.Executions), res.Flow)
 	}
-	if got := res.Executions["root"].State; got != leases.StatePending {
+	if got := res.Executions["root"].State; got != store.StatePending {
 		t.Fatalf("root %s, want pending", got)
 	}
 	if n := f.count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND state = 'blocked'`, res.Flow.ID); n != 999 {
@@ -48,10 +49,10 @@ func TestSubmitThousandNodes(t *testing.T) {
 	}
 	for _, g := range desc.Groups {
 		if g.Downstream == res.Executions["sink"].ID {
-			if g.Policy.Kind != flows.Quorum || g.Policy.K != 500 || g.Counts.Total != 998 {
+			if g.Policy.Kind != store.Quorum || g.Policy.K != 500 || g.Counts.Total != 998 {
 				t.Fatalf("sink group %+v", g)
 			}
-		} else if g.Policy.Kind != flows.AllOf || g.Counts.Total != 1 {
+		} else if g.Policy.Kind != store.AllOf || g.Counts.Total != 1 {
 			t.Fatalf("middle group %+v", g)
 		}
 	}
@@ -78,10 +79,10 @@ func TestSubmitInvalidWritesNothing(t *testing.T) {
 		{"duplicate edge", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "a", To: "b"}) }, fault.KindInvalidValue},
 		{"duplicate ref", func(p *flows.SubmitParams) { p.Nodes = append(p.Nodes, node("a")) }, fault.KindInvalidValue},
 		{"empty ref", func(p *flows.SubmitParams) { p.Nodes = append(p.Nodes, node("")) }, fault.KindInvalidValue},
-		{"quorum k zero", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &flows.Policy{Kind: flows.Quorum} }, fault.KindOutOfRange},
-		{"quorum k over in-degree", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &flows.Policy{Kind: flows.Quorum, K: 2} }, fault.KindOutOfRange},
+		{"quorum k zero", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &flows.Policy{Kind: store.Quorum} }, fault.KindOutOfRange},
+		{"quorum k over in-degree", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &flows.Policy{Kind: store.Quorum, K: 2} }, fault.KindOutOfRange},
 		{"unknown policy", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &flows.Policy{Kind: "most_of"} }, fault.KindInvalidValue},
-		{"policy on a root", func(p *flows.SubmitParams) { p.Nodes[0].Policy = &flows.Policy{Kind: flows.AnyOf} }, fault.KindInvalidValue},
+		{"policy on a root", func(p *flows.SubmitParams) { p.Nodes[0].Policy = &flows.Policy{Kind: store.AnyOf} }, fault.KindInvalidValue},
 		{"bad lane", func(p *flows.SubmitParams) { p.Nodes[1].Params.Lane = "no spaces" }, fault.KindInvalidValue},
 		{"bad ttl", func(p *flows.SubmitParams) { p.Nodes[1].Params.LeaseTTL = -1 }, fault.KindOutOfRange},
 		{"no nodes", func(p *flows.SubmitParams) { p.Nodes, p.Edges = nil, nil }, fault.KindOutOfRange},

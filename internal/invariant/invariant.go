@@ -10,7 +10,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // check is one invariant as a query returning the rows that violate it.
@@ -107,17 +107,17 @@ var quiescent = []check{
 }
 
 // Check runs the invariants that hold at every commit.
-func Check(ctx context.Context, db leases.DB) error {
+func Check(ctx context.Context, db store.DB) error {
 	return run(ctx, db, always)
 }
 
 // CheckQuiescent runs Check and the invariants that hold once the cascade
 // has caught up (no event left to dispatch, no cancel group left).
-func CheckQuiescent(ctx context.Context, db leases.DB) error {
+func CheckQuiescent(ctx context.Context, db store.DB) error {
 	return errors.Join(run(ctx, db, always), run(ctx, db, quiescent))
 }
 
-func run(ctx context.Context, db leases.DB, checks []check) error {
+func run(ctx context.Context, db store.DB, checks []check) error {
 	var errs []error
 	for _, c := range checks {
 		rows, err := db.Query(ctx, c.sql)

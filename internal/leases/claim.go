@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // MaxClaimBatch bounds how many executions one claim may take.
@@ -73,7 +74,7 @@ func ValidateWorker(w string) error {
 }
 
 // Claim leases up to p.Max executions, in one statement.
-func Claim(ctx context.Context, db DB, p ClaimParams) ([]*Execution, error) {
+func Claim(ctx context.Context, db store.DB, p ClaimParams) ([]*Execution, error) {
 	if err := ValidateName("lane", p.Lane); err != nil {
 		return nil, err
 	}
@@ -91,7 +92,7 @@ func Claim(ctx context.Context, db DB, p ClaimParams) ([]*Execution, error) {
 		caps = []string{}
 	}
 	var out []*Execution
-	err := withRetry(ctx, db, func() error {
+	err := store.WithRetry(ctx, db, func() error {
 		out = out[:0]
 		rows, err := db.Query(ctx, claimSQL, p.Lane, caps, p.Max, p.Worker)
 		if err != nil {

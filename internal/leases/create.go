@@ -14,6 +14,7 @@ import (
 
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Defaults for CreateParams' zero values (docs/design.md section 6).
@@ -230,12 +231,12 @@ RETURNING ` + execColumns
 // for a flow member that waits on its group, blocked. With an idempotency
 // key already used in the namespace it returns the existing execution and
 // existed = true, writing nothing.
-func Create(ctx context.Context, db DB, lim Limits, p CreateParams) (x *Execution, existed bool, err error) {
+func Create(ctx context.Context, db store.DB, lim Limits, p CreateParams) (x *Execution, existed bool, err error) {
 	if err := p.Normalize(lim); err != nil {
 		return nil, false, err
 	}
 	args := insertArgs(&p)
-	err = withRetry(ctx, db, func() error {
+	err = store.WithRetry(ctx, db, func() error {
 		x, err = scanExecution(db.QueryRow(ctx, insertSQL, args...))
 		return err
 	})
@@ -279,7 +280,7 @@ RETURNING ` + execColumns
 // CreateMany inserts executions in one statement and returns them in the
 // order of ps. Idempotency keys are refused: a batch that half exists is
 // not a thing a caller can reason about.
-func CreateMany(ctx context.Context, db DB, lim Limits, ps []CreateParams) ([]*Execution, error) {
+func CreateMany(ctx context.Context, db store.DB, lim Limits, ps []CreateParams) ([]*Execution, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
@@ -323,7 +324,7 @@ func CreateMany(ctx context.Context, db DB, lim Limits, ps []CreateParams) ([]*E
 		payloads[i] = r.payload
 	}
 	out := make([]*Execution, n)
-	err := withRetry(ctx, db, func() error {
+	err := store.WithRetry(ctx, db, func() error {
 		rows, err := db.Query(ctx, insertManySQL, parts, ids, flowIDs, namespaces, lanes, kinds, priorities,
 			caps, states, delays, maxAttempts, bases, maxes, multipliers, jitters, ttls, timeouts, deadlines, payloads, tags)
 		if err != nil {
@@ -362,7 +363,7 @@ func CreateMany(ctx context.Context, db DB, lim Limits, ps []CreateParams) ([]*E
 // take it.
 type row struct {
 	id                            ident.ExecutionID
-	state                         State
+	state                         store.State
 	caps                          []string
 	payload                       []byte
 	delay, base, maxBackoff       int64 // microseconds
@@ -370,14 +371,14 @@ type row struct {
 }
 
 func newRow(p *CreateParams) row {
-	r := row{id: ident.NewExecutionID(), state: StatePending, caps: p.RequiredCapabilities, payload: p.Payload,
+	r := row{id: ident.NewExecutionID(), state: store.StatePending, caps: p.RequiredCapabilities, payload: p.Payload,
 		delay: micros(p.Delay), base: micros(p.Retry.Base), maxBackoff: micros(p.Retry.Max),
 		ttl: micros(p.LeaseTTL), attemptTimeout: micros(p.AttemptTimeout), deadline: micros(p.Deadline)}
 	if p.Partition != nil {
 		r.id = ident.NewExecutionIDIn(*p.Partition)
 	}
 	if p.Blocked {
-		r.state = StateBlocked
+		r.state = store.StateBlocked
 	}
 	if r.caps == nil {
 		r.caps = []string{}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // CreateMany writes every parameter of every row as Create would, in one
@@ -50,7 +51,7 @@ func TestCreateManyMatchesCreate(t *testing.T) {
 		if caps == nil {
 			caps = []string{}
 		}
-		wantState := leases.StatePending
+		wantState := store.StatePending
 		switch {
 		case got.Kind != p.Kind || got.Lane != p.Lane || got.Priority != p.Priority || !bytes.Equal(got.Payload, p.Payload):
 			t.Errorf("row %d: kind %q lane %q priority %d payload %q; asked %q %q %d %q", i, got.Kind, got.Lane, got.Priority, got.Payload, p.Kind, p.Lane, p.Priority, p.Payload)

@@ -1,67 +1,6 @@
 package leases
 
-import (
-	"context"
-	"errors"
-	"fmt"
-	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-)
-
-// DB is what every operation runs on: a pool, a connection or a caller's
-// transaction.
-type DB interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// maxRetries bounds the retries of a transaction that hit a serialization
-// failure or a deadlock.
-const maxRetries = 10
-
-// retryable reports a transient concurrency failure: serialization_failure
-// or deadlock_detected.
-func retryable(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
-}
-
-// IsLockTimeout reports a statement that gave up waiting for a lock
-// (lock_not_available, 55P03: lock_timeout or NOWAIT).
-func IsLockTimeout(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
-}
-
-// InTx runs fn in a transaction on db (a savepoint when db is itself a
-// transaction) and commits. When it owns the transaction it retries fn on
-// serialization failures and deadlocks, so these never surface as
-// anything else (in particular never as a lost lease).
-func InTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
-	return withRetry(ctx, db, func() error { return pgx.BeginFunc(ctx, db, fn) })
-}
-
-// withRetry runs fn, again on a serialization failure or deadlock, unless
-// db is a caller's transaction (which such an error has aborted).
-func withRetry(ctx context.Context, db DB, fn func() error) error {
-	_, callerTx := db.(pgx.Tx)
-	for try := 0; ; try++ {
-		err := fn()
-		if err == nil || callerTx || !retryable(err) || try >= maxRetries {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(1+try) * 2 * time.Millisecond):
-		}
-	}
-}
+import "fmt"
 
 func wrap(what string, err error) error {
 	if err == nil {

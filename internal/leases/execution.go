@@ -7,36 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/store"
 )
-
-// State is an execution's state.
-type State string
-
-// Execution states (docs/design.md section 3).
-const (
-	StateBlocked   State = "blocked"
-	StatePending   State = "pending"
-	StateRunning   State = "running"
-	StateCompleted State = "completed"
-	StateFailed    State = "failed"
-	StateCancelled State = "cancelled"
-	StateSkipped   State = "skipped"
-	StateExpired   State = "expired"
-)
-
-// Terminal reports whether s is final.
-func (s State) Terminal() bool {
-	switch s {
-	case StateCompleted, StateFailed, StateCancelled, StateSkipped, StateExpired:
-		return true
-	}
-	return false
-}
-
-// Valid reports whether s is one of the states.
-func (s State) Valid() bool {
-	return s.Terminal() || s == StateBlocked || s == StatePending || s == StateRunning
-}
 
 // RetryPolicy is exponential backoff with a cap and jitter: attempt n that
 // fails waits min(Base·Multiplier^(n-1), Max), then ±Jitter of that.
@@ -56,7 +28,7 @@ type Execution struct {
 	Kind                 string
 	Priority             int
 	RequiredCapabilities []string
-	State                State
+	State                store.State
 	RunAt                time.Time
 	Attempt              int
 	MaxAttempts          int
@@ -105,7 +77,7 @@ func scanExecution(row pgx.Row) (*Execution, error) {
 	if err != nil {
 		return nil, err
 	}
-	x.State = State(state)
+	x.State = store.State(state)
 	x.Retry.Base = time.Duration(base) * time.Microsecond
 	x.Retry.Max = time.Duration(maxB) * time.Microsecond
 	x.LeaseTTL = time.Duration(ttl) * time.Microsecond

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Errors recorded on attempts that ran out of time.
@@ -40,7 +41,7 @@ const lapsedColumns = `partition_key, execution_id, lease_epoch, attempt, max_at
 // epoch and its lease lapsed or its attempt timed out (re-checked under the
 // row lock): retried after backoff when attempts remain, else expired.
 // It reports what it did (nothing when the lease was renewed or moved on).
-func ExpireLapsed(ctx context.Context, db DB, id ident.ExecutionID, epoch int64) (Expired, error) {
+func ExpireLapsed(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64) (Expired, error) {
 	res, err := expireSelected(ctx, db, `SELECT `+lapsedColumns+` FROM ff_execution
 		WHERE partition_key = $1 AND execution_id = $2 AND state = 'running' AND lease_epoch = $3
 			AND (lease_expires_at <= now() OR attempt_deadline_at <= now())
@@ -50,7 +51,7 @@ func ExpireLapsed(ctx context.Context, db DB, id ident.ExecutionID, epoch int64)
 
 // SweepLapsed expires up to limit lapsed leases and timed-out attempts,
 // skipping rows other sweepers hold.
-func SweepLapsed(ctx context.Context, db DB, limit int) (Expired, error) {
+func SweepLapsed(ctx context.Context, db store.DB, limit int) (Expired, error) {
 	res, err := expireSelected(ctx, db, `SELECT `+lapsedColumns+` FROM ff_execution
 		WHERE state = 'running' AND (lease_expires_at <= now() OR attempt_deadline_at <= now())
 		ORDER BY partition_key, execution_id
@@ -61,9 +62,9 @@ func SweepLapsed(ctx context.Context, db DB, limit int) (Expired, error) {
 
 // expireSelected locks the lapsed rows the query selects and ends their
 // attempts, in one transaction.
-func expireSelected(ctx context.Context, db DB, sql string, args ...any) (Expired, error) {
+func expireSelected(ctx context.Context, db store.DB, sql string, args ...any) (Expired, error) {
 	var res Expired
-	err := InTx(ctx, db, func(tx pgx.Tx) error {
+	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, sql, args...)
 		if err != nil {
 			return err
@@ -116,7 +117,7 @@ func expireLocked(ctx context.Context, tx pgx.Tx, found []lapsed) (Expired, erro
 		if l.attempt < l.maxAttempts {
 			retry = append(retry, requeueItem{ID: l.id, Epoch: l.epoch, Error: msg})
 		} else {
-			end = append(end, Ending{ID: l.id, Epoch: l.epoch, State: StateExpired, Error: msg})
+			end = append(end, Ending{ID: l.id, Epoch: l.epoch, State: store.StateExpired, Error: msg})
 		}
 	}
 	rq, err := requeue(ctx, tx, requeueTimedOut, false, retry)
@@ -137,20 +138,20 @@ func expireLocked(ctx context.Context, tx pgx.Tx, found []lapsed) (Expired, erro
 
 // ExpireDeadline ends one execution as expired if it is not terminal and
 // its deadline has passed (re-checked under the row lock).
-func ExpireDeadline(ctx context.Context, db DB, id ident.ExecutionID) (bool, error) {
+func ExpireDeadline(ctx context.Context, db store.DB, id ident.ExecutionID) (bool, error) {
 	n, err := expireDeadlines(ctx, db, `partition_key = $1 AND execution_id = $2`, id.Partition, id.UUID)
 	return n > 0, wrap("expire deadline of "+id.String(), err)
 }
 
 // SweepDeadlines ends up to limit executions whose deadline has passed.
-func SweepDeadlines(ctx context.Context, db DB, limit int) (int, error) {
+func SweepDeadlines(ctx context.Context, db store.DB, limit int) (int, error) {
 	n, err := expireDeadlines(ctx, db, `true ORDER BY partition_key, execution_id LIMIT $1`, limit)
 	return n, wrap("sweep deadlines", err)
 }
 
-func expireDeadlines(ctx context.Context, db DB, where string, args ...any) (int, error) {
+func expireDeadlines(ctx context.Context, db store.DB, where string, args ...any) (int, error) {
 	var n int
-	err := InTx(ctx, db, func(tx pgx.Tx) error {
+	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT partition_key, execution_id FROM ff_execution
 			WHERE deadline_at <= now() AND state IN ('blocked', 'pending', 'running') AND `+where+`
 			FOR NO KEY UPDATE SKIP LOCKED`, args...)
@@ -166,7 +167,7 @@ func expireDeadlines(ctx context.Context, db DB, where string, args ...any) (int
 		}
 		end := make([]Ending, len(ids))
 		for i, id := range ids {
-			end[i] = Ending{ID: id, State: StateExpired, Error: errDeadline}
+			end[i] = Ending{ID: id, State: store.StateExpired, Error: errDeadline}
 		}
 		ended, err := Terminate(ctx, tx, end)
 		n = len(ended)

@@ -15,6 +15,7 @@ import (
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/invariant"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -124,7 +125,7 @@ func TestCreateAndClaim(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	x := f.create(leases.CreateParams{Lane: "mail", Kind: "send", Payload: []byte(`{"to":"a"}`), Tags: map[string]any{"team": "growth"}})
-	if x.State != leases.StatePending || x.Attempt != 0 || x.LeaseEpoch != 0 || x.StartedAt != nil {
+	if x.State != store.StatePending || x.Attempt != 0 || x.LeaseEpoch != 0 || x.StartedAt != nil {
 		t.Fatalf("new execution: %+v; want pending, attempt 0, epoch 0, no started_at", x)
 	}
 	if x.ID.Partition != ident.Partition(x.ID.UUID) {
@@ -132,7 +133,7 @@ func TestCreateAndClaim(t *testing.T) {
 	}
 	// Regression (original #356 area): the first claim sets state running.
 	c := f.claimOne("mail")
-	if c.ID != x.ID || c.State != leases.StateRunning || c.Attempt != 1 || c.LeaseEpoch != 1 || c.LeaseOwner != "w1/i1" || c.StartedAt == nil || c.LeaseExpiresAt == nil {
+	if c.ID != x.ID || c.State != store.StateRunning || c.Attempt != 1 || c.LeaseEpoch != 1 || c.LeaseOwner != "w1/i1" || c.StartedAt == nil || c.LeaseExpiresAt == nil {
 		t.Fatalf("claimed: %+v; want running, attempt 1, epoch 1, owner w1/i1, started", c)
 	}
 	if string(c.Payload) != `{"to":"a"}` || c.Tags["team"] != "growth" {
@@ -152,11 +153,11 @@ func TestCreateAndClaim(t *testing.T) {
 		t.Fatalf("renew: %v, %v", exp, err)
 	}
 	out, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, c.ID, c.LeaseEpoch, []byte("done"))
-	if err != nil || out.State != leases.StateCompleted || out.Repeated {
+	if err != nil || out.State != store.StateCompleted || out.Repeated {
 		t.Fatalf("complete: %+v, %v", out, err)
 	}
 	done := f.get(x.ID)
-	if done.State != leases.StateCompleted || string(done.Result) != "done" || done.TerminalAt == nil || done.LeaseOwner != "" {
+	if done.State != store.StateCompleted || string(done.Result) != "done" || done.TerminalAt == nil || done.LeaseOwner != "" {
 		t.Fatalf("after complete: %+v", done)
 	}
 	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'success'`, x.ID.UUID); n != 1 {
@@ -191,7 +192,7 @@ func TestCompleteIdempotent(t *testing.T) {
 	}
 	before := f.snapshot(c.ID)
 	again, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, c.ID, c.LeaseEpoch, []byte("r2"))
-	if err != nil || !again.Repeated || again.State != leases.StateCompleted || string(again.Result) != "r1" || again.Attempt != first.Attempt {
+	if err != nil || !again.Repeated || again.State != store.StateCompleted || string(again.Result) != "r1" || again.Attempt != first.Attempt {
 		t.Fatalf("repeated complete: %+v, %v; want the stored outcome r1", again, err)
 	}
 	if after := f.snapshot(c.ID); after != before {
@@ -212,12 +213,12 @@ func TestFailIdempotent(t *testing.T) {
 	f.create(leases.CreateParams{MaxAttempts: 1})
 	c := f.claimOne("default")
 	out, err := leases.Fail(f.ctx, f.pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "boom", Retryable: true})
-	if err != nil || out.State != leases.StateFailed {
+	if err != nil || out.State != store.StateFailed {
 		t.Fatalf("fail on last attempt: %+v, %v; want failed", out, err)
 	}
 	before := f.snapshot(c.ID)
 	again, err := leases.Fail(f.ctx, f.pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "boom", Retryable: true})
-	if err != nil || !again.Repeated || again.State != leases.StateFailed {
+	if err != nil || !again.Repeated || again.State != store.StateFailed {
 		t.Fatalf("repeated fail: %+v, %v", again, err)
 	}
 	if after := f.snapshot(c.ID); after != before {
@@ -323,7 +324,7 @@ func TestCancel(t *testing.T) {
 	f := setup(t)
 	pending := f.create(leases.CreateParams{Lane: "c"})
 	out, err := leases.Cancel(f.ctx, f.pool, pending.ID, "", "")
-	if err != nil || out.State != leases.StateCancelled || out.Repeated {
+	if err != nil || out.State != store.StateCancelled || out.Repeated {
 		t.Fatalf("cancel pending: %+v %v", out, err)
 	}
 	got := f.get(pending.ID)
@@ -381,7 +382,7 @@ func TestRevoke(t *testing.T) {
 		t.Fatalf("revoke: %+v %v", rq, err)
 	}
 	got := f.get(c.ID)
-	if got.State != leases.StatePending || got.LeaseOwner != "" {
+	if got.State != store.StatePending || got.LeaseOwner != "" {
 		t.Fatalf("after revoke: %+v", got)
 	}
 	if n := f.count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND outcome = 'revoked'`, c.ID.UUID); n != 1 {
@@ -419,7 +420,7 @@ func TestRetries(t *testing.T) {
 			t.Fatal(err)
 		}
 		if attempt == 3 {
-			if out.State != leases.StateFailed {
+			if out.State != store.StateFailed {
 				t.Fatalf("last attempt: %+v, want failed", out)
 			}
 			break
@@ -427,7 +428,7 @@ func TestRetries(t *testing.T) {
 		// min(10s * 3^(n-1), 1m) ± 10%
 		base := min(10*time.Second*time.Duration(pow(3, attempt-1)), time.Minute)
 		lo, hi := dbNow.Add(base*9/10-time.Second), dbNow.Add(base*11/10+time.Second)
-		if out.State != leases.StatePending || out.RunAt.Before(lo) || out.RunAt.After(hi) {
+		if out.State != store.StatePending || out.RunAt.Before(lo) || out.RunAt.After(hi) {
 			t.Fatalf("attempt %d: %v run_at %v, want pending within [%v, %v]", attempt, out.State, out.RunAt, lo, hi)
 		}
 		if got := f.claim("retry", 1); len(got) != 0 {
@@ -436,7 +437,7 @@ func TestRetries(t *testing.T) {
 		f.exec(`UPDATE ff_execution SET run_at = now() WHERE execution_id = $1`, x.ID.UUID)
 	}
 	final := f.get(x.ID)
-	if final.State != leases.StateFailed || final.Attempt != 3 || final.LastError != "boom 3" || !final.StartedAt.Equal(firstStart) {
+	if final.State != store.StateFailed || final.Attempt != 3 || final.LastError != "boom 3" || !final.StartedAt.Equal(firstStart) {
 		t.Fatalf("final: %+v", final)
 	}
 	if n := f.completionEvents(x.ID); n != 1 {
@@ -450,7 +451,7 @@ func TestRetries(t *testing.T) {
 	y := f.create(leases.CreateParams{Lane: "perm", MaxAttempts: 5})
 	c := f.claimOne("perm")
 	out, err := leases.Fail(f.ctx, f.pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "bad input"})
-	if err != nil || out.State != leases.StateFailed || f.completionEvents(y.ID) != 1 {
+	if err != nil || out.State != store.StateFailed || f.completionEvents(y.ID) != 1 {
 		t.Fatalf("non-retryable fail: %+v %v", out, err)
 	}
 }
@@ -488,7 +489,7 @@ func TestLapseRetriesThenExpires(t *testing.T) {
 		t.Fatalf("expire: %+v %v; want one attempt timeout ending the execution", res2, err)
 	}
 	got := f.get(x.ID)
-	if got.State != leases.StateExpired || got.LeaseEpoch != c2.LeaseEpoch+1 || got.LastError != "attempt timed out" {
+	if got.State != store.StateExpired || got.LeaseEpoch != c2.LeaseEpoch+1 || got.LastError != "attempt timed out" {
 		t.Fatalf("after last attempt timed out: %+v", got)
 	}
 	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'expired'`, x.ID.UUID); n != 1 {
@@ -512,7 +513,7 @@ func TestDeadline(t *testing.T) {
 		t.Fatalf("sweep deadlines: %d %v; want 2", n, err)
 	}
 	for _, id := range []ident.ExecutionID{pending.ID, running.ID} {
-		if got := f.get(id); got.State != leases.StateExpired {
+		if got := f.get(id); got.State != store.StateExpired {
 			t.Fatalf("%s: %s, want expired", id, got.State)
 		}
 	}
@@ -736,10 +737,10 @@ func TestList(t *testing.T) {
 		}
 	}
 	// A page larger than the maximum is refused, not silently shortened.
-	if _, err := leases.List(f.ctx, f.pool, leases.ListParams{State: leases.StatePending, Limit: 100000}); !errors.Is(err, fault.ErrValidation) {
+	if _, err := leases.List(f.ctx, f.pool, leases.ListParams{State: store.StatePending, Limit: 100000}); !errors.Is(err, fault.ErrValidation) {
 		t.Fatalf("list with a limit over the maximum: %v, want a ValidationError", err)
 	}
-	page, err := leases.List(f.ctx, f.pool, leases.ListParams{State: leases.StatePending, Limit: leases.MaxListLimit})
+	page, err := leases.List(f.ctx, f.pool, leases.ListParams{State: store.StatePending, Limit: leases.MaxListLimit})
 	if err != nil || len(page.Executions) != 25 {
 		t.Fatalf("list pending with the largest limit: %d, %v", len(page.Executions), err)
 	}
@@ -812,7 +813,7 @@ func TestCompleteMany(t *testing.T) {
 			}
 			continue
 		}
-		if errs[i] != nil || outs[i].State != leases.StateCompleted {
+		if errs[i] != nil || outs[i].State != store.StateCompleted {
 			t.Fatalf("item %d: %+v %v", i, outs[i], errs[i])
 		}
 	}

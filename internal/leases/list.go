@@ -8,6 +8,7 @@ import (
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // List limits.
@@ -20,7 +21,7 @@ const (
 type ListParams struct {
 	Namespace string
 	Lane      string
-	State     State
+	State     store.State
 	FlowID    *uuid.UUID
 	// After is the cursor: the last execution id of the previous page.
 	After *ident.ExecutionID
@@ -37,7 +38,7 @@ type ListPage struct {
 // List pages through executions in id order (creation order, ids being
 // time-ordered), by keyset: each page starts after the previous one's last
 // id, so pages stay stable while rows are added.
-func List(ctx context.Context, db DB, p ListParams) (*ListPage, error) {
+func List(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
 	if p.Lane != "" {
 		if err := ValidateName("lane", p.Lane); err != nil {
 			return nil, err

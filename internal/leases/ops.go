@@ -11,13 +11,14 @@ import (
 
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Outcome is what complete, fail and cancel did.
 type Outcome struct {
 	// State after the call: completed, failed, cancelled, or pending when a
 	// failure was retried.
-	State   State
+	State   store.State
 	Attempt int
 	Result  []byte    // completed
 	RunAt   time.Time // pending: when the retry becomes claimable
@@ -28,7 +29,7 @@ type Outcome struct {
 }
 
 // Renew extends a running lease by its TTL, fenced on epoch.
-func Renew(ctx context.Context, db DB, id ident.ExecutionID, epoch int64) (time.Time, error) {
+func Renew(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64) (time.Time, error) {
 	if err := validateFence(id, epoch); err != nil {
 		return time.Time{}, err
 	}
@@ -43,7 +44,7 @@ WITH upd AS (
 )
 SELECT lease_expires_at FROM upd`
 	var expires time.Time
-	err := withRetry(ctx, db, func() error {
+	err := store.WithRetry(ctx, db, func() error {
 		return db.QueryRow(ctx, q, id.Partition, id.UUID, epoch).Scan(&expires)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -58,19 +59,19 @@ SELECT lease_expires_at FROM upd`
 // Complete ends a running execution as completed with result, fenced on
 // epoch. Repeating a completion that succeeded returns its stored outcome
 // and writes nothing. result is bounded like a payload (lim).
-func Complete(ctx context.Context, db DB, lim Limits, id ident.ExecutionID, epoch int64, result []byte) (*Outcome, error) {
+func Complete(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID, epoch int64, result []byte) (*Outcome, error) {
 	if err := validateCompletion(lim, id, epoch, result); err != nil {
 		return nil, err
 	}
 	if result == nil {
 		result = []byte{}
 	}
-	ended, err := Terminate(ctx, db, []Ending{{ID: id, Epoch: epoch, State: StateCompleted, Result: result}})
+	ended, err := Terminate(ctx, db, []Ending{{ID: id, Epoch: epoch, State: store.StateCompleted, Result: result}})
 	if err != nil {
 		return nil, err
 	}
 	if len(ended) == 1 {
-		return &Outcome{State: StateCompleted, Attempt: ended[0].Attempt, Result: result, EventID: ended[0].EventID}, nil
+		return &Outcome{State: store.StateCompleted, Attempt: ended[0].Attempt, Result: result, EventID: ended[0].EventID}, nil
 	}
 	return repeatedOr(ctx, db, id, epoch, "succeeded")
 }
@@ -87,7 +88,7 @@ type FailParams struct {
 // Fail ends a running attempt as failed, fenced on epoch: back to pending
 // after backoff when retryable with attempts left, else terminal failed.
 // Repeating a failure that took effect returns its stored outcome.
-func Fail(ctx context.Context, db DB, id ident.ExecutionID, epoch int64, p FailParams) (*Outcome, error) {
+func Fail(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, p FailParams) (*Outcome, error) {
 	if err := validateFence(id, epoch); err != nil {
 		return nil, err
 	}
@@ -108,15 +109,15 @@ func Fail(ctx context.Context, db DB, id ident.ExecutionID, epoch int64, p FailP
 			return nil, err
 		}
 		if len(rq) == 1 {
-			return &Outcome{State: StatePending, Attempt: rq[0].Attempt, RunAt: rq[0].RunAt}, nil
+			return &Outcome{State: store.StatePending, Attempt: rq[0].Attempt, RunAt: rq[0].RunAt}, nil
 		}
 	}
-	ended, err := Terminate(ctx, db, []Ending{{ID: id, Epoch: epoch, State: StateFailed, Error: msg}})
+	ended, err := Terminate(ctx, db, []Ending{{ID: id, Epoch: epoch, State: store.StateFailed, Error: msg}})
 	if err != nil {
 		return nil, err
 	}
 	if len(ended) == 1 {
-		return &Outcome{State: StateFailed, Attempt: ended[0].Attempt, EventID: ended[0].EventID}, nil
+		return &Outcome{State: store.StateFailed, Attempt: ended[0].Attempt, EventID: ended[0].EventID}, nil
 	}
 	return repeatedOr(ctx, db, id, epoch, "failed")
 }
@@ -124,7 +125,7 @@ func Fail(ctx context.Context, db DB, id ident.ExecutionID, epoch int64, p FailP
 // repeatedOr explains a fenced update that matched nothing: the same call
 // already took effect (the attempt run under epoch ended with want), or
 // the lease is lost, or the execution does not exist.
-func repeatedOr(ctx context.Context, db DB, id ident.ExecutionID, epoch int64, want string) (*Outcome, error) {
+func repeatedOr(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, want string) (*Outcome, error) {
 	const q = `
 SELECT e.state, e.attempt, e.result, e.run_at, a.attempt, a.outcome
 FROM ff_execution e
@@ -150,12 +151,12 @@ WHERE e.partition_key = $1 AND e.execution_id = $2`
 		o := &Outcome{Repeated: true, Attempt: *attemptOfEpoch}
 		switch {
 		case want == "succeeded":
-			o.State, o.Result = StateCompleted, result
-		case State(state) == StateFailed && attempt == *attemptOfEpoch:
-			o.State = StateFailed
+			o.State, o.Result = store.StateCompleted, result
+		case store.State(state) == store.StateFailed && attempt == *attemptOfEpoch:
+			o.State = store.StateFailed
 		default:
 			// That failure was retried; the execution has moved on since.
-			o.State, o.RunAt = StatePending, runAt
+			o.State, o.RunAt = store.StatePending, runAt
 		}
 		return o, nil
 	}
@@ -164,7 +165,7 @@ WHERE e.partition_key = $1 AND e.execution_id = $2`
 
 // explainLost builds the lease-lost (or not-found) error for a fenced
 // operation that matched nothing.
-func explainLost(ctx context.Context, db DB, id ident.ExecutionID, epoch int64) error {
+func explainLost(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64) error {
 	var state string
 	var current int64
 	err := db.QueryRow(ctx, `SELECT state, lease_epoch FROM ff_execution WHERE partition_key = $1 AND execution_id = $2`,
@@ -187,7 +188,7 @@ const (
 // Cancel ends a non-terminal execution as cancelled; a running lease is
 // fenced. Cancelling a cancelled execution is a no-op success (Repeated);
 // any other terminal state is an *fault.AlreadyTerminalError.
-func Cancel(ctx context.Context, db DB, id ident.ExecutionID, reason, by string) (*Outcome, error) {
+func Cancel(ctx context.Context, db store.DB, id ident.ExecutionID, reason, by string) (*Outcome, error) {
 	if err := ValidateID("execution_id", id); err != nil {
 		return nil, err
 	}
@@ -203,26 +204,26 @@ func Cancel(ctx context.Context, db DB, id ident.ExecutionID, reason, by string)
 	if by == "" {
 		by = DefaultCancelledBy
 	}
-	ended, err := Terminate(ctx, db, []Ending{{ID: id, State: StateCancelled, Reason: reason, By: by}})
+	ended, err := Terminate(ctx, db, []Ending{{ID: id, State: store.StateCancelled, Reason: reason, By: by}})
 	if err != nil {
 		return nil, err
 	}
 	if len(ended) == 1 {
-		return &Outcome{State: StateCancelled, Attempt: ended[0].Attempt, EventID: ended[0].EventID}, nil
+		return &Outcome{State: store.StateCancelled, Attempt: ended[0].Attempt, EventID: ended[0].EventID}, nil
 	}
 	x, err := Get(ctx, db, id)
 	if err != nil {
 		return nil, err
 	}
-	if x.State == StateCancelled {
-		return &Outcome{State: StateCancelled, Attempt: x.Attempt, Repeated: true}, nil
+	if x.State == store.StateCancelled {
+		return &Outcome{State: store.StateCancelled, Attempt: x.Attempt, Repeated: true}, nil
 	}
 	return nil, &fault.AlreadyTerminalError{Object: "execution", ID: id.String(), State: string(x.State)}
 }
 
 // Revoke takes a running execution's lease away (operator action): back to
 // pending at once, epoch bumped so the holder is fenced, attempt revoked.
-func Revoke(ctx context.Context, db DB, id ident.ExecutionID, reason string) (*Requeued, error) {
+func Revoke(ctx context.Context, db store.DB, id ident.ExecutionID, reason string) (*Requeued, error) {
 	if err := ValidateID("execution_id", id); err != nil {
 		return nil, err
 	}
@@ -232,7 +233,7 @@ func Revoke(ctx context.Context, db DB, id ident.ExecutionID, reason string) (*R
 	if reason == "" {
 		reason = "revoked by operator"
 	}
-	for range maxRetries {
+	for range store.MaxRetries {
 		x, err := Get(ctx, db, id)
 		if err != nil {
 			return nil, err
@@ -240,7 +241,7 @@ func Revoke(ctx context.Context, db DB, id ident.ExecutionID, reason string) (*R
 		if x.State.Terminal() {
 			return nil, &fault.AlreadyTerminalError{Object: "execution", ID: id.String(), State: string(x.State)}
 		}
-		if x.State != StateRunning {
+		if x.State != store.StateRunning {
 			return nil, &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "only a running execution can be revoked; it is " + string(x.State), Existing: x}
 		}
 		rq, err := requeue(ctx, db, requeueRevoked, true, []requeueItem{{ID: id, Epoch: x.LeaseEpoch, Error: reason}})
@@ -256,7 +257,7 @@ func Revoke(ctx context.Context, db DB, id ident.ExecutionID, reason string) (*R
 }
 
 // Get reads one execution.
-func Get(ctx context.Context, db DB, id ident.ExecutionID) (*Execution, error) {
+func Get(ctx context.Context, db store.DB, id ident.ExecutionID) (*Execution, error) {
 	if err := ValidateID("execution_id", id); err != nil {
 		return nil, err
 	}
@@ -286,7 +287,7 @@ type Completion struct {
 // lockTimeout, when positive, bounds how long the batch waits for any row
 // lock; past it the whole batch fails with SQLSTATE 55P03 (IsLockTimeout)
 // and nothing is written.
-func CompleteMany(ctx context.Context, db DB, lim Limits, items []Completion, lockTimeout time.Duration) ([]*Outcome, []error, error) {
+func CompleteMany(ctx context.Context, db store.DB, lim Limits, items []Completion, lockTimeout time.Duration) ([]*Outcome, []error, error) {
 	outs, errs := make([]*Outcome, len(items)), make([]error, len(items))
 	ends := make([]Ending, 0, len(items))
 	for i, it := range items {
@@ -297,7 +298,7 @@ func CompleteMany(ctx context.Context, db DB, lim Limits, items []Completion, lo
 		if r == nil {
 			r = []byte{}
 		}
-		ends = append(ends, Ending{ID: it.ID, Epoch: it.Epoch, State: StateCompleted, Result: r})
+		ends = append(ends, Ending{ID: it.ID, Epoch: it.Epoch, State: store.StateCompleted, Result: r})
 	}
 	ended, err := terminate(ctx, db, ends, lockTimeout)
 	if err != nil {
@@ -312,7 +313,7 @@ func CompleteMany(ctx context.Context, db DB, lim Limits, items []Completion, lo
 			continue
 		}
 		if e, ok := done[it.ID]; ok {
-			outs[i] = &Outcome{State: StateCompleted, Attempt: e.Attempt, Result: it.Result, EventID: e.EventID}
+			outs[i] = &Outcome{State: store.StateCompleted, Attempt: e.Attempt, Result: it.Result, EventID: e.EventID}
 			if outs[i].Result == nil {
 				outs[i].Result = []byte{}
 			}

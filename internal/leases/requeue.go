@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // requeueKind is how a running attempt ends without ending the execution.
@@ -88,7 +89,7 @@ type requeueItem struct {
 // requeue puts running executions back to pending, fenced on their epoch.
 // Unless force is set, only those with attempts left are requeued; the
 // caller ends the others through Terminate.
-func requeue(ctx context.Context, db DB, kind requeueKind, force bool, items []requeueItem) ([]Requeued, error) {
+func requeue(ctx context.Context, db store.DB, kind requeueKind, force bool, items []requeueItem) ([]Requeued, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
@@ -98,7 +99,7 @@ func requeue(ctx context.Context, db DB, kind requeueKind, force bool, items []r
 		parts[i], ids[i], epochs[i], errs[i] = it.ID.Partition, it.ID.UUID, it.Epoch, nullIfEmpty(it.Error)
 	}
 	var out []Requeued
-	err := withRetry(ctx, db, func() error {
+	err := store.WithRetry(ctx, db, func() error {
 		out = out[:0]
 		rows, err := db.Query(ctx, requeueSQL, parts, ids, epochs, errs,
 			kind.attemptOutcome, kind.bumpEpoch, kind.backoff, force, kind.leaseEvent)
@@ -132,7 +133,7 @@ type Held struct {
 // (no backoff, so another worker picks it up straight away) and each
 // without is failed with msg. Items whose lease already moved on are left
 // alone. It returns how many were requeued and how many failed.
-func HandBack(ctx context.Context, db DB, held []Held, msg string) (requeued, failed int, err error) {
+func HandBack(ctx context.Context, db store.DB, held []Held, msg string) (requeued, failed int, err error) {
 	if len(held) == 0 {
 		return 0, 0, nil
 	}
@@ -144,9 +145,9 @@ func HandBack(ctx context.Context, db DB, held []Held, msg string) (requeued, fa
 			return 0, 0, err
 		}
 		items[i] = requeueItem{ID: h.ID, Epoch: h.Epoch, Error: msg}
-		ends[i] = Ending{ID: h.ID, Epoch: h.Epoch, State: StateFailed, Error: msg}
+		ends[i] = Ending{ID: h.ID, Epoch: h.Epoch, State: store.StateFailed, Error: msg}
 	}
-	err = InTx(ctx, db, func(tx pgx.Tx) error {
+	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
 		rq, err := requeue(ctx, tx, requeueFailedNow, false, items)
 		if err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Ending asks Terminate to end one execution.
@@ -19,18 +20,18 @@ type Ending struct {
 	// at exactly this epoch (complete, fail, lease expiry); when zero any
 	// non-terminal state will do (cancel, skip, deadline).
 	Epoch  int64
-	State  State  // completed, failed, cancelled, skipped or expired
-	Result []byte // completed only
-	Error  string // failed, expired: recorded on the attempt and as last_error
-	Reason string // cancelled: cancellation_reason
-	By     string // cancelled: cancelled_by
+	State  store.State // completed, failed, cancelled, skipped or expired
+	Result []byte      // completed only
+	Error  string      // failed, expired: recorded on the attempt and as last_error
+	Reason string      // cancelled: cancellation_reason
+	By     string      // cancelled: cancelled_by
 }
 
 // Ended is one execution Terminate ended.
 type Ended struct {
 	ID         ident.ExecutionID
 	FlowID     *uuid.UUID
-	State      State
+	State      store.State
 	Attempt    int
 	LeaseEpoch int64 // after the ending (bumped when a running lease was fenced)
 	WasRunning bool
@@ -46,16 +47,20 @@ type Ended struct {
 //   - writes the lease event (released, revoked, expired) for a running one;
 //   - writes the one completion event.
 //
+// The outcome, attempt outcome and lease event of each ending come from
+// the store's mappings (store.OutcomeOf and friends), passed per row.
+//
 // Rows are locked in (partition_key, execution_id) order, the global lock
 // order, so concurrent batches cannot deadlock on each other.
 const terminateSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[], $5::bytea[],
-		$6::text[], $7::text[], $8::text[])
-		AS i(partition_key, execution_id, epoch, to_state, result, error, reason, by_whom)
+		$6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
+		AS i(partition_key, execution_id, epoch, to_state, result, error, reason, by_whom,
+			outcome, attempt_outcome, lease_end)
 ), locked AS (
 	SELECT e.partition_key, e.execution_id, e.state AS old_state, i.to_state, i.result, i.error,
-		i.reason, i.by_whom
+		i.reason, i.by_whom, i.outcome, i.attempt_outcome, i.lease_end
 	FROM ff_execution e
 	JOIN input i ON i.partition_key = e.partition_key AND i.execution_id = e.execution_id
 	WHERE e.state IN ('blocked', 'pending', 'running')
@@ -77,21 +82,19 @@ WITH input AS (
 	FROM locked l
 	WHERE e.partition_key = l.partition_key AND e.execution_id = l.execution_id
 	RETURNING e.partition_key, e.execution_id, e.flow_id, e.namespace, e.attempt, e.lease_epoch,
-		e.state, l.old_state, l.error, l.reason
+		e.state, l.old_state, l.error, l.reason, l.outcome, l.attempt_outcome, l.lease_end
 ), att AS (
 	UPDATE ff_attempt a SET
 		ended_at = now(),
-		outcome = CASE u.state WHEN 'completed' THEN 'succeeded' WHEN 'failed' THEN 'failed'
-			WHEN 'cancelled' THEN 'cancelled' ELSE 'timed_out' END,
+		outcome = u.attempt_outcome,
 		error = coalesce(u.error, u.reason)
 	FROM upd u
 	WHERE u.old_state = 'running' AND a.partition_key = u.partition_key
 		AND a.execution_id = u.execution_id AND a.attempt = u.attempt
-	RETURNING a.partition_key, a.execution_id, a.worker, a.lease_epoch, u.attempt, u.state
+	RETURNING a.partition_key, a.execution_id, a.worker, a.lease_epoch, u.attempt, u.lease_end
 ), lev AS (
 	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type)
-	SELECT partition_key, execution_id, lease_epoch, attempt, worker,
-		CASE state WHEN 'cancelled' THEN 'revoked' WHEN 'expired' THEN 'expired' ELSE 'released' END
+	SELECT partition_key, execution_id, lease_epoch, attempt, worker, lease_end
 	FROM att
 ), ended AS (
 	-- Each ended execution's event id is drawn here, so that neither the
@@ -103,8 +106,7 @@ WITH input AS (
 	-- An execution outside any flow has nothing to cascade: its event is
 	-- born dispatched (migration 00004).
 	INSERT INTO ff_completion_event (event_id, partition_key, execution_id, flow_id, outcome, attempt, namespace, dispatched_at)
-	SELECT event_id, partition_key, execution_id, flow_id,
-		CASE state WHEN 'completed' THEN 'success' ELSE state END, attempt, namespace,
+	SELECT event_id, partition_key, execution_id, flow_id, outcome, attempt, namespace,
 		CASE WHEN flow_id IS NULL THEN now() END
 	FROM ended
 )
@@ -123,14 +125,14 @@ FOR NO KEY UPDATE OF e`
 // Ending.Epoch), in one statement, and returns those it ended; the others
 // it leaves untouched, for the caller to explain. It is the only writer of
 // execution completion events.
-func Terminate(ctx context.Context, db DB, ends []Ending) ([]Ended, error) {
+func Terminate(ctx context.Context, db store.DB, ends []Ending) ([]Ended, error) {
 	return terminate(ctx, db, ends, 0)
 }
 
 // terminate is Terminate whose row-lock waits are bounded by lockTimeout
 // (0: the session's lock_timeout), for callers that would rather retry a
 // contended item on its own than wait with a whole batch behind it.
-func terminate(ctx context.Context, db DB, ends []Ending, lockTimeout time.Duration) ([]Ended, error) {
+func terminate(ctx context.Context, db store.DB, ends []Ending, lockTimeout time.Duration) ([]Ended, error) {
 	if len(ends) == 0 {
 		return nil, nil
 	}
@@ -138,12 +140,15 @@ func terminate(ctx context.Context, db DB, ends []Ending, lockTimeout time.Durat
 	parts, ids, epochs := make([]int16, n), make([]uuid.UUID, n), make([]int64, n)
 	states, results := make([]string, n), make([][]byte, n)
 	errs, reasons, bys := make([]*string, n), make([]*string, n), make([]*string, n)
+	outcomes, attemptOutcomes, leaseEnds := make([]string, n), make([]string, n), make([]string, n)
 	for i, e := range ends {
 		if !e.State.Terminal() {
 			return nil, fmt.Errorf("terminate %s: %q is not a terminal state", e.ID, e.State)
 		}
 		parts[i], ids[i], epochs[i], states[i], results[i] = e.ID.Partition, e.ID.UUID, e.Epoch, string(e.State), e.Result
 		errs[i], reasons[i], bys[i] = nullIfEmpty(e.Error), nullIfEmpty(e.Reason), nullIfEmpty(e.By)
+		outcomes[i] = string(store.OutcomeOf(e.State))
+		attemptOutcomes[i], leaseEnds[i] = string(store.AttemptOutcomeOf(e.State)), string(store.LeaseEndOf(e.State))
 	}
 	unfenced := false
 	for _, e := range ends {
@@ -152,7 +157,7 @@ func terminate(ctx context.Context, db DB, ends []Ending, lockTimeout time.Durat
 	// One round trip: the statements go as one pipelined batch, which
 	// Postgres runs as one transaction (or inside the caller's).
 	var out []Ended
-	err := withRetry(ctx, db, func() error {
+	err := store.WithRetry(ctx, db, func() error {
 		out = out[:0]
 		b := &pgx.Batch{}
 		if lockTimeout > 0 {
@@ -171,14 +176,14 @@ func terminate(ctx context.Context, db DB, ends []Ending, lockTimeout time.Durat
 		if unfenced {
 			b.Queue(lockSQL, parts, ids)
 		}
-		b.Queue(terminateSQL, parts, ids, epochs, states, results, errs, reasons, bys).Query(func(rows pgx.Rows) error {
+		b.Queue(terminateSQL, parts, ids, epochs, states, results, errs, reasons, bys, outcomes, attemptOutcomes, leaseEnds).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var e Ended
 				var state string
 				if err := rows.Scan(&e.ID.Partition, &e.ID.UUID, &e.FlowID, &state, &e.Attempt, &e.LeaseEpoch, &e.WasRunning, &e.EventID); err != nil {
 					return err
 				}
-				e.State = State(state)
+				e.State = store.State(state)
 				out = append(out, e)
 			}
 			return rows.Err()

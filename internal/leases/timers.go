@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // TimerKind says what a Timer acts on when it fires.
@@ -40,24 +41,24 @@ const timerColumns = `partition_key, execution_id, lease_epoch, at, lane, kind`
 // row with run_at in the future was written with run_at after created_at,
 // so "run_at > created_at" changes no answer and lets the query use
 // ff_execution_later (migration 00008), which only holds such rows.
-func UpcomingTimers(ctx context.Context, db DB, limit int) ([]Timer, error) {
+func UpcomingTimers(ctx context.Context, db store.DB, limit int) ([]Timer, error) {
 	rows, err := db.Query(ctx, `
 		(SELECT `+timerColumns+` FROM (
 			SELECT partition_key, execution_id, lease_epoch,
-				least(lease_expires_at, coalesce(attempt_deadline_at, 'infinity')) AS at, lane, 0 AS kind
+				least(lease_expires_at, coalesce(attempt_deadline_at, 'infinity')) AS at, lane, $2::int AS kind
 			FROM ff_execution WHERE state = 'running' ORDER BY lease_expires_at LIMIT $1) l)
 		UNION ALL
-		(SELECT partition_key, execution_id, lease_epoch, attempt_deadline_at, lane, 0
+		(SELECT partition_key, execution_id, lease_epoch, attempt_deadline_at, lane, $2::int
 			FROM ff_execution WHERE state = 'running' AND attempt_deadline_at IS NOT NULL
 			ORDER BY attempt_deadline_at LIMIT $1)
 		UNION ALL
-		(SELECT partition_key, execution_id, lease_epoch, deadline_at, lane, 1
+		(SELECT partition_key, execution_id, lease_epoch, deadline_at, lane, $3::int
 			FROM ff_execution WHERE deadline_at IS NOT NULL AND state IN ('blocked', 'pending', 'running')
 			ORDER BY deadline_at LIMIT $1)
 		UNION ALL
-		(SELECT partition_key, execution_id, lease_epoch, run_at, lane, 2
+		(SELECT partition_key, execution_id, lease_epoch, run_at, lane, $4::int
 			FROM ff_execution WHERE state = 'pending' AND run_at > now() AND run_at > created_at
-			ORDER BY run_at LIMIT $1)`, limit)
+			ORDER BY run_at LIMIT $1)`, limit, TimerLease, TimerDeadline, TimerDue)
 	if err != nil {
 		return nil, wrap("read upcoming timers", err)
 	}
@@ -82,7 +83,7 @@ type LeaseRef struct {
 // start from every running execution and re-test the whole id list against
 // each of them, quadratic work that cost more than the claim and the
 // completion together.
-func TimersForLeaseEvents(ctx context.Context, db DB, eventIDs []int64) ([]Timer, []LeaseRef, error) {
+func TimersForLeaseEvents(ctx context.Context, db store.DB, eventIDs []int64) ([]Timer, []LeaseRef, error) {
 	rows, err := db.Query(ctx, `
 		WITH l AS MATERIALIZED (
 			SELECT partition_key, execution_id, lease_epoch FROM ff_lease_event WHERE event_id = ANY($1))
@@ -139,13 +140,13 @@ func collectTimers(rows pgx.Rows) ([]Timer, error) {
 // whose run_at passed after since (and is now due), and returns the lanes
 // and the database time to pass as since next time. Rows due when written
 // (run_at = created_at) are left out: their insert notified already.
-func NotifyDueLanes(ctx context.Context, db DB, since time.Time) ([]string, time.Time, error) {
+func NotifyDueLanes(ctx context.Context, db store.DB, since time.Time) ([]string, time.Time, error) {
 	rows, err := db.Query(ctx, `
 		WITH now AS (SELECT now() AS t)
-		SELECT d.lane, pg_notify('ff_ready', d.lane) IS NULL, now.t
+		SELECT d.lane, pg_notify($2, d.lane) IS NULL, now.t
 		FROM now, LATERAL (
 			SELECT DISTINCT lane FROM ff_execution
-			WHERE state = 'pending' AND run_at > $1 AND run_at <= now.t AND run_at > created_at) d`, since)
+			WHERE state = 'pending' AND run_at > $1 AND run_at <= now.t AND run_at > created_at) d`, since, store.ChannelReady)
 	if err != nil {
 		return nil, since, wrap("notify due lanes", err)
 	}
@@ -175,7 +176,7 @@ func NotifyDueLanes(ctx context.Context, db DB, since time.Time) ([]string, time
 
 // LostLeases returns those of the given leases that are no longer held:
 // the execution does not run at that epoch any more.
-func LostLeases(ctx context.Context, db DB, held []LeaseRef) ([]LeaseRef, error) {
+func LostLeases(ctx context.Context, db store.DB, held []LeaseRef) ([]LeaseRef, error) {
 	parts, ids, epochs := make([]int16, len(held)), make([]uuid.UUID, len(held)), make([]int64, len(held))
 	for i, l := range held {
 		parts[i], ids[i], epochs[i] = l.ID.Partition, l.ID.UUID, l.Epoch

@@ -18,13 +18,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flowfabric/ffd/internal/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 )
 
 // Channels the daemon listens on.
-var Channels = []string{"ff_completion", "ff_lease", "ff_ready"}
+var Channels = []string{store.ChannelCompletion, store.ChannelLease, store.ChannelReady}
 
 // Defaults.
 const (

@@ -8,7 +8,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/flowfabric/ffd/internal/flows"
-	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // DAG is a DAG over nodes 0..N-1 whose edges only go from a lower to a
@@ -45,17 +45,17 @@ func Random(rng *rand.Rand, n int, cancelRemaining bool) *DAG {
 		if len(d.Preds[i]) == 0 {
 			continue
 		}
-		on := flows.LetRun
+		on := store.LetRun
 		if cancelRemaining && rng.IntN(2) == 0 {
-			on = flows.CancelRemaining
+			on = store.CancelRemaining
 		}
 		switch rng.IntN(3) {
 		case 0:
-			d.Policies[i] = flows.Policy{Kind: flows.AllOf}
+			d.Policies[i] = flows.Policy{Kind: store.AllOf}
 		case 1:
-			d.Policies[i] = flows.Policy{Kind: flows.AnyOf, OnSatisfied: on}
+			d.Policies[i] = flows.Policy{Kind: store.AnyOf, OnSatisfied: on}
 		default:
-			d.Policies[i] = flows.Policy{Kind: flows.Quorum, K: 1 + rng.IntN(len(d.Preds[i])), OnSatisfied: on}
+			d.Policies[i] = flows.Policy{Kind: store.Quorum, K: 1 + rng.IntN(len(d.Preds[i])), OnSatisfied: on}
 		}
 	}
 	return d
@@ -66,7 +66,7 @@ func Random(rng *rand.Rand, n int, cancelRemaining bool) *DAG {
 // depends on which upstream finished first.
 func (d *DAG) Deterministic() bool {
 	for _, p := range d.Policies {
-		if p.OnSatisfied == flows.CancelRemaining {
+		if p.OnSatisfied == store.CancelRemaining {
 			return false
 		}
 	}
@@ -76,8 +76,8 @@ func (d *DAG) Deterministic() bool {
 // Expected is the final state of every node the policies imply. With
 // let_run only it does not depend on the order of completions: each
 // group's verdict is a function of its upstreams' final outcomes.
-func (d *DAG) Expected() []leases.State {
-	out := make([]leases.State, len(d.Preds))
+func (d *DAG) Expected() []store.State {
+	out := make([]store.State, len(d.Preds))
 	for i := range out {
 		run := true
 		if len(d.Preds[i]) > 0 {
@@ -85,23 +85,23 @@ func (d *DAG) Expected() []leases.State {
 			c.Total = len(d.Preds[i])
 			for _, p := range d.Preds[i] {
 				switch out[p] {
-				case leases.StateCompleted:
+				case store.StateCompleted:
 					c.Success++
-				case leases.StateSkipped:
+				case store.StateSkipped:
 					c.Skip++
 				default:
 					c.Fail++
 				}
 			}
-			run = flows.Evaluate(d.Policies[i], c) == flows.Satisfied
+			run = flows.Evaluate(d.Policies[i], c) == store.Satisfied
 		}
 		switch {
 		case !run:
-			out[i] = leases.StateSkipped
+			out[i] = store.StateSkipped
 		case d.Succeeds[i]:
-			out[i] = leases.StateCompleted
+			out[i] = store.StateCompleted
 		default:
-			out[i] = leases.StateFailed
+			out[i] = store.StateFailed
 		}
 	}
 	return out

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/flowfabric/ffd/internal/flows"
-	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // A hand-built DAG: n0 fails, n1 succeeds; n2 = all_of(n0, n1) is skipped,
@@ -15,12 +15,12 @@ func TestExpected(t *testing.T) {
 	t.Parallel()
 	d := &DAG{
 		Preds: [][]int{nil, nil, {0, 1}, {0, 1}, {1, 3}, {2}},
-		Policies: []flows.Policy{{}, {}, {Kind: flows.AllOf}, {Kind: flows.AnyOf},
-			{Kind: flows.Quorum, K: 2}, {Kind: flows.AllOf}},
+		Policies: []flows.Policy{{}, {}, {Kind: store.AllOf}, {Kind: store.AnyOf},
+			{Kind: store.Quorum, K: 2}, {Kind: store.AllOf}},
 		Succeeds: []bool{false, true, true, true, false, true},
 	}
-	want := []leases.State{leases.StateFailed, leases.StateCompleted, leases.StateSkipped,
-		leases.StateCompleted, leases.StateFailed, leases.StateSkipped}
+	want := []store.State{store.StateFailed, store.StateCompleted, store.StateSkipped,
+		store.StateCompleted, store.StateFailed, store.StateSkipped}
 	got := d.Expected()
 	for i := range want {
 		if got[i] != want[i] {
@@ -53,10 +53,10 @@ func TestRandomIsWellFormed(t *testing.T) {
 				}
 				continue
 			}
-			if pol.Kind == flows.Quorum && (pol.K < 1 || pol.K > len(preds)) {
+			if pol.Kind == store.Quorum && (pol.K < 1 || pol.K > len(preds)) {
 				t.Fatalf("seed %d: n%d quorum %d of %d", seed, i, pol.K, len(preds))
 			}
-			if seed%2 == 1 && pol.OnSatisfied == flows.CancelRemaining {
+			if seed%2 == 1 && pol.OnSatisfied == store.CancelRemaining {
 				t.Fatalf("seed %d: cancel_remaining drawn without being asked for", seed)
 			}
 		}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
-	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/listener"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Consumer defaults.
@@ -36,7 +36,7 @@ type ConsumeConfig struct {
 	// Name of the consumer (registered on first use). Required.
 	Name string
 	// Stream: completion, lease or all. Default all.
-	Stream Stream
+	Stream store.Stream
 	// Start is where a new consumer begins. Default FromStart.
 	Start Start
 	// Batch bounds the events per handler call. Default DefaultBatch.
@@ -65,7 +65,7 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 		return errors.New("outbox: Consume needs a pool and a handler")
 	}
 	if cfg.Stream == "" {
-		cfg.Stream = All
+		cfg.Stream = store.StreamAll
 	}
 	if err := bound.ConsumerBatch.Fill("Batch", &cfg.Batch, DefaultBatch); err != nil {
 		return err
@@ -143,14 +143,14 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 	}
 }
 
-func channelsOf(s Stream) []string {
+func channelsOf(s store.Stream) []string {
 	switch s {
-	case Completion:
-		return []string{"ff_completion"}
-	case Lease:
-		return []string{"ff_lease"}
+	case store.StreamCompletion:
+		return []string{store.ChannelCompletion}
+	case store.StreamLease:
+		return []string{store.ChannelLease}
 	}
-	return []string{"ff_completion", "ff_lease"}
+	return []string{store.ChannelCompletion, store.ChannelLease}
 }
 
 // ConsumeOnce reads one batch after the consumer's cursor and hands it to
@@ -158,7 +158,7 @@ func channelsOf(s Stream) []string {
 // events it delivered. The consumer's row is locked for the transaction,
 // so two processes running the same consumer take turns instead of
 // delivering a batch twice.
-func ConsumeOnce(ctx context.Context, db leases.DB, name string, batch int, h Handler) (int, error) {
+func ConsumeOnce(ctx context.Context, db store.DB, name string, batch int, h Handler) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var stream, txid string
@@ -174,7 +174,7 @@ func ConsumeOnce(ctx context.Context, db leases.DB, name string, batch int, h Ha
 		if c.TxID, err = strconv.ParseUint(txid, 10, 64); err != nil {
 			return err
 		}
-		events, err := Read(ctx, tx, Stream(stream), c, batch)
+		events, err := Read(ctx, tx, store.Stream(stream), c, batch)
 		if err != nil {
 			return err
 		}

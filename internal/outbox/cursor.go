@@ -12,6 +12,7 @@ import (
 
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // MaxBatch bounds one read.
@@ -37,11 +38,11 @@ const (
 		namespace, dispatched_at, event_type, lease_epoch, worker, lease_expires_at`
 )
 
-func readSQL(s Stream) string {
+func readSQL(s store.Stream) string {
 	switch s {
-	case Completion:
+	case store.StreamCompletion:
 		return `SELECT ` + eventColumns + ` FROM (` + completionSelect + `) q ORDER BY tx, event_id`
-	case Lease:
+	case store.StreamLease:
 		return `SELECT ` + eventColumns + ` FROM (` + leaseSelect + `) q ORDER BY tx, event_id`
 	}
 	// Each side is already limited and ordered; the merge keeps the first
@@ -52,7 +53,7 @@ func readSQL(s Stream) string {
 
 // Read returns up to limit committed events after cursor, in (txid,
 // event_id) order: the protocol of docs/design.md section 7.
-func Read(ctx context.Context, db leases.DB, s Stream, after Cursor, limit int) ([]Event, error) {
+func Read(ctx context.Context, db store.DB, s store.Stream, after Cursor, limit int) ([]Event, error) {
 	if _, err := ParseStream(string(s)); err != nil {
 		return nil, err
 	}
@@ -83,7 +84,7 @@ func scanEvent(r pgx.CollectableRow) (Event, error) {
 	if err != nil {
 		return e, err
 	}
-	e.Stream = Stream(stream)
+	e.Stream = store.Stream(stream)
 	if e.TxID, err = parseTxID(txid); err != nil {
 		return e, err
 	}
@@ -116,7 +117,7 @@ const (
 
 // Horizon is the cursor below which every transaction has ended: starting
 // there skips everything committed so far and nothing committed later.
-func Horizon(ctx context.Context, db leases.DB) (Cursor, error) {
+func Horizon(ctx context.Context, db store.DB) (Cursor, error) {
 	var s string
 	if err := db.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`).Scan(&s); err != nil {
 		return Cursor{}, fmt.Errorf("read transaction horizon: %w", err)
@@ -131,14 +132,14 @@ func Horizon(ctx context.Context, db leases.DB) (Cursor, error) {
 // Consumer is a named consumer's row.
 type Consumer struct {
 	Name   string
-	Stream Stream
+	Stream store.Stream
 	Cursor Cursor
 }
 
 // Register creates a named consumer at start, or returns the existing one
 // (whose cursor is kept: a restart resumes right after it). Registering an
 // existing name for another stream is a conflict.
-func Register(ctx context.Context, db leases.DB, name string, s Stream, start Start) (*Consumer, error) {
+func Register(ctx context.Context, db store.DB, name string, s store.Stream, start Start) (*Consumer, error) {
 	if err := leases.ValidateName("consumer", name); err != nil {
 		return nil, err
 	}
@@ -168,7 +169,7 @@ func Register(ctx context.Context, db leases.DB, name string, s Stream, start St
 }
 
 // Get reads a named consumer.
-func Get(ctx context.Context, db leases.DB, name string) (*Consumer, error) {
+func Get(ctx context.Context, db store.DB, name string) (*Consumer, error) {
 	var c Consumer
 	var stream, txid string
 	err := db.QueryRow(ctx, `SELECT name, stream, cursor_txid::text, cursor_event_id FROM ff_outbox_consumer WHERE name = $1`,
@@ -179,7 +180,7 @@ func Get(ctx context.Context, db leases.DB, name string) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read consumer %s: %w", name, err)
 	}
-	c.Stream = Stream(stream)
+	c.Stream = store.Stream(stream)
 	c.Cursor.TxID, err = parseTxID(txid)
 	return &c, err
 }
@@ -187,7 +188,7 @@ func Get(ctx context.Context, db leases.DB, name string) (*Consumer, error) {
 // Ack moves a consumer's cursor forward to c, in db (pass the transaction
 // that did the consumer's work for exactly-once processing). A cursor
 // never moves back.
-func Ack(ctx context.Context, db leases.DB, name string, c Cursor) error {
+func Ack(ctx context.Context, db store.DB, name string, c Cursor) error {
 	tag, err := db.Exec(ctx, `UPDATE ff_outbox_consumer SET cursor_txid = $2::text::xid8, cursor_event_id = $3,
 			updated_at = now(), last_read_at = now()
 		WHERE name = $1 AND (cursor_txid, cursor_event_id) <= ($2::text::xid8, $3)`,
@@ -205,7 +206,7 @@ func Ack(ctx context.Context, db leases.DB, name string, c Cursor) error {
 }
 
 // Drop removes a named consumer: retention stops waiting for it.
-func Drop(ctx context.Context, db leases.DB, name string) error {
+func Drop(ctx context.Context, db store.DB, name string) error {
 	tag, err := db.Exec(ctx, `DELETE FROM ff_outbox_consumer WHERE name = $1`, name)
 	if err != nil {
 		return fmt.Errorf("drop consumer %s: %w", name, err)

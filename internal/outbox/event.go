@@ -9,23 +9,14 @@ import (
 
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
-)
-
-// Stream selects an outbox.
-type Stream string
-
-// Streams.
-const (
-	Completion Stream = "completion"
-	Lease      Stream = "lease"
-	All        Stream = "all"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // ParseStream validates a stream name.
-func ParseStream(s string) (Stream, error) {
-	switch Stream(s) {
-	case Completion, Lease, All:
-		return Stream(s), nil
+func ParseStream(s string) (store.Stream, error) {
+	switch store.Stream(s) {
+	case store.StreamCompletion, store.StreamLease, store.StreamAll:
+		return store.Stream(s), nil
 	}
 	return "", fault.Invalid(fault.KindInvalidValue, "stream", s, "want completion, lease or all")
 }
@@ -33,14 +24,14 @@ func ParseStream(s string) (Stream, error) {
 // Event is one outbox row, of either table. JSON names are the schema's
 // and are stable (docs/consumers.md).
 type Event struct {
-	Stream       Stream    `json:"stream"`
-	EventID      int64     `json:"event_id"`
-	TxID         uint64    `json:"txid"`
-	PartitionKey int16     `json:"partition_key"`
-	ExecutionID  string    `json:"execution_id,omitempty"` // {fp:N}:<uuid>; empty for a flow's own event
-	FlowID       string    `json:"flow_id,omitempty"`
-	OccurredAt   time.Time `json:"occurred_at"`
-	Attempt      int       `json:"attempt"`
+	Stream       store.Stream `json:"stream"`
+	EventID      int64        `json:"event_id"`
+	TxID         uint64       `json:"txid"`
+	PartitionKey int16        `json:"partition_key"`
+	ExecutionID  string       `json:"execution_id,omitempty"` // {fp:N}:<uuid>; empty for a flow's own event
+	FlowID       string       `json:"flow_id,omitempty"`
+	OccurredAt   time.Time    `json:"occurred_at"`
+	Attempt      int          `json:"attempt"`
 	// Completion events.
 	Outcome      string     `json:"outcome,omitempty"`
 	Namespace    string     `json:"namespace,omitempty"`

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/internal/outbox"
+	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -42,7 +43,7 @@ func insertEvent(ctx context.Context, q interface {
 	return id, err
 }
 
-func (f *fixture) read(s outbox.Stream, after outbox.Cursor) []outbox.Event {
+func (f *fixture) read(s store.Stream, after outbox.Cursor) []outbox.Event {
 	f.t.Helper()
 	ev, err := outbox.Read(f.ctx, f.db.Pool, s, after, 1000)
 	if err != nil {
@@ -53,7 +54,7 @@ func (f *fixture) read(s outbox.Stream, after outbox.Cursor) []outbox.Event {
 
 // readUntil reads from after until n events are visible (other tests'
 // transactions can hold the cluster-wide horizon back briefly).
-func (f *fixture) readUntil(s outbox.Stream, after outbox.Cursor, n int) []outbox.Event {
+func (f *fixture) readUntil(s store.Stream, after outbox.Cursor, n int) []outbox.Event {
 	f.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -114,7 +115,7 @@ func TestOutOfOrderCommits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := f.read(outbox.Completion, outbox.Cursor{}); len(got) != 0 {
+			if got := f.read(store.StreamCompletion, outbox.Cursor{}); len(got) != 0 {
 				t.Fatalf("while A is open the reader got %v; want nothing (B must wait behind A)", ids(got))
 			}
 			if commitA {
@@ -130,12 +131,12 @@ func TestOutOfOrderCommits(t *testing.T) {
 			}
 			// The horizon is cluster-wide: a transaction open in another
 			// test's database also holds events back, for a moment.
-			got := f.readUntil(outbox.Completion, outbox.Cursor{}, len(want))
+			got := f.readUntil(store.StreamCompletion, outbox.Cursor{}, len(want))
 			if fmt.Sprint(ids(got)) != fmt.Sprint(want) {
 				t.Fatalf("after A ended: got %v, want %v", ids(got), want)
 			}
 			// Exactly once: reading after the last position yields nothing.
-			if more := f.read(outbox.Completion, got[len(got)-1].Position()); len(more) != 0 {
+			if more := f.read(store.StreamCompletion, got[len(got)-1].Position()); len(more) != 0 {
 				t.Fatalf("re-read after the cursor returned %v", ids(more))
 			}
 		})
@@ -157,7 +158,7 @@ func TestStressConsumers(t *testing.T) {
 	const writers, perWriter = 16, 40
 	names := []string{"billing", "audit", "dash"}
 	for _, n := range names {
-		if _, err := outbox.Register(f.ctx, pool, n, outbox.All, outbox.FromStart); err != nil {
+		if _, err := outbox.Register(f.ctx, pool, n, store.StreamAll, outbox.FromStart); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -291,7 +292,7 @@ func TestRestartAndTransactionalAck(t *testing.T) {
 		}
 		all = append(all, id)
 	}
-	if _, err := outbox.Register(f.ctx, f.db.Pool, "ledger", outbox.Completion, outbox.FromStart); err != nil {
+	if _, err := outbox.Register(f.ctx, f.db.Pool, "ledger", store.StreamCompletion, outbox.FromStart); err != nil {
 		t.Fatal(err)
 	}
 	write := func(ctx context.Context, tx pgx.Tx, ev []outbox.Event) error {
@@ -340,11 +341,11 @@ func TestRestartAndTransactionalAck(t *testing.T) {
 		t.Fatalf("cursor %+v %v", c, err)
 	}
 	// Registering again keeps the cursor; another stream is a conflict.
-	again, err := outbox.Register(f.ctx, f.db.Pool, "ledger", outbox.Completion, outbox.FromStart)
+	again, err := outbox.Register(f.ctx, f.db.Pool, "ledger", store.StreamCompletion, outbox.FromStart)
 	if err != nil || again.Cursor != c.Cursor {
 		t.Fatalf("re-register moved the cursor: %+v %v", again, err)
 	}
-	if _, err := outbox.Register(f.ctx, f.db.Pool, "ledger", outbox.Lease, outbox.FromStart); err == nil {
+	if _, err := outbox.Register(f.ctx, f.db.Pool, "ledger", store.StreamLease, outbox.FromStart); err == nil {
 		t.Fatal("re-register for another stream succeeded")
 	}
 }
@@ -358,10 +359,10 @@ func TestFromNow(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait until the old event is below the (cluster-wide) horizon.
-	if got := f.readUntil(outbox.Completion, outbox.Cursor{}, 1); len(got) != 1 {
+	if got := f.readUntil(store.StreamCompletion, outbox.Cursor{}, 1); len(got) != 1 {
 		t.Fatal("the first event never became readable")
 	}
-	if _, err := outbox.Register(f.ctx, f.db.Pool, "late", outbox.All, outbox.FromNow); err != nil {
+	if _, err := outbox.Register(f.ctx, f.db.Pool, "late", store.StreamAll, outbox.FromNow); err != nil {
 		t.Fatal(err)
 	}
 	id, err := insertEvent(f.ctx, f.db.Pool)
@@ -401,7 +402,7 @@ func TestRetention(t *testing.T) {
 	exec(`UPDATE ff_lease_event SET occurred_at = now() - interval '30 days'`)
 	exec(`UPDATE ff_completion_event SET dispatched_at = now() WHERE event_id IN (SELECT event_id FROM ff_completion_event ORDER BY event_id LIMIT 4)`)
 	// A consumer that has read two completion events.
-	if _, err := outbox.Register(f.ctx, f.db.Pool, "slow", outbox.Completion, outbox.FromStart); err != nil {
+	if _, err := outbox.Register(f.ctx, f.db.Pool, "slow", store.StreamCompletion, outbox.FromStart); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.consumeN("slow", 2, 2, func(context.Context, pgx.Tx, []outbox.Event) error { return nil }); n != 2 {
@@ -439,10 +440,10 @@ func TestBadInput(t *testing.T) {
 	if _, err := outbox.Read(f.ctx, f.db.Pool, "everything", outbox.Cursor{}, 10); err == nil {
 		t.Error("unknown stream accepted")
 	}
-	if _, err := outbox.Read(f.ctx, f.db.Pool, outbox.All, outbox.Cursor{}, 0); err == nil {
+	if _, err := outbox.Read(f.ctx, f.db.Pool, store.StreamAll, outbox.Cursor{}, 0); err == nil {
 		t.Error("limit 0 accepted")
 	}
-	if _, err := outbox.Register(f.ctx, f.db.Pool, "bad name", outbox.All, outbox.FromStart); err == nil {
+	if _, err := outbox.Register(f.ctx, f.db.Pool, "bad name", store.StreamAll, outbox.FromStart); err == nil {
 		t.Error("bad consumer name accepted")
 	}
 	if err := outbox.StreamWAL(f.ctx, outbox.WALConfig{ConnString: f.db.URL, Slot: "Bad-Slot", Handler: func(context.Context, []outbox.Event) error { return nil }}); err == nil || !strings.Contains(err.Error(), "Bad-Slot") {
@@ -462,7 +463,7 @@ func TestConsumerWakesOnBornDispatchedEvents(t *testing.T) {
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- outbox.Consume(ctx, outbox.ConsumeConfig{Pool: f.db.Pool, Name: "wake", Stream: outbox.Completion, PollInterval: time.Hour,
+		done <- outbox.Consume(ctx, outbox.ConsumeConfig{Pool: f.db.Pool, Name: "wake", Stream: store.StreamCompletion, PollInterval: time.Hour,
 			Handler: func(_ context.Context, _ pgx.Tx, ev []outbox.Event) error {
 				for _, e := range ev {
 					got <- e.EventID

@@ -14,6 +14,7 @@ import (
 
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/outbox"
+	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -50,7 +51,7 @@ func TestConsumeSurvivesTerminatedBackends(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- outbox.Consume(ctx, outbox.ConsumeConfig{Pool: pool, Name: "under-fire", Stream: outbox.Completion, Batch: 7,
+		done <- outbox.Consume(ctx, outbox.ConsumeConfig{Pool: pool, Name: "under-fire", Stream: store.StreamCompletion, Batch: 7,
 			PollInterval: 20 * time.Millisecond, Handler: func(_ context.Context, _ pgx.Tx, ev []outbox.Event) error {
 				mu.Lock()
 				defer mu.Unlock()

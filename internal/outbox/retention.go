@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Retention defaults.
@@ -36,7 +36,7 @@ DELETE FROM %[1]s WHERE (partition_key, event_id) IN (
 // Retain deletes retained events past the window in bounded batches: only
 // dispatched completion events, and only events every registered consumer
 // has passed. A window of 0 or less deletes nothing.
-func Retain(ctx context.Context, db leases.DB, window time.Duration, batch int) (Retained, error) {
+func Retain(ctx context.Context, db store.DB, window time.Duration, batch int) (Retained, error) {
 	var r Retained
 	if window <= 0 {
 		return r, nil
@@ -69,14 +69,14 @@ func Retain(ctx context.Context, db leases.DB, window time.Duration, batch int) 
 // IdleConsumer is a consumer holding retention back.
 type IdleConsumer struct {
 	Name   string
-	Stream Stream
+	Stream store.Stream
 	Idle   time.Duration
 }
 
 // IdleConsumers lists consumers that have not read for longer than limit
 // while events wait for them: they hold retention back, and are reported,
 // never dropped.
-func IdleConsumers(ctx context.Context, db leases.DB, limit time.Duration) ([]IdleConsumer, error) {
+func IdleConsumers(ctx context.Context, db store.DB, limit time.Duration) ([]IdleConsumer, error) {
 	rows, err := db.Query(ctx, `
 		SELECT c.name, c.stream, extract(epoch FROM now() - c.last_read_at)
 		FROM ff_outbox_consumer c
@@ -98,7 +98,7 @@ func IdleConsumers(ctx context.Context, db leases.DB, limit time.Duration) ([]Id
 		if err := rows.Scan(&c.Name, &stream, &secs); err != nil {
 			return nil, err
 		}
-		c.Stream, c.Idle = Stream(stream), time.Duration(secs*float64(time.Second))
+		c.Stream, c.Idle = store.Stream(stream), time.Duration(secs*float64(time.Second))
 		out = append(out, c)
 	}
 	return out, rows.Err()

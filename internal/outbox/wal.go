@@ -18,6 +18,7 @@ import (
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/session"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Publication is the publication (created by the migrations) the WAL
@@ -282,9 +283,9 @@ func (s *walStream) decode(rel *pglogrepl.RelationMessage, tuple *pglogrepl.Tupl
 	var e Event
 	switch rel.RelationName {
 	case "ff_completion_event":
-		e.Stream = Completion
+		e.Stream = store.StreamCompletion
 	case "ff_lease_event":
-		e.Stream = Lease
+		e.Stream = store.StreamLease
 	default:
 		return e, fmt.Errorf("WAL insert into unexpected table %s", rel.RelationName)
 	}

@@ -1,0 +1,72 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what every statement runs on: a pool, a connection or a caller's
+// transaction.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// MaxRetries bounds the retries of a transaction that hit a serialization
+// failure or a deadlock.
+const MaxRetries = 10
+
+// Retryable reports a transient concurrency failure: serialization_failure
+// or deadlock_detected.
+func Retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// IsLockTimeout reports a statement that gave up waiting for a lock
+// (lock_not_available, 55P03: lock_timeout or NOWAIT).
+func IsLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// InTx runs fn in a transaction on db (a savepoint when db is itself a
+// transaction) and commits. When it owns the transaction it retries fn on
+// serialization failures and deadlocks, so these never surface as
+// anything else (in particular never as a lost lease).
+func InTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
+	return WithRetry(ctx, db, func() error { return pgx.BeginFunc(ctx, db, fn) })
+}
+
+// WithRetry runs fn, again on a serialization failure or deadlock, unless
+// db is a caller's transaction (which such an error has aborted).
+func WithRetry(ctx context.Context, db DB, fn func() error) error {
+	_, callerTx := db.(pgx.Tx)
+	for try := 0; ; try++ {
+		err := fn()
+		if err == nil || callerTx || !Retryable(err) || try >= MaxRetries {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(1+try) * 2 * time.Millisecond):
+		}
+	}
+}
+
+// wrap says what was being done when err happened.
+func wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

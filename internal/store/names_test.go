@@ -1,0 +1,174 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffd/internal/store"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+var quoted = regexp.MustCompile(`'([^']*)'::text`)
+
+func strs[T ~string](xs []T) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = string(x)
+	}
+	return out
+}
+
+// Every vocabulary set in names.go is exactly what the schema's CHECK
+// constraint on that column allows, in both directions: a Go constant the
+// database refuses, or a database value Go cannot name, fails here.
+func TestNamesMatchTheSchema(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := testdb.New(t)
+
+	// checkOn returns the values the single-column CHECK on table.column
+	// allows.
+	checkOn := func(table, column string) []string {
+		t.Helper()
+		var def string
+		err := db.Pool.QueryRow(ctx, `
+			SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
+			JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+			WHERE c.contype = 'c' AND c.conrelid = $1::regclass AND cardinality(c.conkey) = 1
+				AND a.attname = $2 AND pg_get_constraintdef(c.oid) LIKE '%ARRAY[%'`, table, column).Scan(&def)
+		if err != nil {
+			t.Fatalf("read the CHECK on %s.%s: %v", table, column, err)
+		}
+		var vals []string
+		for _, m := range quoted.FindAllStringSubmatch(def, -1) {
+			vals = append(vals, m[1])
+		}
+		return vals
+	}
+	cases := []struct {
+		table, column string
+		want          []string
+	}{
+		{"ff_execution", "state", strs(store.States)},
+		{"ff_attempt", "outcome", strs(store.AttemptOutcomes)},
+		{"ff_lease_event", "event_type", strs(store.LeaseEventTypes)},
+		{"ff_flow", "state", strs(store.FlowStates)},
+		{"ff_flow", "cancellation_policy", strs(store.CancelPolicies)},
+		{"ff_edge", "state", strs(store.EdgeStates)},
+		{"ff_edge", "resolved_outcome", strs(store.ExecutionOutcomes)},
+		{"ff_edge_group", "policy", strs(store.PolicyKinds)},
+		{"ff_edge_group", "on_satisfied", strs(store.OnSatisfieds)},
+		{"ff_edge_group", "decision", strs(store.Decisions)},
+		{"ff_outbox_consumer", "stream", strs(store.Streams)},
+	}
+	for _, c := range cases {
+		got := checkOn(c.table, c.column)
+		if !sameSet(got, c.want) {
+			t.Errorf("%s.%s: the schema allows %v, Go names %v", c.table, c.column, got, c.want)
+		}
+	}
+
+	// The completion event's outcome CHECK has one list for executions and
+	// one for flows, in that order.
+	var def string
+	if err := db.Pool.QueryRow(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint
+		WHERE conname = 'ff_completion_event_outcome'`).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	lists := regexp.MustCompile(`ARRAY\[([^\]]*)\]`).FindAllStringSubmatch(def, -1)
+	if len(lists) != 2 {
+		t.Fatalf("ff_completion_event_outcome: want two value lists, got %q", def)
+	}
+	for i, want := range [][]string{strs(store.ExecutionOutcomes), strs(store.FlowOutcomes)} {
+		var got []string
+		for _, m := range quoted.FindAllStringSubmatch(lists[i][1], -1) {
+			got = append(got, m[1])
+		}
+		if !sameSet(got, want) {
+			t.Errorf("ff_completion_event outcome list %d: the schema allows %v, Go names %v", i, got, want)
+		}
+	}
+}
+
+// The channels the triggers notify on are exactly store.Channels.
+func TestChannelsMatchTheTriggers(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := testdb.New(t)
+	rows, err := db.Pool.Query(ctx, `
+		SELECT p.prosrc FROM pg_trigger g JOIN pg_proc p ON p.oid = g.tgfoid
+		WHERE NOT g.tgisinternal AND g.tgrelid::regclass::text LIKE 'ff\_%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	notify := regexp.MustCompile(`pg_notify\('([a-z_]+)'`)
+	var got []string
+	for rows.Next() {
+		var src string
+		if err := rows.Scan(&src); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range notify.FindAllStringSubmatch(src, -1) {
+			if !slices.Contains(got, m[1]) {
+				got = append(got, m[1])
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !sameSet(got, store.Channels) {
+		t.Errorf("the triggers notify on %v, store.Channels is %v", got, store.Channels)
+	}
+}
+
+// The mappings cover every terminal state and name only known values.
+func TestMappings(t *testing.T) {
+	t.Parallel()
+	for _, s := range store.States {
+		o, a, l := store.OutcomeOf(s), store.AttemptOutcomeOf(s), store.LeaseEndOf(s)
+		if !s.Terminal() {
+			if o != "" {
+				t.Errorf("OutcomeOf(%s) = %q, want none for a live state", s, o)
+			}
+			continue
+		}
+		if !slices.Contains(store.ExecutionOutcomes, o) {
+			t.Errorf("OutcomeOf(%s) = %q, not an execution outcome", s, o)
+		}
+		if !slices.Contains(store.AttemptOutcomes, a) {
+			t.Errorf("AttemptOutcomeOf(%s) = %q, not an attempt outcome", s, a)
+		}
+		if !slices.Contains(store.LeaseEventTypes, l) {
+			t.Errorf("LeaseEndOf(%s) = %q, not a lease event type", s, l)
+		}
+	}
+	want := map[store.State]string{
+		store.StateCompleted: "success/succeeded/released",
+		store.StateFailed:    "failed/failed/released",
+		store.StateCancelled: "cancelled/cancelled/revoked",
+		store.StateExpired:   "expired/timed_out/expired",
+		store.StateSkipped:   "skipped/timed_out/released",
+	}
+	for s, w := range want {
+		if got := fmt.Sprintf("%s/%s/%s", store.OutcomeOf(s), store.AttemptOutcomeOf(s), store.LeaseEndOf(s)); got != w {
+			t.Errorf("%s maps to %s, want %s", s, got, w)
+		}
+	}
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
