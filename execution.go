@@ -25,7 +25,7 @@ func ParseExecutionID(s string) (ExecutionID, error) {
 }
 
 // Execution is a snapshot of one execution.
-type Execution = leases.Execution
+type Execution = store.Execution
 
 // State is an execution's state.
 type State = store.State
@@ -44,7 +44,7 @@ const (
 
 // RetryPolicy is exponential backoff with a cap and jitter. Zero fields
 // take the defaults: base 1 s, multiplier 2, max 5 min, jitter 0.1.
-type RetryPolicy = leases.RetryPolicy
+type RetryPolicy = store.RetryPolicy
 
 // Defaults.
 const (
@@ -157,7 +157,7 @@ type Outcome = leases.Outcome
 type FailParams = leases.FailParams
 
 // Requeued is an execution put back to pending by Revoke.
-type Requeued = leases.Requeued
+type Requeued = store.Requeued
 
 // ListParams filters List; zero fields do not filter.
 type ListParams = leases.ListParams

@@ -610,15 +610,15 @@ func (w *Worker) revoked(payload string) {
 // says is gone. A failure is logged: the heartbeat still finds the loss.
 func (w *Worker) recheckLeases(ctx context.Context) {
 	w.mu.Lock()
-	held := make([]leases.LeaseRef, 0, len(w.active))
+	held := make([]store.LeaseRef, 0, len(w.active))
 	for id, j := range w.active {
-		held = append(held, leases.LeaseRef{ID: id, Epoch: j.x.LeaseEpoch})
+		held = append(held, store.LeaseRef{ID: id, Epoch: j.x.LeaseEpoch})
 	}
 	w.mu.Unlock()
 	if len(held) == 0 {
 		return
 	}
-	lost, err := leases.LostLeases(ctx, w.client.pool, held)
+	lost, err := store.LostLeases(ctx, w.client.pool, held)
 	if err != nil {
 		w.log.Warn("check held leases after reconnecting; heartbeats will", zap.Error(err))
 		return

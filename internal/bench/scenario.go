@@ -563,7 +563,7 @@ func recovery(ctx context.Context, env *Env, p Params, r *Report) error {
 		return err
 	}
 	lane := env.lane("recovery")
-	if err := env.createMany(ctx, leases.CreateParams{Lane: lane, LeaseTTL: p.LeaseTTL, Retry: leases.RetryPolicy{Base: time.Millisecond, Max: time.Millisecond}}, p.Leases); err != nil {
+	if err := env.createMany(ctx, leases.CreateParams{Lane: lane, LeaseTTL: p.LeaseTTL, Retry: store.RetryPolicy{Base: time.Millisecond, Max: time.Millisecond}}, p.Leases); err != nil {
 		return err
 	}
 	d, err := env.startDaemon(ctx, p.SweepInterval)

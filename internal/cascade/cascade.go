@@ -11,7 +11,6 @@ import (
 
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/ident"
-	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -237,12 +236,12 @@ func (d *Dispatcher) cancelOneGroup(ctx context.Context) (found bool, cancelled 
 			FOR NO KEY UPDATE`, part, flow, down).Scan(&members); err != nil {
 			return fmt.Errorf("read siblings of %s: %w", down, err)
 		}
-		ends := make([]leases.Ending, len(members))
+		ends := make([]store.Ending, len(members))
 		for i, m := range members {
-			ends[i] = leases.Ending{ID: ident.ExecutionID{Partition: part, UUID: m}, State: store.StateCancelled,
+			ends[i] = store.Ending{ID: ident.ExecutionID{Partition: part, UUID: m}, State: store.StateCancelled,
 				Reason: SiblingCancelReason, By: SiblingCancelledBy}
 		}
-		ended, err := leases.Terminate(ctx, tx, ends)
+		ended, err := store.Terminate(ctx, tx, ends)
 		if err != nil {
 			return err
 		}

@@ -49,7 +49,7 @@ func setup(t *testing.T) *fixture {
 
 type dag struct {
 	flow *flows.Flow
-	x    map[string]*leases.Execution
+	x    map[string]*store.Execution
 }
 
 // submit builds a DAG from "a->b" edge strings, each node in its own lane.
@@ -85,7 +85,7 @@ func (f *fixture) submit(policies map[string]flows.Policy, edges ...string) *dag
 }
 
 // claim leases a node (it must be pending and due).
-func (f *fixture) claim(g *dag, ref string) *leases.Execution {
+func (f *fixture) claim(g *dag, ref string) *store.Execution {
 	f.t.Helper()
 	got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: g.x[ref].Lane, Worker: "w/1", Max: 1})
 	if err != nil || len(got) != 1 {
@@ -94,7 +94,7 @@ func (f *fixture) claim(g *dag, ref string) *leases.Execution {
 	return got[0]
 }
 
-func (f *fixture) finish(x *leases.Execution, ok bool) {
+func (f *fixture) finish(x *store.Execution, ok bool) {
 	f.t.Helper()
 	var err error
 	if ok {
@@ -223,7 +223,7 @@ func TestAnyOfCancelRemaining(t *testing.T) {
 		t.Fatalf("tick: %d groups %d cancelled %v", groups, cancelled, err)
 	}
 	f.expect(g, map[string]store.State{"b": store.StateCancelled, "c": store.StateCancelled})
-	for _, x := range []*leases.Execution{b, c} {
+	for _, x := range []*store.Execution{b, c} {
 		if _, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil); err == nil {
 			t.Fatalf("a cancelled sibling completed")
 		}

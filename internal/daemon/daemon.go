@@ -515,7 +515,7 @@ func (d *Daemon) sweep(ctx context.Context, full bool) {
 		d.m.deadlinesExpired.Add(float64(dl))
 		d.log.Info("sweep expired deadlines", zap.Int("expired", dl))
 	}
-	lanes, next, err := leases.NotifyDueLanes(ctx, d.cfg.Pool, d.dueSince)
+	lanes, next, err := store.NotifyDueLanes(ctx, d.cfg.Pool, d.dueSince)
 	if err != nil {
 		d.log.Error("sweep: due lanes failed", zap.Error(err))
 	} else {

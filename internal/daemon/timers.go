@@ -10,6 +10,7 @@ import (
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/logging"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // maxTimers bounds the timer heap; beyond it the sweep covers the rest.
@@ -78,7 +79,7 @@ func (w *timerWorker) load(ctx context.Context, eventIDs []int64) {
 	if len(eventIDs) == 0 {
 		return
 	}
-	ts, ended, err := leases.TimersForLeaseEvents(ctx, w.d.cfg.Pool, eventIDs)
+	ts, ended, err := store.TimersForLeaseEvents(ctx, w.d.cfg.Pool, eventIDs)
 	if err != nil {
 		w.d.log.Warn("timer worker: read lease events; the sweep covers them", zap.Error(err))
 		return
@@ -99,7 +100,7 @@ func (w *timerWorker) load(ctx context.Context, eventIDs []int64) {
 var leaseEnded = time.Unix(1<<62, 0)
 
 func (w *timerWorker) reload(ctx context.Context) {
-	ts, err := leases.UpcomingTimers(ctx, w.d.cfg.Pool, DefaultTimerLimit)
+	ts, err := store.UpcomingTimers(ctx, w.d.cfg.Pool, DefaultTimerLimit)
 	if err != nil {
 		w.d.log.Warn("timer worker: read upcoming timers; the sweep covers them", zap.Error(err))
 		return
@@ -107,12 +108,12 @@ func (w *timerWorker) reload(ctx context.Context) {
 	w.add(ts)
 }
 
-func (w *timerWorker) add(ts []leases.Timer) {
+func (w *timerWorker) add(ts []store.Timer) {
 	for _, t := range ts {
 		if len(w.h) >= maxTimers {
 			return // the sweep covers what does not fit
 		}
-		if t.Kind == leases.TimerLease {
+		if t.Kind == store.TimerLease {
 			k := leaseKey{t.ID, t.Epoch}
 			if prev, ok := w.latest[k]; ok && !t.At.After(prev) {
 				continue // already scheduled at this time or later
@@ -127,9 +128,9 @@ func (w *timerWorker) fireDue(ctx context.Context) {
 	now := time.Now()
 	dueLanes := false
 	for len(w.h) > 0 && !w.h[0].At.After(now) {
-		t := heap.Pop(&w.h).(leases.Timer)
+		t := heap.Pop(&w.h).(store.Timer)
 		switch t.Kind {
-		case leases.TimerLease:
+		case store.TimerLease:
 			k := leaseKey{t.ID, t.Epoch}
 			latest, ok := w.latest[k]
 			if ok && latest.Equal(leaseEnded) {
@@ -152,7 +153,7 @@ func (w *timerWorker) fireDue(ctx context.Context) {
 				w.d.log.Info("lease expired", zap.String(logging.FieldExecutionID, t.ID.String()), zap.String(logging.FieldLane, t.Lane),
 					zap.Int64(logging.FieldLeaseEpoch, t.Epoch), zap.Bool("retried", res.Retried > 0))
 			}
-		case leases.TimerDeadline:
+		case store.TimerDeadline:
 			ok, err := leases.ExpireDeadline(ctx, w.d.cfg.Pool, t.ID)
 			if err != nil {
 				w.d.log.Warn("timer worker: expire deadline; the sweep will retry", zap.String(logging.FieldExecutionID, t.ID.String()), zap.Error(err))
@@ -162,13 +163,13 @@ func (w *timerWorker) fireDue(ctx context.Context) {
 				w.d.m.deadlinesExpired.Inc()
 				w.d.log.Info("deadline passed; execution expired", zap.String(logging.FieldExecutionID, t.ID.String()), zap.String(logging.FieldLane, t.Lane))
 			}
-		case leases.TimerDue:
+		case store.TimerDue:
 			dueLanes = true
 		}
 	}
 	if dueLanes {
 		w.d.sweepMu.Lock()
-		lanes, next, err := leases.NotifyDueLanes(ctx, w.d.cfg.Pool, w.d.dueSince)
+		lanes, next, err := store.NotifyDueLanes(ctx, w.d.cfg.Pool, w.d.dueSince)
 		if err == nil {
 			w.d.dueSince = next
 			w.d.m.readyNotified.Add(float64(len(lanes)))
@@ -181,12 +182,12 @@ func (w *timerWorker) fireDue(ctx context.Context) {
 }
 
 // timerHeap is a min-heap by At.
-type timerHeap []leases.Timer
+type timerHeap []store.Timer
 
 func (h timerHeap) Len() int           { return len(h) }
 func (h timerHeap) Less(i, j int) bool { return h[i].At.Before(h[j].At) }
 func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)        { *h = append(*h, x.(leases.Timer)) }
+func (h *timerHeap) Push(x any)        { *h = append(*h, x.(store.Timer)) }
 func (h *timerHeap) Pop() any {
 	old := *h
 	t := old[len(old)-1]

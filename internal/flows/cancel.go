@@ -9,7 +9,6 @@ import (
 
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
-	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -30,7 +29,7 @@ type CancelResult struct {
 }
 
 // Cancel cancels a flow (cancel_flow). Every member it cancels goes
-// through leases.Terminate (completion event `cancelled`; a running member
+// through store.Terminate (completion event `cancelled`; a running member
 // is fenced with lease event `revoked`). The flow writes its own
 // `cancelled` completion event. Idempotent: a repeat returns the stored
 // policy and members; a completed or failed flow is already terminal.
@@ -94,11 +93,11 @@ func Cancel(ctx context.Context, db store.DB, flowID uuid.UUID, policy store.Can
 			part, flowID, string(policy), reason, members); err != nil {
 			return err
 		}
-		ends := make([]leases.Ending, len(members))
+		ends := make([]store.Ending, len(members))
 		for i, m := range members {
-			ends[i] = leases.Ending{ID: ident.ExecutionID{Partition: part, UUID: m}, State: store.StateCancelled, Reason: reason, By: FlowCancelledBy}
+			ends[i] = store.Ending{ID: ident.ExecutionID{Partition: part, UUID: m}, State: store.StateCancelled, Reason: reason, By: FlowCancelledBy}
 		}
-		ended, err := leases.Terminate(ctx, tx, ends)
+		ended, err := store.Terminate(ctx, tx, ends)
 		if err != nil {
 			return err
 		}

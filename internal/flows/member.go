@@ -83,7 +83,7 @@ func AddExecution(ctx context.Context, db store.DB, flowID uuid.UUID, id ident.E
 
 // CreateMember creates an execution minted on the flow's partition as a
 // member of the flow, in one transaction.
-func CreateMember(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.UUID, p leases.CreateParams) (x *leases.Execution, existed bool, err error) {
+func CreateMember(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.UUID, p leases.CreateParams) (x *store.Execution, existed bool, err error) {
 	part := ident.Partition(flowID)
 	p.FlowID, p.Partition = &flowID, &part
 	err = store.InTx(ctx, db, func(tx pgx.Tx) error {

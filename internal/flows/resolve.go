@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/flowfabric/ffd/internal/ident"
-	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -35,7 +34,7 @@ type ResolveResult struct {
 	ByOutcome     map[string]int
 	Decided       []Decided
 	CancelGroups  int                 // cancel_remaining groups queued for sibling cancellation
-	Skipped       []leases.Ended      // downstreams skipped (their completion events written)
+	Skipped       []store.Ended       // downstreams skipped (their completion events written)
 	Readied       []ident.ExecutionID // downstreams made pending
 }
 
@@ -45,7 +44,7 @@ type ResolveResult struct {
 // take effect — satisfied: the blocked downstream becomes pending (ff_ready
 // fires at commit) and, under cancel_remaining, its live sibling upstreams
 // are recorded and the group is queued for the sibling-cancel workers;
-// impossible: the downstream is skipped through leases.Terminate, which
+// impossible: the downstream is skipped through store.Terminate, which
 // writes its completion event for the cascade to carry further.
 //
 // Only edges still 'applied' are touched and each is updated under its row
@@ -108,7 +107,7 @@ func Resolve(ctx context.Context, tx pgx.Tx, rs []Resolution) (*ResolveResult, e
 	var decParts []int16
 	var decFlows, decDowns []uuid.UUID
 	var decisions []string
-	var skip []leases.Ending
+	var skip []store.Ending
 	var ready, cancelParts []int16
 	var readyIDs, cancelFlows, cancelDowns []uuid.UUID
 	for _, g := range groups {
@@ -123,7 +122,7 @@ func Resolve(ctx context.Context, tx pgx.Tx, rs []Resolution) (*ResolveResult, e
 		res.Decided = append(res.Decided, Decided{FlowID: g.flow, Downstream: down, Decision: d, Policy: g.policy})
 		decParts, decFlows, decDowns, decisions = append(decParts, g.part), append(decFlows, g.flow), append(decDowns, g.down), append(decisions, string(d))
 		if d == store.Impossible {
-			skip = append(skip, leases.Ending{ID: down, State: store.StateSkipped, Error: "dependencies can no longer be satisfied"})
+			skip = append(skip, store.Ending{ID: down, State: store.StateSkipped, Error: "dependencies can no longer be satisfied"})
 			continue
 		}
 		ready, readyIDs = append(ready, g.part), append(readyIDs, g.down)
@@ -159,7 +158,7 @@ func Resolve(ctx context.Context, tx pgx.Tx, rs []Resolution) (*ResolveResult, e
 		}
 	}
 	if len(skip) > 0 {
-		ended, err := leases.Terminate(ctx, tx, skip)
+		ended, err := store.Terminate(ctx, tx, skip)
 		if err != nil {
 			return nil, err
 		}

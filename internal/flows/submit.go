@@ -46,7 +46,7 @@ type SubmitParams struct {
 // Submitted is the created flow and its executions by Ref.
 type Submitted struct {
 	Flow       *Flow
-	Executions map[string]*leases.Execution
+	Executions map[string]*store.Execution
 }
 
 // Submit creates a flow with all its executions, edges and policies in one
@@ -196,7 +196,7 @@ func Submit(ctx context.Context, db store.DB, lim leases.Limits, p SubmitParams)
 		if err != nil {
 			return err
 		}
-		res = &Submitted{Flow: f, Executions: make(map[string]*leases.Execution, len(xs))}
+		res = &Submitted{Flow: f, Executions: make(map[string]*store.Execution, len(xs))}
 		for i, x := range xs {
 			res.Executions[p.Nodes[i].Ref] = x
 		}

@@ -20,7 +20,7 @@ func TestCreateManyMatchesCreate(t *testing.T) {
 	for i := range 40 {
 		p := leases.CreateParams{Lane: fmt.Sprint("many-", i%3), Kind: fmt.Sprint("k", i), Priority: i % 5,
 			Payload: []byte(fmt.Sprint("payload ", i)), MaxAttempts: 1 + i%4,
-			Retry:    leases.RetryPolicy{Base: time.Duration(1+i) * time.Millisecond, Max: time.Minute, Multiplier: 1.5, Jitter: 0.2},
+			Retry:    store.RetryPolicy{Base: time.Duration(1+i) * time.Millisecond, Max: time.Minute, Multiplier: 1.5, Jitter: 0.2},
 			LeaseTTL: time.Duration(10+i) * time.Second}
 		switch i % 4 {
 		case 0:

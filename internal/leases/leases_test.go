@@ -40,7 +40,7 @@ func setup(t *testing.T) *fixture {
 	return &fixture{t: t, ctx: ctx, pool: pool}
 }
 
-func (f *fixture) create(p leases.CreateParams) *leases.Execution {
+func (f *fixture) create(p leases.CreateParams) *store.Execution {
 	f.t.Helper()
 	if p.Lane == "" {
 		p.Lane = "default"
@@ -52,7 +52,7 @@ func (f *fixture) create(p leases.CreateParams) *leases.Execution {
 	return x
 }
 
-func (f *fixture) claim(lane string, n int, caps ...string) []*leases.Execution {
+func (f *fixture) claim(lane string, n int, caps ...string) []*store.Execution {
 	f.t.Helper()
 	got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: lane, Worker: "w1/i1", Capabilities: caps, Max: n})
 	if err != nil {
@@ -61,7 +61,7 @@ func (f *fixture) claim(lane string, n int, caps ...string) []*leases.Execution 
 	return got
 }
 
-func (f *fixture) claimOne(lane string) *leases.Execution {
+func (f *fixture) claimOne(lane string) *store.Execution {
 	f.t.Helper()
 	got := f.claim(lane, 1)
 	if len(got) != 1 {
@@ -70,7 +70,7 @@ func (f *fixture) claimOne(lane string) *leases.Execution {
 	return got[0]
 }
 
-func (f *fixture) get(id ident.ExecutionID) *leases.Execution {
+func (f *fixture) get(id ident.ExecutionID) *store.Execution {
 	f.t.Helper()
 	x, err := leases.Get(f.ctx, f.pool, id)
 	if err != nil {
@@ -255,25 +255,25 @@ func TestIdempotencyKey(t *testing.T) {
 // After expiry, revoke and cancel, the old holder can change nothing.
 func TestFencing(t *testing.T) {
 	t.Parallel()
-	takeAway := map[string]func(f *fixture, x *leases.Execution){
-		"expiry": func(f *fixture, x *leases.Execution) {
+	takeAway := map[string]func(f *fixture, x *store.Execution){
+		"expiry": func(f *fixture, x *store.Execution) {
 			f.lapse(x.ID)
 			res, err := leases.ExpireLapsed(f.ctx, f.pool, x.ID, x.LeaseEpoch)
 			if err != nil || res.LapsedRetried != 1 {
 				f.t.Fatalf("expire: %+v %v", res, err)
 			}
 		},
-		"revoke": func(f *fixture, x *leases.Execution) {
+		"revoke": func(f *fixture, x *store.Execution) {
 			if _, err := leases.Revoke(f.ctx, f.pool, x.ID, "ops"); err != nil {
 				f.t.Fatal(err)
 			}
 		},
-		"cancel": func(f *fixture, x *leases.Execution) {
+		"cancel": func(f *fixture, x *store.Execution) {
 			if _, err := leases.Cancel(f.ctx, f.pool, x.ID, "user asked", "alice"); err != nil {
 				f.t.Fatal(err)
 			}
 		},
-		"expiry then re-claim": func(f *fixture, x *leases.Execution) {
+		"expiry then re-claim": func(f *fixture, x *store.Execution) {
 			f.lapse(x.ID)
 			if _, err := leases.SweepLapsed(f.ctx, f.pool, 10); err != nil {
 				f.t.Fatal(err)
@@ -403,7 +403,7 @@ func TestRevoke(t *testing.T) {
 func TestRetries(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	x := f.create(leases.CreateParams{Lane: "retry", MaxAttempts: 3, Retry: leases.RetryPolicy{Base: 10 * time.Second, Multiplier: 3, Jitter: 0.1, Max: time.Minute}})
+	x := f.create(leases.CreateParams{Lane: "retry", MaxAttempts: 3, Retry: store.RetryPolicy{Base: 10 * time.Second, Multiplier: 3, Jitter: 0.1, Max: time.Minute}})
 	firstStart := time.Time{}
 	for attempt := 1; attempt <= 3; attempt++ {
 		c := f.claimOne("retry")
@@ -467,7 +467,7 @@ func pow(b, e int) int {
 func TestLapseRetriesThenExpires(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	x := f.create(leases.CreateParams{Lane: "lapse", MaxAttempts: 2, Retry: leases.RetryPolicy{Base: time.Millisecond}})
+	x := f.create(leases.CreateParams{Lane: "lapse", MaxAttempts: 2, Retry: store.RetryPolicy{Base: time.Millisecond}})
 	c := f.claimOne("lapse")
 	f.lapse(c.ID)
 	res, err := leases.SweepLapsed(f.ctx, f.pool, 100)
@@ -654,9 +654,9 @@ func TestBadInput(t *testing.T) {
 		{"attempt timeout absurd", leases.CreateParams{Lane: "l", AttemptTimeout: 10000 * time.Hour}, "attempt_timeout"},
 		{"delay negative", leases.CreateParams{Lane: "l", Delay: -time.Second}, "delay"},
 		{"deadline negative", leases.CreateParams{Lane: "l", Deadline: -time.Second}, "deadline"},
-		{"backoff multiplier", leases.CreateParams{Lane: "l", Retry: leases.RetryPolicy{Multiplier: 0.5}}, "retry.multiplier"},
-		{"backoff jitter", leases.CreateParams{Lane: "l", Retry: leases.RetryPolicy{Jitter: 3}}, "retry.jitter"},
-		{"backoff max below base", leases.CreateParams{Lane: "l", Retry: leases.RetryPolicy{Base: time.Minute, Max: time.Second}}, "retry.max"},
+		{"backoff multiplier", leases.CreateParams{Lane: "l", Retry: store.RetryPolicy{Multiplier: 0.5}}, "retry.multiplier"},
+		{"backoff jitter", leases.CreateParams{Lane: "l", Retry: store.RetryPolicy{Jitter: 3}}, "retry.jitter"},
+		{"backoff max below base", leases.CreateParams{Lane: "l", Retry: store.RetryPolicy{Base: time.Minute, Max: time.Second}}, "retry.max"},
 		{"empty capability", leases.CreateParams{Lane: "l", RequiredCapabilities: []string{""}}, "required_capabilities"},
 		{"idempotency key too long", leases.CreateParams{Lane: "l", IdempotencyKey: strings.Repeat("k", 513)}, "idempotency_key"},
 		{"tags not JSON", leases.CreateParams{Lane: "l", Tags: map[string]any{"f": func() {}}}, "tags"},

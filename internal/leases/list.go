@@ -31,7 +31,7 @@ type ListParams struct {
 
 // ListPage is one page; Next is nil on the last page.
 type ListPage struct {
-	Executions []*Execution
+	Executions []*store.Execution
 	Next       *ident.ExecutionID
 }
 
@@ -58,30 +58,12 @@ func List(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
 	if p.After != nil {
 		after = &p.After.UUID
 	}
-	rows, err := db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e
-		WHERE ($1::text IS NULL OR e.namespace = $1)
-			AND ($2::text IS NULL OR e.lane = $2)
-			AND ($3::text IS NULL OR e.state = $3)
-			AND ($4::uuid IS NULL OR e.flow_id = $4)
-			AND ($5::uuid IS NULL OR e.execution_id > $5)
-		ORDER BY e.execution_id
-		LIMIT $6`,
-		nullIfEmpty(p.Namespace), nullIfEmpty(p.Lane), nullIfEmpty(string(p.State)), p.FlowID, after, limit+1)
+	xs, err := store.ListExecutions(ctx, db, store.ExecutionFilter{Namespace: p.Namespace, Lane: p.Lane,
+		State: p.State, FlowID: p.FlowID, After: after, Limit: limit + 1})
 	if err != nil {
-		return nil, wrap("list executions", err)
+		return nil, err
 	}
-	defer rows.Close()
-	page := &ListPage{}
-	for rows.Next() {
-		x, err := scanExecution(rows)
-		if err != nil {
-			return nil, wrap("list executions", err)
-		}
-		page.Executions = append(page.Executions, x)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap("list executions", err)
-	}
+	page := &ListPage{Executions: xs}
 	if len(page.Executions) > limit {
 		page.Executions = page.Executions[:limit]
 		next := page.Executions[limit-1].ID

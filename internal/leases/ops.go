@@ -33,25 +33,12 @@ func Renew(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64) 
 	if err := validateFence(id, epoch); err != nil {
 		return time.Time{}, err
 	}
-	const q = `
-WITH upd AS (
-	UPDATE ff_execution SET lease_expires_at = now() + lease_ttl
-	WHERE partition_key = $1 AND execution_id = $2 AND state = 'running' AND lease_epoch = $3
-	RETURNING partition_key, execution_id, lease_epoch, attempt, lease_owner, lease_expires_at
-), lev AS (
-	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
-	SELECT partition_key, execution_id, lease_epoch, attempt, lease_owner, 'renewed', lease_expires_at FROM upd
-)
-SELECT lease_expires_at FROM upd`
-	var expires time.Time
-	err := store.WithRetry(ctx, db, func() error {
-		return db.QueryRow(ctx, q, id.Partition, id.UUID, epoch).Scan(&expires)
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, explainLost(ctx, db, id, epoch)
-	}
+	expires, held, err := store.Renew(ctx, db, id, epoch)
 	if err != nil {
-		return time.Time{}, wrap("renew lease of "+id.String(), err)
+		return time.Time{}, err
+	}
+	if !held {
+		return time.Time{}, explainLost(ctx, db, id, epoch)
 	}
 	return expires, nil
 }
@@ -66,14 +53,14 @@ func Complete(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID
 	if result == nil {
 		result = []byte{}
 	}
-	ended, err := Terminate(ctx, db, []Ending{{ID: id, Epoch: epoch, State: store.StateCompleted, Result: result}})
+	ended, err := store.Terminate(ctx, db, []store.Ending{{ID: id, Epoch: epoch, State: store.StateCompleted, Result: result}})
 	if err != nil {
 		return nil, err
 	}
 	if len(ended) == 1 {
 		return &Outcome{State: store.StateCompleted, Attempt: ended[0].Attempt, Result: result, EventID: ended[0].EventID}, nil
 	}
-	return repeatedOr(ctx, db, id, epoch, "succeeded")
+	return repeatedOr(ctx, db, id, epoch, store.AttemptSucceeded)
 }
 
 // FailParams describes a failed attempt.
@@ -100,11 +87,11 @@ func Fail(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, p
 		msg = "failed"
 	}
 	if p.Retryable {
-		kind := requeueFailed
+		kind := store.RequeueFailed
 		if p.Immediate {
-			kind = requeueFailedNow
+			kind = store.RequeueFailedNow
 		}
-		rq, err := requeue(ctx, db, kind, false, []requeueItem{{ID: id, Epoch: epoch, Error: msg}})
+		rq, err := store.Requeue(ctx, db, kind, false, []store.RequeueItem{{ID: id, Epoch: epoch, Error: msg}})
 		if err != nil {
 			return nil, err
 		}
@@ -112,51 +99,37 @@ func Fail(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, p
 			return &Outcome{State: store.StatePending, Attempt: rq[0].Attempt, RunAt: rq[0].RunAt}, nil
 		}
 	}
-	ended, err := Terminate(ctx, db, []Ending{{ID: id, Epoch: epoch, State: store.StateFailed, Error: msg}})
+	ended, err := store.Terminate(ctx, db, []store.Ending{{ID: id, Epoch: epoch, State: store.StateFailed, Error: msg}})
 	if err != nil {
 		return nil, err
 	}
 	if len(ended) == 1 {
 		return &Outcome{State: store.StateFailed, Attempt: ended[0].Attempt, EventID: ended[0].EventID}, nil
 	}
-	return repeatedOr(ctx, db, id, epoch, "failed")
+	return repeatedOr(ctx, db, id, epoch, store.AttemptFailed)
 }
 
 // repeatedOr explains a fenced update that matched nothing: the same call
 // already took effect (the attempt run under epoch ended with want), or
 // the lease is lost, or the execution does not exist.
-func repeatedOr(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, want string) (*Outcome, error) {
-	const q = `
-SELECT e.state, e.attempt, e.result, e.run_at, a.attempt, a.outcome
-FROM ff_execution e
-LEFT JOIN ff_attempt a ON a.partition_key = e.partition_key AND a.execution_id = e.execution_id
-	AND a.lease_epoch = $3
-WHERE e.partition_key = $1 AND e.execution_id = $2`
-	var (
-		state          string
-		attempt        int
-		result         []byte
-		runAt          time.Time
-		attemptOfEpoch *int
-		outcome        *string
-	)
-	err := db.QueryRow(ctx, q, id.Partition, id.UUID, epoch).Scan(&state, &attempt, &result, &runAt, &attemptOfEpoch, &outcome)
+func repeatedOr(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, want store.AttemptOutcome) (*Outcome, error) {
+	r, err := store.ReadEpochAttempt(ctx, db, id, epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &fault.NotFoundError{Object: "execution", ID: id.String()}
 	}
 	if err != nil {
 		return nil, wrap("read execution "+id.String(), err)
 	}
-	if outcome != nil && *outcome == want {
-		o := &Outcome{Repeated: true, Attempt: *attemptOfEpoch}
+	if r.Outcome != nil && *r.Outcome == want {
+		o := &Outcome{Repeated: true, Attempt: *r.OfEpoch}
 		switch {
-		case want == "succeeded":
-			o.State, o.Result = store.StateCompleted, result
-		case store.State(state) == store.StateFailed && attempt == *attemptOfEpoch:
+		case want == store.AttemptSucceeded:
+			o.State, o.Result = store.StateCompleted, r.Result
+		case r.State == store.StateFailed && r.Attempt == *r.OfEpoch:
 			o.State = store.StateFailed
 		default:
 			// That failure was retried; the execution has moved on since.
-			o.State, o.RunAt = store.StatePending, runAt
+			o.State, o.RunAt = store.StatePending, r.RunAt
 		}
 		return o, nil
 	}
@@ -166,17 +139,14 @@ WHERE e.partition_key = $1 AND e.execution_id = $2`
 // explainLost builds the lease-lost (or not-found) error for a fenced
 // operation that matched nothing.
 func explainLost(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64) error {
-	var state string
-	var current int64
-	err := db.QueryRow(ctx, `SELECT state, lease_epoch FROM ff_execution WHERE partition_key = $1 AND execution_id = $2`,
-		id.Partition, id.UUID).Scan(&state, &current)
+	f, err := store.ReadFence(ctx, db, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &fault.NotFoundError{Object: "execution", ID: id.String()}
 	}
 	if err != nil {
 		return wrap("read execution "+id.String(), err)
 	}
-	return &fault.LeaseLostError{ExecutionID: id.String(), Epoch: epoch, CurrentEpoch: current, State: state}
+	return &fault.LeaseLostError{ExecutionID: id.String(), Epoch: epoch, CurrentEpoch: f.Epoch, State: string(f.State)}
 }
 
 // Default cancellation attribution.
@@ -204,7 +174,7 @@ func Cancel(ctx context.Context, db store.DB, id ident.ExecutionID, reason, by s
 	if by == "" {
 		by = DefaultCancelledBy
 	}
-	ended, err := Terminate(ctx, db, []Ending{{ID: id, State: store.StateCancelled, Reason: reason, By: by}})
+	ended, err := store.Terminate(ctx, db, []store.Ending{{ID: id, State: store.StateCancelled, Reason: reason, By: by}})
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +193,7 @@ func Cancel(ctx context.Context, db store.DB, id ident.ExecutionID, reason, by s
 
 // Revoke takes a running execution's lease away (operator action): back to
 // pending at once, epoch bumped so the holder is fenced, attempt revoked.
-func Revoke(ctx context.Context, db store.DB, id ident.ExecutionID, reason string) (*Requeued, error) {
+func Revoke(ctx context.Context, db store.DB, id ident.ExecutionID, reason string) (*store.Requeued, error) {
 	if err := ValidateID("execution_id", id); err != nil {
 		return nil, err
 	}
@@ -244,7 +214,7 @@ func Revoke(ctx context.Context, db store.DB, id ident.ExecutionID, reason strin
 		if x.State != store.StateRunning {
 			return nil, &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "only a running execution can be revoked; it is " + string(x.State), Existing: x}
 		}
-		rq, err := requeue(ctx, db, requeueRevoked, true, []requeueItem{{ID: id, Epoch: x.LeaseEpoch, Error: reason}})
+		rq, err := store.Requeue(ctx, db, store.RequeueRevoked, true, []store.RequeueItem{{ID: id, Epoch: x.LeaseEpoch, Error: reason}})
 		if err != nil {
 			return nil, err
 		}
@@ -257,12 +227,11 @@ func Revoke(ctx context.Context, db store.DB, id ident.ExecutionID, reason strin
 }
 
 // Get reads one execution.
-func Get(ctx context.Context, db store.DB, id ident.ExecutionID) (*Execution, error) {
+func Get(ctx context.Context, db store.DB, id ident.ExecutionID) (*store.Execution, error) {
 	if err := ValidateID("execution_id", id); err != nil {
 		return nil, err
 	}
-	x, err := scanExecution(db.QueryRow(ctx, `SELECT `+execColumns+` FROM ff_execution e
-		WHERE e.partition_key = $1 AND e.execution_id = $2`, id.Partition, id.UUID))
+	x, err := store.GetExecution(ctx, db, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &fault.NotFoundError{Object: "execution", ID: id.String()}
 	}
@@ -289,7 +258,7 @@ type Completion struct {
 // and nothing is written.
 func CompleteMany(ctx context.Context, db store.DB, lim Limits, items []Completion, lockTimeout time.Duration) ([]*Outcome, []error, error) {
 	outs, errs := make([]*Outcome, len(items)), make([]error, len(items))
-	ends := make([]Ending, 0, len(items))
+	ends := make([]store.Ending, 0, len(items))
 	for i, it := range items {
 		if errs[i] = validateCompletion(lim, it.ID, it.Epoch, it.Result); errs[i] != nil {
 			continue
@@ -298,13 +267,13 @@ func CompleteMany(ctx context.Context, db store.DB, lim Limits, items []Completi
 		if r == nil {
 			r = []byte{}
 		}
-		ends = append(ends, Ending{ID: it.ID, Epoch: it.Epoch, State: store.StateCompleted, Result: r})
+		ends = append(ends, store.Ending{ID: it.ID, Epoch: it.Epoch, State: store.StateCompleted, Result: r})
 	}
-	ended, err := terminate(ctx, db, ends, lockTimeout)
+	ended, err := store.TerminateWithin(ctx, db, ends, lockTimeout)
 	if err != nil {
 		return nil, nil, err
 	}
-	done := make(map[ident.ExecutionID]Ended, len(ended))
+	done := make(map[ident.ExecutionID]store.Ended, len(ended))
 	for _, e := range ended {
 		done[e.ID] = e
 	}
@@ -319,7 +288,7 @@ func CompleteMany(ctx context.Context, db store.DB, lim Limits, items []Completi
 			}
 			continue
 		}
-		outs[i], errs[i] = repeatedOr(ctx, db, it.ID, it.Epoch, "succeeded")
+		outs[i], errs[i] = repeatedOr(ctx, db, it.ID, it.Epoch, store.AttemptSucceeded)
 	}
 	return outs, errs, nil
 }

@@ -1,4 +1,4 @@
-package leases
+package store
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/ident"
-	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Ending asks Terminate to end one execution.
@@ -20,18 +19,18 @@ type Ending struct {
 	// at exactly this epoch (complete, fail, lease expiry); when zero any
 	// non-terminal state will do (cancel, skip, deadline).
 	Epoch  int64
-	State  store.State // completed, failed, cancelled, skipped or expired
-	Result []byte      // completed only
-	Error  string      // failed, expired: recorded on the attempt and as last_error
-	Reason string      // cancelled: cancellation_reason
-	By     string      // cancelled: cancelled_by
+	State  State  // completed, failed, cancelled, skipped or expired
+	Result []byte // completed only
+	Error  string // failed, expired: recorded on the attempt and as last_error
+	Reason string // cancelled: cancellation_reason
+	By     string // cancelled: cancelled_by
 }
 
 // Ended is one execution Terminate ended.
 type Ended struct {
 	ID         ident.ExecutionID
 	FlowID     *uuid.UUID
-	State      store.State
+	State      State
 	Attempt    int
 	LeaseEpoch int64 // after the ending (bumped when a running lease was fenced)
 	WasRunning bool
@@ -48,7 +47,7 @@ type Ended struct {
 //   - writes the one completion event.
 //
 // The outcome, attempt outcome and lease event of each ending come from
-// the store's mappings (store.OutcomeOf and friends), passed per row.
+// the store's mappings (OutcomeOf and friends), passed per row.
 //
 // Rows are locked in (partition_key, execution_id) order, the global lock
 // order, so concurrent batches cannot deadlock on each other.
@@ -125,14 +124,14 @@ FOR NO KEY UPDATE OF e`
 // Ending.Epoch), in one statement, and returns those it ended; the others
 // it leaves untouched, for the caller to explain. It is the only writer of
 // execution completion events.
-func Terminate(ctx context.Context, db store.DB, ends []Ending) ([]Ended, error) {
-	return terminate(ctx, db, ends, 0)
+func Terminate(ctx context.Context, db DB, ends []Ending) ([]Ended, error) {
+	return TerminateWithin(ctx, db, ends, 0)
 }
 
-// terminate is Terminate whose row-lock waits are bounded by lockTimeout
+// TerminateWithin is Terminate whose row-lock waits are bounded by lockTimeout
 // (0: the session's lock_timeout), for callers that would rather retry a
 // contended item on its own than wait with a whole batch behind it.
-func terminate(ctx context.Context, db store.DB, ends []Ending, lockTimeout time.Duration) ([]Ended, error) {
+func TerminateWithin(ctx context.Context, db DB, ends []Ending, lockTimeout time.Duration) ([]Ended, error) {
 	if len(ends) == 0 {
 		return nil, nil
 	}
@@ -147,8 +146,8 @@ func terminate(ctx context.Context, db store.DB, ends []Ending, lockTimeout time
 		}
 		parts[i], ids[i], epochs[i], states[i], results[i] = e.ID.Partition, e.ID.UUID, e.Epoch, string(e.State), e.Result
 		errs[i], reasons[i], bys[i] = nullIfEmpty(e.Error), nullIfEmpty(e.Reason), nullIfEmpty(e.By)
-		outcomes[i] = string(store.OutcomeOf(e.State))
-		attemptOutcomes[i], leaseEnds[i] = string(store.AttemptOutcomeOf(e.State)), string(store.LeaseEndOf(e.State))
+		outcomes[i] = string(OutcomeOf(e.State))
+		attemptOutcomes[i], leaseEnds[i] = string(AttemptOutcomeOf(e.State)), string(LeaseEndOf(e.State))
 	}
 	unfenced := false
 	for _, e := range ends {
@@ -157,7 +156,7 @@ func terminate(ctx context.Context, db store.DB, ends []Ending, lockTimeout time
 	// One round trip: the statements go as one pipelined batch, which
 	// Postgres runs as one transaction (or inside the caller's).
 	var out []Ended
-	err := store.WithRetry(ctx, db, func() error {
+	err := WithRetry(ctx, db, func() error {
 		out = out[:0]
 		b := &pgx.Batch{}
 		if lockTimeout > 0 {
@@ -183,7 +182,7 @@ func terminate(ctx context.Context, db store.DB, ends []Ending, lockTimeout time
 				if err := rows.Scan(&e.ID.Partition, &e.ID.UUID, &e.FlowID, &state, &e.Attempt, &e.LeaseEpoch, &e.WasRunning, &e.EventID); err != nil {
 					return err
 				}
-				e.State = store.State(state)
+				e.State = State(state)
 				out = append(out, e)
 			}
 			return rows.Err()

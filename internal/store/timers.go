@@ -1,4 +1,4 @@
-package leases
+package store
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/ident"
-	"github.com/flowfabric/ffd/internal/store"
 )
 
 // TimerKind says what a Timer acts on when it fires.
@@ -41,7 +40,7 @@ const timerColumns = `partition_key, execution_id, lease_epoch, at, lane, kind`
 // row with run_at in the future was written with run_at after created_at,
 // so "run_at > created_at" changes no answer and lets the query use
 // ff_execution_later (migration 00008), which only holds such rows.
-func UpcomingTimers(ctx context.Context, db store.DB, limit int) ([]Timer, error) {
+func UpcomingTimers(ctx context.Context, db DB, limit int) ([]Timer, error) {
 	rows, err := db.Query(ctx, `
 		(SELECT `+timerColumns+` FROM (
 			SELECT partition_key, execution_id, lease_epoch,
@@ -83,7 +82,7 @@ type LeaseRef struct {
 // start from every running execution and re-test the whole id list against
 // each of them, quadratic work that cost more than the claim and the
 // completion together.
-func TimersForLeaseEvents(ctx context.Context, db store.DB, eventIDs []int64) ([]Timer, []LeaseRef, error) {
+func TimersForLeaseEvents(ctx context.Context, db DB, eventIDs []int64) ([]Timer, []LeaseRef, error) {
 	rows, err := db.Query(ctx, `
 		WITH l AS MATERIALIZED (
 			SELECT partition_key, execution_id, lease_epoch FROM ff_lease_event WHERE event_id = ANY($1))
@@ -140,13 +139,13 @@ func collectTimers(rows pgx.Rows) ([]Timer, error) {
 // whose run_at passed after since (and is now due), and returns the lanes
 // and the database time to pass as since next time. Rows due when written
 // (run_at = created_at) are left out: their insert notified already.
-func NotifyDueLanes(ctx context.Context, db store.DB, since time.Time) ([]string, time.Time, error) {
+func NotifyDueLanes(ctx context.Context, db DB, since time.Time) ([]string, time.Time, error) {
 	rows, err := db.Query(ctx, `
 		WITH now AS (SELECT now() AS t)
 		SELECT d.lane, pg_notify($2, d.lane) IS NULL, now.t
 		FROM now, LATERAL (
 			SELECT DISTINCT lane FROM ff_execution
-			WHERE state = 'pending' AND run_at > $1 AND run_at <= now.t AND run_at > created_at) d`, since, store.ChannelReady)
+			WHERE state = 'pending' AND run_at > $1 AND run_at <= now.t AND run_at > created_at) d`, since, ChannelReady)
 	if err != nil {
 		return nil, since, wrap("notify due lanes", err)
 	}
@@ -176,7 +175,7 @@ func NotifyDueLanes(ctx context.Context, db store.DB, since time.Time) ([]string
 
 // LostLeases returns those of the given leases that are no longer held:
 // the execution does not run at that epoch any more.
-func LostLeases(ctx context.Context, db store.DB, held []LeaseRef) ([]LeaseRef, error) {
+func LostLeases(ctx context.Context, db DB, held []LeaseRef) ([]LeaseRef, error) {
 	parts, ids, epochs := make([]int16, len(held)), make([]uuid.UUID, len(held)), make([]int64, len(held))
 	for i, l := range held {
 		parts[i], ids[i], epochs[i] = l.ID.Partition, l.ID.UUID, l.Epoch

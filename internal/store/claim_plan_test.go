@@ -1,4 +1,4 @@
-package leases
+package store
 
 import (
 	"context"

@@ -1,0 +1,163 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffd/internal/ident"
+)
+
+// NewExecution is one execution to insert, every column's value decided
+// (ids minted, defaults applied, input validated) by the caller.
+type NewExecution struct {
+	ID                   ident.ExecutionID
+	FlowID               *uuid.UUID
+	Namespace            string
+	Lane                 string
+	Kind                 string
+	Priority             int
+	RequiredCapabilities []string
+	State                State         // pending or blocked
+	Delay                time.Duration // run_at = now() + Delay
+	MaxAttempts          int
+	Retry                RetryPolicy
+	LeaseTTL             time.Duration
+	AttemptTimeout       time.Duration // 0: none
+	Deadline             time.Duration // 0: none; else deadline_at = now() + Deadline
+	Payload              []byte
+	IdempotencyKey       string // "": none
+	Tags                 map[string]any
+}
+
+const insertExecutionSQL = `
+INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
+	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
+	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, idempotency_key, tags)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+	now() + $10::bigint * interval '1 microsecond', $11,
+	$12::bigint * interval '1 microsecond', $13::bigint * interval '1 microsecond', $14, $15,
+	$16::bigint * interval '1 microsecond',
+	CASE WHEN $17::bigint > 0 THEN $17::bigint * interval '1 microsecond' END,
+	CASE WHEN $18::bigint > 0 THEN now() + $18::bigint * interval '1 microsecond' END,
+	$19, $20, $21)
+ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING ` + execColumns
+
+// InsertExecution inserts one execution. When its idempotency key is
+// already used in the namespace it inserts nothing and returns the
+// execution holding the key, with existed = true.
+func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *Execution, existed bool, err error) {
+	args := []any{r.ID.Partition, r.ID.UUID, r.FlowID, r.Namespace, r.Lane, r.Kind, r.Priority,
+		r.RequiredCapabilities, string(r.State), micros(r.Delay), r.MaxAttempts, micros(r.Retry.Base),
+		micros(r.Retry.Max), r.Retry.Multiplier, r.Retry.Jitter, micros(r.LeaseTTL), micros(r.AttemptTimeout),
+		micros(r.Deadline), r.Payload, nullIfEmpty(r.IdempotencyKey), r.Tags}
+	err = WithRetry(ctx, db, func() error {
+		x, err = oneExecution(db.Query(ctx, insertExecutionSQL, args...))
+		return err
+	})
+	if err == nil {
+		return x, false, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, wrap("create execution in lane "+r.Lane, err)
+	}
+	// The key is taken: return its holder.
+	x, err = oneExecution(db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e
+		WHERE e.namespace = $1 AND e.idempotency_key = $2`, r.Namespace, r.IdempotencyKey))
+	if err != nil {
+		return nil, false, wrap("read execution by idempotency key "+r.IdempotencyKey, err)
+	}
+	return x, true, nil
+}
+
+// insertManySQL inserts a batch in one statement from one array per
+// column. A row's capabilities travel as a JSON array (Postgres arrays
+// cannot be ragged).
+const insertManySQL = `
+INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
+	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
+	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, tags)
+SELECT i.partition_key, i.execution_id, i.flow_id, i.namespace, i.lane, i.kind, i.priority,
+	ARRAY(SELECT jsonb_array_elements_text(i.caps)), i.state,
+	now() + i.delay * interval '1 microsecond', i.max_attempts,
+	i.base * interval '1 microsecond', i.max_backoff * interval '1 microsecond', i.multiplier, i.jitter,
+	i.ttl * interval '1 microsecond',
+	CASE WHEN i.timeout > 0 THEN i.timeout * interval '1 microsecond' END,
+	CASE WHEN i.deadline > 0 THEN now() + i.deadline * interval '1 microsecond' END,
+	i.payload, i.tags
+FROM unnest($1::smallint[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::int[],
+	$8::jsonb[], $9::text[], $10::bigint[], $11::int[], $12::bigint[], $13::bigint[], $14::float8[],
+	$15::float8[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bytea[], $20::jsonb[])
+	AS i(partition_key, execution_id, flow_id, namespace, lane, kind, priority, caps, state, delay,
+		max_attempts, base, max_backoff, multiplier, jitter, ttl, timeout, deadline, payload, tags)
+RETURNING ` + execColumns
+
+// InsertExecutions inserts rows in one statement and returns them in
+// their order. Idempotency keys are ignored: the caller refuses them.
+func InsertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Execution, error) {
+	n := len(rs)
+	var (
+		parts                     = make([]int16, n)
+		ids, flowIDs              = make([]uuid.UUID, n), make([]*uuid.UUID, n)
+		namespaces, lanes, kinds  = make([]string, n), make([]string, n), make([]string, n)
+		states                    = make([]string, n)
+		priorities, maxAttempts   = make([]int32, n), make([]int32, n)
+		caps, tags                = make([][]byte, n), make([]*map[string]any, n)
+		delays, bases, maxes      = make([]int64, n), make([]int64, n), make([]int64, n)
+		ttls, timeouts, deadlines = make([]int64, n), make([]int64, n), make([]int64, n)
+		multipliers, jitters      = make([]float64, n), make([]float64, n)
+		payloads                  = make([][]byte, n)
+		order                     = make(map[uuid.UUID]int, n)
+	)
+	for i := range rs {
+		r := &rs[i]
+		parts[i], ids[i], flowIDs[i] = r.ID.Partition, r.ID.UUID, r.FlowID
+		order[r.ID.UUID] = i
+		namespaces[i], lanes[i], kinds[i], states[i] = r.Namespace, r.Lane, r.Kind, string(r.State)
+		priorities[i], maxAttempts[i] = int32(r.Priority), int32(r.MaxAttempts)
+		var err error
+		if caps[i], err = json.Marshal(r.RequiredCapabilities); err != nil {
+			return nil, fmt.Errorf("encode capabilities: %w", err)
+		}
+		if r.Tags != nil {
+			tags[i] = &r.Tags
+		}
+		delays[i], bases[i], maxes[i] = micros(r.Delay), micros(r.Retry.Base), micros(r.Retry.Max)
+		multipliers[i], jitters[i] = r.Retry.Multiplier, r.Retry.Jitter
+		ttls[i], timeouts[i], deadlines[i] = micros(r.LeaseTTL), micros(r.AttemptTimeout), micros(r.Deadline)
+		payloads[i] = r.Payload
+	}
+	out := make([]*Execution, n)
+	err := WithRetry(ctx, db, func() error {
+		rows, err := db.Query(ctx, insertManySQL, parts, ids, flowIDs, namespaces, lanes, kinds, priorities,
+			caps, states, delays, maxAttempts, bases, maxes, multipliers, jitters, ttls, timeouts, deadlines, payloads, tags)
+		if err != nil {
+			return err
+		}
+		xs, err := collectExecutions(rows)
+		if err != nil {
+			return err
+		}
+		for _, x := range xs {
+			i, ok := order[x.ID.UUID]
+			if !ok {
+				return fmt.Errorf("inserted an execution %s that was not asked for", x.ID)
+			}
+			out[i] = x
+		}
+		if got := len(xs); got != n {
+			return fmt.Errorf("inserted %d of %d executions", got, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap(fmt.Sprintf("create %d executions", n), err)
+	}
+	return out, nil
+}

@@ -1,0 +1,220 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffd/internal/ident"
+)
+
+// RetryPolicy is exponential backoff with a cap and jitter: attempt n that
+// fails waits min(Base·Multiplier^(n-1), Max), then ±Jitter of that.
+type RetryPolicy struct {
+	Base       time.Duration
+	Max        time.Duration
+	Multiplier float64
+	Jitter     float64
+}
+
+// Execution is one execution row.
+type Execution struct {
+	ID                   ident.ExecutionID
+	FlowID               *uuid.UUID
+	Namespace            string
+	Lane                 string
+	Kind                 string
+	Priority             int
+	RequiredCapabilities []string
+	State                State
+	RunAt                time.Time
+	Attempt              int
+	MaxAttempts          int
+	Retry                RetryPolicy
+	LeaseEpoch           int64
+	LeaseOwner           string
+	LeaseExpiresAt       *time.Time
+	LeaseTTL             time.Duration
+	AttemptTimeout       time.Duration
+	AttemptDeadlineAt    *time.Time
+	DeadlineAt           *time.Time
+	Payload              []byte
+	Result               []byte
+	LastError            string
+	IdempotencyKey       string
+	CreatedAt            time.Time
+	StartedAt            *time.Time
+	TerminalAt           *time.Time
+	CancellationReason   string
+	CancelledBy          string
+	Tags                 map[string]any
+}
+
+// execColumns is the select list of an Execution, for a row aliased e;
+// executionRow receives it by column name.
+const execColumns = `e.partition_key, e.execution_id, e.flow_id, e.namespace, e.lane, e.kind, e.priority,
+	e.required_capabilities, e.state, e.run_at, e.attempt, e.max_attempts,
+	(extract(epoch FROM e.backoff_base) * 1e6)::bigint AS backoff_base_us,
+	(extract(epoch FROM e.backoff_max) * 1e6)::bigint AS backoff_max_us,
+	e.backoff_multiplier, e.backoff_jitter, e.lease_epoch, e.lease_owner, e.lease_expires_at,
+	(extract(epoch FROM e.lease_ttl) * 1e6)::bigint AS lease_ttl_us,
+	(extract(epoch FROM e.attempt_timeout) * 1e6)::bigint AS attempt_timeout_us,
+	e.attempt_deadline_at, e.deadline_at, e.payload, e.result, e.last_error, e.idempotency_key,
+	e.created_at, e.started_at, e.terminal_at, e.cancellation_reason, e.cancelled_by, e.tags`
+
+// executionRow is one row of execColumns, scanned by name: a column
+// without a field here, or a field without a column, fails the scan.
+type executionRow struct {
+	PartitionKey         int16          `db:"partition_key"`
+	ExecutionID          uuid.UUID      `db:"execution_id"`
+	FlowID               *uuid.UUID     `db:"flow_id"`
+	Namespace            string         `db:"namespace"`
+	Lane                 string         `db:"lane"`
+	Kind                 string         `db:"kind"`
+	Priority             int            `db:"priority"`
+	RequiredCapabilities []string       `db:"required_capabilities"`
+	State                State          `db:"state"`
+	RunAt                time.Time      `db:"run_at"`
+	Attempt              int            `db:"attempt"`
+	MaxAttempts          int            `db:"max_attempts"`
+	BackoffBaseUS        int64          `db:"backoff_base_us"`
+	BackoffMaxUS         int64          `db:"backoff_max_us"`
+	BackoffMultiplier    float64        `db:"backoff_multiplier"`
+	BackoffJitter        float64        `db:"backoff_jitter"`
+	LeaseEpoch           int64          `db:"lease_epoch"`
+	LeaseOwner           *string        `db:"lease_owner"`
+	LeaseExpiresAt       *time.Time     `db:"lease_expires_at"`
+	LeaseTTLUS           int64          `db:"lease_ttl_us"`
+	AttemptTimeoutUS     *int64         `db:"attempt_timeout_us"`
+	AttemptDeadlineAt    *time.Time     `db:"attempt_deadline_at"`
+	DeadlineAt           *time.Time     `db:"deadline_at"`
+	Payload              []byte         `db:"payload"`
+	Result               []byte         `db:"result"`
+	LastError            *string        `db:"last_error"`
+	IdempotencyKey       *string        `db:"idempotency_key"`
+	CreatedAt            time.Time      `db:"created_at"`
+	StartedAt            *time.Time     `db:"started_at"`
+	TerminalAt           *time.Time     `db:"terminal_at"`
+	CancellationReason   *string        `db:"cancellation_reason"`
+	CancelledBy          *string        `db:"cancelled_by"`
+	Tags                 map[string]any `db:"tags"`
+}
+
+func (r *executionRow) execution() *Execution {
+	x := &Execution{
+		ID:                   ident.ExecutionID{Partition: r.PartitionKey, UUID: r.ExecutionID},
+		FlowID:               r.FlowID,
+		Namespace:            r.Namespace,
+		Lane:                 r.Lane,
+		Kind:                 r.Kind,
+		Priority:             r.Priority,
+		RequiredCapabilities: r.RequiredCapabilities,
+		State:                r.State,
+		RunAt:                r.RunAt,
+		Attempt:              r.Attempt,
+		MaxAttempts:          r.MaxAttempts,
+		Retry: RetryPolicy{
+			Base:       time.Duration(r.BackoffBaseUS) * time.Microsecond,
+			Max:        time.Duration(r.BackoffMaxUS) * time.Microsecond,
+			Multiplier: r.BackoffMultiplier,
+			Jitter:     r.BackoffJitter,
+		},
+		LeaseEpoch:         r.LeaseEpoch,
+		LeaseOwner:         deref(r.LeaseOwner),
+		LeaseExpiresAt:     r.LeaseExpiresAt,
+		LeaseTTL:           time.Duration(r.LeaseTTLUS) * time.Microsecond,
+		AttemptDeadlineAt:  r.AttemptDeadlineAt,
+		DeadlineAt:         r.DeadlineAt,
+		Payload:            r.Payload,
+		Result:             r.Result,
+		LastError:          deref(r.LastError),
+		IdempotencyKey:     deref(r.IdempotencyKey),
+		CreatedAt:          r.CreatedAt,
+		StartedAt:          r.StartedAt,
+		TerminalAt:         r.TerminalAt,
+		CancellationReason: deref(r.CancellationReason),
+		CancelledBy:        deref(r.CancelledBy),
+		Tags:               r.Tags,
+	}
+	if r.AttemptTimeoutUS != nil {
+		x.AttemptTimeout = time.Duration(*r.AttemptTimeoutUS) * time.Microsecond
+	}
+	return x
+}
+
+// scanExecution reads one Execution from rows positioned on a row of
+// execColumns.
+func scanExecution(row pgx.CollectableRow) (*Execution, error) {
+	r, err := pgx.RowToAddrOfStructByName[executionRow](row)
+	if err != nil {
+		return nil, err
+	}
+	return r.execution(), nil
+}
+
+// collectExecutions reads every row of rows (execColumns) and closes it.
+func collectExecutions(rows pgx.Rows) ([]*Execution, error) {
+	return pgx.CollectRows(rows, scanExecution)
+}
+
+// oneExecution reads the single row of rows (execColumns), or
+// pgx.ErrNoRows.
+func oneExecution(rows pgx.Rows, err error) (*Execution, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectExactlyOneRow(rows, scanExecution)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// GetExecution reads one execution, or returns pgx.ErrNoRows.
+func GetExecution(ctx context.Context, db DB, id ident.ExecutionID) (*Execution, error) {
+	return oneExecution(db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e
+		WHERE e.partition_key = $1 AND e.execution_id = $2`, id.Partition, id.UUID))
+}
+
+// ExecutionFilter selects executions for ListExecutions; zero fields do
+// not filter.
+type ExecutionFilter struct {
+	Namespace string
+	Lane      string
+	State     State
+	FlowID    *uuid.UUID
+	After     *uuid.UUID // keyset cursor: ids after this one
+	Limit     int        // rows to return, ≥ 1
+}
+
+// ListExecutions returns up to f.Limit executions in id order.
+func ListExecutions(ctx context.Context, db DB, f ExecutionFilter) ([]*Execution, error) {
+	rows, err := db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e
+		WHERE ($1::text IS NULL OR e.namespace = $1)
+			AND ($2::text IS NULL OR e.lane = $2)
+			AND ($3::text IS NULL OR e.state = $3)
+			AND ($4::uuid IS NULL OR e.flow_id = $4)
+			AND ($5::uuid IS NULL OR e.execution_id > $5)
+		ORDER BY e.execution_id
+		LIMIT $6`,
+		nullIfEmpty(f.Namespace), nullIfEmpty(f.Lane), nullIfEmpty(string(f.State)), f.FlowID, f.After, f.Limit)
+	if err != nil {
+		return nil, wrap("list executions", err)
+	}
+	xs, err := collectExecutions(rows)
+	return xs, wrap("list executions", err)
+}

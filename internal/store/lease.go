@@ -1,0 +1,152 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffd/internal/ident"
+)
+
+// renewSQL extends a running lease by its TTL, fenced on the epoch, and
+// writes the renewed lease event.
+const renewSQL = `
+WITH upd AS (
+	UPDATE ff_execution SET lease_expires_at = now() + lease_ttl
+	WHERE partition_key = $1 AND execution_id = $2 AND state = 'running' AND lease_epoch = $3
+	RETURNING partition_key, execution_id, lease_epoch, attempt, lease_owner, lease_expires_at
+), lev AS (
+	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
+	SELECT partition_key, execution_id, lease_epoch, attempt, lease_owner, $4, lease_expires_at FROM upd
+)
+SELECT lease_expires_at FROM upd`
+
+// Renew extends the lease of id held at epoch and returns its new expiry;
+// held is false when id does not run at that epoch (nothing was written).
+func Renew(ctx context.Context, db DB, id ident.ExecutionID, epoch int64) (expires time.Time, held bool, err error) {
+	err = WithRetry(ctx, db, func() error {
+		return db.QueryRow(ctx, renewSQL, id.Partition, id.UUID, epoch, LeaseRenewed).Scan(&expires)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, wrap("renew lease of "+id.String(), err)
+	}
+	return expires, true, nil
+}
+
+// Fence is an execution's state and current lease epoch.
+type Fence struct {
+	State State `db:"state"`
+	Epoch int64 `db:"lease_epoch"`
+}
+
+// ReadFence reads id's state and epoch, or returns pgx.ErrNoRows.
+func ReadFence(ctx context.Context, db DB, id ident.ExecutionID) (Fence, error) {
+	rows, err := db.Query(ctx, `SELECT state, lease_epoch FROM ff_execution
+		WHERE partition_key = $1 AND execution_id = $2`, id.Partition, id.UUID)
+	if err != nil {
+		return Fence{}, err
+	}
+	return pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Fence])
+}
+
+// EpochAttempt is an execution and the attempt it ran under one epoch.
+type EpochAttempt struct {
+	State   State     `db:"state"`
+	Attempt int       `db:"attempt"` // the execution's current attempt
+	Result  []byte    `db:"result"`
+	RunAt   time.Time `db:"run_at"`
+	// OfEpoch and Outcome are the attempt run under the epoch asked for;
+	// nil when there was none.
+	OfEpoch *int            `db:"attempt_of_epoch"`
+	Outcome *AttemptOutcome `db:"outcome"`
+}
+
+// ReadEpochAttempt reads id and the attempt it ran at epoch, or returns
+// pgx.ErrNoRows when id does not exist.
+func ReadEpochAttempt(ctx context.Context, db DB, id ident.ExecutionID, epoch int64) (EpochAttempt, error) {
+	rows, err := db.Query(ctx, `
+		SELECT e.state, e.attempt, e.result, e.run_at, a.attempt AS attempt_of_epoch, a.outcome
+		FROM ff_execution e
+		LEFT JOIN ff_attempt a ON a.partition_key = e.partition_key AND a.execution_id = e.execution_id
+			AND a.lease_epoch = $3
+		WHERE e.partition_key = $1 AND e.execution_id = $2`, id.Partition, id.UUID, epoch)
+	if err != nil {
+		return EpochAttempt{}, err
+	}
+	return pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[EpochAttempt])
+}
+
+// Lapsed is a running execution whose lease lapsed or whose attempt ran
+// out of time, locked by the current transaction.
+type Lapsed struct {
+	ID          ident.ExecutionID
+	Epoch       int64
+	Attempt     int
+	MaxAttempts int
+	LeaseLapsed bool // the lease lapsed; else the attempt timed out
+}
+
+const lapsedColumns = `partition_key, execution_id, lease_epoch, attempt, max_attempts, lease_expires_at <= now()`
+
+// LockLapsed locks id if it still runs at epoch and its lease lapsed or its
+// attempt timed out.
+func LockLapsed(ctx context.Context, tx pgx.Tx, id ident.ExecutionID, epoch int64) ([]Lapsed, error) {
+	return collectLapsed(tx.Query(ctx, `SELECT `+lapsedColumns+` FROM ff_execution
+		WHERE partition_key = $1 AND execution_id = $2 AND state = 'running' AND lease_epoch = $3
+			AND (lease_expires_at <= now() OR attempt_deadline_at <= now())
+		FOR NO KEY UPDATE`, id.Partition, id.UUID, epoch))
+}
+
+// LockLapsedBatch locks up to limit lapsed leases and timed-out attempts,
+// skipping rows other sweepers hold.
+func LockLapsedBatch(ctx context.Context, tx pgx.Tx, limit int) ([]Lapsed, error) {
+	return collectLapsed(tx.Query(ctx, `SELECT `+lapsedColumns+` FROM ff_execution
+		WHERE state = 'running' AND (lease_expires_at <= now() OR attempt_deadline_at <= now())
+		ORDER BY partition_key, execution_id
+		LIMIT $1
+		FOR NO KEY UPDATE SKIP LOCKED`, limit))
+}
+
+func collectLapsed(rows pgx.Rows, err error) ([]Lapsed, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Lapsed, error) {
+		var l Lapsed
+		err := r.Scan(&l.ID.Partition, &l.ID.UUID, &l.Epoch, &l.Attempt, &l.MaxAttempts, &l.LeaseLapsed)
+		return l, err
+	})
+}
+
+// LockDeadlinePassed locks id if it is live and its deadline has passed
+// (skipping it when another transaction holds it).
+func LockDeadlinePassed(ctx context.Context, tx pgx.Tx, id ident.ExecutionID) ([]ident.ExecutionID, error) {
+	return collectIDs(tx.Query(ctx, `SELECT partition_key, execution_id FROM ff_execution
+		WHERE deadline_at <= now() AND state IN ('blocked', 'pending', 'running')
+			AND partition_key = $1 AND execution_id = $2
+		FOR NO KEY UPDATE SKIP LOCKED`, id.Partition, id.UUID))
+}
+
+// LockDeadlinesPassed locks up to limit live executions whose deadline has
+// passed, skipping rows other sweepers hold.
+func LockDeadlinesPassed(ctx context.Context, tx pgx.Tx, limit int) ([]ident.ExecutionID, error) {
+	return collectIDs(tx.Query(ctx, `SELECT partition_key, execution_id FROM ff_execution
+		WHERE deadline_at <= now() AND state IN ('blocked', 'pending', 'running')
+		ORDER BY partition_key, execution_id LIMIT $1
+		FOR NO KEY UPDATE SKIP LOCKED`, limit))
+}
+
+func collectIDs(rows pgx.Rows, err error) ([]ident.ExecutionID, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ident.ExecutionID, error) {
+		var id ident.ExecutionID
+		return id, r.Scan(&id.Partition, &id.UUID)
+	})
+}
