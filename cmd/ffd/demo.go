@@ -19,6 +19,7 @@ import (
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/pgserver"
 	"github.com/flowfabric/ffd/internal/schema"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // DemoCmd runs a realistic DAG end to end.
@@ -204,9 +205,8 @@ func (c *DemoCmd) demo(ctx context.Context, g *Globals, pool *pgxpool.Pool) erro
 		if err != nil {
 			return err
 		}
-		var backlog int
-		if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NULL)
-			+ (SELECT count(*) FROM ff_pending_cancel_group)`).Scan(&backlog); err != nil {
+		backlog, err := store.Backlog(ctx, pool)
+		if err != nil {
 			return err
 		}
 		if fl.State != ffd.FlowOpen && backlog == 0 {
@@ -277,25 +277,15 @@ func (c *DemoCmd) report(ctx context.Context, g *Globals, pool *pgxpool.Pool, cl
 	if fl.State != ffd.FlowFailed { // virus-scan failed by design
 		rep.OK = false
 	}
-	for stream, q := range map[string]string{
-		"completion": `SELECT outcome, count(*) FROM ff_completion_event WHERE flow_id = $1 GROUP BY outcome`,
-		"lease": `SELECT l.event_type, count(*) FROM ff_lease_event l JOIN ff_execution e USING (partition_key, execution_id)
-			WHERE e.flow_id = $1 GROUP BY l.event_type`,
-	} {
-		rows, err := pool.Query(ctx, q, sub.Flow.ID)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var k string
-			var n int
-			if err := rows.Scan(&k, &n); err != nil {
-				rows.Close()
-				return err
-			}
-			rep.Outbox[stream][k] = n
-		}
-		rows.Close()
+	completions, leases, err := store.FlowEventCounts(ctx, pool, sub.Flow.ID)
+	if err != nil {
+		return err
+	}
+	for k, n := range completions {
+		rep.Outbox["completion"][string(k)] = n
+	}
+	for k, n := range leases {
+		rep.Outbox["lease"][string(k)] = n
 	}
 	if c.JSON {
 		enc := json.NewEncoder(g.stdout)
