@@ -12,7 +12,7 @@ import (
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/ident"
-	"github.com/flowfabric/ffd/internal/invariant"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // fingerprint digests every row of every ff_ table, so a test can show that
@@ -133,7 +133,7 @@ func TestEpochZeroIsRefusedEverywhere(t *testing.T) {
 	if got, _ := f.client.Get(f.ctx, leased.ID); string(got.Result) != "mine" {
 		t.Fatalf("stored result %q, want the holder's", got.Result)
 	}
-	if err := invariant.Check(f.ctx, f.db.Pool); err != nil {
+	if err := store.CheckInvariants(f.ctx, f.db.Pool); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -177,7 +177,7 @@ func TestAddFinishedExecutionToFlowIsRefused(t *testing.T) {
 	if err != nil || got.State != ffd.FlowCompleted {
 		t.Fatalf("flow after its only member ended: %+v %v", got, err)
 	}
-	if err := invariant.Check(f.ctx, f.db.Pool); err != nil {
+	if err := store.CheckInvariants(f.ctx, f.db.Pool); err != nil {
 		t.Fatal(err)
 	}
 }

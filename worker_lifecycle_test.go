@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd"
-	"github.com/flowfabric/ffd/internal/invariant"
+	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -236,7 +236,7 @@ func TestWorkerStopHandsBackInOneBatch(t *testing.T) {
 		WHERE e.lane = 'handback' AND a.outcome = 'failed' AND a.error LIKE 'worker stopped%'`); n != 5 {
 		t.Fatalf("%d attempts recorded as handed back, want 5", n)
 	}
-	if err := invariant.Check(f.ctx, f.db.Pool); err != nil {
+	if err := store.CheckInvariants(f.ctx, f.db.Pool); err != nil {
 		t.Fatal(err)
 	}
 }

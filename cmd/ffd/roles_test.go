@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd"
-	"github.com/flowfabric/ffd/internal/invariant"
+	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -104,7 +104,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	if _, err := pool.Exec(ctx, `ALTER TABLE ff_execution ADD COLUMN sneaky int`); err == nil || !strings.Contains(err.Error(), "owner") {
 		t.Fatalf("the worker role altered a table: %v", err)
 	}
-	if err := invariant.CheckQuiescent(ctx, db.Pool); err != nil {
+	if err := store.CheckQuiescent(ctx, db.Pool); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/internal/bench"
-	"github.com/flowfabric/ffd/internal/invariant"
+	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -45,7 +45,7 @@ func TestScenariosTiny(t *testing.T) {
 			}
 			// Scenarios that run the daemon leave nothing undispatched.
 			withDaemon := !slices.Contains([]string{"enqueue", "cancel-flow", "cancel-running"}, name)
-			if err := invariant.CheckQuiescent(ctx, db.Pool); err != nil && withDaemon {
+			if err := store.CheckQuiescent(ctx, db.Pool); err != nil && withDaemon {
 				t.Fatalf("invariants at rest: %v", err)
 			}
 			if err := env.Cleanup(ctx); err != nil {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/daemon"
-	"github.com/flowfabric/ffd/internal/invariant"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -149,7 +148,7 @@ func (e *Env) settle(ctx context.Context) error {
 }
 
 func (e *Env) checkInvariants(ctx context.Context) error {
-	if err := invariant.Check(ctx, e.Pool); err != nil {
+	if err := store.CheckInvariants(ctx, e.Pool); err != nil {
 		return fmt.Errorf("invariants after the run: %w", err)
 	}
 	return nil

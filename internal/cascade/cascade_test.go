@@ -15,7 +15,6 @@ import (
 
 	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/flows"
-	"github.com/flowfabric/ffd/internal/invariant"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
@@ -40,7 +39,7 @@ func setup(t *testing.T) *fixture {
 	f := &fixture{t: t, ctx: ctx, db: db, pool: db.Pool, d: cascade.New(db.Pool, nil)}
 	t.Cleanup(func() {
 		defer cancel()
-		if err := invariant.Check(ctx, db.Pool); err != nil {
+		if err := store.CheckInvariants(ctx, db.Pool); err != nil {
 			t.Errorf("invariants after the test: %v", err)
 		}
 	})
@@ -170,7 +169,7 @@ func (f *fixture) waitGone(pid int) {
 
 func (f *fixture) quiescent() {
 	f.t.Helper()
-	if err := invariant.CheckQuiescent(f.ctx, f.pool); err != nil {
+	if err := store.CheckQuiescent(f.ctx, f.pool); err != nil {
 		f.t.Fatalf("invariants at rest: %v", err)
 	}
 }

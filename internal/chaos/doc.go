@@ -21,7 +21,7 @@
 // session guard must cut loose while the others keep working.
 //
 // When the faults stop, Run waits for the system to drain and checks:
-// the quiescent invariants (internal/invariant); the ground truth of every
+// the quiescent invariants (store.CheckQuiescent); the ground truth of every
 // DAG (each node ends as its policies and its handler's fixed outcome
 // imply); every submitted flow finished; each consumer saw every event id
 // of the outbox exactly once after dedupe, and nothing else; and progress

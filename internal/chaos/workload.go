@@ -13,7 +13,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/flowfabric/ffd"
-	"github.com/flowfabric/ffd/internal/invariant"
 	"github.com/flowfabric/ffd/internal/oracle"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -196,7 +195,7 @@ func (h *harness) drain(ctx context.Context) {
 
 // verify checks the invariants and every DAG's ground truth.
 func (h *harness) verify(ctx context.Context) {
-	if err := invariant.CheckQuiescent(ctx, h.pool); err != nil {
+	if err := store.CheckQuiescent(ctx, h.pool); err != nil {
 		h.violation("invariants: %v", err)
 	}
 	type node struct {

@@ -589,21 +589,14 @@ func (d *Daemon) sampleLoop(ctx, workCtx context.Context) {
 }
 
 func (d *Daemon) sample(ctx context.Context) {
-	rows, err := d.cfg.Pool.Query(ctx, `SELECT lane, state, count(*) FROM ff_execution
-		WHERE state IN ('blocked', 'pending', 'running') GROUP BY lane, state`)
+	depths, err := store.LiveByLane(ctx, d.cfg.Pool)
 	if err != nil {
 		d.log.Debug("sample executions", zap.Error(err))
 		return
 	}
-	defer rows.Close()
 	d.m.executions.Reset()
-	for rows.Next() {
-		var lane, state string
-		var n int64
-		if err := rows.Scan(&lane, &state, &n); err != nil {
-			return
-		}
-		d.m.executions.WithLabelValues(lane, state).Set(float64(n))
+	for _, l := range depths {
+		d.m.executions.WithLabelValues(l.Lane, string(l.State)).Set(float64(l.Count))
 	}
 }
 

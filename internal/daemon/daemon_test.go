@@ -21,7 +21,7 @@ import (
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/daemon"
-	"github.com/flowfabric/ffd/internal/invariant"
+	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -44,7 +44,7 @@ func setup(t *testing.T) *fixture {
 	}
 	t.Cleanup(func() {
 		defer cancel()
-		if err := invariant.Check(ctx, db.Pool); err != nil {
+		if err := store.CheckInvariants(ctx, db.Pool); err != nil {
 			t.Errorf("invariants after the test: %v", err)
 		}
 	})
@@ -156,7 +156,7 @@ func (f *fixture) quiet() func() bool {
 
 func (f *fixture) quiescent() {
 	f.t.Helper()
-	if err := invariant.CheckQuiescent(f.ctx, f.db.Pool); err != nil {
+	if err := store.CheckQuiescent(f.ctx, f.db.Pool); err != nil {
 		f.t.Fatalf("invariants at rest: %v", err)
 	}
 }
@@ -462,7 +462,7 @@ func TestGracefulStopMidLoad(t *testing.T) {
 	t.Logf("stopped in %s", time.Since(start).Round(time.Millisecond))
 	// Nothing half-done: every dispatched event's edges resolved, and the
 	// invariants hold with the daemon gone.
-	if err := invariant.Check(f.ctx, f.db.Pool); err != nil {
+	if err := store.CheckInvariants(f.ctx, f.db.Pool); err != nil {
 		t.Fatal(err)
 	}
 	// A new daemon finishes the rest.

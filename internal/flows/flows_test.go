@@ -14,7 +14,6 @@ import (
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/ident"
-	"github.com/flowfabric/ffd/internal/invariant"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
@@ -34,7 +33,7 @@ func setup(t *testing.T) *fixture {
 	pool := testdb.New(t).Pool
 	t.Cleanup(func() {
 		defer cancel()
-		if err := invariant.Check(ctx, pool); err != nil {
+		if err := store.CheckInvariants(ctx, pool); err != nil {
 			t.Errorf("invariants after the test: %v", err)
 		}
 	})

@@ -25,8 +25,6 @@ var notYetMoved = []string{
 	"internal/flows",
 	"internal/cascade",
 	"internal/outbox",
-	"internal/daemon",
-	"internal/invariant",
 	"internal/bench",
 	"internal/chaos",
 

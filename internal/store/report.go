@@ -44,3 +44,22 @@ func countBy[K ~string](ctx context.Context, db DB, sql string, args ...any) (ma
 	})
 	return out, err
 }
+
+// LaneDepth is how many live executions of a lane are in one state.
+type LaneDepth struct {
+	Lane  string `db:"lane"`
+	State State  `db:"state"`
+	Count int64  `db:"count"`
+}
+
+// LiveByLane counts the live executions (blocked, pending, running) of
+// every lane by state.
+func LiveByLane(ctx context.Context, db DB) ([]LaneDepth, error) {
+	rows, err := db.Query(ctx, `SELECT lane, state, count(*) AS count FROM ff_execution
+		WHERE state IN ('blocked', 'pending', 'running') GROUP BY lane, state`)
+	if err != nil {
+		return nil, wrap("count live executions by lane", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[LaneDepth])
+	return out, wrap("count live executions by lane", err)
+}

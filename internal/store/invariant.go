@@ -1,22 +1,23 @@
-// Package invariant checks the invariants of docs/design.md (section 10)
-// over a whole database. Tests of every layer that writes executions, edges or events
-// run it after they act; it reads only, so it is safe on a live database,
-// though a check racing writers can see a transient state (run it when the
-// writers are done).
-package invariant
+package store
 
+// The invariants of docs/design.md (section 10), checked over a whole
+// database. Tests of every layer that writes executions, edges or events
+// run CheckInvariants after they act; it reads only, so it is safe on a
+// live database, though a check racing writers can see a transient state
+// (run it when the writers are done).
 import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/flowfabric/ffd/internal/store"
 )
 
 // check is one invariant as a query returning the rows that violate it.
 type check struct {
 	name string
 	sql  string
+	// outcomes: $1 and $2 are the states and their completion outcomes
+	// (OutcomeOf), so that no check spells the mapping itself.
+	outcomes bool
 }
 
 var always = []check{
@@ -25,17 +26,18 @@ var always = []check{
 		FROM ff_execution e
 		LEFT JOIN ff_completion_event c ON c.partition_key = e.partition_key AND c.execution_id = e.execution_id
 		GROUP BY e.partition_key, e.execution_id, e.state
-		HAVING count(c.event_id) <> CASE WHEN e.state IN ('completed', 'failed', 'cancelled', 'skipped', 'expired') THEN 1 ELSE 0 END`},
+		HAVING count(c.event_id) <> CASE WHEN e.state IN ('completed', 'failed', 'cancelled', 'skipped', 'expired') THEN 1 ELSE 0 END`, false},
 	{"a completion event's outcome matches its execution's state", `
 		SELECT c.event_id::text, c.outcome, e.state
 		FROM ff_completion_event c JOIN ff_execution e ON e.partition_key = c.partition_key AND e.execution_id = c.execution_id
-		WHERE c.outcome <> CASE e.state WHEN 'completed' THEN 'success' ELSE e.state END`},
+		JOIN unnest($1::text[], $2::text[]) AS m(state, outcome) ON m.state = e.state
+		WHERE c.outcome <> m.outcome`, true},
 	{"every terminal flow has exactly one flow event, and an open one none", `
 		SELECT f.flow_id::text, f.state, count(c.event_id)
 		FROM ff_flow f
 		LEFT JOIN ff_completion_event c ON c.partition_key = f.partition_key AND c.flow_id = f.flow_id AND c.execution_id IS NULL
 		GROUP BY f.partition_key, f.flow_id, f.state
-		HAVING count(c.event_id) <> CASE WHEN f.state = 'open' THEN 0 ELSE 1 END`},
+		HAVING count(c.event_id) <> CASE WHEN f.state = 'open' THEN 0 ELSE 1 END`, false},
 	{"every group's counters equal its edges by state and outcome", `
 		SELECT g.downstream_id::text, g.total, g.success_count, g.fail_count, g.skip_count,
 			count(e.edge_id) FILTER (WHERE e.state IN ('applied', 'resolved')),
@@ -48,49 +50,49 @@ var always = []check{
 		HAVING g.total <> count(e.edge_id) FILTER (WHERE e.state IN ('applied', 'resolved'))
 			OR g.success_count <> count(e.edge_id) FILTER (WHERE e.resolved_outcome = 'success')
 			OR g.fail_count <> count(e.edge_id) FILTER (WHERE e.resolved_outcome IN ('failed', 'cancelled', 'expired'))
-			OR g.skip_count <> count(e.edge_id) FILTER (WHERE e.resolved_outcome = 'skipped')`},
+			OR g.skip_count <> count(e.edge_id) FILTER (WHERE e.resolved_outcome = 'skipped')`, false},
 	{"every resolved edge matches its upstream's outcome", `
 		SELECT e.edge_id::text, e.resolved_outcome, u.state
 		FROM ff_edge e JOIN ff_execution u ON u.partition_key = e.partition_key AND u.execution_id = e.upstream_id
-		WHERE e.state = 'resolved'
-			AND e.resolved_outcome <> CASE u.state WHEN 'completed' THEN 'success' ELSE u.state END`},
+		JOIN unnest($1::text[], $2::text[]) AS m(state, outcome) ON m.state = u.state
+		WHERE e.state = 'resolved' AND e.resolved_outcome <> m.outcome`, true},
 	{"a satisfied group's downstream is no longer blocked and was not skipped", `
 		SELECT g.downstream_id::text, x.state
 		FROM ff_edge_group g JOIN ff_execution x ON x.partition_key = g.partition_key AND x.execution_id = g.downstream_id
-		WHERE g.decision = 'satisfied' AND x.state IN ('blocked', 'skipped')`},
+		WHERE g.decision = 'satisfied' AND x.state IN ('blocked', 'skipped')`, false},
 	{"an impossible group's downstream never ran on", `
 		SELECT g.downstream_id::text, x.state
 		FROM ff_edge_group g JOIN ff_execution x ON x.partition_key = g.partition_key AND x.execution_id = g.downstream_id
-		WHERE g.decision = 'impossible' AND x.state NOT IN ('skipped', 'cancelled', 'expired')`},
+		WHERE g.decision = 'impossible' AND x.state NOT IN ('skipped', 'cancelled', 'expired')`, false},
 	{"no blocked execution has a decided group", `
 		SELECT x.execution_id::text, g.decision
 		FROM ff_execution x JOIN ff_edge_group g ON g.partition_key = x.partition_key AND g.downstream_id = x.execution_id
-		WHERE x.state = 'blocked' AND g.decision <> 'pending'`},
+		WHERE x.state = 'blocked' AND g.decision <> 'pending'`, false},
 	{"a group decides exactly when its policy says", `
 		SELECT g.downstream_id::text, g.policy, g.decision, g.total, g.success_count, g.fail_count, g.skip_count
 		FROM ff_edge_group g
 		WHERE g.decision = 'pending' AND g.total > 0 AND (
 			(g.policy = 'all_of' AND (g.success_count = g.total OR g.fail_count + g.skip_count > 0))
 			OR (g.policy = 'any_of' AND (g.success_count >= 1 OR g.fail_count + g.skip_count = g.total))
-			OR (g.policy = 'quorum' AND (g.success_count >= g.k OR g.total - g.fail_count - g.skip_count < g.k)))`},
+			OR (g.policy = 'quorum' AND (g.success_count >= g.k OR g.total - g.fail_count - g.skip_count < g.k)))`, false},
 	{"a running execution has exactly one open attempt, at its epoch", `
 		SELECT x.execution_id::text, x.state, count(a.attempt)
 		FROM ff_execution x
 		LEFT JOIN ff_attempt a ON a.partition_key = x.partition_key AND a.execution_id = x.execution_id AND a.outcome IS NULL
 		GROUP BY x.partition_key, x.execution_id, x.state, x.attempt, x.lease_epoch
 		HAVING count(a.attempt) <> CASE WHEN x.state = 'running' THEN 1 ELSE 0 END
-			OR (x.state = 'running' AND max(a.lease_epoch) <> x.lease_epoch)`},
+			OR (x.state = 'running' AND max(a.lease_epoch) <> x.lease_epoch)`, false},
 }
 
 // quiescent holds once every event has been dispatched and every cancel
 // group drained.
 var quiescent = []check{
-	{"no undispatched completion event", `SELECT event_id::text FROM ff_completion_event WHERE dispatched_at IS NULL`},
-	{"no pending cancel group", `SELECT downstream_id::text FROM ff_pending_cancel_group`},
+	{"no undispatched completion event", `SELECT event_id::text FROM ff_completion_event WHERE dispatched_at IS NULL`, false},
+	{"no pending cancel group", `SELECT downstream_id::text FROM ff_pending_cancel_group`, false},
 	{"no applied edge from a finished upstream", `
 		SELECT e.edge_id::text, u.state
 		FROM ff_edge e JOIN ff_execution u ON u.partition_key = e.partition_key AND u.execution_id = e.upstream_id
-		WHERE e.state = 'applied' AND u.state IN ('completed', 'failed', 'cancelled', 'skipped', 'expired')`},
+		WHERE e.state = 'applied' AND u.state IN ('completed', 'failed', 'cancelled', 'skipped', 'expired')`, false},
 	{"a satisfied cancel_remaining group has no live sibling", `
 		SELECT g.downstream_id::text, u.execution_id::text, u.state
 		FROM ff_edge_group g
@@ -98,29 +100,39 @@ var quiescent = []check{
 		JOIN ff_execution u ON u.partition_key = e.partition_key AND u.execution_id = e.upstream_id
 		WHERE g.decision = 'satisfied' AND g.on_satisfied = 'cancel_remaining'
 			AND u.state IN ('blocked', 'pending', 'running')
-			AND u.created_at < g.decided_at`},
+			AND u.created_at < g.decided_at`, false},
 	{"a flow whose members are all terminal is not open", `
 		SELECT f.flow_id::text FROM ff_flow f
 		WHERE f.state = 'open' AND f.node_count > 0 AND NOT EXISTS (
 			SELECT 1 FROM ff_execution x WHERE x.partition_key = f.partition_key AND x.flow_id = f.flow_id
-				AND x.state IN ('blocked', 'pending', 'running'))`},
+				AND x.state IN ('blocked', 'pending', 'running'))`, false},
 }
 
-// Check runs the invariants that hold at every commit.
-func Check(ctx context.Context, db store.DB) error {
+// CheckInvariants runs the invariants that hold at every commit.
+func CheckInvariants(ctx context.Context, db DB) error {
 	return run(ctx, db, always)
 }
 
-// CheckQuiescent runs Check and the invariants that hold once the cascade
+// CheckQuiescent runs CheckInvariants and the invariants that hold once the cascade
 // has caught up (no event left to dispatch, no cancel group left).
-func CheckQuiescent(ctx context.Context, db store.DB) error {
+func CheckQuiescent(ctx context.Context, db DB) error {
 	return errors.Join(run(ctx, db, always), run(ctx, db, quiescent))
 }
 
-func run(ctx context.Context, db store.DB, checks []check) error {
+func run(ctx context.Context, db DB, checks []check) error {
+	var states, outcomes []string
+	for _, st := range States {
+		if st.Terminal() {
+			states, outcomes = append(states, string(st)), append(outcomes, string(OutcomeOf(st)))
+		}
+	}
 	var errs []error
 	for _, c := range checks {
-		rows, err := db.Query(ctx, c.sql)
+		var args []any
+		if c.outcomes {
+			args = []any{states, outcomes}
+		}
+		rows, err := db.Query(ctx, c.sql, args...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", c.name, err))
 			continue
