@@ -27,7 +27,6 @@ var notYetMoved = []string{
 	"internal/outbox",
 	"internal/bench",
 	"internal/chaos",
-
 }
 
 // No package but the store holds SQL against ff_* tables (tests and
