@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // eventKey names an outbox event: its stream and id.
@@ -26,23 +28,16 @@ const catchUpTimeout = time.Minute
 // (dedupe by event id removes it).
 func (h *harness) verifyConsumers(ctx context.Context) {
 	want := map[eventKey]bool{}
-	rows, err := h.pool.Query(ctx, `SELECT 'completion', event_id FROM ff_completion_event
-		UNION ALL SELECT 'lease', event_id FROM ff_lease_event`)
+	completions, leases, err := store.EventIDs(ctx, h.pool)
 	if err != nil {
 		h.violation("read events: %v", err)
 		return
 	}
-	for rows.Next() {
-		var k eventKey
-		if err := rows.Scan(&k.stream, &k.id); err != nil {
-			h.violation("read events: %v", err)
-			return
-		}
-		want[k] = true
+	for _, id := range completions {
+		want[eventKey{string(store.StreamCompletion), id}] = true
 	}
-	if err := rows.Err(); err != nil {
-		h.violation("read events: %v", err)
-		return
+	for _, id := range leases {
+		want[eventKey{string(store.StreamLease), id}] = true
 	}
 	for _, p := range []*proc{h.cursor, h.wal} {
 		deadline := time.Now().Add(catchUpTimeout)

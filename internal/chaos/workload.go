@@ -151,8 +151,7 @@ func (h *harness) monitor(ctx context.Context) {
 		case <-t.C:
 		}
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
-		var n int64
-		err := h.pool.QueryRow(qctx, `SELECT count(*) FROM ff_completion_event`).Scan(&n)
+		n, _, err := store.EventCounts(qctx, h.pool)
 		cancel()
 		if err == nil {
 			h.progress.add(sample{at: time.Now(), count: n})
@@ -172,19 +171,14 @@ func (h *harness) drain(ctx context.Context) {
 	var left string
 	for {
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		var live, undispatched, cancels, open int
-		err := h.pool.QueryRow(qctx, `SELECT
-			(SELECT count(*) FROM ff_execution WHERE state IN ('blocked', 'pending', 'running')),
-			(SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NULL),
-			(SELECT count(*) FROM ff_pending_cancel_group),
-			(SELECT count(*) FROM ff_flow WHERE state = 'open')`).Scan(&live, &undispatched, &cancels, &open)
+		o, err := store.ReadOutstanding(qctx, h.pool)
 		cancel()
-		if err == nil && live+undispatched+cancels+open == 0 {
+		if err == nil && o == (store.Outstanding{}) {
 			h.report.Drain = time.Since(from)
 			h.cfg.Logf("chaos: drained %s after the last fault", h.report.Drain.Round(10*time.Millisecond))
 			return
 		}
-		left = fmt.Sprintf("%d live executions, %d undispatched events, %d cancel groups, %d open flows (err %v)", live, undispatched, cancels, open, err)
+		left = fmt.Sprintf("%d live executions, %d undispatched events, %d cancel groups, %d open flows (err %v)", o.Live, o.Undispatched, o.CancelGroups, o.OpenFlows, err)
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			h.violation("not drained %s after the faults: %s", h.cfg.DrainTimeout, left)
 			return
@@ -203,32 +197,25 @@ func (h *harness) verify(ctx context.Context) {
 		state store.State
 	}
 	byFlow := map[string][]node{}
-	rows, err := h.pool.Query(ctx, `SELECT flow_id::text, kind, state FROM ff_execution`)
+	members, err := store.FlowMemberStates(ctx, h.pool)
 	if err != nil {
 		h.violation("read executions: %v", err)
 		return
 	}
-	for rows.Next() {
-		var flow, kind, state string
-		if err := rows.Scan(&flow, &kind, &state); err != nil {
-			h.violation("read executions: %v", err)
-			return
-		}
-		i, err := strconv.Atoi(strings.TrimPrefix(strings.SplitN(kind, ".", 2)[0], "n"))
+	for _, m := range members {
+		i, err := strconv.Atoi(strings.TrimPrefix(strings.SplitN(m.Kind, ".", 2)[0], "n"))
 		if err != nil {
-			h.violation("execution of flow %s has an unknown kind %q", flow, kind)
+			h.violation("execution of flow %s has an unknown kind %q", m.FlowID, m.Kind)
 			continue
 		}
-		byFlow[flow] = append(byFlow[flow], node{i, store.State(state)})
+		byFlow[m.FlowID] = append(byFlow[m.FlowID], node{i, m.State})
 		h.report.Executions++
 	}
-	if err := rows.Err(); err != nil {
-		h.violation("read executions: %v", err)
-		return
-	}
-	if err := h.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ff_completion_event) + (SELECT count(*) FROM ff_lease_event)`).Scan(&h.report.Events); err != nil {
+	completions, leases, err := store.EventCounts(ctx, h.pool)
+	if err != nil {
 		h.violation("count events: %v", err)
 	}
+	h.report.Events = int(completions + leases)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for id, s := range h.flows {

@@ -26,7 +26,6 @@ var notYetMoved = []string{
 	"internal/cascade",
 	"internal/outbox",
 	"internal/bench",
-	"internal/chaos",
 }
 
 // No package but the store holds SQL against ff_* tables (tests and

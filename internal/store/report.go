@@ -63,3 +63,70 @@ func LiveByLane(ctx context.Context, db DB) ([]LaneDepth, error) {
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[LaneDepth])
 	return out, wrap("count live executions by lane", err)
 }
+
+// Outstanding is the work left anywhere in the engine; all zero once a
+// workload has drained.
+type Outstanding struct {
+	Live         int `db:"live"`         // executions blocked, pending or running
+	Undispatched int `db:"undispatched"` // completion events not yet dispatched
+	CancelGroups int `db:"cancel_groups"`
+	OpenFlows    int `db:"open_flows"`
+}
+
+// ReadOutstanding counts the work left.
+func ReadOutstanding(ctx context.Context, db DB) (Outstanding, error) {
+	rows, err := db.Query(ctx, `SELECT
+		(SELECT count(*) FROM ff_execution WHERE state IN ('blocked', 'pending', 'running')) AS live,
+		(SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NULL) AS undispatched,
+		(SELECT count(*) FROM ff_pending_cancel_group) AS cancel_groups,
+		(SELECT count(*) FROM ff_flow WHERE state = 'open') AS open_flows`)
+	if err != nil {
+		return Outstanding{}, wrap("count outstanding work", err)
+	}
+	o, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Outstanding])
+	return o, wrap("count outstanding work", err)
+}
+
+// EventCounts counts the rows of both outboxes.
+func EventCounts(ctx context.Context, db DB) (completion, lease int64, err error) {
+	err = db.QueryRow(ctx, `SELECT (SELECT count(*) FROM ff_completion_event), (SELECT count(*) FROM ff_lease_event)`).
+		Scan(&completion, &lease)
+	return completion, lease, wrap("count outbox events", err)
+}
+
+// EventIDs returns the id of every event of both outboxes.
+func EventIDs(ctx context.Context, db DB) (completion, lease []int64, err error) {
+	rows, err := db.Query(ctx, `SELECT 'completion', event_id FROM ff_completion_event
+		UNION ALL SELECT 'lease', event_id FROM ff_lease_event`)
+	if err != nil {
+		return nil, nil, wrap("read event ids", err)
+	}
+	var stream Stream
+	var id int64
+	_, err = pgx.ForEachRow(rows, []any{&stream, &id}, func() error {
+		if stream == StreamCompletion {
+			completion = append(completion, id)
+		} else {
+			lease = append(lease, id)
+		}
+		return nil
+	})
+	return completion, lease, wrap("read event ids", err)
+}
+
+// MemberState is a flow member's kind and state.
+type MemberState struct {
+	FlowID string `db:"flow_id"`
+	Kind   string `db:"kind"`
+	State  State  `db:"state"`
+}
+
+// FlowMemberStates returns the kind and state of every flow member.
+func FlowMemberStates(ctx context.Context, db DB) ([]MemberState, error) {
+	rows, err := db.Query(ctx, `SELECT flow_id::text AS flow_id, kind, state FROM ff_execution WHERE flow_id IS NOT NULL`)
+	if err != nil {
+		return nil, wrap("read flow members", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[MemberState])
+	return out, wrap("read flow members", err)
+}
