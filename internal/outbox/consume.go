@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -161,26 +160,19 @@ func channelsOf(s store.Stream) []string {
 func ConsumeOnce(ctx context.Context, db store.DB, name string, batch int, h Handler) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var stream, txid string
-		var c Cursor
-		err := tx.QueryRow(ctx, `SELECT stream, cursor_txid::text, cursor_event_id FROM ff_outbox_consumer
-			WHERE name = $1 FOR NO KEY UPDATE`, name).Scan(&stream, &txid, &c.EventID)
+		cons, err := store.LockConsumer(ctx, tx, name)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return &fault.NotFoundError{Object: "consumer", ID: name}
 		}
 		if err != nil {
 			return err
 		}
-		if c.TxID, err = strconv.ParseUint(txid, 10, 64); err != nil {
-			return err
-		}
-		events, err := Read(ctx, tx, store.Stream(stream), c, batch)
+		events, err := Read(ctx, tx, cons.Stream, cons.Cursor, batch)
 		if err != nil {
 			return err
 		}
 		if len(events) == 0 {
-			_, err := tx.Exec(ctx, `UPDATE ff_outbox_consumer SET last_read_at = now() WHERE name = $1`, name)
-			return err
+			return store.TouchConsumer(ctx, tx, name)
 		}
 		if err := h(ctx, tx, events); err != nil {
 			return &HandlerError{Consumer: name, Err: err}

@@ -300,7 +300,7 @@ func (s *walStream) decode(rel *pglogrepl.RelationMessage, tuple *pglogrepl.Tupl
 		case "event_id":
 			e.EventID, err = strconv.ParseInt(text, 10, 64)
 		case "txid":
-			e.TxID, err = parseTxID(text)
+			e.TxID, err = store.ParseTxID(text)
 		case "partition_key":
 			var v int64
 			v, err = strconv.ParseInt(text, 10, 16)

@@ -1,0 +1,305 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffd/internal/ident"
+)
+
+// Event is one outbox row, of either table. JSON names are the schema's
+// and are stable (docs/consumers.md).
+type Event struct {
+	Stream       Stream    `json:"stream"`
+	EventID      int64     `json:"event_id"`
+	TxID         uint64    `json:"txid"`
+	PartitionKey int16     `json:"partition_key"`
+	ExecutionID  string    `json:"execution_id,omitempty"` // {fp:N}:<uuid>; empty for a flow's own event
+	FlowID       string    `json:"flow_id,omitempty"`
+	OccurredAt   time.Time `json:"occurred_at"`
+	Attempt      int       `json:"attempt"`
+	// Completion events.
+	Outcome      string     `json:"outcome,omitempty"`
+	Namespace    string     `json:"namespace,omitempty"`
+	DispatchedAt *time.Time `json:"dispatched_at,omitempty"`
+	// Lease events.
+	EventType      string     `json:"event_type,omitempty"`
+	LeaseEpoch     int64      `json:"lease_epoch,omitempty"`
+	Worker         string     `json:"worker,omitempty"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+}
+
+// Cursor is a position in the (txid, event_id) order: everything at or
+// before it has been consumed.
+type Cursor struct {
+	TxID    uint64 `json:"txid"`
+	EventID int64  `json:"event_id"`
+}
+
+// Less orders cursors.
+func (c Cursor) Less(o Cursor) bool {
+	return c.TxID < o.TxID || (c.TxID == o.TxID && c.EventID < o.EventID)
+}
+
+// Position is the cursor just at e.
+func (e Event) Position() Cursor { return Cursor{TxID: e.TxID, EventID: e.EventID} }
+
+func execIDString(part int16, u *uuid.UUID) string {
+	if u == nil {
+		return ""
+	}
+	return ident.ExecutionID{Partition: part, UUID: *u}.String()
+}
+
+// ParseTxID parses a transaction id (xid8) as Postgres prints it.
+func ParseTxID(s string) (uint64, error) {
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("txid %q: %w", s, err)
+	}
+	return v, nil
+}
+
+// The protocol of docs/design.md section 7, per table. $1,$2 is the cursor; only
+// transactions below the snapshot's xmin are read, so no event can later
+// appear behind the cursor.
+const (
+	completionSelect = `SELECT 'completion'::text AS stream, event_id, txid::text AS txid_text, partition_key,
+		execution_id, flow_id, occurred_at, attempt, outcome, namespace, dispatched_at, NULL::text AS event_type,
+		NULL::bigint AS lease_epoch, NULL::text AS worker, NULL::timestamptz AS lease_expires_at, txid AS tx
+	FROM ff_completion_event
+	WHERE (txid, event_id) > ($1::text::xid8, $2::bigint) AND txid < pg_snapshot_xmin(pg_current_snapshot())
+	ORDER BY txid, event_id LIMIT $3`
+	leaseSelect = `SELECT 'lease'::text AS stream, event_id, txid::text AS txid_text, partition_key,
+		execution_id, NULL::uuid AS flow_id, occurred_at, attempt, NULL::text AS outcome, NULL::text AS namespace,
+		NULL::timestamptz AS dispatched_at, event_type, lease_epoch, worker, lease_expires_at, txid AS tx
+	FROM ff_lease_event
+	WHERE (txid, event_id) > ($1::text::xid8, $2::bigint) AND txid < pg_snapshot_xmin(pg_current_snapshot())
+	ORDER BY txid, event_id LIMIT $3`
+	eventColumns = `stream, event_id, txid_text, partition_key, execution_id, flow_id, occurred_at, attempt, outcome,
+		namespace, dispatched_at, event_type, lease_epoch, worker, lease_expires_at`
+)
+
+// The three reads, one per stream. For both, each side is already
+// limited and ordered; the merge keeps the first $3 of their union.
+const (
+	readCompletionSQL = `SELECT ` + eventColumns + ` FROM (` + completionSelect + `) q ORDER BY tx, event_id`
+	readLeaseSQL      = `SELECT ` + eventColumns + ` FROM (` + leaseSelect + `) q ORDER BY tx, event_id`
+	readAllSQL        = `SELECT ` + eventColumns + ` FROM ((` + completionSelect + `) UNION ALL (` + leaseSelect + `)) q
+		ORDER BY tx, event_id LIMIT $3`
+)
+
+// ReadEvents returns up to limit committed events of stream s after the
+// cursor, in (txid, event_id) order: the protocol of docs/design.md
+// section 7.
+func ReadEvents(ctx context.Context, db DB, s Stream, after Cursor, limit int) ([]Event, error) {
+	q := readAllSQL
+	switch s {
+	case StreamCompletion:
+		q = readCompletionSQL
+	case StreamLease:
+		q = readLeaseSQL
+	}
+	rows, err := db.Query(ctx, q, strconv.FormatUint(after.TxID, 10), after.EventID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read %s events: %w", s, err)
+	}
+	events, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, fmt.Errorf("read %s events: %w", s, err)
+	}
+	return events, nil
+}
+
+func scanEvent(r pgx.CollectableRow) (Event, error) {
+	var (
+		e                           Event
+		stream, txid                string
+		exec, flow                  *uuid.UUID
+		outcome, ns, evType, worker *string
+		epoch                       *int64
+	)
+	err := r.Scan(&stream, &e.EventID, &txid, &e.PartitionKey, &exec, &flow, &e.OccurredAt, &e.Attempt,
+		&outcome, &ns, &e.DispatchedAt, &evType, &epoch, &worker, &e.LeaseExpiresAt)
+	if err != nil {
+		return e, err
+	}
+	e.Stream = Stream(stream)
+	if e.TxID, err = ParseTxID(txid); err != nil {
+		return e, err
+	}
+	e.ExecutionID = execIDString(e.PartitionKey, exec)
+	if flow != nil {
+		e.FlowID = flow.String()
+	}
+	e.Outcome, e.Namespace, e.EventType, e.Worker = deref(outcome), deref(ns), deref(evType), deref(worker)
+	if epoch != nil {
+		e.LeaseEpoch = *epoch
+	}
+	return e, nil
+}
+
+// Horizon is the cursor below which every transaction has ended: starting
+// there skips everything committed so far and nothing committed later.
+func Horizon(ctx context.Context, db DB) (Cursor, error) {
+	var s string
+	if err := db.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`).Scan(&s); err != nil {
+		return Cursor{}, fmt.Errorf("read transaction horizon: %w", err)
+	}
+	xmin, err := ParseTxID(s)
+	if err != nil {
+		return Cursor{}, err
+	}
+	return Cursor{TxID: xmin - 1, EventID: math.MaxInt64}, nil
+}
+
+// Consumer is a named consumer's row (ff_outbox_consumer).
+type Consumer struct {
+	Name   string
+	Stream Stream
+	Cursor Cursor
+}
+
+// InsertConsumer registers a named consumer at c unless the name exists.
+func InsertConsumer(ctx context.Context, db DB, name string, s Stream, c Cursor) error {
+	_, err := db.Exec(ctx, `INSERT INTO ff_outbox_consumer (name, stream, cursor_txid, cursor_event_id)
+		VALUES ($1, $2, $3::text::xid8, $4) ON CONFLICT (name) DO NOTHING`,
+		name, string(s), strconv.FormatUint(c.TxID, 10), c.EventID)
+	return wrap("register consumer "+name, err)
+}
+
+// GetConsumer reads a named consumer, or returns pgx.ErrNoRows.
+func GetConsumer(ctx context.Context, db DB, name string) (*Consumer, error) {
+	return getConsumer(ctx, db, `SELECT name, stream, cursor_txid::text, cursor_event_id
+		FROM ff_outbox_consumer WHERE name = $1`, name)
+}
+
+// LockConsumer reads a named consumer and locks its row for the caller's
+// transaction, so two processes running one consumer take turns; or
+// returns pgx.ErrNoRows.
+func LockConsumer(ctx context.Context, tx pgx.Tx, name string) (*Consumer, error) {
+	return getConsumer(ctx, tx, `SELECT name, stream, cursor_txid::text, cursor_event_id
+		FROM ff_outbox_consumer WHERE name = $1 FOR NO KEY UPDATE`, name)
+}
+
+func getConsumer(ctx context.Context, db DB, sql, name string) (*Consumer, error) {
+	var c Consumer
+	var stream, txid string
+	if err := db.QueryRow(ctx, sql, name).Scan(&c.Name, &stream, &txid, &c.Cursor.EventID); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
+		return nil, wrap("read consumer "+name, err)
+	}
+	c.Stream = Stream(stream)
+	var err error
+	c.Cursor.TxID, err = ParseTxID(txid)
+	return &c, err
+}
+
+// TouchConsumer records that a named consumer read (and found nothing).
+func TouchConsumer(ctx context.Context, db DB, name string) error {
+	_, err := db.Exec(ctx, `UPDATE ff_outbox_consumer SET last_read_at = now() WHERE name = $1`, name)
+	return wrap("touch consumer "+name, err)
+}
+
+// AdvanceConsumer moves a consumer's cursor forward to c; moved is false
+// when the consumer does not exist or its cursor is already past c (a
+// cursor never moves back).
+func AdvanceConsumer(ctx context.Context, db DB, name string, c Cursor) (moved bool, err error) {
+	tag, err := db.Exec(ctx, `UPDATE ff_outbox_consumer SET cursor_txid = $2::text::xid8, cursor_event_id = $3,
+			updated_at = now(), last_read_at = now()
+		WHERE name = $1 AND (cursor_txid, cursor_event_id) <= ($2::text::xid8, $3)`,
+		name, strconv.FormatUint(c.TxID, 10), c.EventID)
+	if err != nil {
+		return false, wrap("ack consumer "+name, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// DeleteConsumer removes a named consumer; found is false when none had
+// that name.
+func DeleteConsumer(ctx context.Context, db DB, name string) (found bool, err error) {
+	tag, err := db.Exec(ctx, `DELETE FROM ff_outbox_consumer WHERE name = $1`, name)
+	if err != nil {
+		return false, wrap("drop consumer "+name, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// retainCompletionSQL and retainLeaseSQL delete, in one bounded batch,
+// events older than the window ($1 µs) that every registered consumer of
+// their stream has passed; completion events must also have been
+// dispatched.
+const (
+	retainCompletionSQL = `
+DELETE FROM ff_completion_event WHERE (partition_key, event_id) IN (
+	SELECT e.partition_key, e.event_id FROM ff_completion_event e
+	WHERE e.occurred_at < now() - $1::bigint * interval '1 microsecond' AND e.dispatched_at IS NOT NULL
+		AND NOT EXISTS (SELECT 1 FROM ff_outbox_consumer c
+			WHERE c.stream IN ('completion', 'all') AND (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id))
+	ORDER BY e.event_id
+	LIMIT $2)`
+	retainLeaseSQL = `
+DELETE FROM ff_lease_event WHERE (partition_key, event_id) IN (
+	SELECT e.partition_key, e.event_id FROM ff_lease_event e
+	WHERE e.occurred_at < now() - $1::bigint * interval '1 microsecond'
+		AND NOT EXISTS (SELECT 1 FROM ff_outbox_consumer c
+			WHERE c.stream IN ('lease', 'all') AND (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id))
+	ORDER BY e.event_id
+	LIMIT $2)`
+)
+
+// DeleteRetained deletes one batch of at most batch events of stream s
+// (completion or lease) past the window, and returns how many it deleted.
+func DeleteRetained(ctx context.Context, db DB, s Stream, window time.Duration, batch int) (int, error) {
+	q := retainCompletionSQL
+	if s == StreamLease {
+		q = retainLeaseSQL
+	}
+	tag, err := db.Exec(ctx, q, window.Microseconds(), batch)
+	if err != nil {
+		return 0, wrap(fmt.Sprintf("retention of %s events", s), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// IdleConsumer is a consumer holding retention back.
+type IdleConsumer struct {
+	Name   string
+	Stream Stream
+	Idle   time.Duration
+}
+
+// IdleConsumers lists consumers that have not read for longer than limit
+// while events wait for them.
+func IdleConsumers(ctx context.Context, db DB, limit time.Duration) ([]IdleConsumer, error) {
+	rows, err := db.Query(ctx, `
+		SELECT c.name, c.stream, extract(epoch FROM now() - c.last_read_at)
+		FROM ff_outbox_consumer c
+		WHERE c.last_read_at < now() - $1::bigint * interval '1 microsecond'
+			AND ((c.stream IN ('completion', 'all') AND EXISTS (SELECT 1 FROM ff_completion_event e
+					WHERE (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id)))
+				OR (c.stream IN ('lease', 'all') AND EXISTS (SELECT 1 FROM ff_lease_event e
+					WHERE (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id))))
+		ORDER BY c.name`, limit.Microseconds())
+	if err != nil {
+		return nil, wrap("read idle consumers", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (IdleConsumer, error) {
+		var c IdleConsumer
+		var stream string
+		var secs float64
+		err := r.Scan(&c.Name, &stream, &secs)
+		c.Stream, c.Idle = Stream(stream), time.Duration(secs*float64(time.Second))
+		return c, err
+	})
+	return out, wrap("read idle consumers", err)
+}
