@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Scenarios lists the scenario names.
@@ -237,20 +238,8 @@ func target(name, goal string, value float64, unit string, met bool) Target {
 // Cleanup deletes every row the run wrote (for runs against a database
 // that is not throwaway).
 func (e *Env) Cleanup(ctx context.Context) error {
-	stmts := []string{
-		`DELETE FROM ff_pending_cancel_group WHERE flow_id IN (SELECT flow_id FROM ff_flow WHERE namespace = $1)`,
-		`DELETE FROM ff_edge WHERE flow_id IN (SELECT flow_id FROM ff_flow WHERE namespace = $1)`,
-		`DELETE FROM ff_edge_group WHERE flow_id IN (SELECT flow_id FROM ff_flow WHERE namespace = $1)`,
-		`DELETE FROM ff_attempt WHERE execution_id IN (SELECT execution_id FROM ff_execution WHERE namespace = $1)`,
-		`DELETE FROM ff_lease_event WHERE execution_id IN (SELECT execution_id FROM ff_execution WHERE namespace = $1)`,
-		`DELETE FROM ff_completion_event WHERE namespace = $1`,
-		`DELETE FROM ff_execution WHERE namespace = $1`,
-		`DELETE FROM ff_flow WHERE namespace = $1`,
-	}
-	for _, s := range stmts {
-		if _, err := e.Pool.Exec(ctx, s, e.Namespace); err != nil {
-			return fmt.Errorf("clean up the bench rows: %w", err)
-		}
+	if err := store.DeleteNamespace(ctx, e.Pool, e.Namespace); err != nil {
+		return fmt.Errorf("clean up the bench rows: %w", err)
 	}
 	return nil
 }

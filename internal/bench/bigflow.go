@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // fanSpec is 1 -> n -> 1 all_of, every node in lane.
@@ -60,27 +61,23 @@ func bigFlow(ctx context.Context, env *Env, p Params, r *Report) error {
 			submits = append(submits, ms(time.Since(t)))
 			f := sub.Flow.ID
 			if err := pollUntil(ctx, fmt.Sprintf("the 1 -> %d -> 1 flow to finish", n), 10*time.Minute, 10*time.Millisecond, func() (bool, error) {
-				var state string
-				if err := env.Pool.QueryRow(ctx, `SELECT state FROM ff_flow WHERE partition_key = $1 AND flow_id = $2`,
-					sub.Flow.Partition, f).Scan(&state); err != nil {
+				state, err := store.ReadFlowState(ctx, env.Pool, sub.Flow.Partition, f)
+				if err != nil {
 					return false, err
 				}
-				if state != string(ffd.FlowOpen) && state != string(ffd.FlowCompleted) {
+				if state != store.FlowOpen && state != store.FlowCompleted {
 					return false, fmt.Errorf("flow ended %s, want completed", state)
 				}
-				return state == string(ffd.FlowCompleted), nil
+				return state == store.FlowCompleted, nil
 			}); err != nil {
 				return err
 			}
 			root := sub.Executions["root"].ID
-			var us float64
-			if err := env.Pool.QueryRow(ctx, `SELECT extract(epoch FROM f.terminal_at - a.started_at) * 1e6
-				FROM ff_flow f, ff_attempt a
-				WHERE f.partition_key = $1 AND f.flow_id = $2 AND a.partition_key = $1 AND a.execution_id = $3 AND a.attempt = 1`,
-				root.Partition, f, root.UUID).Scan(&us); err != nil {
+			span, err := store.FlowSpan(ctx, env.Pool, f, root)
+			if err != nil {
 				return err
 			}
-			runs = append(runs, us/1000)
+			runs = append(runs, float64(span.Microseconds())/1000)
 		}
 		run := median(runs)
 		perMember[n] = run * 1000 / float64(n)

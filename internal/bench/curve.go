@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // curveSize is how many executions one point of the curve works: enough
@@ -125,8 +126,8 @@ func (e *Env) preload(ctx context.Context, n int) error {
 	if first != nil {
 		return first
 	}
-	if _, err := e.Pool.Exec(ctx, `VACUUM (ANALYZE) ff_execution, ff_attempt, ff_lease_event, ff_completion_event`); err != nil {
-		return fmt.Errorf("vacuum after the preload: %w", err)
+	if err := store.Analyze(ctx, e.Pool); err != nil {
+		return fmt.Errorf("after the preload: %w", err)
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // The memory scenario runs the daemon and the worker as processes of their
@@ -264,7 +265,7 @@ func memory(ctx context.Context, env *Env, p Params, r *Report) error {
 		growth := rs[len(rs)-1] / rs[0]
 		r.Targets = append(r.Targets, target(role+"_rss_last_vs_first_round", "<= 1.25 (no growth with work done)", growth, "x", growth <= 1.25))
 	}
-	n, err := env.count(ctx, `SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'completed'`, lane)
+	n, err := store.CountInLanes(ctx, env.Pool, store.StateCompleted, lane)
 	if err != nil {
 		return err
 	}

@@ -93,8 +93,7 @@ func noop(context.Context, *ffd.Job) ([]byte, error) { return nil, nil }
 // partial indexes, so a poll costs the same over a table of a million
 // finished rows as over an empty one.
 func (e *Env) left(ctx context.Context, lane string) (int, error) {
-	return e.count(ctx, `SELECT (SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'pending')
-		+ (SELECT count(*) FROM ff_execution WHERE state = 'running' AND lane = $1)`, lane)
+	return store.Unfinished(ctx, e.Pool, lane)
 }
 
 // waitUntil polls cond (a cheap query) every 5 ms until it holds.
@@ -124,12 +123,6 @@ func pollUntil(ctx context.Context, what string, limit, interval time.Duration, 
 	}
 }
 
-func (e *Env) count(ctx context.Context, sql string, args ...any) (int, error) {
-	var n int
-	err := e.Pool.QueryRow(ctx, sql, args...).Scan(&n)
-	return n, err
-}
-
 // xactCommits reads the database's committed transactions (statistics are
 // flushed by backends about once a second, so callers wait first).
 func (e *Env) xactCommits(ctx context.Context) (int64, error) {
@@ -141,8 +134,7 @@ func (e *Env) xactCommits(ctx context.Context) (int64, error) {
 // settle waits until the daemon has dispatched every event of the run.
 func (e *Env) settle(ctx context.Context) error {
 	return waitUntil(ctx, "the cascade to settle", 2*time.Minute, func() (bool, error) {
-		n, err := e.count(ctx, `SELECT (SELECT count(*) FROM ff_completion_event WHERE namespace = $1 AND dispatched_at IS NULL)
-			+ (SELECT count(*) FROM ff_pending_cancel_group)`, e.Namespace)
+		n, err := store.NamespaceBacklog(ctx, e.Pool, e.Namespace, true)
 		return n == 0, err
 	})
 }
@@ -152,24 +144,6 @@ func (e *Env) checkInvariants(ctx context.Context) error {
 		return fmt.Errorf("invariants after the run: %w", err)
 	}
 	return nil
-}
-
-// durations runs a query returning one interval in microseconds per row.
-func (e *Env) durations(ctx context.Context, sql string, args ...any) ([]time.Duration, error) {
-	rows, err := e.Pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []time.Duration
-	for rows.Next() {
-		var us float64
-		if err := rows.Scan(&us); err != nil {
-			return nil, err
-		}
-		out = append(out, time.Duration(us)*time.Microsecond)
-	}
-	return out, rows.Err()
 }
 
 // throughput: N pre-created no-op executions worked by W workers through
@@ -257,20 +231,18 @@ func (e *Env) work(ctx context.Context, name string, n, workers int, sweep time.
 		return f, err
 	}
 	f.Tx = float64(after-before) / float64(n)
-	var span float64
-	if err := e.Pool.QueryRow(ctx, `SELECT extract(epoch FROM max(a.ended_at) - min(a.started_at))
-		FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id) WHERE e.lane = $1`, lane).Scan(&span); err != nil {
-		return f, err
-	}
-	lat, err := e.durations(ctx, `SELECT extract(epoch FROM a.ended_at - a.started_at) * 1e6
-		FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id) WHERE e.lane = $1`, lane)
+	span, err := store.AttemptSpan(ctx, e.Pool, lane)
 	if err != nil {
 		return f, err
 	}
-	if c, err := e.count(ctx, `SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'completed' AND attempt = 1`, lane); err != nil || c != n {
+	lat, err := store.AttemptDurations(ctx, e.Pool, lane)
+	if err != nil {
+		return f, err
+	}
+	if c, err := store.CompletedFirstTime(ctx, e.Pool, lane); err != nil || c != n {
 		return f, fmt.Errorf("%d of %d executions completed on their first attempt (%v)", c, n, err)
 	}
-	f.Rate = float64(n) / span
+	f.Rate = float64(n) / span.Seconds()
 	copy(f.Lat[:], percentiles(lat, 50, 95, 99))
 	return f, nil
 }
@@ -311,7 +283,7 @@ func chain(ctx context.Context, env *Env, p Params, r *Report) error {
 		}
 	}
 	err = waitUntil(ctx, "every chain to complete", 10*time.Minute, func() (bool, error) {
-		n, err := env.count(ctx, `SELECT count(*) FROM ff_flow WHERE namespace = $1 AND state = 'completed'`, env.Namespace)
+		n, err := store.CompletedFlows(ctx, env.Pool, env.Namespace)
 		return n >= p.Flows, err
 	})
 	wall := time.Since(start)
@@ -320,11 +292,7 @@ func chain(ctx context.Context, env *Env, p Params, r *Report) error {
 	}
 	// Hop: the upstream's completion event (inserted at its commit) to the
 	// downstream's claim.
-	hops, err := env.durations(ctx, `SELECT extract(epoch FROM a.started_at - c.occurred_at) * 1e6
-		FROM ff_edge ed
-		JOIN ff_flow f ON f.partition_key = ed.partition_key AND f.flow_id = ed.flow_id AND f.namespace = $1
-		JOIN ff_completion_event c ON c.partition_key = ed.partition_key AND c.execution_id = ed.upstream_id
-		JOIN ff_attempt a ON a.partition_key = ed.partition_key AND a.execution_id = ed.downstream_id AND a.attempt = 1`, env.Namespace)
+	hops, err := store.HopDelays(ctx, env.Pool, env.Namespace)
 	if err != nil {
 		return err
 	}
@@ -334,11 +302,7 @@ func chain(ctx context.Context, env *Env, p Params, r *Report) error {
 	// The engine's part of the hop: the upstream's event to the downstream
 	// made claimable (its run_at is set by the cascade transaction). The
 	// rest is the wait for a free worker slot behind the lane's queue.
-	ready, err := env.durations(ctx, `SELECT extract(epoch FROM d.run_at - c.occurred_at) * 1e6
-		FROM ff_edge ed
-		JOIN ff_flow f ON f.partition_key = ed.partition_key AND f.flow_id = ed.flow_id AND f.namespace = $1
-		JOIN ff_completion_event c ON c.partition_key = ed.partition_key AND c.execution_id = ed.upstream_id
-		JOIN ff_execution d ON d.partition_key = ed.partition_key AND d.execution_id = ed.downstream_id`, env.Namespace)
+	ready, err := store.ReadyDelays(ctx, env.Pool, env.Namespace)
 	if err != nil {
 		return err
 	}
@@ -408,14 +372,11 @@ func fanout(ctx context.Context, env *Env, p Params, r *Report) error {
 		}); err != nil {
 			return err
 		}
-		var us float64
-		if err := env.Pool.QueryRow(ctx, `SELECT extract(epoch FROM j.run_at - (SELECT max(c.occurred_at) FROM ff_completion_event c
-				JOIN ff_execution m ON m.partition_key = c.partition_key AND m.execution_id = c.execution_id
-				WHERE m.flow_id = j.flow_id AND m.lane = $2)) * 1e6
-			FROM ff_execution j WHERE j.partition_key = $1 AND j.execution_id = $3`, join.Partition, lane+".mid", join.UUID).Scan(&us); err != nil {
+		d, err := store.JoinDelay(ctx, env.Pool, join, lane+".mid")
+		if err != nil {
 			return err
 		}
-		joins = append(joins, time.Duration(us)*time.Microsecond)
+		joins = append(joins, d)
 
 		// any_of + cancel_remaining over N running siblings.
 		lane = env.lane(fmt.Sprint("race", rep))
@@ -446,28 +407,25 @@ func fanout(ctx context.Context, env *Env, p Params, r *Report) error {
 			return err
 		}
 		if err := waitUntil(ctx, "every sibling to be cancelled", time.Minute, func() (bool, error) {
-			n, err := env.count(ctx, `SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'cancelled'`, lane+".sib")
+			n, err := store.CountInLanes(ctx, env.Pool, store.StateCancelled, lane+".sib")
 			return n == p.FanWidth-1, err
 		}); err != nil {
 			return err
 		}
 		// Fenced and evented: every loser's epoch moved on and it has its
 		// completion event; its late completion is refused.
-		fenced, err := env.count(ctx, `SELECT count(*) FROM ff_execution e JOIN ff_completion_event c USING (partition_key, execution_id)
-			WHERE e.lane = $1 AND e.state = 'cancelled' AND e.lease_epoch = 2 AND c.outcome = 'cancelled'`, lane+".sib")
+		fenced, err := store.FencedCancellations(ctx, env.Pool, lane+".sib", 2)
 		if err != nil || fenced != p.FanWidth-1 {
 			return fmt.Errorf("%d of %d siblings fenced and evented (%v)", fenced, p.FanWidth-1, err)
 		}
 		if _, err := c.Complete(ctx, running[1].ID, running[1].LeaseEpoch, nil); !errors.Is(err, ffd.ErrLeaseLost) {
 			return fmt.Errorf("a cancelled sibling's late completion: %v, want lease lost", err)
 		}
-		var us2 float64
-		if err := env.Pool.QueryRow(ctx, `SELECT extract(epoch FROM (SELECT max(terminal_at) FROM ff_execution WHERE lane = $1 AND state = 'cancelled')
-			- (SELECT occurred_at FROM ff_completion_event WHERE partition_key = $2 AND execution_id = $3)) * 1e6`,
-			lane+".sib", winner.ID.Partition, winner.ID.UUID).Scan(&us2); err != nil {
+		spread, err := store.CancelSpread(ctx, env.Pool, lane+".sib", winner.ID)
+		if err != nil {
 			return err
 		}
-		cancels = append(cancels, time.Duration(us2)*time.Microsecond)
+		cancels = append(cancels, spread)
 	}
 	jp, cp := percentiles(joins, 50, 99), percentiles(cancels, 50, 99)
 	r.Figures["join_ms"] = map[string]float64{"p50": ms(jp[0]), "p99": ms(jp[1])}
@@ -584,21 +542,17 @@ func recovery(ctx context.Context, env *Env, p Params, r *Report) error {
 		return err
 	}
 	err = waitUntil(ctx, "every lease re-claimed and completed", 5*time.Minute, func() (bool, error) {
-		n, err := env.count(ctx, `SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'completed'`, lane)
+		n, err := store.CountInLanes(ctx, env.Pool, store.StateCompleted, lane)
 		return n == p.Leases, err
 	})
 	stop()
 	if err != nil {
 		return err
 	}
-	var reclaimUS float64
-	if err := env.Pool.QueryRow(ctx, `SELECT extract(epoch FROM
-			(SELECT max(a.started_at) FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id) WHERE e.lane = $1 AND a.attempt = 2)
-			- (SELECT max(l.lease_expires_at) FROM ff_lease_event l JOIN ff_execution e USING (partition_key, execution_id)
-				WHERE e.lane = $1 AND l.event_type = 'acquired' AND l.attempt = 1)) * 1e6`, lane).Scan(&reclaimUS); err != nil {
+	reclaim, err := store.ReclaimDelay(ctx, env.Pool, lane)
+	if err != nil {
 		return err
 	}
-	reclaim := time.Duration(reclaimUS) * time.Microsecond
 	r.Figures["reclaimed_after_ttl_ms"] = ms(reclaim)
 	r.Targets = append(r.Targets, target("reclaim_after_ttl_ms", fmt.Sprintf("<= sweep interval (%s)", p.SweepInterval), ms(reclaim), "ms", reclaim <= p.SweepInterval))
 
@@ -633,7 +587,7 @@ func recovery(ctx context.Context, env *Env, p Params, r *Report) error {
 	}
 	back := time.Now()
 	if err := waitUntil(ctx, "every burst event dispatched", 5*time.Minute, func() (bool, error) {
-		n, err := env.count(ctx, `SELECT count(*) FROM ff_completion_event WHERE namespace = $1 AND dispatched_at IS NULL`, env.Namespace)
+		n, err := store.NamespaceBacklog(ctx, env.Pool, env.Namespace, false)
 		return n == 0, err
 	}); err != nil {
 		return err

@@ -24,7 +24,6 @@ var sqlOnTable = regexp.MustCompile(`(?is)\b(FROM|JOIN|INTO|UPDATE|TABLE|VACUUM|
 var notYetMoved = []string{
 	"internal/flows",
 	"internal/cascade",
-	"internal/bench",
 }
 
 // No package but the store holds SQL against ff_* tables (tests and
