@@ -205,10 +205,11 @@ func (c *DemoCmd) demo(ctx context.Context, g *Globals, pool *pgxpool.Pool) erro
 		if err != nil {
 			return err
 		}
-		backlog, err := store.Backlog(ctx, pool)
+		left, err := store.ReadOutstanding(ctx, pool)
 		if err != nil {
 			return err
 		}
+		backlog := left.Undispatched + left.CancelGroups
 		if fl.State != ffd.FlowOpen && backlog == 0 {
 			break
 		}

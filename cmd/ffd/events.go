@@ -97,7 +97,7 @@ func (c *EventsTailCmd) Run(ctx context.Context, g *Globals) error {
 		case c.Consumer != "":
 			_, err = outbox.Register(ctx, pool, c.Consumer, stream, start)
 		case start == outbox.FromNow:
-			cursor, err = outbox.Horizon(ctx, pool)
+			cursor, err = store.Horizon(ctx, pool)
 		}
 		return err
 	}

@@ -628,7 +628,7 @@ func (d *Daemon) retain(ctx context.Context) {
 			d.log.Info("retention deleted outbox events", zap.Int("completion", r.Completion), zap.Int("lease", r.Lease), zap.Duration("retention", d.cfg.Retention))
 		}
 	}
-	idle, err := outbox.IdleConsumers(ctx, d.cfg.Pool, d.cfg.ConsumerIdleLimit)
+	idle, err := store.IdleConsumers(ctx, d.cfg.Pool, d.cfg.ConsumerIdleLimit)
 	if err != nil {
 		d.log.Warn("read idle consumers", zap.Error(err))
 		return

@@ -37,10 +37,6 @@ const (
 	FromNow                // only events of transactions after now
 )
 
-// Horizon is the cursor below which every transaction has ended: starting
-// there skips everything committed so far and nothing committed later.
-func Horizon(ctx context.Context, db store.DB) (Cursor, error) { return store.Horizon(ctx, db) }
-
 // Consumer is a named consumer's row.
 type Consumer = store.Consumer
 

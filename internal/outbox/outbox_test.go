@@ -428,7 +428,7 @@ func TestRetention(t *testing.T) {
 	}
 	// An idle consumer behind waiting events is reported.
 	exec(`UPDATE ff_outbox_consumer SET last_read_at = now() - interval '2 days'`)
-	idle, err := outbox.IdleConsumers(f.ctx, f.db.Pool, 24*time.Hour)
+	idle, err := store.IdleConsumers(f.ctx, f.db.Pool, 24*time.Hour)
 	if err != nil || len(idle) != 1 || idle[0].Name != "slow" {
 		t.Fatalf("idle consumers %+v %v", idle, err)
 	}

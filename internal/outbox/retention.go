@@ -51,13 +51,3 @@ func Retain(ctx context.Context, db store.DB, window time.Duration, batch int) (
 	}
 	return r, nil
 }
-
-// IdleConsumer is a consumer holding retention back.
-type IdleConsumer = store.IdleConsumer
-
-// IdleConsumers lists consumers that have not read for longer than limit
-// while events wait for them: they hold retention back, and are reported,
-// never dropped.
-func IdleConsumers(ctx context.Context, db store.DB, limit time.Duration) ([]IdleConsumer, error) {
-	return store.IdleConsumers(ctx, db, limit)
-}

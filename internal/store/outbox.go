@@ -279,7 +279,8 @@ type IdleConsumer struct {
 }
 
 // IdleConsumers lists consumers that have not read for longer than limit
-// while events wait for them.
+// while events wait for them: they hold retention back, and are reported,
+// never dropped.
 func IdleConsumers(ctx context.Context, db DB, limit time.Duration) ([]IdleConsumer, error) {
 	rows, err := db.Query(ctx, `
 		SELECT c.name, c.stream, extract(epoch FROM now() - c.last_read_at)

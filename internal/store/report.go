@@ -7,15 +7,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Backlog is the daemon's outstanding work: completion events not yet
-// dispatched and sibling-cancel groups not yet drained.
-func Backlog(ctx context.Context, db DB) (int, error) {
-	var n int
-	err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NULL)
-		+ (SELECT count(*) FROM ff_pending_cancel_group)`).Scan(&n)
-	return n, wrap("count the daemon's backlog", err)
-}
-
 // FlowEventCounts counts a flow's outbox rows: its completion events by
 // outcome (the flow's own included) and its members' lease events by type.
 func FlowEventCounts(ctx context.Context, db DB, flowID uuid.UUID) (completions map[Outcome]int, leases map[LeaseEventType]int, err error) {
