@@ -13,15 +13,15 @@ import (
 // Flow types; see docs/flows.md.
 type (
 	// Flow is a DAG of executions.
-	Flow = flows.Flow
+	Flow = store.Flow
 	// FlowState is open, completed, failed or cancelled.
 	FlowState = store.FlowState
 	// Edge makes a downstream execution depend on an upstream one.
-	Edge = flows.Edge
+	Edge = store.Edge
 	// EdgeGroup is a downstream's join state: policy, counters, decision.
-	EdgeGroup = flows.EdgeGroup
+	EdgeGroup = store.EdgeGroup
 	// Policy is a join policy: all_of, any_of or quorum k, with on_satisfied.
-	Policy = flows.Policy
+	Policy = store.Policy
 	// PolicyKind is all_of, any_of or quorum.
 	PolicyKind = store.PolicyKind
 	// OnSatisfied is cancel_remaining or let_run.
@@ -29,7 +29,7 @@ type (
 	// Decision is pending, satisfied or impossible.
 	Decision = store.Decision
 	// Counts are a group's edge counters.
-	Counts = flows.Counts
+	Counts = store.Counts
 	// CancelPolicy is flow_only, cancel_all or cancel_pending.
 	CancelPolicy = store.CancelPolicy
 	// CreateFlowParams describes a new flow (ID defaults to a fresh v7 uuid).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/flows"
@@ -55,38 +54,12 @@ type Result struct {
 	Age time.Duration
 }
 
-type event struct {
-	id        int64
-	part      int16
-	execution *uuid.UUID
-	flow      *uuid.UUID
-	outcome   string
-	age       time.Duration
-}
-
-const eventColumns = `c.event_id, c.partition_key, c.execution_id, c.flow_id, c.outcome,
-	extract(epoch FROM clock_timestamp() - c.occurred_at) * 1e6`
-
-// lockAndMark wraps a query selecting events to lock (their partition_key
-// and event_id): it locks them and marks them dispatched in the same
-// statement, one round trip for both. The mark commits with the rest of
-// the dispatch or not at all, so marking first is as safe as marking last.
-func lockAndMark(pick string) string {
-	return `WITH picked AS (` + pick + `)
-		UPDATE ff_completion_event c SET dispatched_at = clock_timestamp()
-		FROM picked p
-		WHERE c.partition_key = p.partition_key AND c.event_id = p.event_id
-		RETURNING ` + eventColumns
-}
-
 // Dispatch dispatches one event by id. It returns a zero Result when the
 // event is already dispatched, unknown, or being dispatched by someone
 // else right now (whoever holds it will finish it, or roll back and leave
 // it to the sweep).
 func (d *Dispatcher) Dispatch(ctx context.Context, eventID int64) (Result, error) {
-	return d.dispatch(ctx, lockAndMark(`SELECT partition_key, event_id FROM ff_completion_event
-		WHERE event_id = $1 AND dispatched_at IS NULL
-		FOR NO KEY UPDATE SKIP LOCKED`), eventID)
+	return d.DispatchMany(ctx, []int64{eventID})
 }
 
 // DispatchMany dispatches the given events (those still undispatched and
@@ -94,24 +67,25 @@ func (d *Dispatcher) Dispatch(ctx context.Context, eventID int64) (Result, error
 // workers hand it every notification that queued up while they worked, so
 // that one commit carries many hops.
 func (d *Dispatcher) DispatchMany(ctx context.Context, eventIDs []int64) (Result, error) {
-	return d.dispatch(ctx, lockAndMark(`SELECT partition_key, event_id FROM ff_completion_event
-		WHERE event_id = ANY($1) AND dispatched_at IS NULL
-		ORDER BY event_id
-		FOR NO KEY UPDATE SKIP LOCKED`), eventIDs)
+	return d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) {
+		return store.TakeEvents(ctx, tx, eventIDs)
+	})
 }
 
 // DispatchBatch dispatches up to limit undispatched events at least grace
 // old, oldest first, in one transaction. The sweep uses it; grace keeps it
 // from racing the NOTIFY-driven dispatch of events that just committed.
 func (d *Dispatcher) DispatchBatch(ctx context.Context, limit int, grace time.Duration) (Result, error) {
-	return d.dispatch(ctx, lockAndMark(`SELECT partition_key, event_id FROM ff_completion_event
-		WHERE dispatched_at IS NULL AND occurred_at <= clock_timestamp() - $2::bigint * interval '1 microsecond'
-		ORDER BY event_id
-		LIMIT $1
-		FOR NO KEY UPDATE SKIP LOCKED`), limit, grace.Microseconds())
+	return d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) {
+		return store.TakeOldEvents(ctx, tx, limit, grace)
+	})
 }
 
-func (d *Dispatcher) dispatch(ctx context.Context, pick string, args ...any) (Result, error) {
+// dispatch takes events (locked and marked dispatched) and resolves the
+// edges of every flow member among them, in one transaction. Flow events
+// and solo executions have no edges: taking them is all. Since migration
+// 00004 they are born dispatched; this covers those written before it.
+func (d *Dispatcher) dispatch(ctx context.Context, take func(pgx.Tx) ([]store.Dispatching, error)) (Result, error) {
 	var res Result
 	var delays []time.Duration
 	var byOutcome map[string]int
@@ -119,17 +93,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, pick string, args ...any) (Re
 	err := store.InTx(ctx, d.db, func(tx pgx.Tx) error {
 		res, delays, byOutcome = Result{}, delays[:0], nil
 		clear(decisions)
-		rows, err := tx.Query(ctx, pick, args...)
-		if err != nil {
-			return fmt.Errorf("lock events: %w", err)
-		}
-		events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (event, error) {
-			var e event
-			var micros float64
-			err := r.Scan(&e.id, &e.part, &e.execution, &e.flow, &e.outcome, &micros)
-			e.age = time.Duration(micros) * time.Microsecond
-			return e, err
-		})
+		events, err := take(tx)
 		if err != nil {
 			return fmt.Errorf("lock events: %w", err)
 		}
@@ -139,15 +103,12 @@ func (d *Dispatcher) dispatch(ctx context.Context, pick string, args ...any) (Re
 		if err := d.hook(ctx, tx, "locked"); err != nil {
 			return err
 		}
-		// Flow events and solo executions have no edges: marking them
-		// (done as they were locked) is all. Since migration 00004 they
-		// are born dispatched; this covers those written before it.
-		var rs []flows.Resolution
+		var rs []store.Resolution
 		for _, e := range events {
-			delays = append(delays, e.age)
-			res.Age = max(res.Age, e.age)
-			if e.execution != nil && e.flow != nil {
-				rs = append(rs, flows.Resolution{Upstream: ident.ExecutionID{Partition: e.part, UUID: *e.execution}, Outcome: e.outcome})
+			delays = append(delays, e.Age)
+			res.Age = max(res.Age, e.Age)
+			if e.ExecutionID != nil && e.FlowID != nil {
+				rs = append(rs, store.Resolution{Upstream: ident.ExecutionID{Partition: e.Partition, UUID: *e.ExecutionID}, Outcome: e.Outcome})
 			}
 		}
 		if len(rs) > 0 {
@@ -216,10 +177,7 @@ func (d *Dispatcher) CancelSiblings(ctx context.Context, maxGroups int) (groups,
 func (d *Dispatcher) cancelOneGroup(ctx context.Context) (found bool, cancelled int, err error) {
 	err = store.InTx(ctx, d.db, func(tx pgx.Tx) error {
 		found, cancelled = false, 0
-		var part int16
-		var flow, down uuid.UUID
-		err := tx.QueryRow(ctx, `SELECT partition_key, flow_id, downstream_id FROM ff_pending_cancel_group
-			ORDER BY enqueued_at LIMIT 1 FOR UPDATE SKIP LOCKED`).Scan(&part, &flow, &down)
+		flowID, down, err := store.TakeCancelGroup(ctx, tx)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -227,19 +185,16 @@ func (d *Dispatcher) cancelOneGroup(ctx context.Context) (found bool, cancelled 
 			return fmt.Errorf("take pending cancel group: %w", err)
 		}
 		found = true
-		var members []uuid.UUID
-		// Lock the group before the siblings (the global order: groups,
-		// executions, flows): a dispatch resolving into this group holds it
-		// while it skips downstreams and finishes flows.
-		if err := tx.QueryRow(ctx, `SELECT cancel_members FROM ff_edge_group
-			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3
-			FOR NO KEY UPDATE`, part, flow, down).Scan(&members); err != nil {
+		// Lock the group before the siblings (the global order): a
+		// dispatch resolving into this group holds it while it skips
+		// downstreams and finishes flows.
+		g, _, err := store.NewLocks(tx).Group(ctx, flowID, down, nil)
+		if err != nil {
 			return fmt.Errorf("read siblings of %s: %w", down, err)
 		}
-		ends := make([]store.Ending, len(members))
-		for i, m := range members {
-			ends[i] = store.Ending{ID: ident.ExecutionID{Partition: part, UUID: m}, State: store.StateCancelled,
-				Reason: SiblingCancelReason, By: SiblingCancelledBy}
+		ends := make([]store.Ending, len(g.CancelMembers))
+		for i, m := range g.CancelMembers {
+			ends[i] = store.Ending{ID: m, State: store.StateCancelled, Reason: SiblingCancelReason, By: SiblingCancelledBy}
 		}
 		ended, err := store.Terminate(ctx, tx, ends)
 		if err != nil {
@@ -249,13 +204,7 @@ func (d *Dispatcher) cancelOneGroup(ctx context.Context) (found bool, cancelled 
 		if err := d.hook(ctx, tx, "siblings cancelled"); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE ff_edge_group SET cancel_members = '{}'
-			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`, part, flow, down); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `DELETE FROM ff_pending_cancel_group
-			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`, part, flow, down)
-		return err
+		return store.DoneCancelGroup(ctx, tx, flowID, down)
 	})
 	if err != nil {
 		return false, 0, fmt.Errorf("cancel siblings: %w", err)

@@ -47,12 +47,12 @@ func setup(t *testing.T) *fixture {
 }
 
 type dag struct {
-	flow *flows.Flow
+	flow *store.Flow
 	x    map[string]*store.Execution
 }
 
 // submit builds a DAG from "a->b" edge strings, each node in its own lane.
-func (f *fixture) submit(policies map[string]flows.Policy, edges ...string) *dag {
+func (f *fixture) submit(policies map[string]store.Policy, edges ...string) *dag {
 	f.t.Helper()
 	p := flows.SubmitParams{}
 	seen := map[string]bool{}
@@ -203,7 +203,7 @@ func TestAllOfThree(t *testing.T) {
 func TestAnyOfCancelRemaining(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	g := f.submit(map[string]flows.Policy{"d": {Kind: store.AnyOf, OnSatisfied: store.CancelRemaining}}, "a->d", "b->d", "c->d")
+	g := f.submit(map[string]store.Policy{"d": {Kind: store.AnyOf, OnSatisfied: store.CancelRemaining}}, "a->d", "b->d", "c->d")
 	a, b, c := f.claim(g, "a"), f.claim(g, "b"), f.claim(g, "c")
 	f.finish(a, true)
 	r, err := f.d.DispatchBatch(f.ctx, 10, 0)
@@ -254,7 +254,7 @@ func TestAnyOfCancelRemaining(t *testing.T) {
 func TestQuorumLetRun(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	g := f.submit(map[string]flows.Policy{"d": {Kind: store.Quorum, K: 2, OnSatisfied: store.LetRun}}, "a->d", "b->d", "c->d")
+	g := f.submit(map[string]store.Policy{"d": {Kind: store.Quorum, K: 2, OnSatisfied: store.LetRun}}, "a->d", "b->d", "c->d")
 	a, b, c := f.claim(g, "a"), f.claim(g, "b"), f.claim(g, "c")
 	f.finish(a, true)
 	f.drain()
@@ -278,7 +278,7 @@ func TestQuorumLetRun(t *testing.T) {
 func TestQuorumImpossible(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	g := f.submit(map[string]flows.Policy{"d": {Kind: store.Quorum, K: 3, OnSatisfied: store.LetRun}}, "a->d", "b->d", "c->d", "e->d", "h->d")
+	g := f.submit(map[string]store.Policy{"d": {Kind: store.Quorum, K: 3, OnSatisfied: store.LetRun}}, "a->d", "b->d", "c->d", "e->d", "h->d")
 	f.run(g, "a", false)
 	f.run(g, "b", false)
 	f.drain()
@@ -326,7 +326,7 @@ func TestDeepChainSkip(t *testing.T) {
 func TestDuplicateDispatch(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	g := f.submit(map[string]flows.Policy{"d": {Kind: store.Quorum, K: 2, OnSatisfied: store.LetRun}}, "a->d", "b->d", "c->d")
+	g := f.submit(map[string]store.Policy{"d": {Kind: store.Quorum, K: 2, OnSatisfied: store.LetRun}}, "a->d", "b->d", "c->d")
 	f.run(g, "a", true)
 	var eventID int64
 	f.pool.QueryRow(f.ctx, `SELECT event_id FROM ff_completion_event WHERE execution_id = $1`, g.x["a"].ID.UUID).Scan(&eventID)
@@ -423,7 +423,7 @@ func TestCrashMidDispatch(t *testing.T) {
 func TestCrashMidSiblingCancel(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	g := f.submit(map[string]flows.Policy{"d": {Kind: store.AnyOf, OnSatisfied: store.CancelRemaining}}, "a->d", "b->d", "c->d")
+	g := f.submit(map[string]store.Policy{"d": {Kind: store.AnyOf, OnSatisfied: store.CancelRemaining}}, "a->d", "b->d", "c->d")
 	a := f.claim(g, "a")
 	f.claim(g, "b")
 	f.finish(a, true)

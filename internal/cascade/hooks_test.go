@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd/internal/cascade"
-	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -50,7 +49,7 @@ func TestHooks(t *testing.T) {
 	f := setup(t)
 	rec := &recorder{outcomes: map[string]int{}, decisions: map[store.Decision]int{}}
 	f.d = cascade.New(f.pool, rec)
-	g := f.submit(map[string]flows.Policy{"d": {Kind: store.AnyOf, OnSatisfied: store.CancelRemaining}}, "a->d", "b->d", "c->d", "a->e")
+	g := f.submit(map[string]store.Policy{"d": {Kind: store.AnyOf, OnSatisfied: store.CancelRemaining}}, "a->d", "b->d", "c->d", "a->e")
 	f.claim(g, "b")
 	f.run(g, "a", false) // e impossible (skipped); d still open
 	f.run(g, "c", true)  // d satisfied; b cancelled

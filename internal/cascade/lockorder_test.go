@@ -83,14 +83,14 @@ func TestSetPolicyWaitsForTheGroupBeforeTheFlow(t *testing.T) {
 	}
 	setErr := make(chan error, 1)
 	go func() {
-		_, err := flows.SetPolicy(f.ctx, pool, g.flow.ID, g.x["down"].ID, flows.Policy{Kind: store.AnyOf, OnSatisfied: store.LetRun})
+		_, err := flows.SetPolicy(f.ctx, pool, g.flow.ID, g.x["down"].ID, store.Policy{Kind: store.AnyOf, OnSatisfied: store.LetRun})
 		setErr <- err
 	}()
 	f.waitForLockWaiters(1)
 	// The rest of the dispatch: resolve the failed upstream's edge, which
 	// skips the downstream and, as it was the last live member, finishes
 	// the flow under the flow row's lock.
-	if _, err := flows.Resolve(f.ctx, tx, []flows.Resolution{{Upstream: g.x["up"].ID, Outcome: "failed"}}); err != nil {
+	if _, err := flows.Resolve(f.ctx, tx, []store.Resolution{{Upstream: g.x["up"].ID, Outcome: "failed"}}); err != nil {
 		t.Fatalf("resolve while a policy change waits: %v", err)
 	}
 	if err := tx.Commit(f.ctx); err != nil {
@@ -155,7 +155,7 @@ func TestPolicyChangesRacingDispatchNeverDeadlock(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 3 {
-				_, err := flows.SetPolicy(f.ctx, pool, g.flow.ID, g.x["join"].ID, flows.Policy{Kind: store.Quorum, K: 1, OnSatisfied: store.LetRun})
+				_, err := flows.SetPolicy(f.ctx, pool, g.flow.ID, g.x["join"].ID, store.Policy{Kind: store.Quorum, K: 1, OnSatisfied: store.LetRun})
 				if err != nil && !errors.Is(err, fault.ErrConflict) && !errors.Is(err, fault.ErrAlreadyTerminal) {
 					errs <- fmt.Errorf("set policy: %w", err)
 				}

@@ -34,20 +34,19 @@ type CancelResult struct {
 // `cancelled` completion event. Idempotent: a repeat returns the stored
 // policy and members; a completed or failed flow is already terminal.
 func Cancel(ctx context.Context, db store.DB, flowID uuid.UUID, policy store.CancelPolicy, reason string) (*CancelResult, error) {
-	var states []string
+	var states []store.State
 	switch policy {
 	case store.CancelFlowOnly:
 	case store.CancelAll:
-		states = []string{"blocked", "pending", "running"}
+		states = []store.State{store.StateBlocked, store.StatePending, store.StateRunning}
 	case store.CancelPending:
-		states = []string{"blocked", "pending"}
+		states = []store.State{store.StateBlocked, store.StatePending}
 	default:
 		return nil, fault.Invalid(fault.KindInvalidValue, "policy", string(policy), "want flow_only, cancel_all or cancel_pending")
 	}
 	if reason == "" {
 		reason = FlowCancelReason
 	}
-	part := ident.Partition(flowID)
 	var res *CancelResult
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		f, err := Get(ctx, tx, flowID)
@@ -58,55 +57,22 @@ func Cancel(ctx context.Context, db store.DB, flowID uuid.UUID, policy store.Can
 			res = r
 			return err
 		}
-		// Lock order: members (by id), then the flow.
+		locks := store.NewLocks(tx)
 		var members []uuid.UUID
 		if len(states) > 0 {
-			rows, err := tx.Query(ctx, `SELECT execution_id FROM ff_execution
-				WHERE partition_key = $1 AND flow_id = $2 AND state = ANY($3)
-				ORDER BY partition_key, execution_id FOR NO KEY UPDATE`, part, flowID, states)
-			if err != nil {
-				return err
-			}
-			if members, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
+			if members, err = locks.Members(ctx, flowID, states); err != nil {
 				return err
 			}
 		}
-		f, err = scanFlow(tx.QueryRow(ctx, `SELECT `+flowColumns+` FROM ff_flow f
-			WHERE f.partition_key = $1 AND f.flow_id = $2 FOR NO KEY UPDATE`, part, flowID))
-		if err != nil {
+		if f, err = locks.Flow(ctx, flowID, store.ForUpdate); err != nil {
 			return err
 		}
 		if r, done, err := cancelled(f); done {
 			res = r
 			return err
 		}
-		if members == nil {
-			members = []uuid.UUID{}
-		}
-		if _, err := tx.Exec(ctx, `WITH f AS (
-				UPDATE ff_flow SET state = 'cancelled', cancellation_policy = $3, cancel_reason = $4,
-					cancelled_members = $5, terminal_at = now(), updated_at = now()
-				WHERE partition_key = $1 AND flow_id = $2
-				RETURNING partition_key, flow_id, namespace)
-			INSERT INTO ff_completion_event (partition_key, flow_id, outcome, namespace, dispatched_at)
-			SELECT partition_key, flow_id, 'cancelled', namespace, now() FROM f`,
-			part, flowID, string(policy), reason, members); err != nil {
-			return err
-		}
-		ends := make([]store.Ending, len(members))
-		for i, m := range members {
-			ends[i] = store.Ending{ID: ident.ExecutionID{Partition: part, UUID: m}, State: store.StateCancelled, Reason: reason, By: FlowCancelledBy}
-		}
-		ended, err := store.Terminate(ctx, tx, ends)
-		if err != nil {
-			return err
-		}
-		if len(ended) != len(members) {
-			// They are locked by this transaction; a mismatch is a bug.
-			return errors.New("cancelled fewer members than were locked")
-		}
-		res = &CancelResult{Policy: policy, Members: idsOn(part, members)}
-		return nil
+		res, err = cancelFlow(ctx, tx, f, policy, reason, members)
+		return err
 	})
 	if err != nil {
 		return nil, wrapOp("cancel flow "+flowID.String(), err)
@@ -114,9 +80,33 @@ func Cancel(ctx context.Context, db store.DB, flowID uuid.UUID, policy store.Can
 	return res, nil
 }
 
+// cancelFlow cancels an open flow and the members the caller holds.
+func cancelFlow(ctx context.Context, tx pgx.Tx, f *store.Flow, policy store.CancelPolicy, reason string, members []uuid.UUID) (*CancelResult, error) {
+	if err := store.CancelFlow(ctx, tx, f.ID, policy, reason, members); err != nil {
+		return nil, err
+	}
+	ends := make([]store.Ending, len(members))
+	ids := make([]ident.ExecutionID, len(members))
+	for i, m := range members {
+		ids[i] = ident.ExecutionID{Partition: f.Partition, UUID: m}
+		ends[i] = store.Ending{ID: ids[i], State: store.StateCancelled, Reason: reason, By: FlowCancelledBy}
+	}
+	// Terminate locks the members again (held already: no wait) and
+	// then their flow, which this transaction holds too.
+	ended, err := store.Terminate(ctx, tx, ends)
+	if err != nil {
+		return nil, err
+	}
+	if len(ended) != len(members) {
+		// They are locked by this transaction; a mismatch is a bug.
+		return nil, errors.New("cancelled fewer members than were locked")
+	}
+	return &CancelResult{Policy: policy, Members: ids}, nil
+}
+
 // cancelled reports a flow that cannot be cancelled now: the stored result
 // when it already is, an error when it finished otherwise.
-func cancelled(f *Flow) (*CancelResult, bool, error) {
+func cancelled(f *store.Flow) (*CancelResult, bool, error) {
 	switch f.State {
 	case store.FlowCancelled:
 		return &CancelResult{Policy: f.CancellationPolicy, Members: f.CancelledMembers, Repeated: true}, true, nil

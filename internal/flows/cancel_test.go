@@ -15,7 +15,7 @@ import (
 
 // everyState builds a flow with a member in every state and returns them
 // by state name, and the running member's lease epoch.
-func (f *fixture) everyState() (*flows.Flow, map[string]ident.ExecutionID, int64) {
+func (f *fixture) everyState() (*store.Flow, map[string]ident.ExecutionID, int64) {
 	f.t.Helper()
 	fl := f.flow()
 	m := map[string]ident.ExecutionID{}
@@ -158,7 +158,7 @@ func TestCancelFlowRefusals(t *testing.T) {
 func TestFlowCompletion(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	check := func(fl *flows.Flow, want store.FlowState) {
+	check := func(fl *store.Flow, want store.FlowState) {
 		t.Helper()
 		got, err := flows.Get(f.ctx, f.pool, fl.ID)
 		if err != nil || got.State != want {

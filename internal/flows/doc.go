@@ -11,7 +11,8 @@
 // by a transaction that won the row before it: two stagings that would
 // close a cycle together cannot both succeed.
 //
-// Lock order, everywhere: edge groups (by downstream id), then edges, then
-// executions (by partition and id), then flows. Deadlocks the order cannot
-// rule out are retried by store.InTx.
+// Every transaction here reads and validates first, then takes its locks
+// through store.Locks, which holds them to the global order (edge groups,
+// edges, executions, flows; docs/design.md section 9), then writes through
+// the store. Deadlocks the order cannot rule out are retried by store.InTx.
 package flows

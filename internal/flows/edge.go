@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -16,37 +15,6 @@ import (
 
 // DefaultDependencyKind is an edge's kind unless given.
 const DefaultDependencyKind = "success_only"
-
-// Edge is one dependency edge.
-type Edge struct {
-	ID              uuid.UUID
-	FlowID          uuid.UUID
-	Upstream        ident.ExecutionID
-	Downstream      ident.ExecutionID
-	DependencyKind  string
-	DataPassingRef  string
-	State           store.EdgeState
-	ResolvedOutcome string
-	CreatedAt       time.Time
-	AppliedAt       *time.Time
-	ResolvedAt      *time.Time
-}
-
-const edgeColumns = `e.partition_key, e.flow_id, e.edge_id, e.upstream_id, e.downstream_id, e.dependency_kind,
-	coalesce(e.data_passing_ref, ''), e.state, coalesce(e.resolved_outcome, ''), e.created_at, e.applied_at, e.resolved_at`
-
-func scanEdge(row pgx.Row) (*Edge, error) {
-	var e Edge
-	var part int16
-	var state string
-	err := row.Scan(&part, &e.FlowID, &e.ID, &e.Upstream.UUID, &e.Downstream.UUID, &e.DependencyKind,
-		&e.DataPassingRef, &state, &e.ResolvedOutcome, &e.CreatedAt, &e.AppliedAt, &e.ResolvedAt)
-	if err != nil {
-		return nil, err
-	}
-	e.Upstream.Partition, e.Downstream.Partition, e.State = part, part, store.EdgeState(state)
-	return &e, nil
-}
 
 // StageParams describes an edge to stage.
 type StageParams struct {
@@ -63,7 +31,7 @@ type StageParams struct {
 
 // StageResult is a staged edge and the flow's new revision.
 type StageResult struct {
-	Edge        *Edge
+	Edge        *store.Edge
 	NewRevision int64
 }
 
@@ -92,48 +60,23 @@ func Stage(ctx context.Context, db store.DB, p StageParams) (*StageResult, error
 	}
 	var res *StageResult
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
-		var rev int64
-		err := tx.QueryRow(ctx, `UPDATE ff_flow SET graph_revision = graph_revision + 1, edge_count = edge_count + 1,
-				updated_at = now()
-			WHERE partition_key = $1 AND flow_id = $2 AND graph_revision = $3 AND state = 'open'
-			RETURNING graph_revision`, part, p.FlowID, p.ExpectedRevision).Scan(&rev)
-		if errors.Is(err, pgx.ErrNoRows) {
-			f, err := Get(ctx, tx, p.FlowID)
-			switch {
-			case err != nil:
-				return err
-			case f.State != store.FlowOpen:
-				return &fault.AlreadyTerminalError{Object: "flow", ID: p.FlowID.String(), State: string(f.State)}
-			default:
-				return &fault.StaleRevisionError{FlowID: p.FlowID.String(), Expected: p.ExpectedRevision, Current: f.GraphRevision}
-			}
-		}
+		rev, err := stageOnFlow(ctx, tx, p.FlowID, p.ExpectedRevision)
 		if err != nil {
 			return err
 		}
 		if err := checkMembers(ctx, tx, p.FlowID, p.Upstream, p.Downstream); err != nil {
 			return err
 		}
-		existing, err := scanEdge(tx.QueryRow(ctx, `SELECT `+edgeColumns+` FROM ff_edge e
-			WHERE e.partition_key = $1 AND e.flow_id = $2
-				AND (e.edge_id = $3 OR (e.upstream_id = $4 AND e.downstream_id = $5))
-			LIMIT 1`, part, p.FlowID, p.EdgeID, p.Upstream.UUID, p.Downstream.UUID))
+		existing, err := store.FindEdge(ctx, tx, p.FlowID, p.EdgeID, p.Upstream, p.Downstream)
 		if err == nil {
 			return &fault.ConflictError{Object: "edge", ID: existing.ID.String(), Reason: "dependency already exists", Existing: existing}
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		// The flow row is ours since the UPDATE above, and this is a new
+		// The flow row is ours since stageOnFlow, and this is a new
 		// statement: its snapshot sees every edge committed before us.
-		var cycle bool
-		err = tx.QueryRow(ctx, `WITH RECURSIVE reach(id) AS (
-				SELECT $3::uuid
-				UNION
-				SELECT e.downstream_id FROM ff_edge e JOIN reach r ON e.upstream_id = r.id
-				WHERE e.partition_key = $1 AND e.flow_id = $2
-			)
-			SELECT EXISTS (SELECT 1 FROM reach WHERE id = $4)`, part, p.FlowID, p.Downstream.UUID, p.Upstream.UUID).Scan(&cycle)
+		cycle, err := store.Reaches(ctx, tx, p.FlowID, p.Downstream, p.Upstream)
 		if err != nil {
 			return err
 		}
@@ -141,10 +84,8 @@ func Stage(ctx context.Context, db store.DB, p StageParams) (*StageResult, error
 			return fault.Invalid(fault.KindCycle, "edge", p.Upstream.String()+" -> "+p.Downstream.String(),
 				"would close a cycle: the upstream already depends on the downstream")
 		}
-		edge, err := scanEdge(tx.QueryRow(ctx, `INSERT INTO ff_edge AS e (partition_key, flow_id, edge_id, upstream_id,
-				downstream_id, dependency_kind, data_passing_ref)
-			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+edgeColumns,
-			part, p.FlowID, p.EdgeID, p.Upstream.UUID, p.Downstream.UUID, p.DependencyKind, nullIfEmpty(p.DataPassingRef)))
+		edge, err := store.InsertEdge(ctx, tx, p.FlowID, store.NewEdge{ID: p.EdgeID, Upstream: p.Upstream, Downstream: p.Downstream,
+			DependencyKind: p.DependencyKind, DataPassingRef: p.DataPassingRef})
 		if err != nil {
 			return err
 		}
@@ -157,11 +98,27 @@ func Stage(ctx context.Context, db store.DB, p StageParams) (*StageResult, error
 	return res, nil
 }
 
-func checkMembers(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, ids ...ident.ExecutionID) error {
+// stageOnFlow counts the edge on its flow (store.StageOnFlow) and says
+// why it cannot when the flow is missing, finished or at another revision.
+func stageOnFlow(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, expected int64) (int64, error) {
+	rev, err := store.StageOnFlow(ctx, tx, flowID, expected)
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return rev, err
+	}
+	f, err := Get(ctx, tx, flowID)
+	switch {
+	case err != nil:
+		return 0, err
+	case f.State != store.FlowOpen:
+		return 0, &fault.AlreadyTerminalError{Object: "flow", ID: flowID.String(), State: string(f.State)}
+	default:
+		return 0, &fault.StaleRevisionError{FlowID: flowID.String(), Expected: expected, Current: f.GraphRevision}
+	}
+}
+
+func checkMembers(ctx context.Context, db store.DB, flowID uuid.UUID, ids ...ident.ExecutionID) error {
 	for _, id := range ids {
-		var member *uuid.UUID
-		err := tx.QueryRow(ctx, `SELECT flow_id FROM ff_execution WHERE partition_key = $1 AND execution_id = $2`,
-			id.Partition, id.UUID).Scan(&member)
+		member, err := store.ExecutionFlow(ctx, db, id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return &fault.NotFoundError{Object: "execution", ID: id.String()}
 		}
@@ -175,13 +132,6 @@ func checkMembers(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, ids ...ident
 	return nil
 }
 
-func nullIfEmpty(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
 // ApplyResult is what Apply did.
 type ApplyResult struct {
 	AlreadyApplied bool
@@ -191,7 +141,7 @@ type ApplyResult struct {
 	// Resolved is true when the upstream had already finished, so the edge
 	// resolved at once.
 	Resolved bool
-	Group    EdgeGroup
+	Group    store.EdgeGroup
 }
 
 // Apply applies a staged edge to its downstream
@@ -201,97 +151,43 @@ type ApplyResult struct {
 // from its outcome. Idempotent. Refused for a running or terminal
 // downstream, a decided group, or a flow that is not open.
 func Apply(ctx context.Context, db store.DB, flowID, edgeID uuid.UUID) (*ApplyResult, error) {
-	part := ident.Partition(flowID)
 	var res *ApplyResult
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		edge, err := DescribeEdge(ctx, tx, flowID, edgeID)
 		if err != nil {
 			return err
 		}
-		// Lock order: group, edge, executions, flow.
-		if _, err := tx.Exec(ctx, `INSERT INTO ff_edge_group (partition_key, flow_id, downstream_id)
-			VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, part, flowID, edge.Downstream.UUID); err != nil {
-			return err
-		}
-		group, err := scanGroup(tx.QueryRow(ctx, `SELECT `+groupColumns+` FROM ff_edge_group g
-			WHERE g.partition_key = $1 AND g.flow_id = $2 AND g.downstream_id = $3 FOR NO KEY UPDATE`, part, flowID, edge.Downstream.UUID))
+		locks := store.NewLocks(tx)
+		group, _, err := locks.Group(ctx, flowID, edge.Downstream, &store.Policy{Kind: store.AllOf})
 		if err != nil {
 			return err
 		}
-		var state string
-		if err := tx.QueryRow(ctx, `SELECT state FROM ff_edge WHERE partition_key = $1 AND flow_id = $2 AND edge_id = $3 FOR NO KEY UPDATE`,
-			part, flowID, edgeID).Scan(&state); err != nil {
+		state, err := locks.Edge(ctx, flowID, edgeID)
+		if err != nil {
 			return err
 		}
-		if state != string(store.EdgeStaged) {
+		if state != store.EdgeStaged {
 			res = &ApplyResult{AlreadyApplied: true, Unsatisfied: group.Unsatisfied(), Group: *group}
 			return nil
 		}
 		if group.Decision != store.Pending {
 			return &fault.ConflictError{Object: "edge group", ID: edge.Downstream.String(), Reason: "the group has already decided (" + string(group.Decision) + ")", Existing: *group}
 		}
-		// Executions in id order. The upstream's state is read under its row
-		// lock, so its terminal transition either committed before (and we
-		// resolve here) or waits for us (and its cascade sees the applied
-		// edge).
-		rows, err := tx.Query(ctx, `SELECT execution_id, state FROM ff_execution
-			WHERE partition_key = $1 AND execution_id = ANY($2) ORDER BY execution_id FOR NO KEY UPDATE`,
-			part, []uuid.UUID{edge.Upstream.UUID, edge.Downstream.UUID})
+		// The upstream's state is read under its row lock, so its terminal
+		// transition either committed before (and we resolve here) or waits
+		// for us (and its cascade sees the applied edge).
+		states, err := locks.Executions(ctx, edge.Upstream.Partition, edge.Upstream.UUID, edge.Downstream.UUID)
 		if err != nil {
 			return err
 		}
-		states := map[uuid.UUID]store.State{}
-		for rows.Next() {
-			var id uuid.UUID
-			var s string
-			if err := rows.Scan(&id, &s); err != nil {
-				rows.Close()
-				return err
-			}
-			states[id] = store.State(s)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err := applicable(edge.Downstream, states[edge.Downstream.UUID]); err != nil {
 			return err
 		}
-		down := states[edge.Downstream.UUID]
-		switch {
-		case down.Terminal():
-			return &fault.AlreadyTerminalError{Object: "execution", ID: edge.Downstream.String(), State: string(down)}
-		case down == store.StateRunning:
-			return &fault.ConflictError{Object: "execution", ID: edge.Downstream.String(), Reason: "the downstream is already running; apply edges before it can be claimed"}
-		}
-		if _, err := openFlowForShare(ctx, tx, flowID); err != nil {
+		if _, err := lockOpenFlow(ctx, locks, flowID, store.ForShare); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE ff_edge SET state = 'applied', applied_at = now()
-			WHERE partition_key = $1 AND flow_id = $2 AND edge_id = $3`, part, flowID, edgeID); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE ff_edge_group SET total = total + 1
-			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`, part, flowID, edge.Downstream.UUID); err != nil {
-			return err
-		}
-		if down == store.StatePending {
-			if _, err := tx.Exec(ctx, `UPDATE ff_execution SET state = 'blocked'
-				WHERE partition_key = $1 AND execution_id = $2 AND state = 'pending'`, part, edge.Downstream.UUID); err != nil {
-				return err
-			}
-		}
-		res = &ApplyResult{}
-		if up := states[edge.Upstream.UUID]; up.Terminal() {
-			if _, err := Resolve(ctx, tx, []Resolution{{Upstream: edge.Upstream, Outcome: OutcomeOf(up), EdgeID: &edgeID}}); err != nil {
-				return err
-			}
-			res.Resolved = true
-		}
-		group, err = scanGroup(tx.QueryRow(ctx, `SELECT `+groupColumns+` FROM ff_edge_group g
-			WHERE g.partition_key = $1 AND g.flow_id = $2 AND g.downstream_id = $3`, part, flowID, edge.Downstream.UUID))
-		if err != nil {
-			return err
-		}
-		res.Group, res.Unsatisfied = *group, group.Unsatisfied()
-		return nil
+		res, err = applyEdge(ctx, tx, edge, states[edge.Upstream.UUID])
+		return err
 	})
 	if err != nil {
 		return nil, wrapOp("apply edge "+edgeID.String(), err)
@@ -299,33 +195,48 @@ func Apply(ctx context.Context, db store.DB, flowID, edgeID uuid.UUID) (*ApplyRe
 	return res, nil
 }
 
-// OutcomeOf is the completion outcome of a terminal execution state.
-func OutcomeOf(s store.State) string {
-	if s == store.StateCompleted {
-		return "success"
+// applicable refuses an edge into a downstream that is running or done.
+func applicable(down ident.ExecutionID, s store.State) error {
+	switch {
+	case s.Terminal():
+		return &fault.AlreadyTerminalError{Object: "execution", ID: down.String(), State: string(s)}
+	case s == store.StateRunning:
+		return &fault.ConflictError{Object: "execution", ID: down.String(), Reason: "the downstream is already running; apply edges before it can be claimed"}
 	}
-	return string(s)
+	return nil
+}
+
+// applyEdge applies a staged edge whose rows the caller holds, resolves it
+// at once when its upstream has already finished, and reports the group.
+func applyEdge(ctx context.Context, tx pgx.Tx, edge *store.Edge, up store.State) (*ApplyResult, error) {
+	if err := store.ApplyEdge(ctx, tx, edge.FlowID, edge.ID, edge.Downstream); err != nil {
+		return nil, err
+	}
+	res := &ApplyResult{}
+	if up.Terminal() {
+		r := store.Resolution{Upstream: edge.Upstream, Outcome: store.OutcomeOf(up), EdgeID: &edge.ID}
+		if _, err := Resolve(ctx, tx, []store.Resolution{r}); err != nil {
+			return nil, err
+		}
+		res.Resolved = true
+	}
+	group, err := store.GetGroup(ctx, tx, edge.FlowID, edge.Downstream)
+	if err != nil {
+		return nil, err
+	}
+	res.Group, res.Unsatisfied = *group, group.Unsatisfied()
+	return res, nil
 }
 
 // SetPolicy sets the join policy of a downstream (set_edge_group_policy).
 // Allowed only before the first edge into that downstream is staged;
 // restating the policy it has is a no-op success (alreadySet).
-func SetPolicy(ctx context.Context, db store.DB, flowID uuid.UUID, downstream ident.ExecutionID, p Policy) (alreadySet bool, err error) {
-	if err := p.Normalize(); err != nil {
+func SetPolicy(ctx context.Context, db store.DB, flowID uuid.UUID, downstream ident.ExecutionID, p store.Policy) (alreadySet bool, err error) {
+	if err := NormalizePolicy(&p); err != nil {
 		return false, err
 	}
-	part := ident.Partition(flowID)
-	if downstream.Partition != part {
+	if part := ident.Partition(flowID); downstream.Partition != part {
 		return false, fault.Invalid(fault.KindNotMember, "downstream_id", downstream.String(), "not a member of flow "+flowID.String()+" (another partition)")
-	}
-	var k *int
-	var onSat *string
-	if p.Kind == store.Quorum {
-		k = &p.K
-	}
-	if p.Kind != store.AllOf {
-		s := string(p.OnSatisfied)
-		onSat = &s
 	}
 	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
 		// Unlocked checks first, so that a missing flow or a non-member is
@@ -336,52 +247,40 @@ func SetPolicy(ctx context.Context, db store.DB, flowID uuid.UUID, downstream id
 		if err := checkMembers(ctx, tx, flowID, downstream); err != nil {
 			return err
 		}
-		// Then the locks in the global order: the group, then the flow.
-		// The group row is created with the new policy when it is missing
-		// (a refusal below rolls it back) and locked when it exists.
-		var inserted bool
-		err := tx.QueryRow(ctx, `INSERT INTO ff_edge_group (partition_key, flow_id, downstream_id, policy, k, on_satisfied)
-			VALUES ($1, $2, $3, $4, $5, $6)
-			ON CONFLICT (partition_key, flow_id, downstream_id) DO NOTHING
-			RETURNING true`, part, flowID, downstream.UUID, string(p.Kind), k, onSat).Scan(&inserted)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		// Then the locks in the global order: the group, created with the
+		// new policy when it is missing (a refusal below rolls it back),
+		// then the flow, share-locked: staging an edge updates it, so no
+		// edge can be staged between the check below (a statement of its
+		// own, whose snapshot sees every staging that committed before the
+		// lock) and our commit.
+		locks := store.NewLocks(tx)
+		existing, created, err := locks.Group(ctx, flowID, downstream, &p)
+		if err != nil {
 			return err
 		}
-		var existing *EdgeGroup
-		if !inserted {
-			existing, err = scanGroup(tx.QueryRow(ctx, `SELECT `+groupColumns+` FROM ff_edge_group g
-				WHERE g.partition_key = $1 AND g.flow_id = $2 AND g.downstream_id = $3 FOR NO KEY UPDATE`, part, flowID, downstream.UUID))
-			if err != nil {
-				return err
-			}
-		}
-		// Share-lock the flow: staging an edge updates it, so no edge can
-		// be staged between the check below (a statement of its own, whose
-		// snapshot sees every staging that committed before the lock) and
-		// our commit.
-		if _, err := openFlowForShare(ctx, tx, flowID); err != nil {
+		if _, err := lockOpenFlow(ctx, locks, flowID, store.ForShare); err != nil {
 			return err
 		}
-		if existing != nil && existing.Policy == p {
+		if !created && existing.Policy == p {
 			alreadySet = true
 			return nil
 		}
-		var staged bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ff_edge
-			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3)`, part, flowID, downstream.UUID).Scan(&staged); err != nil {
+		staged, err := store.HasEdgesInto(ctx, tx, flowID, downstream)
+		if err != nil {
 			return err
 		}
 		if staged {
+			var prev any
+			if !created {
+				prev = existing
+			}
 			return &fault.ConflictError{Object: "edge group", ID: downstream.String(),
-				Reason: "its policy is fixed: edges into it are already staged", Existing: existing}
+				Reason: "its policy is fixed: edges into it are already staged", Existing: prev}
 		}
-		if inserted {
+		if created {
 			return nil
 		}
-		_, err = tx.Exec(ctx, `UPDATE ff_edge_group SET policy = $4, k = $5, on_satisfied = $6
-			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`,
-			part, flowID, downstream.UUID, string(p.Kind), k, onSat)
-		return err
+		return store.SetGroupPolicy(ctx, tx, flowID, downstream, p)
 	})
 	if err != nil {
 		return false, wrapOp("set edge group policy of "+downstream.String(), err)
@@ -400,22 +299,17 @@ const (
 
 // ListEdges lists the edges into (Incoming) or out of (Outgoing) one
 // member, by edge id.
-func ListEdges(ctx context.Context, db store.DB, flowID uuid.UUID, node ident.ExecutionID, dir Direction) ([]*Edge, error) {
-	col := "upstream_id"
+func ListEdges(ctx context.Context, db store.DB, flowID uuid.UUID, node ident.ExecutionID, dir Direction) ([]*store.Edge, error) {
+	var edges []*store.Edge
+	var err error
 	switch dir {
 	case Outgoing:
+		edges, err = store.EdgesOutOf(ctx, db, flowID, node)
 	case Incoming:
-		col = "downstream_id"
+		edges, err = store.EdgesInto(ctx, db, flowID, node)
 	default:
 		return nil, fault.Invalid(fault.KindInvalidValue, "direction", string(dir), "want incoming or outgoing")
 	}
-	rows, err := db.Query(ctx, `SELECT `+edgeColumns+` FROM ff_edge e
-		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.`+col+` = $3 ORDER BY e.edge_id`,
-		ident.Partition(flowID), flowID, node.UUID)
-	if err != nil {
-		return nil, fmt.Errorf("list edges of %s: %w", node, err)
-	}
-	edges, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Edge, error) { return scanEdge(r) })
 	if err != nil {
 		return nil, fmt.Errorf("list edges of %s: %w", node, err)
 	}
@@ -423,9 +317,8 @@ func ListEdges(ctx context.Context, db store.DB, flowID uuid.UUID, node ident.Ex
 }
 
 // DescribeEdge reads one edge.
-func DescribeEdge(ctx context.Context, db store.DB, flowID, edgeID uuid.UUID) (*Edge, error) {
-	e, err := scanEdge(db.QueryRow(ctx, `SELECT `+edgeColumns+` FROM ff_edge e
-		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.edge_id = $3`, ident.Partition(flowID), flowID, edgeID))
+func DescribeEdge(ctx context.Context, db store.DB, flowID, edgeID uuid.UUID) (*store.Edge, error) {
+	e, err := store.GetEdge(ctx, db, flowID, edgeID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &fault.NotFoundError{Object: "edge", ID: edgeID.String()}
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -16,79 +15,6 @@ import (
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
-
-// Flow is one flow row, with its edge groups when described.
-type Flow struct {
-	ID                 uuid.UUID
-	Partition          int16
-	Namespace          string
-	Kind               string
-	State              store.FlowState
-	GraphRevision      int64
-	NodeCount          int
-	EdgeCount          int
-	CancellationPolicy store.CancelPolicy
-	CancelReason       string
-	CancelledMembers   []ident.ExecutionID
-	Tags               map[string]any
-	CreatedAt          time.Time
-	UpdatedAt          time.Time
-	TerminalAt         *time.Time
-	// Groups is filled by Describe: every edge group, by downstream id.
-	Groups []EdgeGroup
-}
-
-// EdgeGroup is a downstream's join state.
-type EdgeGroup struct {
-	Downstream    ident.ExecutionID
-	Policy        Policy
-	Counts        Counts
-	Decision      store.Decision
-	DecidedAt     *time.Time
-	CancelMembers []ident.ExecutionID
-}
-
-// Unsatisfied is how many more successes the group needs (0 once it has
-// them or has decided).
-func (g EdgeGroup) Unsatisfied() int {
-	if g.Decision != store.Pending {
-		return 0
-	}
-	need := g.Counts.Total
-	switch g.Policy.Kind {
-	case store.AnyOf:
-		need = 1
-	case store.Quorum:
-		need = g.Policy.K
-	}
-	return max(0, need-g.Counts.Success)
-}
-
-const flowColumns = `f.partition_key, f.flow_id, f.namespace, f.kind, f.state, f.graph_revision, f.node_count,
-	f.edge_count, coalesce(f.cancellation_policy, ''), coalesce(f.cancel_reason, ''), f.cancelled_members, f.tags,
-	f.created_at, f.updated_at, f.terminal_at`
-
-func scanFlow(row pgx.Row) (*Flow, error) {
-	var f Flow
-	var members []uuid.UUID
-	var state, policy string
-	err := row.Scan(&f.Partition, &f.ID, &f.Namespace, &f.Kind, &state, &f.GraphRevision, &f.NodeCount,
-		&f.EdgeCount, &policy, &f.CancelReason, &members, &f.Tags, &f.CreatedAt, &f.UpdatedAt, &f.TerminalAt)
-	if err != nil {
-		return nil, err
-	}
-	f.State, f.CancellationPolicy = store.FlowState(state), store.CancelPolicy(policy)
-	f.CancelledMembers = idsOn(f.Partition, members)
-	return &f, nil
-}
-
-func idsOn(part int16, us []uuid.UUID) []ident.ExecutionID {
-	out := make([]ident.ExecutionID, len(us))
-	for i, u := range us {
-		out[i] = ident.ExecutionID{Partition: part, UUID: u}
-	}
-	return out
-}
 
 // CreateFlowParams describes a new flow.
 type CreateFlowParams struct {
@@ -124,15 +50,11 @@ func (p *CreateFlowParams) normalize() error {
 
 // CreateFlow creates an open flow on its own partition. A repeat with the
 // same id returns the existing flow and alreadyExists = true.
-func CreateFlow(ctx context.Context, db store.DB, p CreateFlowParams) (f *Flow, alreadyExists bool, err error) {
+func CreateFlow(ctx context.Context, db store.DB, p CreateFlowParams) (f *store.Flow, alreadyExists bool, err error) {
 	if err := p.normalize(); err != nil {
 		return nil, false, err
 	}
-	part := ident.Partition(p.ID)
-	f, err = scanFlow(db.QueryRow(ctx, `INSERT INTO ff_flow AS f (partition_key, flow_id, namespace, kind, tags)
-		VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (partition_key, flow_id) DO NOTHING
-		RETURNING `+flowColumns, part, p.ID, p.Namespace, p.Kind, p.Tags))
+	f, err = store.InsertFlow(ctx, db, store.NewFlow{ID: p.ID, Namespace: p.Namespace, Kind: p.Kind, Tags: p.Tags})
 	if err == nil {
 		return f, false, nil
 	}
@@ -144,54 +66,33 @@ func CreateFlow(ctx context.Context, db store.DB, p CreateFlowParams) (f *Flow, 
 }
 
 // Get reads a flow without its groups.
-func Get(ctx context.Context, db store.DB, id uuid.UUID) (*Flow, error) {
-	f, err := scanFlow(db.QueryRow(ctx, `SELECT `+flowColumns+` FROM ff_flow f
-		WHERE f.partition_key = $1 AND f.flow_id = $2`, ident.Partition(id), id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, &fault.NotFoundError{Object: "flow", ID: id.String()}
-	}
+func Get(ctx context.Context, db store.DB, id uuid.UUID) (*store.Flow, error) {
+	f, err := store.GetFlow(ctx, db, id)
 	if err != nil {
-		return nil, fmt.Errorf("read flow %s: %w", id, err)
+		return nil, flowErr("read", id, err)
 	}
 	return f, nil
 }
 
+// flowErr reports a missing flow as NotFoundError and wraps anything else
+// with what was being done.
+func flowErr(doing string, id uuid.UUID, err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &fault.NotFoundError{Object: "flow", ID: id.String()}
+	}
+	return fmt.Errorf("%s flow %s: %w", doing, id, err)
+}
+
 // Describe reads a flow with every edge group and its counters.
-func Describe(ctx context.Context, db store.DB, id uuid.UUID) (*Flow, error) {
+func Describe(ctx context.Context, db store.DB, id uuid.UUID) (*store.Flow, error) {
 	f, err := Get(ctx, db, id)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.Query(ctx, `SELECT `+groupColumns+` FROM ff_edge_group g
-		WHERE g.partition_key = $1 AND g.flow_id = $2 ORDER BY g.downstream_id`, f.Partition, f.ID)
-	if err != nil {
-		return nil, fmt.Errorf("read edge groups of flow %s: %w", id, err)
-	}
-	f.Groups, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (EdgeGroup, error) {
-		g, err := scanGroup(r)
-		return *g, err
-	})
-	if err != nil {
+	if f.Groups, err = store.ListGroups(ctx, db, id); err != nil {
 		return nil, fmt.Errorf("read edge groups of flow %s: %w", id, err)
 	}
 	return f, nil
-}
-
-const groupColumns = `g.partition_key, g.downstream_id, g.policy, coalesce(g.k, 0), coalesce(g.on_satisfied, ''),
-	g.total, g.success_count, g.fail_count, g.skip_count, g.decision, g.decided_at, g.cancel_members`
-
-func scanGroup(row pgx.Row) (*EdgeGroup, error) {
-	var g EdgeGroup
-	var policy, onSat, decision string
-	var members []uuid.UUID
-	err := row.Scan(&g.Downstream.Partition, &g.Downstream.UUID, &policy, &g.Policy.K, &onSat,
-		&g.Counts.Total, &g.Counts.Success, &g.Counts.Fail, &g.Counts.Skip, &decision, &g.DecidedAt, &members)
-	if err != nil {
-		return nil, err
-	}
-	g.Policy.Kind, g.Policy.OnSatisfied, g.Decision = store.PolicyKind(policy), store.OnSatisfied(onSat), store.Decision(decision)
-	g.CancelMembers = idsOn(g.Downstream.Partition, members)
-	return &g, nil
 }
 
 // List limits.
@@ -210,7 +111,7 @@ type ListParams struct {
 
 // ListPage is one page; Next is nil on the last.
 type ListPage struct {
-	Flows []*Flow
+	Flows []*store.Flow
 	Next  *uuid.UUID
 }
 
@@ -233,22 +134,7 @@ func List(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
 	if limit == 0 {
 		limit = DefaultListLimit
 	}
-	var ns, state *string
-	if p.Namespace != "" {
-		ns = &p.Namespace
-	}
-	if p.State != "" {
-		s := string(p.State)
-		state = &s
-	}
-	rows, err := db.Query(ctx, `SELECT `+flowColumns+` FROM ff_flow f
-		WHERE ($1::text IS NULL OR f.namespace = $1) AND ($2::text IS NULL OR f.state = $2)
-			AND ($3::uuid IS NULL OR f.flow_id > $3)
-		ORDER BY f.flow_id LIMIT $4`, ns, state, p.After, limit+1)
-	if err != nil {
-		return nil, fmt.Errorf("list flows: %w", err)
-	}
-	flows, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Flow, error) { return scanFlow(r) })
+	flows, err := store.ListFlows(ctx, db, store.FlowFilter{Namespace: p.Namespace, State: p.State, After: p.After, Limit: limit + 1})
 	if err != nil {
 		return nil, fmt.Errorf("list flows: %w", err)
 	}
@@ -261,17 +147,12 @@ func List(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
 	return page, nil
 }
 
-// openFlowForShare locks the flow against state changes (cancel_flow
-// updates it) while a graph change commits, and reports why it cannot be
-// changed when it is not open.
-func openFlowForShare(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Flow, error) {
-	f, err := scanFlow(tx.QueryRow(ctx, `SELECT `+flowColumns+` FROM ff_flow f
-		WHERE f.partition_key = $1 AND f.flow_id = $2 FOR SHARE`, ident.Partition(id), id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, &fault.NotFoundError{Object: "flow", ID: id.String()}
-	}
+// lockOpenFlow locks a flow (Locks.Flow) and reports why it cannot be
+// changed when it is missing or not open.
+func lockOpenFlow(ctx context.Context, locks *store.Locks, id uuid.UUID, mode store.LockMode) (*store.Flow, error) {
+	f, err := locks.Flow(ctx, id, mode)
 	if err != nil {
-		return nil, fmt.Errorf("read flow %s: %w", id, err)
+		return nil, flowErr("lock", id, err)
 	}
 	if f.State != store.FlowOpen {
 		return nil, &fault.AlreadyTerminalError{Object: "flow", ID: id.String(), State: string(f.State)}

@@ -40,7 +40,7 @@ func setup(t *testing.T) *fixture {
 	return &fixture{t: t, ctx: ctx, pool: pool}
 }
 
-func (f *fixture) flow() *flows.Flow {
+func (f *fixture) flow() *store.Flow {
 	f.t.Helper()
 	fl, existed, err := flows.CreateFlow(f.ctx, f.pool, flows.CreateFlowParams{Kind: "test"})
 	if err != nil || existed {
@@ -51,7 +51,7 @@ func (f *fixture) flow() *flows.Flow {
 
 // member creates a pending member in a lane of its own, so that tests can
 // claim exactly it.
-func (f *fixture) member(fl *flows.Flow) ident.ExecutionID {
+func (f *fixture) member(fl *store.Flow) ident.ExecutionID {
 	f.t.Helper()
 	x, _, err := flows.CreateMember(f.ctx, f.pool, leases.Limits{}, fl.ID, leases.CreateParams{Lane: "m-" + uuid.NewString()})
 	if err != nil {
@@ -60,7 +60,7 @@ func (f *fixture) member(fl *flows.Flow) ident.ExecutionID {
 	return x.ID
 }
 
-func (f *fixture) revision(fl *flows.Flow) int64 {
+func (f *fixture) revision(fl *store.Flow) int64 {
 	f.t.Helper()
 	got, err := flows.Get(f.ctx, f.pool, fl.ID)
 	if err != nil {
@@ -69,7 +69,7 @@ func (f *fixture) revision(fl *flows.Flow) int64 {
 	return got.GraphRevision
 }
 
-func (f *fixture) stage(fl *flows.Flow, up, down ident.ExecutionID) *flows.Edge {
+func (f *fixture) stage(fl *store.Flow, up, down ident.ExecutionID) *store.Edge {
 	f.t.Helper()
 	res, err := flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: up, Downstream: down, ExpectedRevision: f.revision(fl)})
 	if err != nil {
@@ -78,7 +78,7 @@ func (f *fixture) stage(fl *flows.Flow, up, down ident.ExecutionID) *flows.Edge 
 	return res.Edge
 }
 
-func (f *fixture) link(fl *flows.Flow, up, down ident.ExecutionID) *flows.ApplyResult {
+func (f *fixture) link(fl *store.Flow, up, down ident.ExecutionID) *flows.ApplyResult {
 	f.t.Helper()
 	e := f.stage(fl, up, down)
 	res, err := flows.Apply(f.ctx, f.pool, fl.ID, e.ID)
@@ -129,7 +129,7 @@ func (f *fixture) count(sql string, args ...any) int {
 }
 
 // graphRows counts what a refused graph change must not have written.
-func (f *fixture) graphRows(fl *flows.Flow) string {
+func (f *fixture) graphRows(fl *store.Flow) string {
 	f.t.Helper()
 	var s string
 	err := f.pool.QueryRow(f.ctx, `SELECT (SELECT count(*) FROM ff_edge WHERE flow_id = $1) || '/' ||
@@ -181,7 +181,7 @@ func TestAddExecution(t *testing.T) {
 	}
 	// A member of another flow on the same partition: only membership
 	// differs.
-	var twin *flows.Flow
+	var twin *store.Flow
 	for {
 		twin = f.flow()
 		if twin.Partition == part {
@@ -270,12 +270,12 @@ func TestStageRefusals(t *testing.T) {
 	e := f.stage(fl, a, b)
 	var ce *fault.ConflictError
 	_, err = flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: f.revision(fl)})
-	if !errors.As(err, &ce) || ce.Existing.(*flows.Edge).ID != e.ID {
+	if !errors.As(err, &ce) || ce.Existing.(*store.Edge).ID != e.ID {
 		t.Fatalf("duplicate pair: %v, want a conflict carrying edge %s", err, e.ID)
 	}
 	c := f.member(fl)
 	_, err = flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, EdgeID: e.ID, Upstream: b, Downstream: c, ExpectedRevision: f.revision(fl)})
-	if !errors.As(err, &ce) || ce.Existing.(*flows.Edge).ID != e.ID {
+	if !errors.As(err, &ce) || ce.Existing.(*store.Edge).ID != e.ID {
 		t.Fatalf("duplicate id: %v, want a conflict carrying edge %s", err, e.ID)
 	}
 	// Terminal flow.
@@ -445,7 +445,7 @@ func TestApplyRefusedForTerminalDownstreamAndDecidedGroup(t *testing.T) {
 	// Decided group: any_of satisfied by a finished upstream, then another edge.
 	fl2 := f.flow()
 	u1, u2, down := f.member(fl2), f.member(fl2), f.member(fl2)
-	if _, err := flows.SetPolicy(f.ctx, f.pool, fl2.ID, down, flows.Policy{Kind: store.AnyOf}); err != nil {
+	if _, err := flows.SetPolicy(f.ctx, f.pool, fl2.ID, down, store.Policy{Kind: store.AnyOf}); err != nil {
 		t.Fatal(err)
 	}
 	f.runAndEnd(u1, true)
@@ -465,17 +465,17 @@ func TestApplyToFinishedUpstream(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
-		policy   flows.Policy
+		policy   store.Policy
 		succeed  bool
 		decision store.Decision
 		state    store.State
 	}{
-		{"all_of completed", flows.Policy{Kind: store.AllOf}, true, store.Satisfied, store.StatePending},
-		{"all_of failed", flows.Policy{Kind: store.AllOf}, false, store.Impossible, store.StateSkipped},
-		{"any_of completed", flows.Policy{Kind: store.AnyOf}, true, store.Satisfied, store.StatePending},
-		{"any_of failed", flows.Policy{Kind: store.AnyOf}, false, store.Impossible, store.StateSkipped},
-		{"quorum 1 completed", flows.Policy{Kind: store.Quorum, K: 1}, true, store.Satisfied, store.StatePending},
-		{"quorum 1 failed", flows.Policy{Kind: store.Quorum, K: 1}, false, store.Impossible, store.StateSkipped},
+		{"all_of completed", store.Policy{Kind: store.AllOf}, true, store.Satisfied, store.StatePending},
+		{"all_of failed", store.Policy{Kind: store.AllOf}, false, store.Impossible, store.StateSkipped},
+		{"any_of completed", store.Policy{Kind: store.AnyOf}, true, store.Satisfied, store.StatePending},
+		{"any_of failed", store.Policy{Kind: store.AnyOf}, false, store.Impossible, store.StateSkipped},
+		{"quorum 1 completed", store.Policy{Kind: store.Quorum, K: 1}, true, store.Satisfied, store.StatePending},
+		{"quorum 1 failed", store.Policy{Kind: store.Quorum, K: 1}, false, store.Impossible, store.StateSkipped},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -496,9 +496,9 @@ func TestApplyToFinishedUpstream(t *testing.T) {
 				t.Fatalf("downstream %s, want %s", got, tt.state)
 			}
 			edge, _ := flows.DescribeEdge(f.ctx, f.pool, fl.ID, e.ID)
-			want := "success"
+			want := store.OutcomeSuccess
 			if !tt.succeed {
-				want = "failed"
+				want = store.OutcomeFailed
 			}
 			if edge.State != store.EdgeResolved || edge.ResolvedOutcome != want {
 				t.Fatalf("edge %s %q, want resolved %s", edge.State, edge.ResolvedOutcome, want)
@@ -517,13 +517,13 @@ func TestSetPolicy(t *testing.T) {
 	f := setup(t)
 	fl := f.flow()
 	a, d := f.member(fl), f.member(fl)
-	bad := []flows.Policy{{Kind: store.Quorum, K: 0}, {Kind: "most_of"}, {Kind: store.AllOf, K: 2}, {Kind: store.AnyOf, OnSatisfied: "explode"}, {Kind: store.AllOf, OnSatisfied: store.LetRun}}
+	bad := []store.Policy{{Kind: store.Quorum, K: 0}, {Kind: "most_of"}, {Kind: store.AllOf, K: 2}, {Kind: store.AnyOf, OnSatisfied: "explode"}, {Kind: store.AllOf, OnSatisfied: store.LetRun}}
 	for _, p := range bad {
 		if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, p); !errors.Is(err, fault.ErrValidation) {
 			t.Errorf("policy %+v: %v, want validation error", p, err)
 		}
 	}
-	q := flows.Policy{Kind: store.Quorum, K: 2, OnSatisfied: store.CancelRemaining}
+	q := store.Policy{Kind: store.Quorum, K: 2, OnSatisfied: store.CancelRemaining}
 	if already, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, q); err != nil || already {
 		t.Fatalf("set: %v %v", already, err)
 	}
@@ -531,14 +531,14 @@ func TestSetPolicy(t *testing.T) {
 		t.Fatalf("restate: %v %v; want a no-op success", already, err)
 	}
 	// Changing before any edge is staged is allowed.
-	if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, flows.Policy{Kind: store.AnyOf}); err != nil {
+	if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, store.Policy{Kind: store.AnyOf}); err != nil {
 		t.Fatal(err)
 	}
 	f.stage(fl, a, d)
 	if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, q); !errors.Is(err, fault.ErrConflict) {
 		t.Fatalf("set after staging: %v, want conflict", err)
 	}
-	if already, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, flows.Policy{Kind: store.AnyOf}); err != nil || !already {
+	if already, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, store.Policy{Kind: store.AnyOf}); err != nil || !already {
 		t.Fatalf("restate after staging: %v %v; want a no-op success", already, err)
 	}
 	desc, err := flows.Describe(f.ctx, f.pool, fl.ID)

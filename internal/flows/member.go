@@ -36,44 +36,34 @@ func AddExecution(ctx context.Context, db store.DB, flowID uuid.UUID, id ident.E
 	}
 	var res *AddResult
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
-		var member *uuid.UUID
-		var state string
-		err := tx.QueryRow(ctx, `SELECT flow_id, state FROM ff_execution WHERE partition_key = $1 AND execution_id = $2 FOR NO KEY UPDATE`,
-			id.Partition, id.UUID).Scan(&member, &state)
+		locks := store.NewLocks(tx)
+		m, err := locks.Execution(ctx, id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return &fault.NotFoundError{Object: "execution", ID: id.String()}
 		}
 		if err != nil {
 			return err
 		}
-		if member != nil && *member != flowID {
-			return &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "already a member of flow " + member.String(), Existing: *member}
+		if m.FlowID != nil && *m.FlowID != flowID {
+			return &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "already a member of flow " + m.FlowID.String(), Existing: *m.FlowID}
 		}
-		f, err := openFlowForUpdate(ctx, tx, flowID)
+		f, err := lockOpenFlow(ctx, locks, flowID, store.ForUpdate)
 		if err != nil {
 			return err
 		}
-		if member != nil {
+		if m.FlowID != nil {
 			res = &AddResult{NodeCount: f.NodeCount, AlreadyMember: true}
 			return nil
 		}
 		// A finished execution would be a member that can never end the
 		// flow: the flow finishes when its last live member ends, and this
 		// one ended before it joined. Refuse rather than strand the flow.
-		if store.State(state).Terminal() {
-			return &fault.AlreadyTerminalError{Object: "execution", ID: id.String(), State: state}
+		if m.State.Terminal() {
+			return &fault.AlreadyTerminalError{Object: "execution", ID: id.String(), State: string(m.State)}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE ff_execution SET flow_id = $3 WHERE partition_key = $1 AND execution_id = $2`,
-			id.Partition, id.UUID, flowID); err != nil {
-			return err
-		}
-		var n int
-		if err := tx.QueryRow(ctx, `UPDATE ff_flow SET node_count = node_count + 1, graph_revision = graph_revision + 1,
-			updated_at = now() WHERE partition_key = $1 AND flow_id = $2 RETURNING node_count`, f.Partition, flowID).Scan(&n); err != nil {
-			return err
-		}
+		n, err := store.AddMember(ctx, tx, flowID, id)
 		res = &AddResult{NodeCount: n}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, wrapOp("add execution "+id.String()+" to flow "+flowID.String(), err)
@@ -87,7 +77,7 @@ func CreateMember(ctx context.Context, db store.DB, lim leases.Limits, flowID uu
 	part := ident.Partition(flowID)
 	p.FlowID, p.Partition = &flowID, &part
 	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
-		if _, err := openFlowForUpdate(ctx, tx, flowID); err != nil {
+		if _, err := lockOpenFlow(ctx, store.NewLocks(tx), flowID, store.ForUpdate); err != nil {
 			return err
 		}
 		x, existed, err = leases.Create(ctx, tx, lim, p)
@@ -100,31 +90,12 @@ func CreateMember(ctx context.Context, db store.DB, lim leases.Limits, flowID uu
 			}
 			return nil
 		}
-		_, err = tx.Exec(ctx, `UPDATE ff_flow SET node_count = node_count + 1, graph_revision = graph_revision + 1,
-			updated_at = now() WHERE partition_key = $1 AND flow_id = $2`, part, flowID)
-		return err
+		return store.CountNewMember(ctx, tx, flowID)
 	})
 	if err != nil {
 		return nil, false, wrapOp("create member of flow "+flowID.String(), err)
 	}
 	return x, existed, nil
-}
-
-// openFlowForUpdate locks an open flow (membership changes serialize on
-// it) or says why it cannot change.
-func openFlowForUpdate(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Flow, error) {
-	f, err := scanFlow(tx.QueryRow(ctx, `SELECT `+flowColumns+` FROM ff_flow f
-		WHERE f.partition_key = $1 AND f.flow_id = $2 FOR NO KEY UPDATE`, ident.Partition(id), id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, &fault.NotFoundError{Object: "flow", ID: id.String()}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("lock flow %s: %w", id, err)
-	}
-	if f.State != store.FlowOpen {
-		return nil, &fault.AlreadyTerminalError{Object: "flow", ID: id.String(), State: string(f.State)}
-	}
-	return f, nil
 }
 
 // wrapOp adds context to unexpected errors and leaves the typed ones

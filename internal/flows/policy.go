@@ -8,15 +8,9 @@ import (
 	"github.com/flowfabric/ffd/internal/store"
 )
 
-// Policy is a downstream's join policy.
-type Policy struct {
-	Kind        store.PolicyKind
-	K           int               // quorum only, ≥ 1
-	OnSatisfied store.OnSatisfied // any_of and quorum; default let_run
-}
-
-// Normalize fills the default OnSatisfied and validates.
-func (p *Policy) Normalize() error {
+// NormalizePolicy fills the default kind (all_of) and OnSatisfied
+// (let_run) and validates.
+func NormalizePolicy(p *store.Policy) error {
 	switch p.Kind {
 	case "":
 		p.Kind = store.AllOf
@@ -43,12 +37,6 @@ func (p *Policy) Normalize() error {
 	return nil
 }
 
-// Counts are a group's counters: applied edges and resolved ones by
-// upstream outcome.
-type Counts struct {
-	Total, Success, Fail, Skip int
-}
-
 // Evaluate decides a group that has not decided yet (docs/design.md section 5):
 //
 //	all_of:   satisfied when success = total;  impossible when fail + skip > 0
@@ -58,7 +46,7 @@ type Counts struct {
 // A group with no applied edge is pending. Satisfaction is tested first, so
 // counts that satisfy never also read as impossible. Callers evaluate only
 // undecided groups: a decision is final.
-func Evaluate(p Policy, c Counts) store.Decision {
+func Evaluate(p store.Policy, c store.Counts) store.Decision {
 	if c.Total <= 0 {
 		return store.Pending
 	}

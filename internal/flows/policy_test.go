@@ -8,33 +8,33 @@ import (
 
 func TestEvaluate(t *testing.T) {
 	t.Parallel()
-	allOf, anyOf := Policy{Kind: store.AllOf}, Policy{Kind: store.AnyOf, OnSatisfied: store.LetRun}
-	q2 := Policy{Kind: store.Quorum, K: 2, OnSatisfied: store.LetRun}
-	q3 := Policy{Kind: store.Quorum, K: 3, OnSatisfied: store.CancelRemaining}
+	allOf, anyOf := store.Policy{Kind: store.AllOf}, store.Policy{Kind: store.AnyOf, OnSatisfied: store.LetRun}
+	q2 := store.Policy{Kind: store.Quorum, K: 2, OnSatisfied: store.LetRun}
+	q3 := store.Policy{Kind: store.Quorum, K: 3, OnSatisfied: store.CancelRemaining}
 	tests := []struct {
-		p    Policy
-		c    Counts
+		p    store.Policy
+		c    store.Counts
 		want store.Decision
 	}{
-		{allOf, Counts{Total: 0}, store.Pending},
-		{allOf, Counts{Total: 3, Success: 2}, store.Pending},
-		{allOf, Counts{Total: 3, Success: 3}, store.Satisfied},
-		{allOf, Counts{Total: 3, Success: 2, Fail: 1}, store.Impossible},
-		{allOf, Counts{Total: 3, Skip: 1}, store.Impossible},
-		{anyOf, Counts{Total: 3}, store.Pending},
-		{anyOf, Counts{Total: 3, Success: 1}, store.Satisfied},
-		{anyOf, Counts{Total: 3, Fail: 2}, store.Pending},
-		{anyOf, Counts{Total: 3, Fail: 2, Skip: 1}, store.Impossible},
-		{anyOf, Counts{Total: 3, Fail: 2, Success: 1}, store.Satisfied},
-		{q2, Counts{Total: 3, Success: 1}, store.Pending},
-		{q2, Counts{Total: 3, Success: 2}, store.Satisfied},
-		{q2, Counts{Total: 3, Success: 1, Fail: 1}, store.Pending},
-		{q2, Counts{Total: 3, Fail: 2}, store.Impossible},
-		{q2, Counts{Total: 3, Success: 1, Fail: 1, Skip: 1}, store.Impossible},
-		{q3, Counts{Total: 5, Fail: 2}, store.Pending},
-		{q3, Counts{Total: 5, Fail: 3}, store.Impossible},
-		{q3, Counts{Total: 5, Success: 3, Fail: 2}, store.Satisfied},
-		{q3, Counts{Total: 2}, store.Impossible},
+		{allOf, store.Counts{Total: 0}, store.Pending},
+		{allOf, store.Counts{Total: 3, Success: 2}, store.Pending},
+		{allOf, store.Counts{Total: 3, Success: 3}, store.Satisfied},
+		{allOf, store.Counts{Total: 3, Success: 2, Fail: 1}, store.Impossible},
+		{allOf, store.Counts{Total: 3, Skip: 1}, store.Impossible},
+		{anyOf, store.Counts{Total: 3}, store.Pending},
+		{anyOf, store.Counts{Total: 3, Success: 1}, store.Satisfied},
+		{anyOf, store.Counts{Total: 3, Fail: 2}, store.Pending},
+		{anyOf, store.Counts{Total: 3, Fail: 2, Skip: 1}, store.Impossible},
+		{anyOf, store.Counts{Total: 3, Fail: 2, Success: 1}, store.Satisfied},
+		{q2, store.Counts{Total: 3, Success: 1}, store.Pending},
+		{q2, store.Counts{Total: 3, Success: 2}, store.Satisfied},
+		{q2, store.Counts{Total: 3, Success: 1, Fail: 1}, store.Pending},
+		{q2, store.Counts{Total: 3, Fail: 2}, store.Impossible},
+		{q2, store.Counts{Total: 3, Success: 1, Fail: 1, Skip: 1}, store.Impossible},
+		{q3, store.Counts{Total: 5, Fail: 2}, store.Pending},
+		{q3, store.Counts{Total: 5, Fail: 3}, store.Impossible},
+		{q3, store.Counts{Total: 5, Success: 3, Fail: 2}, store.Satisfied},
+		{q3, store.Counts{Total: 2}, store.Impossible},
 	}
 	for _, tt := range tests {
 		if got := Evaluate(tt.p, tt.c); got != tt.want {
@@ -53,11 +53,11 @@ func FuzzEvaluate(f *testing.F) {
 	f.Add(uint8(2), uint8(3), uint8(5), uint8(0), uint8(3), uint8(0), uint8(1))
 	f.Add(uint8(1), uint8(0), uint8(4), uint8(0), uint8(2), uint8(2), uint8(0))
 	f.Fuzz(func(t *testing.T, kind, k, total, success, fail, skip, more uint8) {
-		p := Policy{Kind: []store.PolicyKind{store.AllOf, store.AnyOf, store.Quorum}[kind%3]}
+		p := store.Policy{Kind: []store.PolicyKind{store.AllOf, store.AnyOf, store.Quorum}[kind%3]}
 		if p.Kind == store.Quorum {
 			p.K = int(k%16) + 1
 		}
-		c := Counts{Total: int(total%32) + 1}
+		c := store.Counts{Total: int(total%32) + 1}
 		c.Success = int(success) % (c.Total + 1)
 		c.Fail = int(fail) % (c.Total - c.Success + 1)
 		c.Skip = int(skip) % (c.Total - c.Success - c.Fail + 1)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/fault"
@@ -26,7 +25,7 @@ type SubmitNode struct {
 	Params leases.CreateParams
 	// Policy joins the node's incoming edges; default all_of. Only for
 	// nodes with incoming edges.
-	Policy *Policy
+	Policy *store.Policy
 }
 
 // SubmitEdge makes To depend on From.
@@ -45,7 +44,7 @@ type SubmitParams struct {
 
 // Submitted is the created flow and its executions by Ref.
 type Submitted struct {
-	Flow       *Flow
+	Flow       *store.Flow
 	Executions map[string]*store.Execution
 }
 
@@ -54,35 +53,66 @@ type Submitted struct {
 // their edges already applied. Any invalid part (unknown or duplicate ref,
 // self or duplicate edge, cycle, bad policy or execution parameters)
 // rejects the whole submission before anything is written.
+//
+// It validates the graph (graphOf), plans every row (planNodes), and only
+// then writes (submit).
 func Submit(ctx context.Context, db store.DB, lim leases.Limits, p SubmitParams) (*Submitted, error) {
 	if err := p.Flow.normalize(); err != nil {
 		return nil, err
 	}
+	g, err := graphOf(p)
+	if err != nil {
+		return nil, err
+	}
+	params, groups, err := planNodes(p, g, lim)
+	if err != nil {
+		return nil, err
+	}
+	var res *Submitted
+	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
+		res, err = submit(ctx, tx, lim, p, g, params, groups)
+		return err
+	})
+	if err != nil {
+		return nil, wrapOp("submit flow "+p.Flow.ID.String(), err)
+	}
+	return res, nil
+}
+
+// graph is a validated submission's shape: node indexes by ref, and each
+// node's in-degree and successors.
+type graph struct {
+	index map[string]int
+	indeg []int
+	out   [][]int
+}
+
+// graphOf validates the nodes and edges of a submission: sizes, refs,
+// edge ends, self and duplicate edges, and cycles.
+func graphOf(p SubmitParams) (*graph, error) {
 	if len(p.Nodes) == 0 || len(p.Nodes) > MaxSubmitNodes {
 		return nil, fault.Invalid(fault.KindOutOfRange, "nodes", fmt.Sprint(len(p.Nodes)), fmt.Sprintf("want 1..%d nodes", MaxSubmitNodes))
 	}
 	if len(p.Edges) > MaxSubmitEdges {
 		return nil, fault.Invalid(fault.KindOutOfRange, "edges", fmt.Sprint(len(p.Edges)), fmt.Sprintf("want at most %d edges", MaxSubmitEdges))
 	}
-	index := make(map[string]int, len(p.Nodes))
+	g := &graph{index: make(map[string]int, len(p.Nodes)), indeg: make([]int, len(p.Nodes)), out: make([][]int, len(p.Nodes))}
 	for i, n := range p.Nodes {
 		if n.Ref == "" || len(n.Ref) > leases.MaxNameLength {
 			return nil, fault.Invalid(fault.KindInvalidValue, "nodes.ref", n.Ref, "want 1 to 128 bytes")
 		}
-		if _, dup := index[n.Ref]; dup {
+		if _, dup := g.index[n.Ref]; dup {
 			return nil, fault.Invalid(fault.KindInvalidValue, "nodes.ref", n.Ref, "duplicate node ref")
 		}
-		index[n.Ref] = i
+		g.index[n.Ref] = i
 	}
-	indeg := make([]int, len(p.Nodes))
-	out := make([][]int, len(p.Nodes))
-	pairs := map[[2]int]bool{}
+	pairs := make(map[[2]int]bool, len(p.Edges))
 	for _, e := range p.Edges {
-		from, ok := index[e.From]
+		from, ok := g.index[e.From]
 		if !ok {
 			return nil, fault.Invalid(fault.KindInvalidValue, "edges.from", e.From, "no node has this ref")
 		}
-		to, ok := index[e.To]
+		to, ok := g.index[e.To]
 		if !ok {
 			return nil, fault.Invalid(fault.KindInvalidValue, "edges.to", e.To, "no node has this ref")
 		}
@@ -93,117 +123,96 @@ func Submit(ctx context.Context, db store.DB, lim leases.Limits, p SubmitParams)
 			return nil, fault.Invalid(fault.KindInvalidValue, "edges", e.From+" -> "+e.To, "duplicate edge")
 		}
 		pairs[[2]int{from, to}] = true
-		indeg[to]++
-		out[from] = append(out[from], to)
+		g.indeg[to]++
+		g.out[from] = append(g.out[from], to)
 	}
-	if ref := cycleRef(p.Nodes, indeg, out); ref != "" {
+	if ref := cycleRef(p.Nodes, g.indeg, g.out); ref != "" {
 		return nil, fault.Invalid(fault.KindCycle, "edges", ref, "the edges form a cycle through this node")
 	}
+	return g, nil
+}
+
+// planNodes validates each node's policy and execution parameters and
+// returns the executions to create (in node order) and the join policy of
+// each node with incoming edges (nil for roots).
+func planNodes(p SubmitParams, g *graph, lim leases.Limits) ([]leases.CreateParams, []*store.Policy, error) {
 	part := ident.Partition(p.Flow.ID)
 	params := make([]leases.CreateParams, len(p.Nodes))
-	policies := make([]Policy, len(p.Nodes))
+	policies := make([]*store.Policy, len(p.Nodes))
 	for i, n := range p.Nodes {
-		pol := Policy{Kind: store.AllOf}
-		if n.Policy != nil {
-			pol = *n.Policy
-			if indeg[i] == 0 {
-				return nil, fault.Invalid(fault.KindInvalidValue, "nodes.policy", n.Ref, "a node without incoming edges has no join policy")
+		if n.Policy != nil && g.indeg[i] == 0 {
+			return nil, nil, fault.Invalid(fault.KindInvalidValue, "nodes.policy", n.Ref, "a node without incoming edges has no join policy")
+		}
+		if g.indeg[i] > 0 {
+			pol := store.Policy{Kind: store.AllOf}
+			if n.Policy != nil {
+				pol = *n.Policy
 			}
+			if err := NormalizePolicy(&pol); err != nil {
+				return nil, nil, refine(err, n.Ref)
+			}
+			if pol.Kind == store.Quorum && pol.K > g.indeg[i] {
+				return nil, nil, fault.Invalid(fault.KindOutOfRange, "k", fmt.Sprint(pol.K), fmt.Sprintf("node %s has %d incoming edges; a quorum of %d can never be met", n.Ref, g.indeg[i], pol.K))
+			}
+			policies[i] = &pol
 		}
-		if err := pol.Normalize(); err != nil {
-			return nil, refine(err, n.Ref)
-		}
-		if pol.Kind == store.Quorum && pol.K > indeg[i] {
-			return nil, fault.Invalid(fault.KindOutOfRange, "k", fmt.Sprint(pol.K), fmt.Sprintf("node %s has %d incoming edges; a quorum of %d can never be met", n.Ref, indeg[i], pol.K))
-		}
-		policies[i] = pol
 		cp := n.Params
 		if cp.IdempotencyKey != "" {
-			return nil, fault.Invalid(fault.KindInvalidValue, "idempotency_key", cp.IdempotencyKey, "node "+n.Ref+": use the flow id to make a submission idempotent")
+			return nil, nil, fault.Invalid(fault.KindInvalidValue, "idempotency_key", cp.IdempotencyKey, "node "+n.Ref+": use the flow id to make a submission idempotent")
 		}
 		if cp.Namespace == "" {
 			cp.Namespace = p.Flow.Namespace
 		}
-		cp.FlowID, cp.Partition, cp.Blocked = &p.Flow.ID, &part, indeg[i] > 0
+		cp.FlowID, cp.Partition, cp.Blocked = &p.Flow.ID, &part, g.indeg[i] > 0
 		if err := cp.Normalize(lim); err != nil {
-			return nil, refine(err, n.Ref)
+			return nil, nil, refine(err, n.Ref)
 		}
 		params[i] = cp
 	}
+	return params, policies, nil
+}
 
-	var res *Submitted
-	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
-		f, exists, err := CreateFlow(ctx, tx, p.Flow)
-		if err != nil {
-			return err
-		}
-		if exists {
-			return &fault.ConflictError{Object: "flow", ID: f.ID.String(), Reason: "a flow with this id already exists", Existing: f}
-		}
-		xs, err := leases.CreateMany(ctx, tx, lim, params)
-		if err != nil {
-			return err
-		}
-		n := len(p.Edges)
-		edgeIDs, ups, downs := make([]uuid.UUID, n), make([]uuid.UUID, n), make([]uuid.UUID, n)
-		kinds, refs := make([]string, n), make([]*string, n)
-		for i, e := range p.Edges {
-			edgeIDs[i], ups[i], downs[i] = ident.NewUUID(), xs[index[e.From]].ID.UUID, xs[index[e.To]].ID.UUID
-			kinds[i], refs[i] = e.DependencyKind, nullIfEmpty(e.DataPassingRef)
-			if kinds[i] == "" {
-				kinds[i] = DefaultDependencyKind
-			}
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_id, downstream_id,
-				dependency_kind, data_passing_ref, state, applied_at)
-			SELECT $1, $2, i.edge_id, i.up, i.down, i.kind, i.ref, 'applied', now()
-			FROM unnest($3::uuid[], $4::uuid[], $5::uuid[], $6::text[], $7::text[]) AS i(edge_id, up, down, kind, ref)`,
-			part, f.ID, edgeIDs, ups, downs, kinds, refs); err != nil {
-			return fmt.Errorf("insert edges: %w", err)
-		}
-		var gDowns []uuid.UUID
-		var gKinds []string
-		var gK []*int
-		var gOn []*string
-		var gTotal []int
-		for i := range p.Nodes {
-			if indeg[i] == 0 {
-				continue
-			}
-			pol := policies[i]
-			gDowns, gKinds, gTotal = append(gDowns, xs[i].ID.UUID), append(gKinds, string(pol.Kind)), append(gTotal, indeg[i])
-			var k *int
-			var on *string
-			if pol.Kind == store.Quorum {
-				kk := pol.K
-				k = &kk
-			}
-			if pol.Kind != store.AllOf {
-				s := string(pol.OnSatisfied)
-				on = &s
-			}
-			gK, gOn = append(gK, k), append(gOn, on)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO ff_edge_group (partition_key, flow_id, downstream_id, policy, k, on_satisfied, total)
-			SELECT $1, $2, i.down, i.policy, i.k, i.on_satisfied, i.total
-			FROM unnest($3::uuid[], $4::text[], $5::int[], $6::text[], $7::int[]) AS i(down, policy, k, on_satisfied, total)`,
-			part, f.ID, gDowns, gKinds, gK, gOn, gTotal); err != nil {
-			return fmt.Errorf("insert edge groups: %w", err)
-		}
-		f, err = scanFlow(tx.QueryRow(ctx, `UPDATE ff_flow f SET node_count = $3::int, edge_count = $4::int,
-				graph_revision = $3::int + $4::int, updated_at = now()
-			WHERE partition_key = $1 AND flow_id = $2 RETURNING `+flowColumns, part, f.ID, len(xs), n))
-		if err != nil {
-			return err
-		}
-		res = &Submitted{Flow: f, Executions: make(map[string]*store.Execution, len(xs))}
-		for i, x := range xs {
-			res.Executions[p.Nodes[i].Ref] = x
-		}
-		return nil
-	})
+// submit writes a planned submission: the flow, its executions, its
+// edges (applied) and groups, then the flow's size. Every row is new, so
+// it takes no lock but the new rows'.
+func submit(ctx context.Context, tx pgx.Tx, lim leases.Limits, p SubmitParams, g *graph, params []leases.CreateParams, policies []*store.Policy) (*Submitted, error) {
+	f, exists, err := CreateFlow(ctx, tx, p.Flow)
 	if err != nil {
-		return nil, wrapOp("submit flow "+p.Flow.ID.String(), err)
+		return nil, err
+	}
+	if exists {
+		return nil, &fault.ConflictError{Object: "flow", ID: f.ID.String(), Reason: "a flow with this id already exists", Existing: f}
+	}
+	xs, err := leases.CreateMany(ctx, tx, lim, params)
+	if err != nil {
+		return nil, err
+	}
+	edges := make([]store.NewEdge, len(p.Edges))
+	for i, e := range p.Edges {
+		edges[i] = store.NewEdge{ID: ident.NewUUID(), Upstream: xs[g.index[e.From]].ID, Downstream: xs[g.index[e.To]].ID,
+			DependencyKind: e.DependencyKind, DataPassingRef: e.DataPassingRef}
+		if edges[i].DependencyKind == "" {
+			edges[i].DependencyKind = DefaultDependencyKind
+		}
+	}
+	if err := store.InsertAppliedEdges(ctx, tx, f.ID, edges); err != nil {
+		return nil, fmt.Errorf("insert edges: %w", err)
+	}
+	var groups []store.NewGroup
+	for i, pol := range policies {
+		if pol != nil {
+			groups = append(groups, store.NewGroup{Downstream: xs[i].ID, Policy: *pol, Total: g.indeg[i]})
+		}
+	}
+	if err := store.InsertGroups(ctx, tx, f.ID, groups); err != nil {
+		return nil, fmt.Errorf("insert edge groups: %w", err)
+	}
+	if f, err = store.SetFlowSize(ctx, tx, f.ID, len(xs), len(edges)); err != nil {
+		return nil, fmt.Errorf("record the size of flow %s: %w", p.Flow.ID, err)
+	}
+	res := &Submitted{Flow: f, Executions: make(map[string]*store.Execution, len(xs))}
+	for i, x := range xs {
+		res.Executions[p.Nodes[i].Ref] = x
 	}
 	return res, nil
 }

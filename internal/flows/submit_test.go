@@ -23,7 +23,7 @@ func TestSubmitThousandNodes(t *testing.T) {
 		p.Edges = append(p.Edges, flows.SubmitEdge{From: "root", To: ref}, flows.SubmitEdge{From: ref, To: "sink"})
 	}
 	p.Nodes = append(p.Nodes, flows.SubmitNode{Ref: "sink", Params: leases.CreateParams{Lane: "big"},
-		Policy: &flows.Policy{Kind: store.Quorum, K: 500, OnSatisfied: store.CancelRemaining}})
+		Policy: &store.Policy{Kind: store.Quorum, K: 500, OnSatisfied: store.CancelRemaining}})
 	res, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, p)
 	if err != nil {
 		t.Fatal(err)
@@ -79,10 +79,10 @@ func TestSubmitInvalidWritesNothing(t *testing.T) {
 		{"duplicate edge", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "a", To: "b"}) }, fault.KindInvalidValue},
 		{"duplicate ref", func(p *flows.SubmitParams) { p.Nodes = append(p.Nodes, node("a")) }, fault.KindInvalidValue},
 		{"empty ref", func(p *flows.SubmitParams) { p.Nodes = append(p.Nodes, node("")) }, fault.KindInvalidValue},
-		{"quorum k zero", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &flows.Policy{Kind: store.Quorum} }, fault.KindOutOfRange},
-		{"quorum k over in-degree", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &flows.Policy{Kind: store.Quorum, K: 2} }, fault.KindOutOfRange},
-		{"unknown policy", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &flows.Policy{Kind: "most_of"} }, fault.KindInvalidValue},
-		{"policy on a root", func(p *flows.SubmitParams) { p.Nodes[0].Policy = &flows.Policy{Kind: store.AnyOf} }, fault.KindInvalidValue},
+		{"quorum k zero", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &store.Policy{Kind: store.Quorum} }, fault.KindOutOfRange},
+		{"quorum k over in-degree", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &store.Policy{Kind: store.Quorum, K: 2} }, fault.KindOutOfRange},
+		{"unknown policy", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &store.Policy{Kind: "most_of"} }, fault.KindInvalidValue},
+		{"policy on a root", func(p *flows.SubmitParams) { p.Nodes[0].Policy = &store.Policy{Kind: store.AnyOf} }, fault.KindInvalidValue},
 		{"bad lane", func(p *flows.SubmitParams) { p.Nodes[1].Params.Lane = "no spaces" }, fault.KindInvalidValue},
 		{"bad ttl", func(p *flows.SubmitParams) { p.Nodes[1].Params.LeaseTTL = -1 }, fault.KindOutOfRange},
 		{"no nodes", func(p *flows.SubmitParams) { p.Nodes, p.Edges = nil, nil }, fault.KindOutOfRange},

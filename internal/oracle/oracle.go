@@ -18,7 +18,7 @@ type DAG struct {
 	// Preds lists each node's upstreams.
 	Preds [][]int
 	// Policies joins each node's upstreams; zero for a root.
-	Policies []flows.Policy
+	Policies []store.Policy
 	// Succeeds says whether the node's handler succeeds when it runs.
 	Succeeds []bool
 }
@@ -28,7 +28,7 @@ type DAG struct {
 // with probability 0.8. With cancelRemaining, half the any_of and quorum
 // groups cancel their losing siblings.
 func Random(rng *rand.Rand, n int, cancelRemaining bool) *DAG {
-	d := &DAG{Preds: make([][]int, n), Policies: make([]flows.Policy, n), Succeeds: make([]bool, n)}
+	d := &DAG{Preds: make([][]int, n), Policies: make([]store.Policy, n), Succeeds: make([]bool, n)}
 	for i := range n {
 		d.Succeeds[i] = rng.IntN(10) < 8
 		if i == 0 {
@@ -51,11 +51,11 @@ func Random(rng *rand.Rand, n int, cancelRemaining bool) *DAG {
 		}
 		switch rng.IntN(3) {
 		case 0:
-			d.Policies[i] = flows.Policy{Kind: store.AllOf}
+			d.Policies[i] = store.Policy{Kind: store.AllOf}
 		case 1:
-			d.Policies[i] = flows.Policy{Kind: store.AnyOf, OnSatisfied: on}
+			d.Policies[i] = store.Policy{Kind: store.AnyOf, OnSatisfied: on}
 		default:
-			d.Policies[i] = flows.Policy{Kind: store.Quorum, K: 1 + rng.IntN(len(d.Preds[i])), OnSatisfied: on}
+			d.Policies[i] = store.Policy{Kind: store.Quorum, K: 1 + rng.IntN(len(d.Preds[i])), OnSatisfied: on}
 		}
 	}
 	return d
@@ -81,7 +81,7 @@ func (d *DAG) Expected() []store.State {
 	for i := range out {
 		run := true
 		if len(d.Preds[i]) > 0 {
-			var c flows.Counts
+			var c store.Counts
 			c.Total = len(d.Preds[i])
 			for _, p := range d.Preds[i] {
 				switch out[p] {

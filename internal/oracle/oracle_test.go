@@ -4,7 +4,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -15,7 +14,7 @@ func TestExpected(t *testing.T) {
 	t.Parallel()
 	d := &DAG{
 		Preds: [][]int{nil, nil, {0, 1}, {0, 1}, {1, 3}, {2}},
-		Policies: []flows.Policy{{}, {}, {Kind: store.AllOf}, {Kind: store.AnyOf},
+		Policies: []store.Policy{{}, {}, {Kind: store.AllOf}, {Kind: store.AnyOf},
 			{Kind: store.Quorum, K: 2}, {Kind: store.AllOf}},
 		Succeeds: []bool{false, true, true, true, false, true},
 	}
@@ -48,7 +47,7 @@ func TestRandomIsWellFormed(t *testing.T) {
 			}
 			pol := d.Policies[i]
 			if len(preds) == 0 {
-				if pol != (flows.Policy{}) {
+				if pol != (store.Policy{}) {
 					t.Fatalf("seed %d: root n%d has policy %v", seed, i, pol)
 				}
 				continue

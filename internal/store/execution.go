@@ -218,3 +218,12 @@ func ListExecutions(ctx context.Context, db DB, f ExecutionFilter) ([]*Execution
 	xs, err := collectExecutions(rows)
 	return xs, wrap("list executions", err)
 }
+
+// ExecutionFlow reads the flow an execution belongs to (nil outside any
+// flow), or returns pgx.ErrNoRows.
+func ExecutionFlow(ctx context.Context, db DB, id ident.ExecutionID) (*uuid.UUID, error) {
+	var flowID *uuid.UUID
+	err := db.QueryRow(ctx, `SELECT flow_id FROM ff_execution WHERE partition_key = $1 AND execution_id = $2`,
+		id.Partition, id.UUID).Scan(&flowID)
+	return flowID, err
+}

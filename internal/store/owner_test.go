@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,14 +16,6 @@ import (
 // statement would: after FROM, JOIN, INTO, UPDATE, TABLE, or in VACUUM and
 // ANALYZE lists.
 var sqlOnTable = regexp.MustCompile(`(?is)\b(FROM|JOIN|INTO|UPDATE|TABLE|VACUUM|ANALYZE)\b[\s(A-Z,]*\bff_[a-z_]+`)
-
-// notYetMoved lists the packages whose statements still have to move into
-// the store. It only ever shrinks: a package leaves it when its last
-// statement moves, and no package joins it.
-var notYetMoved = []string{
-	"internal/flows",
-	"internal/cascade",
-}
 
 // No package but the store holds SQL against ff_* tables (tests and
 // migrations aside): every other package calls the store's functions.
@@ -82,13 +73,6 @@ func TestOnlyTheStoreHoldsSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	for pkg, where := range offenders {
-		if !slices.Contains(notYetMoved, pkg) {
-			t.Errorf("%s holds SQL against ff_* tables; move it into internal/store:\n\t%s", pkg, strings.Join(where, "\n\t"))
-		}
-	}
-	for _, pkg := range notYetMoved {
-		if len(offenders[pkg]) == 0 {
-			t.Errorf("%s holds no SQL any more: remove it from notYetMoved", pkg)
-		}
+		t.Errorf("%s holds SQL against ff_* tables; move it into internal/store:\n\t%s", pkg, strings.Join(where, "\n\t"))
 	}
 }

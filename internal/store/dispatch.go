@@ -1,0 +1,75 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Dispatching is a completion event taken for dispatch: locked, and marked
+// dispatched in the same statement.
+type Dispatching struct {
+	EventID     int64
+	Partition   int16
+	ExecutionID *uuid.UUID // nil for a flow's own event
+	FlowID      *uuid.UUID // nil for an execution outside any flow
+	Outcome     Outcome
+	// Age is the event's age at dispatch, from its insertion, by the
+	// database clock.
+	Age time.Duration
+}
+
+// takeEvents wraps a query selecting events to take (their partition_key
+// and event_id): it locks them and marks them dispatched in the same
+// statement, one round trip for both. The mark commits with the rest of
+// the dispatch or not at all, so marking first is as safe as marking
+// last. Events held by another dispatcher are skipped: whoever holds one
+// finishes it, or rolls back and leaves it to the sweep.
+func takeEvents(pick string) string {
+	return `WITH picked AS (` + pick + `)
+		UPDATE ff_completion_event c SET dispatched_at = clock_timestamp()
+		FROM picked p
+		WHERE c.partition_key = p.partition_key AND c.event_id = p.event_id
+		RETURNING c.event_id, c.partition_key, c.execution_id, c.flow_id, c.outcome,
+			(extract(epoch FROM clock_timestamp() - c.occurred_at) * 1e6)::bigint AS age_us`
+}
+
+var (
+	takeEventsByID = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
+		WHERE event_id = ANY($1) AND dispatched_at IS NULL
+		ORDER BY event_id
+		FOR NO KEY UPDATE SKIP LOCKED`)
+	takeOldEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
+		WHERE dispatched_at IS NULL AND occurred_at <= clock_timestamp() - $2::bigint * interval '1 microsecond'
+		ORDER BY event_id
+		LIMIT $1
+		FOR NO KEY UPDATE SKIP LOCKED`)
+)
+
+// TakeEvents takes the given completion events that are still
+// undispatched and not held by another dispatcher.
+func TakeEvents(ctx context.Context, tx pgx.Tx, ids []int64) ([]Dispatching, error) {
+	return collectDispatching(tx.Query(ctx, takeEventsByID, ids))
+}
+
+// TakeOldEvents takes up to limit undispatched events at least grace old,
+// oldest first. The grace keeps the sweep from racing the notification
+// driven dispatch of events that just committed.
+func TakeOldEvents(ctx context.Context, tx pgx.Tx, limit int, grace time.Duration) ([]Dispatching, error) {
+	return collectDispatching(tx.Query(ctx, takeOldEvents, limit, micros(grace)))
+}
+
+func collectDispatching(rows pgx.Rows, err error) ([]Dispatching, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Dispatching, error) {
+		var d Dispatching
+		var ageUS int64
+		err := r.Scan(&d.EventID, &d.Partition, &d.ExecutionID, &d.FlowID, &d.Outcome, &ageUS)
+		d.Age = time.Duration(ageUS) * time.Microsecond
+		return d, err
+	})
+}

@@ -1,0 +1,352 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/flowfabric/ffd/internal/ident"
+)
+
+// Policy is a downstream's join policy.
+type Policy struct {
+	Kind        PolicyKind
+	K           int         // quorum only, ≥ 1
+	OnSatisfied OnSatisfied // any_of and quorum; default let_run
+}
+
+// columns are the policy's nullable columns: k for a quorum only,
+// on_satisfied for any_of and quorum only.
+func (p Policy) columns() (k *int, onSatisfied *string) {
+	if p.Kind == Quorum {
+		kk := p.K
+		k = &kk
+	}
+	if p.Kind != AllOf {
+		s := string(p.OnSatisfied)
+		onSatisfied = &s
+	}
+	return k, onSatisfied
+}
+
+// Counts are a group's counters: applied edges and resolved ones by
+// upstream outcome.
+type Counts struct {
+	Total, Success, Fail, Skip int
+}
+
+// EdgeGroup is a downstream's join state.
+type EdgeGroup struct {
+	FlowID        uuid.UUID
+	Downstream    ident.ExecutionID
+	Policy        Policy
+	Counts        Counts
+	Decision      Decision
+	DecidedAt     *time.Time
+	CancelMembers []ident.ExecutionID
+}
+
+// Unsatisfied is how many more successes the group needs (0 once it has
+// them or has decided).
+func (g EdgeGroup) Unsatisfied() int {
+	if g.Decision != Pending {
+		return 0
+	}
+	need := g.Counts.Total
+	switch g.Policy.Kind {
+	case AnyOf:
+		need = 1
+	case Quorum:
+		need = g.Policy.K
+	}
+	return max(0, need-g.Counts.Success)
+}
+
+// groupColumns is the select list of an EdgeGroup, for a row aliased g.
+const groupColumns = `g.partition_key, g.flow_id, g.downstream_id, g.policy, g.k, g.on_satisfied,
+	g.total, g.success_count, g.fail_count, g.skip_count, g.decision, g.decided_at, g.cancel_members`
+
+// groupRow is one row of groupColumns, scanned by name.
+type groupRow struct {
+	PartitionKey  int16       `db:"partition_key"`
+	FlowID        uuid.UUID   `db:"flow_id"`
+	DownstreamID  uuid.UUID   `db:"downstream_id"`
+	Policy        PolicyKind  `db:"policy"`
+	K             *int        `db:"k"`
+	OnSatisfied   *string     `db:"on_satisfied"`
+	Total         int         `db:"total"`
+	SuccessCount  int         `db:"success_count"`
+	FailCount     int         `db:"fail_count"`
+	SkipCount     int         `db:"skip_count"`
+	Decision      Decision    `db:"decision"`
+	DecidedAt     *time.Time  `db:"decided_at"`
+	CancelMembers []uuid.UUID `db:"cancel_members"`
+}
+
+func scanGroup(row pgx.CollectableRow) (*EdgeGroup, error) {
+	r, err := pgx.RowToAddrOfStructByName[groupRow](row)
+	if err != nil {
+		return nil, err
+	}
+	return r.group()
+}
+
+func (r *groupRow) group() (*EdgeGroup, error) {
+	g := &EdgeGroup{
+		FlowID:        r.FlowID,
+		Downstream:    ident.ExecutionID{Partition: r.PartitionKey, UUID: r.DownstreamID},
+		Policy:        Policy{Kind: r.Policy, OnSatisfied: OnSatisfied(deref(r.OnSatisfied))},
+		Counts:        Counts{Total: r.Total, Success: r.SuccessCount, Fail: r.FailCount, Skip: r.SkipCount},
+		Decision:      r.Decision,
+		DecidedAt:     r.DecidedAt,
+		CancelMembers: idsOn(r.PartitionKey, r.CancelMembers),
+	}
+	if r.K != nil {
+		g.Policy.K = *r.K
+	}
+	return g, nil
+}
+
+func oneGroup(rows pgx.Rows, err error) (*EdgeGroup, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectExactlyOneRow(rows, scanGroup)
+}
+
+// GetGroup reads one edge group, or returns pgx.ErrNoRows.
+func GetGroup(ctx context.Context, db DB, flowID uuid.UUID, down ident.ExecutionID) (*EdgeGroup, error) {
+	return oneGroup(db.Query(ctx, `SELECT `+groupColumns+` FROM ff_edge_group g
+		WHERE g.partition_key = $1 AND g.flow_id = $2 AND g.downstream_id = $3`, ident.Partition(flowID), flowID, down.UUID))
+}
+
+// ListGroups reads every edge group of a flow, by downstream id.
+func ListGroups(ctx context.Context, db DB, flowID uuid.UUID) ([]EdgeGroup, error) {
+	rows, err := db.Query(ctx, `SELECT `+groupColumns+` FROM ff_edge_group g
+		WHERE g.partition_key = $1 AND g.flow_id = $2 ORDER BY g.downstream_id`, ident.Partition(flowID), flowID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (EdgeGroup, error) {
+		g, err := scanGroup(r)
+		if err != nil {
+			return EdgeGroup{}, err
+		}
+		return *g, nil
+	})
+}
+
+// NewGroup is the edge group of a submitted flow's downstream: its policy
+// and its number of (already applied) incoming edges.
+type NewGroup struct {
+	Downstream ident.ExecutionID
+	Policy     Policy
+	Total      int
+}
+
+// InsertGroups inserts a submitted flow's edge groups in one statement.
+func InsertGroups(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, gs []NewGroup) error {
+	n := len(gs)
+	downs, kinds, ks, ons, totals := make([]uuid.UUID, n), make([]string, n), make([]*int, n), make([]*string, n), make([]int, n)
+	for i, g := range gs {
+		downs[i], kinds[i], totals[i] = g.Downstream.UUID, string(g.Policy.Kind), g.Total
+		ks[i], ons[i] = g.Policy.columns()
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO ff_edge_group (partition_key, flow_id, downstream_id, policy, k, on_satisfied, total)
+		SELECT $1, $2, i.down, i.policy, i.k, i.on_satisfied, i.total
+		FROM unnest($3::uuid[], $4::text[], $5::int[], $6::text[], $7::int[]) AS i(down, policy, k, on_satisfied, total)`,
+		ident.Partition(flowID), flowID, downs, kinds, ks, ons, totals)
+	return err
+}
+
+// SetGroupPolicy replaces the policy of a group the caller holds locked.
+func SetGroupPolicy(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, down ident.ExecutionID, p Policy) error {
+	k, on := p.columns()
+	_, err := tx.Exec(ctx, `UPDATE ff_edge_group SET policy = $4, k = $5, on_satisfied = $6
+		WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`,
+		ident.Partition(flowID), flowID, down.UUID, string(p.Kind), k, on)
+	return err
+}
+
+// Resolution is an upstream's terminal outcome to resolve its applied
+// outgoing edges from.
+type Resolution struct {
+	Upstream ident.ExecutionID
+	Outcome  Outcome
+	EdgeID   *uuid.UUID // only this edge (apply); nil: every applied edge
+}
+
+func resolutionArrays(rs []Resolution) (parts []int16, ups []uuid.UUID, outcomes []string, edges []*uuid.UUID) {
+	n := len(rs)
+	parts, ups, outcomes, edges = make([]int16, n), make([]uuid.UUID, n), make([]string, n), make([]*uuid.UUID, n)
+	for i, r := range rs {
+		parts[i], ups[i], outcomes[i], edges[i] = r.Upstream.Partition, r.Upstream.UUID, string(r.Outcome), r.EdgeID
+	}
+	return parts, ups, outcomes, edges
+}
+
+// Moved is a group whose counters a ResolveEdges moved: its state after the
+// move, and how many of its edges resolved, by outcome class.
+type Moved struct {
+	Group                    EdgeGroup
+	Resolved                 int
+	Success, Failed, Skipped int
+}
+
+// ResolveEdges resolves the applied outgoing edges of the given upstreams
+// from their outcomes and adds the resolutions to their groups' counters,
+// in one statement. The caller holds the groups (Locks.GroupsResolving).
+// Only edges still 'applied' are touched, each under its row lock, so an
+// edge resolves exactly once however many callers race.
+func ResolveEdges(ctx context.Context, tx pgx.Tx, rs []Resolution) ([]Moved, error) {
+	parts, ups, outcomes, edges := resolutionArrays(rs)
+	rows, err := tx.Query(ctx, resolveSQL, parts, ups, outcomes, edges)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Moved, error) {
+		r, err := pgx.RowToAddrOfStructByName[movedRow](row)
+		if err != nil {
+			return Moved{}, err
+		}
+		g, err := r.groupRow.group()
+		return Moved{Group: *g, Resolved: r.Resolved, Success: r.Success, Failed: r.Failed, Skipped: r.Skipped}, err
+	})
+}
+
+// movedRow is one row of resolveSQL's result, scanned by name.
+type movedRow struct {
+	groupRow
+	Resolved int `db:"resolved"`
+	Success  int `db:"resolved_success"`
+	Failed   int `db:"resolved_failed"`
+	Skipped  int `db:"resolved_skipped"`
+}
+
+// resolveSQL resolves the applied edges of the input upstreams and adds the
+// resolutions to their groups' counters, returning each touched group with
+// its new counters and how many of its edges resolved, by class.
+const resolveSQL = `
+WITH input AS (
+	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::text[], $4::uuid[])
+		AS i(partition_key, upstream_id, outcome, edge_id)
+), res AS (
+	UPDATE ff_edge e SET state = 'resolved', resolved_outcome = i.outcome, resolved_at = now()
+	FROM input i
+	WHERE e.partition_key = i.partition_key AND e.upstream_id = i.upstream_id AND e.state = 'applied'
+		AND (i.edge_id IS NULL OR e.edge_id = i.edge_id)
+	RETURNING e.partition_key, e.flow_id, e.downstream_id, e.resolved_outcome
+), agg AS (
+	SELECT partition_key, flow_id, downstream_id, count(*) AS n,
+		count(*) FILTER (WHERE resolved_outcome = 'success') AS s,
+		count(*) FILTER (WHERE resolved_outcome NOT IN ('success', 'skipped')) AS f,
+		count(*) FILTER (WHERE resolved_outcome = 'skipped') AS k
+	FROM res GROUP BY partition_key, flow_id, downstream_id
+)
+UPDATE ff_edge_group g SET
+	success_count = g.success_count + a.s,
+	fail_count = g.fail_count + a.f,
+	skip_count = g.skip_count + a.k
+FROM agg a
+WHERE g.partition_key = a.partition_key AND g.flow_id = a.flow_id AND g.downstream_id = a.downstream_id
+RETURNING ` + groupColumns + `,
+	a.n::int AS resolved, a.s::int AS resolved_success, a.f::int AS resolved_failed, a.k::int AS resolved_skipped`
+
+// DecisionEffects are the effects of the groups that decided in one resolve:
+// every decision recorded, the satisfied downstreams made pending, and the
+// satisfied cancel_remaining groups queued for sibling cancellation.
+// Impossible downstreams are skipped through Terminate, separately.
+type DecisionEffects struct {
+	Decided []EdgeGroup         // with their new Decision
+	Ready   []ident.ExecutionID // blocked downstreams to make pending
+	Cancel  []EdgeGroup         // satisfied cancel_remaining groups
+}
+
+// RecordDecisions makes the decisions take effect in one round trip: the
+// statements go as one pipelined batch, in lock order, inside the caller's
+// transaction. It returns how many groups were queued for sibling
+// cancellation (a group with no live sibling needs none).
+func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued int, err error) {
+	b := &pgx.Batch{}
+	if n := len(d.Decided); n > 0 {
+		parts, flows, downs, decisions := make([]int16, n), make([]uuid.UUID, n), make([]uuid.UUID, n), make([]string, n)
+		for i, g := range d.Decided {
+			parts[i], flows[i], downs[i], decisions[i] = g.Downstream.Partition, g.FlowID, g.Downstream.UUID, string(g.Decision)
+		}
+		b.Queue(`UPDATE ff_edge_group g SET decision = i.decision, decided_at = now()
+			FROM unnest($1::smallint[], $2::uuid[], $3::uuid[], $4::text[]) AS i(partition_key, flow_id, downstream_id, decision)
+			WHERE g.partition_key = i.partition_key AND g.flow_id = i.flow_id AND g.downstream_id = i.downstream_id`,
+			parts, flows, downs, decisions)
+	}
+	if n := len(d.Ready); n > 0 {
+		parts, ids := make([]int16, n), make([]uuid.UUID, n)
+		for i, id := range d.Ready {
+			parts[i], ids[i] = id.Partition, id.UUID
+		}
+		b.Queue(`UPDATE ff_execution e SET state = 'pending', run_at = now()
+			FROM unnest($1::smallint[], $2::uuid[]) AS i(partition_key, execution_id)
+			WHERE e.partition_key = i.partition_key AND e.execution_id = i.execution_id AND e.state = 'blocked'`,
+			parts, ids)
+	}
+	if n := len(d.Cancel); n > 0 {
+		parts, flows, downs := make([]int16, n), make([]uuid.UUID, n), make([]uuid.UUID, n)
+		for i, g := range d.Cancel {
+			parts[i], flows[i], downs[i] = g.Downstream.Partition, g.FlowID, g.Downstream.UUID
+		}
+		b.Queue(queueCancelSQL, parts, flows, downs).Exec(func(tag pgconn.CommandTag) error {
+			queued = int(tag.RowsAffected())
+			return nil
+		})
+	}
+	if b.Len() == 0 {
+		return 0, nil
+	}
+	return queued, tx.SendBatch(ctx, b).Close()
+}
+
+// queueCancelSQL records, for each satisfied cancel_remaining group, the
+// sibling upstreams still live, and queues the group for the sibling-cancel
+// workers; a group with no live sibling needs no queueing.
+const queueCancelSQL = `
+WITH g AS (
+	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::uuid[]) AS i(partition_key, flow_id, downstream_id)
+), live AS (
+	SELECT e.partition_key, e.flow_id, e.downstream_id, array_agg(e.upstream_id ORDER BY e.upstream_id) AS members
+	FROM ff_edge e
+	JOIN g ON e.partition_key = g.partition_key AND e.flow_id = g.flow_id AND e.downstream_id = g.downstream_id
+	JOIN ff_execution x ON x.partition_key = e.partition_key AND x.execution_id = e.upstream_id
+	WHERE x.state IN ('blocked', 'pending', 'running')
+	GROUP BY e.partition_key, e.flow_id, e.downstream_id
+), rec AS (
+	UPDATE ff_edge_group eg SET cancel_members = live.members
+	FROM live
+	WHERE eg.partition_key = live.partition_key AND eg.flow_id = live.flow_id AND eg.downstream_id = live.downstream_id
+	RETURNING eg.partition_key, eg.flow_id, eg.downstream_id
+)
+INSERT INTO ff_pending_cancel_group (partition_key, flow_id, downstream_id)
+SELECT partition_key, flow_id, downstream_id FROM rec
+ON CONFLICT DO NOTHING`
+
+// TakeCancelGroup locks the oldest queued sibling-cancel group that no
+// other worker holds, or returns pgx.ErrNoRows. Queue rows come before
+// every row of the lock order and are taken with SKIP LOCKED.
+func TakeCancelGroup(ctx context.Context, tx pgx.Tx) (flowID uuid.UUID, down ident.ExecutionID, err error) {
+	err = tx.QueryRow(ctx, `SELECT partition_key, flow_id, downstream_id FROM ff_pending_cancel_group
+		ORDER BY enqueued_at LIMIT 1 FOR UPDATE SKIP LOCKED`).Scan(&down.Partition, &flowID, &down.UUID)
+	return flowID, down, err
+}
+
+// DoneCancelGroup clears a group's recorded siblings and removes it from
+// the queue, in one statement, once its siblings are cancelled.
+func DoneCancelGroup(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, down ident.ExecutionID) error {
+	_, err := tx.Exec(ctx, `WITH g AS (
+			UPDATE ff_edge_group SET cancel_members = '{}'
+			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3
+		)
+		DELETE FROM ff_pending_cancel_group
+		WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`, down.Partition, flowID, down.UUID)
+	return err
+}
