@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -87,7 +88,7 @@ func (c *Client) create(ctx context.Context, db store.DB, p CreateParams) (*Crea
 	if err != nil {
 		return nil, err
 	}
-	return &CreateResult{Execution: x, Existed: existed}, nil
+	return &CreateResult{Execution: executionOf(x), Existed: existed}, nil
 }
 
 // MaxCreateMany bounds one CreateMany call.
@@ -125,7 +126,7 @@ func (c *Client) createMany(ctx context.Context, db store.DB, ps []CreateParams)
 	if err != nil {
 		return nil, err
 	}
-	return xs, nil
+	return executionsOf(xs), nil
 }
 
 // Claim leases up to p.Max due executions of p.Lane.
@@ -142,7 +143,11 @@ func (c *Client) claim(ctx context.Context, db store.DB, p ClaimParams) ([]*Exec
 	if p.Max == 0 {
 		p.Max = 1
 	}
-	return leases.Claim(ctx, db, leases.ClaimParams{Lane: p.Lane, Worker: p.Worker, Capabilities: p.Capabilities, Max: p.Max})
+	xs, err := leases.Claim(ctx, db, leases.ClaimParams{Lane: p.Lane, Worker: p.Worker, Capabilities: p.Capabilities, Max: p.Max})
+	if err != nil {
+		return nil, err
+	}
+	return executionsOf(xs), nil
 }
 
 // Renew extends the lease held at epoch; it returns the new expiry (by the
@@ -158,11 +163,12 @@ func (c *Client) RenewTx(ctx context.Context, tx pgx.Tx, id ExecutionID, epoch i
 
 // RenewResult is a renewed lease.
 type RenewResult struct {
+	// LeaseExpiresAt is the lease's new expiry, by the database clock.
 	LeaseExpiresAt time.Time
 }
 
 func (c *Client) renew(ctx context.Context, db store.DB, id ExecutionID, epoch int64) (*RenewResult, error) {
-	exp, err := leases.Renew(ctx, db, id, epoch)
+	exp, err := leases.Renew(ctx, db, ident.ExecutionID(id), epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -175,64 +181,96 @@ func (c *Client) renew(ctx context.Context, db store.DB, id ExecutionID, epoch i
 // ValidationError, never an unfenced completion. result is at most
 // Config.MaxPayloadBytes.
 func (c *Client) Complete(ctx context.Context, id ExecutionID, epoch int64, result []byte) (*Outcome, error) {
-	return leases.Complete(ctx, c.pool, c.limits, id, epoch, result)
+	return outcomeOf(leases.Complete(ctx, c.pool, c.limits, ident.ExecutionID(id), epoch, result))
 }
 
 // CompleteTx is Complete inside tx.
 func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, id ExecutionID, epoch int64, result []byte) (*Outcome, error) {
-	return leases.Complete(ctx, tx, c.limits, id, epoch, result)
+	return outcomeOf(leases.Complete(ctx, tx, c.limits, ident.ExecutionID(id), epoch, result))
 }
 
 // Fail ends the attempt held at epoch as failed: retried after backoff when
 // p.Retryable and attempts remain, else the execution fails.
 func (c *Client) Fail(ctx context.Context, id ExecutionID, epoch int64, p FailParams) (*Outcome, error) {
-	return leases.Fail(ctx, c.pool, id, epoch, p)
+	return outcomeOf(leases.Fail(ctx, c.pool, ident.ExecutionID(id), epoch, leases.FailParams(p)))
 }
 
 // FailTx is Fail inside tx.
 func (c *Client) FailTx(ctx context.Context, tx pgx.Tx, id ExecutionID, epoch int64, p FailParams) (*Outcome, error) {
-	return leases.Fail(ctx, tx, id, epoch, p)
+	return outcomeOf(leases.Fail(ctx, tx, ident.ExecutionID(id), epoch, leases.FailParams(p)))
 }
 
 // Cancel cancels a non-terminal execution (fencing a running one). A
 // repeat is a no-op success; other terminal states give an
 // *AlreadyTerminalError.
 func (c *Client) Cancel(ctx context.Context, id ExecutionID, reason, by string) (*Outcome, error) {
-	return leases.Cancel(ctx, c.pool, id, reason, by)
+	return outcomeOf(leases.Cancel(ctx, c.pool, ident.ExecutionID(id), reason, by))
 }
 
 // CancelTx is Cancel inside tx.
 func (c *Client) CancelTx(ctx context.Context, tx pgx.Tx, id ExecutionID, reason, by string) (*Outcome, error) {
-	return leases.Cancel(ctx, tx, id, reason, by)
+	return outcomeOf(leases.Cancel(ctx, tx, ident.ExecutionID(id), reason, by))
 }
 
 // Revoke takes the lease of a running execution away (operator action):
 // it is pending again at once and its holder is fenced.
 func (c *Client) Revoke(ctx context.Context, id ExecutionID, reason string) (*Requeued, error) {
-	return leases.Revoke(ctx, c.pool, id, reason)
+	return requeuedOf(leases.Revoke(ctx, c.pool, ident.ExecutionID(id), reason))
 }
 
 // RevokeTx is Revoke inside tx.
 func (c *Client) RevokeTx(ctx context.Context, tx pgx.Tx, id ExecutionID, reason string) (*Requeued, error) {
-	return leases.Revoke(ctx, tx, id, reason)
+	return requeuedOf(leases.Revoke(ctx, tx, ident.ExecutionID(id), reason))
 }
 
 // Get reads one execution.
 func (c *Client) Get(ctx context.Context, id ExecutionID) (*Execution, error) {
-	return leases.Get(ctx, c.pool, id)
+	return oneExecution(leases.Get(ctx, c.pool, ident.ExecutionID(id)))
 }
 
 // GetTx is Get inside tx.
 func (c *Client) GetTx(ctx context.Context, tx pgx.Tx, id ExecutionID) (*Execution, error) {
-	return leases.Get(ctx, tx, id)
+	return oneExecution(leases.Get(ctx, tx, ident.ExecutionID(id)))
 }
 
 // List pages through executions in creation order.
 func (c *Client) List(ctx context.Context, p ListParams) (*ListPage, error) {
-	return leases.List(ctx, c.pool, p)
+	return c.list(ctx, c.pool, p)
 }
 
 // ListTx is List inside tx.
 func (c *Client) ListTx(ctx context.Context, tx pgx.Tx, p ListParams) (*ListPage, error) {
-	return leases.List(ctx, tx, p)
+	return c.list(ctx, tx, p)
+}
+
+func (c *Client) list(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
+	lp := leases.ListParams{Namespace: p.Namespace, Lane: p.Lane, State: store.State(p.State), FlowID: p.FlowID, Limit: p.Limit}
+	if p.After != nil {
+		after := ident.ExecutionID(*p.After)
+		lp.After = &after
+	}
+	page, err := leases.List(ctx, db, lp)
+	if err != nil {
+		return nil, err
+	}
+	out := &ListPage{Executions: executionsOf(page.Executions)}
+	if page.Next != nil {
+		next := ExecutionID(*page.Next)
+		out.Next = &next
+	}
+	return out, nil
+}
+
+func oneExecution(x *store.Execution, err error) (*Execution, error) {
+	if err != nil {
+		return nil, err
+	}
+	return executionOf(x), nil
+}
+
+func requeuedOf(r *store.Requeued, err error) (*Requeued, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &Requeued{ID: ExecutionID(r.ID), Attempt: r.Attempt, LeaseEpoch: r.LeaseEpoch, RunAt: r.RunAt}, nil
 }

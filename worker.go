@@ -21,6 +21,7 @@ import (
 
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/logging"
 	"github.com/flowfabric/ffd/internal/session"
@@ -307,7 +308,7 @@ func (w *Worker) handBack(ctx context.Context) {
 		}
 		j.handedIn = true
 		j.cancel(ErrWorkerStopped)
-		held = append(held, leases.Held{ID: j.x.ID, Epoch: j.x.LeaseEpoch})
+		held = append(held, leases.Held{ID: ident.ExecutionID(j.x.ID), Epoch: j.x.LeaseEpoch})
 		jobs = append(jobs, j)
 	}
 	w.mu.Unlock()
@@ -612,7 +613,7 @@ func (w *Worker) recheckLeases(ctx context.Context) {
 	w.mu.Lock()
 	held := make([]store.LeaseRef, 0, len(w.active))
 	for id, j := range w.active {
-		held = append(held, store.LeaseRef{ID: id, Epoch: j.x.LeaseEpoch})
+		held = append(held, store.LeaseRef{ID: ident.ExecutionID(id), Epoch: j.x.LeaseEpoch})
 	}
 	w.mu.Unlock()
 	if len(held) == 0 {
@@ -624,7 +625,7 @@ func (w *Worker) recheckLeases(ctx context.Context) {
 		return
 	}
 	for _, l := range lost {
-		w.revoke(l.ID, l.Epoch)
+		w.revoke(ExecutionID(l.ID), l.Epoch)
 	}
 }
 
@@ -738,7 +739,7 @@ func (w *Worker) runCompleter(ctx context.Context) {
 func (w *Worker) commit(ctx context.Context, batch []*completion) {
 	items := make([]leases.Completion, len(batch))
 	for i, c := range batch {
-		items[i] = leases.Completion{ID: c.x.ID, Epoch: c.x.LeaseEpoch, Result: c.result}
+		items[i] = leases.Completion{ID: ident.ExecutionID(c.x.ID), Epoch: c.x.LeaseEpoch, Result: c.result}
 	}
 	cctx, cancel := context.WithTimeout(ctx, finishTimeout)
 	_, errs, err := leases.CompleteMany(cctx, w.client.pool, w.client.limits, items, w.cfg.CompletionLockTimeout)
@@ -765,7 +766,7 @@ func (w *Worker) completeAlone(ctx context.Context, c *completion) {
 	ctx, cancel := context.WithTimeout(ctx, finishTimeout)
 	defer cancel()
 	backoff := 50 * time.Millisecond
-	item := []leases.Completion{{ID: c.x.ID, Epoch: c.x.LeaseEpoch, Result: c.result}}
+	item := []leases.Completion{{ID: ident.ExecutionID(c.x.ID), Epoch: c.x.LeaseEpoch, Result: c.result}}
 	for {
 		_, errs, err := leases.CompleteMany(ctx, w.client.pool, w.client.limits, item, w.cfg.CompletionLockTimeout)
 		if err == nil {

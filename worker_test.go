@@ -221,7 +221,10 @@ func TestWorkerStopHandsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-started
-	stopCtx, cancel := context.WithTimeout(f.ctx, 200*time.Millisecond)
+	// Stop keeps a quarter of its time for the hand-back statement: 2 s
+	// leaves it 500 ms, enough on a loaded machine (200 ms left 50 ms and
+	// flaked when the suite ran in parallel).
+	stopCtx, cancel := context.WithTimeout(f.ctx, 2*time.Second)
 	defer cancel()
 	if err := w.Stop(stopCtx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop = %v, want the context's deadline error", err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -73,7 +74,7 @@ func bigFlow(ctx context.Context, env *Env, p Params, r *Report) error {
 				return err
 			}
 			root := sub.Executions["root"].ID
-			span, err := store.FlowSpan(ctx, env.Pool, f, root)
+			span, err := store.FlowSpan(ctx, env.Pool, f, ident.ExecutionID(root))
 			if err != nil {
 				return err
 			}

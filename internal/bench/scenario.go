@@ -12,6 +12,7 @@ import (
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/daemon"
+	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -372,7 +373,7 @@ func fanout(ctx context.Context, env *Env, p Params, r *Report) error {
 		}); err != nil {
 			return err
 		}
-		d, err := store.JoinDelay(ctx, env.Pool, join, lane+".mid")
+		d, err := store.JoinDelay(ctx, env.Pool, ident.ExecutionID(join), lane+".mid")
 		if err != nil {
 			return err
 		}
@@ -421,7 +422,7 @@ func fanout(ctx context.Context, env *Env, p Params, r *Report) error {
 		if _, err := c.Complete(ctx, running[1].ID, running[1].LeaseEpoch, nil); !errors.Is(err, ffd.ErrLeaseLost) {
 			return fmt.Errorf("a cancelled sibling's late completion: %v, want lease lost", err)
 		}
-		spread, err := store.CancelSpread(ctx, env.Pool, lane+".sib", winner.ID)
+		spread, err := store.CancelSpread(ctx, env.Pool, lane+".sib", ident.ExecutionID(winner.ID))
 		if err != nil {
 			return err
 		}
@@ -449,7 +450,7 @@ func claimComplete(ctx context.Context, c *ffd.Client, lane string, n int) error
 		}
 		items := make([]leases.Completion, len(xs))
 		for i, x := range xs {
-			items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch}
+			items[i] = leases.Completion{ID: ident.ExecutionID(x.ID), Epoch: x.LeaseEpoch}
 		}
 		_, errs, err := leases.CompleteMany(ctx, c.Pool(), leases.Limits{}, items, 0)
 		if err != nil {

@@ -37,7 +37,7 @@ func dagParams(id uuid.UUID, d *oracle.DAG) ffd.SubmitFlowParams {
 		node := ffd.SubmitNode{Ref: fmt.Sprint("n", i), Params: nodeParams(kindOf(i, d.Succeeds[i]))}
 		if len(d.Preds[i]) > 0 {
 			pol := d.Policies[i]
-			node.Policy = &pol
+			node.Policy = &ffd.Policy{Kind: ffd.PolicyKind(pol.Kind), K: pol.K, OnSatisfied: ffd.OnSatisfied(pol.OnSatisfied)}
 		}
 		p.Nodes = append(p.Nodes, node)
 		for _, pr := range d.Preds[i] {

@@ -18,6 +18,15 @@ var (
 	ErrAlreadyTerminal = errors.New("already terminal")
 )
 
+// Public converts an error of this package into the public type target
+// points to (a **ffd.ValidationError, say), for errors.As. The root
+// package sets it once, at init: the public API defines its own error
+// types with documented fields, and callers match those, while the
+// packages below it, which cannot import the root, return these.
+var Public func(err error, target any) bool
+
+func public(err error, target any) bool { return Public != nil && Public(err, target) }
+
 // ValidationKind classifies bad input.
 type ValidationKind string
 
@@ -40,6 +49,9 @@ type ValidationError struct {
 	Detail string // what was expected
 }
 
+// As converts e into the public error type (see Public).
+func (e *ValidationError) As(target any) bool { return public(e, target) }
+
 func (e *ValidationError) Error() string {
 	return fmt.Sprintf("invalid %s %q: %s", e.Field, e.Value, e.Detail)
 }
@@ -61,6 +73,9 @@ type NotFoundError struct {
 	ID     string
 }
 
+// As converts e into the public error type (see Public).
+func (e *NotFoundError) As(target any) bool { return public(e, target) }
+
 func (e *NotFoundError) Error() string { return fmt.Sprintf("%s %s not found", e.Object, e.ID) }
 
 // Is matches ErrNotFound.
@@ -73,6 +88,9 @@ type ConflictError struct {
 	Reason   string
 	Existing any
 }
+
+// As converts e into the public error type (see Public).
+func (e *ConflictError) As(target any) bool { return public(e, target) }
 
 func (e *ConflictError) Error() string {
 	return fmt.Sprintf("%s %s: %s", e.Object, e.ID, e.Reason)
@@ -87,6 +105,9 @@ type StaleRevisionError struct {
 	FlowID            string
 	Expected, Current int64
 }
+
+// As converts e into the public error type (see Public).
+func (e *StaleRevisionError) As(target any) bool { return public(e, target) }
 
 func (e *StaleRevisionError) Error() string {
 	return fmt.Sprintf("flow %s: graph revision is %d, not %d", e.FlowID, e.Current, e.Expected)
@@ -104,6 +125,9 @@ type LeaseLostError struct {
 	State        string
 }
 
+// As converts e into the public error type (see Public).
+func (e *LeaseLostError) As(target any) bool { return public(e, target) }
+
 func (e *LeaseLostError) Error() string {
 	return fmt.Sprintf("lease lost on execution %s: held epoch %d, execution is %s at epoch %d", e.ExecutionID, e.Epoch, e.State, e.CurrentEpoch)
 }
@@ -117,6 +141,9 @@ type AlreadyTerminalError struct {
 	ID     string
 	State  string
 }
+
+// As converts e into the public error type (see Public).
+func (e *AlreadyTerminalError) As(target any) bool { return public(e, target) }
 
 func (e *AlreadyTerminalError) Error() string {
 	return fmt.Sprintf("%s %s is already %s", e.Object, e.ID, e.State)

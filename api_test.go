@@ -1,0 +1,103 @@
+package ffd_test
+
+import (
+	"context"
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+// The public API defines its own types, with documented fields: an
+// exported alias would show `type X = internal.X` in go doc and nothing
+// else, and tie the API to a package callers cannot import.
+func TestNoExportedAliases(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range pkgs {
+		for _, f := range pkg.Files {
+			for _, d := range f.Decls {
+				g, ok := d.(*ast.GenDecl)
+				if !ok || g.Tok != token.TYPE {
+					continue
+				}
+				for _, s := range g.Specs {
+					ts := s.(*ast.TypeSpec)
+					if ts.Assign.IsValid() && ts.Name.IsExported() {
+						t.Errorf("%s: exported alias %s; define the type here and convert at the boundary", fset.Position(ts.Pos()), ts.Name)
+					}
+				}
+			}
+		}
+	}
+}
+
+// Errors from below the API match the public error types with errors.As,
+// fields and all, and a conflict carries the existing object as a public
+// type.
+func TestErrorsMatchThePublicTypes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	_, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "bad lane"})
+	var ve *ffd.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "lane" || ve.Kind != ffd.KindInvalidValue || !errors.Is(err, ffd.ErrValidation) {
+		t.Fatalf("create in a bad lane: %v (as %+v); want a *ffd.ValidationError on lane", err, ve)
+	}
+	flow, err := f.client.CreateFlow(f.ctx, ffd.CreateFlowParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.client.SubmitFlow(context.Background(), ffd.SubmitFlowParams{
+		Flow:  ffd.CreateFlowParams{ID: flow.Flow.ID},
+		Nodes: []ffd.SubmitNode{{Ref: "a", Params: ffd.CreateParams{Lane: "l"}}},
+	})
+	var ce *ffd.ConflictError
+	if !errors.As(err, &ce) || !errors.Is(err, ffd.ErrConflict) {
+		t.Fatalf("submit an existing flow: %v; want a *ffd.ConflictError", err)
+	}
+	if got, ok := ce.Existing.(*ffd.Flow); !ok || got.ID != flow.Flow.ID {
+		t.Fatalf("conflict's existing object is %T %+v; want the *ffd.Flow %s", ce.Existing, ce.Existing, flow.Flow.ID)
+	}
+	_, err = f.client.Get(f.ctx, ffd.ExecutionID{Partition: 3, UUID: flow.Flow.ID})
+	var nf *ffd.NotFoundError
+	if !errors.As(err, &nf) || nf.Object != "execution" || !errors.Is(err, ffd.ErrNotFound) {
+		t.Fatalf("get a missing execution: %v; want a *ffd.NotFoundError", err)
+	}
+}
+
+// The public enumerations spell the schema's vocabulary (internal/store,
+// itself checked against the CHECK constraints) exactly.
+func TestPublicNamesMatchTheStore(t *testing.T) {
+	t.Parallel()
+	same := func(what string, public []string, internal []string) {
+		t.Helper()
+		if strings.Join(public, ",") != strings.Join(internal, ",") {
+			t.Errorf("%s: public %v, store %v", what, public, internal)
+		}
+	}
+	same("states", strs(ffd.StateBlocked, ffd.StatePending, ffd.StateRunning, ffd.StateCompleted, ffd.StateFailed, ffd.StateCancelled, ffd.StateSkipped, ffd.StateExpired), strs(store.States...))
+	same("flow states", strs(ffd.FlowOpen, ffd.FlowCompleted, ffd.FlowFailed, ffd.FlowCancelled), strs(store.FlowStates...))
+	same("policies", strs(ffd.AllOf, ffd.AnyOf, ffd.Quorum), strs(store.PolicyKinds...))
+	same("on_satisfied", strs(ffd.CancelRemaining, ffd.LetRun), strs(store.OnSatisfieds...))
+	same("decisions", strs(ffd.DecisionPending, ffd.DecisionSatisfied, ffd.DecisionImpossible), strs(store.Decisions...))
+	same("cancel policies", strs(ffd.CancelFlowOnly, ffd.CancelAll, ffd.CancelPending), strs(store.CancelPolicies...))
+	same("streams", strs(ffd.StreamCompletion, ffd.StreamLease, ffd.StreamAll), strs(store.Streams...))
+}
+
+func strs[S ~string](xs ...S) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = string(x)
+	}
+	return out
+}
