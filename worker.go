@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/sourcegraph/conc"
 	"github.com/sourcegraph/conc/panics"
 	"go.uber.org/zap"
@@ -24,6 +23,7 @@ import (
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/logging"
+	"github.com/flowfabric/ffd/internal/notifier"
 	"github.com/flowfabric/ffd/internal/session"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -528,70 +528,60 @@ func (w *Worker) heartbeat(ctx context.Context, j *runningJob, done <-chan struc
 	}
 }
 
-// listen wakes the claim loop on ff_ready for the worker's lanes, on a
-// connection of its own; it reconnects with backoff and wakes the claim
-// loop after each reconnect, since notifications sent meanwhile are lost.
-func (w *Worker) listen(ctx context.Context) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-w.stopping:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := w.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		w.listeningOnce.Do(func() { close(w.listening) }) // poll meanwhile
-		w.log.Warn("ff_ready listener disconnected; polling until it reconnects", zap.Error(err), zap.Duration("retry_in", backoff))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(jitter(backoff)):
-		}
-		backoff = min(backoff*2, 10*time.Second)
-	}
-}
+// WorkerApplicationName is the application_name of a worker's LISTEN
+// connection, to find it in pg_stat_activity.
+const WorkerApplicationName = "ffd-worker"
 
-func (w *Worker) listenOnce(ctx context.Context) error {
+// listen wakes the claim loop on ff_ready for the worker's lanes and
+// cancels handlers on ff_revoke, through a notifier on a connection of its
+// own; it polls while the notifier is away, and after every (re)connect
+// re-checks the leases it holds and claims, since notifications sent
+// meanwhile are lost. It returns when ctx ends or the worker stops.
+func (w *Worker) listen(ctx context.Context) {
 	cfg := w.client.pool.Config().ConnConfig.Copy()
 	if !session.Guarded(&cfg.Config) {
 		// The application's pool has no guard of its own; this connection
 		// is ffd's, so it gets ffd's.
 		session.Default().Apply(cfg)
 	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	n, err := notifier.New(notifier.Config{
+		ConnConfig:      cfg,
+		ApplicationName: WorkerApplicationName,
+		Topics:          []notifier.Topic{notifier.Ready, notifier.Revoke},
+		Handle:          w.notified,
+		OnConnect: func(ctx context.Context, _ bool) {
+			w.listeningOnce.Do(func() { close(w.listening) })
+			// A lease taken away while no LISTEN was active sent its
+			// ff_revoke to nobody: ask the database about every lease
+			// held, once, now that later revokes will be heard.
+			w.recheckLeases(ctx)
+			w.signal()
+		},
+		OnDisconnect: func(error) { w.listeningOnce.Do(func() { close(w.listening) }) }, // poll meanwhile
+		Logger:       w.log.Named("notifier"),
+	})
 	if err != nil {
-		return err
+		w.log.Error("worker notifier; polling only", zap.Error(err))
+		w.listeningOnce.Do(func() { close(w.listening) })
+		return
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+store.ChannelReady+"; LISTEN "+store.ChannelRevoke); err != nil {
-		return err
+	n.Start(ctx)
+	defer n.Stop()
+	select {
+	case <-ctx.Done():
+	case <-w.stopping:
 	}
-	w.listeningOnce.Do(func() { close(w.listening) })
-	// A lease taken away while no LISTEN was active (between a disconnect
-	// and this reconnect) sent its ff_revoke to nobody: ask the database
-	// about every lease held, once, now that later revokes will be heard.
-	w.recheckLeases(ctx)
-	w.signal()
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
+}
+
+// notified handles one notification; it must not block.
+func (w *Worker) notified(n notifier.Notification) {
+	switch n.Topic {
+	case notifier.Ready:
+		if slices.Contains(w.cfg.Lanes, n.Payload) {
+			w.signal()
 		}
-		switch n.Channel {
-		case store.ChannelReady:
-			if slices.Contains(w.cfg.Lanes, n.Payload) {
-				w.signal()
-			}
-		case store.ChannelRevoke:
-			w.revoked(n.Payload)
-		}
+	case notifier.Revoke:
+		w.revoked(n.Payload)
 	}
 }
 

@@ -111,7 +111,7 @@ func TestRevokeDuringListenerGap(t *testing.T) {
 	// lost for certain.
 	var killed int
 	if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE datname = current_database() AND query LIKE 'LISTEN ff_ready%') k`).Scan(&killed); err != nil || killed != 1 {
+		WHERE datname = current_database() AND application_name = 'ffd-worker') k`).Scan(&killed); err != nil || killed != 1 {
 		t.Fatalf("terminated %d listeners (%v), want the worker's one", killed, err)
 	}
 	if _, err := f.client.Revoke(f.ctx, x.ID, "operator"); err != nil {

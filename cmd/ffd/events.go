@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
-	"github.com/flowfabric/ffd/internal/listener"
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -67,99 +65,15 @@ func (c *EventsTailCmd) Run(ctx context.Context, g *Globals) error {
 	if c.FromNow {
 		start = outbox.FromNow
 	}
-	wake := make(chan struct{}, 1)
-	if c.Follow {
-		l, err := listener.New(listener.Config{ConnConfig: pool.Config().ConnConfig, Channels: []string{store.ChannelCompletion, store.ChannelLease},
-			Handle: func(*pgconn.Notification) {
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
-			}, Logger: g.log})
-		if err != nil {
-			return err
-		}
-		lctx, stop := context.WithCancel(ctx)
-		listening := make(chan struct{})
-		go func() {
-			defer close(listening)
-			l.Run(lctx)
-		}()
-		defer func() { stop(); <-listening }()
-	}
-	batch := outbox.DefaultBatch
-	var cursor outbox.Cursor
-	// Following, a transient error (a terminated backend, a crash
-	// restart) is waited out and the tail resumes from its cursor: the
-	// named consumer's acknowledged one, or the last event printed.
-	place := func() (err error) {
-		switch {
-		case c.Consumer != "":
-			_, err = outbox.Register(ctx, pool, c.Consumer, stream, start)
-		case start == outbox.FromNow:
-			cursor, err = store.Horizon(ctx, pool)
-		}
-		return err
-	}
-	if c.Follow {
-		err = outbox.RetryTransient(ctx, g.log, "database unavailable; waiting to place the cursor", place)
-	} else {
-		err = place()
-	}
-	if ctx.Err() != nil {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	retry := outbox.NewBackoff()
-	for {
-		if c.Limit > 0 {
-			batch = min(outbox.DefaultBatch, c.Limit-out.n)
-		}
-		var n int
-		if c.Consumer != "" {
-			n, err = outbox.ConsumeOnce(ctx, pool, c.Consumer, batch, func(_ context.Context, _ pgx.Tx, ev []outbox.Event) error {
-				return out.write(ev)
-			})
-		} else {
-			var ev []outbox.Event
-			if ev, err = outbox.Read(ctx, pool, stream, cursor, batch); err == nil && len(ev) > 0 {
-				err = out.write(ev)
-				cursor = ev[len(ev)-1].Position()
-			}
-			n = len(ev)
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			if !c.Follow || !outbox.Transient(err) {
-				return err
-			}
-			g.log.Warn("database unavailable; resuming from the cursor", zap.Error(err), zap.Duration("retry_in", retry.Next()))
-			if !retry.Wait(ctx) {
-				return nil
-			}
-			continue
-		}
-		retry.Reset()
-		if c.Limit > 0 && out.n >= c.Limit {
-			return nil
-		}
-		if n == batch {
-			continue
-		}
-		if !c.Follow {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-wake:
-		case <-time.After(c.Poll):
-		}
-	}
+	// The library's consumer does the work: a named consumer acknowledges
+	// what was printed, an ephemeral cursor lives in memory; following, a
+	// transient error (a terminated backend, a crash restart) is waited
+	// out and the tail resumes from its cursor.
+	return outbox.Consume(ctx, outbox.ConsumeConfig{
+		Pool: pool, Name: c.Consumer, Stream: stream, Start: start, Limit: c.Limit, Once: !c.Follow,
+		PollInterval: c.Poll, Logger: g.log,
+		Handler: func(_ context.Context, _ pgx.Tx, ev []outbox.Event) error { return out.write(ev) },
+	})
 }
 
 func (c *EventsTailCmd) wal(ctx context.Context, g *Globals, stream store.Stream, out *jsonLines) error {

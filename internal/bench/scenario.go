@@ -571,18 +571,21 @@ func recovery(ctx context.Context, env *Env, p Params, r *Report) error {
 		burstErr = claimComplete(ctx, c, burst, p.Burst)
 	}()
 	time.Sleep(20 * time.Millisecond)
-	before := d.d.Listener().Reconnects()
-	if pid := d.d.Listener().BackendPID(); pid != 0 {
-		if _, err := env.Pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, int(pid)); err != nil {
-			return err
-		}
+	killed, err := store.Backends(ctx, env.Pool, daemon.ListenApplicationName)
+	if err != nil {
+		return err
+	}
+	if _, err := store.TerminateBackends(ctx, env.Pool, killed); err != nil {
+		return err
 	}
 	wg.Wait()
 	if burstErr != nil {
 		return burstErr
 	}
 	if err := waitUntil(ctx, "the listener to come back", time.Minute, func() (bool, error) {
-		return d.d.Listener().Reconnects() > before && d.d.Listener().Connected(), nil
+		now, err := store.Backends(ctx, env.Pool, daemon.ListenApplicationName)
+		back := len(now) > 0 && !slices.ContainsFunc(now, func(pid int32) bool { return slices.Contains(killed, pid) })
+		return back && d.d.Ready(), err
 	}); err != nil {
 		return err
 	}

@@ -303,9 +303,9 @@ func TestListenerKilledDuringBurst(t *testing.T) {
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
-			if pid := r.d.Listener().BackendPID(); pid != 0 {
-				if _, err := killer.Exec(f.ctx, `SELECT pg_terminate_backend($1)`, int(pid)); err == nil {
-					killed++
+			if pids, err := store.Backends(f.ctx, killer, daemon.ListenApplicationName); err == nil && len(pids) > 0 {
+				if n, err := store.TerminateBackends(f.ctx, killer, pids); err == nil {
+					killed += n
 				}
 			}
 		}
@@ -314,13 +314,13 @@ func TestListenerKilledDuringBurst(t *testing.T) {
 	close(stop)
 	kills.Wait()
 	f.waitFor("every event dispatched", f.quiet())
-	if killed == 0 || r.d.Listener().Reconnects() == 0 {
-		t.Fatalf("the listener was never killed (%d kills, %d reconnects): the test proves nothing", killed, r.d.Listener().Reconnects())
+	if killed == 0 || r.d.Reconnects() == 0 {
+		t.Fatalf("the listener was never killed (%d kills, %d reconnects): the test proves nothing", killed, r.d.Reconnects())
 	}
 	if n := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'pending'`, lane+"-next"); n != 2000 {
 		t.Fatalf("%d downstreams ready, want 2000", n)
 	}
-	t.Logf("listener killed %d times, %d reconnects", killed, r.d.Listener().Reconnects())
+	t.Logf("listener killed %d times, %d reconnects", killed, r.d.Reconnects())
 	f.quiescent()
 }
 

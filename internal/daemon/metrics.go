@@ -3,6 +3,7 @@ package daemon
 import (
 	"time"
 
+	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -116,3 +117,18 @@ func (m *Metrics) Resolved(by map[string]int, dec map[store.Decision]int) {
 
 // SiblingsCancelled implements cascade.Hooks.
 func (m *Metrics) SiblingsCancelled(n int) { m.siblingsCancelled.Add(float64(n)) }
+
+// recordExpired counts the leases an expiry ended, by reason and result.
+func (m *Metrics) recordExpired(e leases.Expired) {
+	for _, c := range []struct {
+		reason, result string
+		n              int
+	}{
+		{"lease_lapsed", "retried", e.LapsedRetried}, {"lease_lapsed", "expired", e.LapsedExpired},
+		{"attempt_timeout", "retried", e.TimeoutRetried}, {"attempt_timeout", "expired", e.TimeoutExpired},
+	} {
+		if c.n > 0 {
+			m.leasesExpired.WithLabelValues(c.reason, c.result).Add(float64(c.n))
+		}
+	}
+}

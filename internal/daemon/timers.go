@@ -22,7 +22,8 @@ const maxTimers = 100000
 // own queries; every action re-checks the row under lock, so stale timers
 // (a lease renewed since) cost one cheap no-op at most.
 type timerWorker struct {
-	d      *Daemon
+	runner
+	e      *env
 	h      timerHeap
 	latest map[leaseKey]time.Time // newest known expiry per lease, to skip stale timers without a query
 }
@@ -32,13 +33,20 @@ type leaseKey struct {
 	epoch int64
 }
 
-func newTimerWorker(d *Daemon) *timerWorker {
-	return &timerWorker{d: d, latest: map[leaseKey]time.Time{}}
+func newTimerWorker(e *env) *timerWorker {
+	return &timerWorker{e: e, latest: map[leaseKey]time.Time{}}
 }
 
-func (w *timerWorker) run(ctx, workCtx context.Context) {
+// Start runs the worker.
+func (w *timerWorker) Start(ctx context.Context) { w.start(ctx, w.run) }
+
+// Stop ends it and waits for an action under way.
+func (w *timerWorker) Stop() { w.stop() }
+
+func (w *timerWorker) run(ctx context.Context) {
+	workCtx := w.e.work
 	w.reload(workCtx)
-	reload := time.NewTicker(max(w.d.cfg.SweepInterval*10, time.Second))
+	reload := time.NewTicker(max(w.e.cfg.SweepInterval*10, time.Second))
 	defer reload.Stop()
 	var pending []int64
 	batch := time.NewTimer(time.Hour)
@@ -53,7 +61,7 @@ func (w *timerWorker) run(ctx, workCtx context.Context) {
 		case <-ctx.Done():
 			fire.Stop()
 			return
-		case id := <-w.d.leaseIDs:
+		case id := <-w.e.hints.leaseIDs:
 			if len(pending) == 0 {
 				batch.Reset(20 * time.Millisecond)
 			}
@@ -79,9 +87,9 @@ func (w *timerWorker) load(ctx context.Context, eventIDs []int64) {
 	if len(eventIDs) == 0 {
 		return
 	}
-	ts, ended, err := store.TimersForLeaseEvents(ctx, w.d.cfg.Pool, eventIDs)
+	ts, ended, err := store.TimersForLeaseEvents(ctx, w.e.cfg.Pool, eventIDs)
 	if err != nil {
-		w.d.log.Warn("timer worker: read lease events; the sweep covers them", zap.Error(err))
+		w.e.log.Warn("timer worker: read lease events; the sweep covers them", zap.Error(err))
 		return
 	}
 	w.add(ts)
@@ -100,9 +108,9 @@ func (w *timerWorker) load(ctx context.Context, eventIDs []int64) {
 var leaseEnded = time.Unix(1<<62, 0)
 
 func (w *timerWorker) reload(ctx context.Context) {
-	ts, err := store.UpcomingTimers(ctx, w.d.cfg.Pool, DefaultTimerLimit)
+	ts, err := store.UpcomingTimers(ctx, w.e.cfg.Pool, DefaultTimerLimit)
 	if err != nil {
-		w.d.log.Warn("timer worker: read upcoming timers; the sweep covers them", zap.Error(err))
+		w.e.log.Warn("timer worker: read upcoming timers; the sweep covers them", zap.Error(err))
 		return
 	}
 	w.add(ts)
@@ -135,49 +143,40 @@ func (w *timerWorker) fireDue(ctx context.Context) {
 			latest, ok := w.latest[k]
 			if ok && latest.Equal(leaseEnded) {
 				delete(w.latest, k)
-				w.d.m.leaseTimers.WithLabelValues("ended").Inc()
+				w.e.m.leaseTimers.WithLabelValues("ended").Inc()
 				continue // the lease ended before its expiry: nothing to check
 			}
 			if ok && latest.After(t.At) {
 				continue // renewed since: a later timer stands for it
 			}
 			delete(w.latest, k)
-			w.d.m.leaseTimers.WithLabelValues("checked").Inc()
-			res, err := leases.ExpireLapsed(ctx, w.d.cfg.Pool, t.ID, t.Epoch)
+			w.e.m.leaseTimers.WithLabelValues("checked").Inc()
+			res, err := leases.ExpireLapsed(ctx, w.e.cfg.Pool, t.ID, t.Epoch)
 			if err != nil {
-				w.d.log.Warn("timer worker: expire lease; the sweep will retry", zap.String(logging.FieldExecutionID, t.ID.String()), zap.Error(err))
+				w.e.log.Warn("timer worker: expire lease; the sweep will retry", zap.String(logging.FieldExecutionID, t.ID.String()), zap.Error(err))
 				continue
 			}
 			if res.Retried+res.Terminated > 0 {
-				w.d.recordExpired(res)
-				w.d.log.Info("lease expired", zap.String(logging.FieldExecutionID, t.ID.String()), zap.String(logging.FieldLane, t.Lane),
+				w.e.m.recordExpired(res)
+				w.e.log.Info("lease expired", zap.String(logging.FieldExecutionID, t.ID.String()), zap.String(logging.FieldLane, t.Lane),
 					zap.Int64(logging.FieldLeaseEpoch, t.Epoch), zap.Bool("retried", res.Retried > 0))
 			}
 		case store.TimerDeadline:
-			ok, err := leases.ExpireDeadline(ctx, w.d.cfg.Pool, t.ID)
+			ok, err := leases.ExpireDeadline(ctx, w.e.cfg.Pool, t.ID)
 			if err != nil {
-				w.d.log.Warn("timer worker: expire deadline; the sweep will retry", zap.String(logging.FieldExecutionID, t.ID.String()), zap.Error(err))
+				w.e.log.Warn("timer worker: expire deadline; the sweep will retry", zap.String(logging.FieldExecutionID, t.ID.String()), zap.Error(err))
 				continue
 			}
 			if ok {
-				w.d.m.deadlinesExpired.Inc()
-				w.d.log.Info("deadline passed; execution expired", zap.String(logging.FieldExecutionID, t.ID.String()), zap.String(logging.FieldLane, t.Lane))
+				w.e.m.deadlinesExpired.Inc()
+				w.e.log.Info("deadline passed; execution expired", zap.String(logging.FieldExecutionID, t.ID.String()), zap.String(logging.FieldLane, t.Lane))
 			}
 		case store.TimerDue:
 			dueLanes = true
 		}
 	}
 	if dueLanes {
-		w.d.sweepMu.Lock()
-		lanes, next, err := store.NotifyDueLanes(ctx, w.d.cfg.Pool, w.d.dueSince)
-		if err == nil {
-			w.d.dueSince = next
-			w.d.m.readyNotified.Add(float64(len(lanes)))
-		}
-		w.d.sweepMu.Unlock()
-		if err != nil {
-			w.d.log.Warn("timer worker: notify due lanes; the sweep will retry", zap.Error(err))
-		}
+		w.e.due.notify(ctx)
 	}
 }
 

@@ -4,16 +4,16 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
-	"github.com/flowfabric/ffd/internal/listener"
+	"github.com/flowfabric/ffd/internal/notifier"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -32,34 +32,86 @@ type Handler func(ctx context.Context, tx pgx.Tx, events []Event) error
 type ConsumeConfig struct {
 	// Pool to read and ack on. Required.
 	Pool *pgxpool.Pool
-	// Name of the consumer (registered on first use). Required.
+	// Name of a durable consumer, registered on first use: its cursor is
+	// stored and acknowledged with each batch. Default "": an ephemeral
+	// cursor, kept in memory from Start.
 	Name string
 	// Stream: completion, lease or all. Default all.
 	Stream store.Stream
-	// Start is where a new consumer begins. Default FromStart.
+	// Start is where a new cursor begins. Default FromStart.
 	Start Start
 	// Batch bounds the events per handler call. Default DefaultBatch.
 	Batch int
+	// Limit stops Consume once it has delivered this many events. Default
+	// 0: no limit.
+	Limit int
+	// Once stops Consume when it has caught up, and returns transient
+	// errors instead of waiting them out: a one-shot read. Default false:
+	// follow until ctx ends.
+	Once bool
 	// PollInterval is the fallback when no notification arrives (jittered
 	// ±10%). Default DefaultPollInterval.
 	PollInterval time.Duration
 	// Handler is called for each non-empty batch. Required.
 	Handler Handler
-	// Listen wakes the consumer on NOTIFY; default true (set NoListen to
-	// poll only).
+	// NoListen polls only. Default false: a notifier wakes the consumer.
 	NoListen bool
-	Logger   *zap.Logger
+	// Logger: default none.
+	Logger *zap.Logger
 }
 
-// Consume follows the stream for the named consumer until ctx ends
-// (returning nil), the handler fails (returning its error, a
-// *HandlerError, with nothing acknowledged for that batch), or a
-// permanent error occurs (bad credentials, a dropped consumer: see
+// Consume follows the stream until ctx ends (returning nil), Limit events
+// were delivered, or (Once) it has caught up; the handler fails (returning
+// its error, a *HandlerError, with nothing acknowledged for that batch);
+// or a permanent error occurs (bad credentials, a dropped consumer: see
 // Transient). Transient errors — a terminated backend, a server crash
 // restart, a network blip — are logged and retried with backoff from the
 // acknowledged cursor, so no event is skipped; a batch whose commit's
 // answer was lost may be delivered again (dedupe by event id).
 func Consume(ctx context.Context, cfg ConsumeConfig) error {
+	if err := cfg.normalize(); err != nil {
+		return err
+	}
+	log := cfg.Logger.With(zap.String("consumer", cfg.Name))
+	c := &consumer{cfg: cfg}
+	place := func() error { return c.place(ctx) }
+	var err error
+	if cfg.Once {
+		err = place()
+	} else {
+		err = RetryTransient(ctx, log, "place consumer: database unavailable; retrying", place)
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	wake := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	if !cfg.NoListen && !cfg.Once {
+		n, err := notifier.New(notifier.Config{
+			ConnConfig: cfg.Pool.Config().ConnConfig,
+			Topics:     TopicsOf(cfg.Stream),
+			Handle:     func(notifier.Notification) { signal() },
+			OnConnect:  func(context.Context, bool) { signal() },
+			Logger:     cfg.Logger.Named("notifier"),
+		})
+		if err != nil {
+			return err
+		}
+		n.Start(ctx)
+		defer n.Stop()
+	}
+	return c.loop(ctx, log, wake)
+}
+
+func (cfg *ConsumeConfig) normalize() error {
 	if cfg.Pool == nil || cfg.Handler == nil {
 		return errors.New("outbox: Consume needs a pool and a handler")
 	}
@@ -72,65 +124,69 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 	if err := bound.PollInterval.Fill("PollInterval", &cfg.PollInterval, DefaultPollInterval); err != nil {
 		return err
 	}
+	if cfg.Limit < 0 {
+		return fault.Invalid(fault.KindOutOfRange, "limit", strconv.Itoa(cfg.Limit), "want 0 (no limit) or more")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	if err := RetryTransient(ctx, cfg.Logger.With(zap.String("consumer", cfg.Name)), "register consumer: database unavailable; retrying", func() error {
-		_, err := Register(ctx, cfg.Pool, cfg.Name, cfg.Stream, cfg.Start)
-		return err
-	}); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
+	return nil
+}
+
+// consumer is one Consume's state: its ephemeral cursor (a durable one
+// lives in the database) and how much it delivered.
+type consumer struct {
+	cfg       ConsumeConfig
+	cursor    Cursor
+	delivered int
+}
+
+// place registers a durable consumer, or sets an ephemeral cursor at
+// Start.
+func (c *consumer) place(ctx context.Context) (err error) {
+	switch {
+	case c.cfg.Name != "":
+		_, err = Register(ctx, c.cfg.Pool, c.cfg.Name, c.cfg.Stream, c.cfg.Start)
+	case c.cfg.Start == FromNow:
+		c.cursor, err = store.Horizon(ctx, c.cfg.Pool)
 	}
-	wake := make(chan struct{}, 1)
-	signal := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-	if !cfg.NoListen {
-		l, err := listener.New(listener.Config{
-			ConnConfig: cfg.Pool.Config().ConnConfig,
-			Channels:   channelsOf(cfg.Stream),
-			Handle:     func(*pgconn.Notification) { signal() },
-			OnConnect:  func(context.Context, bool) { signal() },
-			Logger:     cfg.Logger.Named("listener"),
-		})
-		if err != nil {
-			return err
-		}
-		lctx, stop := context.WithCancel(ctx)
-		listening := make(chan struct{})
-		go func() {
-			defer close(listening)
-			l.Run(lctx)
-		}()
-		defer func() { stop(); <-listening }()
-	}
+	return err
+}
+
+// loop delivers batches until the consumer is done, waiting for a wake-up
+// or the poll interval whenever it has caught up.
+func (c *consumer) loop(ctx context.Context, log *zap.Logger, wake <-chan struct{}) error {
 	retry := NewBackoff()
 	for {
-		n, err := ConsumeOnce(ctx, cfg.Pool, cfg.Name, cfg.Batch, cfg.Handler)
+		batch := c.cfg.Batch
+		if c.cfg.Limit > 0 {
+			batch = min(batch, c.cfg.Limit-c.delivered)
+		}
+		n, err := c.step(ctx, batch)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
-			if !Transient(err) {
+			if c.cfg.Once || !Transient(err) {
 				return err
 			}
-			cfg.Logger.Warn("consumer: database unavailable; resuming from the cursor", zap.String("consumer", cfg.Name), zap.Error(err), zap.Duration("retry_in", retry.Next()))
+			log.Warn("consumer: database unavailable; resuming from the cursor", zap.Error(err), zap.Duration("retry_in", retry.Next()))
 			if !retry.Wait(ctx) {
 				return nil
 			}
 			continue
 		}
 		retry.Reset()
-		if n == cfg.Batch {
+		c.delivered += n
+		switch {
+		case c.cfg.Limit > 0 && c.delivered >= c.cfg.Limit:
+			return nil
+		case n == batch:
 			continue // more is probably waiting
+		case c.cfg.Once:
+			return nil
 		}
-		t := time.NewTimer(time.Duration(float64(cfg.PollInterval) * (0.9 + 0.2*rand.Float64())))
+		t := time.NewTimer(time.Duration(float64(c.cfg.PollInterval) * (0.9 + 0.2*rand.Float64())))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -142,14 +198,41 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 	}
 }
 
-func channelsOf(s store.Stream) []string {
+// step delivers one batch: through the durable consumer's row, or after
+// the ephemeral cursor, which moves once the handler's transaction commits.
+func (c *consumer) step(ctx context.Context, batch int) (int, error) {
+	if c.cfg.Name != "" {
+		return ConsumeOnce(ctx, c.cfg.Pool, c.cfg.Name, batch, c.cfg.Handler)
+	}
+	var events []Event
+	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
+		var err error
+		if events, err = Read(ctx, tx, c.cfg.Stream, c.cursor, batch); err != nil || len(events) == 0 {
+			return err
+		}
+		if err := c.cfg.Handler(ctx, tx, events); err != nil {
+			return &HandlerError{Consumer: "(ephemeral)", Err: err}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(events) > 0 {
+		c.cursor = events[len(events)-1].Position()
+	}
+	return len(events), nil
+}
+
+// TopicsOf is the notifier topics that announce events of a stream.
+func TopicsOf(s store.Stream) []notifier.Topic {
 	switch s {
 	case store.StreamCompletion:
-		return []string{store.ChannelCompletion}
+		return []notifier.Topic{notifier.Completion}
 	case store.StreamLease:
-		return []string{store.ChannelLease}
+		return []notifier.Topic{notifier.Lease}
 	}
-	return []string{store.ChannelCompletion, store.ChannelLease}
+	return []notifier.Topic{notifier.Completion, notifier.Lease}
 }
 
 // ConsumeOnce reads one batch after the consumer's cursor and hands it to

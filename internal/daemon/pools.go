@@ -1,0 +1,115 @@
+package daemon
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/internal/logging"
+)
+
+// maxDispatchBatch bounds the events one cascade transaction takes.
+const maxDispatchBatch = 200
+
+// cascadePool dispatches notified completion events: each of its workers
+// takes every id queued, up to maxDispatchBatch, into one transaction.
+type cascadePool struct {
+	runner
+	e *env
+}
+
+// Start launches Config.CascadeWorkers workers.
+func (p *cascadePool) Start(ctx context.Context) {
+	loops := make([]func(context.Context), p.e.cfg.CascadeWorkers)
+	for i := range loops {
+		loops[i] = p.work
+	}
+	p.start(ctx, loops...)
+}
+
+// Stop stops taking events and waits for the dispatches under way.
+func (p *cascadePool) Stop() { p.stop() }
+
+func (p *cascadePool) work(ctx context.Context) {
+	ids := make([]int64, 0, maxDispatchBatch)
+	for {
+		ids = ids[:0]
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-p.e.hints.events:
+			ids = append(ids, id)
+		}
+		// Whatever else is queued goes in the same transaction.
+	drain:
+		for len(ids) < maxDispatchBatch {
+			select {
+			case id := <-p.e.hints.events:
+				ids = append(ids, id)
+			default:
+				break drain
+			}
+		}
+		p.dispatch(ids)
+	}
+}
+
+func (p *cascadePool) dispatch(ids []int64) {
+	log := p.e.log
+	res, err := p.e.cascade.DispatchMany(p.e.work, ids)
+	if err != nil {
+		log.Error("dispatch failed; the sweep will retry", zap.Int64s("event_ids", ids), zap.Error(err))
+		return
+	}
+	if res.Events > 0 {
+		log.Debug("events dispatched", zap.Int("events", res.Events), zap.Int("edges", res.EdgesResolved), zap.Int("decided", len(res.Decided)))
+	}
+	for _, dec := range res.Decided {
+		// hop_latency: from the oldest upstream completion event of the
+		// batch to the decision, by the database clock.
+		log.Info("edge group decided",
+			zap.String(logging.FieldFlowID, dec.FlowID.String()), zap.String(logging.FieldExecutionID, dec.Downstream.String()),
+			zap.String("decision", string(dec.Decision)), zap.String("policy", string(dec.Policy.Kind)),
+			zap.Duration("hop_latency", res.Age))
+	}
+	if res.CancelGroups > 0 {
+		p.e.hints.cancelSiblings()
+	}
+}
+
+// siblingPool cancels the live siblings of satisfied cancel_remaining
+// groups when the cascade queues some.
+type siblingPool struct {
+	runner
+	e *env
+}
+
+// Start launches Config.SiblingWorkers workers.
+func (p *siblingPool) Start(ctx context.Context) {
+	loops := make([]func(context.Context), p.e.cfg.SiblingWorkers)
+	for i := range loops {
+		loops[i] = p.work
+	}
+	p.start(ctx, loops...)
+}
+
+// Stop stops taking groups and waits for the cancellations under way.
+func (p *siblingPool) Stop() { p.stop() }
+
+func (p *siblingPool) work(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.e.hints.siblings:
+		}
+		groups, n, err := p.e.cascade.CancelSiblings(p.e.work, p.e.cfg.SweepBatch)
+		if err != nil {
+			p.e.log.Error("sibling cancellation failed; the sweep will retry", zap.Error(err))
+			continue
+		}
+		if n > 0 {
+			p.e.log.Info("siblings cancelled", zap.Int("groups", groups), zap.Int("cancelled", n))
+		}
+	}
+}

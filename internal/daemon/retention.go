@@ -1,0 +1,61 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/internal/outbox"
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+// retainer deletes outbox events past retention and reports idle
+// consumers, every RetentionInterval.
+type retainer struct {
+	runner
+	e *env
+}
+
+// Start runs the retention loop.
+func (r *retainer) Start(ctx context.Context) { r.start(ctx, r.loop) }
+
+// Stop ends it and waits for a pass under way.
+func (r *retainer) Stop() { r.stop() }
+
+func (r *retainer) loop(ctx context.Context) {
+	t := time.NewTicker(r.e.cfg.RetentionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.retain(r.e.work)
+	}
+}
+
+func (r *retainer) retain(ctx context.Context) {
+	cfg, log, m := r.e.cfg, r.e.log, r.e.m
+	if cfg.Retention > 0 {
+		res, err := outbox.Retain(ctx, cfg.Pool, cfg.Retention, outbox.DefaultRetentionBatch)
+		if err != nil {
+			log.Error("retention failed", zap.Error(err))
+		} else if res.Completion+res.Lease > 0 {
+			m.outboxDeleted.WithLabelValues("completion").Add(float64(res.Completion))
+			m.outboxDeleted.WithLabelValues("lease").Add(float64(res.Lease))
+			log.Info("retention deleted outbox events", zap.Int("completion", res.Completion), zap.Int("lease", res.Lease), zap.Duration("retention", cfg.Retention))
+		}
+	}
+	idle, err := store.IdleConsumers(ctx, cfg.Pool, cfg.ConsumerIdleLimit)
+	if err != nil {
+		log.Warn("read idle consumers", zap.Error(err))
+		return
+	}
+	m.idleConsumers.Set(float64(len(idle)))
+	for _, c := range idle {
+		log.Warn("outbox consumer idle while events wait; it holds retention back (drop it with ffd events drop-consumer if it is gone)",
+			zap.String("consumer", c.Name), zap.String("stream", string(c.Stream)), zap.Duration("idle", c.Idle))
+	}
+}

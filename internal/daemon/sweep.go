@@ -1,0 +1,134 @@
+package daemon
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+// sweeper finds everything notifications should have delivered, every
+// SweepInterval (jittered) and at once when asked (after a reconnect, or
+// when a notification was too wide to expand).
+type sweeper struct {
+	runner
+	e  *env
+	mu sync.Mutex // one sweep at a time
+}
+
+// Start runs the sweep loop.
+func (s *sweeper) Start(ctx context.Context) { s.start(ctx, s.loop) }
+
+// Stop ends the loop and waits for a sweep under way.
+func (s *sweeper) Stop() { s.stop() }
+
+func (s *sweeper) loop(ctx context.Context) {
+	for {
+		wait := time.Duration(float64(s.e.cfg.SweepInterval) * (0.9 + 0.2*rand.Float64()))
+		timer := time.NewTimer(wait)
+		full := false
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		case full = <-s.e.hints.sweepNow:
+			timer.Stop()
+		}
+		s.sweep(s.e.work, full)
+	}
+}
+
+// sweep runs one sweep: undispatched events, pending cancel groups, lapsed
+// leases and attempt timeouts, passed deadlines and due delays. full
+// (after a (re)connect) ignores the dispatch grace, since the
+// notifications of that window are lost.
+func (s *sweeper) sweep(ctx context.Context, full bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	grace := s.e.cfg.DispatchGrace
+	if full {
+		grace = 0
+	}
+	s.dispatch(ctx, grace)
+	s.cancelSiblings(ctx)
+	s.expire(ctx)
+	s.e.due.notify(ctx)
+}
+
+func (s *sweeper) dispatch(ctx context.Context, grace time.Duration) {
+	for range 100 { // bounded: a huge backlog is worked over several sweeps
+		res, err := s.e.cascade.DispatchBatch(ctx, s.e.cfg.SweepBatch, grace)
+		if err != nil {
+			s.e.log.Error("sweep: dispatch failed", zap.Error(err))
+			return
+		}
+		if res.Events > 0 {
+			s.e.m.sweepFound.WithLabelValues("completion_event").Add(float64(res.Events))
+			s.e.log.Debug("sweep dispatched events", zap.Int("events", res.Events))
+		}
+		if res.Events < s.e.cfg.SweepBatch {
+			return
+		}
+	}
+}
+
+func (s *sweeper) cancelSiblings(ctx context.Context) {
+	groups, n, err := s.e.cascade.CancelSiblings(ctx, s.e.cfg.SweepBatch)
+	if err != nil {
+		s.e.log.Error("sweep: sibling cancellation failed", zap.Error(err))
+	} else if groups > 0 {
+		s.e.m.sweepFound.WithLabelValues("cancel_group").Add(float64(groups))
+		s.e.log.Info("sweep cancelled siblings", zap.Int("groups", groups), zap.Int("cancelled", n))
+	}
+}
+
+func (s *sweeper) expire(ctx context.Context) {
+	exp, err := leases.SweepLapsed(ctx, s.e.cfg.Pool, s.e.cfg.SweepBatch)
+	if err != nil {
+		s.e.log.Error("sweep: lease expiry failed", zap.Error(err))
+	} else if exp.Retried+exp.Terminated > 0 {
+		s.e.m.sweepFound.WithLabelValues("lapsed_lease").Add(float64(exp.Retried + exp.Terminated))
+		s.e.m.recordExpired(exp)
+		s.e.log.Info("sweep expired leases", zap.Int("retried", exp.Retried), zap.Int("expired", exp.Terminated))
+	}
+	dl, err := leases.SweepDeadlines(ctx, s.e.cfg.Pool, s.e.cfg.SweepBatch)
+	if err != nil {
+		s.e.log.Error("sweep: deadline expiry failed", zap.Error(err))
+	} else if dl > 0 {
+		s.e.m.sweepFound.WithLabelValues("deadline").Add(float64(dl))
+		s.e.m.deadlinesExpired.Add(float64(dl))
+		s.e.log.Info("sweep expired deadlines", zap.Int("expired", dl))
+	}
+}
+
+// dueLanes sends ff_ready for lanes whose delayed executions came due
+// since its watermark. The sweeper and the timeout worker both call it;
+// it owns its watermark and serializes them.
+type dueLanes struct {
+	e     *env
+	mu    sync.Mutex
+	since time.Time
+}
+
+// notify sends ff_ready for the lanes that came due, and moves the
+// watermark on when it succeeded.
+func (d *dueLanes) notify(ctx context.Context) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	lanes, next, err := store.NotifyDueLanes(ctx, d.e.cfg.Pool, d.since)
+	if err != nil {
+		d.e.log.Warn("due lanes: notify failed; the next sweep retries", zap.Error(err))
+		return
+	}
+	d.since = next
+	if len(lanes) > 0 {
+		d.e.m.readyNotified.Add(float64(len(lanes)))
+		d.e.log.Debug("sent ff_ready for due lanes", zap.Strings("lanes", lanes))
+	}
+}

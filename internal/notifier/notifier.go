@@ -1,0 +1,247 @@
+// Package notifier owns a LISTEN connection: the one implementation of
+// wake-ups that the daemon, workers and outbox consumers share.
+//
+// A Notifier LISTENs on typed topics on a connection of its own (its DSN
+// may differ from a pool's, so that pooled work can go through a
+// transaction pooler while LISTEN goes direct), pings the connection when
+// idle, and reconnects with jittered exponential backoff when it drops.
+// Notifications sent while it was away are gone, so after every connect,
+// first or not, it calls OnConnect, where its owner sweeps (the daemon),
+// re-checks its leases and claims (a worker) or reads (a consumer).
+// Notifications go to Handle, which must not block.
+//
+// It follows the start-stop pattern of every component: Start returns once
+// the loop runs, Stop ends it and returns once it has ended.
+package notifier
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+// Topic is a notification channel.
+type Topic string
+
+// Topics.
+const (
+	// Completion carries completion event ids ("id" or "lo-hi").
+	Completion Topic = store.ChannelCompletion
+	// Lease carries lease event ids ("id" or "lo-hi").
+	Lease Topic = store.ChannelLease
+	// Ready carries a lane that has claimable work.
+	Ready Topic = store.ChannelReady
+	// Revoke carries "partition:uuid:epoch" of a lease taken away.
+	Revoke Topic = store.ChannelRevoke
+)
+
+// Notification is one notification on a topic.
+type Notification struct {
+	Topic   Topic
+	Payload string
+}
+
+// DefaultApplicationName is a notifier connection's application_name
+// unless its owner names it, so that operators (and fault tests) can find
+// it in pg_stat_activity.
+const DefaultApplicationName = "ffd-notifier"
+
+// Defaults.
+const (
+	DefaultPingInterval = 10 * time.Second
+	DefaultMinBackoff   = 100 * time.Millisecond
+	DefaultMaxBackoff   = 10 * time.Second
+)
+
+// Config configures a Notifier.
+type Config struct {
+	// ConnConfig is the connection to LISTEN on. Required.
+	ConnConfig *pgx.ConnConfig
+	// Topics to LISTEN on; at least one. Required.
+	Topics []Topic
+	// Handle receives each notification; it must not block. Required.
+	Handle func(Notification)
+	// OnConnect runs after every successful (re)connect and LISTEN, before
+	// notifications are read. Default: nothing.
+	OnConnect func(ctx context.Context, reconnect bool)
+	// OnDisconnect runs when the connection is lost. Default: nothing.
+	OnDisconnect func(err error)
+	// PingInterval: ping the connection after this long without traffic.
+	// Default DefaultPingInterval.
+	PingInterval time.Duration
+	// MinBackoff and MaxBackoff bound the reconnect backoff. Defaults
+	// DefaultMinBackoff and DefaultMaxBackoff.
+	MinBackoff, MaxBackoff time.Duration
+	// ApplicationName is the connection's application_name. Default
+	// DefaultApplicationName.
+	ApplicationName string
+	// Logger: default none.
+	Logger *zap.Logger
+}
+
+// Notifier is the LISTEN loop.
+type Notifier struct {
+	cfg        Config
+	connected  atomic.Bool
+	reconnects atomic.Int64
+
+	mu   sync.Mutex
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// New validates cfg and builds a notifier; Start runs it.
+func New(cfg Config) (*Notifier, error) {
+	switch {
+	case cfg.ConnConfig == nil:
+		return nil, errors.New("notifier: ConnConfig is required")
+	case cfg.Handle == nil:
+		return nil, errors.New("notifier: Handle is required")
+	case len(cfg.Topics) == 0:
+		return nil, errors.New("notifier: at least one topic is required")
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = DefaultMinBackoff
+	}
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.MinBackoff)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.ApplicationName == "" {
+		cfg.ApplicationName = DefaultApplicationName
+	}
+	cc := cfg.ConnConfig.Copy()
+	cc.RuntimeParams["application_name"] = cfg.ApplicationName
+	cfg.ConnConfig = cc
+	return &Notifier{cfg: cfg}, nil
+}
+
+// Connected reports whether LISTEN is up now.
+func (n *Notifier) Connected() bool { return n.connected.Load() }
+
+// Reconnects counts connects after the first.
+func (n *Notifier) Reconnects() int64 { return n.reconnects.Load() }
+
+// Start runs the loop in the background until Stop or until ctx ends. A
+// second Start while running is a no-op.
+func (n *Notifier) Start(ctx context.Context) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.done != nil {
+		return
+	}
+	ctx, n.stop = context.WithCancel(ctx)
+	n.done = make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		n.run(ctx)
+	}(n.done)
+}
+
+// Stop ends the loop and returns once it has ended and its connection is
+// closed. Stopping a notifier that is not running is a no-op.
+func (n *Notifier) Stop() {
+	n.mu.Lock()
+	stop, done := n.stop, n.done
+	n.stop, n.done = nil, nil
+	n.mu.Unlock()
+	if done == nil {
+		return
+	}
+	stop()
+	<-done
+}
+
+func (n *Notifier) run(ctx context.Context) {
+	backoff := n.cfg.MinBackoff
+	first := true
+	for ctx.Err() == nil {
+		listened, err := n.session(ctx, !first)
+		if ctx.Err() != nil {
+			return
+		}
+		if listened {
+			first = false
+			backoff = n.cfg.MinBackoff // a session that got going resets the backoff
+		}
+		if n.cfg.OnDisconnect != nil {
+			n.cfg.OnDisconnect(err)
+		}
+		wait := time.Duration(float64(backoff) * (0.8 + 0.4*rand.Float64()))
+		n.cfg.Logger.Warn("notifier disconnected; reconnecting", zap.Error(err), zap.Duration("retry_in", wait))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, n.cfg.MaxBackoff)
+	}
+}
+
+// session connects, LISTENs, runs OnConnect and reads notifications until
+// the connection fails or ctx ends.
+func (n *Notifier) session(ctx context.Context, reconnect bool) (listened bool, err error) {
+	conn, err := pgx.ConnectConfig(ctx, n.cfg.ConnConfig)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		n.connected.Store(false)
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		conn.Close(closeCtx)
+		cancel()
+	}()
+	topics := make([]string, len(n.cfg.Topics))
+	for i, t := range n.cfg.Topics {
+		topics[i] = string(t)
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{string(t)}.Sanitize()); err != nil {
+			return false, err
+		}
+	}
+	n.connected.Store(true)
+	if reconnect {
+		n.reconnects.Add(1)
+	}
+	if reconnect {
+		n.cfg.Logger.Info("listening again", zap.Strings("topics", topics))
+	} else {
+		n.cfg.Logger.Debug("listening", zap.Strings("topics", topics))
+	}
+	if n.cfg.OnConnect != nil {
+		n.cfg.OnConnect(ctx, reconnect)
+	}
+	for {
+		wctx, cancel := context.WithTimeout(ctx, n.cfg.PingInterval)
+		msg, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			n.cfg.Handle(Notification{Topic: Topic(msg.Channel), Payload: msg.Payload})
+		case ctx.Err() != nil:
+			return true, ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded):
+			// Idle: make sure the connection is still there.
+			pctx, cancel := context.WithTimeout(ctx, n.cfg.PingInterval)
+			err := conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return true, err
+			}
+		default:
+			return true, err
+		}
+	}
+}
