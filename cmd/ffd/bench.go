@@ -54,51 +54,18 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 	url := g.DatabaseURL
 	private := url == ""
 	if private {
-		dir, err := os.MkdirTemp("", "ffd-bench-")
+		u, stop, err := startBenchServer(ctx)
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
-		if err := os.Chmod(dir, 0o755); err != nil {
-			return err
-		}
-		settings := map[string]string{"shared_buffers": "256MB"}
-		if pgserver.HasLibrary("pg_stat_statements") {
-			// Database time per execution (db_us_per_execution).
-			settings["shared_preload_libraries"] = "pg_stat_statements"
-		}
-		srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "data"), Durable: true, Settings: settings})
-		if err != nil {
-			return err
-		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pgserver.DefaultStopTimeout)
-			defer cancel()
-			_ = srv.Stop(sctx)
-		}()
-		url = srv.URL("postgres")
+		defer stop()
+		url = u
 	}
-	cfg, err := g.poolConfig(url)
-	if err != nil {
-		return err
-	}
-	cfg.MaxConns = benchConns(c.Workers)
-	if c.Scenario == "curve" {
-		cfg.MaxConns = benchConns(slices.Max(c.WorkerCurve))
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, cfg, err := c.pool(ctx, g, url, private)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if private {
-		if _, err := schema.Up(ctx, pool, 0); err != nil {
-			return err
-		}
-		statStatements(ctx, pool)
-	} else if err := schema.Check(ctx, pool); err != nil {
-		return err
-	}
 	env := bench.NewEnv(pool, url, g.log)
 	env.NewDatabase = c.newDatabase(g, pool, cfg)
 	params := bench.Params{Executions: c.Executions, Workers: c.Workers, Flows: c.Flows,
@@ -126,6 +93,69 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	return c.print(g, r)
+}
+
+// startBenchServer starts a private, durable PostgreSQL server for a run
+// and returns its URL and how to stop it.
+func startBenchServer(ctx context.Context) (url string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "ffd-bench-")
+	if err != nil {
+		return "", nil, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	settings := map[string]string{"shared_buffers": "256MB"}
+	if pgserver.HasLibrary("pg_stat_statements") {
+		// Database time per execution (db_us_per_execution).
+		settings["shared_preload_libraries"] = "pg_stat_statements"
+	}
+	srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "data"), Durable: true, Settings: settings})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return srv.URL("postgres"), func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pgserver.DefaultStopTimeout)
+		defer cancel()
+		_ = srv.Stop(sctx)
+		os.RemoveAll(dir)
+	}, nil
+}
+
+// pool connects the run's pool, sized for its workers, and migrates a
+// private server (or checks the schema of a given one).
+func (c *BenchCmd) pool(ctx context.Context, g *Globals, url string, private bool) (*pgxpool.Pool, *pgxpool.Config, error) {
+	cfg, err := g.poolConfig(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.MaxConns = benchConns(c.Workers)
+	if c.Scenario == "curve" {
+		cfg.MaxConns = benchConns(slices.Max(c.WorkerCurve))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if private {
+		if _, err = schema.Up(ctx, pool, 0); err == nil {
+			statStatements(ctx, pool)
+		}
+	} else {
+		err = schema.Check(ctx, pool)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, cfg, nil
+}
+
+// print writes a run's report: JSON, or one figure and target per line.
+func (c *BenchCmd) print(g *Globals, r *bench.Report) error {
 	if c.JSON {
 		enc := json.NewEncoder(g.stdout)
 		enc.SetIndent("", "  ")

@@ -125,48 +125,21 @@ func (c *DemoCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 func (c *DemoCmd) demo(ctx context.Context, g *Globals, pool *pgxpool.Pool) error {
-	d, err := daemon.New(daemon.Config{Pool: pool, SweepInterval: 200 * time.Millisecond, Logger: g.log.Named("daemon"), Notifier: daemon.NopNotifier{}})
+	stopDaemon, err := startDemoDaemon(ctx, g, pool)
 	if err != nil {
 		return err
 	}
-	dctx, stopDaemon := context.WithCancel(ctx)
-	daemonDone := make(chan error, 1)
-	go func() { daemonDone <- d.Run(dctx) }()
-	defer func() { stopDaemon(); <-daemonDone }()
-	for !d.Ready() {
-		select {
-		case err := <-daemonDone:
-			daemonDone <- err
-			return fmt.Errorf("daemon: %v", err)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-
+	defer stopDaemon()
 	client, err := ffd.NewClient(pool, &ffd.Config{Logger: g.log})
 	if err != nil {
 		return err
 	}
 	lane := "demo-" + uuid.NewString()[:8]
-	spec := ffd.SubmitFlowParams{Flow: ffd.CreateFlowParams{Kind: "media-pipeline"}}
-	for _, n := range demoDAG {
-		spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: n.ref, Policy: n.policy, Params: ffd.CreateParams{
-			Lane: lane, Kind: n.behaviour, LeaseTTL: 3 * time.Second, MaxAttempts: 3,
-			Retry: ffd.RetryPolicy{Base: 300 * time.Millisecond}, Tags: map[string]any{"step": n.ref},
-		}})
-		for _, a := range n.after {
-			spec.Edges = append(spec.Edges, ffd.SubmitEdge{From: a, To: n.ref})
-		}
-	}
+	spec := demoSpec(lane)
 	start := time.Now()
 	sub, err := client.SubmitFlow(ctx, spec)
 	if err != nil {
 		return err
-	}
-	refs := map[ffd.ExecutionID]string{}
-	for ref, x := range sub.Executions {
-		refs[x.ID] = ref
 	}
 	if !c.JSON {
 		fmt.Fprintf(g.stdout, "submitted flow %s: %d steps, %d edges\n", sub.Flow.ID, len(spec.Nodes), len(spec.Edges))
@@ -184,9 +157,59 @@ func (c *DemoCmd) demo(ctx context.Context, g *Globals, pool *pgxpool.Pool) erro
 		defer cancel()
 		_ = worker.Stop(stopCtx)
 	}()
+	if err := c.follow(ctx, g, pool, client, sub, start); err != nil {
+		return err
+	}
+	return c.report(ctx, g, pool, client, sub, start)
+}
 
-	// Live progress: one line per state change, until the flow ends and the
-	// cascade is idle.
+// startDemoDaemon runs a daemon in-process and returns once it is ready,
+// with the function that stops it.
+func startDemoDaemon(ctx context.Context, g *Globals, pool *pgxpool.Pool) (stop func(), err error) {
+	d, err := daemon.New(daemon.Config{Pool: pool, SweepInterval: 200 * time.Millisecond, Logger: g.log.Named("daemon"), Notifier: daemon.NopNotifier{}})
+	if err != nil {
+		return nil, err
+	}
+	dctx, stopDaemon := context.WithCancel(ctx)
+	daemonDone := make(chan error, 1)
+	go func() { daemonDone <- d.Run(dctx) }()
+	stop = func() { stopDaemon(); <-daemonDone }
+	for !d.Ready() {
+		select {
+		case err := <-daemonDone:
+			stopDaemon()
+			return nil, fmt.Errorf("daemon: %v", err)
+		case <-ctx.Done():
+			stop()
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return stop, nil
+}
+
+// demoSpec is the demo's DAG, on one lane.
+func demoSpec(lane string) ffd.SubmitFlowParams {
+	spec := ffd.SubmitFlowParams{Flow: ffd.CreateFlowParams{Kind: "media-pipeline"}}
+	for _, n := range demoDAG {
+		spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: n.ref, Policy: n.policy, Params: ffd.CreateParams{
+			Lane: lane, Kind: n.behaviour, LeaseTTL: 3 * time.Second, MaxAttempts: 3,
+			Retry: ffd.RetryPolicy{Base: 300 * time.Millisecond}, Tags: map[string]any{"step": n.ref},
+		}})
+		for _, a := range n.after {
+			spec.Edges = append(spec.Edges, ffd.SubmitEdge{From: a, To: n.ref})
+		}
+	}
+	return spec
+}
+
+// follow prints one line per state change, until the flow ends and the
+// cascade is idle.
+func (c *DemoCmd) follow(ctx context.Context, g *Globals, pool *pgxpool.Pool, client *ffd.Client, sub *ffd.SubmittedFlow, start time.Time) error {
+	refs := map[ffd.ExecutionID]string{}
+	for ref, x := range sub.Executions {
+		refs[x.ID] = ref
+	}
 	seen := map[ffd.ExecutionID]ffd.State{}
 	for {
 		page, err := client.List(ctx, ffd.ListParams{FlowID: &sub.Flow.ID, Limit: 1000})
@@ -209,9 +232,8 @@ func (c *DemoCmd) demo(ctx context.Context, g *Globals, pool *pgxpool.Pool) erro
 		if err != nil {
 			return err
 		}
-		backlog := left.Undispatched + left.CancelGroups
-		if fl.State != ffd.FlowOpen && backlog == 0 {
-			break
+		if fl.State != ffd.FlowOpen && left.Undispatched+left.CancelGroups == 0 {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -219,7 +241,6 @@ func (c *DemoCmd) demo(ctx context.Context, g *Globals, pool *pgxpool.Pool) erro
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	return c.report(ctx, g, pool, client, sub, start)
 }
 
 func demoHandler(ctx context.Context, job *ffd.Job) ([]byte, error) {

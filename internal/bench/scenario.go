@@ -346,83 +346,12 @@ func fanout(ctx context.Context, env *Env, p Params, r *Report) error {
 	defer d.stop()
 	var joins, cancels []time.Duration
 	for rep := range p.Repeats {
-		// 1 -> N -> 1 all_of: the middles are completed here in batches.
-		lane := env.lane(fmt.Sprint("fan", rep))
-		spec := ffd.SubmitFlowParams{}
-		spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: "root", Params: ffd.CreateParams{Lane: lane + ".root"}},
-			ffd.SubmitNode{Ref: "join", Params: ffd.CreateParams{Lane: lane + ".join"}})
-		for i := range p.FanWidth {
-			ref := fmt.Sprint("m", i)
-			spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: ref, Params: ffd.CreateParams{Lane: lane + ".mid"}})
-			spec.Edges = append(spec.Edges, ffd.SubmitEdge{From: "root", To: ref}, ffd.SubmitEdge{From: ref, To: "join"})
-		}
-		sub, err := c.SubmitFlow(ctx, spec)
+		join, err := fanJoin(ctx, env, c, p, env.lane(fmt.Sprint("fan", rep)))
 		if err != nil {
 			return err
 		}
-		if err := claimComplete(ctx, c, lane+".root", 1); err != nil {
-			return err
-		}
-		if err := claimComplete(ctx, c, lane+".mid", p.FanWidth); err != nil {
-			return err
-		}
-		join := sub.Executions["join"].ID
-		if err := waitUntil(ctx, "the join to become claimable", time.Minute, func() (bool, error) {
-			x, err := c.Get(ctx, join)
-			return err == nil && x.State == ffd.StatePending, err
-		}); err != nil {
-			return err
-		}
-		d, err := store.JoinDelay(ctx, env.Pool, ident.ExecutionID(join), lane+".mid")
-		if err != nil {
-			return err
-		}
-		joins = append(joins, d)
-
-		// any_of + cancel_remaining over N running siblings.
-		lane = env.lane(fmt.Sprint("race", rep))
-		spec = ffd.SubmitFlowParams{}
-		spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: "root", Params: ffd.CreateParams{Lane: lane + ".root"}},
-			ffd.SubmitNode{Ref: "use", Params: ffd.CreateParams{Lane: lane + ".use"}, Policy: &ffd.Policy{Kind: ffd.AnyOf, OnSatisfied: ffd.CancelRemaining}})
-		for i := range p.FanWidth {
-			ref := fmt.Sprint("s", i)
-			spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: ref, Params: ffd.CreateParams{Lane: lane + ".sib"}})
-			spec.Edges = append(spec.Edges, ffd.SubmitEdge{From: "root", To: ref}, ffd.SubmitEdge{From: ref, To: "use"})
-		}
-		if _, err := c.SubmitFlow(ctx, spec); err != nil {
-			return err
-		}
-		if err := claimComplete(ctx, c, lane+".root", 1); err != nil {
-			return err
-		}
-		var running []*ffd.Execution
-		if err := waitUntil(ctx, "every sibling to be claimed", time.Minute, func() (bool, error) {
-			xs, err := c.Claim(ctx, ffd.ClaimParams{Lane: lane + ".sib", Worker: "bench/siblings", Max: min(1000, p.FanWidth-len(running))})
-			running = append(running, xs...)
-			return len(running) == p.FanWidth, err
-		}); err != nil {
-			return err
-		}
-		winner := running[0]
-		if _, err := c.Complete(ctx, winner.ID, winner.LeaseEpoch, nil); err != nil {
-			return err
-		}
-		if err := waitUntil(ctx, "every sibling to be cancelled", time.Minute, func() (bool, error) {
-			n, err := store.CountInLanes(ctx, env.Pool, store.StateCancelled, lane+".sib")
-			return n == p.FanWidth-1, err
-		}); err != nil {
-			return err
-		}
-		// Fenced and evented: every loser's epoch moved on and it has its
-		// completion event; its late completion is refused.
-		fenced, err := store.FencedCancellations(ctx, env.Pool, lane+".sib", 2)
-		if err != nil || fenced != p.FanWidth-1 {
-			return fmt.Errorf("%d of %d siblings fenced and evented (%v)", fenced, p.FanWidth-1, err)
-		}
-		if _, err := c.Complete(ctx, running[1].ID, running[1].LeaseEpoch, nil); !errors.Is(err, ffd.ErrLeaseLost) {
-			return fmt.Errorf("a cancelled sibling's late completion: %v, want lease lost", err)
-		}
-		spread, err := store.CancelSpread(ctx, env.Pool, lane+".sib", ident.ExecutionID(winner.ID))
+		joins = append(joins, join)
+		spread, err := fanRace(ctx, env, c, p, env.lane(fmt.Sprint("race", rep)))
 		if err != nil {
 			return err
 		}
@@ -438,6 +367,83 @@ func fanout(ctx context.Context, env *Env, p Params, r *Report) error {
 		return err
 	}
 	return env.checkInvariants(ctx)
+}
+
+// fanDAG is root -> N middles (or siblings) -> one last node with policy.
+func fanDAG(lane, middle, last string, width int, policy *ffd.Policy) ffd.SubmitFlowParams {
+	spec := ffd.SubmitFlowParams{}
+	spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: "root", Params: ffd.CreateParams{Lane: lane + ".root"}},
+		ffd.SubmitNode{Ref: last, Params: ffd.CreateParams{Lane: lane + "." + last}, Policy: policy})
+	for i := range width {
+		ref := fmt.Sprint("m", i)
+		spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: ref, Params: ffd.CreateParams{Lane: lane + "." + middle}})
+		spec.Edges = append(spec.Edges, ffd.SubmitEdge{From: "root", To: ref}, ffd.SubmitEdge{From: ref, To: last})
+	}
+	return spec
+}
+
+// fanJoin runs 1 -> N -> 1 all_of, completing the middles here in
+// batches, and returns the join's delay after the last middle.
+func fanJoin(ctx context.Context, env *Env, c *ffd.Client, p Params, lane string) (time.Duration, error) {
+	sub, err := c.SubmitFlow(ctx, fanDAG(lane, "mid", "join", p.FanWidth, nil))
+	if err != nil {
+		return 0, err
+	}
+	if err := claimComplete(ctx, c, lane+".root", 1); err != nil {
+		return 0, err
+	}
+	if err := claimComplete(ctx, c, lane+".mid", p.FanWidth); err != nil {
+		return 0, err
+	}
+	join := sub.Executions["join"].ID
+	if err := waitUntil(ctx, "the join to become claimable", time.Minute, func() (bool, error) {
+		x, err := c.Get(ctx, join)
+		return err == nil && x.State == ffd.StatePending, err
+	}); err != nil {
+		return 0, err
+	}
+	return store.JoinDelay(ctx, env.Pool, ident.ExecutionID(join), lane+".mid")
+}
+
+// fanRace runs any_of + cancel_remaining over N running siblings and
+// returns the spread from the winner's completion to the last sibling's
+// cancellation.
+func fanRace(ctx context.Context, env *Env, c *ffd.Client, p Params, lane string) (time.Duration, error) {
+	policy := &ffd.Policy{Kind: ffd.AnyOf, OnSatisfied: ffd.CancelRemaining}
+	if _, err := c.SubmitFlow(ctx, fanDAG(lane, "sib", "use", p.FanWidth, policy)); err != nil {
+		return 0, err
+	}
+	if err := claimComplete(ctx, c, lane+".root", 1); err != nil {
+		return 0, err
+	}
+	var running []*ffd.Execution
+	if err := waitUntil(ctx, "every sibling to be claimed", time.Minute, func() (bool, error) {
+		xs, err := c.Claim(ctx, ffd.ClaimParams{Lane: lane + ".sib", Worker: "bench/siblings", Max: min(1000, p.FanWidth-len(running))})
+		running = append(running, xs...)
+		return len(running) == p.FanWidth, err
+	}); err != nil {
+		return 0, err
+	}
+	winner := running[0]
+	if _, err := c.Complete(ctx, winner.ID, winner.LeaseEpoch, nil); err != nil {
+		return 0, err
+	}
+	if err := waitUntil(ctx, "every sibling to be cancelled", time.Minute, func() (bool, error) {
+		n, err := store.CountInLanes(ctx, env.Pool, store.StateCancelled, lane+".sib")
+		return n == p.FanWidth-1, err
+	}); err != nil {
+		return 0, err
+	}
+	// Fenced and evented: every loser's epoch moved on and it has its
+	// completion event; its late completion is refused.
+	fenced, err := store.FencedCancellations(ctx, env.Pool, lane+".sib", 2)
+	if err != nil || fenced != p.FanWidth-1 {
+		return 0, fmt.Errorf("%d of %d siblings fenced and evented (%v)", fenced, p.FanWidth-1, err)
+	}
+	if _, err := c.Complete(ctx, running[1].ID, running[1].LeaseEpoch, nil); !errors.Is(err, ffd.ErrLeaseLost) {
+		return 0, fmt.Errorf("a cancelled sibling's late completion: %v, want lease lost", err)
+	}
+	return store.CancelSpread(ctx, env.Pool, lane+".sib", ident.ExecutionID(winner.ID))
 }
 
 // claimComplete claims and completes n executions of a lane in batches.
@@ -556,9 +562,13 @@ func recovery(ctx context.Context, env *Env, p Params, r *Report) error {
 	}
 	r.Figures["reclaimed_after_ttl_ms"] = ms(reclaim)
 	r.Targets = append(r.Targets, target("reclaim_after_ttl_ms", fmt.Sprintf("<= sweep interval (%s)", p.SweepInterval), ms(reclaim), "ms", reclaim <= p.SweepInterval))
+	return burstWhileListenerKilled(ctx, env, c, d, p, r)
+}
 
-	// The burst: solo executions completed in batches while the listener's
-	// backend is killed.
+// burstWhileListenerKilled completes a burst of solo executions in batches
+// while the daemon's LISTEN backend is killed, and measures how soon after
+// the listener is back every event is dispatched.
+func burstWhileListenerKilled(ctx context.Context, env *Env, c *ffd.Client, d *runningDaemon, p Params, r *Report) error {
 	burst := env.lane("burst")
 	if err := env.createMany(ctx, leases.CreateParams{Lane: burst}, p.Burst); err != nil {
 		return err
