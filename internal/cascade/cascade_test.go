@@ -34,16 +34,8 @@ type fixture struct {
 // invariants over the whole database when the test ends.
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	db := testdb.New(t)
-	f := &fixture{t: t, ctx: ctx, db: db, pool: db.Pool, d: cascade.New(db.Pool, nil)}
-	t.Cleanup(func() {
-		defer cancel()
-		if err := store.CheckInvariants(ctx, db.Pool); err != nil {
-			t.Errorf("invariants after the test: %v", err)
-		}
-	})
-	return f
+	ctx, db := testdb.Checked(t, 5*time.Minute)
+	return &fixture{t: t, ctx: ctx, db: db, pool: db.Pool, d: cascade.New(db.Pool, nil)}
 }
 
 type dag struct {

@@ -36,18 +36,11 @@ type fixture struct {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	db := testdb.New(t)
+	ctx, db := testdb.Checked(t, 5*time.Minute)
 	client, err := ffd.NewClient(db.Pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		defer cancel()
-		if err := store.CheckInvariants(ctx, db.Pool); err != nil {
-			t.Errorf("invariants after the test: %v", err)
-		}
-	})
 	return &fixture{t: t, ctx: ctx, db: db, client: client}
 }
 

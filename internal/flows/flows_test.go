@@ -29,15 +29,8 @@ type fixture struct {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	pool := testdb.New(t).Pool
-	t.Cleanup(func() {
-		defer cancel()
-		if err := store.CheckInvariants(ctx, pool); err != nil {
-			t.Errorf("invariants after the test: %v", err)
-		}
-	})
-	return &fixture{t: t, ctx: ctx, pool: pool}
+	ctx, db := testdb.Checked(t, 3*time.Minute)
+	return &fixture{t: t, ctx: ctx, pool: db.Pool}
 }
 
 func (f *fixture) flow() *store.Flow {

@@ -13,17 +13,18 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-type fixture struct {
+// probe records what a notifier under test delivers.
+type probe struct {
 	t        *testing.T
-	ctx      context.Context
 	db       *testdb.DB
 	got      chan notifier.Notification
 	connects chan bool
+	ctx      context.Context
 }
 
-func setup(t *testing.T) (*fixture, *notifier.Notifier) {
+func setup(t *testing.T) (*probe, *notifier.Notifier) {
 	t.Helper()
-	f := &fixture{t: t, ctx: context.Background(), db: testdb.New(t), got: make(chan notifier.Notification, 16), connects: make(chan bool, 16)}
+	f := &probe{t: t, db: testdb.New(t), got: make(chan notifier.Notification, 16), connects: make(chan bool, 16), ctx: context.Background()}
 	n, err := notifier.New(notifier.Config{
 		ConnConfig:      f.db.Pool.Config().ConnConfig,
 		ApplicationName: "notifier-test",
@@ -38,7 +39,7 @@ func setup(t *testing.T) (*fixture, *notifier.Notifier) {
 	return f, n
 }
 
-func (f *fixture) connected(wantReconnect bool) {
+func (f *probe) connected(wantReconnect bool) {
 	f.t.Helper()
 	select {
 	case r := <-f.connects:
@@ -50,7 +51,7 @@ func (f *fixture) connected(wantReconnect bool) {
 	}
 }
 
-func (f *fixture) expect(topic notifier.Topic, payload string) {
+func (f *probe) expect(topic notifier.Topic, payload string) {
 	f.t.Helper()
 	if _, err := f.db.Pool.Exec(f.ctx, `SELECT pg_notify($1, $2)`, string(topic), payload); err != nil {
 		f.t.Fatal(err)
@@ -65,7 +66,7 @@ func (f *fixture) expect(topic notifier.Topic, payload string) {
 	}
 }
 
-func (f *fixture) backends() []int32 {
+func (f *probe) backends() []int32 {
 	f.t.Helper()
 	pids, err := store.Backends(f.ctx, f.db.Pool, "notifier-test")
 	if err != nil {

@@ -1,4 +1,4 @@
-package store
+package store_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -40,7 +41,7 @@ func TestClaimPlanSurvivesStatistics(t *testing.T) {
 	check := func(when string) {
 		t.Helper()
 		var raw []byte
-		if err := pool.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+claimSQL, "busy", []string{}, 30, "w/1").Scan(&raw); err != nil {
+		if err := pool.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+store.ClaimSQL, "busy", []string{}, 30, "w/1").Scan(&raw); err != nil {
 			t.Fatalf("explain the claim: %v", err)
 		}
 		var plans []struct{ Plan planNode }
