@@ -15,43 +15,40 @@ import (
 // answers.
 type watchdog struct {
 	runner
-	e    *env
-	dbOK atomic.Bool
+	e        *env
+	interval time.Duration // systemd's watchdog interval; 0: none
+	period   time.Duration // between pings
+	dbOK     atomic.Bool
 }
 
-// Start runs the watchdog.
-func (w *watchdog) Start(ctx context.Context) { w.start(ctx, w.loop) }
+// Start pings every 5 s, or twice per systemd watchdog interval when
+// that is shorter.
+func (w *watchdog) Start(ctx context.Context) {
+	w.interval = w.e.cfg.Notifier.WatchdogInterval()
+	w.period = 5 * time.Second
+	if w.interval > 0 {
+		w.period = min(w.period, w.interval/2)
+	}
+	w.start(ctx, every(w.period, false, w.check))
+}
 
 // Stop ends it.
 func (w *watchdog) Stop() { w.stop() }
 
-func (w *watchdog) loop(ctx context.Context) {
-	interval := w.e.cfg.Notifier.WatchdogInterval()
-	check := 5 * time.Second
-	if interval > 0 {
-		check = min(check, interval/2)
+// check pings the database once.
+func (w *watchdog) check(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, w.period)
+	err := w.e.cfg.Pool.Ping(pctx)
+	cancel()
+	if w.dbOK.Swap(err == nil) != (err == nil) {
+		if err != nil {
+			w.e.log.Warn("database not answering; not ready", zap.Error(err))
+		} else {
+			w.e.log.Info("database answering again")
+		}
 	}
-	t := time.NewTicker(check)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, check)
-		err := w.e.cfg.Pool.Ping(pctx)
-		cancel()
-		if w.dbOK.Swap(err == nil) != (err == nil) {
-			if err != nil {
-				w.e.log.Warn("database not answering; not ready", zap.Error(err))
-			} else {
-				w.e.log.Info("database answering again")
-			}
-		}
-		if err == nil && interval > 0 {
-			w.e.cfg.Notifier.Notify("WATCHDOG=1")
-		}
+	if err == nil && w.interval > 0 {
+		w.e.cfg.Notifier.Notify("WATCHDOG=1")
 	}
 }
 
@@ -62,24 +59,13 @@ type sampler struct {
 	e *env
 }
 
-// Start runs the sampler; it samples at once.
-func (s *sampler) Start(ctx context.Context) { s.start(ctx, s.loop) }
+// Start samples at once and then every SampleInterval.
+func (s *sampler) Start(ctx context.Context) {
+	s.start(ctx, every(s.e.cfg.SampleInterval, true, func(context.Context) { s.sample(s.e.work) }))
+}
 
 // Stop ends it.
 func (s *sampler) Stop() { s.stop() }
-
-func (s *sampler) loop(ctx context.Context) {
-	t := time.NewTicker(s.e.cfg.SampleInterval)
-	defer t.Stop()
-	for {
-		s.sample(s.e.work)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
 
 func (s *sampler) sample(ctx context.Context) {
 	depths, err := store.LiveByLane(ctx, s.e.cfg.Pool)

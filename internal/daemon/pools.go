@@ -20,11 +20,7 @@ type cascadePool struct {
 
 // Start launches Config.CascadeWorkers workers.
 func (p *cascadePool) Start(ctx context.Context) {
-	loops := make([]func(context.Context), p.e.cfg.CascadeWorkers)
-	for i := range loops {
-		loops[i] = p.work
-	}
-	p.start(ctx, loops...)
+	p.start(ctx, times(p.e.cfg.CascadeWorkers, p.work)...)
 }
 
 // Stop stops taking events and waits for the dispatches under way.
@@ -86,11 +82,7 @@ type siblingPool struct {
 
 // Start launches Config.SiblingWorkers workers.
 func (p *siblingPool) Start(ctx context.Context) {
-	loops := make([]func(context.Context), p.e.cfg.SiblingWorkers)
-	for i := range loops {
-		loops[i] = p.work
-	}
-	p.start(ctx, loops...)
+	p.start(ctx, times(p.e.cfg.SiblingWorkers, p.work)...)
 }
 
 // Stop stops taking groups and waits for the cancellations under way.

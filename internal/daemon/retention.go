@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -17,24 +16,13 @@ type retainer struct {
 	e *env
 }
 
-// Start runs the retention loop.
-func (r *retainer) Start(ctx context.Context) { r.start(ctx, r.loop) }
+// Start runs retention every RetentionInterval.
+func (r *retainer) Start(ctx context.Context) {
+	r.start(ctx, every(r.e.cfg.RetentionInterval, false, func(context.Context) { r.retain(r.e.work) }))
+}
 
 // Stop ends it and waits for a pass under way.
 func (r *retainer) Stop() { r.stop() }
-
-func (r *retainer) loop(ctx context.Context) {
-	t := time.NewTicker(r.e.cfg.RetentionInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		r.retain(r.e.work)
-	}
-}
 
 func (r *retainer) retain(ctx context.Context) {
 	cfg, log, m := r.e.cfg, r.e.log, r.e.m

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/sourcegraph/conc"
 )
@@ -32,6 +33,35 @@ func (r *runner) start(ctx context.Context, loops ...func(ctx context.Context)) 
 	for _, loop := range loops {
 		r.loops.Go(func() { loop(ctx) })
 	}
+}
+
+// every returns a loop that calls fn every interval (after the first
+// interval; at once too when now) until its context ends.
+func every(interval time.Duration, now bool, fn func(ctx context.Context)) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		if now {
+			fn(ctx)
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			fn(ctx)
+		}
+	}
+}
+
+// times returns n copies of loop, for a pool of n workers.
+func times(n int, loop func(ctx context.Context)) []func(ctx context.Context) {
+	loops := make([]func(context.Context), n)
+	for i := range loops {
+		loops[i] = loop
+	}
+	return loops
 }
 
 // stop cancels the loops and waits for them. Stopping a component that

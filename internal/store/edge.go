@@ -89,20 +89,18 @@ func FindEdge(ctx context.Context, db DB, flowID, edgeID uuid.UUID, up, down ide
 
 // EdgesInto lists the edges into one member of a flow, by edge id.
 func EdgesInto(ctx context.Context, db DB, flowID uuid.UUID, down ident.ExecutionID) ([]*Edge, error) {
-	rows, err := db.Query(ctx, `SELECT `+edgeColumns+` FROM ff_edge e
-		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.downstream_id = $3 ORDER BY e.edge_id`,
-		ident.Partition(flowID), flowID, down.UUID)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, scanEdge)
+	return edges(ctx, db, `SELECT `+edgeColumns+` FROM ff_edge e
+		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.downstream_id = $3 ORDER BY e.edge_id`, flowID, down)
 }
 
 // EdgesOutOf lists the edges out of one member of a flow, by edge id.
 func EdgesOutOf(ctx context.Context, db DB, flowID uuid.UUID, up ident.ExecutionID) ([]*Edge, error) {
-	rows, err := db.Query(ctx, `SELECT `+edgeColumns+` FROM ff_edge e
-		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.upstream_id = $3 ORDER BY e.edge_id`,
-		ident.Partition(flowID), flowID, up.UUID)
+	return edges(ctx, db, `SELECT `+edgeColumns+` FROM ff_edge e
+		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.upstream_id = $3 ORDER BY e.edge_id`, flowID, up)
+}
+
+func edges(ctx context.Context, db DB, sql string, flowID uuid.UUID, node ident.ExecutionID) ([]*Edge, error) {
+	rows, err := db.Query(ctx, sql, ident.Partition(flowID), flowID, node.UUID)
 	if err != nil {
 		return nil, err
 	}
