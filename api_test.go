@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/store"
@@ -100,4 +101,53 @@ func strs[S ~string](xs ...S) []string {
 		out[i] = string(x)
 	}
 	return out
+}
+
+// The public WAL stream hands the handler public events, converted from
+// the decoder's, with the session guard it was given; DropWALSlot removes
+// the slot.
+func TestStreamWALDeliversPublicEvents(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	slot := "s_" + strings.ToLower(f.db.Name)
+	ctx, stop := context.WithCancel(f.ctx)
+	started, got, done := make(chan struct{}), make(chan []ffd.OutboxEvent, 16), make(chan error, 1)
+	guard := ffd.DefaultSessionConfig()
+	go func() {
+		done <- ffd.StreamWAL(ctx, ffd.WALConfig{ConnString: f.db.URL, Slot: slot, Session: &guard,
+			OnStart: func() { close(started) },
+			Handler: func(_ context.Context, ev []ffd.OutboxEvent) error { got <- ev; return nil }})
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("the stream ended before starting: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the stream never started")
+	}
+	res, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "wal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Cancel(f.ctx, res.Execution.ID, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(time.Minute)
+	for found := false; !found; {
+		select {
+		case ev := <-got:
+			for _, e := range ev {
+				found = found || e.Stream == ffd.StreamCompletion && e.ExecutionID == res.Execution.ID.String() && e.Outcome == "cancelled"
+			}
+		case <-deadline:
+			t.Fatal("the cancellation's completion event never came through the WAL stream")
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("StreamWAL after its context ended: %v", err)
+	}
+	if err := ffd.DropWALSlot(f.ctx, f.db.URL, slot); err != nil {
+		t.Fatalf("drop the slot: %v", err)
+	}
 }

@@ -17,7 +17,6 @@ type watchdog struct {
 	runner
 	e        *env
 	interval time.Duration // systemd's watchdog interval; 0: none
-	period   time.Duration // between pings
 	dbOK     atomic.Bool
 }
 
@@ -25,19 +24,19 @@ type watchdog struct {
 // that is shorter.
 func (w *watchdog) Start(ctx context.Context) {
 	w.interval = w.e.cfg.Notifier.WatchdogInterval()
-	w.period = 5 * time.Second
+	period := 5 * time.Second
 	if w.interval > 0 {
-		w.period = min(w.period, w.interval/2)
+		period = min(period, w.interval/2)
 	}
-	w.start(ctx, every(w.period, false, w.check))
+	w.start(ctx, every(period, false, func(ctx context.Context) { w.check(ctx, period) }))
 }
 
 // Stop ends it.
 func (w *watchdog) Stop() { w.stop() }
 
-// check pings the database once.
-func (w *watchdog) check(ctx context.Context) {
-	pctx, cancel := context.WithTimeout(ctx, w.period)
+// check pings the database once, waiting at most timeout.
+func (w *watchdog) check(ctx context.Context, timeout time.Duration) {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
 	err := w.e.cfg.Pool.Ping(pctx)
 	cancel()
 	if w.dbOK.Swap(err == nil) != (err == nil) {
