@@ -49,12 +49,12 @@ func TestNoExportedAliases(t *testing.T) {
 func TestErrorsMatchThePublicTypes(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	_, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "bad lane"})
+	_, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "bad lane"})
 	var ve *ffd.ValidationError
 	if !errors.As(err, &ve) || ve.Field != "lane" || ve.Kind != ffd.KindInvalidValue || !errors.Is(err, ffd.ErrValidation) {
 		t.Fatalf("create in a bad lane: %v (as %+v); want a *ffd.ValidationError on lane", err, ve)
 	}
-	flow, err := f.client.CreateFlow(f.ctx, ffd.CreateFlowParams{})
+	flow, err := f.client.CreateFlow(f.Ctx, ffd.CreateFlowParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestErrorsMatchThePublicTypes(t *testing.T) {
 	if got, ok := ce.Existing.(*ffd.Flow); !ok || got.ID != flow.Flow.ID {
 		t.Fatalf("conflict's existing object is %T %+v; want the *ffd.Flow %s", ce.Existing, ce.Existing, flow.Flow.ID)
 	}
-	_, err = f.client.Get(f.ctx, ffd.ExecutionID{Partition: 3, UUID: flow.Flow.ID})
+	_, err = f.client.Get(f.Ctx, ffd.ExecutionID{Partition: 3, UUID: flow.Flow.ID})
 	var nf *ffd.NotFoundError
 	if !errors.As(err, &nf) || nf.Object != "execution" || !errors.Is(err, ffd.ErrNotFound) {
 		t.Fatalf("get a missing execution: %v; want a *ffd.NotFoundError", err)
@@ -109,12 +109,12 @@ func strs[S ~string](xs ...S) []string {
 func TestStreamWALDeliversPublicEvents(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	slot := "s_" + strings.ToLower(f.db.Name)
-	ctx, stop := context.WithCancel(f.ctx)
+	slot := "s_" + strings.ToLower(f.DB.Name)
+	ctx, stop := context.WithCancel(f.Ctx)
 	started, got, done := make(chan struct{}), make(chan []ffd.OutboxEvent, 16), make(chan error, 1)
 	guard := ffd.DefaultSessionConfig()
 	go func() {
-		done <- ffd.StreamWAL(ctx, ffd.WALConfig{ConnString: f.db.URL, Slot: slot, Session: &guard,
+		done <- ffd.StreamWAL(ctx, ffd.WALConfig{ConnString: f.DB.URL, Slot: slot, Session: &guard,
 			OnStart: func() { close(started) },
 			Handler: func(_ context.Context, ev []ffd.OutboxEvent) error { got <- ev; return nil }})
 	}()
@@ -125,11 +125,11 @@ func TestStreamWALDeliversPublicEvents(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the stream never started")
 	}
-	res, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "wal"})
+	res, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "wal"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.client.Cancel(f.ctx, res.Execution.ID, "", ""); err != nil {
+	if _, err := f.client.Cancel(f.Ctx, res.Execution.ID, "", ""); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.After(time.Minute)
@@ -147,7 +147,7 @@ func TestStreamWALDeliversPublicEvents(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("StreamWAL after its context ended: %v", err)
 	}
-	if err := ffd.DropWALSlot(f.ctx, f.db.URL, slot); err != nil {
+	if err := ffd.DropWALSlot(f.Ctx, f.DB.URL, slot); err != nil {
 		t.Fatalf("drop the slot: %v", err)
 	}
 }

@@ -16,12 +16,12 @@ import (
 func TestCreateMany(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	count := func() int { return f.count(`SELECT count(*) FROM ff_execution`) }
+	count := func() int { return f.Count(`SELECT count(*) FROM ff_execution`) }
 	ps := make([]ffd.CreateParams, 300)
 	for i := range ps {
 		ps[i] = ffd.CreateParams{Lane: "bulk", Kind: fmt.Sprint("k", i), JSON: map[string]int{"i": i}}
 	}
-	xs, err := f.client.CreateMany(f.ctx, ps)
+	xs, err := f.client.CreateMany(f.Ctx, ps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestCreateMany(t *testing.T) {
 		"an idempotency key": {{Lane: "bulk", IdempotencyKey: "once"}},
 		"too many rows":      make([]ffd.CreateParams, ffd.MaxCreateMany+1),
 	} {
-		if _, err := f.client.CreateMany(f.ctx, bad); !errors.Is(err, ffd.ErrValidation) {
+		if _, err := f.client.CreateMany(f.Ctx, bad); !errors.Is(err, ffd.ErrValidation) {
 			t.Errorf("%s: %v, want a ValidationError", name, err)
 		}
 	}
@@ -44,14 +44,14 @@ func TestCreateMany(t *testing.T) {
 		t.Fatalf("%d executions after refused batches, want %d", n, len(ps))
 	}
 
-	tx, err := f.db.Pool.Begin(f.ctx)
+	tx, err := f.DB.Pool.Begin(f.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.client.CreateManyTx(f.ctx, tx, ps[:10]); err != nil {
+	if _, err := f.client.CreateManyTx(f.Ctx, tx, ps[:10]); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Rollback(f.ctx); err != nil {
+	if err := tx.Rollback(f.Ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(); n != len(ps) {
@@ -59,7 +59,7 @@ func TestCreateMany(t *testing.T) {
 	}
 
 	f.startWorker(ffd.WorkerConfig{Lanes: []string{"bulk"}, Handler: func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil }})
-	f.waitFor("the batch to run", func() bool {
-		return f.count(`SELECT count(*) FROM ff_execution WHERE state = 'completed'`) == len(ps)
+	f.WaitFor("the batch to run", func() bool {
+		return f.Count(`SELECT count(*) FROM ff_execution WHERE state = 'completed'`) == len(ps)
 	})
 }

@@ -10,7 +10,7 @@ import (
 func TestFlowAPI(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	sub, err := f.client.SubmitFlow(f.ctx, ffd.SubmitFlowParams{
+	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{
 		Flow: ffd.CreateFlowParams{Kind: "report"},
 		Nodes: []ffd.SubmitNode{
 			{Ref: "fetch", Params: ffd.CreateParams{Lane: "etl", JSON: map[string]string{"src": "s3"}}},
@@ -27,34 +27,34 @@ func TestFlowAPI(t *testing.T) {
 		t.Fatalf("submitted states: fetch %s join %s", sub.Executions["fetch"].State, sub.Executions["join"].State)
 	}
 	// Add a node by hand: create in the flow, stage and apply an edge.
-	extra, err := f.client.CreateInFlow(f.ctx, sub.Flow.ID, ffd.CreateParams{Lane: "etl"})
+	extra, err := f.client.CreateInFlow(f.Ctx, sub.Flow.ID, ffd.CreateParams{Lane: "etl"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	desc, err := f.client.DescribeFlow(f.ctx, sub.Flow.ID)
+	desc, err := f.client.DescribeFlow(f.Ctx, sub.Flow.ID)
 	if err != nil || len(desc.Groups) != 3 {
 		t.Fatalf("describe: %v", err)
 	}
-	staged, err := f.client.StageEdge(f.ctx, ffd.StageEdgeParams{FlowID: sub.Flow.ID, Upstream: sub.Executions["join"].ID, Downstream: extra.Execution.ID, ExpectedRevision: desc.GraphRevision})
+	staged, err := f.client.StageEdge(f.Ctx, ffd.StageEdgeParams{FlowID: sub.Flow.ID, Upstream: sub.Executions["join"].ID, Downstream: extra.Execution.ID, ExpectedRevision: desc.GraphRevision})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.client.StageEdge(f.ctx, ffd.StageEdgeParams{FlowID: sub.Flow.ID, Upstream: extra.Execution.ID, Downstream: sub.Executions["fetch"].ID, ExpectedRevision: staged.NewRevision}); !errors.Is(err, ffd.ErrValidation) {
+	if _, err := f.client.StageEdge(f.Ctx, ffd.StageEdgeParams{FlowID: sub.Flow.ID, Upstream: extra.Execution.ID, Downstream: sub.Executions["fetch"].ID, ExpectedRevision: staged.NewRevision}); !errors.Is(err, ffd.ErrValidation) {
 		t.Fatalf("cycle through the public API: %v", err)
 	}
-	applied, err := f.client.ApplyEdge(f.ctx, sub.Flow.ID, staged.Edge.ID)
+	applied, err := f.client.ApplyEdge(f.Ctx, sub.Flow.ID, staged.Edge.ID)
 	if err != nil || applied.Unsatisfied != 1 {
 		t.Fatalf("apply: %+v %v", applied, err)
 	}
-	edges, err := f.client.ListEdges(f.ctx, sub.Flow.ID, sub.Executions["fetch"].ID, ffd.Outgoing)
+	edges, err := f.client.ListEdges(f.Ctx, sub.Flow.ID, sub.Executions["fetch"].ID, ffd.Outgoing)
 	if err != nil || len(edges) != 2 {
 		t.Fatalf("outgoing of fetch: %d %v", len(edges), err)
 	}
-	res, err := f.client.CancelFlow(f.ctx, sub.Flow.ID, ffd.CancelAll, "not needed")
+	res, err := f.client.CancelFlow(f.Ctx, sub.Flow.ID, ffd.CancelAll, "not needed")
 	if err != nil || len(res.Members) != 5 {
 		t.Fatalf("cancel: %+v %v", res, err)
 	}
-	page, err := f.client.ListFlows(f.ctx, ffd.ListFlowsParams{State: ffd.FlowCancelled})
+	page, err := f.client.ListFlows(f.Ctx, ffd.ListFlowsParams{State: ffd.FlowCancelled})
 	if err != nil || len(page.Flows) != 1 {
 		t.Fatalf("list cancelled flows: %v", err)
 	}

@@ -66,10 +66,10 @@ func TestCancelReachesTheRunningHandler(t *testing.T) {
 			untouched = id
 		}
 	}
-	if _, err := f.client.Cancel(f.ctx, cancelled, "user asked", ""); err != nil {
+	if _, err := f.client.Cancel(f.Ctx, cancelled, "user asked", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.client.Revoke(f.ctx, revoked, "operator"); err != nil {
+	if _, err := f.client.Revoke(f.Ctx, revoked, "operator"); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -87,7 +87,7 @@ func TestCancelReachesTheRunningHandler(t *testing.T) {
 		t.Fatalf("the untouched handler was cancelled too: %v", cause)
 	default:
 	}
-	if x, _ := f.client.Get(f.ctx, untouched); x.State != ffd.StateRunning {
+	if x, _ := f.client.Get(f.Ctx, untouched); x.State != ffd.StateRunning {
 		t.Fatalf("untouched execution is %s, want running", x.State)
 	}
 }
@@ -110,11 +110,11 @@ func TestRevokeDuringListenerGap(t *testing.T) {
 	// can come back (its first retry waits ~100 ms): the notification is
 	// lost for certain.
 	var killed int
-	if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	if err := f.DB.Pool.QueryRow(f.Ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND application_name = 'ffd-worker') k`).Scan(&killed); err != nil || killed != 1 {
 		t.Fatalf("terminated %d listeners (%v), want the worker's one", killed, err)
 	}
-	if _, err := f.client.Revoke(f.ctx, x.ID, "operator"); err != nil {
+	if _, err := f.client.Revoke(f.Ctx, x.ID, "operator"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -136,8 +136,8 @@ func TestRevokeDuringListenerGap(t *testing.T) {
 // worker's, and other tests run workers of their own.
 func TestWorkerStopKeepsItsDeadlineAgainstAFrozenDatabase(t *testing.T) {
 	f := setup(t)
-	proxy := testdb.NewProxy(t, f.db)
-	pool, err := pgxpool.New(f.ctx, proxy.URL(f.db))
+	proxy := testdb.NewProxy(t, f.DB)
+	pool, err := pgxpool.New(f.Ctx, proxy.URL(f.DB))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestWorkerStopKeepsItsDeadlineAgainstAFrozenDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Start(f.ctx); err != nil {
+	if err := w.Start(f.Ctx); err != nil {
 		t.Fatal(err)
 	}
 	for range 4 {
@@ -211,7 +211,7 @@ func TestWorkerStopHandsBackInOneBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Start(f.ctx); err != nil {
+	if err := w.Start(f.Ctx); err != nil {
 		t.Fatal(err)
 	}
 	last := f.mustCreate(ffd.CreateParams{Lane: "handback", MaxAttempts: 1})
@@ -226,17 +226,17 @@ func TestWorkerStopHandsBackInOneBatch(t *testing.T) {
 	if err := w.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop: %v, want DeadlineExceeded", err)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_execution WHERE lane = 'handback' AND state = 'pending' AND run_at <= now()`); n != 4 {
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE lane = 'handback' AND state = 'pending' AND run_at <= now()`); n != 4 {
 		t.Fatalf("%d executions pending again, want 4", n)
 	}
-	if x, _ := f.client.Get(f.ctx, last.ID); x.State != ffd.StateFailed {
+	if x, _ := f.client.Get(f.Ctx, last.ID); x.State != ffd.StateFailed {
 		t.Fatalf("the execution with no attempt left is %s, want failed", x.State)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id)
+	if n := f.Count(`SELECT count(*) FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id)
 		WHERE e.lane = 'handback' AND a.outcome = 'failed' AND a.error LIKE 'worker stopped%'`); n != 5 {
 		t.Fatalf("%d attempts recorded as handed back, want 5", n)
 	}
-	if err := store.CheckInvariants(f.ctx, f.db.Pool); err != nil {
+	if err := store.CheckInvariants(f.Ctx, f.DB.Pool); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -248,7 +248,7 @@ func TestWorkerStopHandsBackInOneBatch(t *testing.T) {
 func TestFrozenLockHolderDoesNotStallOtherCompletions(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	sub, err := f.client.SubmitFlow(f.ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{
+	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{
 		{Ref: "a", Params: ffd.CreateParams{Lane: "frozen.flow"}},
 		{Ref: "b", Params: ffd.CreateParams{Lane: "frozen.flow"}},
 	}})
@@ -259,17 +259,17 @@ func TestFrozenLockHolderDoesNotStallOtherCompletions(t *testing.T) {
 	// that holds the flow's row lock, as a daemon stopped mid-cascade.
 	guard := ffd.DefaultSessionConfig()
 	guard.IdleInTransactionTimeout = 4 * time.Second
-	frozen, err := ffd.NewPool(f.ctx, f.db.URL, &guard)
+	frozen, err := ffd.NewPool(f.Ctx, f.DB.URL, &guard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer frozen.Close()
-	tx, err := frozen.Begin(f.ctx)
+	tx, err := frozen.Begin(f.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var pid int
-	if err := tx.QueryRow(f.ctx, `SELECT pg_backend_pid() FROM ff_flow WHERE flow_id = $1 FOR NO KEY UPDATE`, sub.Flow.ID).Scan(&pid); err != nil {
+	if err := tx.QueryRow(f.Ctx, `SELECT pg_backend_pid() FROM ff_flow WHERE flow_id = $1 FOR NO KEY UPDATE`, sub.Flow.ID).Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
 
@@ -295,26 +295,26 @@ func TestFrozenLockHolderDoesNotStallOtherCompletions(t *testing.T) {
 		mu.Unlock()
 	}
 	waitFor("solos completed", func() bool {
-		return f.count(`SELECT count(*) FROM ff_execution WHERE lane = 'frozen.solo' AND state = 'completed'`) == len(solos)
+		return f.Count(`SELECT count(*) FROM ff_execution WHERE lane = 'frozen.solo' AND state = 'completed'`) == len(solos)
 	})
 	// The holder is still there: the solos did not wait for it.
-	if alive := f.count(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid); alive != 1 {
+	if alive := f.Count(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid); alive != 1 {
 		t.Fatal("the frozen session ended before the solo completions; the test proves nothing")
 	}
-	if n := f.count(`SELECT count(*) FROM ff_execution WHERE lane = 'frozen.flow' AND state = 'completed'`); n != 0 {
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE lane = 'frozen.flow' AND state = 'completed'`); n != 0 {
 		t.Fatalf("%d flow members completed while their flow was locked", n)
 	}
 	// The server ends the frozen session; the members then complete.
 	waitFor("flow members completed", func() bool {
-		return f.count(`SELECT count(*) FROM ff_execution WHERE lane = 'frozen.flow' AND state = 'completed'`) == 2
+		return f.Count(`SELECT count(*) FROM ff_execution WHERE lane = 'frozen.flow' AND state = 'completed'`) == 2
 	})
-	if alive := f.count(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid); alive != 0 {
+	if alive := f.Count(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid); alive != 0 {
 		t.Fatal("the flow members completed while the frozen session still held the flow")
 	}
-	if err := tx.Commit(f.ctx); err == nil {
+	if err := tx.Commit(f.Ctx); err == nil {
 		t.Fatal("the frozen session's transaction committed; the server should have ended it")
 	}
-	if d, _ := f.client.DescribeFlow(f.ctx, sub.Flow.ID); d.State != ffd.FlowCompleted {
+	if d, _ := f.client.DescribeFlow(f.Ctx, sub.Flow.ID); d.State != ffd.FlowCompleted {
 		t.Fatalf("flow is %s, want completed", d.State)
 	}
 }

@@ -14,43 +14,30 @@ import (
 )
 
 type fixture struct {
-	t      *testing.T
-	ctx    context.Context
-	db     *testdb.DB
+	*testdb.Fixture
 	client *ffd.Client
 }
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	db := testdb.New(t)
-	client, err := ffd.NewClient(db.Pool, nil)
+	tf := testdb.Setup(t, 3*time.Minute)
+	client, err := ffd.NewClient(tf.Pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, ctx: ctx, db: db, client: client}
-}
-
-func (f *fixture) count(sql string, args ...any) int {
-	f.t.Helper()
-	var n int
-	if err := f.db.Pool.QueryRow(f.ctx, sql, args...).Scan(&n); err != nil {
-		f.t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return &fixture{Fixture: tf, client: client}
 }
 
 func (f *fixture) startWorker(cfg ffd.WorkerConfig) *ffd.Worker {
-	f.t.Helper()
+	f.T.Helper()
 	w, err := ffd.NewWorker(f.client, cfg)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	if err := w.Start(f.ctx); err != nil {
-		f.t.Fatal(err)
+	if err := w.Start(f.Ctx); err != nil {
+		f.T.Fatal(err)
 	}
-	f.t.Cleanup(func() {
+	f.T.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		w.Stop(ctx)
@@ -58,25 +45,12 @@ func (f *fixture) startWorker(cfg ffd.WorkerConfig) *ffd.Worker {
 	return w
 }
 
-// waitFor polls cond until it holds or the test's budget runs out; it
-// bounds a wait, it does not measure speed.
-func (f *fixture) waitFor(what string, cond func() bool) {
-	f.t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestWorkerRunsThousand(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	const n = 1000
 	for i := range n {
-		if _, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "bulk", JSON: map[string]int{"i": i}}); err != nil {
+		if _, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "bulk", JSON: map[string]int{"i": i}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -106,8 +80,8 @@ func TestWorkerRunsThousand(t *testing.T) {
 			return []byte(fmt.Sprint(in.I)), nil
 		},
 	})
-	f.waitFor("1,000 completions", func() bool {
-		return f.count(`SELECT count(*) FROM ff_execution WHERE state = 'completed'`) == n
+	f.WaitFor("1,000 completions", func() bool {
+		return f.Count(`SELECT count(*) FROM ff_execution WHERE state = 'completed'`) == n
 	})
 	if peak.Load() > 32 {
 		t.Fatalf("%d handlers ran at once, concurrency is 32", peak.Load())
@@ -119,7 +93,7 @@ func TestWorkerRunsThousand(t *testing.T) {
 			t.Fatalf("payload %d handled %d times, want 1", i, seen[i])
 		}
 	}
-	if got := f.count(`SELECT count(*) FROM ff_completion_event WHERE outcome = 'success'`); got != n {
+	if got := f.Count(`SELECT count(*) FROM ff_completion_event WHERE outcome = 'success'`); got != n {
 		t.Fatalf("%d success events, want %d", got, n)
 	}
 }
@@ -127,9 +101,9 @@ func TestWorkerRunsThousand(t *testing.T) {
 func TestWorkerSurvivesPanic(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	bad, _ := f.client.Create(f.ctx, ffd.CreateParams{Lane: "p", Kind: "explode", MaxAttempts: 1})
-	good, _ := f.client.Create(f.ctx, ffd.CreateParams{Lane: "p", Kind: "fine"})
-	perm, _ := f.client.Create(f.ctx, ffd.CreateParams{Lane: "p", Kind: "permanent", MaxAttempts: 5})
+	bad, _ := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "p", Kind: "explode", MaxAttempts: 1})
+	good, _ := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "p", Kind: "fine"})
+	perm, _ := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "p", Kind: "permanent", MaxAttempts: 5})
 	f.startWorker(ffd.WorkerConfig{
 		Lanes: []string{"p"},
 		Handler: func(ctx context.Context, job *ffd.Job) ([]byte, error) {
@@ -142,18 +116,18 @@ func TestWorkerSurvivesPanic(t *testing.T) {
 			return []byte("ok"), nil
 		},
 	})
-	f.waitFor("all three to finish", func() bool {
-		return f.count(`SELECT count(*) FROM ff_execution WHERE terminal_at IS NOT NULL`) == 3
+	f.WaitFor("all three to finish", func() bool {
+		return f.Count(`SELECT count(*) FROM ff_execution WHERE terminal_at IS NOT NULL`) == 3
 	})
-	x, _ := f.client.Get(f.ctx, bad.Execution.ID)
+	x, _ := f.client.Get(f.Ctx, bad.Execution.ID)
 	if x.State != ffd.StateFailed || x.LastError != "handler panicked: kaboom" {
 		t.Fatalf("panicking execution: %s %q, want failed with the panic", x.State, x.LastError)
 	}
-	x, _ = f.client.Get(f.ctx, good.Execution.ID)
+	x, _ = f.client.Get(f.Ctx, good.Execution.ID)
 	if x.State != ffd.StateCompleted {
 		t.Fatalf("execution after the panic: %s, want completed", x.State)
 	}
-	x, _ = f.client.Get(f.ctx, perm.Execution.ID)
+	x, _ = f.client.Get(f.Ctx, perm.Execution.ID)
 	if x.State != ffd.StateFailed || x.Attempt != 1 {
 		t.Fatalf("permanent error: %s after %d attempts, want failed after 1", x.State, x.Attempt)
 	}
@@ -164,7 +138,7 @@ func TestWorkerSurvivesPanic(t *testing.T) {
 func TestWorkerFencedHeartbeatStopsHandler(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	res, _ := f.client.Create(f.ctx, ffd.CreateParams{Lane: "hb", LeaseTTL: time.Second})
+	res, _ := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "hb", LeaseTTL: time.Second})
 	started := make(chan struct{})
 	cause := make(chan error, 1)
 	w := f.startWorker(ffd.WorkerConfig{
@@ -177,7 +151,7 @@ func TestWorkerFencedHeartbeatStopsHandler(t *testing.T) {
 		},
 	})
 	<-started
-	if _, err := f.client.Revoke(f.ctx, res.Execution.ID, "test"); err != nil {
+	if _, err := f.client.Revoke(f.Ctx, res.Execution.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -190,10 +164,10 @@ func TestWorkerFencedHeartbeatStopsHandler(t *testing.T) {
 	}
 	// Once the worker is done with it, the first lease has completed
 	// nothing (the worker may have claimed it again meanwhile).
-	stopCtx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
+	stopCtx, cancel := context.WithTimeout(f.Ctx, 10*time.Second)
 	defer cancel()
 	w.Stop(stopCtx)
-	if n := f.count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND lease_epoch = 1 AND outcome = 'succeeded'`, res.Execution.ID.UUID); n != 0 {
+	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND lease_epoch = 1 AND outcome = 'succeeded'`, res.Execution.ID.UUID); n != 0 {
 		t.Fatal("the fenced attempt was recorded as succeeded")
 	}
 }
@@ -203,7 +177,7 @@ func TestWorkerFencedHeartbeatStopsHandler(t *testing.T) {
 func TestWorkerStopHandsBack(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	res, _ := f.client.Create(f.ctx, ffd.CreateParams{Lane: "slow"})
+	res, _ := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "slow"})
 	started := make(chan struct{})
 	release := make(chan struct{})
 	w, err := ffd.NewWorker(f.client, ffd.WorkerConfig{
@@ -217,24 +191,24 @@ func TestWorkerStopHandsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Start(f.ctx); err != nil {
+	if err := w.Start(f.Ctx); err != nil {
 		t.Fatal(err)
 	}
 	<-started
 	// Stop keeps a quarter of its time for the hand-back statement: 2 s
 	// leaves it 500 ms, enough on a loaded machine (200 ms left 50 ms and
 	// flaked when the suite ran in parallel).
-	stopCtx, cancel := context.WithTimeout(f.ctx, 2*time.Second)
+	stopCtx, cancel := context.WithTimeout(f.Ctx, 2*time.Second)
 	defer cancel()
 	if err := w.Stop(stopCtx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop = %v, want the context's deadline error", err)
 	}
-	x, _ := f.client.Get(f.ctx, res.Execution.ID)
+	x, _ := f.client.Get(f.Ctx, res.Execution.ID)
 	if x.State != ffd.StatePending || x.Attempt != 1 || x.LastError == "" {
 		t.Fatalf("after stop: %s attempt %d error %q; want pending for a prompt retry", x.State, x.Attempt, x.LastError)
 	}
 	// Claimable at once: no backoff.
-	got, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: "slow", Worker: "other/1"})
+	got, err := f.client.Claim(f.Ctx, ffd.ClaimParams{Lane: "slow", Worker: "other/1"})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("claim after hand-back: %d, %v", len(got), err)
 	}
@@ -262,37 +236,37 @@ func TestNewWorkerValidates(t *testing.T) {
 func TestClientTxVariants(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	tx, err := f.db.Pool.Begin(f.ctx)
+	tx, err := f.DB.Pool.Begin(f.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := f.client.CreateTx(f.ctx, tx, ffd.CreateParams{Lane: "tx"})
+	res, err := f.client.CreateTx(f.Ctx, tx, ffd.CreateParams{Lane: "tx"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := f.client.ClaimTx(f.ctx, tx, ffd.ClaimParams{Lane: "tx", Worker: "w/1"})
+	claimed, err := f.client.ClaimTx(f.Ctx, tx, ffd.ClaimParams{Lane: "tx", Worker: "w/1"})
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim in tx: %d %v", len(claimed), err)
 	}
-	if _, err := f.client.CompleteTx(f.ctx, tx, res.Execution.ID, claimed[0].LeaseEpoch, []byte("r")); err != nil {
+	if _, err := f.client.CompleteTx(f.Ctx, tx, res.Execution.ID, claimed[0].LeaseEpoch, []byte("r")); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Commit(f.ctx); err != nil {
+	if err := tx.Commit(f.Ctx); err != nil {
 		t.Fatal(err)
 	}
-	x, err := f.client.Get(f.ctx, res.Execution.ID)
+	x, err := f.client.Get(f.Ctx, res.Execution.ID)
 	if err != nil || x.State != ffd.StateCompleted {
 		t.Fatalf("after committed tx: %v %v", x, err)
 	}
 
 	// Bad input through the public API is typed and writes nothing.
-	if _, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "l", Payload: []byte("x"), JSON: 1}); !errors.Is(err, ffd.ErrValidation) {
+	if _, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "l", Payload: []byte("x"), JSON: 1}); !errors.Is(err, ffd.ErrValidation) {
 		t.Fatalf("payload and JSON together: %v", err)
 	}
 	if _, err := ffd.ParseExecutionID("{fp:999}:nope"); !errors.Is(err, ffd.ErrValidation) {
 		t.Fatalf("bad id: %v", err)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_execution`); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_execution`); n != 1 {
 		t.Fatalf("%d executions, want 1", n)
 	}
 }

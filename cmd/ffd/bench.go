@@ -157,9 +157,7 @@ func (c *BenchCmd) pool(ctx context.Context, g *Globals, url string, private boo
 // print writes a run's report: JSON, or one figure and target per line.
 func (c *BenchCmd) print(g *Globals, r *bench.Report) error {
 	if c.JSON {
-		enc := json.NewEncoder(g.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		return writeJSON(g.stdout, r)
 	}
 	m := r.Machine
 	fmt.Fprintf(g.stdout, "scenario %s (%d ms) on %d cores, PostgreSQL %s, fsync=%s, synchronous_commit=%s\n",
@@ -239,9 +237,7 @@ func withDatabase(conn, name string) string {
 
 func (c *BenchCmd) printComparison(g *Globals, cmp *bench.Comparison) error {
 	if c.JSON {
-		enc := json.NewEncoder(g.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(cmp)
+		return writeJSON(g.stdout, cmp)
 	}
 	m := cmp.Machine
 	fmt.Fprintf(g.stdout, "%s against the peer, %d rounds, alternating, on %d cores, PostgreSQL %s, fsync=%s\n",

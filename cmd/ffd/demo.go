@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -310,9 +309,7 @@ func (c *DemoCmd) report(ctx context.Context, g *Globals, pool *pgxpool.Pool, cl
 		rep.Outbox["lease"][string(k)] = n
 	}
 	if c.JSON {
-		enc := json.NewEncoder(g.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSON(g.stdout, rep); err != nil {
 			return err
 		}
 	} else {

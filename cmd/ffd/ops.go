@@ -33,13 +33,18 @@ type output struct {
 
 func (o output) print(w io.Writer, v any, table func(tw *tabwriter.Writer)) error {
 	if o.JSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		return writeJSON(w, v)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	table(tw)
 	return tw.Flush()
+}
+
+// writeJSON writes v as indented JSON, the form every --json output takes.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func (g *Globals) client(ctx context.Context) (*ffd.Client, func(), error) {
@@ -156,21 +161,36 @@ func (c *ExecListCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	items := make([]map[string]any, len(page.Executions))
-	for i, x := range page.Executions {
-		items[i] = execJSON(x)
-	}
-	out := map[string]any{"executions": items, "next": nil}
+	next := ""
 	if page.Next != nil {
-		out["next"] = page.Next.String()
+		next = page.Next.String()
 	}
-	return c.print(g.stdout, out, func(tw *tabwriter.Writer) {
-		fmt.Fprintln(tw, "EXECUTION\tLANE\tSTATE\tATTEMPT\tPRIORITY\tCREATED")
-		for _, x := range page.Executions {
+	return printPage(c.output, g.stdout, "executions", page.Executions, next, execJSON,
+		"EXECUTION\tLANE\tSTATE\tATTEMPT\tPRIORITY\tCREATED", func(tw *tabwriter.Writer, x *ffd.Execution) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\n", x.ID, x.Lane, x.State, x.Attempt, x.MaxAttempts, x.Priority, ts(&x.CreatedAt))
+		})
+}
+
+// printPage prints one page of a listing: as JSON, the items under key
+// and the next page's cursor (null on the last page); as a table, a row
+// per item and the flag that fetches the next page.
+func printPage[T any](o output, w io.Writer, key string, items []T, next string, toJSON func(T) map[string]any,
+	header string, row func(*tabwriter.Writer, T)) error {
+	js := make([]map[string]any, len(items))
+	for i, x := range items {
+		js[i] = toJSON(x)
+	}
+	out := map[string]any{key: js, "next": nil}
+	if next != "" {
+		out["next"] = next
+	}
+	return o.print(w, out, func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, header)
+		for _, x := range items {
+			row(tw, x)
 		}
-		if page.Next != nil {
-			fmt.Fprintf(tw, "next page: --after %s\n", page.Next)
+		if next != "" {
+			fmt.Fprintf(tw, "next page: --after %s\n", next)
 		}
 	})
 }
@@ -321,23 +341,14 @@ func (c *FlowListCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	items := make([]map[string]any, len(page.Flows))
-	for i, f := range page.Flows {
-		items[i] = flowJSON(f)
-	}
-	out := map[string]any{"flows": items, "next": nil}
+	next := ""
 	if page.Next != nil {
-		out["next"] = page.Next.String()
+		next = page.Next.String()
 	}
-	return c.print(g.stdout, out, func(tw *tabwriter.Writer) {
-		fmt.Fprintln(tw, "FLOW\tKIND\tSTATE\tNODES\tEDGES\tCREATED")
-		for _, f := range page.Flows {
+	return printPage(c.output, g.stdout, "flows", page.Flows, next, flowJSON,
+		"FLOW\tKIND\tSTATE\tNODES\tEDGES\tCREATED", func(tw *tabwriter.Writer, f *ffd.Flow) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", f.ID, f.Kind, f.State, f.NodeCount, f.EdgeCount, ts(&f.CreatedAt))
-		}
-		if page.Next != nil {
-			fmt.Fprintf(tw, "next page: --after %s\n", page.Next)
-		}
-	})
+		})
 }
 
 // FlowCancelCmd cancels a flow.

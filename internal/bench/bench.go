@@ -23,6 +23,13 @@ import (
 // Scenarios lists the scenario names.
 var Scenarios = []string{"throughput", "curve", "history", "memory", "enqueue", "chain", "hop", "fanout", "big-flow", "cancel-flow", "recovery", "cancel-running"}
 
+// scenarios runs each scenario by name.
+var scenarios = map[string]func(context.Context, *Env, Params, *Report) error{
+	"throughput": throughput, "curve": curve, "history": history, "memory": memory,
+	"enqueue": enqueue, "chain": chain, "hop": hop, "fanout": fanout, "big-flow": bigFlow,
+	"cancel-flow": cancelFlow, "recovery": recovery, "cancel-running": cancelRunning,
+}
+
 // Params are every scenario's sizes; zero values take the defaults.
 type Params struct {
 	// throughput, enqueue
@@ -165,36 +172,11 @@ func Run(ctx context.Context, env *Env, scenario string, p Params) (*Report, err
 		return nil, err
 	}
 	start := time.Now()
-	switch scenario {
-	case "throughput":
-		err = throughput(ctx, env, p, r)
-	case "curve":
-		err = curve(ctx, env, p, r)
-	case "history":
-		err = history(ctx, env, p, r)
-	case "memory":
-		err = memory(ctx, env, p, r)
-	case "big-flow":
-		err = bigFlow(ctx, env, p, r)
-	case "enqueue":
-		err = enqueue(ctx, env, p, r)
-	case "chain":
-		err = chain(ctx, env, p, r)
-	case "hop":
-		q := p
-		q.Flows, q.ChainLength = p.HopChains, p.HopLength
-		err = chain(ctx, env, q, r)
-	case "fanout":
-		err = fanout(ctx, env, p, r)
-	case "cancel-flow":
-		err = cancelFlow(ctx, env, p, r)
-	case "recovery":
-		err = recovery(ctx, env, p, r)
-	case "cancel-running":
-		err = cancelRunning(ctx, env, p, r)
-	default:
+	run, ok := scenarios[scenario]
+	if !ok {
 		return nil, fmt.Errorf("unknown scenario %q: want one of %v", scenario, Scenarios)
 	}
+	err = run(ctx, env, p, r)
 	r.DurationMS = time.Since(start).Milliseconds()
 	if err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", scenario, err)

@@ -29,17 +29,8 @@ func fanSpec(lane string, n int) ffd.SubmitFlowParams {
 // from the root's claim to the flow's end, divided by N. A cost per
 // member that grows with N (a scan of all members per member) shows here.
 func bigFlow(ctx context.Context, env *Env, p Params, r *Report) error {
-	c, err := env.client()
-	if err != nil {
-		return err
-	}
-	d, err := env.startDaemon(ctx, p.SweepInterval)
-	if err != nil {
-		return err
-	}
-	defer d.stop()
 	lane := env.lane("big")
-	stop, err := env.startWorker(ctx, []string{lane}, p.Workers, noop)
+	c, stop, err := env.engine(ctx, p.SweepInterval, lane, p.Workers)
 	if err != nil {
 		return err
 	}

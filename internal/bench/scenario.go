@@ -87,6 +87,29 @@ func (e *Env) startWorker(ctx context.Context, lanes []string, concurrency int, 
 	}, nil
 }
 
+// engine is what a flow scenario runs on: a client, a daemon and, when
+// slots > 0, a no-op worker with that many slots on lane. stop ends them,
+// the worker first.
+func (e *Env) engine(ctx context.Context, sweep time.Duration, lane string, slots int) (*ffd.Client, func(), error) {
+	c, err := e.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := e.startDaemon(ctx, sweep)
+	if err != nil {
+		return nil, nil, err
+	}
+	if slots == 0 {
+		return c, d.stop, nil
+	}
+	stopWorker, err := e.startWorker(ctx, []string{lane}, slots, noop)
+	if err != nil {
+		d.stop()
+		return nil, nil, err
+	}
+	return c, func() { stopWorker(); d.stop() }, nil
+}
+
 // noop is the handler of every no-op workload.
 func noop(context.Context, *ffd.Job) ([]byte, error) { return nil, nil }
 
@@ -260,19 +283,16 @@ func chainSpec(lane string, n int) ffd.SubmitFlowParams {
 	return s
 }
 
+// hop: the chain scenario with many short chains, for the hop delay.
+func hop(ctx context.Context, env *Env, p Params, r *Report) error {
+	p.Flows, p.ChainLength = p.HopChains, p.HopLength
+	return chain(ctx, env, p, r)
+}
+
 // chain: F linear all_of chains through the daemon and 16 workers.
 func chain(ctx context.Context, env *Env, p Params, r *Report) error {
 	lane := env.lane("chain")
-	c, err := env.client()
-	if err != nil {
-		return err
-	}
-	d, err := env.startDaemon(ctx, p.SweepInterval)
-	if err != nil {
-		return err
-	}
-	defer d.stop()
-	stop, err := env.startWorker(ctx, []string{lane}, p.ChainWorker, noop)
+	c, stop, err := env.engine(ctx, p.SweepInterval, lane, p.ChainWorker)
 	if err != nil {
 		return err
 	}
@@ -335,15 +355,11 @@ func chain(ctx context.Context, env *Env, p Params, r *Report) error {
 // fanout: the 1 -> N -> 1 all_of join latency, and the time to cancel N
 // running siblings after the first success of an any_of group.
 func fanout(ctx context.Context, env *Env, p Params, r *Report) error {
-	c, err := env.client()
+	c, stop, err := env.engine(ctx, p.SweepInterval, "", 0)
 	if err != nil {
 		return err
 	}
-	d, err := env.startDaemon(ctx, p.SweepInterval)
-	if err != nil {
-		return err
-	}
-	defer d.stop()
+	defer stop()
 	var joins, cancels []time.Duration
 	for rep := range p.Repeats {
 		join, err := fanJoin(ctx, env, c, p, env.lane(fmt.Sprint("fan", rep)))

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/flows"
@@ -23,19 +22,16 @@ import (
 func TestMain(m *testing.M) { testdb.Main(m) }
 
 type fixture struct {
-	t    *testing.T
-	ctx  context.Context
-	db   *testdb.DB
-	pool *pgxpool.Pool
-	d    *cascade.Dispatcher
+	*testdb.Fixture
+	d *cascade.Dispatcher
 }
 
 // setup gives each test a database and a dispatcher, and checks the
 // invariants over the whole database when the test ends.
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	ctx, db := testdb.Checked(t, 5*time.Minute)
-	return &fixture{t: t, ctx: ctx, db: db, pool: db.Pool, d: cascade.New(db.Pool, nil)}
+	tf := testdb.Checked(t, 5*time.Minute)
+	return &fixture{Fixture: tf, d: cascade.New(tf.Pool, nil)}
 }
 
 type dag struct {
@@ -45,7 +41,7 @@ type dag struct {
 
 // submit builds a DAG from "a->b" edge strings, each node in its own lane.
 func (f *fixture) submit(policies map[string]store.Policy, edges ...string) *dag {
-	f.t.Helper()
+	f.T.Helper()
 	p := flows.SubmitParams{}
 	seen := map[string]bool{}
 	addNode := func(ref string) {
@@ -62,73 +58,73 @@ func (f *fixture) submit(policies map[string]store.Policy, edges ...string) *dag
 	for _, e := range edges {
 		from, to, ok := strings.Cut(e, "->")
 		if !ok {
-			f.t.Fatalf("edge %q: want from->to", e)
+			f.T.Fatalf("edge %q: want from->to", e)
 		}
 		addNode(from)
 		addNode(to)
 		p.Edges = append(p.Edges, flows.SubmitEdge{From: from, To: to})
 	}
-	res, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, p)
+	res, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, p)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return &dag{flow: res.Flow, x: res.Executions}
 }
 
 // claim leases a node (it must be pending and due).
 func (f *fixture) claim(g *dag, ref string) *store.Execution {
-	f.t.Helper()
-	got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: g.x[ref].Lane, Worker: "w/1", Max: 1})
+	f.T.Helper()
+	got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: g.x[ref].Lane, Worker: "w/1", Max: 1})
 	if err != nil || len(got) != 1 {
-		f.t.Fatalf("claim %s: %v (%d claimed; state %s)", ref, err, len(got), f.state(g, ref))
+		f.T.Fatalf("claim %s: %v (%d claimed; state %s)", ref, err, len(got), f.state(g, ref))
 	}
 	return got[0]
 }
 
 func (f *fixture) finish(x *store.Execution, ok bool) {
-	f.t.Helper()
+	f.T.Helper()
 	var err error
 	if ok {
-		_, err = leases.Complete(f.ctx, f.pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil)
+		_, err = leases.Complete(f.Ctx, f.Pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil)
 	} else {
-		_, err = leases.Fail(f.ctx, f.pool, x.ID, x.LeaseEpoch, leases.FailParams{Error: "no"})
+		_, err = leases.Fail(f.Ctx, f.Pool, x.ID, x.LeaseEpoch, leases.FailParams{Error: "no"})
 	}
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 }
 
 func (f *fixture) run(g *dag, ref string, ok bool) { f.finish(f.claim(g, ref), ok) }
 
 func (f *fixture) state(g *dag, ref string) store.State {
-	f.t.Helper()
-	x, err := leases.Get(f.ctx, f.pool, g.x[ref].ID)
+	f.T.Helper()
+	x, err := leases.Get(f.Ctx, f.Pool, g.x[ref].ID)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return x.State
 }
 
 func (f *fixture) expect(g *dag, want map[string]store.State) {
-	f.t.Helper()
+	f.T.Helper()
 	for ref, s := range want {
 		if got := f.state(g, ref); got != s {
-			f.t.Errorf("%s is %s, want %s", ref, got, s)
+			f.T.Errorf("%s is %s, want %s", ref, got, s)
 		}
 	}
 }
 
 // drain dispatches and cancels siblings until nothing is left.
 func (f *fixture) drain() (events int) {
-	f.t.Helper()
+	f.T.Helper()
 	for {
-		r, err := f.d.DispatchBatch(f.ctx, 100, 0)
+		r, err := f.d.DispatchBatch(f.Ctx, 100, 0)
 		if err != nil {
-			f.t.Fatal(err)
+			f.T.Fatal(err)
 		}
-		groups, _, err := f.d.CancelSiblings(f.ctx, 100)
+		groups, _, err := f.d.CancelSiblings(f.Ctx, 100)
 		if err != nil {
-			f.t.Fatal(err)
+			f.T.Fatal(err)
 		}
 		events += r.Events
 		if r.Events == 0 && groups == 0 {
@@ -137,32 +133,23 @@ func (f *fixture) drain() (events int) {
 	}
 }
 
-func (f *fixture) count(sql string, args ...any) int {
-	f.t.Helper()
-	var n int
-	if err := f.pool.QueryRow(f.ctx, sql, args...).Scan(&n); err != nil {
-		f.t.Fatalf("%s: %v", sql, err)
-	}
-	return n
-}
-
 // waitGone waits until a terminated backend has exited (its transaction
 // rolled back, its locks released).
 func (f *fixture) waitGone(pid int) {
-	f.t.Helper()
+	f.T.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for f.count(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid) > 0 {
+	for f.Count(`SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid) > 0 {
 		if time.Now().After(deadline) {
-			f.t.Fatalf("backend %d still there", pid)
+			f.T.Fatalf("backend %d still there", pid)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
 func (f *fixture) quiescent() {
-	f.t.Helper()
-	if err := store.CheckQuiescent(f.ctx, f.pool); err != nil {
-		f.t.Fatalf("invariants at rest: %v", err)
+	f.T.Helper()
+	if err := store.CheckQuiescent(f.Ctx, f.Pool); err != nil {
+		f.T.Fatalf("invariants at rest: %v", err)
 	}
 }
 
@@ -184,7 +171,7 @@ func TestAllOfThree(t *testing.T) {
 	f.run(g, "d", true)
 	f.drain()
 	f.quiescent()
-	if fl, _ := flows.Get(f.ctx, f.pool, g.flow.ID); fl.State != store.FlowCompleted {
+	if fl, _ := flows.Get(f.Ctx, f.Pool, g.flow.ID); fl.State != store.FlowCompleted {
 		t.Fatalf("flow %s, want completed", fl.State)
 	}
 }
@@ -198,44 +185,44 @@ func TestAnyOfCancelRemaining(t *testing.T) {
 	g := f.submit(map[string]store.Policy{"d": {Kind: store.AnyOf, OnSatisfied: store.CancelRemaining}}, "a->d", "b->d", "c->d")
 	a, b, c := f.claim(g, "a"), f.claim(g, "b"), f.claim(g, "c")
 	f.finish(a, true)
-	r, err := f.d.DispatchBatch(f.ctx, 10, 0)
+	r, err := f.d.DispatchBatch(f.Ctx, 10, 0)
 	if err != nil || r.Events != 1 || r.CancelGroups != 1 {
 		t.Fatalf("dispatch: %+v %v; want one event and one queued cancel group", r, err)
 	}
 	f.expect(g, map[string]store.State{"d": store.StatePending, "b": store.StateRunning, "c": store.StateRunning})
-	desc, _ := flows.Describe(f.ctx, f.pool, g.flow.ID)
+	desc, _ := flows.Describe(f.Ctx, f.Pool, g.flow.ID)
 	for _, grp := range desc.Groups {
 		if len(grp.CancelMembers) != 2 {
 			t.Fatalf("group records %d siblings to cancel, want 2", len(grp.CancelMembers))
 		}
 	}
-	groups, cancelled, err := f.d.CancelSiblings(f.ctx, 10)
+	groups, cancelled, err := f.d.CancelSiblings(f.Ctx, 10)
 	if err != nil || groups != 1 || cancelled != 2 {
 		t.Fatalf("tick: %d groups %d cancelled %v", groups, cancelled, err)
 	}
 	f.expect(g, map[string]store.State{"b": store.StateCancelled, "c": store.StateCancelled})
 	for _, x := range []*store.Execution{b, c} {
-		if _, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil); err == nil {
+		if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil); err == nil {
 			t.Fatalf("a cancelled sibling completed")
 		}
 		var reason, by string
-		f.pool.QueryRow(f.ctx, `SELECT cancellation_reason, cancelled_by FROM ff_execution WHERE execution_id = $1`, x.ID.UUID).Scan(&reason, &by)
+		f.Pool.QueryRow(f.Ctx, `SELECT cancellation_reason, cancelled_by FROM ff_execution WHERE execution_id = $1`, x.ID.UUID).Scan(&reason, &by)
 		if reason != cascade.SiblingCancelReason || by != cascade.SiblingCancelledBy {
 			t.Fatalf("sibling cancelled with %q by %q", reason, by)
 		}
-		if n := f.count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'revoked'`, x.ID.UUID); n != 1 {
+		if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'revoked'`, x.ID.UUID); n != 1 {
 			t.Fatalf("sibling has %d revoked lease events, want 1", n)
 		}
 	}
 	// The tick again finds nothing; the siblings' events only move counters.
-	if groups, _, _ := f.d.CancelSiblings(f.ctx, 10); groups != 0 {
+	if groups, _, _ := f.d.CancelSiblings(f.Ctx, 10); groups != 0 {
 		t.Fatal("the tick found the group again")
 	}
 	f.drain()
 	f.run(g, "d", true)
 	f.drain()
 	f.quiescent()
-	desc, _ = flows.Describe(f.ctx, f.pool, g.flow.ID)
+	desc, _ = flows.Describe(f.Ctx, f.Pool, g.flow.ID)
 	if grp := desc.Groups[0]; grp.Counts.Success != 1 || grp.Counts.Fail != 2 || grp.Decision != store.Satisfied {
 		t.Fatalf("group %+v", grp)
 	}
@@ -254,12 +241,12 @@ func TestQuorumLetRun(t *testing.T) {
 	f.finish(b, true)
 	f.drain()
 	f.expect(g, map[string]store.State{"d": store.StatePending, "c": store.StateRunning})
-	if n := f.count(`SELECT count(*) FROM ff_pending_cancel_group`); n != 0 {
+	if n := f.Count(`SELECT count(*) FROM ff_pending_cancel_group`); n != 0 {
 		t.Fatal("let_run queued a cancel group")
 	}
 	f.finish(c, true)
 	f.drain()
-	desc, _ := flows.Describe(f.ctx, f.pool, g.flow.ID)
+	desc, _ := flows.Describe(f.Ctx, f.Pool, g.flow.ID)
 	if grp := desc.Groups[0]; grp.Counts.Success != 3 || grp.Decision != store.Satisfied {
 		t.Fatalf("group %+v", grp)
 	}
@@ -278,7 +265,7 @@ func TestQuorumImpossible(t *testing.T) {
 	f.run(g, "c", false)
 	f.drain()
 	f.expect(g, map[string]store.State{"d": store.StateSkipped})
-	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'skipped'`, g.x["d"].ID.UUID); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'skipped'`, g.x["d"].ID.UUID); n != 1 {
 		t.Fatalf("%d skipped events, want 1", n)
 	}
 	f.run(g, "e", true)
@@ -301,13 +288,13 @@ func TestDeepChainSkip(t *testing.T) {
 	if events := f.drain(); events != 200 {
 		t.Fatalf("dispatched %d events, want 200 (root and 199 skips; the flow's own is born dispatched)", events)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND state = 'skipped'`, g.flow.ID); n != 199 {
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND state = 'skipped'`, g.flow.ID); n != 199 {
 		t.Fatalf("%d skipped, want 199", n)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND outcome = 'skipped'`, g.flow.ID); n != 199 {
+	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND outcome = 'skipped'`, g.flow.ID); n != 199 {
 		t.Fatalf("%d skipped events, want 199", n)
 	}
-	if fl, _ := flows.Get(f.ctx, f.pool, g.flow.ID); fl.State != store.FlowFailed {
+	if fl, _ := flows.Get(f.Ctx, f.Pool, g.flow.ID); fl.State != store.FlowFailed {
 		t.Fatalf("flow %s, want failed", fl.State)
 	}
 	f.quiescent()
@@ -321,25 +308,25 @@ func TestDuplicateDispatch(t *testing.T) {
 	g := f.submit(map[string]store.Policy{"d": {Kind: store.Quorum, K: 2, OnSatisfied: store.LetRun}}, "a->d", "b->d", "c->d")
 	f.run(g, "a", true)
 	var eventID int64
-	f.pool.QueryRow(f.ctx, `SELECT event_id FROM ff_completion_event WHERE execution_id = $1`, g.x["a"].ID.UUID).Scan(&eventID)
-	r1, err := f.d.Dispatch(f.ctx, eventID)
+	f.Pool.QueryRow(f.Ctx, `SELECT event_id FROM ff_completion_event WHERE execution_id = $1`, g.x["a"].ID.UUID).Scan(&eventID)
+	r1, err := f.d.Dispatch(f.Ctx, eventID)
 	if err != nil || r1.Events != 1 || r1.EdgesResolved != 1 {
 		t.Fatalf("first dispatch: %+v %v", r1, err)
 	}
-	r2, err := f.d.Dispatch(f.ctx, eventID)
+	r2, err := f.d.Dispatch(f.Ctx, eventID)
 	if err != nil || r2.Events != 0 {
 		t.Fatalf("second dispatch: %+v %v; want nothing", r2, err)
 	}
 	// Four at once on b's event.
 	f.run(g, "b", true)
-	f.pool.QueryRow(f.ctx, `SELECT event_id FROM ff_completion_event WHERE execution_id = $1`, g.x["b"].ID.UUID).Scan(&eventID)
+	f.Pool.QueryRow(f.Ctx, `SELECT event_id FROM ff_completion_event WHERE execution_id = $1`, g.x["b"].ID.UUID).Scan(&eventID)
 	var wg sync.WaitGroup
 	var dispatched, resolved atomic.Int64
 	for range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := f.d.Dispatch(f.ctx, eventID)
+			r, err := f.d.Dispatch(f.Ctx, eventID)
 			if err != nil {
 				t.Error(err)
 			}
@@ -351,7 +338,7 @@ func TestDuplicateDispatch(t *testing.T) {
 	if dispatched.Load() != 1 || resolved.Load() != 1 {
 		t.Fatalf("four racing dispatches: %d events, %d edges; want 1 and 1", dispatched.Load(), resolved.Load())
 	}
-	desc, _ := flows.Describe(f.ctx, f.pool, g.flow.ID)
+	desc, _ := flows.Describe(f.Ctx, f.Pool, g.flow.ID)
 	if grp := desc.Groups[0]; grp.Counts.Success != 2 || grp.Decision != store.Satisfied {
 		t.Fatalf("group %+v, want 2 successes, satisfied", grp)
 	}
@@ -369,9 +356,9 @@ func TestCrashMidDispatch(t *testing.T) {
 			// dispatch resolves, decides, skips and writes an event.
 			g := f.submit(nil, "a->d", "b->d", "d->e")
 			f.run(g, "a", false)
-			before := f.count(`SELECT count(*) FROM ff_completion_event`)
-			crashing := cascade.New(f.pool, nil)
-			killer, err := pgx.Connect(f.ctx, f.db.URL)
+			before := f.Count(`SELECT count(*) FROM ff_completion_event`)
+			crashing := cascade.New(f.Pool, nil)
+			killer, err := pgx.Connect(f.Ctx, f.DB.URL)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -387,23 +374,23 @@ func TestCrashMidDispatch(t *testing.T) {
 				_, err := killer.Exec(ctx, `SELECT pg_terminate_backend($1)`, killed)
 				return err
 			})
-			if _, err := crashing.DispatchBatch(f.ctx, 10, 0); err == nil {
+			if _, err := crashing.DispatchBatch(f.Ctx, 10, 0); err == nil {
 				t.Fatal("dispatch survived the kill of its connection")
 			}
 			f.waitGone(killed)
-			if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NOT NULL`); n != 0 {
+			if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NOT NULL`); n != 0 {
 				t.Fatalf("%d events dispatched by a crashed dispatch", n)
 			}
-			if n := f.count(`SELECT count(*) FROM ff_edge WHERE state = 'resolved'`); n != 0 {
+			if n := f.Count(`SELECT count(*) FROM ff_edge WHERE state = 'resolved'`); n != 0 {
 				t.Fatalf("%d edges resolved by a crashed dispatch", n)
 			}
-			if n := f.count(`SELECT count(*) FROM ff_completion_event`); n != before {
+			if n := f.Count(`SELECT count(*) FROM ff_completion_event`); n != before {
 				t.Fatalf("a crashed dispatch left %d events behind", n-before)
 			}
 			f.expect(g, map[string]store.State{"d": store.StateBlocked})
 			f.drain()
 			f.expect(g, map[string]store.State{"d": store.StateSkipped, "e": store.StateSkipped})
-			if n := f.count(`SELECT count(*) FROM ff_edge WHERE state = 'resolved'`); n != 2 {
+			if n := f.Count(`SELECT count(*) FROM ff_edge WHERE state = 'resolved'`); n != 2 {
 				t.Fatalf("%d edges resolved after redispatch, want 2 (a->d, d->e)", n)
 			}
 		})
@@ -419,11 +406,11 @@ func TestCrashMidSiblingCancel(t *testing.T) {
 	a := f.claim(g, "a")
 	f.claim(g, "b")
 	f.finish(a, true)
-	if _, err := f.d.DispatchBatch(f.ctx, 10, 0); err != nil {
+	if _, err := f.d.DispatchBatch(f.Ctx, 10, 0); err != nil {
 		t.Fatal(err)
 	}
-	crashing := cascade.New(f.pool, nil)
-	killer, err := pgx.Connect(f.ctx, f.db.URL)
+	crashing := cascade.New(f.Pool, nil)
+	killer, err := pgx.Connect(f.Ctx, f.DB.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,19 +423,19 @@ func TestCrashMidSiblingCancel(t *testing.T) {
 		_, err := killer.Exec(ctx, `SELECT pg_terminate_backend($1)`, killed)
 		return err
 	})
-	if _, _, err := crashing.CancelSiblings(f.ctx, 10); err == nil {
+	if _, _, err := crashing.CancelSiblings(f.Ctx, 10); err == nil {
 		t.Fatal("tick survived the kill")
 	}
 	// The killed backend releases its locks when it has exited, not when
 	// pg_terminate_backend returns.
 	f.waitGone(killed)
 	f.expect(g, map[string]store.State{"b": store.StateRunning, "c": store.StatePending})
-	groups, cancelled, err := f.d.CancelSiblings(f.ctx, 10)
+	groups, cancelled, err := f.d.CancelSiblings(f.Ctx, 10)
 	if err != nil || groups != 1 || cancelled != 2 {
 		t.Fatalf("next tick: %d groups, %d cancelled, %v", groups, cancelled, err)
 	}
 	f.drain()
-	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE outcome = 'cancelled'`); n != 2 {
+	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE outcome = 'cancelled'`); n != 2 {
 		t.Fatalf("%d cancelled events, want 2", n)
 	}
 	f.quiescent()
@@ -460,25 +447,25 @@ func TestCrashMidSiblingCancel(t *testing.T) {
 func TestSoloAndFlowEventsAreBornDispatched(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, _, err := leases.Create(f.ctx, f.pool, leases.Limits{}, leases.CreateParams{Lane: "solo"}); err != nil {
+	if _, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, leases.CreateParams{Lane: "solo"}); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: "solo", Worker: "w/1", Max: 1})
+	got, _ := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: "solo", Worker: "w/1", Max: 1})
 	f.finish(got[0], true)
-	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE flow_id IS NULL AND dispatched_at IS NOT NULL`); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE flow_id IS NULL AND dispatched_at IS NOT NULL`); n != 1 {
 		t.Fatalf("%d solo events born dispatched, want 1", n)
 	}
 	g := f.submit(nil, "a->b")
 	f.run(g, "a", true)
 	f.drain()
 	f.run(g, "b", true)
-	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NULL`); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NULL`); n != 1 {
 		t.Fatalf("%d events wait for the dispatcher, want b's alone", n)
 	}
 	if events := f.drain(); events != 1 {
 		t.Fatalf("dispatched %d, want b's event alone", events)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND execution_id IS NULL AND outcome = 'completed' AND dispatched_at IS NOT NULL`, g.flow.ID); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND execution_id IS NULL AND outcome = 'completed' AND dispatched_at IS NOT NULL`, g.flow.ID); n != 1 {
 		t.Fatalf("%d finished-flow events born dispatched, want 1", n)
 	}
 	f.quiescent()

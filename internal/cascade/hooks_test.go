@@ -48,7 +48,7 @@ func TestHooks(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	rec := &recorder{outcomes: map[string]int{}, decisions: map[store.Decision]int{}}
-	f.d = cascade.New(f.pool, rec)
+	f.d = cascade.New(f.Pool, rec)
 	g := f.submit(map[string]store.Policy{"d": {Kind: store.AnyOf, OnSatisfied: store.CancelRemaining}}, "a->d", "b->d", "c->d", "a->e")
 	f.claim(g, "b")
 	f.run(g, "a", false) // e impossible (skipped); d still open

@@ -20,16 +20,16 @@ import (
 // for its backends to exit: a backend reports its deadlock count to
 // pg_stat_database when it exits at the latest.
 func (f *fixture) racePool() *pgxpool.Pool {
-	f.t.Helper()
-	cfg, err := pgxpool.ParseConfig(f.db.URL)
+	f.T.Helper()
+	cfg, err := pgxpool.ParseConfig(f.DB.URL)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "lock-order-race"
 	cfg.MaxConns = 12
-	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	pool, err := pgxpool.NewWithConfig(f.Ctx, cfg)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return pool
 }
@@ -37,25 +37,25 @@ func (f *fixture) racePool() *pgxpool.Pool {
 // deadlocks closes pool, waits for its backends to exit, and returns the
 // database's deadlock count.
 func (f *fixture) deadlocks(pool *pgxpool.Pool) int64 {
-	f.t.Helper()
+	f.T.Helper()
 	pool.Close()
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		var left int
-		if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity
+		if err := f.Pool.QueryRow(f.Ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND application_name = 'lock-order-race'`).Scan(&left); err != nil {
-			f.t.Fatal(err)
+			f.T.Fatal(err)
 		}
 		if left == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatalf("%d race backends still connected", left)
+			f.T.Fatalf("%d race backends still connected", left)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	var n int64
-	if err := f.pool.QueryRow(f.ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&n); err != nil {
-		f.t.Fatal(err)
+	if err := f.Pool.QueryRow(f.Ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&n); err != nil {
+		f.T.Fatal(err)
 	}
 	return n
 }
@@ -72,28 +72,28 @@ func TestSetPolicyWaitsForTheGroupBeforeTheFlow(t *testing.T) {
 	f.run(g, "up", false)
 	pool := f.racePool()
 
-	tx, err := pool.Begin(f.ctx)
+	tx, err := pool.Begin(f.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck
 	// The dispatch's first lock: the downstream's group.
-	if _, err := tx.Exec(f.ctx, `SELECT 1 FROM ff_edge_group WHERE flow_id = $1 FOR NO KEY UPDATE`, g.flow.ID); err != nil {
+	if _, err := tx.Exec(f.Ctx, `SELECT 1 FROM ff_edge_group WHERE flow_id = $1 FOR NO KEY UPDATE`, g.flow.ID); err != nil {
 		t.Fatal(err)
 	}
 	setErr := make(chan error, 1)
 	go func() {
-		_, err := flows.SetPolicy(f.ctx, pool, g.flow.ID, g.x["down"].ID, store.Policy{Kind: store.AnyOf, OnSatisfied: store.LetRun})
+		_, err := flows.SetPolicy(f.Ctx, pool, g.flow.ID, g.x["down"].ID, store.Policy{Kind: store.AnyOf, OnSatisfied: store.LetRun})
 		setErr <- err
 	}()
 	f.waitForLockWaiters(1)
 	// The rest of the dispatch: resolve the failed upstream's edge, which
 	// skips the downstream and, as it was the last live member, finishes
 	// the flow under the flow row's lock.
-	if _, err := flows.Resolve(f.ctx, tx, []store.Resolution{{Upstream: g.x["up"].ID, Outcome: "failed"}}); err != nil {
+	if _, err := flows.Resolve(f.Ctx, tx, []store.Resolution{{Upstream: g.x["up"].ID, Outcome: "failed"}}); err != nil {
 		t.Fatalf("resolve while a policy change waits: %v", err)
 	}
-	if err := tx.Commit(f.ctx); err != nil {
+	if err := tx.Commit(f.Ctx); err != nil {
 		t.Fatal(err)
 	}
 	err = <-setErr
@@ -113,18 +113,18 @@ func TestSetPolicyWaitsForTheGroupBeforeTheFlow(t *testing.T) {
 // waitForLockWaiters waits until n backends of the race pool wait on a
 // row lock.
 func (f *fixture) waitForLockWaiters(n int) {
-	f.t.Helper()
+	f.T.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		var waiting int
-		if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity
+		if err := f.Pool.QueryRow(f.Ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND application_name = 'lock-order-race' AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-			f.t.Fatal(err)
+			f.T.Fatal(err)
 		}
 		if waiting >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatalf("%d backends wait on a lock, want %d", waiting, n)
+			f.T.Fatalf("%d backends wait on a lock, want %d", waiting, n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -155,7 +155,7 @@ func TestPolicyChangesRacingDispatchNeverDeadlock(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 3 {
-				_, err := flows.SetPolicy(f.ctx, pool, g.flow.ID, g.x["join"].ID, store.Policy{Kind: store.Quorum, K: 1, OnSatisfied: store.LetRun})
+				_, err := flows.SetPolicy(f.Ctx, pool, g.flow.ID, g.x["join"].ID, store.Policy{Kind: store.Quorum, K: 1, OnSatisfied: store.LetRun})
 				if err != nil && !errors.Is(err, fault.ErrConflict) && !errors.Is(err, fault.ErrAlreadyTerminal) {
 					errs <- fmt.Errorf("set policy: %w", err)
 				}
@@ -163,7 +163,7 @@ func TestPolicyChangesRacingDispatchNeverDeadlock(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
-			if _, err := d.DispatchBatch(f.ctx, 4, 0); err != nil {
+			if _, err := d.DispatchBatch(f.Ctx, 4, 0); err != nil {
 				errs <- fmt.Errorf("dispatch: %w", err)
 			}
 		}()

@@ -44,7 +44,7 @@ func TestRandomDAGs(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 42))
 				d := oracle.Random(rng, 50+rng.IntN(251), cancelRemaining)
 				lane := "rand-" + uuid.NewString()[:8]
-				sub, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, spec(d, lane))
+				sub, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, spec(d, lane))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -61,7 +61,7 @@ func TestRandomDAGs(t *testing.T) {
 								return
 							default:
 							}
-							got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: lane, Worker: fmt.Sprintf("w%d/1", w), Max: 1 + wrng.IntN(4)})
+							got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: lane, Worker: fmt.Sprintf("w%d/1", w), Max: 1 + wrng.IntN(4)})
 							if err != nil {
 								t.Error(err)
 								return
@@ -73,9 +73,9 @@ func TestRandomDAGs(t *testing.T) {
 							wrng.Shuffle(len(got), func(i, j int) { got[i], got[j] = got[j], got[i] })
 							for _, x := range got {
 								if x.Kind == "true" {
-									_, err = leases.Complete(f.ctx, f.pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil)
+									_, err = leases.Complete(f.Ctx, f.Pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil)
 								} else {
-									_, err = leases.Fail(f.ctx, f.pool, x.ID, x.LeaseEpoch, leases.FailParams{Error: "planned"})
+									_, err = leases.Fail(f.Ctx, f.Pool, x.ID, x.LeaseEpoch, leases.FailParams{Error: "planned"})
 								}
 								// A sibling cancelled under us is fenced: that is
 								// the point, not a failure of the test.
@@ -98,12 +98,12 @@ func TestRandomDAGs(t *testing.T) {
 								return
 							default:
 							}
-							r, err := f.d.DispatchBatch(f.ctx, 1+drng.IntN(20), 0)
+							r, err := f.d.DispatchBatch(f.Ctx, 1+drng.IntN(20), 0)
 							if err != nil {
 								t.Error(err)
 								return
 							}
-							g, _, err := f.d.CancelSiblings(f.ctx, 5)
+							g, _, err := f.d.CancelSiblings(f.Ctx, 5)
 							if err != nil {
 								t.Error(err)
 								return
@@ -116,8 +116,8 @@ func TestRandomDAGs(t *testing.T) {
 				}
 				deadline := time.Now().Add(3 * time.Minute)
 				for {
-					live := f.count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND state IN ('blocked', 'pending', 'running')`, sub.Flow.ID)
-					undispatched := f.count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NULL`)
+					live := f.Count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND state IN ('blocked', 'pending', 'running')`, sub.Flow.ID)
+					undispatched := f.Count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NULL`)
 					if live == 0 && undispatched == 0 || time.Now().After(deadline) || t.Failed() {
 						break
 					}
@@ -133,7 +133,7 @@ func TestRandomDAGs(t *testing.T) {
 				want := d.Expected()
 				for i, w := range want {
 					x := sub.Executions[fmt.Sprint("n", i)]
-					got, err := leases.Get(f.ctx, f.pool, x.ID)
+					got, err := leases.Get(f.Ctx, f.Pool, x.ID)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -28,35 +28,33 @@ import (
 func TestMain(m *testing.M) { testdb.Main(m) }
 
 type fixture struct {
-	t      *testing.T
-	ctx    context.Context
-	db     *testdb.DB
+	*testdb.Fixture
 	client *ffd.Client
 }
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	ctx, db := testdb.Checked(t, 5*time.Minute)
-	client, err := ffd.NewClient(db.Pool, nil)
+	tf := testdb.Checked(t, 5*time.Minute)
+	client, err := ffd.NewClient(tf.Pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, ctx: ctx, db: db, client: client}
+	return &fixture{Fixture: tf, client: client}
 }
 
 // pool opens a pool of its own, as a separate daemon process would.
 func (f *fixture) pool(maxConns int32) *pgxpool.Pool {
-	f.t.Helper()
-	cfg, err := pgxpool.ParseConfig(f.db.URL)
+	f.T.Helper()
+	cfg, err := pgxpool.ParseConfig(f.DB.URL)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	cfg.MaxConns = maxConns
-	p, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	p, err := pgxpool.NewWithConfig(f.Ctx, cfg)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	f.t.Cleanup(p.Close)
+	f.T.Cleanup(p.Close)
 	return p
 }
 
@@ -69,7 +67,7 @@ type running struct {
 // startDaemon runs a daemon until the test ends (or stop is called) and
 // waits until it is ready.
 func (f *fixture) startDaemon(cfg daemon.Config) *running {
-	f.t.Helper()
+	f.T.Helper()
 	if cfg.Pool == nil {
 		cfg.Pool = f.pool(8)
 	}
@@ -81,37 +79,37 @@ func (f *fixture) startDaemon(cfg daemon.Config) *running {
 	}
 	d, err := daemon.New(cfg)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(f.ctx)
+	ctx, cancel := context.WithCancel(f.Ctx)
 	r := &running{d: d, stop: cancel, done: make(chan error, 1)}
 	go func() { r.done <- d.Run(ctx) }()
-	f.t.Cleanup(func() {
+	f.T.Cleanup(func() {
 		cancel()
 		select {
 		case err := <-r.done:
 			if err != nil {
-				f.t.Errorf("daemon: %v", err)
+				f.T.Errorf("daemon: %v", err)
 			}
 			r.done <- nil
 		case <-time.After(30 * time.Second):
-			f.t.Error("daemon did not stop")
+			f.T.Error("daemon did not stop")
 		}
 	})
-	f.waitFor("daemon ready", d.Ready)
+	f.WaitFor("daemon ready", d.Ready)
 	return r
 }
 
 func (f *fixture) startWorker(lanes []string, concurrency int, h ffd.HandlerFunc) *ffd.Worker {
-	f.t.Helper()
+	f.T.Helper()
 	w, err := ffd.NewWorker(f.client, ffd.WorkerConfig{Lanes: lanes, Concurrency: concurrency, Handler: h, PollInterval: 200 * time.Millisecond})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	if err := w.Start(f.ctx); err != nil {
-		f.t.Fatal(err)
+	if err := w.Start(f.Ctx); err != nil {
+		f.T.Fatal(err)
 	}
-	f.t.Cleanup(func() {
+	f.T.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		w.Stop(ctx)
@@ -119,38 +117,17 @@ func (f *fixture) startWorker(lanes []string, concurrency int, h ffd.HandlerFunc
 	return w
 }
 
-// waitFor bounds a wait for a condition; it does not measure speed.
-func (f *fixture) waitFor(what string, cond func() bool) {
-	f.t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func (f *fixture) count(sql string, args ...any) int {
-	f.t.Helper()
-	var n int
-	if err := f.db.Pool.QueryRow(f.ctx, sql, args...).Scan(&n); err != nil {
-		f.t.Fatalf("%s: %v", sql, err)
-	}
-	return n
-}
-
 func (f *fixture) quiet() func() bool {
 	return func() bool {
-		return f.count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NULL`) == 0 &&
-			f.count(`SELECT count(*) FROM ff_pending_cancel_group`) == 0
+		return f.Count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NULL`) == 0 &&
+			f.Count(`SELECT count(*) FROM ff_pending_cancel_group`) == 0
 	}
 }
 
 func (f *fixture) quiescent() {
-	f.t.Helper()
-	if err := store.CheckQuiescent(f.ctx, f.db.Pool); err != nil {
-		f.t.Fatalf("invariants at rest: %v", err)
+	f.T.Helper()
+	if err := store.CheckQuiescent(f.Ctx, f.DB.Pool); err != nil {
+		f.T.Fatalf("invariants at rest: %v", err)
 	}
 }
 
@@ -167,7 +144,7 @@ func TestEndToEnd(t *testing.T) {
 		return ffd.SubmitNode{Ref: ref, Params: ffd.CreateParams{Lane: lane, Kind: kind, MaxAttempts: 1}}
 	}
 	race := ffd.SubmitNode{Ref: "race", Params: ffd.CreateParams{Lane: lane, Kind: "ok"}, Policy: &ffd.Policy{Kind: ffd.AnyOf, OnSatisfied: ffd.CancelRemaining}}
-	sub, err := f.client.SubmitFlow(f.ctx, ffd.SubmitFlowParams{
+	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{
 		Nodes: []ffd.SubmitNode{node("start", "ok"), node("fast", "ok"), node("slow", "slow"), node("bad", "fail"),
 			node("after-bad", "ok"), race, node("end", "ok")},
 		Edges: []ffd.SubmitEdge{{From: "start", To: "fast"}, {From: "start", To: "slow"}, {From: "start", To: "bad"},
@@ -186,20 +163,20 @@ func TestEndToEnd(t *testing.T) {
 		}
 		return []byte("ok"), nil
 	})
-	f.waitFor("flow to finish", func() bool {
-		fl, err := f.client.DescribeFlow(f.ctx, sub.Flow.ID)
+	f.WaitFor("flow to finish", func() bool {
+		fl, err := f.client.DescribeFlow(f.Ctx, sub.Flow.ID)
 		return err == nil && fl.State != ffd.FlowOpen
 	})
-	f.waitFor("cascade to settle", f.quiet())
+	f.WaitFor("cascade to settle", f.quiet())
 	want := map[string]ffd.State{"start": ffd.StateCompleted, "fast": ffd.StateCompleted, "slow": ffd.StateCancelled,
 		"bad": ffd.StateFailed, "after-bad": ffd.StateSkipped, "race": ffd.StateCompleted, "end": ffd.StateCompleted}
 	for ref, st := range want {
-		x, _ := f.client.Get(f.ctx, sub.Executions[ref].ID)
+		x, _ := f.client.Get(f.Ctx, sub.Executions[ref].ID)
 		if x.State != st {
 			t.Errorf("%s: %s, want %s", ref, x.State, st)
 		}
 	}
-	fl, _ := f.client.DescribeFlow(f.ctx, sub.Flow.ID)
+	fl, _ := f.client.DescribeFlow(f.Ctx, sub.Flow.ID)
 	if fl.State != ffd.FlowFailed {
 		t.Fatalf("flow %s, want failed (one member failed)", fl.State)
 	}
@@ -218,7 +195,7 @@ func TestEndToEnd(t *testing.T) {
 // completeBurst creates n solo-flow pairs a->b and completes every a, so
 // that n completion events need dispatching.
 func (f *fixture) completeBurst(n int) (lane string) {
-	f.t.Helper()
+	f.T.Helper()
 	lane = "burst-" + uuid.NewString()[:8]
 	for range n / 100 {
 		p := ffd.SubmitFlowParams{}
@@ -228,18 +205,18 @@ func (f *fixture) completeBurst(n int) (lane string) {
 				ffd.SubmitNode{Ref: fmt.Sprint("b", j), Params: ffd.CreateParams{Lane: lane + "-next"}})
 			p.Edges = append(p.Edges, ffd.SubmitEdge{From: fmt.Sprint("a", j), To: fmt.Sprint("b", j)})
 		}
-		if _, err := f.client.SubmitFlow(f.ctx, p); err != nil {
-			f.t.Fatal(err)
+		if _, err := f.client.SubmitFlow(f.Ctx, p); err != nil {
+			f.T.Fatal(err)
 		}
 	}
 	return lane
 }
 
 func (f *fixture) completeAll(lane string, total int) {
-	f.t.Helper()
+	f.T.Helper()
 	f.claimAndComplete(lane)
-	if n := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'completed'`, lane); n != total {
-		f.t.Fatalf("%d completed, want %d", n, total)
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'completed'`, lane); n != total {
+		f.T.Fatalf("%d completed, want %d", n, total)
 	}
 }
 
@@ -252,17 +229,17 @@ func (f *fixture) claimAndComplete(lane string) {
 		go func() {
 			defer wg.Done()
 			for {
-				xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: lane, Worker: fmt.Sprintf("burst%d/1", w), Max: 50})
+				xs, err := f.client.Claim(f.Ctx, ffd.ClaimParams{Lane: lane, Worker: fmt.Sprintf("burst%d/1", w), Max: 50})
 				if err != nil {
-					f.t.Error(err)
+					f.T.Error(err)
 					return
 				}
 				if len(xs) == 0 {
 					return
 				}
 				for _, x := range xs {
-					if _, err := f.client.Complete(f.ctx, x.ID, x.LeaseEpoch, nil); err != nil {
-						f.t.Error(err)
+					if _, err := f.client.Complete(f.Ctx, x.ID, x.LeaseEpoch, nil); err != nil {
+						f.T.Error(err)
 						return
 					}
 				}
@@ -279,7 +256,7 @@ func TestListenerKilledDuringBurst(t *testing.T) {
 	f := setup(t)
 	r := f.startDaemon(daemon.Config{})
 	lane := f.completeBurst(2000)
-	killer, err := pgx.Connect(f.ctx, f.db.URL)
+	killer, err := pgx.Connect(f.Ctx, f.DB.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,8 +273,8 @@ func TestListenerKilledDuringBurst(t *testing.T) {
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
-			if pids, err := store.Backends(f.ctx, killer, daemon.ListenApplicationName); err == nil && len(pids) > 0 {
-				if n, err := store.TerminateBackends(f.ctx, killer, pids); err == nil {
+			if pids, err := store.Backends(f.Ctx, killer, daemon.ListenApplicationName); err == nil && len(pids) > 0 {
+				if n, err := store.TerminateBackends(f.Ctx, killer, pids); err == nil {
 					killed += n
 				}
 			}
@@ -306,11 +283,11 @@ func TestListenerKilledDuringBurst(t *testing.T) {
 	f.completeAll(lane, 2000)
 	close(stop)
 	kills.Wait()
-	f.waitFor("every event dispatched", f.quiet())
+	f.WaitFor("every event dispatched", f.quiet())
 	if killed == 0 || r.d.Reconnects() == 0 {
 		t.Fatalf("the listener was never killed (%d kills, %d reconnects): the test proves nothing", killed, r.d.Reconnects())
 	}
-	if n := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'pending'`, lane+"-next"); n != 2000 {
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'pending'`, lane+"-next"); n != 2000 {
 		t.Fatalf("%d downstreams ready, want 2000", n)
 	}
 	t.Logf("listener killed %d times, %d reconnects", killed, r.d.Reconnects())
@@ -324,8 +301,8 @@ func TestSweepAloneWithoutListen(t *testing.T) {
 	f.startDaemon(daemon.Config{DisableListen: true})
 	lane := f.completeBurst(2000)
 	f.completeAll(lane, 2000)
-	f.waitFor("every event dispatched", f.quiet())
-	if n := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'pending'`, lane+"-next"); n != 2000 {
+	f.WaitFor("every event dispatched", f.quiet())
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'pending'`, lane+"-next"); n != 2000 {
 		t.Fatalf("%d downstreams ready, want 2000", n)
 	}
 	f.quiescent()
@@ -364,7 +341,7 @@ func TestThreeDaemons(t *testing.T) {
 			}
 			p.Nodes = append(p.Nodes, n)
 		}
-		if _, err := f.client.SubmitFlow(f.ctx, p); err != nil {
+		if _, err := f.client.SubmitFlow(f.Ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -374,17 +351,17 @@ func TestThreeDaemons(t *testing.T) {
 		}
 		return nil, nil
 	})
-	f.waitFor("every flow to finish", func() bool {
-		return f.count(`SELECT count(*) FROM ff_flow WHERE state = 'open'`) == 0
+	f.WaitFor("every flow to finish", func() bool {
+		return f.Count(`SELECT count(*) FROM ff_flow WHERE state = 'open'`) == 0
 	})
-	f.waitFor("cascade to settle", f.quiet())
+	f.WaitFor("cascade to settle", f.quiet())
 	var total float64
 	for _, r := range ds {
 		total += counterValue(t, r.d.Metrics(), "ffd_events_dispatched_total")
 	}
 	// A flow's own event is born dispatched; every other one here is an
 	// edge's upstream and goes through exactly one daemon.
-	events := f.count(`SELECT count(*) FROM ff_completion_event WHERE execution_id IS NOT NULL`)
+	events := f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id IS NOT NULL`)
 	if int(total) != events {
 		t.Fatalf("the daemons dispatched %v events between them, the outbox has %d: something was dispatched twice or missed", total, events)
 	}
@@ -403,28 +380,28 @@ func TestLapsedLeasesRecovered(t *testing.T) {
 		if i%2 == 0 {
 			attempts = 1
 		}
-		if _, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: lane, LeaseTTL: time.Second, MaxAttempts: attempts, Retry: ffd.RetryPolicy{Base: time.Millisecond}}); err != nil {
+		if _, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: lane, LeaseTTL: time.Second, MaxAttempts: attempts, Retry: ffd.RetryPolicy{Base: time.Millisecond}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A "worker" that claims and vanishes: no heartbeat, no completion.
-	xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: lane, Worker: "vanished/1", Max: 20})
+	xs, err := f.client.Claim(f.Ctx, ffd.ClaimParams{Lane: lane, Worker: "vanished/1", Max: 20})
 	if err != nil || len(xs) != 20 {
 		t.Fatalf("claim: %d %v", len(xs), err)
 	}
 	start := time.Now()
-	f.waitFor("every lease to be taken back", func() bool {
-		return f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'running'`, lane) == 0
+	f.WaitFor("every lease to be taken back", func() bool {
+		return f.Count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'running'`, lane) == 0
 	})
 	t.Logf("all 20 leases recovered %s after the claim (TTL 1s, sweep 200ms)", time.Since(start).Round(time.Millisecond))
-	if n := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'expired'`, lane); n != 10 {
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'expired'`, lane); n != 10 {
 		t.Fatalf("%d expired, want the 10 with one attempt", n)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'pending' AND attempt = 1`, lane); n != 10 {
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'pending' AND attempt = 1`, lane); n != 10 {
 		t.Fatalf("%d pending for retry, want 10", n)
 	}
 	for _, x := range xs {
-		if _, err := f.client.Complete(f.ctx, x.ID, x.LeaseEpoch, nil); err == nil {
+		if _, err := f.client.Complete(f.Ctx, x.ID, x.LeaseEpoch, nil); err == nil {
 			t.Fatal("the vanished worker completed after its lease was taken")
 		}
 	}
@@ -438,8 +415,8 @@ func TestGracefulStopMidLoad(t *testing.T) {
 	r := f.startDaemon(daemon.Config{StopTimeout: 5 * time.Second})
 	lane := f.completeBurst(1000)
 	go f.claimAndComplete(lane)
-	f.waitFor("some dispatching", func() bool {
-		return f.count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NOT NULL`) > 50
+	f.WaitFor("some dispatching", func() bool {
+		return f.Count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NOT NULL`) > 50
 	})
 	start := time.Now()
 	r.stop()
@@ -455,13 +432,13 @@ func TestGracefulStopMidLoad(t *testing.T) {
 	t.Logf("stopped in %s", time.Since(start).Round(time.Millisecond))
 	// Nothing half-done: every dispatched event's edges resolved, and the
 	// invariants hold with the daemon gone.
-	if err := store.CheckInvariants(f.ctx, f.db.Pool); err != nil {
+	if err := store.CheckInvariants(f.Ctx, f.DB.Pool); err != nil {
 		t.Fatal(err)
 	}
 	// A new daemon finishes the rest.
 	f.startDaemon(daemon.Config{})
-	f.waitFor("the rest dispatched", func() bool {
-		return f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'completed'`, lane) == 1000 && f.quiet()()
+	f.WaitFor("the rest dispatched", func() bool {
+		return f.Count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'completed'`, lane) == 1000 && f.quiet()()
 	})
 	f.quiescent()
 }
@@ -495,14 +472,14 @@ func TestSystemdAndReadiness(t *testing.T) {
 		}
 	}()
 	// The test's database is taken away below, from another database.
-	name := f.db.Name
-	admin, err := pgx.Connect(f.ctx, strings.Replace(f.db.URL, "/"+name+"?", "/postgres?", 1))
+	name := f.DB.Name
+	admin, err := pgx.Connect(f.Ctx, strings.Replace(f.DB.URL, "/"+name+"?", "/postgres?", 1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer admin.Close(context.Background())
 	pool := f.pool(4)
-	if _, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "gauge"}); err != nil {
+	if _, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "gauge"}); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -538,7 +515,7 @@ func TestSystemdAndReadiness(t *testing.T) {
 		return string(body)
 	}
 	// The executions gauge is sampled in the background: wait for it.
-	f.waitFor("the executions gauge", func() bool { return strings.Contains(metrics(), `ffd_executions{lane="gauge",state="pending"} 1`) })
+	f.WaitFor("the executions gauge", func() bool { return strings.Contains(metrics(), `ffd_executions{lane="gauge",state="pending"} 1`) })
 	body := metrics()
 	for _, name := range []string{"ffd_events_dispatched_total", "ffd_dispatch_delay_seconds", "ffd_listener_reconnects_total"} {
 		if !strings.Contains(body, name) {
@@ -547,21 +524,21 @@ func TestSystemdAndReadiness(t *testing.T) {
 	}
 	// Take the database away: refuse new connections, end existing ones.
 	away := func(allow bool) {
-		if _, err := admin.Exec(f.ctx, fmt.Sprintf(`ALTER DATABASE %s ALLOW_CONNECTIONS %v`, name, allow)); err != nil {
+		if _, err := admin.Exec(f.Ctx, fmt.Sprintf(`ALTER DATABASE %s ALLOW_CONNECTIONS %v`, name, allow)); err != nil {
 			t.Fatal(err)
 		}
 		if !allow {
-			if _, err := admin.Exec(f.ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			if _, err := admin.Exec(f.Ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 				WHERE datname = $1 AND pid <> pg_backend_pid()`, name); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	away(false)
-	f.waitFor("/readyz to fail", func() bool { return get("/readyz") == http.StatusServiceUnavailable })
+	f.WaitFor("/readyz to fail", func() bool { return get("/readyz") == http.StatusServiceUnavailable })
 	away(true)
-	f.db.Pool.Reset() // the test's own connections were ended too
-	f.waitFor("/readyz to recover", func() bool { return get("/readyz") == 200 })
+	f.DB.Pool.Reset() // the test's own connections were ended too
+	f.WaitFor("/readyz to recover", func() bool { return get("/readyz") == 200 })
 	r.stop()
 	expectMsg(t, msgs, "STOPPING=1")
 }
@@ -586,28 +563,28 @@ func expectMsg(t *testing.T, msgs <-chan string, want string) {
 func TestRetentionInDaemon(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, err := f.db.Pool.Exec(f.ctx, `INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, occurred_at)
+	if _, err := f.DB.Pool.Exec(f.Ctx, `INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, occurred_at)
 		SELECT 1, gen_random_uuid(), 1, 1, 'w', 'acquired', now() - interval '2 hours' FROM generate_series(1, 5)`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.client.RegisterConsumer(f.ctx, "holdback", ffd.StreamLease, ffd.FromStart); err != nil {
+	if _, err := f.client.RegisterConsumer(f.Ctx, "holdback", ffd.StreamLease, ffd.FromStart); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.db.Pool.Exec(f.ctx, `UPDATE ff_outbox_consumer SET last_read_at = now() - interval '3 hours'`); err != nil {
+	if _, err := f.DB.Pool.Exec(f.Ctx, `UPDATE ff_outbox_consumer SET last_read_at = now() - interval '3 hours'`); err != nil {
 		t.Fatal(err)
 	}
 	r := f.startDaemon(daemon.Config{Retention: time.Hour, RetentionInterval: 50 * time.Millisecond, ConsumerIdleLimit: time.Hour})
-	f.waitFor("the idle consumer to be reported", func() bool {
+	f.WaitFor("the idle consumer to be reported", func() bool {
 		return gaugeValue(t, r.d.Metrics(), "ffd_outbox_idle_consumers") == 1
 	})
-	if n := f.count(`SELECT count(*) FROM ff_lease_event`); n != 5 {
+	if n := f.Count(`SELECT count(*) FROM ff_lease_event`); n != 5 {
 		t.Fatalf("retention deleted events a consumer has not read: %d left", n)
 	}
-	if err := f.client.DropConsumer(f.ctx, "holdback"); err != nil {
+	if err := f.client.DropConsumer(f.Ctx, "holdback"); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor("retention to delete the old events", func() bool { return f.count(`SELECT count(*) FROM ff_lease_event`) == 0 })
-	f.waitFor("the deletions to be counted", func() bool {
+	f.WaitFor("retention to delete the old events", func() bool { return f.Count(`SELECT count(*) FROM ff_lease_event`) == 0 })
+	f.WaitFor("the deletions to be counted", func() bool {
 		return counterValue(t, r.d.Metrics(), "ffd_outbox_deleted_total") == 5
 	})
 }

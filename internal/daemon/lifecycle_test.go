@@ -35,9 +35,9 @@ func freeAddr(t *testing.T) string {
 func TestStoppedDaemonServesNothing(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	proxy := testdb.NewProxy(t, f.db)
+	proxy := testdb.NewProxy(t, f.DB)
 	proxy.Freeze()
-	listen, err := pgx.ParseConfig(proxy.URL(f.db))
+	listen, err := pgx.ParseConfig(proxy.URL(f.DB))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestStoppedDaemonServesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(f.ctx)
+	ctx, cancel := context.WithCancel(f.Ctx)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	healthz := func() error {
@@ -87,14 +87,14 @@ func TestStoppedDaemonServesNothing(t *testing.T) {
 func TestDaemonWaitsForItsDatabaseAtStartUp(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	proxy := testdb.NewProxy(t, f.db)
+	proxy := testdb.NewProxy(t, f.DB)
 	proxy.Freeze()
-	cfg, err := pgxpool.ParseConfig(proxy.URL(f.db))
+	cfg, err := pgxpool.ParseConfig(proxy.URL(f.DB))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.ConnConfig.ConnectTimeout = 200 * time.Millisecond
-	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	pool, err := pgxpool.NewWithConfig(f.Ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestDaemonWaitsForItsDatabaseAtStartUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(f.ctx)
+	ctx, cancel := context.WithCancel(f.Ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -136,12 +136,12 @@ func TestDaemonWaitsForItsDatabaseAtStartUp(t *testing.T) {
 func TestDaemonStartUpRefusesPermanentErrors(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	u, err := url.Parse(f.db.URL)
+	u, err := url.Parse(f.DB.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	u.User = url.User("no_such_role")
-	pool, err := pgxpool.New(f.ctx, u.String())
+	pool, err := pgxpool.New(f.Ctx, u.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestDaemonStartUpRefusesPermanentErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- d.Run(f.ctx) }()
+	go func() { done <- d.Run(f.Ctx) }()
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(err.Error(), "no_such_role") {

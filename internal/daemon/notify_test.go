@@ -22,12 +22,12 @@ import (
 func TestOneNotificationPerStatement(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	conn, err := pgx.Connect(f.ctx, f.db.URL)
+	conn, err := pgx.Connect(f.Ctx, f.DB.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(f.ctx, `LISTEN ff_lease; LISTEN ff_completion; LISTEN ff_ready`); err != nil {
+	if _, err := conn.Exec(f.Ctx, `LISTEN ff_lease; LISTEN ff_completion; LISTEN ff_ready`); err != nil {
 		t.Fatal(err)
 	}
 	// collect gathers what arrives until 300 ms pass in silence.
@@ -35,11 +35,11 @@ func TestOneNotificationPerStatement(t *testing.T) {
 		t.Helper()
 		got := map[string][]string{}
 		for {
-			ctx, cancel := context.WithTimeout(f.ctx, 300*time.Millisecond)
+			ctx, cancel := context.WithTimeout(f.Ctx, 300*time.Millisecond)
 			n, err := conn.WaitForNotification(ctx)
 			cancel()
 			if err != nil {
-				if f.ctx.Err() != nil {
+				if f.Ctx.Err() != nil {
 					t.Fatal(err)
 				}
 				return got
@@ -56,13 +56,13 @@ func TestOneNotificationPerStatement(t *testing.T) {
 			ps[i] = leases.CreateParams{Lane: "later", Delay: time.Hour}
 		}
 	}
-	if _, err := leases.CreateMany(f.ctx, f.db.Pool, leases.Limits{}, ps); err != nil {
+	if _, err := leases.CreateMany(f.Ctx, f.DB.Pool, leases.Limits{}, ps); err != nil {
 		t.Fatal(err)
 	}
 	if got := collect(); len(got) != 1 || len(got["ff_ready"]) != 1 || got["ff_ready"][0] != "batch" {
 		t.Fatalf("a batch create notified %v, want one ff_ready for lane batch", got)
 	}
-	xs, err := leases.Claim(f.ctx, f.db.Pool, leases.ClaimParams{Lane: "batch", Worker: "w/1", Max: 50})
+	xs, err := leases.Claim(f.Ctx, f.DB.Pool, leases.ClaimParams{Lane: "batch", Worker: "w/1", Max: 50})
 	if err != nil || len(xs) != 50 {
 		t.Fatalf("claimed %d of 50: %v", len(xs), err)
 	}
@@ -80,7 +80,7 @@ func TestOneNotificationPerStatement(t *testing.T) {
 	for i, x := range xs {
 		items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch}
 	}
-	if _, errs, err := leases.CompleteMany(f.ctx, f.db.Pool, leases.Limits{}, items, 0); err != nil {
+	if _, errs, err := leases.CompleteMany(f.Ctx, f.DB.Pool, leases.Limits{}, items, 0); err != nil {
 		t.Fatal(err)
 	} else {
 		for _, e := range errs {
@@ -96,7 +96,7 @@ func TestOneNotificationPerStatement(t *testing.T) {
 	// Fenced out (a stale epoch): the statement writes no event and sends
 	// nothing.
 	stale := []leases.Completion{{ID: items[0].ID, Epoch: items[0].Epoch + 5}}
-	if _, errs, err := leases.CompleteMany(f.ctx, f.db.Pool, leases.Limits{}, stale, 0); err != nil {
+	if _, errs, err := leases.CompleteMany(f.Ctx, f.DB.Pool, leases.Limits{}, stale, 0); err != nil {
 		t.Fatal(err)
 	} else if errs[0] == nil {
 		t.Fatal("a completion at a stale epoch was not refused")
@@ -114,7 +114,7 @@ func TestEndedLeaseTimersCostNoQuery(t *testing.T) {
 	r := f.startDaemon(daemon.Config{})
 	const n = 20
 	for range n {
-		if _, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: "timers", LeaseTTL: time.Second}); err != nil {
+		if _, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "timers", LeaseTTL: time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -122,11 +122,11 @@ func TestEndedLeaseTimersCostNoQuery(t *testing.T) {
 		time.Sleep(300 * time.Millisecond) // long enough for the daemon to load the lease's timer
 		return nil, nil
 	})
-	f.waitFor("every execution to complete", func() bool {
-		return f.count(`SELECT count(*) FROM ff_execution WHERE state = 'completed'`) == n
+	f.WaitFor("every execution to complete", func() bool {
+		return f.Count(`SELECT count(*) FROM ff_execution WHERE state = 'completed'`) == n
 	})
 	// Every lease's expiry (claim + 1 s) has come by then.
-	f.waitFor("the lease timers to come due", func() bool {
+	f.WaitFor("the lease timers to come due", func() bool {
 		return counterValue(t, r.d.Metrics(), "ffd_lease_timers_total") >= n
 	})
 	if checked := labelValue(t, r.d.Metrics(), "ffd_lease_timers_total", "outcome", "checked"); checked != 0 {

@@ -16,7 +16,7 @@ import (
 // everyState builds a flow with a member in every state and returns them
 // by state name, and the running member's lease epoch.
 func (f *fixture) everyState() (*store.Flow, map[string]ident.ExecutionID, int64) {
-	f.t.Helper()
+	f.T.Helper()
 	fl := f.flow()
 	m := map[string]ident.ExecutionID{}
 	for _, name := range []string{"blocker", "blocked", "pending", "running", "completed", "failed", "retrying"} {
@@ -26,18 +26,18 @@ func (f *fixture) everyState() (*store.Flow, map[string]ident.ExecutionID, int64
 	f.runAndEnd(m["completed"], true)
 	f.runAndEnd(m["failed"], false)
 	// retrying: one failed attempt, back to pending after backoff.
-	x, _ := leases.Get(f.ctx, f.pool, m["retrying"])
-	got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
+	x, _ := leases.Get(f.Ctx, f.Pool, m["retrying"])
+	got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
 	if err != nil || len(got) != 1 {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	if out, err := leases.Fail(f.ctx, f.pool, got[0].ID, got[0].LeaseEpoch, leases.FailParams{Error: "flaky", Retryable: true}); err != nil || out.State != store.StatePending {
-		f.t.Fatalf("retrying member: %+v %v", out, err)
+	if out, err := leases.Fail(f.Ctx, f.Pool, got[0].ID, got[0].LeaseEpoch, leases.FailParams{Error: "flaky", Retryable: true}); err != nil || out.State != store.StatePending {
+		f.T.Fatalf("retrying member: %+v %v", out, err)
 	}
-	x, _ = leases.Get(f.ctx, f.pool, m["running"])
-	got, err = leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
+	x, _ = leases.Get(f.Ctx, f.Pool, m["running"])
+	got, err = leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
 	if err != nil || len(got) != 1 {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return fl, m, got[0].LeaseEpoch
 }
@@ -61,7 +61,7 @@ func TestCancelFlow(t *testing.T) {
 			for name, id := range m {
 				states[name] = f.state(id)
 			}
-			res, err := flows.Cancel(f.ctx, f.pool, fl.ID, tt.policy, "")
+			res, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, tt.policy, "")
 			if err != nil || res.Repeated || res.Policy != tt.policy {
 				t.Fatalf("cancel: %+v %v", res, err)
 			}
@@ -85,42 +85,42 @@ func TestCancelFlow(t *testing.T) {
 				if !want[id] && got != states[name] {
 					t.Errorf("%s member went from %s to %s, want untouched", name, states[name], got)
 				}
-				events := f.count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'cancelled'`, id.UUID)
+				events := f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'cancelled'`, id.UUID)
 				if want[id] != (events == 1) {
 					t.Errorf("%s member has %d cancelled events", name, events)
 				}
 			}
-			if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND execution_id IS NULL AND outcome = 'cancelled'`, fl.ID); n != 1 {
+			if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND execution_id IS NULL AND outcome = 'cancelled'`, fl.ID); n != 1 {
 				t.Fatalf("%d flow cancelled events, want 1", n)
 			}
 			// No cancelled member keeps an open or "retry" attempt.
-			if n := f.count(`SELECT count(*) FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id)
+			if n := f.Count(`SELECT count(*) FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id)
 				WHERE e.flow_id = $1 AND e.state = 'cancelled' AND (a.outcome IS NULL OR a.outcome NOT IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'revoked'))`, fl.ID); n != 0 {
 				t.Fatalf("%d stale attempts on cancelled members", n)
 			}
 			// The running member: fenced under cancel_all, free to finish
 			// otherwise; either way the flow stays cancelled.
-			_, err = leases.Complete(f.ctx, f.pool, leases.Limits{}, m["running"], runningEpoch, []byte("late"))
+			_, err = leases.Complete(f.Ctx, f.Pool, leases.Limits{}, m["running"], runningEpoch, []byte("late"))
 			if tt.policy == store.CancelAll {
 				if !errors.Is(err, fault.ErrLeaseLost) {
 					t.Fatalf("complete by a fenced member: %v, want lease lost", err)
 				}
-				if n := f.count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'revoked'`, m["running"].UUID); n != 1 {
+				if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'revoked'`, m["running"].UUID); n != 1 {
 					t.Fatalf("%d revoked lease events for the running member, want 1", n)
 				}
 			} else if err != nil {
 				t.Fatalf("complete by a running member the policy spared: %v", err)
 			}
 			// Idempotent repeat, whatever policy it names.
-			before := f.count(`SELECT count(*) FROM ff_completion_event`)
-			again, err := flows.Cancel(f.ctx, f.pool, fl.ID, store.CancelAll, "again")
+			before := f.Count(`SELECT count(*) FROM ff_completion_event`)
+			again, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, store.CancelAll, "again")
 			if err != nil || !again.Repeated || again.Policy != tt.policy || fmt.Sprint(sorted(again.Members)) != fmt.Sprint(sorted(res.Members)) {
 				t.Fatalf("repeat: %+v %v; want the stored policy %s and members", again, err, tt.policy)
 			}
-			if after := f.count(`SELECT count(*) FROM ff_completion_event`); after != before {
+			if after := f.Count(`SELECT count(*) FROM ff_completion_event`); after != before {
 				t.Fatalf("repeat wrote %d events", after-before)
 			}
-			fl2, err := flows.Get(f.ctx, f.pool, fl.ID)
+			fl2, err := flows.Get(f.Ctx, f.Pool, fl.ID)
 			if err != nil || fl2.State != store.FlowCancelled || fl2.CancellationPolicy != tt.policy {
 				t.Fatalf("flow after cancel: %+v %v", fl2, err)
 			}
@@ -140,17 +140,17 @@ func sorted(ids []ident.ExecutionID) []string {
 func TestCancelFlowRefusals(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, err := flows.Cancel(f.ctx, f.pool, ident.NewUUID(), store.CancelAll, ""); !errors.Is(err, fault.ErrNotFound) {
+	if _, err := flows.Cancel(f.Ctx, f.Pool, ident.NewUUID(), store.CancelAll, ""); !errors.Is(err, fault.ErrNotFound) {
 		t.Fatalf("missing flow: %v", err)
 	}
 	fl := f.flow()
-	if _, err := flows.Cancel(f.ctx, f.pool, fl.ID, "everything", ""); !errors.Is(err, fault.ErrValidation) {
+	if _, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, "everything", ""); !errors.Is(err, fault.ErrValidation) {
 		t.Fatalf("bad policy: %v", err)
 	}
 	a := f.member(fl)
 	f.runAndEnd(a, true)
 	var te *fault.AlreadyTerminalError
-	if _, err := flows.Cancel(f.ctx, f.pool, fl.ID, store.CancelAll, ""); !errors.As(err, &te) || te.State != "completed" {
+	if _, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, store.CancelAll, ""); !errors.As(err, &te) || te.State != "completed" {
 		t.Fatalf("cancel of a completed flow: %v", err)
 	}
 }
@@ -160,18 +160,18 @@ func TestFlowCompletion(t *testing.T) {
 	f := setup(t)
 	check := func(fl *store.Flow, want store.FlowState) {
 		t.Helper()
-		got, err := flows.Get(f.ctx, f.pool, fl.ID)
+		got, err := flows.Get(f.Ctx, f.Pool, fl.ID)
 		if err != nil || got.State != want {
 			t.Fatalf("flow %s: %v %v, want %s", fl.ID, got.State, err, want)
 		}
 		outcome := string(want)
 		if want == store.FlowOpen {
-			if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND execution_id IS NULL`, fl.ID); n != 0 {
+			if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND execution_id IS NULL`, fl.ID); n != 0 {
 				t.Fatalf("open flow has %d flow events", n)
 			}
 			return
 		}
-		if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND execution_id IS NULL AND outcome = $2`, fl.ID, outcome); n != 1 {
+		if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND execution_id IS NULL AND outcome = $2`, fl.ID, outcome); n != 1 {
 			t.Fatalf("flow %s: %d %s flow events, want 1", fl.ID, n, outcome)
 		}
 		if got.TerminalAt == nil {
@@ -193,7 +193,7 @@ func TestFlowCompletion(t *testing.T) {
 
 	cancelled := f.flow()
 	f.member(cancelled)
-	if _, err := flows.Cancel(f.ctx, f.pool, cancelled.ID, store.CancelAll, ""); err != nil {
+	if _, err := flows.Cancel(f.Ctx, f.Pool, cancelled.ID, store.CancelAll, ""); err != nil {
 		t.Fatal(err)
 	}
 	check(cancelled, store.FlowCancelled)
@@ -206,8 +206,8 @@ func TestFlowCompletion(t *testing.T) {
 	}
 	claimed := map[ident.ExecutionID]int64{}
 	for _, id := range ids {
-		x, _ := leases.Get(f.ctx, f.pool, id)
-		got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
+		x, _ := leases.Get(f.Ctx, f.Pool, id)
+		got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
 		if err != nil || len(got) != 1 {
 			t.Fatal(err)
 		}
@@ -216,7 +216,7 @@ func TestFlowCompletion(t *testing.T) {
 	errs := make(chan error, len(ids))
 	for id, epoch := range claimed {
 		go func() {
-			_, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, id, epoch, nil)
+			_, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, id, epoch, nil)
 			errs <- err
 		}()
 	}

@@ -1,7 +1,6 @@
 package flows_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/flows"
@@ -21,23 +19,15 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-type fixture struct {
-	t    *testing.T
-	ctx  context.Context
-	pool *pgxpool.Pool
-}
+type fixture struct{ *testdb.Fixture }
 
-func setup(t *testing.T) *fixture {
-	t.Helper()
-	ctx, db := testdb.Checked(t, 3*time.Minute)
-	return &fixture{t: t, ctx: ctx, pool: db.Pool}
-}
+func setup(t *testing.T) *fixture { return &fixture{testdb.Checked(t, 3*time.Minute)} }
 
 func (f *fixture) flow() *store.Flow {
-	f.t.Helper()
-	fl, existed, err := flows.CreateFlow(f.ctx, f.pool, flows.CreateFlowParams{Kind: "test"})
+	f.T.Helper()
+	fl, existed, err := flows.CreateFlow(f.Ctx, f.Pool, flows.CreateFlowParams{Kind: "test"})
 	if err != nil || existed {
-		f.t.Fatalf("create flow: %v (existed %v)", err, existed)
+		f.T.Fatalf("create flow: %v (existed %v)", err, existed)
 	}
 	return fl
 }
@@ -45,38 +35,38 @@ func (f *fixture) flow() *store.Flow {
 // member creates a pending member in a lane of its own, so that tests can
 // claim exactly it.
 func (f *fixture) member(fl *store.Flow) ident.ExecutionID {
-	f.t.Helper()
-	x, _, err := flows.CreateMember(f.ctx, f.pool, leases.Limits{}, fl.ID, leases.CreateParams{Lane: "m-" + uuid.NewString()})
+	f.T.Helper()
+	x, _, err := flows.CreateMember(f.Ctx, f.Pool, leases.Limits{}, fl.ID, leases.CreateParams{Lane: "m-" + uuid.NewString()})
 	if err != nil {
-		f.t.Fatalf("create member: %v", err)
+		f.T.Fatalf("create member: %v", err)
 	}
 	return x.ID
 }
 
 func (f *fixture) revision(fl *store.Flow) int64 {
-	f.t.Helper()
-	got, err := flows.Get(f.ctx, f.pool, fl.ID)
+	f.T.Helper()
+	got, err := flows.Get(f.Ctx, f.Pool, fl.ID)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return got.GraphRevision
 }
 
 func (f *fixture) stage(fl *store.Flow, up, down ident.ExecutionID) *store.Edge {
-	f.t.Helper()
-	res, err := flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: up, Downstream: down, ExpectedRevision: f.revision(fl)})
+	f.T.Helper()
+	res, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: up, Downstream: down, ExpectedRevision: f.revision(fl)})
 	if err != nil {
-		f.t.Fatalf("stage %s -> %s: %v", up, down, err)
+		f.T.Fatalf("stage %s -> %s: %v", up, down, err)
 	}
 	return res.Edge
 }
 
 func (f *fixture) link(fl *store.Flow, up, down ident.ExecutionID) *flows.ApplyResult {
-	f.t.Helper()
+	f.T.Helper()
 	e := f.stage(fl, up, down)
-	res, err := flows.Apply(f.ctx, f.pool, fl.ID, e.ID)
+	res, err := flows.Apply(f.Ctx, f.Pool, fl.ID, e.ID)
 	if err != nil {
-		f.t.Fatalf("apply %s: %v", e.ID, err)
+		f.T.Fatalf("apply %s: %v", e.ID, err)
 	}
 	return res
 }
@@ -84,52 +74,43 @@ func (f *fixture) link(fl *store.Flow, up, down ident.ExecutionID) *flows.ApplyR
 // runAndEnd claims id (it must be the only due execution of its lane) and
 // completes or fails it.
 func (f *fixture) runAndEnd(id ident.ExecutionID, succeed bool) {
-	f.t.Helper()
-	x, err := leases.Get(f.ctx, f.pool, id)
+	f.T.Helper()
+	x, err := leases.Get(f.Ctx, f.Pool, id)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
+	got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
 	if err != nil || len(got) != 1 || got[0].ID != id {
-		f.t.Fatalf("claim %s: %v (%d claimed)", id, err, len(got))
+		f.T.Fatalf("claim %s: %v (%d claimed)", id, err, len(got))
 	}
 	if succeed {
-		_, err = leases.Complete(f.ctx, f.pool, leases.Limits{}, id, got[0].LeaseEpoch, nil)
+		_, err = leases.Complete(f.Ctx, f.Pool, leases.Limits{}, id, got[0].LeaseEpoch, nil)
 	} else {
-		_, err = leases.Fail(f.ctx, f.pool, id, got[0].LeaseEpoch, leases.FailParams{Error: "no"})
+		_, err = leases.Fail(f.Ctx, f.Pool, id, got[0].LeaseEpoch, leases.FailParams{Error: "no"})
 	}
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 }
 
 func (f *fixture) state(id ident.ExecutionID) store.State {
-	f.t.Helper()
-	x, err := leases.Get(f.ctx, f.pool, id)
+	f.T.Helper()
+	x, err := leases.Get(f.Ctx, f.Pool, id)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return x.State
 }
 
-func (f *fixture) count(sql string, args ...any) int {
-	f.t.Helper()
-	var n int
-	if err := f.pool.QueryRow(f.ctx, sql, args...).Scan(&n); err != nil {
-		f.t.Fatalf("%s: %v", sql, err)
-	}
-	return n
-}
-
 // graphRows counts what a refused graph change must not have written.
 func (f *fixture) graphRows(fl *store.Flow) string {
-	f.t.Helper()
+	f.T.Helper()
 	var s string
-	err := f.pool.QueryRow(f.ctx, `SELECT (SELECT count(*) FROM ff_edge WHERE flow_id = $1) || '/' ||
+	err := f.Pool.QueryRow(f.Ctx, `SELECT (SELECT count(*) FROM ff_edge WHERE flow_id = $1) || '/' ||
 		(SELECT count(*) FROM ff_edge_group WHERE flow_id = $1) || '/' ||
 		(SELECT graph_revision || ':' || edge_count || ':' || node_count FROM ff_flow WHERE flow_id = $1)`, fl.ID).Scan(&s)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return s
 }
@@ -138,18 +119,18 @@ func TestCreateFlowIdempotent(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	id := ident.NewUUID()
-	a, existed, err := flows.CreateFlow(f.ctx, f.pool, flows.CreateFlowParams{ID: id, Namespace: "ns", Kind: "etl"})
+	a, existed, err := flows.CreateFlow(f.Ctx, f.Pool, flows.CreateFlowParams{ID: id, Namespace: "ns", Kind: "etl"})
 	if err != nil || existed || a.State != store.FlowOpen || a.Partition != ident.Partition(id) {
 		t.Fatalf("create: %+v existed=%v err=%v", a, existed, err)
 	}
-	b, existed, err := flows.CreateFlow(f.ctx, f.pool, flows.CreateFlowParams{ID: id, Namespace: "ns", Kind: "etl"})
+	b, existed, err := flows.CreateFlow(f.Ctx, f.Pool, flows.CreateFlowParams{ID: id, Namespace: "ns", Kind: "etl"})
 	if err != nil || !existed || b.ID != id || !b.CreatedAt.Equal(a.CreatedAt) {
 		t.Fatalf("repeat: existed=%v err=%v", existed, err)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_flow`); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_flow`); n != 1 {
 		t.Fatalf("%d flows, want 1", n)
 	}
-	if _, _, err := flows.CreateFlow(f.ctx, f.pool, flows.CreateFlowParams{Namespace: "bad ns"}); !errors.Is(err, fault.ErrValidation) {
+	if _, _, err := flows.CreateFlow(f.Ctx, f.Pool, flows.CreateFlowParams{Namespace: "bad ns"}); !errors.Is(err, fault.ErrValidation) {
 		t.Fatalf("bad namespace: %v", err)
 	}
 }
@@ -160,15 +141,15 @@ func TestAddExecution(t *testing.T) {
 	fl := f.flow()
 	// A solo execution minted on the flow's partition can join.
 	part := fl.Partition
-	solo, _, err := leases.Create(f.ctx, f.pool, leases.Limits{}, leases.CreateParams{Lane: "x", Partition: &part})
+	solo, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, leases.CreateParams{Lane: "x", Partition: &part})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := flows.AddExecution(f.ctx, f.pool, fl.ID, solo.ID)
+	res, err := flows.AddExecution(f.Ctx, f.Pool, fl.ID, solo.ID)
 	if err != nil || res.AlreadyMember || res.NodeCount != 1 {
 		t.Fatalf("add: %+v %v", res, err)
 	}
-	res, err = flows.AddExecution(f.ctx, f.pool, fl.ID, solo.ID)
+	res, err = flows.AddExecution(f.Ctx, f.Pool, fl.ID, solo.ID)
 	if err != nil || !res.AlreadyMember || res.NodeCount != 1 {
 		t.Fatalf("add again: %+v %v; want already member", res, err)
 	}
@@ -181,18 +162,18 @@ func TestAddExecution(t *testing.T) {
 			break
 		}
 	}
-	inTwin, _, err := flows.CreateMember(f.ctx, f.pool, leases.Limits{}, twin.ID, leases.CreateParams{Lane: "x"})
+	inTwin, _, err := flows.CreateMember(f.Ctx, f.Pool, leases.Limits{}, twin.ID, leases.CreateParams{Lane: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ce *fault.ConflictError
-	if _, err := flows.AddExecution(f.ctx, f.pool, fl.ID, inTwin.ID); !errors.As(err, &ce) || ce.Existing != twin.ID {
+	if _, err := flows.AddExecution(f.Ctx, f.Pool, fl.ID, inTwin.ID); !errors.As(err, &ce) || ce.Existing != twin.ID {
 		t.Fatalf("member of another flow: %v, want a conflict carrying flow %s", err, twin.ID)
 	}
 	// Minted on another partition.
 	foreign := ident.NewExecutionIDIn((part + 1) % 256)
 	var ve *fault.ValidationError
-	if _, err := flows.AddExecution(f.ctx, f.pool, fl.ID, foreign); !errors.As(err, &ve) || ve.Kind != fault.KindNotMember {
+	if _, err := flows.AddExecution(f.Ctx, f.Pool, fl.ID, foreign); !errors.As(err, &ve) || ve.Kind != fault.KindNotMember {
 		t.Fatalf("execution on another partition: %v, want a not_member validation error", err)
 	}
 	// Missing flow, missing execution.
@@ -200,22 +181,22 @@ func TestAddExecution(t *testing.T) {
 	for ident.Partition(missingFlow) != part {
 		missingFlow = ident.NewUUID()
 	}
-	another, _, _ := leases.Create(f.ctx, f.pool, leases.Limits{}, leases.CreateParams{Lane: "x", Partition: &part})
-	if _, err := flows.AddExecution(f.ctx, f.pool, missingFlow, another.ID); !errors.Is(err, fault.ErrNotFound) {
+	another, _, _ := leases.Create(f.Ctx, f.Pool, leases.Limits{}, leases.CreateParams{Lane: "x", Partition: &part})
+	if _, err := flows.AddExecution(f.Ctx, f.Pool, missingFlow, another.ID); !errors.Is(err, fault.ErrNotFound) {
 		t.Fatalf("missing flow: %v, want not found", err)
 	}
-	if _, err := flows.AddExecution(f.ctx, f.pool, fl.ID, ident.NewExecutionIDIn(part)); !errors.Is(err, fault.ErrNotFound) {
+	if _, err := flows.AddExecution(f.Ctx, f.Pool, fl.ID, ident.NewExecutionIDIn(part)); !errors.Is(err, fault.ErrNotFound) {
 		t.Fatalf("missing execution: %v, want not found", err)
 	}
 	// Terminal flow.
-	if _, err := flows.Cancel(f.ctx, f.pool, fl.ID, store.CancelFlowOnly, ""); err != nil {
+	if _, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, store.CancelFlowOnly, ""); err != nil {
 		t.Fatal(err)
 	}
 	var te *fault.AlreadyTerminalError
-	if _, err := flows.AddExecution(f.ctx, f.pool, fl.ID, another.ID); !errors.As(err, &te) || te.State != "cancelled" {
+	if _, err := flows.AddExecution(f.Ctx, f.Pool, fl.ID, another.ID); !errors.As(err, &te) || te.State != "cancelled" {
 		t.Fatalf("terminal flow: %v, want already terminal", err)
 	}
-	if _, _, err := flows.CreateMember(f.ctx, f.pool, leases.Limits{}, fl.ID, leases.CreateParams{Lane: "x"}); !errors.Is(err, fault.ErrAlreadyTerminal) {
+	if _, _, err := flows.CreateMember(f.Ctx, f.Pool, leases.Limits{}, fl.ID, leases.CreateParams{Lane: "x"}); !errors.Is(err, fault.ErrAlreadyTerminal) {
 		t.Fatalf("create member of terminal flow: %v", err)
 	}
 }
@@ -239,21 +220,21 @@ func TestStageRefusals(t *testing.T) {
 		{"missing flow", flows.StageParams{FlowID: ident.NewUUID(), Upstream: a, Downstream: b}, nil},
 	}
 	for _, tt := range tests {
-		_, err := flows.Stage(f.ctx, f.pool, tt.p)
+		_, err := flows.Stage(f.Ctx, f.Pool, tt.p)
 		if err == nil || (tt.is != nil && !errors.Is(err, tt.is)) {
 			t.Errorf("%s: %v, want %v", tt.name, err, tt.is)
 		}
 	}
 	var se *fault.StaleRevisionError
-	_, err := flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: rev + 5})
+	_, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: rev + 5})
 	if !errors.As(err, &se) || se.Current != rev || se.Expected != rev+5 {
 		t.Fatalf("stale: %v, want current %d", err, rev)
 	}
 	// A solo execution on the flow's partition is not a member.
 	part := fl.Partition
-	solo, _, _ := leases.Create(f.ctx, f.pool, leases.Limits{}, leases.CreateParams{Lane: "x", Partition: &part})
+	solo, _, _ := leases.Create(f.Ctx, f.Pool, leases.Limits{}, leases.CreateParams{Lane: "x", Partition: &part})
 	var ve *fault.ValidationError
-	if _, err := flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: solo.ID, ExpectedRevision: rev}); !errors.As(err, &ve) || ve.Kind != fault.KindNotMember {
+	if _, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: solo.ID, ExpectedRevision: rev}); !errors.As(err, &ve) || ve.Kind != fault.KindNotMember {
 		t.Fatalf("non-member: %v, want not_member", err)
 	}
 	if got := f.graphRows(fl); got != before {
@@ -262,20 +243,20 @@ func TestStageRefusals(t *testing.T) {
 	// Duplicate: a conflict carrying the existing edge, by pair and by id.
 	e := f.stage(fl, a, b)
 	var ce *fault.ConflictError
-	_, err = flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: f.revision(fl)})
+	_, err = flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: f.revision(fl)})
 	if !errors.As(err, &ce) || ce.Existing.(*store.Edge).ID != e.ID {
 		t.Fatalf("duplicate pair: %v, want a conflict carrying edge %s", err, e.ID)
 	}
 	c := f.member(fl)
-	_, err = flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, EdgeID: e.ID, Upstream: b, Downstream: c, ExpectedRevision: f.revision(fl)})
+	_, err = flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, EdgeID: e.ID, Upstream: b, Downstream: c, ExpectedRevision: f.revision(fl)})
 	if !errors.As(err, &ce) || ce.Existing.(*store.Edge).ID != e.ID {
 		t.Fatalf("duplicate id: %v, want a conflict carrying edge %s", err, e.ID)
 	}
 	// Terminal flow.
-	if _, err := flows.Cancel(f.ctx, f.pool, fl.ID, store.CancelFlowOnly, ""); err != nil {
+	if _, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, store.CancelFlowOnly, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: b, Downstream: c, ExpectedRevision: f.revision(fl)}); !errors.Is(err, fault.ErrAlreadyTerminal) {
+	if _, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: b, Downstream: c, ExpectedRevision: f.revision(fl)}); !errors.Is(err, fault.ErrAlreadyTerminal) {
 		t.Fatalf("terminal flow: %v", err)
 	}
 }
@@ -290,7 +271,7 @@ func TestCycles(t *testing.T) {
 		f.stage(fl, a, b)
 		f.stage(fl, b, c)
 		before := f.graphRows(fl)
-		_, err := flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: c, Downstream: a, ExpectedRevision: f.revision(fl)})
+		_, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: c, Downstream: a, ExpectedRevision: f.revision(fl)})
 		var ve *fault.ValidationError
 		if !errors.As(err, &ve) || ve.Kind != fault.KindCycle {
 			t.Fatalf("closing a 3-cycle: %v, want a cycle error", err)
@@ -302,14 +283,14 @@ func TestCycles(t *testing.T) {
 	t.Run("500 nodes", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
-		res, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, chainSpec(500))
+		res, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, chainSpec(500))
 		if err != nil {
 			t.Fatal(err)
 		}
 		fl := res.Flow
 		first, last := res.Executions["n0"].ID, res.Executions["n499"].ID
 		before := f.graphRows(fl)
-		_, err = flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: last, Downstream: first, ExpectedRevision: fl.GraphRevision})
+		_, err = flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: last, Downstream: first, ExpectedRevision: fl.GraphRevision})
 		if !errors.Is(err, fault.ErrValidation) {
 			t.Fatalf("closing a 500-cycle: %v", err)
 		}
@@ -334,12 +315,12 @@ func TestCycles(t *testing.T) {
 					defer wg.Done()
 					// Each retries on a stale revision, as a real client would.
 					for {
-						rev, err := flows.Get(f.ctx, f.pool, fl.ID)
+						rev, err := flows.Get(f.Ctx, f.Pool, fl.ID)
 						if err != nil {
 							errs[i] = err
 							return
 						}
-						_, err = flows.Stage(f.ctx, f.pool, flows.StageParams{FlowID: fl.ID, Upstream: p[0], Downstream: p[1], ExpectedRevision: rev.GraphRevision})
+						_, err = flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: p[0], Downstream: p[1], ExpectedRevision: rev.GraphRevision})
 						if !errors.Is(err, fault.ErrStaleRevision) {
 							errs[i] = err
 							return
@@ -362,7 +343,7 @@ func TestCycles(t *testing.T) {
 			if ok != 1 {
 				t.Fatalf("round %d: %d of the two racing stagings succeeded, want exactly 1", round, ok)
 			}
-			if n := f.count(`SELECT count(*) FROM ff_edge WHERE flow_id = $1`, fl.ID); n != 2 {
+			if n := f.Count(`SELECT count(*) FROM ff_edge WHERE flow_id = $1`, fl.ID); n != 2 {
 				t.Fatalf("round %d: %d edges, want 2", round, n)
 			}
 		}
@@ -389,33 +370,33 @@ func TestApply(t *testing.T) {
 	if f.state(d) != store.StatePending {
 		t.Fatal("staging alone must not block the downstream")
 	}
-	r1, err := flows.Apply(f.ctx, f.pool, fl.ID, e1.ID)
+	r1, err := flows.Apply(f.Ctx, f.Pool, fl.ID, e1.ID)
 	if err != nil || r1.AlreadyApplied || r1.Unsatisfied != 1 || r1.Group.Counts.Total != 1 {
 		t.Fatalf("apply e1: %+v %v; want unsatisfied 1", r1, err)
 	}
 	if f.state(d) != store.StateBlocked {
 		t.Fatalf("downstream %s after apply, want blocked", f.state(d))
 	}
-	r2, err := flows.Apply(f.ctx, f.pool, fl.ID, e2.ID)
+	r2, err := flows.Apply(f.Ctx, f.Pool, fl.ID, e2.ID)
 	if err != nil || r2.Unsatisfied != 2 {
 		t.Fatalf("apply e2: %+v %v; want unsatisfied 2", r2, err)
 	}
-	again, err := flows.Apply(f.ctx, f.pool, fl.ID, e2.ID)
+	again, err := flows.Apply(f.Ctx, f.Pool, fl.ID, e2.ID)
 	if err != nil || !again.AlreadyApplied || again.Group.Counts.Total != 2 {
 		t.Fatalf("apply e2 again: %+v %v; want already applied, total still 2", again, err)
 	}
-	if _, err := flows.Apply(f.ctx, f.pool, fl.ID, ident.NewUUID()); !errors.Is(err, fault.ErrNotFound) {
+	if _, err := flows.Apply(f.Ctx, f.Pool, fl.ID, ident.NewUUID()); !errors.Is(err, fault.ErrNotFound) {
 		t.Fatalf("apply missing edge: %v", err)
 	}
 	// Refused for a running downstream.
 	x, y := f.member(fl), f.member(fl)
 	eRun := f.stage(fl, x, y)
-	yx, _ := leases.Get(f.ctx, f.pool, y)
-	if got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: yx.Lane, Worker: "w/1", Max: 1}); err != nil || len(got) != 1 {
+	yx, _ := leases.Get(f.Ctx, f.Pool, y)
+	if got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: yx.Lane, Worker: "w/1", Max: 1}); err != nil || len(got) != 1 {
 		t.Fatalf("claim y: %v", err)
 	}
 	before := f.graphRows(fl)
-	if _, err := flows.Apply(f.ctx, f.pool, fl.ID, eRun.ID); !errors.Is(err, fault.ErrConflict) {
+	if _, err := flows.Apply(f.Ctx, f.Pool, fl.ID, eRun.ID); !errors.Is(err, fault.ErrConflict) {
 		t.Fatalf("apply to running downstream: %v, want conflict", err)
 	}
 	if got := f.graphRows(fl); got != before || f.state(y) != store.StateRunning {
@@ -429,25 +410,25 @@ func TestApplyRefusedForTerminalDownstreamAndDecidedGroup(t *testing.T) {
 	fl := f.flow()
 	a, d := f.member(fl), f.member(fl)
 	ed := f.stage(fl, a, d)
-	if _, err := leases.Cancel(f.ctx, f.pool, d, "", ""); err != nil {
+	if _, err := leases.Cancel(f.Ctx, f.Pool, d, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := flows.Apply(f.ctx, f.pool, fl.ID, ed.ID); !errors.Is(err, fault.ErrAlreadyTerminal) {
+	if _, err := flows.Apply(f.Ctx, f.Pool, fl.ID, ed.ID); !errors.Is(err, fault.ErrAlreadyTerminal) {
 		t.Fatalf("apply to cancelled downstream: %v", err)
 	}
 	// Decided group: any_of satisfied by a finished upstream, then another edge.
 	fl2 := f.flow()
 	u1, u2, down := f.member(fl2), f.member(fl2), f.member(fl2)
-	if _, err := flows.SetPolicy(f.ctx, f.pool, fl2.ID, down, store.Policy{Kind: store.AnyOf}); err != nil {
+	if _, err := flows.SetPolicy(f.Ctx, f.Pool, fl2.ID, down, store.Policy{Kind: store.AnyOf}); err != nil {
 		t.Fatal(err)
 	}
 	f.runAndEnd(u1, true)
 	e1, e2 := f.stage(fl2, u1, down), f.stage(fl2, u2, down)
-	if r, err := flows.Apply(f.ctx, f.pool, fl2.ID, e1.ID); err != nil || r.Group.Decision != store.Satisfied {
+	if r, err := flows.Apply(f.Ctx, f.Pool, fl2.ID, e1.ID); err != nil || r.Group.Decision != store.Satisfied {
 		t.Fatalf("apply from finished upstream: %+v %v", r, err)
 	}
 	var ce *fault.ConflictError
-	if _, err := flows.Apply(f.ctx, f.pool, fl2.ID, e2.ID); !errors.As(err, &ce) {
+	if _, err := flows.Apply(f.Ctx, f.Pool, fl2.ID, e2.ID); !errors.As(err, &ce) {
 		t.Fatalf("apply into a decided group: %v, want conflict", err)
 	}
 }
@@ -476,19 +457,19 @@ func TestApplyToFinishedUpstream(t *testing.T) {
 			f := setup(t)
 			fl := f.flow()
 			up, down := f.member(fl), f.member(fl)
-			if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, down, tt.policy); err != nil {
+			if _, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, down, tt.policy); err != nil {
 				t.Fatal(err)
 			}
 			f.runAndEnd(up, tt.succeed)
 			e := f.stage(fl, up, down)
-			res, err := flows.Apply(f.ctx, f.pool, fl.ID, e.ID)
+			res, err := flows.Apply(f.Ctx, f.Pool, fl.ID, e.ID)
 			if err != nil || !res.Resolved || res.Group.Decision != tt.decision {
 				t.Fatalf("apply: %+v %v; want resolved and %s", res, err, tt.decision)
 			}
 			if got := f.state(down); got != tt.state {
 				t.Fatalf("downstream %s, want %s", got, tt.state)
 			}
-			edge, _ := flows.DescribeEdge(f.ctx, f.pool, fl.ID, e.ID)
+			edge, _ := flows.DescribeEdge(f.Ctx, f.Pool, fl.ID, e.ID)
 			want := store.OutcomeSuccess
 			if !tt.succeed {
 				want = store.OutcomeFailed
@@ -497,7 +478,7 @@ func TestApplyToFinishedUpstream(t *testing.T) {
 				t.Fatalf("edge %s %q, want resolved %s", edge.State, edge.ResolvedOutcome, want)
 			}
 			if tt.state == store.StateSkipped {
-				if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'skipped'`, down.UUID); n != 1 {
+				if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'skipped'`, down.UUID); n != 1 {
 					t.Fatalf("%d skipped events, want 1", n)
 				}
 			}
@@ -512,29 +493,29 @@ func TestSetPolicy(t *testing.T) {
 	a, d := f.member(fl), f.member(fl)
 	bad := []store.Policy{{Kind: store.Quorum, K: 0}, {Kind: "most_of"}, {Kind: store.AllOf, K: 2}, {Kind: store.AnyOf, OnSatisfied: "explode"}, {Kind: store.AllOf, OnSatisfied: store.LetRun}}
 	for _, p := range bad {
-		if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, p); !errors.Is(err, fault.ErrValidation) {
+		if _, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, d, p); !errors.Is(err, fault.ErrValidation) {
 			t.Errorf("policy %+v: %v, want validation error", p, err)
 		}
 	}
 	q := store.Policy{Kind: store.Quorum, K: 2, OnSatisfied: store.CancelRemaining}
-	if already, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, q); err != nil || already {
+	if already, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, d, q); err != nil || already {
 		t.Fatalf("set: %v %v", already, err)
 	}
-	if already, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, q); err != nil || !already {
+	if already, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, d, q); err != nil || !already {
 		t.Fatalf("restate: %v %v; want a no-op success", already, err)
 	}
 	// Changing before any edge is staged is allowed.
-	if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, store.Policy{Kind: store.AnyOf}); err != nil {
+	if _, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, d, store.Policy{Kind: store.AnyOf}); err != nil {
 		t.Fatal(err)
 	}
 	f.stage(fl, a, d)
-	if _, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, q); !errors.Is(err, fault.ErrConflict) {
+	if _, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, d, q); !errors.Is(err, fault.ErrConflict) {
 		t.Fatalf("set after staging: %v, want conflict", err)
 	}
-	if already, err := flows.SetPolicy(f.ctx, f.pool, fl.ID, d, store.Policy{Kind: store.AnyOf}); err != nil || !already {
+	if already, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, d, store.Policy{Kind: store.AnyOf}); err != nil || !already {
 		t.Fatalf("restate after staging: %v %v; want a no-op success", already, err)
 	}
-	desc, err := flows.Describe(f.ctx, f.pool, fl.ID)
+	desc, err := flows.Describe(f.Ctx, f.Pool, fl.ID)
 	if err != nil || len(desc.Groups) != 1 || desc.Groups[0].Policy.Kind != store.AnyOf || desc.Groups[0].Policy.OnSatisfied != store.LetRun {
 		t.Fatalf("describe: %+v %v", desc, err)
 	}
@@ -550,7 +531,7 @@ func TestListsAndDescribe(t *testing.T) {
 	var got []uuid.UUID
 	var after *uuid.UUID
 	for {
-		page, err := flows.List(f.ctx, f.pool, flows.ListParams{After: after, Limit: 3})
+		page, err := flows.List(f.Ctx, f.Pool, flows.ListParams{After: after, Limit: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -565,13 +546,13 @@ func TestListsAndDescribe(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(ids) {
 		t.Fatalf("paged flows %v, want %v", got, ids)
 	}
-	if _, err := flows.List(f.ctx, f.pool, flows.ListParams{Limit: -1}); !errors.Is(err, fault.ErrValidation) {
+	if _, err := flows.List(f.Ctx, f.Pool, flows.ListParams{Limit: -1}); !errors.Is(err, fault.ErrValidation) {
 		t.Fatalf("negative limit: %v", err)
 	}
-	if _, err := flows.List(f.ctx, f.pool, flows.ListParams{Limit: 1 << 30}); !errors.Is(err, fault.ErrValidation) {
+	if _, err := flows.List(f.Ctx, f.Pool, flows.ListParams{Limit: 1 << 30}); !errors.Is(err, fault.ErrValidation) {
 		t.Fatalf("limit over the maximum: %v, want a ValidationError", err)
 	}
-	if page, err := flows.List(f.ctx, f.pool, flows.ListParams{Limit: flows.MaxListLimit}); err != nil || len(page.Flows) != 7 {
+	if page, err := flows.List(f.Ctx, f.Pool, flows.ListParams{Limit: flows.MaxListLimit}); err != nil || len(page.Flows) != 7 {
 		t.Fatalf("largest limit: %v", err)
 	}
 
@@ -579,22 +560,22 @@ func TestListsAndDescribe(t *testing.T) {
 	a, b, c := f.member(fl), f.member(fl), f.member(fl)
 	eab, eac := f.stage(fl, a, b), f.stage(fl, a, c)
 	ebc := f.stage(fl, b, c)
-	out, err := flows.ListEdges(f.ctx, f.pool, fl.ID, a, flows.Outgoing)
+	out, err := flows.ListEdges(f.Ctx, f.Pool, fl.ID, a, flows.Outgoing)
 	if err != nil || len(out) != 2 {
 		t.Fatalf("outgoing of a: %d %v", len(out), err)
 	}
-	in, err := flows.ListEdges(f.ctx, f.pool, fl.ID, c, flows.Incoming)
+	in, err := flows.ListEdges(f.Ctx, f.Pool, fl.ID, c, flows.Incoming)
 	if err != nil || len(in) != 2 || !(in[0].ID == eac.ID && in[1].ID == ebc.ID) {
 		t.Fatalf("incoming of c: %v %v", in, err)
 	}
-	if _, err := flows.ListEdges(f.ctx, f.pool, fl.ID, c, "sideways"); !errors.Is(err, fault.ErrValidation) {
+	if _, err := flows.ListEdges(f.Ctx, f.Pool, fl.ID, c, "sideways"); !errors.Is(err, fault.ErrValidation) {
 		t.Fatalf("bad direction: %v", err)
 	}
-	e, err := flows.DescribeEdge(f.ctx, f.pool, fl.ID, eab.ID)
+	e, err := flows.DescribeEdge(f.Ctx, f.Pool, fl.ID, eab.ID)
 	if err != nil || e.Upstream != a || e.Downstream != b || e.State != store.EdgeStaged || e.DependencyKind != flows.DefaultDependencyKind {
 		t.Fatalf("describe edge: %+v %v", e, err)
 	}
-	desc, err := flows.Describe(f.ctx, f.pool, fl.ID)
+	desc, err := flows.Describe(f.Ctx, f.Pool, fl.ID)
 	if err != nil || desc.NodeCount != 3 || desc.EdgeCount != 3 || desc.GraphRevision != 6 {
 		t.Fatalf("describe flow: %+v %v; want 3 nodes, 3 edges, revision 6", desc, err)
 	}

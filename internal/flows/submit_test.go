@@ -24,7 +24,7 @@ func TestSubmitThousandNodes(t *testing.T) {
 	}
 	p.Nodes = append(p.Nodes, flows.SubmitNode{Ref: "sink", Params: leases.CreateParams{Lane: "big"},
 		Policy: &store.Policy{Kind: store.Quorum, K: 500, OnSatisfied: store.CancelRemaining}})
-	res, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, p)
+	res, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,16 +34,16 @@ func TestSubmitThousandNodes(t *testing.T) {
 	if got := res.Executions["root"].State; got != store.StatePending {
 		t.Fatalf("root %s, want pending", got)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND state = 'blocked'`, res.Flow.ID); n != 999 {
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND state = 'blocked'`, res.Flow.ID); n != 999 {
 		t.Fatalf("%d blocked, want 999", n)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND partition_key = $2`, res.Flow.ID, res.Flow.Partition); n != 1000 {
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND partition_key = $2`, res.Flow.ID, res.Flow.Partition); n != 1000 {
 		t.Fatalf("%d members on the flow's partition, want 1000", n)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_edge WHERE flow_id = $1 AND state = 'applied'`, res.Flow.ID); n != 1996 {
+	if n := f.Count(`SELECT count(*) FROM ff_edge WHERE flow_id = $1 AND state = 'applied'`, res.Flow.ID); n != 1996 {
 		t.Fatalf("%d applied edges, want 1996", n)
 	}
-	desc, err := flows.Describe(f.ctx, f.pool, res.Flow.ID)
+	desc, err := flows.Describe(f.Ctx, f.Pool, res.Flow.ID)
 	if err != nil || len(desc.Groups) != 999 {
 		t.Fatalf("describe: %d groups, %v", len(desc.Groups), err)
 	}
@@ -98,7 +98,7 @@ func TestSubmitInvalidWritesNothing(t *testing.T) {
 	for _, tt := range tests {
 		p := base()
 		tt.mutate(&p)
-		_, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, p)
+		_, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, p)
 		var ve *fault.ValidationError
 		if !errors.As(err, &ve) || ve.Kind != tt.kind {
 			t.Errorf("%s: %v, want a %s validation error", tt.name, err, tt.kind)
@@ -106,16 +106,16 @@ func TestSubmitInvalidWritesNothing(t *testing.T) {
 	}
 	// A submission failing inside the transaction (flow id taken) also
 	// leaves nothing of its own.
-	ok, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, base())
+	ok, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, base())
 	if err != nil {
 		t.Fatal(err)
 	}
 	again := base()
 	again.Flow.ID = ok.Flow.ID
-	if _, err := flows.Submit(f.ctx, f.pool, leases.Limits{}, again); !errors.Is(err, fault.ErrConflict) {
+	if _, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, again); !errors.Is(err, fault.ErrConflict) {
 		t.Fatalf("resubmitting a flow id: %v, want conflict", err)
 	}
-	if n := f.count(`SELECT (SELECT count(*) FROM ff_flow) + (SELECT count(*) FROM ff_execution) + (SELECT count(*) FROM ff_edge) + (SELECT count(*) FROM ff_edge_group)`); n != 1+3+2+2 {
+	if n := f.Count(`SELECT (SELECT count(*) FROM ff_flow) + (SELECT count(*) FROM ff_execution) + (SELECT count(*) FROM ff_edge) + (SELECT count(*) FROM ff_edge_group)`); n != 1+3+2+2 {
 		t.Fatalf("%d rows in all, want exactly the one good submission's 8", n)
 	}
 }

@@ -34,7 +34,7 @@ func TestCreateManyMatchesCreate(t *testing.T) {
 		}
 		ps = append(ps, p)
 	}
-	xs, err := leases.CreateMany(f.ctx, f.pool, leases.Limits{}, ps)
+	xs, err := leases.CreateMany(f.Ctx, f.Pool, leases.Limits{}, ps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestCreateManyMatchesCreate(t *testing.T) {
 	}
 	for i, x := range xs {
 		p := ps[i]
-		got, err := leases.Get(f.ctx, f.pool, x.ID)
+		got, err := leases.Get(f.Ctx, f.Pool, x.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,11 +69,11 @@ func TestCreateManyMatchesCreate(t *testing.T) {
 			t.Errorf("row %d: returned %s, stored %s", i, x.ID, got.ID)
 		}
 	}
-	if _, err := leases.CreateMany(f.ctx, f.pool, leases.Limits{}, []leases.CreateParams{{Lane: "many-0"}, {Lane: ""}}); err == nil {
+	if _, err := leases.CreateMany(f.Ctx, f.Pool, leases.Limits{}, []leases.CreateParams{{Lane: "many-0"}, {Lane: ""}}); err == nil {
 		t.Fatal("a batch with an invalid row was accepted")
 	}
 	var n int
-	if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM ff_execution`).Scan(&n); err != nil || n != len(ps) {
+	if err := f.Pool.QueryRow(f.Ctx, `SELECT count(*) FROM ff_execution`).Scan(&n); err != nil || n != len(ps) {
 		t.Fatalf("%d executions stored (%v), want %d: the invalid batch wrote something", n, err, len(ps))
 	}
 }

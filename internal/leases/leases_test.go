@@ -1,15 +1,12 @@
 package leases_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
@@ -20,53 +17,45 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-type fixture struct {
-	t    *testing.T
-	ctx  context.Context
-	pool *pgxpool.Pool
-}
+type fixture struct{ *testdb.Fixture }
 
-func setup(t *testing.T) *fixture {
-	t.Helper()
-	ctx, db := testdb.Checked(t, 2*time.Minute)
-	return &fixture{t: t, ctx: ctx, pool: db.Pool}
-}
+func setup(t *testing.T) *fixture { return &fixture{testdb.Checked(t, 2*time.Minute)} }
 
 func (f *fixture) create(p leases.CreateParams) *store.Execution {
-	f.t.Helper()
+	f.T.Helper()
 	if p.Lane == "" {
 		p.Lane = "default"
 	}
-	x, _, err := leases.Create(f.ctx, f.pool, leases.Limits{}, p)
+	x, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, p)
 	if err != nil {
-		f.t.Fatalf("create: %v", err)
+		f.T.Fatalf("create: %v", err)
 	}
 	return x
 }
 
 func (f *fixture) claim(lane string, n int, caps ...string) []*store.Execution {
-	f.t.Helper()
-	got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: lane, Worker: "w1/i1", Capabilities: caps, Max: n})
+	f.T.Helper()
+	got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: lane, Worker: "w1/i1", Capabilities: caps, Max: n})
 	if err != nil {
-		f.t.Fatalf("claim: %v", err)
+		f.T.Fatalf("claim: %v", err)
 	}
 	return got
 }
 
 func (f *fixture) claimOne(lane string) *store.Execution {
-	f.t.Helper()
+	f.T.Helper()
 	got := f.claim(lane, 1)
 	if len(got) != 1 {
-		f.t.Fatalf("claim from %s: got %d executions, want 1", lane, len(got))
+		f.T.Fatalf("claim from %s: got %d executions, want 1", lane, len(got))
 	}
 	return got[0]
 }
 
 func (f *fixture) get(id ident.ExecutionID) *store.Execution {
-	f.t.Helper()
-	x, err := leases.Get(f.ctx, f.pool, id)
+	f.T.Helper()
+	x, err := leases.Get(f.Ctx, f.Pool, id)
 	if err != nil {
-		f.t.Fatalf("get %s: %v", id, err)
+		f.T.Fatalf("get %s: %v", id, err)
 	}
 	return x
 }
@@ -74,43 +63,27 @@ func (f *fixture) get(id ident.ExecutionID) *store.Execution {
 // snapshot renders everything the database holds about one execution, so
 // that "changed nothing" can be checked exactly.
 func (f *fixture) snapshot(id ident.ExecutionID) string {
-	f.t.Helper()
+	f.T.Helper()
 	var s string
-	err := f.pool.QueryRow(f.ctx, `SELECT
+	err := f.Pool.QueryRow(f.Ctx, `SELECT
 		(SELECT row_to_json(e)::text FROM ff_execution e WHERE execution_id = $1) ||
 		(SELECT coalesce(json_agg(a ORDER BY attempt), '[]')::text FROM ff_attempt a WHERE execution_id = $1) ||
 		(SELECT coalesce(json_agg(l ORDER BY event_id), '[]')::text FROM ff_lease_event l WHERE execution_id = $1) ||
 		(SELECT coalesce(json_agg(c ORDER BY event_id), '[]')::text FROM ff_completion_event c WHERE execution_id = $1)`,
 		id.UUID).Scan(&s)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return s
 }
 
-func (f *fixture) count(sql string, args ...any) int {
-	f.t.Helper()
-	var n int
-	if err := f.pool.QueryRow(f.ctx, sql, args...).Scan(&n); err != nil {
-		f.t.Fatalf("%s: %v", sql, err)
-	}
-	return n
-}
-
 func (f *fixture) completionEvents(id ident.ExecutionID) int {
-	return f.count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1`, id.UUID)
-}
-
-func (f *fixture) exec(sql string, args ...any) {
-	f.t.Helper()
-	if _, err := f.pool.Exec(f.ctx, sql, args...); err != nil {
-		f.t.Fatalf("%s: %v", sql, err)
-	}
+	return f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1`, id.UUID)
 }
 
 // lapse makes a running lease look expired, as if its TTL had passed.
 func (f *fixture) lapse(id ident.ExecutionID) {
-	f.exec(`UPDATE ff_execution SET lease_expires_at = now() - interval '1 second' WHERE execution_id = $1`, id.UUID)
+	f.Exec(`UPDATE ff_execution SET lease_expires_at = now() - interval '1 second' WHERE execution_id = $1`, id.UUID)
 }
 
 func TestCreateAndClaim(t *testing.T) {
@@ -131,20 +104,20 @@ func TestCreateAndClaim(t *testing.T) {
 	if string(c.Payload) != `{"to":"a"}` || c.Tags["team"] != "growth" {
 		t.Fatalf("claimed payload %q tags %v", c.Payload, c.Tags)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND attempt = 1 AND lease_epoch = 1 AND outcome IS NULL`, x.ID.UUID); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND attempt = 1 AND lease_epoch = 1 AND outcome IS NULL`, x.ID.UUID); n != 1 {
 		t.Fatalf("want one open attempt row, got %d", n)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'acquired' AND lease_epoch = 1`, x.ID.UUID); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'acquired' AND lease_epoch = 1`, x.ID.UUID); n != 1 {
 		t.Fatalf("want one acquired lease event, got %d", n)
 	}
 	if got := f.claim("mail", 5); len(got) != 0 {
 		t.Fatalf("claimed a running execution again: %v", got)
 	}
-	exp, err := leases.Renew(f.ctx, f.pool, c.ID, c.LeaseEpoch)
+	exp, err := leases.Renew(f.Ctx, f.Pool, c.ID, c.LeaseEpoch)
 	if err != nil || !exp.After(*c.LeaseExpiresAt) && !exp.Equal(*c.LeaseExpiresAt) {
 		t.Fatalf("renew: %v, %v", exp, err)
 	}
-	out, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, c.ID, c.LeaseEpoch, []byte("done"))
+	out, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, c.ID, c.LeaseEpoch, []byte("done"))
 	if err != nil || out.State != store.StateCompleted || out.Repeated {
 		t.Fatalf("complete: %+v, %v", out, err)
 	}
@@ -152,10 +125,10 @@ func TestCreateAndClaim(t *testing.T) {
 	if done.State != store.StateCompleted || string(done.Result) != "done" || done.TerminalAt == nil || done.LeaseOwner != "" {
 		t.Fatalf("after complete: %+v", done)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'success'`, x.ID.UUID); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'success'`, x.ID.UUID); n != 1 {
 		t.Fatalf("want one success event, got %d", n)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'released'`, x.ID.UUID); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'released'`, x.ID.UUID); n != 1 {
 		t.Fatalf("want one released lease event, got %d", n)
 	}
 }
@@ -167,7 +140,7 @@ func TestDelayedNotClaimable(t *testing.T) {
 	if got := f.claim("later", 1); len(got) != 0 {
 		t.Fatalf("claimed an execution delayed by an hour")
 	}
-	f.exec(`UPDATE ff_execution SET run_at = now() - interval '1 second' WHERE execution_id = $1`, x.ID.UUID)
+	f.Exec(`UPDATE ff_execution SET run_at = now() - interval '1 second' WHERE execution_id = $1`, x.ID.UUID)
 	if got := f.claim("later", 1); len(got) != 1 {
 		t.Fatalf("a due delayed execution was not claimable")
 	}
@@ -178,12 +151,12 @@ func TestCompleteIdempotent(t *testing.T) {
 	f := setup(t)
 	f.create(leases.CreateParams{})
 	c := f.claimOne("default")
-	first, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, c.ID, c.LeaseEpoch, []byte("r1"))
+	first, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, c.ID, c.LeaseEpoch, []byte("r1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := f.snapshot(c.ID)
-	again, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, c.ID, c.LeaseEpoch, []byte("r2"))
+	again, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, c.ID, c.LeaseEpoch, []byte("r2"))
 	if err != nil || !again.Repeated || again.State != store.StateCompleted || string(again.Result) != "r1" || again.Attempt != first.Attempt {
 		t.Fatalf("repeated complete: %+v, %v; want the stored outcome r1", again, err)
 	}
@@ -194,7 +167,7 @@ func TestCompleteIdempotent(t *testing.T) {
 		t.Fatalf("%d completion events, want 1", n)
 	}
 	// Failing an execution this lease completed is a lost lease, not a retry.
-	if _, err := leases.Fail(f.ctx, f.pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "x", Retryable: true}); !errors.Is(err, fault.ErrLeaseLost) {
+	if _, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "x", Retryable: true}); !errors.Is(err, fault.ErrLeaseLost) {
 		t.Fatalf("fail after complete: %v, want lease lost", err)
 	}
 }
@@ -204,12 +177,12 @@ func TestFailIdempotent(t *testing.T) {
 	f := setup(t)
 	f.create(leases.CreateParams{MaxAttempts: 1})
 	c := f.claimOne("default")
-	out, err := leases.Fail(f.ctx, f.pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "boom", Retryable: true})
+	out, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "boom", Retryable: true})
 	if err != nil || out.State != store.StateFailed {
 		t.Fatalf("fail on last attempt: %+v, %v; want failed", out, err)
 	}
 	before := f.snapshot(c.ID)
-	again, err := leases.Fail(f.ctx, f.pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "boom", Retryable: true})
+	again, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "boom", Retryable: true})
 	if err != nil || !again.Repeated || again.State != store.StateFailed {
 		t.Fatalf("repeated fail: %+v, %v", again, err)
 	}
@@ -225,21 +198,21 @@ func TestIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	p := leases.CreateParams{Lane: "l", IdempotencyKey: "order-42"}
-	a, existedA, err := leases.Create(f.ctx, f.pool, leases.Limits{}, p)
+	a, existedA, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, p)
 	if err != nil || existedA {
 		t.Fatalf("first create: existed=%v err=%v", existedA, err)
 	}
-	b, existedB, err := leases.Create(f.ctx, f.pool, leases.Limits{}, p)
+	b, existedB, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, p)
 	if err != nil || !existedB || b.ID != a.ID {
 		t.Fatalf("second create: %v existed=%v err=%v; want %s existing", b.ID, existedB, err, a.ID)
 	}
 	// Another namespace is another key space.
 	p.Namespace = "other"
-	c, existedC, err := leases.Create(f.ctx, f.pool, leases.Limits{}, p)
+	c, existedC, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, p)
 	if err != nil || existedC || c.ID == a.ID {
 		t.Fatalf("create in other namespace: existed=%v err=%v", existedC, err)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_execution WHERE idempotency_key = 'order-42'`); n != 2 {
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE idempotency_key = 'order-42'`); n != 2 {
 		t.Fatalf("%d executions with the key, want 2 (one per namespace)", n)
 	}
 }
@@ -250,29 +223,29 @@ func TestFencing(t *testing.T) {
 	takeAway := map[string]func(f *fixture, x *store.Execution){
 		"expiry": func(f *fixture, x *store.Execution) {
 			f.lapse(x.ID)
-			res, err := leases.ExpireLapsed(f.ctx, f.pool, x.ID, x.LeaseEpoch)
+			res, err := leases.ExpireLapsed(f.Ctx, f.Pool, x.ID, x.LeaseEpoch)
 			if err != nil || res.LapsedRetried != 1 {
-				f.t.Fatalf("expire: %+v %v", res, err)
+				f.T.Fatalf("expire: %+v %v", res, err)
 			}
 		},
 		"revoke": func(f *fixture, x *store.Execution) {
-			if _, err := leases.Revoke(f.ctx, f.pool, x.ID, "ops"); err != nil {
-				f.t.Fatal(err)
+			if _, err := leases.Revoke(f.Ctx, f.Pool, x.ID, "ops"); err != nil {
+				f.T.Fatal(err)
 			}
 		},
 		"cancel": func(f *fixture, x *store.Execution) {
-			if _, err := leases.Cancel(f.ctx, f.pool, x.ID, "user asked", "alice"); err != nil {
-				f.t.Fatal(err)
+			if _, err := leases.Cancel(f.Ctx, f.Pool, x.ID, "user asked", "alice"); err != nil {
+				f.T.Fatal(err)
 			}
 		},
 		"expiry then re-claim": func(f *fixture, x *store.Execution) {
 			f.lapse(x.ID)
-			if _, err := leases.SweepLapsed(f.ctx, f.pool, 10); err != nil {
-				f.t.Fatal(err)
+			if _, err := leases.SweepLapsed(f.Ctx, f.Pool, 10); err != nil {
+				f.T.Fatal(err)
 			}
-			f.exec(`UPDATE ff_execution SET run_at = now() WHERE execution_id = $1`, x.ID.UUID)
+			f.Exec(`UPDATE ff_execution SET run_at = now() WHERE execution_id = $1`, x.ID.UUID)
 			if got := f.claim("fence", 1); len(got) != 1 {
-				f.t.Fatal("re-claim failed")
+				f.T.Fatal("re-claim failed")
 			}
 		},
 	}
@@ -288,19 +261,19 @@ func TestFencing(t *testing.T) {
 				t.Fatalf("epoch %d after %s, want > %d", after.LeaseEpoch, name, x.LeaseEpoch)
 			}
 			before := f.snapshot(x.ID)
-			if _, err := leases.Renew(f.ctx, f.pool, x.ID, x.LeaseEpoch); !errors.Is(err, fault.ErrLeaseLost) {
+			if _, err := leases.Renew(f.Ctx, f.Pool, x.ID, x.LeaseEpoch); !errors.Is(err, fault.ErrLeaseLost) {
 				t.Errorf("renew by old holder: %v, want lease lost", err)
 			}
-			if _, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, x.ID, x.LeaseEpoch, []byte("late")); !errors.Is(err, fault.ErrLeaseLost) {
+			if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, x.ID, x.LeaseEpoch, []byte("late")); !errors.Is(err, fault.ErrLeaseLost) {
 				t.Errorf("complete by old holder: %v, want lease lost", err)
 			}
 			for _, retry := range []bool{true, false} {
-				if _, err := leases.Fail(f.ctx, f.pool, x.ID, x.LeaseEpoch, leases.FailParams{Error: "late", Retryable: retry}); !errors.Is(err, fault.ErrLeaseLost) {
+				if _, err := leases.Fail(f.Ctx, f.Pool, x.ID, x.LeaseEpoch, leases.FailParams{Error: "late", Retryable: retry}); !errors.Is(err, fault.ErrLeaseLost) {
 					t.Errorf("fail(retryable=%v) by old holder: %v, want lease lost", retry, err)
 				}
 			}
 			var lost *fault.LeaseLostError
-			_, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil)
+			_, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil)
 			if !errors.As(err, &lost) || lost.Epoch != x.LeaseEpoch || lost.CurrentEpoch != after.LeaseEpoch {
 				t.Errorf("lease lost error %v does not carry the epochs %d and %d", err, x.LeaseEpoch, after.LeaseEpoch)
 			}
@@ -315,7 +288,7 @@ func TestCancel(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	pending := f.create(leases.CreateParams{Lane: "c"})
-	out, err := leases.Cancel(f.ctx, f.pool, pending.ID, "", "")
+	out, err := leases.Cancel(f.Ctx, f.Pool, pending.ID, "", "")
 	if err != nil || out.State != store.StateCancelled || out.Repeated {
 		t.Fatalf("cancel pending: %+v %v", out, err)
 	}
@@ -323,7 +296,7 @@ func TestCancel(t *testing.T) {
 	if got.CancellationReason != leases.DefaultCancelReason || got.CancelledBy != leases.DefaultCancelledBy || got.LeaseEpoch != 0 {
 		t.Fatalf("cancelled pending: %+v", got)
 	}
-	again, err := leases.Cancel(f.ctx, f.pool, pending.ID, "x", "y")
+	again, err := leases.Cancel(f.Ctx, f.Pool, pending.ID, "x", "y")
 	if err != nil || !again.Repeated {
 		t.Fatalf("repeated cancel: %+v %v; want a no-op success", again, err)
 	}
@@ -333,26 +306,26 @@ func TestCancel(t *testing.T) {
 
 	f.create(leases.CreateParams{Lane: "c"})
 	running := f.claimOne("c")
-	if _, err := leases.Cancel(f.ctx, f.pool, running.ID, "stop", "ops"); err != nil {
+	if _, err := leases.Cancel(f.Ctx, f.Pool, running.ID, "stop", "ops"); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'revoked' AND lease_epoch = $2`, running.ID.UUID, running.LeaseEpoch); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'revoked' AND lease_epoch = $2`, running.ID.UUID, running.LeaseEpoch); n != 1 {
 		t.Fatalf("cancel of running: %d revoked lease events, want 1", n)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND outcome = 'cancelled'`, running.ID.UUID); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND outcome = 'cancelled'`, running.ID.UUID); n != 1 {
 		t.Fatalf("cancel of running: attempt not closed as cancelled")
 	}
-	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'cancelled'`, running.ID.UUID); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'cancelled'`, running.ID.UUID); n != 1 {
 		t.Fatalf("cancel of running: %d cancelled events, want 1", n)
 	}
 
 	f.create(leases.CreateParams{Lane: "c"})
 	done := f.claimOne("c")
-	if _, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, done.ID, done.LeaseEpoch, nil); err != nil {
+	if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, done.ID, done.LeaseEpoch, nil); err != nil {
 		t.Fatal(err)
 	}
 	var term *fault.AlreadyTerminalError
-	if _, err := leases.Cancel(f.ctx, f.pool, done.ID, "", ""); !errors.As(err, &term) || term.State != "completed" {
+	if _, err := leases.Cancel(f.Ctx, f.Pool, done.ID, "", ""); !errors.As(err, &term) || term.State != "completed" {
 		t.Fatalf("cancel of completed: %v, want already terminal naming completed", err)
 	}
 	// A terminal execution is never claimed again.
@@ -365,11 +338,11 @@ func TestRevoke(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	x := f.create(leases.CreateParams{Lane: "r"})
-	if _, err := leases.Revoke(f.ctx, f.pool, x.ID, ""); !errors.Is(err, fault.ErrConflict) {
+	if _, err := leases.Revoke(f.Ctx, f.Pool, x.ID, ""); !errors.Is(err, fault.ErrConflict) {
 		t.Fatalf("revoke of pending: %v, want conflict", err)
 	}
 	c := f.claimOne("r")
-	rq, err := leases.Revoke(f.ctx, f.pool, c.ID, "drain node")
+	rq, err := leases.Revoke(f.Ctx, f.Pool, c.ID, "drain node")
 	if err != nil || rq.LeaseEpoch != c.LeaseEpoch+1 {
 		t.Fatalf("revoke: %+v %v", rq, err)
 	}
@@ -377,10 +350,10 @@ func TestRevoke(t *testing.T) {
 	if got.State != store.StatePending || got.LeaseOwner != "" {
 		t.Fatalf("after revoke: %+v", got)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND outcome = 'revoked'`, c.ID.UUID); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND outcome = 'revoked'`, c.ID.UUID); n != 1 {
 		t.Fatal("attempt not closed as revoked")
 	}
-	if n := f.count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'revoked'`, c.ID.UUID); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'revoked'`, c.ID.UUID); n != 1 {
 		t.Fatal("no revoked lease event")
 	}
 	if n := f.completionEvents(c.ID); n != 0 {
@@ -406,8 +379,8 @@ func TestRetries(t *testing.T) {
 			t.Fatalf("attempt %d: started_at %v, want it set once at %v", attempt, c.StartedAt, firstStart)
 		}
 		var dbNow time.Time
-		f.pool.QueryRow(f.ctx, `SELECT now()`).Scan(&dbNow)
-		out, err := leases.Fail(f.ctx, f.pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: fmt.Sprint("boom ", attempt), Retryable: true})
+		f.Pool.QueryRow(f.Ctx, `SELECT now()`).Scan(&dbNow)
+		out, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: fmt.Sprint("boom ", attempt), Retryable: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -426,7 +399,7 @@ func TestRetries(t *testing.T) {
 		if got := f.claim("retry", 1); len(got) != 0 {
 			t.Fatalf("attempt %d: claimable during backoff", attempt)
 		}
-		f.exec(`UPDATE ff_execution SET run_at = now() WHERE execution_id = $1`, x.ID.UUID)
+		f.Exec(`UPDATE ff_execution SET run_at = now() WHERE execution_id = $1`, x.ID.UUID)
 	}
 	final := f.get(x.ID)
 	if final.State != store.StateFailed || final.Attempt != 3 || final.LastError != "boom 3" || !final.StartedAt.Equal(firstStart) {
@@ -435,14 +408,14 @@ func TestRetries(t *testing.T) {
 	if n := f.completionEvents(x.ID); n != 1 {
 		t.Fatalf("%d completion events, want 1", n)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND outcome = 'failed'`, x.ID.UUID); n != 3 {
+	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND outcome = 'failed'`, x.ID.UUID); n != 3 {
 		t.Fatalf("%d failed attempts, want 3", n)
 	}
 
 	// Not retryable: failed at once, attempts left or not.
 	y := f.create(leases.CreateParams{Lane: "perm", MaxAttempts: 5})
 	c := f.claimOne("perm")
-	out, err := leases.Fail(f.ctx, f.pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "bad input"})
+	out, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "bad input"})
 	if err != nil || out.State != store.StateFailed || f.completionEvents(y.ID) != 1 {
 		t.Fatalf("non-retryable fail: %+v %v", out, err)
 	}
@@ -462,21 +435,21 @@ func TestLapseRetriesThenExpires(t *testing.T) {
 	x := f.create(leases.CreateParams{Lane: "lapse", MaxAttempts: 2, Retry: store.RetryPolicy{Base: time.Millisecond}})
 	c := f.claimOne("lapse")
 	f.lapse(c.ID)
-	res, err := leases.SweepLapsed(f.ctx, f.pool, 100)
+	res, err := leases.SweepLapsed(f.Ctx, f.Pool, 100)
 	if err != nil || res.Retried != 1 || res.Terminated != 0 || res.LapsedRetried != 1 {
 		t.Fatalf("first sweep: %+v %v; want one lapsed lease retried", res, err)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND outcome = 'timed_out'`, x.ID.UUID); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND outcome = 'timed_out'`, x.ID.UUID); n != 1 {
 		t.Fatal("attempt not timed_out")
 	}
 	time.Sleep(5 * time.Millisecond)
 	c2 := f.claimOne("lapse")
 	// Attempt timeout with heartbeats: attempt_deadline_at passed.
-	f.exec(`UPDATE ff_execution SET attempt_deadline_at = now() - interval '1 second' WHERE execution_id = $1`, x.ID.UUID)
-	if res, err := leases.ExpireLapsed(f.ctx, f.pool, c2.ID, c.LeaseEpoch); err != nil || res != (leases.Expired{}) {
+	f.Exec(`UPDATE ff_execution SET attempt_deadline_at = now() - interval '1 second' WHERE execution_id = $1`, x.ID.UUID)
+	if res, err := leases.ExpireLapsed(f.Ctx, f.Pool, c2.ID, c.LeaseEpoch); err != nil || res != (leases.Expired{}) {
 		t.Fatalf("expire at a stale epoch: %+v err=%v; want nothing", res, err)
 	}
-	res2, err := leases.ExpireLapsed(f.ctx, f.pool, c2.ID, c2.LeaseEpoch)
+	res2, err := leases.ExpireLapsed(f.Ctx, f.Pool, c2.ID, c2.LeaseEpoch)
 	if err != nil || res2.TimeoutExpired != 1 || res2.Terminated != 1 {
 		t.Fatalf("expire: %+v %v; want one attempt timeout ending the execution", res2, err)
 	}
@@ -484,10 +457,10 @@ func TestLapseRetriesThenExpires(t *testing.T) {
 	if got.State != store.StateExpired || got.LeaseEpoch != c2.LeaseEpoch+1 || got.LastError != "attempt timed out" {
 		t.Fatalf("after last attempt timed out: %+v", got)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'expired'`, x.ID.UUID); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'expired'`, x.ID.UUID); n != 1 {
 		t.Fatal("no expired completion event")
 	}
-	if n := f.count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'expired'`, x.ID.UUID); n != 2 {
+	if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'expired'`, x.ID.UUID); n != 2 {
 		t.Fatalf("%d expired lease events, want 2", n)
 	}
 }
@@ -499,8 +472,8 @@ func TestDeadline(t *testing.T) {
 	f.create(leases.CreateParams{Lane: "dl", Deadline: time.Hour})
 	running := f.claim("dl", 2)[1]
 	f.create(leases.CreateParams{Lane: "dl"}) // no deadline: untouched
-	f.exec(`UPDATE ff_execution SET deadline_at = now() - interval '1 second' WHERE deadline_at IS NOT NULL`)
-	n, err := leases.SweepDeadlines(f.ctx, f.pool, 100)
+	f.Exec(`UPDATE ff_execution SET deadline_at = now() - interval '1 second' WHERE deadline_at IS NOT NULL`)
+	n, err := leases.SweepDeadlines(f.Ctx, f.Pool, 100)
 	if err != nil || n != 2 {
 		t.Fatalf("sweep deadlines: %d %v; want 2", n, err)
 	}
@@ -509,7 +482,7 @@ func TestDeadline(t *testing.T) {
 			t.Fatalf("%s: %s, want expired", id, got.State)
 		}
 	}
-	if f.count(`SELECT count(*) FROM ff_execution WHERE state = 'pending'`) != 1 {
+	if f.Count(`SELECT count(*) FROM ff_execution WHERE state = 'pending'`) != 1 {
 		t.Fatal("the execution without a deadline was touched")
 	}
 }
@@ -520,7 +493,7 @@ func TestPriorityThenRunAt(t *testing.T) {
 	low := f.create(leases.CreateParams{Lane: "o", Priority: 1})
 	highLate := f.create(leases.CreateParams{Lane: "o", Priority: 5})
 	highEarly := f.create(leases.CreateParams{Lane: "o", Priority: 5})
-	f.exec(`UPDATE ff_execution SET run_at = now() - interval '1 minute' WHERE execution_id = $1`, highEarly.ID.UUID)
+	f.Exec(`UPDATE ff_execution SET run_at = now() - interval '1 minute' WHERE execution_id = $1`, highEarly.ID.UUID)
 	got := f.claim("o", 3)
 	want := []ident.ExecutionID{highEarly.ID, highLate.ID, low.ID}
 	for i := range want {
@@ -548,7 +521,7 @@ func TestConcurrentClaims(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	const total = 2000
-	f.exec(`INSERT INTO ff_execution (partition_key, execution_id, lane, state)
+	f.Exec(`INSERT INTO ff_execution (partition_key, execution_id, lane, state)
 		SELECT 0, gen_random_uuid(), 'busy', 'pending' FROM generate_series(1, $1)`, total)
 	var (
 		mu   sync.Mutex
@@ -561,7 +534,7 @@ func TestConcurrentClaims(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: "busy", Worker: fmt.Sprintf("w%d/1", w), Max: 25})
+				got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: "busy", Worker: fmt.Sprintf("w%d/1", w), Max: 25})
 				if err != nil {
 					errs <- err
 					return
@@ -570,7 +543,7 @@ func TestConcurrentClaims(t *testing.T) {
 					return
 				}
 				for _, x := range got {
-					if _, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil); err != nil {
+					if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil); err != nil {
 						errs <- err
 						return
 					}
@@ -596,7 +569,7 @@ func TestConcurrentClaims(t *testing.T) {
 			t.Fatalf("%s claimed %d times", id, n)
 		}
 	}
-	if n := f.count(`SELECT count(*) FROM ff_completion_event`); n != total {
+	if n := f.Count(`SELECT count(*) FROM ff_completion_event`); n != total {
 		t.Fatalf("%d completion events, want %d", n, total)
 	}
 }
@@ -604,21 +577,21 @@ func TestConcurrentClaims(t *testing.T) {
 func TestTransactionalCreateRollback(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	tx, err := f.pool.Begin(f.ctx)
+	tx, err := f.Pool.Begin(f.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	x, _, err := leases.Create(f.ctx, tx, leases.Limits{}, leases.CreateParams{Lane: "tx"})
+	x, _, err := leases.Create(f.Ctx, tx, leases.Limits{}, leases.CreateParams{Lane: "tx"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Rollback(f.ctx); err != nil {
+	if err := tx.Rollback(f.Ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := leases.Get(f.ctx, f.pool, x.ID); !errors.Is(err, fault.ErrNotFound) {
+	if _, err := leases.Get(f.Ctx, f.Pool, x.ID); !errors.Is(err, fault.ErrNotFound) {
 		t.Fatalf("rolled-back execution found: %v", err)
 	}
-	if n := f.count(`SELECT count(*) FROM ff_execution`); n != 0 {
+	if n := f.Count(`SELECT count(*) FROM ff_execution`); n != 0 {
 		t.Fatalf("%d executions after rollback, want 0", n)
 	}
 }
@@ -654,7 +627,7 @@ func TestBadInput(t *testing.T) {
 		{"tags not JSON", leases.CreateParams{Lane: "l", Tags: map[string]any{"f": func() {}}}, "tags"},
 	}
 	for _, tt := range tests {
-		_, _, err := leases.Create(f.ctx, f.pool, leases.Limits{}, tt.p)
+		_, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, tt.p)
 		var ve *fault.ValidationError
 		if !errors.As(err, &ve) || ve.Field != tt.field || !errors.Is(err, fault.ErrValidation) {
 			t.Errorf("%s: got %v, want a validation error on %s", tt.name, err, tt.field)
@@ -671,23 +644,23 @@ func TestBadInput(t *testing.T) {
 		{"claim bad lane", leases.ClaimParams{Lane: "", Worker: "w", Max: 1}, "lane"},
 	}
 	for _, tt := range claims {
-		_, err := leases.Claim(f.ctx, f.pool, tt.p)
+		_, err := leases.Claim(f.Ctx, f.Pool, tt.p)
 		var ve *fault.ValidationError
 		if !errors.As(err, &ve) || ve.Field != tt.field {
 			t.Errorf("%s: got %v, want a validation error on %s", tt.name, err, tt.field)
 		}
 	}
-	if _, err := leases.List(f.ctx, f.pool, leases.ListParams{State: "waiting"}); !errors.Is(err, fault.ErrValidation) {
+	if _, err := leases.List(f.Ctx, f.Pool, leases.ListParams{State: "waiting"}); !errors.Is(err, fault.ErrValidation) {
 		t.Errorf("list by unknown state: %v", err)
 	}
-	if n := f.count(`SELECT (SELECT count(*) FROM ff_execution) + (SELECT count(*) FROM ff_lease_event)`); n != 0 {
+	if n := f.Count(`SELECT (SELECT count(*) FROM ff_execution) + (SELECT count(*) FROM ff_lease_event)`); n != 0 {
 		t.Fatalf("bad input wrote %d rows", n)
 	}
 	missing := ident.NewExecutionID()
-	if _, err := leases.Complete(f.ctx, f.pool, leases.Limits{}, missing, 1, nil); !errors.Is(err, fault.ErrNotFound) {
+	if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, missing, 1, nil); !errors.Is(err, fault.ErrNotFound) {
 		t.Errorf("complete of a missing execution: %v, want not found", err)
 	}
-	if _, err := leases.Cancel(f.ctx, f.pool, missing, "", ""); !errors.Is(err, fault.ErrNotFound) {
+	if _, err := leases.Cancel(f.Ctx, f.Pool, missing, "", ""); !errors.Is(err, fault.ErrNotFound) {
 		t.Errorf("cancel of a missing execution: %v, want not found", err)
 	}
 }
@@ -707,7 +680,7 @@ func TestList(t *testing.T) {
 	var after *ident.ExecutionID
 	pages := 0
 	for {
-		page, err := leases.List(f.ctx, f.pool, leases.ListParams{Lane: "even", After: after, Limit: 5})
+		page, err := leases.List(f.Ctx, f.Pool, leases.ListParams{Lane: "even", After: after, Limit: 5})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -729,10 +702,10 @@ func TestList(t *testing.T) {
 		}
 	}
 	// A page larger than the maximum is refused, not silently shortened.
-	if _, err := leases.List(f.ctx, f.pool, leases.ListParams{State: store.StatePending, Limit: 100000}); !errors.Is(err, fault.ErrValidation) {
+	if _, err := leases.List(f.Ctx, f.Pool, leases.ListParams{State: store.StatePending, Limit: 100000}); !errors.Is(err, fault.ErrValidation) {
 		t.Fatalf("list with a limit over the maximum: %v, want a ValidationError", err)
 	}
-	page, err := leases.List(f.ctx, f.pool, leases.ListParams{State: store.StatePending, Limit: leases.MaxListLimit})
+	page, err := leases.List(f.Ctx, f.Pool, leases.ListParams{State: store.StatePending, Limit: leases.MaxListLimit})
 	if err != nil || len(page.Executions) != 25 {
 		t.Fatalf("list pending with the largest limit: %d, %v", len(page.Executions), err)
 	}
@@ -754,7 +727,7 @@ func TestCancelRacesClaim(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				got, err := leases.Claim(f.ctx, f.pool, leases.ClaimParams{Lane: "race", Worker: fmt.Sprintf("w%d/1", w), Max: 3})
+				got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: "race", Worker: fmt.Sprintf("w%d/1", w), Max: 3})
 				if err != nil {
 					t.Error(err)
 					return
@@ -767,7 +740,7 @@ func TestCancelRacesClaim(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < n; i += 4 {
-				if _, err := leases.Cancel(f.ctx, f.pool, ids[i], "race", "test"); err != nil {
+				if _, err := leases.Cancel(f.Ctx, f.Pool, ids[i], "race", "test"); err != nil {
 					t.Error(err)
 					return
 				}
@@ -775,7 +748,7 @@ func TestCancelRacesClaim(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if got := f.count(`SELECT count(*) FROM ff_execution WHERE state = 'cancelled'`); got != n {
+	if got := f.Count(`SELECT count(*) FROM ff_execution WHERE state = 'cancelled'`); got != n {
 		t.Fatalf("%d cancelled, want %d", got, n)
 	}
 }
@@ -794,7 +767,7 @@ func TestCompleteMany(t *testing.T) {
 		items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch, Result: []byte(fmt.Sprint(i))}
 	}
 	items[2].Epoch = 99 // a holder that lost its lease
-	outs, errs, err := leases.CompleteMany(f.ctx, f.pool, leases.Limits{}, items, 0)
+	outs, errs, err := leases.CompleteMany(f.Ctx, f.Pool, leases.Limits{}, items, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -809,13 +782,13 @@ func TestCompleteMany(t *testing.T) {
 			t.Fatalf("item %d: %+v %v", i, outs[i], errs[i])
 		}
 	}
-	if n := f.count(`SELECT count(*) FROM ff_execution WHERE state = 'completed'`); n != 4 {
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE state = 'completed'`); n != 4 {
 		t.Fatalf("%d completed, want 4", n)
 	}
 	// Repeating the batch: idempotent, nothing new written.
-	before := f.count(`SELECT count(*) FROM ff_completion_event`)
-	outs, errs, err = leases.CompleteMany(f.ctx, f.pool, leases.Limits{}, items, 0)
-	if err != nil || !outs[0].Repeated || errs[0] != nil || f.count(`SELECT count(*) FROM ff_completion_event`) != before {
+	before := f.Count(`SELECT count(*) FROM ff_completion_event`)
+	outs, errs, err = leases.CompleteMany(f.Ctx, f.Pool, leases.Limits{}, items, 0)
+	if err != nil || !outs[0].Repeated || errs[0] != nil || f.Count(`SELECT count(*) FROM ff_completion_event`) != before {
 		t.Fatalf("repeat: %+v %v %v", outs[0], errs[0], err)
 	}
 }

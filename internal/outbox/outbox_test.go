@@ -20,18 +20,11 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-type fixture struct {
-	t   *testing.T
-	ctx context.Context
-	db  *testdb.DB
-}
+// Outbox tests write bare events no engine path would write, so they do
+// not check the invariants.
+type fixture struct{ *testdb.Fixture }
 
-func setup(t *testing.T) *fixture {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	return &fixture{t: t, ctx: ctx, db: testdb.New(t)}
-}
+func setup(t *testing.T) *fixture { return &fixture{testdb.Setup(t, 3*time.Minute)} }
 
 // insertEvent writes one completion event in q and returns its id.
 func insertEvent(ctx context.Context, q interface {
@@ -44,10 +37,10 @@ func insertEvent(ctx context.Context, q interface {
 }
 
 func (f *fixture) read(s store.Stream, after outbox.Cursor) []outbox.Event {
-	f.t.Helper()
-	ev, err := outbox.Read(f.ctx, f.db.Pool, s, after, 1000)
+	f.T.Helper()
+	ev, err := outbox.Read(f.Ctx, f.DB.Pool, s, after, 1000)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return ev
 }
@@ -55,7 +48,7 @@ func (f *fixture) read(s store.Stream, after outbox.Cursor) []outbox.Event {
 // readUntil reads from after until n events are visible (other tests'
 // transactions can hold the cluster-wide horizon back briefly).
 func (f *fixture) readUntil(s store.Stream, after outbox.Cursor, n int) []outbox.Event {
-	f.t.Helper()
+	f.T.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		got := f.read(s, after)
@@ -69,13 +62,13 @@ func (f *fixture) readUntil(s store.Stream, after outbox.Cursor, n int) []outbox
 // consumeN runs ConsumeOnce (batches of batch) until n events went
 // through h or the wait runs out.
 func (f *fixture) consumeN(name string, batch, n int, h outbox.Handler) int {
-	f.t.Helper()
+	f.T.Helper()
 	total := 0
 	deadline := time.Now().Add(30 * time.Second)
 	for total < n && time.Now().Before(deadline) {
-		k, err := outbox.ConsumeOnce(f.ctx, f.db.Pool, name, min(batch, n-total), h)
+		k, err := outbox.ConsumeOnce(f.Ctx, f.DB.Pool, name, min(batch, n-total), h)
 		if err != nil {
-			f.t.Fatal(err)
+			f.T.Fatal(err)
 		}
 		total += k
 		if k == 0 {
@@ -102,16 +95,16 @@ func TestOutOfOrderCommits(t *testing.T) {
 		t.Run(fmt.Sprintf("A commits=%v", commitA), func(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
-			txA, err := f.db.Pool.Begin(f.ctx)
+			txA, err := f.DB.Pool.Begin(f.Ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer txA.Rollback(f.ctx)
-			idA, err := insertEvent(f.ctx, txA)
+			defer txA.Rollback(f.Ctx)
+			idA, err := insertEvent(f.Ctx, txA)
 			if err != nil {
 				t.Fatal(err)
 			}
-			idB, err := insertEvent(f.ctx, f.db.Pool) // B: its own transaction, committed
+			idB, err := insertEvent(f.Ctx, f.DB.Pool) // B: its own transaction, committed
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,10 +112,10 @@ func TestOutOfOrderCommits(t *testing.T) {
 				t.Fatalf("while A is open the reader got %v; want nothing (B must wait behind A)", ids(got))
 			}
 			if commitA {
-				if err := txA.Commit(f.ctx); err != nil {
+				if err := txA.Commit(f.Ctx); err != nil {
 					t.Fatal(err)
 				}
-			} else if err := txA.Rollback(f.ctx); err != nil {
+			} else if err := txA.Rollback(f.Ctx); err != nil {
 				t.Fatal(err)
 			}
 			want := []int64{idB}
@@ -148,9 +141,9 @@ func TestOutOfOrderCommits(t *testing.T) {
 func TestStressConsumers(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	cfg, _ := pgxpool.ParseConfig(f.db.URL)
+	cfg, _ := pgxpool.ParseConfig(f.DB.URL)
 	cfg.MaxConns = 30
-	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	pool, err := pgxpool.NewWithConfig(f.Ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +151,7 @@ func TestStressConsumers(t *testing.T) {
 	const writers, perWriter = 16, 40
 	names := []string{"billing", "audit", "dash"}
 	for _, n := range names {
-		if _, err := outbox.Register(f.ctx, pool, n, store.StreamAll, outbox.FromStart); err != nil {
+		if _, err := outbox.Register(f.Ctx, pool, n, store.StreamAll, outbox.FromStart); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -173,14 +166,14 @@ func TestStressConsumers(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			for range perWriter {
-				tx, err := pool.Begin(f.ctx)
+				tx, err := pool.Begin(f.Ctx)
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				var mine []int64
 				for range 1 + rng.IntN(3) {
-					id, err := insertEvent(f.ctx, tx)
+					id, err := insertEvent(f.Ctx, tx)
 					if err != nil {
 						t.Error(err)
 						return
@@ -190,7 +183,7 @@ func TestStressConsumers(t *testing.T) {
 				// Some writers also write lease events, for the merged stream.
 				if rng.IntN(2) == 0 {
 					var id int64
-					if err := tx.QueryRow(f.ctx, `INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type)
+					if err := tx.QueryRow(f.Ctx, `INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type)
 						VALUES (2, gen_random_uuid(), 1, 1, 'w', 'acquired') RETURNING event_id`).Scan(&id); err != nil {
 						t.Error(err)
 						return
@@ -199,10 +192,10 @@ func TestStressConsumers(t *testing.T) {
 				}
 				time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
 				if rng.IntN(10) == 0 {
-					tx.Rollback(f.ctx) // never delivered
+					tx.Rollback(f.Ctx) // never delivered
 					continue
 				}
-				if err := tx.Commit(f.ctx); err != nil {
+				if err := tx.Commit(f.Ctx); err != nil {
 					t.Error(err)
 					return
 				}
@@ -220,7 +213,7 @@ func TestStressConsumers(t *testing.T) {
 		go func() {
 			defer cw.Done()
 			for {
-				n, err := outbox.ConsumeOnce(f.ctx, pool, name, 1+rand.IntN(50), func(ctx context.Context, tx pgx.Tx, ev []outbox.Event) error {
+				n, err := outbox.ConsumeOnce(f.Ctx, pool, name, 1+rand.IntN(50), func(ctx context.Context, tx pgx.Tx, ev []outbox.Event) error {
 					mu.Lock()
 					seen[name] = append(seen[name], ev...)
 					mu.Unlock()
@@ -281,18 +274,18 @@ func TestStressConsumers(t *testing.T) {
 func TestRestartAndTransactionalAck(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, err := f.db.Pool.Exec(f.ctx, `CREATE TABLE ledger (event_id bigint PRIMARY KEY)`); err != nil {
+	if _, err := f.DB.Pool.Exec(f.Ctx, `CREATE TABLE ledger (event_id bigint PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
 	var all []int64
 	for range 10 {
-		id, err := insertEvent(f.ctx, f.db.Pool)
+		id, err := insertEvent(f.Ctx, f.DB.Pool)
 		if err != nil {
 			t.Fatal(err)
 		}
 		all = append(all, id)
 	}
-	if _, err := outbox.Register(f.ctx, f.db.Pool, "ledger", store.StreamCompletion, outbox.FromStart); err != nil {
+	if _, err := outbox.Register(f.Ctx, f.DB.Pool, "ledger", store.StreamCompletion, outbox.FromStart); err != nil {
 		t.Fatal(err)
 	}
 	write := func(ctx context.Context, tx pgx.Tx, ev []outbox.Event) error {
@@ -308,7 +301,7 @@ func TestRestartAndTransactionalAck(t *testing.T) {
 	}
 	// The handler fails mid-batch: its writes and the ack roll back.
 	boom := errors.New("downstream unavailable")
-	if _, err := outbox.ConsumeOnce(f.ctx, f.db.Pool, "ledger", 4, func(ctx context.Context, tx pgx.Tx, ev []outbox.Event) error {
+	if _, err := outbox.ConsumeOnce(f.Ctx, f.DB.Pool, "ledger", 4, func(ctx context.Context, tx pgx.Tx, ev []outbox.Event) error {
 		if err := write(ctx, tx, ev[:2]); err != nil {
 			return err
 		}
@@ -317,13 +310,13 @@ func TestRestartAndTransactionalAck(t *testing.T) {
 		t.Fatalf("failing handler: %v", err)
 	}
 	var n int
-	f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM ledger`).Scan(&n)
+	f.DB.Pool.QueryRow(f.Ctx, `SELECT count(*) FROM ledger`).Scan(&n)
 	if n != 4 {
 		t.Fatalf("ledger has %d rows after a failed batch, want 4", n)
 	}
 	// "Restart": a fresh call resumes right after the cursor.
 	for {
-		k, err := outbox.ConsumeOnce(f.ctx, f.db.Pool, "ledger", 3, write)
+		k, err := outbox.ConsumeOnce(f.Ctx, f.DB.Pool, "ledger", 3, write)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,21 +324,21 @@ func TestRestartAndTransactionalAck(t *testing.T) {
 			break
 		}
 	}
-	rows, _ := f.db.Pool.Query(f.ctx, `SELECT event_id FROM ledger ORDER BY event_id`)
+	rows, _ := f.DB.Pool.Query(f.Ctx, `SELECT event_id FROM ledger ORDER BY event_id`)
 	got, _ := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if fmt.Sprint(got) != fmt.Sprint(all) {
 		t.Fatalf("ledger %v, want %v: each event exactly once", got, all)
 	}
-	c, err := outbox.Get(f.ctx, f.db.Pool, "ledger")
+	c, err := outbox.Get(f.Ctx, f.DB.Pool, "ledger")
 	if err != nil || c.Cursor.EventID != all[len(all)-1] {
 		t.Fatalf("cursor %+v %v", c, err)
 	}
 	// Registering again keeps the cursor; another stream is a conflict.
-	again, err := outbox.Register(f.ctx, f.db.Pool, "ledger", store.StreamCompletion, outbox.FromStart)
+	again, err := outbox.Register(f.Ctx, f.DB.Pool, "ledger", store.StreamCompletion, outbox.FromStart)
 	if err != nil || again.Cursor != c.Cursor {
 		t.Fatalf("re-register moved the cursor: %+v %v", again, err)
 	}
-	if _, err := outbox.Register(f.ctx, f.db.Pool, "ledger", store.StreamLease, outbox.FromStart); err == nil {
+	if _, err := outbox.Register(f.Ctx, f.DB.Pool, "ledger", store.StreamLease, outbox.FromStart); err == nil {
 		t.Fatal("re-register for another stream succeeded")
 	}
 }
@@ -355,17 +348,17 @@ func TestRestartAndTransactionalAck(t *testing.T) {
 func TestFromNow(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, err := insertEvent(f.ctx, f.db.Pool); err != nil {
+	if _, err := insertEvent(f.Ctx, f.DB.Pool); err != nil {
 		t.Fatal(err)
 	}
 	// Wait until the old event is below the (cluster-wide) horizon.
 	if got := f.readUntil(store.StreamCompletion, outbox.Cursor{}, 1); len(got) != 1 {
 		t.Fatal("the first event never became readable")
 	}
-	if _, err := outbox.Register(f.ctx, f.db.Pool, "late", store.StreamAll, outbox.FromNow); err != nil {
+	if _, err := outbox.Register(f.Ctx, f.DB.Pool, "late", store.StreamAll, outbox.FromNow); err != nil {
 		t.Fatal(err)
 	}
-	id, err := insertEvent(f.ctx, f.db.Pool)
+	id, err := insertEvent(f.Ctx, f.DB.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,12 +379,12 @@ func TestRetention(t *testing.T) {
 	f := setup(t)
 	exec := func(sql string, args ...any) {
 		t.Helper()
-		if _, err := f.db.Pool.Exec(f.ctx, sql, args...); err != nil {
+		if _, err := f.DB.Pool.Exec(f.Ctx, sql, args...); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for range 6 {
-		if _, err := insertEvent(f.ctx, f.db.Pool); err != nil {
+		if _, err := insertEvent(f.Ctx, f.DB.Pool); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -402,13 +395,13 @@ func TestRetention(t *testing.T) {
 	exec(`UPDATE ff_lease_event SET occurred_at = now() - interval '30 days'`)
 	exec(`UPDATE ff_completion_event SET dispatched_at = now() WHERE event_id IN (SELECT event_id FROM ff_completion_event ORDER BY event_id LIMIT 4)`)
 	// A consumer that has read two completion events.
-	if _, err := outbox.Register(f.ctx, f.db.Pool, "slow", store.StreamCompletion, outbox.FromStart); err != nil {
+	if _, err := outbox.Register(f.Ctx, f.DB.Pool, "slow", store.StreamCompletion, outbox.FromStart); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.consumeN("slow", 2, 2, func(context.Context, pgx.Tx, []outbox.Event) error { return nil }); n != 2 {
 		t.Fatalf("consumer read %d, want 2", n)
 	}
-	r, err := outbox.Retain(f.ctx, f.db.Pool, 7*24*time.Hour, 1)
+	r, err := outbox.Retain(f.Ctx, f.DB.Pool, 7*24*time.Hour, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,17 +411,17 @@ func TestRetention(t *testing.T) {
 		t.Fatalf("retention deleted %+v, want 2 completion and 4 lease events", r)
 	}
 	var undispatched, unconsumed int
-	f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FILTER (WHERE dispatched_at IS NULL), count(*) FILTER (WHERE dispatched_at IS NOT NULL) FROM ff_completion_event`).Scan(&undispatched, &unconsumed)
+	f.DB.Pool.QueryRow(f.Ctx, `SELECT count(*) FILTER (WHERE dispatched_at IS NULL), count(*) FILTER (WHERE dispatched_at IS NOT NULL) FROM ff_completion_event`).Scan(&undispatched, &unconsumed)
 	if undispatched != 2 || unconsumed != 2 {
 		t.Fatalf("left %d undispatched and %d dispatched-but-unconsumed, want 2 and 2", undispatched, unconsumed)
 	}
 	// Recent events are kept whatever else holds.
-	if r, _ := outbox.Retain(f.ctx, f.db.Pool, 365*24*time.Hour*100, 10); r.Completion+r.Lease != 0 {
+	if r, _ := outbox.Retain(f.Ctx, f.DB.Pool, 365*24*time.Hour*100, 10); r.Completion+r.Lease != 0 {
 		t.Fatalf("a window longer than the events' age deleted %+v", r)
 	}
 	// An idle consumer behind waiting events is reported.
 	exec(`UPDATE ff_outbox_consumer SET last_read_at = now() - interval '2 days'`)
-	idle, err := store.IdleConsumers(f.ctx, f.db.Pool, 24*time.Hour)
+	idle, err := store.IdleConsumers(f.Ctx, f.DB.Pool, 24*time.Hour)
 	if err != nil || len(idle) != 1 || idle[0].Name != "slow" {
 		t.Fatalf("idle consumers %+v %v", idle, err)
 	}
@@ -437,16 +430,16 @@ func TestRetention(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, err := outbox.Read(f.ctx, f.db.Pool, "everything", outbox.Cursor{}, 10); err == nil {
+	if _, err := outbox.Read(f.Ctx, f.DB.Pool, "everything", outbox.Cursor{}, 10); err == nil {
 		t.Error("unknown stream accepted")
 	}
-	if _, err := outbox.Read(f.ctx, f.db.Pool, store.StreamAll, outbox.Cursor{}, 0); err == nil {
+	if _, err := outbox.Read(f.Ctx, f.DB.Pool, store.StreamAll, outbox.Cursor{}, 0); err == nil {
 		t.Error("limit 0 accepted")
 	}
-	if _, err := outbox.Register(f.ctx, f.db.Pool, "bad name", store.StreamAll, outbox.FromStart); err == nil {
+	if _, err := outbox.Register(f.Ctx, f.DB.Pool, "bad name", store.StreamAll, outbox.FromStart); err == nil {
 		t.Error("bad consumer name accepted")
 	}
-	if err := outbox.StreamWAL(f.ctx, outbox.WALConfig{ConnString: f.db.URL, Slot: "Bad-Slot", Handler: func(context.Context, []outbox.Event) error { return nil }}); err == nil || !strings.Contains(err.Error(), "Bad-Slot") {
+	if err := outbox.StreamWAL(f.Ctx, outbox.WALConfig{ConnString: f.DB.URL, Slot: "Bad-Slot", Handler: func(context.Context, []outbox.Event) error { return nil }}); err == nil || !strings.Contains(err.Error(), "Bad-Slot") {
 		t.Errorf("bad slot name: %v", err)
 	}
 }
@@ -460,10 +453,10 @@ func TestBadInput(t *testing.T) {
 func TestConsumerWakesOnBornDispatchedEvents(t *testing.T) {
 	f := setup(t)
 	got := make(chan int64, 100)
-	ctx, cancel := context.WithCancel(f.ctx)
+	ctx, cancel := context.WithCancel(f.Ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- outbox.Consume(ctx, outbox.ConsumeConfig{Pool: f.db.Pool, Name: "wake", Stream: store.StreamCompletion, PollInterval: time.Hour,
+		done <- outbox.Consume(ctx, outbox.ConsumeConfig{Pool: f.DB.Pool, Name: "wake", Stream: store.StreamCompletion, PollInterval: time.Hour,
 			Handler: func(_ context.Context, _ pgx.Tx, ev []outbox.Event) error {
 				for _, e := range ev {
 					got <- e.EventID
@@ -480,7 +473,7 @@ func TestConsumerWakesOnBornDispatchedEvents(t *testing.T) {
 	bornDispatched := func() int64 {
 		t.Helper()
 		var id int64
-		if err := f.db.Pool.QueryRow(f.ctx, `INSERT INTO ff_completion_event (partition_key, execution_id, outcome, dispatched_at)
+		if err := f.DB.Pool.QueryRow(f.Ctx, `INSERT INTO ff_completion_event (partition_key, execution_id, outcome, dispatched_at)
 			VALUES (1, gen_random_uuid(), 'success', now()) RETURNING event_id`).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
@@ -502,7 +495,7 @@ func TestConsumerWakesOnBornDispatchedEvents(t *testing.T) {
 	receive(bornDispatched())
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		var n int
-		if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity
+		if err := f.DB.Pool.QueryRow(f.Ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND query ILIKE 'listen%'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}

@@ -20,11 +20,11 @@ import (
 
 // terminate ends every backend of the database tagged with app.
 func (f *fixture) terminate(app string) int {
-	f.t.Helper()
+	f.T.Helper()
 	var n int
-	if err := f.db.Pool.QueryRow(f.ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+	if err := f.DB.Pool.QueryRow(f.Ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE datname = current_database() AND application_name = $1`, app).Scan(&n); err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return n
 }
@@ -35,19 +35,19 @@ func (f *fixture) terminate(app string) int {
 func TestConsumeSurvivesTerminatedBackends(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	cfg, err := pgxpool.ParseConfig(f.db.URL)
+	cfg, err := pgxpool.ParseConfig(f.DB.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "consumer-under-fire"
-	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	pool, err := pgxpool.NewWithConfig(f.Ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Close()
 	var mu sync.Mutex
 	seen := map[int64]int{}
-	ctx, cancel := context.WithCancel(f.ctx)
+	ctx, cancel := context.WithCancel(f.Ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
@@ -64,7 +64,7 @@ func TestConsumeSurvivesTerminatedBackends(t *testing.T) {
 	var want []int64
 	for round := range 10 {
 		for range 20 {
-			id, err := insertEvent(f.ctx, f.db.Pool)
+			id, err := insertEvent(f.Ctx, f.DB.Pool)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,27 +108,27 @@ func TestConsumeSurvivesTerminatedBackends(t *testing.T) {
 func TestConsumeStopsOnPermanentErrors(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(f.Ctx, 30*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- outbox.Consume(ctx, outbox.ConsumeConfig{Pool: f.db.Pool, Name: "doomed", PollInterval: 20 * time.Millisecond,
+		done <- outbox.Consume(ctx, outbox.ConsumeConfig{Pool: f.DB.Pool, Name: "doomed", PollInterval: 20 * time.Millisecond,
 			Handler: func(context.Context, pgx.Tx, []outbox.Event) error { return nil }})
 	}()
 	for {
-		if _, err := outbox.Get(f.ctx, f.db.Pool, "doomed"); err == nil {
+		if _, err := outbox.Get(f.Ctx, f.DB.Pool, "doomed"); err == nil {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := outbox.Drop(f.ctx, f.db.Pool, "doomed"); err != nil {
+	if err := outbox.Drop(f.Ctx, f.DB.Pool, "doomed"); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; !errors.Is(err, fault.ErrNotFound) {
 		t.Fatalf("Consume of a dropped consumer: %v, want not found", err)
 	}
 
-	missing, err := pgxpool.New(f.ctx, replaceDB(t, f.db, "no_such_database"))
+	missing, err := pgxpool.New(f.Ctx, replaceDB(t, f.DB, "no_such_database"))
 	if err != nil {
 		t.Fatal(err)
 	}

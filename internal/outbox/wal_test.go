@@ -36,12 +36,12 @@ func (w *walRun) all() []int64 {
 }
 
 func (f *fixture) slot() string {
-	slot := "s_" + strings.ToLower(f.db.Name)
-	f.t.Cleanup(func() {
+	slot := "s_" + strings.ToLower(f.DB.Name)
+	f.T.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := outbox.DropSlot(ctx, f.db.URL, slot); err != nil && !strings.Contains(err.Error(), "does not exist") {
-			f.t.Errorf("drop slot: %v", err)
+		if err := outbox.DropSlot(ctx, f.DB.URL, slot); err != nil && !strings.Contains(err.Error(), "does not exist") {
+			f.T.Errorf("drop slot: %v", err)
 		}
 	})
 	return slot
@@ -51,11 +51,11 @@ func (f *fixture) stream(slot string, into *walRun) *walRun {
 	if into == nil {
 		into = &walRun{}
 	}
-	ctx, cancel := context.WithCancel(f.ctx)
+	ctx, cancel := context.WithCancel(f.Ctx)
 	into.stop, into.done, into.started = cancel, make(chan error, 1), make(chan struct{})
 	started := into.started
 	go func() {
-		into.done <- outbox.StreamWAL(ctx, outbox.WALConfig{ConnString: f.db.URL, Slot: slot, StatusInterval: 100 * time.Millisecond,
+		into.done <- outbox.StreamWAL(ctx, outbox.WALConfig{ConnString: f.DB.URL, Slot: slot, StatusInterval: 100 * time.Millisecond,
 			OnStart: func() { close(started) },
 			Handler: func(_ context.Context, ev []outbox.Event) error {
 				into.mu.Lock()
@@ -71,28 +71,28 @@ func (f *fixture) stream(slot string, into *walRun) *walRun {
 // already "active" while it waits for a consistent point, before which
 // nothing is decoded) and returns its walsender's pid.
 func (f *fixture) waitStarted(run *walRun, slot string) int {
-	f.t.Helper()
+	f.T.Helper()
 	select {
 	case <-run.started:
 	case err := <-run.done:
-		f.t.Fatalf("the stream ended before starting: %v", err)
+		f.T.Fatalf("the stream ended before starting: %v", err)
 	case <-time.After(2 * time.Minute):
-		f.t.Fatal("the stream never started")
+		f.T.Fatal("the stream never started")
 	}
 	return f.waitSlotActive(slot)
 }
 
 func (f *fixture) waitSlotActive(slot string) int {
-	f.t.Helper()
+	f.T.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var pid *int
-		err := f.db.Pool.QueryRow(f.ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&pid)
+		err := f.DB.Pool.QueryRow(f.Ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&pid)
 		if err == nil && pid != nil {
 			return *pid
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatalf("slot %s never became active", slot)
+			f.T.Fatalf("slot %s never became active", slot)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -107,19 +107,19 @@ func TestWALCommitOrder(t *testing.T) {
 	run := f.stream(slot, nil)
 	defer run.stop()
 	f.waitStarted(run, slot)
-	txA, err := f.db.Pool.Begin(f.ctx)
+	txA, err := f.DB.Pool.Begin(f.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	idA, err := insertEvent(f.ctx, txA)
+	idA, err := insertEvent(f.Ctx, txA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	idB, err := insertEvent(f.ctx, f.db.Pool)
+	idB, err := insertEvent(f.Ctx, f.DB.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := txA.Commit(f.ctx); err != nil {
+	if err := txA.Commit(f.Ctx); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -142,24 +142,24 @@ func TestWALResumeAfterKill(t *testing.T) {
 	var want []int64
 	write := func(n int) {
 		for range n {
-			tx, err := f.db.Pool.Begin(f.ctx)
+			tx, err := f.DB.Pool.Begin(f.Ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for range 3 {
-				id, err := insertEvent(f.ctx, tx)
+				id, err := insertEvent(f.Ctx, tx)
 				if err != nil {
 					t.Fatal(err)
 				}
 				want = append(want, id)
 			}
-			if err := tx.Commit(f.ctx); err != nil {
+			if err := tx.Commit(f.Ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	write(30)
-	if _, err := f.db.Pool.Exec(f.ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+	if _, err := f.DB.Pool.Exec(f.Ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -199,7 +199,7 @@ func TestWALResumeAfterKill(t *testing.T) {
 			}
 		}
 		var slotInfo string
-		f.db.Pool.QueryRow(f.ctx, `SELECT active::text || ' ' || restart_lsn::text || ' ' || confirmed_flush_lsn::text || ' ' || pg_current_wal_lsn()::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&slotInfo)
+		f.DB.Pool.QueryRow(f.Ctx, `SELECT active::text || ' ' || restart_lsn::text || ' ' || confirmed_flush_lsn::text || ' ' || pg_current_wal_lsn()::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&slotInfo)
 		t.Fatalf("lost events: got %d ids for %d written; missing positions %v (of 90 before the kill, 90 after); slot %s; delivered txs %d", len(got), len(want), missing, slotInfo, len(run.txs))
 	}
 	for _, id := range got {
@@ -211,19 +211,19 @@ func TestWALResumeAfterKill(t *testing.T) {
 }
 
 func (f *fixture) waitSlotInactive(slot string) {
-	f.t.Helper()
+	f.T.Helper()
 	start := time.Now()
-	defer func() { f.t.Logf("slot released %s after the stream ended", time.Since(start).Round(time.Millisecond)) }()
+	defer func() { f.T.Logf("slot released %s after the stream ended", time.Since(start).Round(time.Millisecond)) }()
 	// A terminated walsender releases its slot when it exits, which on a
 	// loaded machine can take a while.
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var active bool
-		if err := f.db.Pool.QueryRow(f.ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active); err == nil && !active {
+		if err := f.DB.Pool.QueryRow(f.Ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active); err == nil && !active {
 			return
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatalf("slot %s still active", slot)
+			f.T.Fatalf("slot %s still active", slot)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
