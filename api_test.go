@@ -74,6 +74,37 @@ func TestErrorsMatchThePublicTypes(t *testing.T) {
 	if !errors.As(err, &nf) || nf.Object != "execution" || !errors.Is(err, ffd.ErrNotFound) {
 		t.Fatalf("get a missing execution: %v; want a *ffd.NotFoundError", err)
 	}
+
+	created, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "errors"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := created.Execution
+	if _, err := f.client.Claim(f.Ctx, ffd.ClaimParams{Lane: "errors", Worker: "w/1", Max: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.client.Complete(f.Ctx, x.ID, 7, nil)
+	var ll *ffd.LeaseLostError
+	if !errors.As(err, &ll) || ll.Epoch != 7 || ll.CurrentEpoch != 1 || !errors.Is(err, ffd.ErrLeaseLost) {
+		t.Fatalf("complete under a wrong epoch: %v (as %+v); want a *ffd.LeaseLostError naming epoch 7 of 1", err, ll)
+	}
+	if _, err := f.client.Complete(f.Ctx, x.ID, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	// AlreadyTerminalError: TestAddFinishedExecutionToFlowIsRefused.
+	a, err := f.client.CreateInFlow(f.Ctx, flow.Flow.ID, ffd.CreateParams{Lane: "errors"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.client.CreateInFlow(f.Ctx, flow.Flow.ID, ffd.CreateParams{Lane: "errors"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.client.StageEdge(f.Ctx, ffd.StageEdgeParams{FlowID: flow.Flow.ID, Upstream: a.Execution.ID, Downstream: b.Execution.ID, ExpectedRevision: 99})
+	var sr *ffd.StaleRevisionError
+	if !errors.As(err, &sr) || sr.Expected != 99 || !errors.Is(err, ffd.ErrStaleRevision) {
+		t.Fatalf("stage at a stale revision: %v (as %+v); want a *ffd.StaleRevisionError expecting 99", err, sr)
+	}
 }
 
 // The public enumerations spell the schema's vocabulary (internal/store,

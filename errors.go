@@ -136,39 +136,30 @@ func init() { fault.Public = publicError }
 // publicError converts the errors of the packages below the API into the
 // public types above, for errors.As (fault.Public).
 func publicError(err error, target any) bool {
-	switch t := target.(type) {
-	case **ValidationError:
-		if e, ok := err.(*fault.ValidationError); ok {
-			*t = &ValidationError{Kind: ValidationKind(e.Kind), Field: e.Field, Value: e.Value, Detail: e.Detail}
-			return true
-		}
-	case **NotFoundError:
-		if e, ok := err.(*fault.NotFoundError); ok {
-			*t = (*NotFoundError)(e)
-			return true
-		}
-	case **ConflictError:
-		if e, ok := err.(*fault.ConflictError); ok {
-			*t = &ConflictError{Object: e.Object, ID: e.ID, Reason: e.Reason, Existing: publicObject(e.Existing)}
-			return true
-		}
-	case **StaleRevisionError:
-		if e, ok := err.(*fault.StaleRevisionError); ok {
-			*t = (*StaleRevisionError)(e)
-			return true
-		}
-	case **LeaseLostError:
-		if e, ok := err.(*fault.LeaseLostError); ok {
-			*t = (*LeaseLostError)(e)
-			return true
-		}
-	case **AlreadyTerminalError:
-		if e, ok := err.(*fault.AlreadyTerminalError); ok {
-			*t = (*AlreadyTerminalError)(e)
-			return true
-		}
+	return convert(err, target, func(e *fault.ValidationError) *ValidationError {
+		return &ValidationError{Kind: ValidationKind(e.Kind), Field: e.Field, Value: e.Value, Detail: e.Detail}
+	}) ||
+		convert(err, target, func(e *fault.NotFoundError) *NotFoundError { return (*NotFoundError)(e) }) ||
+		convert(err, target, func(e *fault.ConflictError) *ConflictError {
+			return &ConflictError{Object: e.Object, ID: e.ID, Reason: e.Reason, Existing: publicObject(e.Existing)}
+		}) ||
+		convert(err, target, func(e *fault.StaleRevisionError) *StaleRevisionError { return (*StaleRevisionError)(e) }) ||
+		convert(err, target, func(e *fault.LeaseLostError) *LeaseLostError { return (*LeaseLostError)(e) }) ||
+		convert(err, target, func(e *fault.AlreadyTerminalError) *AlreadyTerminalError { return (*AlreadyTerminalError)(e) })
+}
+
+// convert sets *target to to(err) when err is an I and target a **P.
+func convert[I error, P any](err error, target any, to func(I) *P) bool {
+	t, ok := target.(**P)
+	if !ok {
+		return false
 	}
-	return false
+	e, ok := err.(I)
+	if !ok {
+		return false
+	}
+	*t = to(e)
+	return true
 }
 
 // publicObject converts a ConflictError's existing object.

@@ -169,22 +169,14 @@ func startDemoDaemon(ctx context.Context, g *Globals, pool *pgxpool.Pool) (stop 
 	if err != nil {
 		return nil, err
 	}
-	dctx, stopDaemon := context.WithCancel(ctx)
-	daemonDone := make(chan error, 1)
-	go func() { daemonDone <- d.Run(dctx) }()
-	stop = func() { stopDaemon(); <-daemonDone }
-	for !d.Ready() {
-		select {
-		case err := <-daemonDone:
-			stopDaemon()
-			return nil, fmt.Errorf("daemon: %v", err)
-		case <-ctx.Done():
-			stop()
-			return nil, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+	if err := d.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start the daemon: %w", err)
 	}
-	return stop, nil
+	return func() {
+		if err := d.Stop(); err != nil {
+			g.log.Warn("daemon stopped with an error", zap.Error(err))
+		}
+	}, nil
 }
 
 // demoSpec is the demo's DAG, on one lane.

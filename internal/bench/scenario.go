@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/daemon"
@@ -46,26 +47,21 @@ type runningDaemon struct {
 	stop func()
 }
 
+// startDaemon runs a daemon in the background until stop.
 func (e *Env) startDaemon(ctx context.Context, sweep time.Duration) (*runningDaemon, error) {
 	d, err := daemon.New(daemon.Config{Pool: e.Pool, SweepInterval: sweep, Logger: e.Log.Named("daemon"), Notifier: daemon.NopNotifier{}})
 	if err != nil {
 		return nil, err
 	}
-	dctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(dctx) }()
-	for !d.Ready() {
-		select {
-		case err := <-done:
-			cancel()
-			return nil, fmt.Errorf("daemon: %v", err)
-		case <-ctx.Done():
-			cancel()
-			return nil, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+	if err := d.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start the daemon: %w", err)
+	}
+	stop := func() {
+		if err := d.Stop(); err != nil {
+			e.Log.Warn("daemon stopped with an error", zap.Error(err))
 		}
 	}
-	return &runningDaemon{d: d, stop: func() { cancel(); <-done }}, nil
+	return &runningDaemon{d: d, stop: stop}, nil
 }
 
 func (e *Env) startWorker(ctx context.Context, lanes []string, concurrency int, h ffd.HandlerFunc) (func(), error) {

@@ -133,6 +133,31 @@ func (f *fixture) drain() (events int) {
 	}
 }
 
+// crashing returns a dispatcher whose connection is killed, from another
+// connection, when its transaction reaches step ("": the first step it
+// reports); killed is where the killed backend's pid is written.
+func (f *fixture) crashing(step string) (d *cascade.Dispatcher, killed *int) {
+	f.T.Helper()
+	killer, err := pgx.Connect(f.Ctx, f.DB.URL)
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	f.T.Cleanup(func() { killer.Close(context.Background()) })
+	killed = new(int)
+	d = cascade.New(f.Pool, nil)
+	d.SetStep(func(ctx context.Context, tx pgx.Tx, name string) error {
+		if step != "" && name != step {
+			return nil
+		}
+		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(killed); err != nil {
+			return err
+		}
+		_, err := killer.Exec(ctx, `SELECT pg_terminate_backend($1)`, *killed)
+		return err
+	})
+	return d, killed
+}
+
 // waitGone waits until a terminated backend has exited (its transaction
 // rolled back, its locks released).
 func (f *fixture) waitGone(pid int) {
@@ -357,27 +382,11 @@ func TestCrashMidDispatch(t *testing.T) {
 			g := f.submit(nil, "a->d", "b->d", "d->e")
 			f.run(g, "a", false)
 			before := f.Count(`SELECT count(*) FROM ff_completion_event`)
-			crashing := cascade.New(f.Pool, nil)
-			killer, err := pgx.Connect(f.Ctx, f.DB.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer killer.Close(context.Background())
-			var killed int
-			crashing.SetStep(func(ctx context.Context, tx pgx.Tx, name string) error {
-				if name != step {
-					return nil
-				}
-				if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&killed); err != nil {
-					return err
-				}
-				_, err := killer.Exec(ctx, `SELECT pg_terminate_backend($1)`, killed)
-				return err
-			})
+			crashing, killed := f.crashing(step)
 			if _, err := crashing.DispatchBatch(f.Ctx, 10, 0); err == nil {
 				t.Fatal("dispatch survived the kill of its connection")
 			}
-			f.waitGone(killed)
+			f.waitGone(*killed)
 			if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NOT NULL`); n != 0 {
 				t.Fatalf("%d events dispatched by a crashed dispatch", n)
 			}
@@ -409,26 +418,13 @@ func TestCrashMidSiblingCancel(t *testing.T) {
 	if _, err := f.d.DispatchBatch(f.Ctx, 10, 0); err != nil {
 		t.Fatal(err)
 	}
-	crashing := cascade.New(f.Pool, nil)
-	killer, err := pgx.Connect(f.Ctx, f.DB.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer killer.Close(context.Background())
-	var killed int
-	crashing.SetStep(func(ctx context.Context, tx pgx.Tx, name string) error {
-		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&killed); err != nil {
-			return err
-		}
-		_, err := killer.Exec(ctx, `SELECT pg_terminate_backend($1)`, killed)
-		return err
-	})
+	crashing, killed := f.crashing("")
 	if _, _, err := crashing.CancelSiblings(f.Ctx, 10); err == nil {
 		t.Fatal("tick survived the kill")
 	}
 	// The killed backend releases its locks when it has exited, not when
 	// pg_terminate_backend returns.
-	f.waitGone(killed)
+	f.waitGone(*killed)
 	f.expect(g, map[string]store.State{"b": store.StateRunning, "c": store.StatePending})
 	groups, cancelled, err := f.d.CancelSiblings(f.Ctx, 10)
 	if err != nil || groups != 1 || cancelled != 2 {

@@ -165,13 +165,15 @@ type Daemon struct {
 	firstConnect chan struct{}
 	connectOnce  sync.Once
 	ready        atomic.Bool
+	bg           background // Start and Stop
 }
 
 // ListenApplicationName is the application_name of the daemon's LISTEN
 // connection, to find it in pg_stat_activity.
 const ListenApplicationName = "ffd-daemon"
 
-// New validates cfg and builds a daemon; Run starts it.
+// New validates cfg and builds a daemon; Run runs it in the foreground,
+// Start in the background.
 func New(cfg Config) (*Daemon, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, err

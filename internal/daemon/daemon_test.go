@@ -58,15 +58,9 @@ func (f *fixture) pool(maxConns int32) *pgxpool.Pool {
 	return p
 }
 
-type running struct {
-	d    *daemon.Daemon
-	stop context.CancelFunc
-	done chan error
-}
-
-// startDaemon runs a daemon until the test ends (or stop is called) and
-// waits until it is ready.
-func (f *fixture) startDaemon(cfg daemon.Config) *running {
+// startDaemon starts a daemon, waits until it is ready, and stops it
+// when the test ends (unless the test stopped it already).
+func (f *fixture) startDaemon(cfg daemon.Config) *daemon.Daemon {
 	f.T.Helper()
 	if cfg.Pool == nil {
 		cfg.Pool = f.pool(8)
@@ -81,23 +75,15 @@ func (f *fixture) startDaemon(cfg daemon.Config) *running {
 	if err != nil {
 		f.T.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(f.Ctx)
-	r := &running{d: d, stop: cancel, done: make(chan error, 1)}
-	go func() { r.done <- d.Run(ctx) }()
+	if err := d.Start(f.Ctx); err != nil {
+		f.T.Fatalf("start the daemon: %v", err)
+	}
 	f.T.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-r.done:
-			if err != nil {
-				f.T.Errorf("daemon: %v", err)
-			}
-			r.done <- nil
-		case <-time.After(30 * time.Second):
-			f.T.Error("daemon did not stop")
+		if err := d.Stop(); err != nil {
+			f.T.Errorf("daemon: %v", err)
 		}
 	})
-	f.WaitFor("daemon ready", d.Ready)
-	return r
+	return d
 }
 
 func (f *fixture) startWorker(lanes []string, concurrency int, h ffd.HandlerFunc) *ffd.Worker {
@@ -254,7 +240,7 @@ func (f *fixture) claimAndComplete(lane string) {
 func TestListenerKilledDuringBurst(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	r := f.startDaemon(daemon.Config{})
+	d := f.startDaemon(daemon.Config{})
 	lane := f.completeBurst(2000)
 	killer, err := pgx.Connect(f.Ctx, f.DB.URL)
 	if err != nil {
@@ -284,13 +270,13 @@ func TestListenerKilledDuringBurst(t *testing.T) {
 	close(stop)
 	kills.Wait()
 	f.WaitFor("every event dispatched", f.quiet())
-	if killed == 0 || r.d.Reconnects() == 0 {
-		t.Fatalf("the listener was never killed (%d kills, %d reconnects): the test proves nothing", killed, r.d.Reconnects())
+	if killed == 0 || d.Reconnects() == 0 {
+		t.Fatalf("the listener was never killed (%d kills, %d reconnects): the test proves nothing", killed, d.Reconnects())
 	}
 	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'pending'`, lane+"-next"); n != 2000 {
 		t.Fatalf("%d downstreams ready, want 2000", n)
 	}
-	t.Logf("listener killed %d times, %d reconnects", killed, r.d.Reconnects())
+	t.Logf("listener killed %d times, %d reconnects", killed, d.Reconnects())
 	f.quiescent()
 }
 
@@ -313,7 +299,7 @@ func TestSweepAloneWithoutListen(t *testing.T) {
 func TestThreeDaemons(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	var ds []*running
+	var ds []*daemon.Daemon
 	for range 3 {
 		ds = append(ds, f.startDaemon(daemon.Config{CascadeWorkers: 2}))
 	}
@@ -356,8 +342,8 @@ func TestThreeDaemons(t *testing.T) {
 	})
 	f.WaitFor("cascade to settle", f.quiet())
 	var total float64
-	for _, r := range ds {
-		total += counterValue(t, r.d.Metrics(), "ffd_events_dispatched_total")
+	for _, d := range ds {
+		total += counterValue(t, d.Metrics(), "ffd_events_dispatched_total")
 	}
 	// A flow's own event is born dispatched; every other one here is an
 	// edge's upstream and goes through exactly one daemon.
@@ -412,20 +398,20 @@ func TestLapsedLeasesRecovered(t *testing.T) {
 func TestGracefulStopMidLoad(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	r := f.startDaemon(daemon.Config{StopTimeout: 5 * time.Second})
+	d := f.startDaemon(daemon.Config{StopTimeout: 5 * time.Second})
 	lane := f.completeBurst(1000)
 	go f.claimAndComplete(lane)
 	f.WaitFor("some dispatching", func() bool {
 		return f.Count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NOT NULL`) > 50
 	})
 	start := time.Now()
-	r.stop()
+	stopped := make(chan error, 1)
+	go func() { stopped <- d.Stop() }()
 	select {
-	case err := <-r.done:
+	case err := <-stopped:
 		if err != nil {
 			t.Fatalf("Run returned %v, want nil", err)
 		}
-		r.done <- nil
 	case <-time.After(20 * time.Second):
 		t.Fatal("daemon did not stop")
 	}
@@ -488,7 +474,7 @@ func TestSystemdAndReadiness(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	r := f.startDaemon(daemon.Config{Pool: pool, AdminAddr: addr})
+	d := f.startDaemon(daemon.Config{Pool: pool, AdminAddr: addr})
 	expectMsg(t, msgs, "READY=1")
 	get := func(path string) int {
 		resp, err := http.Get("http://" + addr + path)
@@ -539,7 +525,9 @@ func TestSystemdAndReadiness(t *testing.T) {
 	away(true)
 	f.DB.Pool.Reset() // the test's own connections were ended too
 	f.WaitFor("/readyz to recover", func() bool { return get("/readyz") == 200 })
-	r.stop()
+	if err := d.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
 	expectMsg(t, msgs, "STOPPING=1")
 }
 
@@ -573,9 +561,9 @@ func TestRetentionInDaemon(t *testing.T) {
 	if _, err := f.DB.Pool.Exec(f.Ctx, `UPDATE ff_outbox_consumer SET last_read_at = now() - interval '3 hours'`); err != nil {
 		t.Fatal(err)
 	}
-	r := f.startDaemon(daemon.Config{Retention: time.Hour, RetentionInterval: 50 * time.Millisecond, ConsumerIdleLimit: time.Hour})
+	d := f.startDaemon(daemon.Config{Retention: time.Hour, RetentionInterval: 50 * time.Millisecond, ConsumerIdleLimit: time.Hour})
 	f.WaitFor("the idle consumer to be reported", func() bool {
-		return gaugeValue(t, r.d.Metrics(), "ffd_outbox_idle_consumers") == 1
+		return gaugeValue(t, d.Metrics(), "ffd_outbox_idle_consumers") == 1
 	})
 	if n := f.Count(`SELECT count(*) FROM ff_lease_event`); n != 5 {
 		t.Fatalf("retention deleted events a consumer has not read: %d left", n)
@@ -585,6 +573,6 @@ func TestRetentionInDaemon(t *testing.T) {
 	}
 	f.WaitFor("retention to delete the old events", func() bool { return f.Count(`SELECT count(*) FROM ff_lease_event`) == 0 })
 	f.WaitFor("the deletions to be counted", func() bool {
-		return counterValue(t, r.d.Metrics(), "ffd_outbox_deleted_total") == 5
+		return counterValue(t, d.Metrics(), "ffd_outbox_deleted_total") == 5
 	})
 }

@@ -31,9 +31,6 @@ func (w *watchdog) Start(ctx context.Context) {
 	w.start(ctx, every(period, false, func(ctx context.Context) { w.check(ctx, period) }))
 }
 
-// Stop ends it.
-func (w *watchdog) Stop() { w.stop() }
-
 // check pings the database once, waiting at most timeout.
 func (w *watchdog) check(ctx context.Context, timeout time.Duration) {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
@@ -62,9 +59,6 @@ type sampler struct {
 func (s *sampler) Start(ctx context.Context) {
 	s.start(ctx, every(s.e.cfg.SampleInterval, true, func(context.Context) { s.sample(s.e.work) }))
 }
-
-// Stop ends it.
-func (s *sampler) Stop() { s.stop() }
 
 func (s *sampler) sample(ctx context.Context) {
 	depths, err := store.LiveByLane(ctx, s.e.cfg.Pool)

@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
@@ -159,5 +160,82 @@ func TestDaemonStartUpRefusesPermanentErrors(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run kept waiting on a role that does not exist")
+	}
+}
+
+// Start runs the daemon in the background and returns once it is ready;
+// a second Start is refused; Stop returns Run's result, leaves the daemon
+// not ready, and is a no-op the second time. Start returns the start-up
+// error of a daemon that cannot start, and ctx's error (having stopped
+// the daemon) when ctx ends first.
+func TestStartAndStop(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	d, err := daemon.New(daemon.Config{Pool: f.pool(4), SweepInterval: 200 * time.Millisecond, Notifier: daemon.NopNotifier{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(f.Ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if !d.Ready() {
+		t.Fatal("Start returned before the daemon was ready")
+	}
+	if err := d.Start(f.Ctx); !errors.Is(err, daemon.ErrStarted) {
+		t.Fatalf("second Start: %v, want ErrStarted", err)
+	}
+	if err := d.Stop(); err != nil {
+		t.Fatalf("Stop: %v, want nil", err)
+	}
+	if d.Ready() {
+		t.Fatal("ready after Stop")
+	}
+	if err := d.Stop(); err != nil {
+		t.Fatalf("second Stop: %v, want a no-op", err)
+	}
+
+	u, _ := url.Parse(f.DB.URL)
+	u.User = url.User("no_such_role")
+	refused, err := pgxpool.New(f.Ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer refused.Close()
+	bad, err := daemon.New(daemon.Config{Pool: refused, Notifier: daemon.NopNotifier{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Start(f.Ctx); err == nil || !strings.Contains(err.Error(), "no_such_role") {
+		t.Fatalf("Start: %v, want the server's refusal of no_such_role", err)
+	}
+
+	proxy := testdb.NewProxy(t, f.DB)
+	proxy.Freeze()
+	cfg, err := pgxpool.ParseConfig(proxy.URL(f.DB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.ConnectTimeout = 200 * time.Millisecond
+	hung, err := pgxpool.NewWithConfig(f.Ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	waiting, err := daemon.New(daemon.Config{Pool: hung, Notifier: daemon.NopNotifier{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(f.Ctx, time.Second)
+	defer cancel()
+	if err := waiting.Start(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Start against a hung database: %v, want the context's deadline", err)
+	}
+	// Once its database answers, the same daemon starts.
+	proxy.Thaw()
+	if err := waiting.Start(f.Ctx); err != nil {
+		t.Fatalf("Start after an abandoned Start: %v", err)
+	}
+	if err := waiting.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
 	}
 }

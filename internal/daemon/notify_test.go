@@ -111,7 +111,7 @@ func TestOneNotificationPerStatement(t *testing.T) {
 func TestEndedLeaseTimersCostNoQuery(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	r := f.startDaemon(daemon.Config{})
+	d := f.startDaemon(daemon.Config{})
 	const n = 20
 	for range n {
 		if _, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "timers", LeaseTTL: time.Second}); err != nil {
@@ -127,9 +127,9 @@ func TestEndedLeaseTimersCostNoQuery(t *testing.T) {
 	})
 	// Every lease's expiry (claim + 1 s) has come by then.
 	f.WaitFor("the lease timers to come due", func() bool {
-		return counterValue(t, r.d.Metrics(), "ffd_lease_timers_total") >= n
+		return counterValue(t, d.Metrics(), "ffd_lease_timers_total") >= n
 	})
-	if checked := labelValue(t, r.d.Metrics(), "ffd_lease_timers_total", "outcome", "checked"); checked != 0 {
+	if checked := labelValue(t, d.Metrics(), "ffd_lease_timers_total", "outcome", "checked"); checked != 0 {
 		t.Fatalf("%v lease timers of completed executions were checked with a query, want 0", checked)
 	}
 }

@@ -23,9 +23,6 @@ func (p *cascadePool) Start(ctx context.Context) {
 	p.start(ctx, times(p.e.cfg.CascadeWorkers, p.work)...)
 }
 
-// Stop stops taking events and waits for the dispatches under way.
-func (p *cascadePool) Stop() { p.stop() }
-
 func (p *cascadePool) work(ctx context.Context) {
 	ids := make([]int64, 0, maxDispatchBatch)
 	for {
@@ -84,9 +81,6 @@ type siblingPool struct {
 func (p *siblingPool) Start(ctx context.Context) {
 	p.start(ctx, times(p.e.cfg.SiblingWorkers, p.work)...)
 }
-
-// Stop stops taking groups and waits for the cancellations under way.
-func (p *siblingPool) Stop() { p.stop() }
 
 func (p *siblingPool) work(ctx context.Context) {
 	for {

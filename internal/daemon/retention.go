@@ -21,9 +21,6 @@ func (r *retainer) Start(ctx context.Context) {
 	r.start(ctx, every(r.e.cfg.RetentionInterval, false, func(context.Context) { r.retain(r.e.work) }))
 }
 
-// Stop ends it and waits for a pass under way.
-func (r *retainer) Stop() { r.stop() }
-
 func (r *retainer) retain(ctx context.Context) {
 	cfg, log, m := r.e.cfg, r.e.log, r.e.m
 	if cfg.Retention > 0 {

@@ -64,9 +64,10 @@ func times(n int, loop func(ctx context.Context)) []func(ctx context.Context) {
 	return loops
 }
 
-// stop cancels the loops and waits for them. Stopping a component that
-// is not running is a no-op.
-func (r *runner) stop() {
+// Stop cancels the component's loops and waits for them, and so for the
+// work they have taken. Stopping a component that is not running is a
+// no-op.
+func (r *runner) Stop() {
 	r.mu.Lock()
 	cancel, loops := r.cancel, r.loops
 	r.cancel, r.loops = nil, nil

@@ -24,9 +24,6 @@ type sweeper struct {
 // Start runs the sweep loop.
 func (s *sweeper) Start(ctx context.Context) { s.start(ctx, s.loop) }
 
-// Stop ends the loop and waits for a sweep under way.
-func (s *sweeper) Stop() { s.stop() }
-
 func (s *sweeper) loop(ctx context.Context) {
 	for {
 		wait := time.Duration(float64(s.e.cfg.SweepInterval) * (0.9 + 0.2*rand.Float64()))

@@ -40,9 +40,6 @@ func newTimerWorker(e *env) *timerWorker {
 // Start runs the worker.
 func (w *timerWorker) Start(ctx context.Context) { w.start(ctx, w.run) }
 
-// Stop ends it and waits for an action under way.
-func (w *timerWorker) Stop() { w.stop() }
-
 func (w *timerWorker) run(ctx context.Context) {
 	workCtx := w.e.work
 	w.reload(workCtx)
