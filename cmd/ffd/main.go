@@ -45,6 +45,15 @@ type Globals struct {
 
 	stdout io.Writer
 	log    *zap.Logger
+	closes []func() // what the command opened for its run (g.client's pool)
+}
+
+// close releases what the command opened, last opened first.
+func (g *Globals) close() {
+	for i := len(g.closes) - 1; i >= 0; i-- {
+		g.closes[i]()
+	}
+	g.closes = nil
 }
 
 // CLI is the whole command line.
@@ -101,6 +110,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer log.Sync() //nolint:errcheck // stderr sync errors are not actionable
 	cli.stdout, cli.log = stdout, log
+	defer cli.close()
 	if err := kctx.Run(&cli.Globals); err != nil {
 		fmt.Fprintln(stderr, "ffd:", err)
 		return 1

@@ -47,17 +47,15 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func (g *Globals) client(ctx context.Context) (*ffd.Client, func(), error) {
+// client connects to the database for the command's run; the pool closes
+// when the command ends.
+func (g *Globals) client(ctx context.Context) (*ffd.Client, error) {
 	pool, err := g.checkedPool(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	c, err := ffd.NewClient(pool, nil)
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return c, pool.Close, nil
+	g.closes = append(g.closes, pool.Close)
+	return ffd.NewClient(pool, nil)
 }
 
 // execJSON is the stable JSON form of an execution (snake_case, as in the
@@ -97,11 +95,10 @@ func (c *ExecShowCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	client, done, err := g.client(ctx)
+	client, err := g.client(ctx)
 	if err != nil {
 		return err
 	}
-	defer done()
 	x, err := client.Get(ctx, id)
 	if err != nil {
 		return err
@@ -152,23 +149,26 @@ func (c *ExecListCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		p.After = &id
 	}
-	client, done, err := g.client(ctx)
+	client, err := g.client(ctx)
 	if err != nil {
 		return err
 	}
-	defer done()
 	page, err := client.List(ctx, p)
 	if err != nil {
 		return err
 	}
-	next := ""
-	if page.Next != nil {
-		next = page.Next.String()
-	}
-	return printPage(c.output, g.stdout, "executions", page.Executions, next, execJSON,
+	return printPage(c.output, g.stdout, "executions", page.Executions, cursor(page.Next), execJSON,
 		"EXECUTION\tLANE\tSTATE\tATTEMPT\tPRIORITY\tCREATED", func(tw *tabwriter.Writer, x *ffd.Execution) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\n", x.ID, x.Lane, x.State, x.Attempt, x.MaxAttempts, x.Priority, ts(&x.CreatedAt))
 		})
+}
+
+// cursor is the next page's cursor as a flag value; "" on the last page.
+func cursor[T fmt.Stringer](next *T) string {
+	if next == nil {
+		return ""
+	}
+	return (*next).String()
 }
 
 // printPage prints one page of a listing: as JSON, the items under key
@@ -209,11 +209,10 @@ func (c *ExecCancelCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	client, done, err := g.client(ctx)
+	client, err := g.client(ctx)
 	if err != nil {
 		return err
 	}
-	defer done()
 	out, err := client.Cancel(ctx, id, c.Reason, c.By)
 	if err != nil {
 		return err
@@ -257,11 +256,10 @@ func (c *FlowShowCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	client, done, err := g.client(ctx)
+	client, err := g.client(ctx)
 	if err != nil {
 		return err
 	}
-	defer done()
 	f, err := client.DescribeFlow(ctx, id)
 	if err != nil {
 		return err
@@ -332,20 +330,15 @@ func (c *FlowListCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		p.After = &id
 	}
-	client, done, err := g.client(ctx)
+	client, err := g.client(ctx)
 	if err != nil {
 		return err
 	}
-	defer done()
 	page, err := client.ListFlows(ctx, p)
 	if err != nil {
 		return err
 	}
-	next := ""
-	if page.Next != nil {
-		next = page.Next.String()
-	}
-	return printPage(c.output, g.stdout, "flows", page.Flows, next, flowJSON,
+	return printPage(c.output, g.stdout, "flows", page.Flows, cursor(page.Next), flowJSON,
 		"FLOW\tKIND\tSTATE\tNODES\tEDGES\tCREATED", func(tw *tabwriter.Writer, f *ffd.Flow) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", f.ID, f.Kind, f.State, f.NodeCount, f.EdgeCount, ts(&f.CreatedAt))
 		})
@@ -365,11 +358,10 @@ func (c *FlowCancelCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	client, done, err := g.client(ctx)
+	client, err := g.client(ctx)
 	if err != nil {
 		return err
 	}
-	defer done()
 	res, err := client.CancelFlow(ctx, id, ffd.CancelPolicy(c.Policy), c.Reason)
 	if err != nil {
 		return err

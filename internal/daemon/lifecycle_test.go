@@ -88,18 +88,7 @@ func TestStoppedDaemonServesNothing(t *testing.T) {
 func TestDaemonWaitsForItsDatabaseAtStartUp(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	proxy := testdb.NewProxy(t, f.DB)
-	proxy.Freeze()
-	cfg, err := pgxpool.ParseConfig(proxy.URL(f.DB))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.ConnectTimeout = 200 * time.Millisecond
-	pool, err := pgxpool.NewWithConfig(f.Ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	proxy, pool := f.hungPool()
 	d, err := daemon.New(daemon.Config{Pool: pool, Notifier: daemon.NopNotifier{}})
 	if err != nil {
 		t.Fatal(err)
@@ -137,17 +126,7 @@ func TestDaemonWaitsForItsDatabaseAtStartUp(t *testing.T) {
 func TestDaemonStartUpRefusesPermanentErrors(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	u, err := url.Parse(f.DB.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User("no_such_role")
-	pool, err := pgxpool.New(f.Ctx, u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	d, err := daemon.New(daemon.Config{Pool: pool, Notifier: daemon.NopNotifier{}})
+	d, err := daemon.New(daemon.Config{Pool: f.refusedPool(), Notifier: daemon.NopNotifier{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,14 +173,7 @@ func TestStartAndStop(t *testing.T) {
 		t.Fatalf("second Stop: %v, want a no-op", err)
 	}
 
-	u, _ := url.Parse(f.DB.URL)
-	u.User = url.User("no_such_role")
-	refused, err := pgxpool.New(f.Ctx, u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer refused.Close()
-	bad, err := daemon.New(daemon.Config{Pool: refused, Notifier: daemon.NopNotifier{}})
+	bad, err := daemon.New(daemon.Config{Pool: f.refusedPool(), Notifier: daemon.NopNotifier{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,18 +181,7 @@ func TestStartAndStop(t *testing.T) {
 		t.Fatalf("Start: %v, want the server's refusal of no_such_role", err)
 	}
 
-	proxy := testdb.NewProxy(t, f.DB)
-	proxy.Freeze()
-	cfg, err := pgxpool.ParseConfig(proxy.URL(f.DB))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.ConnectTimeout = 200 * time.Millisecond
-	hung, err := pgxpool.NewWithConfig(f.Ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hung.Close()
+	proxy, hung := f.hungPool()
 	waiting, err := daemon.New(daemon.Config{Pool: hung, Notifier: daemon.NopNotifier{}})
 	if err != nil {
 		t.Fatal(err)
@@ -238,4 +199,40 @@ func TestStartAndStop(t *testing.T) {
 	if err := waiting.Stop(); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
+}
+
+// hungPool is a pool to the test's database through a frozen proxy: a
+// server that accepts connections and never answers, until Thaw.
+func (f *fixture) hungPool() (*testdb.Proxy, *pgxpool.Pool) {
+	f.T.Helper()
+	proxy := testdb.NewProxy(f.T, f.DB)
+	proxy.Freeze()
+	cfg, err := pgxpool.ParseConfig(proxy.URL(f.DB))
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	cfg.ConnConfig.ConnectTimeout = 200 * time.Millisecond
+	pool, err := pgxpool.NewWithConfig(f.Ctx, cfg)
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	f.T.Cleanup(pool.Close)
+	return proxy, pool
+}
+
+// refusedPool is a pool whose every connection the server refuses for
+// good: its role does not exist.
+func (f *fixture) refusedPool() *pgxpool.Pool {
+	f.T.Helper()
+	u, err := url.Parse(f.DB.URL)
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	u.User = url.User("no_such_role")
+	pool, err := pgxpool.New(f.Ctx, u.String())
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	f.T.Cleanup(pool.Close)
+	return pool
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // Metrics are the daemon's Prometheus metrics. Names are stable: alerts
@@ -33,63 +34,62 @@ type Metrics struct {
 // NewMetrics registers the metrics in a registry of their own.
 func NewMetrics() *Metrics {
 	r := prometheus.NewRegistry()
-	m := &Metrics{
-		registry: r,
-		eventsDispatched: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ffd_events_dispatched_total", Help: "Completion events dispatched by this daemon.",
-		}),
-		dispatchDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "ffd_dispatch_delay_seconds",
-			Help:    "Age of a completion event when dispatched: from its insert to its dispatch (database clock).",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}),
-		edgesResolved: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ffd_edges_resolved_total", Help: "Edges resolved, by upstream outcome class (success, failed, skipped).",
-		}, []string{"outcome"}),
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ffd_group_decisions_total", Help: "Edge groups decided, by decision (satisfied, impossible).",
-		}, []string{"decision"}),
-		siblingsCancelled: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ffd_siblings_cancelled_total", Help: "Sibling upstreams cancelled after a cancel_remaining group was satisfied.",
-		}),
-		leasesExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ffd_leases_expired_total",
-			Help: "Running attempts ended for lack of time, by reason (lease_lapsed, attempt_timeout) and result (retried, expired).",
-		}, []string{"reason", "result"}),
-		leaseTimers: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ffd_lease_timers_total",
-			Help: "Lease expiry timers that came due, by outcome: checked (a query under the row lock) or ended (the lease was known to have ended: no query).",
-		}, []string{"outcome"}),
-		deadlinesExpired: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ffd_deadlines_expired_total", Help: "Executions expired because their deadline passed.",
-		}),
-		sweepFound: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ffd_sweep_found_total",
-			Help: "Work the fallback sweep found that notifications should have delivered, by kind.",
-		}, []string{"kind"}),
-		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ffd_listener_reconnects_total", Help: "Reconnects of the LISTEN connection.",
-		}),
-		droppedHints: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ffd_dropped_hints_total", Help: "Notifications dropped because a worker queue was full (the sweep catches up), by queue.",
-		}, []string{"queue"}),
-		executions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "ffd_executions", Help: "Live executions by lane and state, sampled periodically.",
-		}, []string{"lane", "state"}),
-		readyNotified: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ffd_ready_notified_total", Help: "ff_ready notifications sent for lanes whose delayed executions came due.",
-		}),
-		outboxDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ffd_outbox_deleted_total", Help: "Outbox events deleted by retention, by stream.",
-		}, []string{"stream"}),
-		idleConsumers: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ffd_outbox_idle_consumers", Help: "Named consumers idle beyond the limit while events wait for them.",
-		}),
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	with := promauto.With(r) // every metric below is registered as it is made
+	counter := func(name, help string) prometheus.Counter {
+		return with.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
-	r.MustRegister(m.outboxDeleted, m.idleConsumers, m.eventsDispatched, m.dispatchDelay, m.edgesResolved, m.decisions, m.siblingsCancelled,
-		m.leasesExpired, m.leaseTimers, m.deadlinesExpired, m.sweepFound, m.reconnects, m.droppedHints, m.executions, m.readyNotified,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
+	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return with.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
+	gauge := func(name, help string) prometheus.Gauge {
+		return with.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
+	gaugeVec := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return with.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	}
+	return &Metrics{
+		registry: r,
+		eventsDispatched: counter("ffd_events_dispatched_total",
+			"Completion events dispatched by this daemon."),
+		dispatchDelay: with.NewHistogram(prometheus.HistogramOpts{Name: "ffd_dispatch_delay_seconds",
+			Help:    "Age of a completion event when dispatched: from its insert to its dispatch (database clock).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
+		edgesResolved: counterVec("ffd_edges_resolved_total",
+			"Edges resolved, by upstream outcome class (success, failed, skipped).",
+			"outcome"),
+		decisions: counterVec("ffd_group_decisions_total",
+			"Edge groups decided, by decision (satisfied, impossible).",
+			"decision"),
+		siblingsCancelled: counter("ffd_siblings_cancelled_total",
+			"Sibling upstreams cancelled after a cancel_remaining group was satisfied."),
+		leasesExpired: counterVec("ffd_leases_expired_total",
+			"Running attempts ended for lack of time, by reason (lease_lapsed, attempt_timeout) and result (retried, expired).",
+			"reason", "result"),
+		leaseTimers: counterVec("ffd_lease_timers_total",
+			"Lease expiry timers that came due, by outcome: checked (a query under the row lock) or ended (the lease was known to have ended: no query).",
+			"outcome"),
+		deadlinesExpired: counter("ffd_deadlines_expired_total",
+			"Executions expired because their deadline passed."),
+		sweepFound: counterVec("ffd_sweep_found_total",
+			"Work the fallback sweep found that notifications should have delivered, by kind.",
+			"kind"),
+		reconnects: counter("ffd_listener_reconnects_total",
+			"Reconnects of the LISTEN connection."),
+		droppedHints: counterVec("ffd_dropped_hints_total",
+			"Notifications dropped because a worker queue was full (the sweep catches up), by queue.",
+			"queue"),
+		executions: gaugeVec("ffd_executions",
+			"Live executions by lane and state, sampled periodically.",
+			"lane", "state"),
+		readyNotified: counter("ffd_ready_notified_total",
+			"ff_ready notifications sent for lanes whose delayed executions came due."),
+		outboxDeleted: counterVec("ffd_outbox_deleted_total",
+			"Outbox events deleted by retention, by stream.",
+			"stream"),
+		idleConsumers: gauge("ffd_outbox_idle_consumers",
+			"Named consumers idle beyond the limit while events wait for them."),
+	}
 }
 
 // Registry is where the metrics live.
