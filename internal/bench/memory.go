@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -123,8 +124,7 @@ func startChild(role string, env []string) (*child, error) {
 	c.cmd = exec.Command(self)
 	c.cmd.Env = append(os.Environ(), append(env, EnvRole+"="+role)...)
 	c.cmd.Stderr = c.stderr
-	// A bench killed outright takes its processes with it.
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	c.cmd.SysProcAttr = childAttr()
 	if err := c.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the %s process: %w", role, err)
 	}
@@ -199,6 +199,9 @@ func lastLine(s string) string {
 // resident set of each. Memory that grows with the work done shows as a
 // resident set that climbs round after round.
 func memory(ctx context.Context, env *Env, p Params, r *Report) error {
+	if runtime.GOOS != "linux" {
+		return errors.New("the memory scenario reads each process's resident set from /proc: it runs on Linux only")
+	}
 	lane := env.lane("memory")
 	common := []string{envRoleURL + "=" + env.URL, envRoleLane + "=" + lane,
 		envRoleSlots + "=" + strconv.Itoa(p.Workers), envRoleSweep + "=" + p.SweepInterval.String()}

@@ -1,5 +1,11 @@
+//go:build linux
+
 // Package chaos is ffd's fault suite: it runs ffd the way production and
 // its failures will, and checks that nothing was lost.
+//
+// It builds on Linux only: its faults are Unix signals (SIGKILL, SIGSTOP)
+// and its processes die with the suite through Linux's parent-death
+// signal. The rest of ffd builds and runs on Linux, macOS and Windows.
 //
 // Run starts a private PostgreSQL cluster of its own (so that it can crash
 // it), migrates it with the real `ffd` binary, and starts, as separate OS

@@ -3,11 +3,16 @@
 // `ffd bench` use it so that ffd needs no database set up by hand.
 //
 // The cluster listens on 127.0.0.1 on a free port, with its own socket
-// directory, trust authentication and wal_level=logical (the outbox WAL
-// stream needs it). When the calling process is root the server runs as
-// the `postgres` OS user, because Postgres refuses to run as root. The
-// postmaster is asked to die with its parent (Linux parent-death signal),
-// so a crashed caller does not leave a server behind.
+// directory (Unix), trust authentication and wal_level=logical (the
+// outbox WAL stream needs it). When the calling process is root the
+// server runs as the `postgres` OS user, because Postgres refuses to run
+// as root. On Linux the postmaster is asked to die with its parent (the
+// parent-death signal), so a crashed caller does not leave a server
+// behind; elsewhere the next start cleans up after it.
+//
+// What differs between systems (process attributes, signals, the server
+// user, socket settings) lives in proc_*.go behind build tags; FindBinDir
+// knows where each system's packagers install the binaries.
 package pgserver
 
 import (
@@ -18,14 +23,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -71,40 +74,114 @@ type Server struct {
 	logPath string
 }
 
-// FindBinDir locates the PostgreSQL server binaries: `pg_config --bindir`
-// first, then Debian's versioned directories, newest first, then PATH.
+// EnvBinDir is the environment variable that names the PostgreSQL bin
+// directory to use, ahead of any search.
+const EnvBinDir = "FFD_PG_BIN_DIR"
+
+// FindBinDir locates the PostgreSQL server binaries (initdb and postgres):
+// the directory in FFD_PG_BIN_DIR when set; else `pg_config --bindir`;
+// else the places packagers install them on this system (Debian's and
+// the PGDG RPMs' versioned directories, Homebrew's, Postgres.app's, the
+// Windows installer's), newest version first; else PATH.
 func FindBinDir() (string, error) {
-	has := func(dir string) bool {
-		for _, tool := range []string{"initdb", "postgres"} {
-			if fi, err := os.Stat(filepath.Join(dir, tool)); err != nil || fi.IsDir() {
-				return false
-			}
+	if dir := os.Getenv(EnvBinDir); dir != "" {
+		if hasServer(dir) {
+			return dir, nil
 		}
-		return true
+		return "", fmt.Errorf("%s=%s: no %s and %s there", EnvBinDir, dir, exe("initdb"), exe("postgres"))
 	}
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
-		if dir := strings.TrimSpace(string(out)); has(dir) {
+		if dir := strings.TrimSpace(string(out)); hasServer(dir) {
 			return dir, nil
 		}
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return debianVersion(dirs[i]) > debianVersion(dirs[j]) })
-	for _, dir := range dirs {
-		if has(dir) {
-			return dir, nil
-		}
+	patterns := binDirPatterns(runtime.GOOS)
+	if dir := search(patterns); dir != "" {
+		return dir, nil
 	}
 	if p, err := exec.LookPath("initdb"); err == nil {
-		if dir := filepath.Dir(p); has(dir) {
+		if dir := filepath.Dir(p); hasServer(dir) {
 			return dir, nil
 		}
 	}
-	return "", errors.New("PostgreSQL server binaries not found (tried pg_config --bindir, /usr/lib/postgresql/*/bin and PATH): install them, e.g. `apt-get install postgresql`")
+	return "", fmt.Errorf("PostgreSQL server binaries (%s, %s) not found: tried $%s, pg_config --bindir, %s and PATH. %s",
+		exe("initdb"), exe("postgres"), EnvBinDir, strings.Join(patterns, ", "), installHint(runtime.GOOS))
 }
 
-func debianVersion(binDir string) float64 {
-	v, _ := strconv.ParseFloat(filepath.Base(filepath.Dir(binDir)), 64)
-	return v
+// binDirPatterns are where packagers put the server binaries on goos.
+func binDirPatterns(goos string) []string {
+	switch goos {
+	case "darwin":
+		return []string{
+			"/opt/homebrew/opt/postgresql@*/bin", "/usr/local/opt/postgresql@*/bin", // Homebrew, Apple silicon and Intel
+			"/opt/homebrew/opt/postgresql/bin", "/usr/local/opt/postgresql/bin",
+			"/Applications/Postgres.app/Contents/Versions/*/bin",
+		}
+	case "windows":
+		return []string{`C:\Program Files\PostgreSQL\*\bin`}
+	default:
+		return []string{"/usr/lib/postgresql/*/bin", "/usr/pgsql-*/bin"} // Debian and Ubuntu; the PGDG RPMs
+	}
+}
+
+// installHint says how to get the server binaries on goos.
+func installHint(goos string) string {
+	switch goos {
+	case "darwin":
+		return "Install them with `brew install postgresql@17` or Postgres.app, or set " + EnvBinDir + "."
+	case "windows":
+		return "Install them with the PostgreSQL installer for Windows, or set " + EnvBinDir + "."
+	default:
+		return "Install them (Debian and Ubuntu: `apt-get install postgresql`), or set " + EnvBinDir + "."
+	}
+}
+
+// search returns the directory with the server binaries among the
+// patterns' matches, the highest PostgreSQL version first; "" if none.
+func search(patterns []string) string {
+	var dirs []string
+	for _, p := range patterns {
+		m, _ := filepath.Glob(p)
+		dirs = append(dirs, m...)
+	}
+	sort.SliceStable(dirs, func(i, j int) bool { return majorOf(dirs[i]) > majorOf(dirs[j]) })
+	for _, dir := range dirs {
+		if hasServer(dir) {
+			return dir
+		}
+	}
+	return ""
+}
+
+// majorOf reads the version in a packager's directory name
+// (".../postgresql/17/bin", ".../postgresql@16/bin", ".../Versions/15/bin",
+// "/usr/pgsql-14/bin"): the last number in it, 0 when there is none.
+func majorOf(dir string) float64 {
+	elems := strings.FieldsFunc(filepath.ToSlash(dir), func(r rune) bool { return r == '/' || r == '@' || r == '-' })
+	for i := len(elems) - 1; i >= 0; i-- {
+		if v, err := strconv.ParseFloat(elems[i], 64); err == nil {
+			return v
+		}
+	}
+	return 0
+}
+
+// hasServer reports whether dir holds initdb and postgres.
+func hasServer(dir string) bool {
+	for _, tool := range []string{"initdb", "postgres"} {
+		if fi, err := os.Stat(filepath.Join(dir, exe(tool))); err != nil || fi.IsDir() {
+			return false
+		}
+	}
+	return true
+}
+
+// exe is the file name of a PostgreSQL program on this system.
+func exe(name string) string {
+	if runtime.GOOS == "windows" {
+		return name + ".exe"
+	}
+	return name
 }
 
 // Start initialises the data directory if needed and starts the server,
@@ -183,7 +260,7 @@ func initdb(ctx context.Context, cfg Config, owner osUser) error {
 	if !cfg.Durable {
 		args = append(args, "--no-sync")
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(cfg.BinDir, "initdb"), args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(cfg.BinDir, exe("initdb")), args...)
 	cmd.Dir = os.TempDir()
 	cmd.SysProcAttr = owner.attr()
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -196,7 +273,7 @@ func (s *Server) start(ctx context.Context, owner osUser) error {
 	settings := map[string]string{
 		"listen_addresses":        "127.0.0.1",
 		"port":                    strconv.Itoa(s.port),
-		"unix_socket_directories": s.sockDir,
+		"unix_socket_directories": socketDirSetting(s.sockDir),
 		"wal_level":               "logical",
 		"max_wal_senders":         "20",
 		"max_replication_slots":   "20",
@@ -225,23 +302,15 @@ func (s *Server) start(ctx context.Context, owner osUser) error {
 	}
 	defer logFile.Close()
 
-	s.cmd = exec.Command(filepath.Join(s.cfg.BinDir, "postgres"), args...)
+	s.cmd = exec.Command(filepath.Join(s.cfg.BinDir, exe("postgres")), args...)
 	s.cmd.Dir = os.TempDir()
 	s.cmd.Stdout = logFile
 	s.cmd.Stderr = logFile
-	attr := owner.attr()
-	if attr == nil {
-		attr = &syscall.SysProcAttr{}
-	}
-	// Die with the parent, and keep terminal Ctrl-C away from the server so
-	// that its owner decides how it stops.
-	attr.Pdeathsig = syscall.SIGQUIT
-	attr.Setpgid = true
-	s.cmd.SysProcAttr = attr
+	s.cmd.SysProcAttr = procAttr(owner)
 	s.exited = make(chan struct{})
 
-	// The parent-death signal fires when the *thread* that forked exits;
-	// fork from a thread that lives as long as the server.
+	// Linux's parent-death signal fires when the *thread* that forked
+	// exits; fork from a thread that lives as long as the server.
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -325,7 +394,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		return nil
 	default:
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGINT)
+	s.signal("INT")
 	timer := time.NewTimer(DefaultStopTimeout)
 	defer timer.Stop()
 	select {
@@ -346,13 +415,13 @@ func (s *Server) Stop(ctx context.Context) error {
 func (s *Server) Crash() { s.kill() }
 
 func (s *Server) kill() {
-	_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+	s.signal("QUIT")
 	select {
 	case <-s.exited:
 		return
 	case <-time.After(5 * time.Second):
 	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	s.killGroup()
 	<-s.exited
 }
 
@@ -369,56 +438,6 @@ func freePort() (int, error) {
 type osUser struct {
 	switchTo bool
 	uid, gid uint32
-}
-
-func serverUser() (osUser, error) {
-	if os.Geteuid() != 0 {
-		return osUser{}, nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return osUser{}, fmt.Errorf("running as root, PostgreSQL must run as the postgres OS user, which was not found: %w", err)
-	}
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return osUser{switchTo: true, uid: uint32(uid), gid: uint32(gid)}, nil
-}
-
-func (o osUser) attr() *syscall.SysProcAttr {
-	if !o.switchTo {
-		return nil
-	}
-	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: o.uid, Gid: o.gid}}
-}
-
-// chown hands dir to the server user, and checks that the user can reach
-// it (a data directory under root's 0700 home cannot work).
-func (o osUser) chown(dir string) error {
-	if !o.switchTo {
-		return nil
-	}
-	err := filepath.Walk(dir, func(path string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(path, int(o.uid), int(o.gid))
-	})
-	if err != nil {
-		return fmt.Errorf("hand %s to the postgres user: %w", dir, err)
-	}
-	abs, _ := filepath.Abs(dir)
-	for p := filepath.Dir(abs); ; p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return err
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().Perm()&0o001 == 0 && st.Uid != o.uid {
-			return fmt.Errorf("the postgres user cannot reach %s: %s is not searchable by others; choose a data directory outside it", dir, p)
-		}
-		if p == "/" {
-			return nil
-		}
-	}
 }
 
 // HasLibrary reports whether the server binaries found by FindBinDir come
@@ -441,4 +460,26 @@ func HasLibrary(name string) bool {
 		}
 	}
 	return false
+}
+
+// StopOrphan stops, with an immediate shutdown, a server left running on
+// dataDir by a caller that died without stopping it. On Linux the
+// parent-death signal makes that rare; on other systems it is how a
+// killed test binary's server goes away.
+func StopOrphan(ctx context.Context, dataDir string) error {
+	bin, err := FindBinDir()
+	if err != nil {
+		return err
+	}
+	owner, err := serverUser()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, exe("pg_ctl")), "stop", "-D", dataDir, "-m", "immediate", "-w")
+	cmd.Dir = os.TempDir()
+	cmd.SysProcAttr = owner.attr()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("stop the orphaned server on %s: %w\n%s", dataDir, err, out)
+	}
+	return nil
 }

@@ -28,7 +28,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -247,7 +246,8 @@ func (c *cluster) stop() error {
 }
 
 // removeStale deletes the directories of earlier test binaries that died
-// without cleaning up (their owner is gone, so their server is too).
+// without cleaning up. On Linux their server died with them; elsewhere it
+// is stopped here first.
 func removeStale() {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
 	for _, dir := range dirs {
@@ -256,13 +256,21 @@ func removeStale() {
 			continue
 		}
 		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 || syscall.Kill(pid, 0) == nil {
+		if err != nil || pid <= 0 || pgserver.Alive(pid) {
 			continue
 		}
 		if pidFile, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid")); err == nil {
 			line, _, _ := strings.Cut(string(pidFile), "\n")
-			if p, err := strconv.Atoi(line); err == nil && syscall.Kill(p, 0) == nil {
-				continue // its server still runs; leave it to die first
+			if p, err := strconv.Atoi(line); err == nil && pgserver.Alive(p) {
+				if pgserver.DiesWithParent {
+					continue // it is dying with its owner; the next run removes it
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				err := pgserver.StopOrphan(ctx, filepath.Join(dir, "data"))
+				cancel()
+				if err != nil {
+					continue
+				}
 			}
 		}
 		os.RemoveAll(dir)

@@ -11,10 +11,10 @@ import (
 	"os/user"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/flowfabric/ffd/internal/pgserver"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -183,6 +183,11 @@ func TestCleanup(t *testing.T) {
 			if (mode == "pass") != (err == nil) {
 				t.Fatalf("helper in mode %s exited with %v", mode, err)
 			}
+			if mode == "die" && !pgserver.DiesWithParent {
+				// No parent-death signal here: the next run's sweep stops
+				// the orphaned server.
+				removeStale()
+			}
 			waitGone(t, postmaster)
 			if mode == "die" {
 				// The killed binary could not clean up; the next run's sweep
@@ -200,7 +205,7 @@ func TestCleanup(t *testing.T) {
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
+	for pgserver.Alive(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("postmaster %d still running after its test binary ended", pid)
 		}
