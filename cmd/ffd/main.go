@@ -27,6 +27,7 @@ import (
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/schema"
 	"github.com/flowfabric/ffd/internal/session"
+	"github.com/flowfabric/ffd/internal/version"
 )
 
 // Globals are the settings every command shares.
@@ -59,6 +60,7 @@ func (g *Globals) close() {
 // CLI is the whole command line.
 type CLI struct {
 	Globals
+	Version kong.VersionFlag `name:"version" help:"Print the version and exit."`
 
 	Run     RunCmd     `cmd:"" help:"Run the daemon: cascade, sibling cancellation, timeouts, sweep."`
 	Migrate MigrateCmd `cmd:"" help:"Apply or inspect the schema migrations."`
@@ -68,6 +70,7 @@ type CLI struct {
 	Dev     DevCmd     `cmd:"" help:"Run a private PostgreSQL and the daemon for development until interrupted."`
 	Demo    DemoCmd    `cmd:"" help:"Run a realistic DAG end to end on a private PostgreSQL and report."`
 	Bench   BenchCmd   `cmd:"" help:"Measure ffd on the anchor scenarios (docs/benchmarks.md)."`
+	Ver     VersionCmd `cmd:"" name:"version" help:"Print the version, commit and platform of this build."`
 }
 
 // errNoDatabase is returned by commands that need a database when none is
@@ -93,7 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { exitCode = code; panic(exitSentinel{}) }),
 		kong.BindTo(ctx, (*context.Context)(nil)),
-		kong.Vars{"dev_port": strconv.Itoa(DefaultDevPort)},
+		kong.Vars{"dev_port": strconv.Itoa(DefaultDevPort), "version": version.Get().String()},
 	)
 	if err != nil {
 		fmt.Fprintln(stderr, "ffd:", err)
