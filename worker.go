@@ -212,6 +212,19 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
+// Run is Start, then Stop once ctx ends: the shape of a worker process.
+// Handlers under way get up to stopTimeout to finish before they are cut
+// short and handed back (see Stop). It returns Start's error, or Stop's.
+func (w *Worker) Run(ctx context.Context, stopTimeout time.Duration) error {
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	return w.Stop(sctx)
+}
+
 // Stop stops claiming at once and waits for running handlers until ctx
 // ends. Any handler still running then has its context cancelled (cause
 // ErrWorkerStopped) and every such execution is handed back in one

@@ -28,12 +28,18 @@ func setup(t *testing.T) *fixture {
 	return &fixture{Fixture: tf, client: client}
 }
 
-func (f *fixture) startWorker(cfg ffd.WorkerConfig) *ffd.Worker {
+func (f *fixture) newWorker(cfg ffd.WorkerConfig) *ffd.Worker {
 	f.T.Helper()
 	w, err := ffd.NewWorker(f.client, cfg)
 	if err != nil {
 		f.T.Fatal(err)
 	}
+	return w
+}
+
+func (f *fixture) startWorker(cfg ffd.WorkerConfig) *ffd.Worker {
+	f.T.Helper()
+	w := f.newWorker(cfg)
 	if err := w.Start(f.Ctx); err != nil {
 		f.T.Fatal(err)
 	}
@@ -269,4 +275,55 @@ func TestClientTxVariants(t *testing.T) {
 	if n := f.Count(`SELECT count(*) FROM ff_execution`); n != 1 {
 		t.Fatalf("%d executions, want 1", n)
 	}
+}
+
+// Run works until its context ends, then stops: it returns nil once the
+// handlers have finished, and claims nothing afterwards.
+func TestWorkerRun(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	w := f.newWorker(ffd.WorkerConfig{Lanes: []string{"run"}, Concurrency: 4, PollInterval: 50 * time.Millisecond,
+		Handler: func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil }})
+	ctx, cancel := context.WithCancel(f.Ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, 5*time.Second) }()
+	inLane := func(state ffd.State) func() bool {
+		return func() bool {
+			return f.Count(`SELECT count(*) FROM ff_execution WHERE lane = 'run' AND state = $1`, state) > 0
+		}
+	}
+	if _, err := f.client.CreateMany(f.Ctx, inOneLane("run", 20)); err != nil {
+		t.Fatal(err)
+	}
+	f.WaitFor("every execution completed", func() bool { return inLane(ffd.StateCompleted)() && !inLane(ffd.StatePending)() })
+	cancel()
+	var runErr error
+	f.WaitFor("Run to return", func() bool {
+		select {
+		case runErr = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if runErr != nil {
+		t.Fatalf("Run: %v, want nil", runErr)
+	}
+	if _, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "run"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // several poll intervals
+	if !inLane(ffd.StatePending)() {
+		t.Fatal("an execution created after Run returned was claimed")
+	}
+}
+
+// inOneLane is n executions to create in lane, with every other parameter
+// defaulted.
+func inOneLane(lane string, n int) []ffd.CreateParams {
+	ps := make([]ffd.CreateParams, n)
+	for i := range ps {
+		ps[i].Lane = lane
+	}
+	return ps
 }

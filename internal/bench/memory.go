@@ -95,13 +95,7 @@ func runRole(role string, log *zap.Logger) error {
 		if err != nil {
 			return err
 		}
-		if err := w.Start(ctx); err != nil {
-			return err
-		}
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), roleStopPeriod)
-		defer cancel()
-		return w.Stop(sctx)
+		return w.Run(ctx, roleStopPeriod)
 	default:
 		return fmt.Errorf("%s=%q: want %s or %s", EnvRole, role, RoleDaemon, RoleWorker)
 	}

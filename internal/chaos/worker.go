@@ -83,13 +83,7 @@ func runWorker(log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := w.Start(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return w.Stop(sctx)
+	return w.Run(ctx, 5*time.Second)
 }
 
 // handle does a few milliseconds of "work" and then what the kind says.
