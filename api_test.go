@@ -3,6 +3,7 @@ package ffd_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/daemon"
+	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -180,5 +183,23 @@ func TestStreamWALDeliversPublicEvents(t *testing.T) {
 	}
 	if err := ffd.DropWALSlot(f.Ctx, f.DB.URL, slot); err != nil {
 		t.Fatalf("drop the slot: %v", err)
+	}
+}
+
+// The embedded daemon's documented defaults are the daemon's own.
+func TestDaemonDefaultsAreTheDaemons(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name           string
+		public, daemon any
+	}{
+		{"cascade workers", ffd.DefaultDaemonCascadeWorkers, daemon.DefaultCascadeWorkers},
+		{"sweep interval", ffd.DefaultDaemonSweepInterval, daemon.DefaultSweepInterval},
+		{"stop timeout", ffd.DefaultDaemonStopTimeout, daemon.DefaultStopTimeout},
+		{"outbox retention", ffd.DefaultOutboxRetention, outbox.DefaultRetention},
+	} {
+		if fmt.Sprint(c.public) != fmt.Sprint(c.daemon) {
+			t.Errorf("%s: public default %v, daemon's %v", c.name, c.public, c.daemon)
+		}
 	}
 }

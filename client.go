@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/fault"
@@ -24,8 +25,19 @@ type Config struct {
 	// MaxPayloadBytes bounds an execution's payload and its result.
 	// Default DefaultMaxPayloadBytes (1 MiB); at most MaxMaxPayloadBytes.
 	MaxPayloadBytes int
-	// Logger receives the client's and its workers' logs. Default: none.
+	// Logger receives the client's and its workers' logs. Default: Info
+	// and above to stderr (JSON, or console on a terminal); pass
+	// zap.NewNop() for none.
 	Logger *zap.Logger
+	// StallWarning: when a completion event has waited this long for a
+	// daemon, the client (after submitting a flow) and its workers log a
+	// warning, since flows do not advance without one. Default
+	// DefaultStallWarning (1 min); negative: never check.
+	StallWarning time.Duration
+	// Metrics, when set, receives ffd_dispatch_lag_seconds (the wait of
+	// the oldest undispatched completion event, as last checked). Default:
+	// none.
+	Metrics prometheus.Registerer
 }
 
 // Client is the entry point of the Go API. It is safe for concurrent use.
@@ -33,6 +45,7 @@ type Client struct {
 	pool   *pgxpool.Pool
 	cfg    Config
 	limits leases.Limits
+	stall  *stallWatch
 }
 
 // NewClient builds a client over pool. cfg may be nil for the defaults. It
@@ -59,9 +72,16 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 		c.cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
 	if c.cfg.Logger == nil {
-		c.cfg.Logger = zap.NewNop()
+		c.cfg.Logger = defaultLogger()
 	}
 	c.limits = leases.Limits{MaxPayloadBytes: c.cfg.MaxPayloadBytes}
+	if c.cfg.StallWarning == 0 {
+		c.cfg.StallWarning = DefaultStallWarning
+	}
+	var err error
+	if c.stall, err = newStallWatch(c.cfg.StallWarning, c.cfg.Logger, c.cfg.Metrics); err != nil {
+		return nil, fmt.Errorf("ffd: register metrics: %w", err)
+	}
 	return c, nil
 }
 

@@ -504,7 +504,11 @@ const (
 // rejects the whole submission and writes nothing; so does a DAG over
 // MaxSubmitNodes nodes or MaxSubmitEdges edges.
 func (c *Client) SubmitFlow(ctx context.Context, p SubmitFlowParams) (*SubmittedFlow, error) {
-	return c.submitFlow(ctx, c.pool, p)
+	sub, err := c.submitFlow(ctx, c.pool, p)
+	if err == nil && c.stall.due(time.Now()) {
+		c.stall.check(ctx, c)
+	}
+	return sub, err
 }
 
 // SubmitFlowTx is SubmitFlow inside tx.

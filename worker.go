@@ -207,6 +207,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.abort, w.stopLoops, w.dbCtx = abort, stopLoops, dbCtx
 	w.loops.Go(func() { w.listen(loopCtx) })
 	w.loops.Go(func() { w.fetch(loopCtx, dbCtx) })
+	w.loops.Go(func() { w.client.stall.watch(loopCtx, w.client) })
 	w.completer.Go(func() { w.runCompleter(dbCtx) })
 	w.signal()
 	return nil
@@ -494,6 +495,13 @@ func (w *Worker) execute(ctx context.Context, j *runningJob) {
 	state := "failed"
 	if out != nil {
 		state = string(out.State)
+	}
+	if err == nil {
+		// The handler's error is the application's to see: the worker
+		// recorded it, and says whether the execution will be retried.
+		w.log.Warn("handler failed", w.jobFields(x, zap.String("state", state), zap.Bool("retrying", state == string(StatePending)),
+			zap.NamedError("handler_error", herr))...)
+		return
 	}
 	w.logFinish(x, state, err, zap.NamedError("handler_error", herr))
 }

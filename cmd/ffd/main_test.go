@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/schema"
@@ -430,5 +431,52 @@ func TestEventsTailWAL(t *testing.T) {
 	db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n)
 	if n != 0 {
 		t.Fatal("slot still there after drop-slot")
+	}
+}
+
+// flow show says when a flow is stalled for want of a daemon: in the
+// table as a warning line, in JSON as the lag (and the JSON stays JSON).
+func TestFlowShowWarnsWithoutADaemon(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	url := "--database-url=" + db.URL
+	ctx := context.Background()
+	client, err := ffd.NewClient(db.Pool, &ffd.Config{Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := client.SubmitFlow(ctx, ffd.SubmitFlowParams{
+		Nodes: []ffd.SubmitNode{{Ref: "a", Params: ffd.CreateParams{Lane: "stall"}}, {Ref: "b", Params: ffd.CreateParams{Lane: "stall"}}},
+		Edges: []ffd.SubmitEdge{{From: "a", To: "b"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sub.Flow.ID.String()
+	code, out, _ := runFFD(t, "flow", "show", id, url)
+	if code != 0 || strings.Contains(out, "warning") {
+		t.Fatalf("flow show with nothing waiting: %d %q; want no warning", code, out)
+	}
+	xs, err := client.Claim(ctx, ffd.ClaimParams{Lane: "stall", Worker: "w/1", Max: 1})
+	if err != nil || len(xs) != 1 {
+		t.Fatalf("claim: %v %v", xs, err)
+	}
+	if _, err := client.Complete(ctx, xs[0].ID, xs[0].LeaseEpoch, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Two minutes pass without a daemon.
+	if _, err := db.Pool.Exec(ctx, `UPDATE ff_completion_event SET occurred_at = occurred_at - interval '2 minutes'`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runFFD(t, "flow", "show", id, url)
+	if code != 0 || !strings.Contains(out, "warning: completion events have waited 2m") {
+		t.Fatalf("flow show of a stalled flow: %d %q; want the warning", code, out)
+	}
+	code, out, _ = runFFD(t, "flow", "show", id, "--json", url)
+	var js struct {
+		Lag float64 `json:"dispatch_lag_seconds"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || js.Lag < 120 {
+		t.Fatalf("flow show --json of a stalled flow: %d %q; want JSON with dispatch_lag_seconds >= 120", code, out)
 	}
 }

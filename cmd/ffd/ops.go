@@ -277,12 +277,21 @@ func (c *FlowShowCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		p.After = page.Next
 	}
+	lag, err := client.DispatchLag(ctx)
+	if err != nil {
+		return err
+	}
 	out := flowJSON(f)
 	ms := make([]map[string]any, len(members))
 	for i, x := range members {
 		ms[i] = execJSON(x)
 	}
 	out["members"] = ms
+	out["dispatch_lag_seconds"] = lag.Seconds()
+	if !c.JSON && f.State == ffd.FlowOpen && lag >= ffd.DefaultStallWarning {
+		// The table goes first; this reads as its last line.
+		defer fmt.Fprintf(g.stdout, "\nwarning: completion events have waited %s for a daemon: this flow will not advance until one runs (ffd run, or ffd.NewDaemon in the application)\n", lag.Round(time.Second))
+	}
 	return c.print(g.stdout, out, func(tw *tabwriter.Writer) {
 		fmt.Fprintf(tw, "flow %s (%s) %s, %d nodes, %d edges, revision %d\n\n", f.ID, f.Kind, f.State, f.NodeCount, f.EdgeCount, f.GraphRevision)
 		fmt.Fprintln(tw, "MEMBER\tKIND\tSTATE\tATTEMPT\tJOIN\tDECISION")

@@ -73,3 +73,15 @@ func collectDispatching(rows pgx.Rows, err error) ([]Dispatching, error) {
 		return d, err
 	})
 }
+
+// DispatchLag is how long the oldest undispatched completion event has
+// waited (0 when none waits), by the database's clock. It reads one row
+// of the partial index of undispatched events, so it costs the same
+// however large the backlog.
+func DispatchLag(ctx context.Context, db DB) (time.Duration, error) {
+	var us int64
+	err := db.QueryRow(ctx, `SELECT coalesce((
+		SELECT (extract(epoch FROM clock_timestamp() - occurred_at) * 1e6)::bigint
+		FROM ff_completion_event WHERE dispatched_at IS NULL ORDER BY event_id LIMIT 1), 0)`).Scan(&us)
+	return time.Duration(max(us, 0)) * time.Microsecond, wrap("read the dispatch lag", err)
+}

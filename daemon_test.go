@@ -1,0 +1,157 @@
+package ffd_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/flowfabric/ffd"
+)
+
+// chain3 is a three-step chain on lane.
+func chain3(lane string) ffd.SubmitFlowParams {
+	p := ffd.SubmitFlowParams{Flow: ffd.CreateFlowParams{Kind: "chain"}}
+	for _, ref := range []string{"a", "b", "c"} {
+		p.Nodes = append(p.Nodes, ffd.SubmitNode{Ref: ref, Params: ffd.CreateParams{Lane: lane}})
+	}
+	p.Edges = []ffd.SubmitEdge{{From: "a", To: "b"}, {From: "b", To: "c"}}
+	return p
+}
+
+func (f *fixture) flowState(id ffd.SubmittedFlow) ffd.FlowState {
+	f.T.Helper()
+	fl, err := f.client.DescribeFlow(f.Ctx, id.Flow.ID)
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	return fl.State
+}
+
+// A daemon embedded in the application runs a flow to its end; it
+// reports its metrics; Stop stops it.
+func TestEmbeddedDaemonRunsAFlow(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	d, err := ffd.NewDaemon(f.Pool, &ffd.DaemonConfig{SweepInterval: 200 * time.Millisecond, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(f.Ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer d.Stop()
+	if !d.Ready() {
+		t.Fatal("Start returned before the daemon was ready")
+	}
+	f.startWorker(ffd.WorkerConfig{Lanes: []string{"embedded"}, PollInterval: 50 * time.Millisecond,
+		Handler: func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil }})
+	sub, err := f.client.SubmitFlow(f.Ctx, chain3("embedded"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WaitFor("the flow to complete", func() bool { return f.flowState(*sub) == ffd.FlowCompleted })
+	if got := counter(t, d.Registry(), "ffd_events_dispatched_total"); got < 2 {
+		t.Fatalf("ffd_events_dispatched_total = %v, want at least the two upstream events", got)
+	}
+	if err := d.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if d.Ready() {
+		t.Fatal("ready after Stop")
+	}
+}
+
+// Without a daemon a flow stalls after its first step: the client and
+// its workers say so (a warning and a gauge) once the wait passes the
+// threshold, and say when dispatching resumes after a daemon starts.
+func TestNoDaemonIsWarnedAbout(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	core, logs := observer.New(zap.InfoLevel)
+	reg := prometheus.NewRegistry()
+	client, err := ffd.NewClient(f.Pool, &ffd.Config{Logger: zap.New(core), StallWarning: time.Second, Metrics: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := ffd.NewWorker(client, ffd.WorkerConfig{Lanes: []string{"stall"}, PollInterval: 50 * time.Millisecond,
+		Handler: func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(f.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	sub, err := client.SubmitFlow(f.Ctx, chain3("stall"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logged := func(msg string) func() bool {
+		return func() bool { return logs.FilterMessageSnippet(msg).Len() > 0 }
+	}
+	f.WaitFor("the stall warning", logged("completion events are waiting for a daemon"))
+	if lag, err := client.DispatchLag(f.Ctx); err != nil || lag < time.Second {
+		t.Fatalf("DispatchLag = %v, %v; want at least the 1 s threshold", lag, err)
+	}
+	if got := gauge(t, reg, "ffd_dispatch_lag_seconds"); got < 1 {
+		t.Fatalf("ffd_dispatch_lag_seconds = %v, want at least 1", got)
+	}
+	if st := f.flowState(*sub); st != ffd.FlowOpen {
+		t.Fatalf("flow is %s without a daemon, want open (stalled)", st)
+	}
+
+	d, err := ffd.NewDaemon(f.Pool, &ffd.DaemonConfig{SweepInterval: 200 * time.Millisecond, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(f.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	f.WaitFor("the flow to complete once a daemon runs", func() bool { return f.flowState(*sub) == ffd.FlowCompleted })
+	f.WaitFor("the all-clear", logged("completion events are being dispatched again"))
+	if lag, err := client.DispatchLag(f.Ctx); err != nil || lag != 0 {
+		t.Fatalf("DispatchLag = %v, %v after the daemon caught up; want 0", lag, err)
+	}
+}
+
+func metricValue(t *testing.T, g prometheus.Gatherer, name string, kind string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		var sum float64
+		for _, m := range mf.GetMetric() {
+			if kind == "counter" {
+				sum += m.GetCounter().GetValue()
+			} else {
+				sum += m.GetGauge().GetValue()
+			}
+		}
+		return sum
+	}
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	t.Fatalf("no metric %s among %s", name, strings.Join(names, ", "))
+	return 0
+}
+
+func counter(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	return metricValue(t, g, name, "counter")
+}
+
+func gauge(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	return metricValue(t, g, name, "gauge")
+}
