@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd"
 )
@@ -91,4 +92,63 @@ func ExampleClient_CreateTx() {
 	_, err = client.Get(ctx, res.Execution.ID)
 	fmt.Println(errors.Is(err, ffd.ErrNotFound))
 	// Output: true
+}
+
+// The daemon's work embedded in the application: a two-step flow runs to
+// its end with no `ffd run` anywhere.
+func ExampleNewDaemon() {
+	ctx := context.Background()
+	pool, err := ffd.NewPool(ctx, os.Getenv("FFD_DATABASE_URL"), nil)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	quiet := zap.NewNop() // examples compare stdout; logs would go to stderr
+	client, err := ffd.NewClient(pool, &ffd.Config{Logger: quiet})
+	if err != nil {
+		panic(err)
+	}
+	daemon, err := ffd.NewDaemon(pool, &ffd.DaemonConfig{Logger: quiet})
+	if err != nil {
+		panic(err)
+	}
+	if err := daemon.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer daemon.Stop()
+
+	worker, err := ffd.NewWorker(client, ffd.WorkerConfig{
+		Lanes:   []string{"reports"},
+		Handler: func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil },
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := worker.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer worker.Stop(ctx)
+
+	sub, err := client.SubmitFlow(ctx, ffd.SubmitFlowParams{
+		Nodes: []ffd.SubmitNode{
+			{Ref: "gather", Params: ffd.CreateParams{Lane: "reports"}},
+			{Ref: "render", Params: ffd.CreateParams{Lane: "reports"}},
+		},
+		Edges: []ffd.SubmitEdge{{From: "gather", To: "render"}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	for {
+		flow, err := client.DescribeFlow(ctx, sub.Flow.ID)
+		if err != nil {
+			panic(err)
+		}
+		if flow.State != ffd.FlowOpen {
+			fmt.Println(flow.State)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Output: completed
 }

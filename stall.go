@@ -83,12 +83,13 @@ func (s *stallWatch) check(ctx context.Context, c *Client) {
 	if s.lag != nil {
 		s.lag.Set(lag.Seconds())
 	}
+	stalled := lag >= s.threshold
 	s.mu.Lock()
 	was := s.stalled
-	s.stalled = lag >= s.threshold
+	s.stalled = stalled
 	s.mu.Unlock()
 	switch {
-	case s.stalled:
+	case stalled:
 		// Every check while stalled, not only the first: a stall that
 		// lasts is worth repeating in the logs.
 		s.log.Warn("completion events are waiting for a daemon: flows will not advance until one runs (ffd run, or ffd.NewDaemon in the application)",

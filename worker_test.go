@@ -11,6 +11,7 @@ import (
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/testdb"
+	"go.uber.org/zap"
 )
 
 type fixture struct {
@@ -21,7 +22,8 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	tf := testdb.Setup(t, 3*time.Minute)
-	client, err := ffd.NewClient(tf.Pool, nil)
+	// Quiet: a test that wants the logs passes a logger of its own.
+	client, err := ffd.NewClient(tf.Pool, &ffd.Config{Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	tf := testdb.Checked(t, 5*time.Minute)
-	client, err := ffd.NewClient(tf.Pool, nil)
+	client, err := ffd.NewClient(tf.Pool, &ffd.Config{Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
