@@ -31,6 +31,7 @@ type DemoCmd struct {
 type demoNode struct {
 	ref, behaviour string
 	want           ffd.State
+	why            string // what is expected of the step, and why
 	policy         *ffd.Policy
 	after          []string
 }
@@ -39,30 +40,32 @@ type demoNode struct {
 // cancel_remaining, a 2-of-3 quorum with let_run, a step that fails once and
 // succeeds on retry, and a branch skipped after a failure.
 var demoDAG = []demoNode{
-	{ref: "ingest", behaviour: "ok", want: ffd.StateCompleted},
-	{ref: "resize-small", behaviour: "ok", want: ffd.StateCompleted, after: []string{"ingest"}},
-	{ref: "resize-medium", behaviour: "ok", want: ffd.StateCompleted, after: []string{"ingest"}},
-	{ref: "resize-large", behaviour: "ok", want: ffd.StateCompleted, after: []string{"ingest"}},
-	{ref: "thumbnails", behaviour: "ok", want: ffd.StateCompleted, after: []string{"resize-small", "resize-medium", "resize-large"}},
-	{ref: "mirror-eu", behaviour: "hang", want: ffd.StateCancelled, after: []string{"ingest"}},
-	{ref: "mirror-us", behaviour: "ok", want: ffd.StateCompleted, after: []string{"ingest"}},
-	{ref: "mirror-ap", behaviour: "hang", want: ffd.StateCancelled, after: []string{"ingest"}},
-	{ref: "cdn-publish", behaviour: "ok", want: ffd.StateCompleted, after: []string{"mirror-eu", "mirror-us", "mirror-ap"},
+	{ref: "ingest", behaviour: "ok", why: "the root; runs first", want: ffd.StateCompleted},
+	{ref: "resize-small", behaviour: "ok", why: "fan-out from ingest", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "resize-medium", behaviour: "ok", why: "fan-out from ingest", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "resize-large", behaviour: "ok", why: "fan-out from ingest", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "thumbnails", behaviour: "ok", why: "all_of join of the three resizes", want: ffd.StateCompleted, after: []string{"resize-small", "resize-medium", "resize-large"}},
+	{ref: "mirror-eu", behaviour: "hang", why: "hangs; loses the any_of race and is cancelled", want: ffd.StateCancelled, after: []string{"ingest"}},
+	{ref: "mirror-us", behaviour: "ok", why: "wins the any_of race", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "mirror-ap", behaviour: "hang", why: "hangs; loses the any_of race and is cancelled", want: ffd.StateCancelled, after: []string{"ingest"}},
+	{ref: "cdn-publish", behaviour: "ok", why: "any_of(cancel_remaining): runs after the first mirror", want: ffd.StateCompleted, after: []string{"mirror-eu", "mirror-us", "mirror-ap"},
 		policy: &ffd.Policy{Kind: ffd.AnyOf, OnSatisfied: ffd.CancelRemaining}},
-	{ref: "replica-1", behaviour: "ok", want: ffd.StateCompleted, after: []string{"ingest"}},
-	{ref: "replica-2", behaviour: "ok", want: ffd.StateCompleted, after: []string{"ingest"}},
-	{ref: "replica-3", behaviour: "slow", want: ffd.StateCompleted, after: []string{"ingest"}},
-	{ref: "commit", behaviour: "ok", want: ffd.StateCompleted, after: []string{"replica-1", "replica-2", "replica-3"},
+	{ref: "replica-1", behaviour: "ok", why: "one of three replicas", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "replica-2", behaviour: "ok", why: "one of three replicas", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "replica-3", behaviour: "slow", why: "slow; let_run lets it finish after the quorum", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "commit", behaviour: "ok", why: "quorum 2 of 3: runs before the slow replica ends", want: ffd.StateCompleted, after: []string{"replica-1", "replica-2", "replica-3"},
 		policy: &ffd.Policy{Kind: ffd.Quorum, K: 2, OnSatisfied: ffd.LetRun}},
-	{ref: "billing", behaviour: "flaky", want: ffd.StateCompleted, after: []string{"ingest"}},
-	{ref: "virus-scan", behaviour: "fail", want: ffd.StateFailed, after: []string{"ingest"}},
-	{ref: "quarantine-report", behaviour: "ok", want: ffd.StateSkipped, after: []string{"virus-scan"}},
-	{ref: "notify-legal", behaviour: "ok", want: ffd.StateSkipped, after: []string{"quarantine-report"}},
-	{ref: "finalize", behaviour: "ok", want: ffd.StateCompleted, after: []string{"thumbnails", "cdn-publish", "commit", "billing"}},
+	{ref: "billing", behaviour: "flaky", why: "fails once (transient), succeeds on the retry", want: ffd.StateCompleted, after: []string{"ingest"}},
+	{ref: "virus-scan", behaviour: "fail", why: "fails on purpose (permanent error): the flow fails", want: ffd.StateFailed, after: []string{"ingest"}},
+	{ref: "quarantine-report", behaviour: "ok", why: "its upstream failed: skipped, never run", want: ffd.StateSkipped, after: []string{"virus-scan"}},
+	{ref: "notify-legal", behaviour: "ok", why: "skip propagates down the branch", want: ffd.StateSkipped, after: []string{"quarantine-report"}},
+	{ref: "finalize", behaviour: "ok", why: "all_of join of the four branches that succeed", want: ffd.StateCompleted, after: []string{"thumbnails", "cdn-publish", "commit", "billing"}},
 }
 
 type demoRow struct {
 	Ref         string    `json:"ref"`
+	Why         string    `json:"why"`
+	AsExpected  bool      `json:"as_expected"`
 	ExecutionID string    `json:"execution_id"`
 	State       ffd.State `json:"state"`
 	Expected    ffd.State `json:"expected"`
@@ -129,7 +132,13 @@ func (c *DemoCmd) demo(ctx context.Context, g *Globals, pool *pgxpool.Pool) erro
 		return err
 	}
 	defer stopDaemon()
-	client, err := ffd.NewClient(pool, &ffd.Config{Logger: g.log})
+	log := g.log
+	if g.autoLevel {
+		// The report shows the designed failures; their warnings would
+		// only interleave with the live progress.
+		log = log.WithOptions(zap.IncreaseLevel(zap.ErrorLevel))
+	}
+	client, err := ffd.NewClient(pool, &ffd.Config{Logger: log})
 	if err != nil {
 		return err
 	}
@@ -273,11 +282,12 @@ func (c *DemoCmd) report(ctx context.Context, g *Globals, pool *pgxpool.Pool, cl
 		if err != nil {
 			return err
 		}
-		row := demoRow{Ref: n.ref, ExecutionID: x.ID.String(), State: x.State, Expected: n.want, Attempts: x.Attempt}
+		row := demoRow{Ref: n.ref, Why: n.why, ExecutionID: x.ID.String(), State: x.State, Expected: n.want, Attempts: x.Attempt}
 		if x.StartedAt != nil && x.TerminalAt != nil {
 			row.DurationMS = x.TerminalAt.Sub(*x.StartedAt).Milliseconds()
 		}
-		if x.State != n.want || (n.behaviour == "flaky" && x.Attempt != 2) {
+		row.AsExpected = x.State == n.want && (n.behaviour != "flaky" || x.Attempt == 2)
+		if !row.AsExpected {
 			rep.OK = false
 		}
 		rep.Executions = append(rep.Executions, row)
@@ -306,23 +316,27 @@ func (c *DemoCmd) report(ctx context.Context, g *Globals, pool *pgxpool.Pool, cl
 		}
 	} else {
 		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "\nSTEP\tSTATE\tEXPECTED\tATTEMPTS\tDURATION")
+		fmt.Fprintln(tw, "\nSTEP\tSTATE\tEXPECTED\tOK\tATTEMPTS\tDURATION\tWHY")
 		for _, r := range rep.Executions {
-			mark := ""
-			if r.State != r.Expected {
-				mark = "  <-- unexpected"
+			ok := "yes"
+			if !r.AsExpected {
+				ok = "NO"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%dms%s\n", r.Ref, r.State, r.Expected, r.Attempts, r.DurationMS, mark)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%dms\t%s\n", r.Ref, r.State, r.Expected, ok, r.Attempts, r.DurationMS, r.Why)
 		}
 		tw.Flush()
-		fmt.Fprintf(g.stdout, "\nflow %s %s in %dms\n", rep.FlowID, rep.FlowState, rep.DurationMS)
+		fmt.Fprintf(g.stdout, "\nflow %s %s in %dms", rep.FlowID, rep.FlowState, rep.DurationMS)
+		if rep.FlowState == ffd.FlowFailed {
+			fmt.Fprint(g.stdout, ", as designed: virus-scan fails on purpose, to show a failure and its skipped branch")
+		}
+		fmt.Fprintln(g.stdout)
 		for _, stream := range []string{"completion", "lease"} {
 			keys := make([]string, 0, len(rep.Outbox[stream]))
 			for k := range rep.Outbox[stream] {
 				keys = append(keys, k)
 			}
 			sort.Strings(keys)
-			fmt.Fprintf(g.stdout, "%s events:", stream)
+			fmt.Fprintf(g.stdout, "step %s events:", stream)
 			for _, k := range keys {
 				fmt.Fprintf(g.stdout, " %s=%d", k, rep.Outbox[stream][k])
 			}

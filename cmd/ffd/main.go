@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,7 +34,7 @@ import (
 // Globals are the settings every command shares.
 type Globals struct {
 	DatabaseURL string `name:"database-url" env:"FFD_DATABASE_URL" help:"PostgreSQL connection URL (or key=value DSN)."`
-	LogLevel    string `name:"log-level" env:"FFD_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error."`
+	LogLevel    string `name:"log-level" env:"FFD_LOG_LEVEL" default:"auto" enum:"auto,debug,info,warn,error" help:"Log level: debug, info, warn or error; auto is info, and warn for demo (its report is the output)."`
 	LogFormat   string `name:"log-format" env:"FFD_LOG_FORMAT" default:"auto" enum:"auto,json,console" help:"Log format: json, console, or auto (console on a terminal, else json)."`
 
 	// The session guard of every connection (internal/session).
@@ -47,6 +48,8 @@ type Globals struct {
 	stdout io.Writer
 	log    *zap.Logger
 	closes []func() // what the command opened for its run (g.client's pool)
+	// autoLevel: the log level is the command's default, not one asked for.
+	autoLevel bool
 }
 
 // close releases what the command opened, last opened first.
@@ -105,6 +108,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	kctx, code, done := parse(parser, args, &exitCode)
 	if done {
 		return code
+	}
+	if cli.autoLevel = cli.LogLevel == "auto"; cli.autoLevel {
+		cli.LogLevel = "info"
+		if strings.HasPrefix(kctx.Command(), "demo") {
+			cli.LogLevel = "warn"
+		}
 	}
 	log, err := logging.New(stderr, cli.LogLevel, cli.LogFormat)
 	if err != nil {

@@ -162,12 +162,35 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo report: %+v", rep)
 	}
 	for _, r := range rep.Executions {
-		if r.State != r.Expected {
-			t.Errorf("%s: %s, want %s", r.Ref, r.State, r.Expected)
+		if r.State != r.Expected || !r.AsExpected || r.Why == "" {
+			t.Errorf("%s: %s, want %s (as expected: %v, why: %q)", r.Ref, r.State, r.Expected, r.AsExpected, r.Why)
 		}
 	}
-	if rep.Outbox["completion"]["skipped"] != 2 || rep.Outbox["completion"]["cancelled"] != 2 || rep.Outbox["lease"]["revoked"] != 2 {
+	// The steps' events only: the flow's own failure is its state.
+	if c := rep.Outbox["completion"]; c["skipped"] != 2 || c["cancelled"] != 2 || c["failed"] != 1 || rep.Outbox["lease"]["revoked"] != 2 {
 		t.Fatalf("outbox counts %v", rep.Outbox)
+	}
+}
+
+// The demo as the README runs it: the report names each step and what
+// was expected of it, labels the designed failure, and logs nothing.
+func TestDemoReportReads(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	code, out, errOut := runFFD(t, "demo", "--database-url", db.URL)
+	if code != 0 {
+		t.Fatalf("demo exited %d: %s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"STEP", "EXPECTED", "WHY", "fails on purpose", "failed in", "as designed", "every step ended as the DAG implies"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, " NO ") {
+		t.Errorf("a step did not end as expected:\n%s", out)
+	}
+	if errOut != "" {
+		t.Errorf("demo logged at its default level:\n%s", errOut)
 	}
 }
 

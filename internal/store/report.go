@@ -7,11 +7,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// FlowEventCounts counts a flow's outbox rows: its completion events by
-// outcome (the flow's own included) and its members' lease events by type.
+// FlowEventCounts counts a flow's outbox rows: its steps' completion
+// events by outcome (not the flow's own event, whose outcome is the flow's
+// state) and its steps' lease events by type.
 func FlowEventCounts(ctx context.Context, db DB, flowID uuid.UUID) (completions map[Outcome]int, leases map[LeaseEventType]int, err error) {
 	completions, err = countBy[Outcome](ctx, db, `SELECT outcome, count(*) FROM ff_completion_event
-		WHERE flow_id = $1 GROUP BY outcome`, flowID)
+		WHERE flow_id = $1 AND execution_id IS NOT NULL GROUP BY outcome`, flowID)
 	if err != nil {
 		return nil, nil, wrap("count the flow's completion events", err)
 	}
