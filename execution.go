@@ -135,6 +135,9 @@ type Execution struct {
 	CancelledBy        string
 	// Tags are free-form metadata.
 	Tags map[string]any
+	// Step is a flow member's name in its flow (SubmitNode.Ref, or
+	// CreateParams.Step); "" outside flows.
+	Step string
 }
 
 // executionOf converts the store's row to the public snapshot.
@@ -151,7 +154,7 @@ func executionOf(x *store.Execution) *Execution {
 		DeadlineAt: x.DeadlineAt, Payload: x.Payload, Result: x.Result, LastError: x.LastError,
 		IdempotencyKey: x.IdempotencyKey, CreatedAt: x.CreatedAt, StartedAt: x.StartedAt,
 		TerminalAt: x.TerminalAt, CancellationReason: x.CancellationReason, CancelledBy: x.CancelledBy,
-		Tags: x.Tags,
+		Tags: x.Tags, Step: x.Step,
 	}
 }
 
@@ -235,6 +238,10 @@ type CreateParams struct {
 	IdempotencyKey string
 	// Tags are free-form metadata, stored as a JSON object.
 	Tags map[string]any
+	// Step names a flow member within its flow (at most 128 bytes, unique
+	// in the flow: a taken name is a *ConflictError). Only for
+	// CreateInFlow; SubmitFlow sets it to each node's Ref.
+	Step string
 }
 
 func (p CreateParams) internal(c *Client) (leases.CreateParams, error) {
@@ -257,7 +264,7 @@ func (p CreateParams) internal(c *Client) (leases.CreateParams, error) {
 		Namespace: ns, Lane: p.Lane, Kind: p.Kind, Payload: payload, Priority: p.Priority,
 		RequiredCapabilities: p.RequiredCapabilities, MaxAttempts: p.MaxAttempts, Retry: store.RetryPolicy(p.Retry),
 		LeaseTTL: p.LeaseTTL, AttemptTimeout: p.AttemptTimeout, Deadline: p.Deadline, Delay: p.Delay,
-		IdempotencyKey: p.IdempotencyKey, Tags: p.Tags,
+		IdempotencyKey: p.IdempotencyKey, Tags: p.Tags, Step: p.Step,
 	}, nil
 }
 

@@ -59,3 +59,41 @@ func TestFlowAPI(t *testing.T) {
 		t.Fatalf("list cancelled flows: %v", err)
 	}
 }
+
+// A flow member carries its step name: SubmitFlow names each node by its
+// ref, CreateInFlow by CreateParams.Step; a name is unique in its flow,
+// and only flow members have one.
+func TestStepNames(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{
+		Nodes: []ffd.SubmitNode{{Ref: "fetch", Params: ffd.CreateParams{Lane: "steps"}}, {Ref: "parse", Params: ffd.CreateParams{Lane: "steps"}}},
+		Edges: []ffd.SubmitEdge{{From: "fetch", To: "parse"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ref, x := range sub.Executions {
+		got, err := f.client.Get(f.Ctx, x.ID)
+		if err != nil || got.Step != ref || x.Step != ref {
+			t.Fatalf("node %s: step %q (returned %q), %v; want its ref", ref, got.Step, x.Step, err)
+		}
+	}
+	added, err := f.client.CreateInFlow(f.Ctx, sub.Flow.ID, ffd.CreateParams{Lane: "steps", Step: "report"})
+	if err != nil || added.Execution.Step != "report" {
+		t.Fatalf("CreateInFlow with a step: %+v, %v; want step report", added, err)
+	}
+	_, err = f.client.CreateInFlow(f.Ctx, sub.Flow.ID, ffd.CreateParams{Lane: "steps", Step: "parse"})
+	var ce *ffd.ConflictError
+	if !errors.As(err, &ce) || ce.Object != "step" || ce.ID != "parse" {
+		t.Fatalf("a second member named parse: %v; want a ConflictError on the step", err)
+	}
+	_, err = f.client.Create(f.Ctx, ffd.CreateParams{Lane: "steps", Step: "alone"})
+	var ve *ffd.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "step" {
+		t.Fatalf("a step name outside a flow: %v; want a ValidationError on step", err)
+	}
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE step IS NOT NULL`); n != 3 {
+		t.Fatalf("%d named members, want 3 (fetch, parse, report)", n)
+	}
+}

@@ -351,12 +351,19 @@ func (w *Worker) signal() {
 }
 
 func (w *Worker) jobFields(x *Execution, more ...zap.Field) []zap.Field {
-	return append([]zap.Field{
+	fields := []zap.Field{
 		zap.String(logging.FieldExecutionID, x.ID.String()),
 		zap.String(logging.FieldLane, x.Lane),
 		zap.Int64(logging.FieldLeaseEpoch, x.LeaseEpoch),
 		zap.Int("attempt", x.Attempt),
-	}, more...)
+	}
+	if x.Kind != "" {
+		fields = append(fields, zap.String(logging.FieldKind, x.Kind))
+	}
+	if x.FlowID != nil {
+		fields = append(fields, zap.String(logging.FieldFlowID, x.FlowID.String()), zap.String(logging.FieldStep, x.Step))
+	}
+	return append(fields, more...)
 }
 
 // fetch claims while there are free slots and due work; it sleeps until a

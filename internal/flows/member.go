@@ -81,6 +81,9 @@ func CreateMember(ctx context.Context, db store.DB, lim leases.Limits, flowID uu
 			return err
 		}
 		x, existed, err = leases.Create(ctx, tx, lim, p)
+		if store.IsStepTaken(err) {
+			return &fault.ConflictError{Object: "step", ID: p.Step, Reason: "flow " + flowID.String() + " already has a member with this step name"}
+		}
 		if err != nil {
 			return err
 		}

@@ -163,7 +163,10 @@ func planNodes(p SubmitParams, g *graph, lim leases.Limits) ([]leases.CreatePara
 		if cp.Namespace == "" {
 			cp.Namespace = p.Flow.Namespace
 		}
-		cp.FlowID, cp.Partition, cp.Blocked = &p.Flow.ID, &part, g.indeg[i] > 0
+		if cp.Step != "" && cp.Step != n.Ref {
+			return nil, nil, fault.Invalid(fault.KindInvalidValue, "nodes.params.step", cp.Step, "node "+n.Ref+": a submitted node's step is its ref; leave step empty")
+		}
+		cp.FlowID, cp.Partition, cp.Blocked, cp.Step = &p.Flow.ID, &part, g.indeg[i] > 0, n.Ref
 		if err := cp.Normalize(lim); err != nil {
 			return nil, nil, refine(err, n.Ref)
 		}

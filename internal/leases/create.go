@@ -63,6 +63,9 @@ type CreateParams struct {
 	Delay                time.Duration // claimable this long after creation
 	IdempotencyKey       string
 	Tags                 map[string]any
+	// Step names a flow member within its flow (unique there); flow
+	// members only.
+	Step string
 
 	// Set by flow operations: the execution is minted on the flow's
 	// partition, and starts blocked when it waits on an edge group.
@@ -145,6 +148,14 @@ func (p *CreateParams) Normalize(lim Limits) error {
 	}
 	if err := ValidateText("idempotency_key", p.IdempotencyKey, MaxIdempotencyKey); err != nil {
 		return err
+	}
+	if p.Step != "" {
+		if err := ValidateText("step", p.Step, MaxNameLength); err != nil {
+			return err
+		}
+		if p.FlowID == nil {
+			return fault.Invalid(fault.KindInvalidValue, "step", p.Step, "a step name is for a flow member: create it with CreateInFlow or SubmitFlow")
+		}
 	}
 	if p.Tags != nil {
 		b, err := json.Marshal(p.Tags)
@@ -250,7 +261,7 @@ func newRow(p *CreateParams) store.NewExecution {
 		Kind: p.Kind, Priority: p.Priority, RequiredCapabilities: p.RequiredCapabilities, State: store.StatePending,
 		Delay: p.Delay, MaxAttempts: p.MaxAttempts, Retry: p.Retry, LeaseTTL: p.LeaseTTL,
 		AttemptTimeout: p.AttemptTimeout, Deadline: p.Deadline, Payload: p.Payload,
-		IdempotencyKey: p.IdempotencyKey, Tags: p.Tags}
+		IdempotencyKey: p.IdempotencyKey, Tags: p.Tags, Step: p.Step}
 	if p.Partition != nil {
 		r.ID = ident.NewExecutionIDIn(*p.Partition)
 	}

@@ -21,6 +21,8 @@ const (
 	FieldLane        = "lane"
 	FieldLeaseEpoch  = "lease_epoch"
 	FieldWorker      = "worker"
+	FieldStep        = "step"
+	FieldKind        = "kind"
 )
 
 // Formats accepted by New.

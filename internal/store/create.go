@@ -33,19 +33,20 @@ type NewExecution struct {
 	Payload              []byte
 	IdempotencyKey       string // "": none
 	Tags                 map[string]any
+	Step                 string // "": none; flow members only
 }
 
 const insertExecutionSQL = `
 INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
 	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
-	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, idempotency_key, tags)
+	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, idempotency_key, tags, step)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
 	now() + $10::bigint * interval '1 microsecond', $11,
 	$12::bigint * interval '1 microsecond', $13::bigint * interval '1 microsecond', $14, $15,
 	$16::bigint * interval '1 microsecond',
 	CASE WHEN $17::bigint > 0 THEN $17::bigint * interval '1 microsecond' END,
 	CASE WHEN $18::bigint > 0 THEN now() + $18::bigint * interval '1 microsecond' END,
-	$19, $20, $21)
+	$19, $20, $21, $22)
 ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING ` + execColumns
 
@@ -56,7 +57,7 @@ func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *Execution, 
 	args := []any{r.ID.Partition, r.ID.UUID, r.FlowID, r.Namespace, r.Lane, r.Kind, r.Priority,
 		r.RequiredCapabilities, string(r.State), micros(r.Delay), r.MaxAttempts, micros(r.Retry.Base),
 		micros(r.Retry.Max), r.Retry.Multiplier, r.Retry.Jitter, micros(r.LeaseTTL), micros(r.AttemptTimeout),
-		micros(r.Deadline), r.Payload, nullIfEmpty(r.IdempotencyKey), r.Tags}
+		micros(r.Deadline), r.Payload, nullIfEmpty(r.IdempotencyKey), r.Tags, nullIfEmpty(r.Step)}
 	err = WithRetry(ctx, db, func() error {
 		x, err = oneExecution(db.Query(ctx, insertExecutionSQL, args...))
 		return err
@@ -82,7 +83,7 @@ func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *Execution, 
 const insertManySQL = `
 INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
 	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
-	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, tags)
+	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, tags, step)
 SELECT i.partition_key, i.execution_id, i.flow_id, i.namespace, i.lane, i.kind, i.priority,
 	ARRAY(SELECT jsonb_array_elements_text(i.caps)), i.state,
 	now() + i.delay * interval '1 microsecond', i.max_attempts,
@@ -90,12 +91,12 @@ SELECT i.partition_key, i.execution_id, i.flow_id, i.namespace, i.lane, i.kind, 
 	i.ttl * interval '1 microsecond',
 	CASE WHEN i.timeout > 0 THEN i.timeout * interval '1 microsecond' END,
 	CASE WHEN i.deadline > 0 THEN now() + i.deadline * interval '1 microsecond' END,
-	i.payload, i.tags
+	i.payload, i.tags, nullif(i.step, '')
 FROM unnest($1::smallint[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::int[],
 	$8::jsonb[], $9::text[], $10::bigint[], $11::int[], $12::bigint[], $13::bigint[], $14::float8[],
-	$15::float8[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bytea[], $20::jsonb[])
+	$15::float8[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bytea[], $20::jsonb[], $21::text[])
 	AS i(partition_key, execution_id, flow_id, namespace, lane, kind, priority, caps, state, delay,
-		max_attempts, base, max_backoff, multiplier, jitter, ttl, timeout, deadline, payload, tags)
+		max_attempts, base, max_backoff, multiplier, jitter, ttl, timeout, deadline, payload, tags, step)
 RETURNING ` + execColumns
 
 // InsertExecutions inserts rows in one statement and returns them in
@@ -112,7 +113,7 @@ func InsertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Executi
 		delays, bases, maxes      = make([]int64, n), make([]int64, n), make([]int64, n)
 		ttls, timeouts, deadlines = make([]int64, n), make([]int64, n), make([]int64, n)
 		multipliers, jitters      = make([]float64, n), make([]float64, n)
-		payloads                  = make([][]byte, n)
+		payloads, steps           = make([][]byte, n), make([]string, n)
 		order                     = make(map[uuid.UUID]int, n)
 	)
 	for i := range rs {
@@ -131,12 +132,12 @@ func InsertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Executi
 		delays[i], bases[i], maxes[i] = micros(r.Delay), micros(r.Retry.Base), micros(r.Retry.Max)
 		multipliers[i], jitters[i] = r.Retry.Multiplier, r.Retry.Jitter
 		ttls[i], timeouts[i], deadlines[i] = micros(r.LeaseTTL), micros(r.AttemptTimeout), micros(r.Deadline)
-		payloads[i] = r.Payload
+		payloads[i], steps[i] = r.Payload, r.Step
 	}
 	out := make([]*Execution, n)
 	err := WithRetry(ctx, db, func() error {
 		rows, err := db.Query(ctx, insertManySQL, parts, ids, flowIDs, namespaces, lanes, kinds, priorities,
-			caps, states, delays, maxAttempts, bases, maxes, multipliers, jitters, ttls, timeouts, deadlines, payloads, tags)
+			caps, states, delays, maxAttempts, bases, maxes, multipliers, jitters, ttls, timeouts, deadlines, payloads, tags, steps)
 		if err != nil {
 			return err
 		}

@@ -38,6 +38,13 @@ func IsLockTimeout(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
+// IsStepTaken reports an insert that gave a flow member a step name
+// another member of its flow already has (ff_execution_flow_step).
+func IsStepTaken(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "ff_execution_flow_step"
+}
+
 // InTx runs fn in a transaction on db (a savepoint when db is itself a
 // transaction) and commits. When it owns the transaction it retries fn on
 // serialization failures and deadlocks, so these never surface as

@@ -50,6 +50,7 @@ type Execution struct {
 	CancellationReason   string
 	CancelledBy          string
 	Tags                 map[string]any
+	Step                 string // a flow member's step name; "" when none
 }
 
 // execColumns is the select list of an Execution, for a row aliased e;
@@ -62,7 +63,7 @@ const execColumns = `e.partition_key, e.execution_id, e.flow_id, e.namespace, e.
 	(extract(epoch FROM e.lease_ttl) * 1e6)::bigint AS lease_ttl_us,
 	(extract(epoch FROM e.attempt_timeout) * 1e6)::bigint AS attempt_timeout_us,
 	e.attempt_deadline_at, e.deadline_at, e.payload, e.result, e.last_error, e.idempotency_key,
-	e.created_at, e.started_at, e.terminal_at, e.cancellation_reason, e.cancelled_by, e.tags`
+	e.created_at, e.started_at, e.terminal_at, e.cancellation_reason, e.cancelled_by, e.tags, e.step`
 
 // executionRow is one row of execColumns, scanned by name: a column
 // without a field here, or a field without a column, fails the scan.
@@ -100,6 +101,7 @@ type executionRow struct {
 	CancellationReason   *string        `db:"cancellation_reason"`
 	CancelledBy          *string        `db:"cancelled_by"`
 	Tags                 map[string]any `db:"tags"`
+	Step                 *string        `db:"step"`
 }
 
 func (r *executionRow) execution() *Execution {
@@ -137,6 +139,7 @@ func (r *executionRow) execution() *Execution {
 		CancellationReason: deref(r.CancellationReason),
 		CancelledBy:        deref(r.CancelledBy),
 		Tags:               r.Tags,
+		Step:               deref(r.Step),
 	}
 	if r.AttemptTimeoutUS != nil {
 		x.AttemptTimeout = time.Duration(*r.AttemptTimeoutUS) * time.Microsecond
