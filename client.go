@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -246,6 +247,15 @@ func (c *Client) RevokeTx(ctx context.Context, tx pgx.Tx, id ExecutionID, reason
 // Get reads one execution.
 func (c *Client) Get(ctx context.Context, id ExecutionID) (*Execution, error) {
 	return oneExecution(leases.Get(ctx, c.pool, ident.ExecutionID(id)))
+}
+
+// GetByUUID reads the execution with this uuid whatever its partition:
+// the bare uuid a person copies from a log or a URL. (ParseExecutionID
+// needs the full "{fp:N}:<uuid>" form, which names the partition.) It
+// returns a *NotFoundError when none has it, and a *ValidationError in
+// the unlikely case that executions on several partitions do.
+func (c *Client) GetByUUID(ctx context.Context, id uuid.UUID) (*Execution, error) {
+	return oneExecution(leases.GetByUUID(ctx, c.pool, id))
 }
 
 // GetTx is Get inside tx.

@@ -1,6 +1,7 @@
 package ffd
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -355,4 +356,43 @@ type ListPage struct {
 	Executions []*Execution
 	// Next is nil on the last page.
 	Next *ExecutionID
+}
+
+// Attempt is one claim of an execution and how it ended.
+type Attempt struct {
+	// Attempt numbers claims from 1.
+	Attempt int
+	// LeaseEpoch is the fencing token the attempt held.
+	LeaseEpoch int64
+	// Worker is the claiming worker ("ID/Instance").
+	Worker string
+	// StartedAt is the claim's time.
+	StartedAt time.Time
+	// EndedAt is when it ended; nil while it runs.
+	EndedAt *time.Time
+	// Outcome is succeeded, failed, timed_out, cancelled or revoked; ""
+	// while it runs.
+	Outcome string
+	// Error is the failure's message, if any.
+	Error string
+}
+
+// Attempts lists an execution's attempts, oldest first: who ran it, under
+// which epoch, when, and how each ended.
+func (c *Client) Attempts(ctx context.Context, id ExecutionID) ([]Attempt, error) {
+	as, err := store.ListAttempts(ctx, c.pool, ident.ExecutionID(id))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Attempt, len(as))
+	for i, a := range as {
+		out[i] = Attempt{Attempt: a.Attempt, LeaseEpoch: a.LeaseEpoch, Worker: a.Worker, StartedAt: a.StartedAt, EndedAt: a.EndedAt}
+		if a.Outcome != nil {
+			out[i].Outcome = *a.Outcome
+		}
+		if a.Error != nil {
+			out[i].Error = *a.Error
+		}
+	}
+	return out, nil
 }

@@ -431,6 +431,12 @@ func (c *Client) ListFlowsTx(ctx context.Context, tx pgx.Tx, p ListFlowsParams) 
 	return listFlows(ctx, tx, p)
 }
 
+// FlowEdges lists every edge of a flow (staged, applied and resolved), by
+// edge id.
+func (c *Client) FlowEdges(ctx context.Context, flowID uuid.UUID) ([]*Edge, error) {
+	return edgesOf(store.FlowEdges(ctx, c.pool, flowID))
+}
+
 // ListEdges lists the edges into or out of one member.
 func (c *Client) ListEdges(ctx context.Context, flowID uuid.UUID, node ExecutionID, dir EdgeDirection) ([]*Edge, error) {
 	return edgesOf(flows.ListEdges(ctx, c.pool, flowID, ident.ExecutionID(node), flows.Direction(dir)))

@@ -71,7 +71,7 @@ func execJSON(x *ffd.Execution) map[string]any {
 		"cancelled_by": x.CancelledBy, "tags": x.Tags, "payload_bytes": len(x.Payload), "result_bytes": len(x.Result),
 	}
 	if x.FlowID != nil {
-		m["flow_id"] = x.FlowID.String()
+		m["flow_id"], m["step"] = x.FlowID.String(), x.Step
 	}
 	return m
 }
@@ -81,45 +81,6 @@ func ts(t *time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339Nano)
-}
-
-// ExecShowCmd shows one execution.
-type ExecShowCmd struct {
-	output
-	ID string `arg:"" help:"Execution id, {fp:N}:<uuid>."`
-}
-
-// Run prints the execution.
-func (c *ExecShowCmd) Run(ctx context.Context, g *Globals) error {
-	id, err := ffd.ParseExecutionID(c.ID)
-	if err != nil {
-		return err
-	}
-	client, err := g.client(ctx)
-	if err != nil {
-		return err
-	}
-	x, err := client.Get(ctx, id)
-	if err != nil {
-		return err
-	}
-	return c.print(g.stdout, execJSON(x), func(tw *tabwriter.Writer) {
-		flow := "-"
-		if x.FlowID != nil {
-			flow = x.FlowID.String()
-		}
-		rows := [][2]string{
-			{"execution_id", x.ID.String()}, {"flow_id", flow}, {"namespace", x.Namespace}, {"lane", x.Lane},
-			{"kind", x.Kind}, {"state", string(x.State)}, {"priority", fmt.Sprint(x.Priority)},
-			{"attempt", fmt.Sprintf("%d of %d", x.Attempt, x.MaxAttempts)}, {"lease_epoch", fmt.Sprint(x.LeaseEpoch)},
-			{"lease_owner", x.LeaseOwner}, {"lease_expires_at", ts(x.LeaseExpiresAt)}, {"run_at", ts(&x.RunAt)},
-			{"created_at", ts(&x.CreatedAt)}, {"started_at", ts(x.StartedAt)}, {"terminal_at", ts(x.TerminalAt)},
-			{"last_error", x.LastError}, {"cancellation_reason", x.CancellationReason}, {"cancelled_by", x.CancelledBy},
-		}
-		for _, r := range rows {
-			fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
-		}
-	})
 }
 
 // ExecListCmd lists executions.
@@ -158,8 +119,13 @@ func (c *ExecListCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	return printPage(c.output, g.stdout, "executions", page.Executions, cursor(page.Next), execJSON,
-		"EXECUTION\tLANE\tSTATE\tATTEMPT\tPRIORITY\tCREATED", func(tw *tabwriter.Writer, x *ffd.Execution) {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\n", x.ID, x.Lane, x.State, x.Attempt, x.MaxAttempts, x.Priority, ts(&x.CreatedAt))
+		"EXECUTION\tFLOW\tSTEP\tKIND\tLANE\tSTATE\tATTEMPT\tCREATED", func(tw *tabwriter.Writer, x *ffd.Execution) {
+			flow := "-"
+			if x.FlowID != nil {
+				flow = x.FlowID.String()
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", x.ID, flow, dash(x.Step), dash(x.Kind), x.Lane, x.State,
+				x.Attempt, x.MaxAttempts, ts(&x.CreatedAt))
 		})
 }
 
@@ -198,21 +164,22 @@ func printPage[T any](o output, w io.Writer, key string, items []T, next string,
 // ExecCancelCmd cancels an execution.
 type ExecCancelCmd struct {
 	output
-	ID     string `arg:"" help:"Execution id."`
+	ID     string `arg:"" help:"Execution id: {fp:N}:<uuid>, or the bare uuid."`
 	Reason string `name:"reason" default:"cancelled by operator" help:"Recorded as cancellation_reason."`
 	By     string `name:"by" default:"ffd-cli" help:"Recorded as cancelled_by."`
 }
 
 // Run cancels.
 func (c *ExecCancelCmd) Run(ctx context.Context, g *Globals) error {
-	id, err := ffd.ParseExecutionID(c.ID)
-	if err != nil {
-		return err
-	}
 	client, err := g.client(ctx)
 	if err != nil {
 		return err
 	}
+	x, err := execution(ctx, client, c.ID)
+	if err != nil {
+		return err
+	}
+	id := x.ID
 	out, err := client.Cancel(ctx, id, c.Reason, c.By)
 	if err != nil {
 		return err
@@ -242,72 +209,6 @@ func flowJSON(f *ffd.Flow) map[string]any {
 		"graph_revision": f.GraphRevision, "node_count": f.NodeCount, "edge_count": f.EdgeCount,
 		"cancellation_policy": f.CancellationPolicy, "cancel_reason": f.CancelReason, "cancelled_members": members,
 		"tags": f.Tags, "created_at": f.CreatedAt, "terminal_at": f.TerminalAt, "edge_groups": groups}
-}
-
-// FlowShowCmd shows one flow.
-type FlowShowCmd struct {
-	output
-	ID string `arg:"" help:"Flow id."`
-}
-
-// Run prints the flow, its groups and its members.
-func (c *FlowShowCmd) Run(ctx context.Context, g *Globals) error {
-	id, err := ident.ParseUUID("flow id", c.ID)
-	if err != nil {
-		return err
-	}
-	client, err := g.client(ctx)
-	if err != nil {
-		return err
-	}
-	f, err := client.DescribeFlow(ctx, id)
-	if err != nil {
-		return err
-	}
-	var members []*ffd.Execution
-	p := ffd.ListParams{FlowID: &id, Limit: 1000}
-	for {
-		page, err := client.List(ctx, p)
-		if err != nil {
-			return err
-		}
-		members = append(members, page.Executions...)
-		if page.Next == nil {
-			break
-		}
-		p.After = page.Next
-	}
-	lag, err := client.DispatchLag(ctx)
-	if err != nil {
-		return err
-	}
-	out := flowJSON(f)
-	ms := make([]map[string]any, len(members))
-	for i, x := range members {
-		ms[i] = execJSON(x)
-	}
-	out["members"] = ms
-	out["dispatch_lag_seconds"] = lag.Seconds()
-	if !c.JSON && f.State == ffd.FlowOpen && lag >= ffd.DefaultStallWarning {
-		// The table goes first; this reads as its last line.
-		defer fmt.Fprintf(g.stdout, "\nwarning: completion events have waited %s for a daemon: this flow will not advance until one runs (ffd run, or ffd.NewDaemon in the application)\n", lag.Round(time.Second))
-	}
-	return c.print(g.stdout, out, func(tw *tabwriter.Writer) {
-		fmt.Fprintf(tw, "flow %s (%s) %s, %d nodes, %d edges, revision %d\n\n", f.ID, f.Kind, f.State, f.NodeCount, f.EdgeCount, f.GraphRevision)
-		fmt.Fprintln(tw, "MEMBER\tKIND\tSTATE\tATTEMPT\tJOIN\tDECISION")
-		join := map[ffd.ExecutionID]ffd.EdgeGroup{}
-		for _, gr := range f.Groups {
-			join[gr.Downstream] = gr
-		}
-		for _, x := range members {
-			j, dec := "-", "-"
-			if gr, ok := join[x.ID]; ok {
-				j = fmt.Sprintf("%s %d/%d ok, %d bad", policyString(gr.Policy), gr.Counts.Success, gr.Counts.Total, gr.Counts.Fail+gr.Counts.Skip)
-				dec = string(gr.Decision)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", x.ID, x.Kind, x.State, x.Attempt, j, dec)
-		}
-	})
 }
 
 func policyString(p ffd.Policy) string {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/fault"
@@ -224,6 +225,23 @@ func Revoke(ctx context.Context, db store.DB, id ident.ExecutionID, reason strin
 		// The lease changed hands between the read and the update; look again.
 	}
 	return nil, &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "lease kept changing hands; revoke again"}
+}
+
+// GetByUUID reads the execution with this uuid, whatever its partition:
+// what a person pasting an id means. Several matches are refused.
+func GetByUUID(ctx context.Context, db store.DB, id uuid.UUID) (*store.Execution, error) {
+	xs, err := store.ExecutionsByUUID(ctx, db, id)
+	if err != nil {
+		return nil, wrap("read execution "+id.String(), err)
+	}
+	switch len(xs) {
+	case 0:
+		return nil, &fault.NotFoundError{Object: "execution", ID: id.String()}
+	case 1:
+		return xs[0], nil
+	}
+	return nil, fault.Invalid(fault.KindInvalidValue, "execution_id", id.String(),
+		"ambiguous: executions on several partitions have this uuid; give the full {fp:N}:<uuid> id")
 }
 
 // Get reads one execution.

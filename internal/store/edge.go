@@ -99,6 +99,17 @@ func EdgesOutOf(ctx context.Context, db DB, flowID uuid.UUID, up ident.Execution
 		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.upstream_id = $3 ORDER BY e.edge_id`, flowID, up)
 }
 
+// FlowEdges lists every edge of a flow, by edge id.
+func FlowEdges(ctx context.Context, db DB, flowID uuid.UUID) ([]*Edge, error) {
+	rows, err := db.Query(ctx, `SELECT `+edgeColumns+` FROM ff_edge e
+		WHERE e.partition_key = $1 AND e.flow_id = $2 ORDER BY e.edge_id`, ident.Partition(flowID), flowID)
+	if err != nil {
+		return nil, wrap("list the edges of flow "+flowID.String(), err)
+	}
+	es, err := pgx.CollectRows(rows, scanEdge)
+	return es, wrap("list the edges of flow "+flowID.String(), err)
+}
+
 func edges(ctx context.Context, db DB, sql string, flowID uuid.UUID, node ident.ExecutionID) ([]*Edge, error) {
 	rows, err := db.Query(ctx, sql, ident.Partition(flowID), flowID, node.UUID)
 	if err != nil {

@@ -193,6 +193,16 @@ func GetExecution(ctx context.Context, db DB, id ident.ExecutionID) (*Execution,
 		WHERE e.partition_key = $1 AND e.execution_id = $2`, id.Partition, id.UUID))
 }
 
+// ExecutionsByUUID reads the executions with this uuid on any partition
+// (ff_execution_list): one, unless uuids were minted twice.
+func ExecutionsByUUID(ctx context.Context, db DB, id uuid.UUID) ([]*Execution, error) {
+	rows, err := db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e WHERE e.execution_id = $1 LIMIT 2`, id)
+	if err != nil {
+		return nil, err
+	}
+	return collectExecutions(rows)
+}
+
 // ExecutionFilter selects executions for ListExecutions; zero fields do
 // not filter.
 type ExecutionFilter struct {

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/ident"
+)
+
+// previewBytes bounds how much of a payload or result `exec show` prints
+// in its table; --json prints all of it.
+const previewBytes = 120
+
+// execution reads the execution s names: a full "{fp:N}:<uuid>" id, or a
+// bare uuid (what people copy from logs), which is looked up on every
+// partition.
+func execution(ctx context.Context, client *ffd.Client, s string) (*ffd.Execution, error) {
+	id, err := ffd.ParseExecutionID(s)
+	if err == nil {
+		return client.Get(ctx, id)
+	}
+	if u, uerr := uuid.Parse(s); uerr == nil && !strings.HasPrefix(s, "{") {
+		return client.GetByUUID(ctx, u)
+	}
+	return nil, err
+}
+
+// ExecShowCmd shows one execution.
+type ExecShowCmd struct {
+	output
+	ID string `arg:"" help:"Execution id: {fp:N}:<uuid>, or the bare uuid."`
+}
+
+// Run prints the execution, a preview of its payload and result, and its
+// attempts.
+func (c *ExecShowCmd) Run(ctx context.Context, g *Globals) error {
+	client, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	x, err := execution(ctx, client, c.ID)
+	if err != nil {
+		return err
+	}
+	attempts, err := client.Attempts(ctx, x.ID)
+	if err != nil {
+		return err
+	}
+	out := execJSON(x)
+	out["payload"], out["result"] = body(x.Payload), body(x.Result)
+	as := make([]map[string]any, len(attempts))
+	for i, a := range attempts {
+		as[i] = map[string]any{"attempt": a.Attempt, "lease_epoch": a.LeaseEpoch, "worker": a.Worker,
+			"started_at": a.StartedAt, "ended_at": a.EndedAt, "outcome": a.Outcome, "error": a.Error}
+	}
+	out["attempts"] = as
+	return c.print(g.stdout, out, func(tw *tabwriter.Writer) {
+		flow := "-"
+		if x.FlowID != nil {
+			flow = x.FlowID.String()
+		}
+		rows := [][2]string{
+			{"execution_id", x.ID.String()}, {"flow_id", flow}, {"step", dash(x.Step)}, {"namespace", x.Namespace},
+			{"lane", x.Lane}, {"kind", dash(x.Kind)}, {"state", string(x.State)}, {"priority", fmt.Sprint(x.Priority)},
+			{"attempt", fmt.Sprintf("%d of %d", x.Attempt, x.MaxAttempts)}, {"lease_epoch", fmt.Sprint(x.LeaseEpoch)},
+			{"lease_owner", dash(x.LeaseOwner)}, {"lease_expires_at", ts(x.LeaseExpiresAt)}, {"run_at", ts(&x.RunAt)},
+			{"created_at", ts(&x.CreatedAt)}, {"started_at", ts(x.StartedAt)}, {"terminal_at", ts(x.TerminalAt)},
+			{"last_error", dash(x.LastError)}, {"cancellation_reason", dash(x.CancellationReason)}, {"cancelled_by", dash(x.CancelledBy)},
+			{"payload", preview(x.Payload)}, {"result", preview(x.Result)},
+		}
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
+		}
+		fmt.Fprintln(tw, "\nATTEMPT\tWORKER\tEPOCH\tSTARTED\tENDED\tOUTCOME\tERROR")
+		for _, a := range attempts {
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", a.Attempt, a.Worker, a.LeaseEpoch, ts(&a.StartedAt), ts(a.EndedAt),
+				dash(a.Outcome), dash(oneLine(a.Error, previewBytes)))
+		}
+		if len(attempts) == 0 {
+			fmt.Fprintln(tw, "(none yet)")
+		}
+	})
+}
+
+// body is a payload or result as JSON output shows it: itself when it is
+// JSON, a string when it is text, base64 (encoding/json's []byte) when
+// it is neither.
+func body(b []byte) any {
+	switch {
+	case len(b) == 0:
+		return nil
+	case json.Valid(b):
+		return json.RawMessage(b)
+	case utf8.Valid(b):
+		return string(b)
+	}
+	return b
+}
+
+// preview is the start of a payload or result on one line, with its size.
+func preview(b []byte) string {
+	switch {
+	case len(b) == 0:
+		return "-"
+	case !utf8.Valid(b):
+		return fmt.Sprintf("(%d bytes, binary)", len(b))
+	}
+	s := oneLine(string(b), previewBytes)
+	if len(b) > previewBytes {
+		s += fmt.Sprintf(" (%d bytes)", len(b))
+	}
+	return s
+}
+
+// oneLine folds s onto one line and cuts it to at most n bytes (on a rune
+// boundary), marking the cut.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// dash stands in for an empty value in a table.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// FlowShowCmd shows one flow.
+type FlowShowCmd struct {
+	output
+	ID string `arg:"" help:"Flow id."`
+}
+
+// Run prints the flow: its steps with their states and joins, and its
+// edges, by step name; a warning when it waits for a daemon.
+func (c *FlowShowCmd) Run(ctx context.Context, g *Globals) error {
+	id, err := ident.ParseUUID("flow id", c.ID)
+	if err != nil {
+		return err
+	}
+	client, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	f, err := client.DescribeFlow(ctx, id)
+	if err != nil {
+		return err
+	}
+	members, err := flowMembers(ctx, client, id)
+	if err != nil {
+		return err
+	}
+	edges, err := client.FlowEdges(ctx, id)
+	if err != nil {
+		return err
+	}
+	lag, err := client.DispatchLag(ctx)
+	if err != nil {
+		return err
+	}
+	out := flowJSON(f)
+	ms := make([]map[string]any, len(members))
+	for i, x := range members {
+		ms[i] = execJSON(x)
+	}
+	es := make([]map[string]any, len(edges))
+	for i, e := range edges {
+		es[i] = map[string]any{"edge_id": e.ID.String(), "upstream_id": e.Upstream.String(), "downstream_id": e.Downstream.String(),
+			"state": e.State, "resolved_outcome": e.ResolvedOutcome}
+	}
+	out["members"], out["edges"], out["dispatch_lag_seconds"] = ms, es, lag.Seconds()
+	if !c.JSON && f.State == ffd.FlowOpen && lag >= ffd.DefaultStallWarning {
+		// The table goes first; this reads as its last line.
+		defer fmt.Fprintf(g.stdout, "\nwarning: completion events have waited %s for a daemon: this flow will not advance until one runs (ffd run, or ffd.NewDaemon in the application)\n", lag.Round(time.Second))
+	}
+	return c.print(g.stdout, out, func(tw *tabwriter.Writer) { printFlow(tw, f, members, edges) })
+}
+
+// flowMembers reads every member of a flow, page by page.
+func flowMembers(ctx context.Context, client *ffd.Client, id uuid.UUID) ([]*ffd.Execution, error) {
+	var members []*ffd.Execution
+	p := ffd.ListParams{FlowID: &id, Limit: 1000}
+	for {
+		page, err := client.List(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		members = append(members, page.Executions...)
+		if page.Next == nil {
+			return members, nil
+		}
+		p.After = page.Next
+	}
+}
+
+// printFlow is flow show's table: the steps, then the edges between them.
+func printFlow(tw *tabwriter.Writer, f *ffd.Flow, members []*ffd.Execution, edges []*ffd.Edge) {
+	fmt.Fprintf(tw, "flow %s (%s) %s, %d steps, %d edges, revision %d\n\n", f.ID, dash(f.Kind), f.State, f.NodeCount, f.EdgeCount, f.GraphRevision)
+	name := map[ffd.ExecutionID]string{}
+	for _, x := range members {
+		name[x.ID] = x.Step
+		if x.Step == "" {
+			name[x.ID] = x.ID.String()
+		}
+	}
+	join := map[ffd.ExecutionID]ffd.EdgeGroup{}
+	for _, gr := range f.Groups {
+		join[gr.Downstream] = gr
+	}
+	fmt.Fprintln(tw, "STEP\tKIND\tSTATE\tATTEMPT\tJOIN\tDECISION\tEXECUTION")
+	for _, x := range members {
+		j, dec := "-", "-"
+		if gr, ok := join[x.ID]; ok {
+			j = fmt.Sprintf("%s %d/%d ok, %d bad", policyString(gr.Policy), gr.Counts.Success, gr.Counts.Total, gr.Counts.Fail+gr.Counts.Skip)
+			dec = string(gr.Decision)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", dash(x.Step), dash(x.Kind), x.State, x.Attempt, j, dec, x.ID)
+	}
+	fmt.Fprintln(tw, "\nFROM\tTO\tEDGE\tUPSTREAM OUTCOME")
+	for _, e := range edges {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name[e.Upstream], name[e.Downstream], e.State, dash(e.ResolvedOutcome))
+	}
+	if len(edges) == 0 {
+		fmt.Fprintln(tw, "(no edges)")
+	}
+}
