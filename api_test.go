@@ -197,6 +197,7 @@ func TestDaemonDefaultsAreTheDaemons(t *testing.T) {
 		{"sweep interval", ffd.DefaultDaemonSweepInterval, daemon.DefaultSweepInterval},
 		{"stop timeout", ffd.DefaultDaemonStopTimeout, daemon.DefaultStopTimeout},
 		{"outbox retention", ffd.DefaultOutboxRetention, outbox.DefaultRetention},
+		{"execution retention", ffd.DefaultExecutionRetention, daemon.DefaultExecutionRetention},
 	} {
 		if fmt.Sprint(c.public) != fmt.Sprint(c.daemon) {
 			t.Errorf("%s: public default %v, daemon's %v", c.name, c.public, c.daemon)

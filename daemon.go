@@ -20,6 +20,7 @@ const (
 	DefaultDaemonSweepInterval  = time.Second
 	DefaultDaemonStopTimeout    = 30 * time.Second
 	DefaultOutboxRetention      = 7 * 24 * time.Hour
+	DefaultExecutionRetention   = 30 * 24 * time.Hour
 )
 
 // ErrDaemonStarted is returned by Daemon.Start on a daemon already
@@ -46,6 +47,16 @@ type DaemonConfig struct {
 	// are dispatched and every registered consumer has read them. Default
 	// DefaultOutboxRetention (7 days); negative: keep them forever.
 	OutboxRetention time.Duration
+	// ExecutionRetention deletes finished executions (with their
+	// attempts) and finished flows (with their members, edges and groups)
+	// this long after they finished, freeing their idempotency keys.
+	// Default DefaultExecutionRetention (30 days); negative: keep them
+	// forever.
+	ExecutionRetention time.Duration
+	// NamespaceRetention overrides ExecutionRetention for the namespaces
+	// it names; a negative age keeps that namespace's forever. Default
+	// none.
+	NamespaceRetention map[string]time.Duration
 }
 
 // Daemon is the daemon's work, run inside the application's process:
@@ -77,20 +88,19 @@ func NewDaemon(pool *pgxpool.Pool, cfg *DaemonConfig) (*Daemon, error) {
 	if c.Logger == nil {
 		c.Logger = defaultLogger()
 	}
-	retention := c.OutboxRetention
-	switch {
-	case retention == 0:
-		retention = DefaultOutboxRetention
-	case retention < 0:
-		retention = 0 // the internal daemon's "off"
+	byNamespace := make(map[string]time.Duration, len(c.NamespaceRetention))
+	for ns, age := range c.NamespaceRetention {
+		byNamespace[ns] = max(age, 0) // the internal daemon's "forever" is 0
 	}
 	d, err := daemon.New(daemon.Config{
-		Pool:           pool,
-		CascadeWorkers: c.CascadeWorkers,
-		SweepInterval:  c.SweepInterval,
-		StopTimeout:    c.StopTimeout,
-		Retention:      retention,
-		Logger:         c.Logger.Named("daemon"),
+		Pool:               pool,
+		ExecutionRetention: keepOrDefault(c.ExecutionRetention, DefaultExecutionRetention),
+		NamespaceRetention: byNamespace,
+		CascadeWorkers:     c.CascadeWorkers,
+		SweepInterval:      c.SweepInterval,
+		StopTimeout:        c.StopTimeout,
+		Retention:          keepOrDefault(c.OutboxRetention, DefaultOutboxRetention),
+		Logger:             c.Logger.Named("daemon"),
 		// An application reports to systemd itself, if at all.
 		Notifier: daemon.NopNotifier{},
 	})
@@ -125,6 +135,18 @@ func (d *Daemon) Ready() bool { return d.d.Ready() }
 // serves on /metrics, docs/operations.md), for the application to serve,
 // for example with promhttp.HandlerFor.
 func (d *Daemon) Registry() *prometheus.Registry { return d.d.Metrics().Registry() }
+
+// keepOrDefault maps a public retention (0: the default, negative:
+// forever) to the internal daemon's (0: forever).
+func keepOrDefault(age, def time.Duration) time.Duration {
+	switch {
+	case age == 0:
+		return def
+	case age < 0:
+		return 0
+	}
+	return age
+}
 
 // defaultLogger is what ffd logs through when the application gives no
 // logger: Info and above to stderr.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/daemon"
+	"github.com/flowfabric/ffd/internal/leases"
 )
 
 // RunCmd is `ffd run`: the daemon.
@@ -31,6 +32,9 @@ type DaemonFlags struct {
 	StopTimeout    time.Duration `name:"stop-timeout" env:"FFD_STOP_TIMEOUT" default:"30s" help:"How long a graceful stop may take."`
 	Retention      time.Duration `name:"retention" env:"FFD_RETENTION" default:"168h" help:"Delete outbox events older than this once dispatched and consumed by every named consumer; 0 disables."`
 	ConsumerIdle   time.Duration `name:"consumer-idle-limit" env:"FFD_CONSUMER_IDLE_LIMIT" default:"24h" help:"Report named consumers idle this long while events wait for them."`
+	// Retention of finished work (internal/store.Ages).
+	ExecutionRetention time.Duration            `name:"execution-retention" env:"FFD_EXECUTION_RETENTION" default:"720h" help:"Delete finished executions, and finished flows with their members, edges and groups, this long after they finished; 0 keeps them forever."`
+	NamespaceRetention map[string]time.Duration `name:"namespace-retention" env:"FFD_NAMESPACE_RETENTION" mapsep:";" help:"Per-namespace overrides of --execution-retention, as namespace=age;... (0: keep forever)."`
 }
 
 // Validate checks every flag against the range the daemon accepts
@@ -45,6 +49,8 @@ func (f *DaemonFlags) Validate() error {
 		bound.SweepBatch.Check("--sweep-batch", f.SweepBatch),
 		bound.StopTimeout.Check("--stop-timeout", f.StopTimeout),
 		bound.Retention.Check("--retention", f.Retention),
+		bound.Retention.Check("--execution-retention", f.ExecutionRetention),
+		namespaceRetention(f.NamespaceRetention),
 		bound.ConsumerIdleLimit.Check("--consumer-idle-limit", f.ConsumerIdle),
 	)
 }
@@ -84,7 +90,21 @@ func (f *DaemonFlags) config(ctx context.Context, g *Globals, databaseURL string
 		Pool: pool, ListenConnConfig: listen, CascadeWorkers: f.CascadeWorkers, SiblingWorkers: f.SiblingWorkers,
 		QueueSize: f.QueueSize, SweepInterval: f.SweepInterval, SweepBatch: f.SweepBatch, StopTimeout: f.StopTimeout,
 		AdminAddr: f.AdminAddr, Retention: f.Retention, ConsumerIdleLimit: f.ConsumerIdle, Logger: g.log,
+		ExecutionRetention: f.ExecutionRetention, NamespaceRetention: f.NamespaceRetention,
 	}, pool, nil
+}
+
+// namespaceRetention checks --namespace-retention's names and ages.
+func namespaceRetention(m map[string]time.Duration) error {
+	for ns, age := range m {
+		if err := leases.ValidateName("--namespace-retention", ns); err != nil {
+			return err
+		}
+		if err := bound.Retention.Check("--namespace-retention "+ns, age); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Run runs the daemon until SIGTERM or SIGINT.

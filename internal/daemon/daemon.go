@@ -24,6 +24,7 @@ import (
 
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/cascade"
+	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/notifier"
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/schema"
@@ -42,6 +43,12 @@ const (
 	DefaultSampleInterval    = 15 * time.Second
 	DefaultTimerLimit        = 1000
 	DefaultRetentionInterval = time.Minute
+	// DefaultExecutionRetention is how long `ffd run` and embedded
+	// daemons keep finished executions and flows.
+	DefaultExecutionRetention = 30 * 24 * time.Hour
+	// DefaultRetentionBatch bounds the rows one retention statement
+	// deletes, so that each holds its locks briefly.
+	DefaultRetentionBatch = 500
 )
 
 // Config configures a Daemon. Zero values take the defaults.
@@ -80,6 +87,15 @@ type Config struct {
 	// RetentionInterval is how often retention runs. Default
 	// DefaultRetentionInterval (1 min).
 	RetentionInterval time.Duration
+	// ExecutionRetention deletes finished solo executions (with their
+	// attempts), and finished flows (with their members, attempts, edges
+	// and groups), this long after they finished; 0 keeps them forever.
+	// Default 0 (the CLI and embedded daemons default it to
+	// DefaultExecutionRetention).
+	ExecutionRetention time.Duration
+	// NamespaceRetention overrides ExecutionRetention for the namespaces
+	// it names (0: keep that namespace's forever). Default none.
+	NamespaceRetention map[string]time.Duration
 	// ConsumerIdleLimit: consumers that have not read for this long while
 	// events wait are reported (logs and metrics). Default 24 h.
 	ConsumerIdleLimit time.Duration
@@ -113,6 +129,17 @@ func (c *Config) normalize() error {
 		bound.ConsumerIdleLimit.Fill("ConsumerIdleLimit", &c.ConsumerIdleLimit, outbox.DefaultIdleConsumerAge),
 	} {
 		if err != nil {
+			return err
+		}
+	}
+	if err := bound.Retention.Check("ExecutionRetention", c.ExecutionRetention); err != nil {
+		return err
+	}
+	for ns, age := range c.NamespaceRetention {
+		if err := leases.ValidateName("NamespaceRetention", ns); err != nil {
+			return err
+		}
+		if err := bound.Retention.Check("NamespaceRetention["+ns+"]", age); err != nil {
 			return err
 		}
 	}

@@ -576,3 +576,31 @@ func TestRetentionInDaemon(t *testing.T) {
 		return counterValue(t, d.Metrics(), "ffd_outbox_deleted_total") == 5
 	})
 }
+
+// The daemon deletes finished flows past the execution retention, with
+// their members, while live work goes on, and counts what it deleted.
+func TestExecutionRetentionInDaemon(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	d := f.startDaemon(daemon.Config{ExecutionRetention: 30 * 24 * time.Hour, RetentionInterval: 50 * time.Millisecond})
+	f.startWorker([]string{"ret"}, 4, func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil })
+	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{
+		Nodes: []ffd.SubmitNode{{Ref: "a", Params: ffd.CreateParams{Lane: "ret"}}, {Ref: "b", Params: ffd.CreateParams{Lane: "ret"}}},
+		Edges: []ffd.SubmitEdge{{From: "a", To: "b"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WaitFor("the flow to complete", func() bool {
+		return f.Count(`SELECT count(*) FROM ff_flow WHERE flow_id = $1 AND state = 'completed'`, sub.Flow.ID) == 1
+	})
+	f.Exec(`UPDATE ff_flow SET terminal_at = now() - interval '40 days' WHERE flow_id = $1`, sub.Flow.ID)
+	f.Exec(`UPDATE ff_execution SET terminal_at = now() - interval '40 days' WHERE flow_id = $1`, sub.Flow.ID)
+	f.WaitFor("retention to delete the flow and its members", func() bool {
+		return f.Count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1`, sub.Flow.ID) == 0 &&
+			f.Count(`SELECT count(*) FROM ff_flow WHERE flow_id = $1`, sub.Flow.ID) == 0
+	})
+	f.WaitFor("the deletion to be counted", func() bool {
+		return counterValue(t, d.Metrics(), "ffd_retention_deleted_total") == 1
+	})
+}

@@ -29,6 +29,7 @@ type Metrics struct {
 	readyNotified     prometheus.Counter
 	outboxDeleted     *prometheus.CounterVec
 	idleConsumers     prometheus.Gauge
+	retentionDeleted  *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics in a registry of their own.
@@ -89,6 +90,9 @@ func NewMetrics() *Metrics {
 			"stream"),
 		idleConsumers: gauge("ffd_outbox_idle_consumers",
 			"Named consumers idle beyond the limit while events wait for them."),
+		retentionDeleted: counterVec("ffd_retention_deleted_total",
+			"Finished solo executions and finished flows (each with its members, edges and groups) deleted by retention, by kind.",
+			"kind"),
 	}
 }
 

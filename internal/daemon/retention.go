@@ -9,8 +9,9 @@ import (
 	"github.com/flowfabric/ffd/internal/store"
 )
 
-// retainer deletes outbox events past retention and reports idle
-// consumers, every RetentionInterval.
+// retainer deletes outbox events, finished executions and finished flows
+// past their retention, and reports idle consumers, every
+// RetentionInterval.
 type retainer struct {
 	runner
 	e *env
@@ -33,6 +34,7 @@ func (r *retainer) retain(ctx context.Context) {
 			log.Info("retention deleted outbox events", zap.Int("completion", res.Completion), zap.Int("lease", res.Lease), zap.Duration("retention", cfg.Retention))
 		}
 	}
+	r.retainFinished(ctx)
 	idle, err := store.IdleConsumers(ctx, cfg.Pool, cfg.ConsumerIdleLimit)
 	if err != nil {
 		log.Warn("read idle consumers", zap.Error(err))
@@ -42,5 +44,41 @@ func (r *retainer) retain(ctx context.Context) {
 	for _, c := range idle {
 		log.Warn("outbox consumer idle while events wait; it holds retention back (drop it with ffd events drop-consumer if it is gone)",
 			zap.String("consumer", c.Name), zap.String("stream", string(c.Stream)), zap.Duration("idle", c.Idle))
+	}
+}
+
+// maxFinishedBatches bounds one pass; the next pass goes on where it
+// stopped.
+const maxFinishedBatches = 100
+
+// retainFinished deletes finished solo executions, then finished flows,
+// past their namespace's age, in batches of DefaultRetentionBatch rows
+// that skip rows other transactions hold.
+func (r *retainer) retainFinished(ctx context.Context) {
+	cfg, log, m := r.e.cfg, r.e.log, r.e.m
+	ages := store.Ages{Default: cfg.ExecutionRetention, ByNamespace: cfg.NamespaceRetention}
+	for _, t := range []struct {
+		kind   string
+		delete func(context.Context, store.DB, store.Ages, int) (int, error)
+	}{
+		{"execution", store.DeleteFinishedExecutions},
+		{"flow", store.DeleteFinishedFlows},
+	} {
+		total := 0
+		for range maxFinishedBatches {
+			n, err := t.delete(ctx, cfg.Pool, ages, DefaultRetentionBatch)
+			if err != nil {
+				log.Error("retention of finished work failed", zap.String("kind", t.kind), zap.Error(err))
+				break
+			}
+			total += n
+			if n < DefaultRetentionBatch {
+				break
+			}
+		}
+		if total > 0 {
+			m.retentionDeleted.WithLabelValues(t.kind).Add(float64(total))
+			log.Info("retention deleted finished work", zap.String("kind", t.kind), zap.Int("deleted", total))
+		}
 	}
 }

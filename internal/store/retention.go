@@ -1,0 +1,141 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Ages says how long finished executions and flows are kept: Default for
+// every namespace but those in ByNamespace. An age of 0 or less keeps
+// them forever.
+type Ages struct {
+	Default     time.Duration
+	ByNamespace map[string]time.Duration
+}
+
+// youngest is the shortest age that deletes anything; 0 when none does.
+func (a Ages) youngest() time.Duration {
+	y := a.Default
+	for _, age := range a.ByNamespace {
+		if age > 0 && (y <= 0 || age < y) {
+			y = age
+		}
+	}
+	return max(y, 0)
+}
+
+// arrays are the per-namespace ages as SQL parameters.
+func (a Ages) arrays() (names []string, ages []int64) {
+	for ns, age := range a.ByNamespace {
+		names, ages = append(names, ns), append(ages, micros(max(age, 0)))
+	}
+	return names, ages
+}
+
+// uuidAt is the smallest v7 uuid of the millisecond t: every execution id
+// minted before t sorts below it.
+func uuidAt(t time.Time) uuid.UUID {
+	var u uuid.UUID
+	var ms [8]byte
+	binary.BigEndian.PutUint64(ms[:], uint64(t.UnixMilli()))
+	copy(u[:6], ms[2:])
+	u[6], u[8] = 0x70, 0x80
+	return u
+}
+
+// deleteExecutionsSQL deletes a batch of finished solo executions with
+// their attempts. It walks ff_execution_list (ids are v7 uuids, ordered by
+// creation) below the youngest cutoff's uuid, so it reads only rows old
+// enough to qualify, and skips rows another transaction holds.
+const deleteExecutionsSQL = `
+WITH ages(namespace, age_us) AS (SELECT * FROM unnest($1::text[], $2::bigint[])),
+victims AS (
+	SELECT e.partition_key, e.execution_id
+	FROM ff_execution e LEFT JOIN ages a ON a.namespace = e.namespace
+	WHERE e.execution_id < $3 AND e.flow_id IS NULL AND e.terminal_at IS NOT NULL
+		AND coalesce(a.age_us, $4) > 0
+		AND e.terminal_at < now() - coalesce(a.age_us, $4) * interval '1 microsecond'
+	ORDER BY e.execution_id
+	LIMIT $5
+	FOR UPDATE OF e SKIP LOCKED),
+attempts AS (
+	DELETE FROM ff_attempt t USING victims v
+	WHERE t.partition_key = v.partition_key AND t.execution_id = v.execution_id)
+DELETE FROM ff_execution e USING victims v
+WHERE e.partition_key = v.partition_key AND e.execution_id = v.execution_id`
+
+// DeleteFinishedExecutions deletes up to limit solo executions (flow
+// members go with their flow) that finished longer ago than their
+// namespace's age, with their attempts; their idempotency keys are free
+// again. Outbox events are not touched: outbox retention deletes them
+// once every consumer has read them.
+func DeleteFinishedExecutions(ctx context.Context, db DB, ages Ages, limit int) (int, error) {
+	youngest := ages.youngest()
+	if youngest == 0 {
+		return 0, nil
+	}
+	names, us := ages.arrays()
+	tag, err := db.Exec(ctx, deleteExecutionsSQL, names, us, uuidAt(time.Now().Add(-youngest)), micros(max(ages.Default, 0)), limit)
+	if err != nil {
+		return 0, wrap("delete finished executions", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// deleteFlowsSQL deletes a batch of finished flows with everything they
+// hold. A flow qualifies once it and every member finished longer ago
+// than its namespace's age, and no event of it waits for the cascade.
+const deleteFlowsSQL = `
+WITH ages(namespace, age_us) AS (SELECT * FROM unnest($1::text[], $2::bigint[])),
+victims AS (
+	SELECT f.partition_key, f.flow_id
+	FROM ff_flow f LEFT JOIN ages a ON a.namespace = f.namespace
+	WHERE f.state <> 'open' AND f.terminal_at < now() - $3::bigint * interval '1 microsecond'
+		AND coalesce(a.age_us, $4) > 0
+		AND f.terminal_at < now() - coalesce(a.age_us, $4) * interval '1 microsecond'
+		AND NOT EXISTS (
+			SELECT 1 FROM ff_execution x
+			WHERE x.partition_key = f.partition_key AND x.flow_id = f.flow_id
+				AND (x.terminal_at IS NULL OR x.terminal_at >= now() - coalesce(a.age_us, $4) * interval '1 microsecond'))
+		AND NOT EXISTS (
+			SELECT 1 FROM ff_completion_event c
+			WHERE c.dispatched_at IS NULL AND c.partition_key = f.partition_key AND c.flow_id = f.flow_id)
+	ORDER BY f.terminal_at
+	LIMIT $5
+	FOR UPDATE OF f SKIP LOCKED),
+cancels AS (
+	DELETE FROM ff_pending_cancel_group p USING victims v
+	WHERE p.partition_key = v.partition_key AND p.flow_id = v.flow_id),
+groups AS (
+	DELETE FROM ff_edge_group g USING victims v
+	WHERE g.partition_key = v.partition_key AND g.flow_id = v.flow_id),
+edges AS (
+	DELETE FROM ff_edge e USING victims v
+	WHERE e.partition_key = v.partition_key AND e.flow_id = v.flow_id),
+attempts AS (
+	DELETE FROM ff_attempt t USING ff_execution x, victims v
+	WHERE x.partition_key = v.partition_key AND x.flow_id = v.flow_id
+		AND t.partition_key = x.partition_key AND t.execution_id = x.execution_id),
+members AS (
+	DELETE FROM ff_execution x USING victims v
+	WHERE x.partition_key = v.partition_key AND x.flow_id = v.flow_id)
+DELETE FROM ff_flow f USING victims v
+WHERE f.partition_key = v.partition_key AND f.flow_id = v.flow_id`
+
+// DeleteFinishedFlows deletes up to limit finished flows older than their
+// namespace's age, with their members, attempts, edges and groups.
+func DeleteFinishedFlows(ctx context.Context, db DB, ages Ages, limit int) (int, error) {
+	youngest := ages.youngest()
+	if youngest == 0 {
+		return 0, nil
+	}
+	names, us := ages.arrays()
+	tag, err := db.Exec(ctx, deleteFlowsSQL, names, us, micros(youngest), micros(max(ages.Default, 0)), limit)
+	if err != nil {
+		return 0, wrap("delete finished flows", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -1,0 +1,180 @@
+package store_test
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/flowfabric/ffd/internal/cascade"
+	"github.com/flowfabric/ffd/internal/flows"
+	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+const day = 24 * time.Hour
+
+// v7At is a v7 uuid minted at t, as the engine would have minted it then.
+func v7At(t *testing.T, at time.Time) uuid.UUID {
+	t.Helper()
+	var u uuid.UUID
+	if _, err := rand.Read(u[:]); err != nil {
+		t.Fatal(err)
+	}
+	var ms [8]byte
+	binary.BigEndian.PutUint64(ms[:], uint64(at.UnixMilli()))
+	copy(u[:6], ms[2:])
+	u[6] = 0x70 | u[6]&0x0f
+	u[8] = 0x80 | u[8]&0x3f
+	return u
+}
+
+type retention struct {
+	*testdb.Fixture
+}
+
+// finished creates a solo execution as if created `age` ago, runs it to
+// completion, and dates its end `age` ago.
+func (f retention) finished(ns, key string, age time.Duration) ident.ExecutionID {
+	f.T.Helper()
+	u := v7At(f.T, time.Now().Add(-age))
+	lane := "ret_" + u.String()[:8]
+	x, _, err := store.InsertExecution(f.Ctx, f.Pool, store.NewExecution{
+		ID: ident.ExecutionID{Partition: ident.Partition(u), UUID: u}, Namespace: ns, Lane: lane, State: store.StatePending,
+		MaxAttempts: 1, LeaseTTL: time.Minute, RequiredCapabilities: []string{}, Payload: []byte{}, IdempotencyKey: key,
+		Retry: store.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}, Tags: map[string]any{},
+	})
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	claimed, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: lane, Worker: "w/1", Max: 1})
+	if err != nil || len(claimed) != 1 {
+		f.T.Fatalf("claim: %v %v", claimed, err)
+	}
+	if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, x.ID, claimed[0].LeaseEpoch, nil); err != nil {
+		f.T.Fatal(err)
+	}
+	f.Exec(`UPDATE ff_execution SET terminal_at = now() - $2 * interval '1 second' WHERE execution_id = $1`, u, age.Seconds())
+	return x.ID
+}
+
+func (f retention) exists(id ident.ExecutionID) bool {
+	return f.Count(`SELECT count(*) FROM ff_execution WHERE execution_id = $1`, id.UUID) == 1
+}
+
+// Finished solo executions older than their namespace's age go, with
+// their attempts, in batches; live ones, recent ones and those of a
+// namespace kept forever stay; a deleted execution's idempotency key is
+// free again.
+func TestRetentionDeletesFinishedExecutions(t *testing.T) {
+	t.Parallel()
+	f := retention{testdb.Checked(t, 2*time.Minute)}
+	old1 := f.finished("default", "invoice-1", 40*day)
+	old2 := f.finished("default", "", 35*day)
+	recent := f.finished("default", "", 2*day)
+	kept := f.finished("audit", "", 400*day)
+	short := f.finished("scratch", "", 2*day)
+	live, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, leases.CreateParams{Lane: "live"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ages := store.Ages{Default: 30 * day, ByNamespace: map[string]time.Duration{"audit": 0, "scratch": day}}
+
+	n, err := store.DeleteFinishedExecutions(f.Ctx, f.Pool, ages, 2)
+	if err != nil || n != 2 {
+		t.Fatalf("first batch of 2: deleted %d, %v", n, err)
+	}
+	n, err = store.DeleteFinishedExecutions(f.Ctx, f.Pool, ages, 2)
+	if err != nil || n != 1 {
+		t.Fatalf("second batch: deleted %d, %v; want the last one", n, err)
+	}
+	if n, _ := store.DeleteFinishedExecutions(f.Ctx, f.Pool, ages, 2); n != 0 {
+		t.Fatalf("third batch deleted %d, want 0", n)
+	}
+	for id, want := range map[ident.ExecutionID]bool{old1: false, old2: false, short: false, recent: true, kept: true, live.ID: true} {
+		if f.exists(id) != want {
+			t.Errorf("execution %s exists = %v, want %v", id, !want, want)
+		}
+	}
+	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = ANY($1)`, []uuid.UUID{old1.UUID, old2.UUID, short.UUID}); n != 0 {
+		t.Fatalf("%d attempts of deleted executions left", n)
+	}
+	again, existed, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, leases.CreateParams{Lane: "again", IdempotencyKey: "invoice-1"})
+	if err != nil || existed || again.ID == old1 {
+		t.Fatalf("reuse of a deleted execution's key: %v, existed %v, %v; want a new execution", again, existed, err)
+	}
+	if n, _ := store.DeleteFinishedExecutions(f.Ctx, f.Pool, store.Ages{}, 10); n != 0 {
+		t.Fatalf("retention off deleted %d", n)
+	}
+}
+
+// A finished flow goes with its members, attempts, edges and groups once
+// it and every member finished longer ago than the age; an open flow, or
+// one whose member finished recently, stays.
+func TestRetentionDeletesFinishedFlows(t *testing.T) {
+	t.Parallel()
+	f := retention{testdb.Checked(t, 2*time.Minute)}
+	d := cascade.New(f.Pool, nil)
+	run := func(lane string) *flows.Submitted {
+		sub, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, flows.SubmitParams{
+			Flow:  flows.CreateFlowParams{Kind: "ret"},
+			Nodes: []flows.SubmitNode{{Ref: "a", Params: leases.CreateParams{Lane: lane}}, {Ref: "b", Params: leases.CreateParams{Lane: lane}}},
+			Edges: []flows.SubmitEdge{{From: "a", To: "b"}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			xs, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: lane, Worker: "w/1", Max: 1})
+			if err != nil || len(xs) != 1 {
+				return sub // b is blocked until the dispatch: the caller decides
+			}
+			if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, xs[0].ID, xs[0].LeaseEpoch, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.DispatchBatch(f.Ctx, 10, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return sub
+	}
+	age := func(flowID uuid.UUID, flowAge, memberAge time.Duration) {
+		f.Exec(`UPDATE ff_flow SET terminal_at = now() - $2 * interval '1 second' WHERE flow_id = $1`, flowID, flowAge.Seconds())
+		f.Exec(`UPDATE ff_execution SET terminal_at = now() - $2 * interval '1 second' WHERE flow_id = $1`, flowID, memberAge.Seconds())
+	}
+	gone := run("gone")
+	age(gone.Flow.ID, 40*day, 40*day)
+	freshMember := run("fresh")
+	age(freshMember.Flow.ID, 40*day, 0)
+	f.Exec(`UPDATE ff_execution SET terminal_at = now() WHERE flow_id = $1`, freshMember.Flow.ID)
+	open, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, flows.SubmitParams{Nodes: []flows.SubmitNode{{Ref: "a", Params: leases.CreateParams{Lane: "open"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := f.Count(`SELECT count(*) FROM ff_flow WHERE state = 'completed'`); st != 2 {
+		t.Fatalf("%d completed flows, want 2 before retention", st)
+	}
+
+	n, err := store.DeleteFinishedFlows(f.Ctx, f.Pool, store.Ages{Default: 30 * day}, 10)
+	if err != nil || n != 1 {
+		t.Fatalf("deleted %d flows, %v; want 1", n, err)
+	}
+	for table, col := range map[string]string{"ff_flow": "flow_id", "ff_execution": "flow_id", "ff_edge": "flow_id", "ff_edge_group": "flow_id"} {
+		if n := f.Count(`SELECT count(*) FROM `+table+` WHERE `+col+` = $1`, gone.Flow.ID); n != 0 {
+			t.Errorf("%d rows of the deleted flow left in %s", n, table)
+		}
+	}
+	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = ANY($1)`,
+		[]uuid.UUID{gone.Executions["a"].ID.UUID, gone.Executions["b"].ID.UUID}); n != 0 {
+		t.Fatalf("%d attempts of the deleted flow's members left", n)
+	}
+	for _, id := range []uuid.UUID{freshMember.Flow.ID, open.Flow.ID} {
+		if n := f.Count(`SELECT count(*) FROM ff_flow WHERE flow_id = $1`, id); n != 1 {
+			t.Errorf("flow %s was deleted; it must stay", id)
+		}
+	}
+}
