@@ -139,6 +139,9 @@ type Execution struct {
 	// Step is a flow member's name in its flow (SubmitNode.Ref, or
 	// CreateParams.Step); "" outside flows.
 	Step string
+	// RerunOf is the uuid of the execution this one reruns (RerunExecution,
+	// RerunFlow); nil otherwise.
+	RerunOf *uuid.UUID
 }
 
 // executionOf converts the store's row to the public snapshot.
@@ -155,7 +158,7 @@ func executionOf(x *store.Execution) *Execution {
 		DeadlineAt: x.DeadlineAt, Payload: x.Payload, Result: x.Result, LastError: x.LastError,
 		IdempotencyKey: x.IdempotencyKey, CreatedAt: x.CreatedAt, StartedAt: x.StartedAt,
 		TerminalAt: x.TerminalAt, CancellationReason: x.CancellationReason, CancelledBy: x.CancelledBy,
-		Tags: x.Tags, Step: x.Step,
+		Tags: x.Tags, Step: x.Step, RerunOf: x.RerunOf,
 	}
 }
 

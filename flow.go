@@ -9,6 +9,7 @@ import (
 
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -53,6 +54,8 @@ type Flow struct {
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
 	TerminalAt *time.Time
+	// RerunOf is the flow this one reruns (RerunFlow); nil otherwise.
+	RerunOf *uuid.UUID
 	// Groups is filled by DescribeFlow: every edge group, by downstream id.
 	Groups []EdgeGroup
 }
@@ -66,7 +69,7 @@ func flowOf(f *store.Flow) *Flow {
 		GraphRevision: f.GraphRevision, NodeCount: f.NodeCount, EdgeCount: f.EdgeCount,
 		CancellationPolicy: CancelPolicy(f.CancellationPolicy), CancelReason: f.CancelReason,
 		CancelledMembers: idsOf(f.CancelledMembers), Tags: f.Tags,
-		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, TerminalAt: f.TerminalAt,
+		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, TerminalAt: f.TerminalAt, RerunOf: f.RerunOf,
 	}
 	for _, g := range f.Groups {
 		out.Groups = append(out.Groups, groupOf(g))
@@ -544,7 +547,10 @@ func (c *Client) submitFlow(ctx context.Context, db store.DB, p SubmitFlowParams
 			sp.Nodes[i].Policy = &pol
 		}
 	}
-	sub, err := flows.Submit(ctx, db, c.limits, sp)
+	return submittedOf(flows.Submit(ctx, db, c.limits, sp))
+}
+
+func submittedOf(sub *flows.Submitted, err error) (*SubmittedFlow, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -553,6 +559,27 @@ func (c *Client) submitFlow(ctx context.Context, db store.DB, p SubmitFlowParams
 		out.Executions[ref] = executionOf(x)
 	}
 	return out, nil
+}
+
+// RerunFlow reruns a failed or cancelled flow as a new flow (its RerunOf
+// names the old one) with the same steps, edges and policies. Steps that
+// completed are carried over, completed at once with their old results
+// and never run again; every other step (failed, expired, skipped,
+// cancelled) runs again, and the graph unblocks as it would have. The old
+// flow and its history stay readable. A flow is rerun at most once: a
+// second call is a *ConflictError whose Existing is the rerun (rerun that
+// one to try again); an open or completed flow is a *ConflictError too.
+func (c *Client) RerunFlow(ctx context.Context, flowID uuid.UUID) (*SubmittedFlow, error) {
+	return submittedOf(flows.RerunFlow(ctx, c.pool, c.limits, flowID))
+}
+
+// RerunExecution creates a new execution from a failed, expired or
+// cancelled solo execution's parameters (not its idempotency key); its
+// RerunOf names the old one, which stays as it ended. It is a
+// *ConflictError for a live or completed execution, a flow member (rerun
+// its flow), or a second rerun of the same execution.
+func (c *Client) RerunExecution(ctx context.Context, id ExecutionID) (*Execution, error) {
+	return oneExecution(leases.Rerun(ctx, c.pool, c.limits, ident.ExecutionID(id)))
 }
 
 func (p StageEdgeParams) internal() flows.StageParams {

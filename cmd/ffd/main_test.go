@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -501,5 +502,60 @@ func TestFlowShowWarnsWithoutADaemon(t *testing.T) {
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || js.Lag < 120 {
 		t.Fatalf("flow show --json of a stalled flow: %d %q; want JSON with dispatch_lag_seconds >= 120", code, out)
+	}
+}
+
+// flow rerun and exec rerun: the rerun's steps say which are carried and
+// which run again; a solo rerun names what it reruns.
+func TestRerunCommands(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	url := "--database-url=" + db.URL
+	ctx := context.Background()
+	client, err := ffd.NewClient(db.Pool, &ffd.Config{Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := client.SubmitFlow(ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{
+		{Ref: "good", Params: ffd.CreateParams{Lane: "rr-good"}}, {Ref: "bad", Params: ffd.CreateParams{Lane: "rr-bad", MaxAttempts: 1}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	finish := func(lane string, ok bool) ffd.ExecutionID {
+		xs, err := client.Claim(ctx, ffd.ClaimParams{Lane: lane, Worker: "w/1", Max: 1})
+		if err != nil || len(xs) != 1 {
+			t.Fatalf("claim %s: %v %v", lane, xs, err)
+		}
+		if ok {
+			_, err = client.Complete(ctx, xs[0].ID, xs[0].LeaseEpoch, []byte(`"fine"`))
+		} else {
+			_, err = client.Fail(ctx, xs[0].ID, xs[0].LeaseEpoch, ffd.FailParams{Error: "broken"})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return xs[0].ID
+	}
+	finish("rr-good", true)
+	finish("rr-bad", false)
+	code, out, errOut := runFFD(t, "flow", "rerun", sub.Flow.ID.String(), url)
+	if code != 0 || !strings.Contains(out, "reruns "+sub.Flow.ID.String()) ||
+		!regexp.MustCompile(`good\s+carried`).MatchString(out) || !regexp.MustCompile(`bad\s+pending`).MatchString(out) {
+		t.Fatalf("flow rerun: %d %q %q; want good carried and bad pending again", code, out, errOut)
+	}
+	code, _, errOut = runFFD(t, "flow", "rerun", sub.Flow.ID.String(), url)
+	if code == 0 || !strings.Contains(errOut, "already rerun") {
+		t.Fatalf("second flow rerun: %d %q; want a refusal naming the rerun", code, errOut)
+	}
+
+	solo, err := client.Create(ctx, ffd.CreateParams{Lane: "rr-solo", MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	finish("rr-solo", false)
+	code, out, errOut = runFFD(t, "exec", "rerun", solo.Execution.ID.UUID.String(), "--json", url)
+	var js map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || js["rerun_of"] != solo.Execution.ID.UUID.String() || js["state"] != "pending" {
+		t.Fatalf("exec rerun by bare uuid: %d %q %q; want a pending rerun of %s", code, out, errOut, solo.Execution.ID)
 	}
 }

@@ -18,13 +18,15 @@ type ExecCmd struct {
 	Show   ExecShowCmd   `cmd:"" help:"Show one execution and its attempts."`
 	List   ExecListCmd   `cmd:"" help:"List executions."`
 	Cancel ExecCancelCmd `cmd:"" help:"Cancel an execution (a running one is fenced)."`
+	Rerun  ExecRerunCmd  `cmd:"" help:"Run a failed, expired or cancelled solo execution again, as a new execution."`
 }
 
 // FlowCmd groups the flow ops commands.
 type FlowCmd struct {
-	Show   FlowShowCmd   `cmd:"" help:"Show one flow with its members and edge groups."`
+	Show   FlowShowCmd   `cmd:"" help:"Show one flow with its steps, edges and joins."`
 	List   FlowListCmd   `cmd:"" help:"List flows."`
 	Cancel FlowCancelCmd `cmd:"" help:"Cancel a flow."`
+	Rerun  FlowRerunCmd  `cmd:"" help:"Run a failed or cancelled flow again as a new flow: steps that succeeded keep their results."`
 }
 
 type output struct {
@@ -72,6 +74,9 @@ func execJSON(x *ffd.Execution) map[string]any {
 	}
 	if x.FlowID != nil {
 		m["flow_id"], m["step"] = x.FlowID.String(), x.Step
+	}
+	if x.RerunOf != nil {
+		m["rerun_of"] = x.RerunOf.String()
 	}
 	return m
 }
@@ -208,7 +213,7 @@ func flowJSON(f *ffd.Flow) map[string]any {
 	return map[string]any{"flow_id": f.ID.String(), "namespace": f.Namespace, "kind": f.Kind, "state": f.State,
 		"graph_revision": f.GraphRevision, "node_count": f.NodeCount, "edge_count": f.EdgeCount,
 		"cancellation_policy": f.CancellationPolicy, "cancel_reason": f.CancelReason, "cancelled_members": members,
-		"tags": f.Tags, "created_at": f.CreatedAt, "terminal_at": f.TerminalAt, "edge_groups": groups}
+		"tags": f.Tags, "created_at": f.CreatedAt, "terminal_at": f.TerminalAt, "edge_groups": groups, "rerun_of": f.RerunOf}
 }
 
 func policyString(p ffd.Policy) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -240,4 +241,14 @@ func printFlow(tw *tabwriter.Writer, f *ffd.Flow, members []*ffd.Execution, edge
 	if len(edges) == 0 {
 		fmt.Fprintln(tw, "(no edges)")
 	}
+}
+
+// sortedSteps are a flow's executions by step name.
+func sortedSteps(m map[string]*ffd.Execution) []*ffd.Execution {
+	xs := make([]*ffd.Execution, 0, len(m))
+	for _, x := range m {
+		xs = append(xs, x)
+	}
+	sort.Slice(xs, func(i, j int) bool { return xs[i].Step < xs[j].Step })
+	return xs
 }

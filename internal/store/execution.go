@@ -50,7 +50,8 @@ type Execution struct {
 	CancellationReason   string
 	CancelledBy          string
 	Tags                 map[string]any
-	Step                 string // a flow member's step name; "" when none
+	Step                 string     // a flow member's step name; "" when none
+	RerunOf              *uuid.UUID // the execution this one reruns
 }
 
 // execColumns is the select list of an Execution, for a row aliased e;
@@ -63,7 +64,7 @@ const execColumns = `e.partition_key, e.execution_id, e.flow_id, e.namespace, e.
 	(extract(epoch FROM e.lease_ttl) * 1e6)::bigint AS lease_ttl_us,
 	(extract(epoch FROM e.attempt_timeout) * 1e6)::bigint AS attempt_timeout_us,
 	e.attempt_deadline_at, e.deadline_at, e.payload, e.result, e.last_error, e.idempotency_key,
-	e.created_at, e.started_at, e.terminal_at, e.cancellation_reason, e.cancelled_by, e.tags, e.step`
+	e.created_at, e.started_at, e.terminal_at, e.cancellation_reason, e.cancelled_by, e.tags, e.step, e.rerun_of`
 
 // executionRow is one row of execColumns, scanned by name: a column
 // without a field here, or a field without a column, fails the scan.
@@ -102,6 +103,7 @@ type executionRow struct {
 	CancelledBy          *string        `db:"cancelled_by"`
 	Tags                 map[string]any `db:"tags"`
 	Step                 *string        `db:"step"`
+	RerunOf              *uuid.UUID     `db:"rerun_of"`
 }
 
 func (r *executionRow) execution() *Execution {
@@ -140,6 +142,7 @@ func (r *executionRow) execution() *Execution {
 		CancelledBy:        deref(r.CancelledBy),
 		Tags:               r.Tags,
 		Step:               deref(r.Step),
+		RerunOf:            r.RerunOf,
 	}
 	if r.AttemptTimeoutUS != nil {
 		x.AttemptTimeout = time.Duration(*r.AttemptTimeoutUS) * time.Microsecond

@@ -27,6 +27,7 @@ type Flow struct {
 	CreatedAt          time.Time
 	UpdatedAt          time.Time
 	TerminalAt         *time.Time
+	RerunOf            *uuid.UUID // the flow this one reruns
 	// Groups is filled by ListGroups' callers: every edge group, by
 	// downstream id.
 	Groups []EdgeGroup
@@ -35,7 +36,7 @@ type Flow struct {
 // flowColumns is the select list of a Flow, for a row aliased f.
 const flowColumns = `f.partition_key, f.flow_id, f.namespace, f.kind, f.state, f.graph_revision, f.node_count,
 	f.edge_count, f.cancellation_policy, f.cancel_reason, f.cancelled_members, f.tags,
-	f.created_at, f.updated_at, f.terminal_at`
+	f.created_at, f.updated_at, f.terminal_at, f.rerun_of`
 
 // flowRow is one row of flowColumns, scanned by name.
 type flowRow struct {
@@ -54,6 +55,7 @@ type flowRow struct {
 	CreatedAt          time.Time      `db:"created_at"`
 	UpdatedAt          time.Time      `db:"updated_at"`
 	TerminalAt         *time.Time     `db:"terminal_at"`
+	RerunOf            *uuid.UUID     `db:"rerun_of"`
 }
 
 func scanFlow(row pgx.CollectableRow) (*Flow, error) {
@@ -77,6 +79,7 @@ func scanFlow(row pgx.CollectableRow) (*Flow, error) {
 		CreatedAt:          r.CreatedAt,
 		UpdatedAt:          r.UpdatedAt,
 		TerminalAt:         r.TerminalAt,
+		RerunOf:            r.RerunOf,
 	}, nil
 }
 

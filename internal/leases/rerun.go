@@ -1,0 +1,61 @@
+package leases
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+// Rerun creates a new execution from a failed, expired or cancelled solo
+// execution's parameters (lane, kind, payload, priority, capabilities,
+// attempts, retry, lease, timeouts, tags; not its idempotency key),
+// linked to it by rerun_of; the old one stays as it ended. An execution
+// is rerun at most once: a second call is a conflict carrying the rerun.
+// Flow members are rerun with their flow (flows.RerunFlow).
+func Rerun(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID) (*store.Execution, error) {
+	old, err := Get(ctx, db, id)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case old.FlowID != nil:
+		return nil, &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "a member of flow " + old.FlowID.String() + ": rerun the flow"}
+	case old.State == store.StateCompleted:
+		return nil, &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "completed: nothing to rerun"}
+	case !old.State.Terminal():
+		return nil, &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "still " + string(old.State) + ": cancel it, or wait for it to end, before a rerun"}
+	}
+	p := CreateParams{Namespace: old.Namespace, Lane: old.Lane, Kind: old.Kind, Payload: old.Payload, Priority: old.Priority,
+		RequiredCapabilities: old.RequiredCapabilities, MaxAttempts: old.MaxAttempts, Retry: old.Retry, LeaseTTL: old.LeaseTTL,
+		AttemptTimeout: old.AttemptTimeout, Tags: old.Tags}
+	if old.DeadlineAt != nil {
+		p.Deadline = old.DeadlineAt.Sub(old.CreatedAt)
+	}
+	var x *store.Execution
+	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
+		if x, _, err = Create(ctx, tx, lim, p); err != nil {
+			return err
+		}
+		if err := store.LinkRerunMembers(ctx, tx, []store.Carried{{New: x.ID, Old: old.ID}}); err != nil {
+			return err
+		}
+		x.RerunOf = &old.ID.UUID
+		return nil
+	})
+	if store.IsRerunTaken(err) {
+		return nil, &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "already rerun; rerun the rerun to try again"}
+	}
+	if err != nil {
+		var ve *fault.ValidationError
+		if errors.As(err, &ve) {
+			return nil, err
+		}
+		return nil, wrap("rerun execution "+id.String(), err)
+	}
+	return x, nil
+}
