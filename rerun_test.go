@@ -56,7 +56,9 @@ func TestRerunFlow(t *testing.T) {
 			}
 			return []byte(`"` + j.Step + ` done"`), nil
 		}})
-	node := func(ref string) ffd.SubmitNode { return ffd.SubmitNode{Ref: ref, Params: ffd.CreateParams{Lane: "rerun"}} }
+	node := func(ref string) ffd.SubmitNode {
+		return ffd.SubmitNode{Ref: ref, Params: ffd.CreateParams{Lane: "rerun"}}
+	}
 	first, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{
 		Flow:  ffd.CreateFlowParams{Kind: "ingest"},
 		Nodes: []ffd.SubmitNode{node("fetch"), node("parse"), node("scan"), node("report"), node("publish")},
