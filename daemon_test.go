@@ -105,19 +105,26 @@ func TestNoDaemonIsWarnedAbout(t *testing.T) {
 		t.Fatalf("flow is %s without a daemon, want open (stalled)", st)
 	}
 
-	d, err := ffd.NewDaemon(f.Pool, &ffd.DaemonConfig{SweepInterval: 200 * time.Millisecond, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(f.Ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer d.Stop()
+	f.startDaemon()
 	f.WaitFor("the flow to complete once a daemon runs", func() bool { return f.flowState(*sub) == ffd.FlowCompleted })
 	f.WaitFor("the all-clear", logged("completion events are being dispatched again"))
 	if lag, err := client.DispatchLag(f.Ctx); err != nil || lag != 0 {
 		t.Fatalf("DispatchLag = %v, %v after the daemon caught up; want 0", lag, err)
 	}
+}
+
+// startDaemon embeds a quiet daemon until the test ends.
+func (f *fixture) startDaemon() *ffd.Daemon {
+	f.T.Helper()
+	d, err := ffd.NewDaemon(f.Pool, &ffd.DaemonConfig{SweepInterval: 200 * time.Millisecond, Logger: zap.NewNop()})
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	if err := d.Start(f.Ctx); err != nil {
+		f.T.Fatalf("start the daemon: %v", err)
+	}
+	f.T.Cleanup(func() { _ = d.Stop() })
+	return d
 }
 
 func metricValue(t *testing.T, g prometheus.Gatherer, name string, kind string) float64 {

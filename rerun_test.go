@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -39,14 +37,7 @@ func (r *runs) of(flow ffd.SubmittedFlow, step string) int {
 func TestRerunFlow(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	d, err := ffd.NewDaemon(f.Pool, &ffd.DaemonConfig{SweepInterval: 200 * time.Millisecond, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(f.Ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer d.Stop()
+	f.startDaemon()
 	seen := &runs{by: map[string]int{}}
 	f.startWorker(ffd.WorkerConfig{Lanes: []string{"rerun"}, PollInterval: 50 * time.Millisecond,
 		Handler: func(_ context.Context, j *ffd.Job) ([]byte, error) {

@@ -465,10 +465,7 @@ func TestFlowShowWarnsWithoutADaemon(t *testing.T) {
 	db := testdb.New(t)
 	url := "--database-url=" + db.URL
 	ctx := context.Background()
-	client, err := ffd.NewClient(db.Pool, &ffd.Config{Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := quietClient(t, db)
 	sub, err := client.SubmitFlow(ctx, ffd.SubmitFlowParams{
 		Nodes: []ffd.SubmitNode{{Ref: "a", Params: ffd.CreateParams{Lane: "stall"}}, {Ref: "b", Params: ffd.CreateParams{Lane: "stall"}}},
 		Edges: []ffd.SubmitEdge{{From: "a", To: "b"}},
@@ -512,10 +509,7 @@ func TestRerunCommands(t *testing.T) {
 	db := testdb.New(t)
 	url := "--database-url=" + db.URL
 	ctx := context.Background()
-	client, err := ffd.NewClient(db.Pool, &ffd.Config{Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := quietClient(t, db)
 	sub, err := client.SubmitFlow(ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{
 		{Ref: "good", Params: ffd.CreateParams{Lane: "rr-good"}}, {Ref: "bad", Params: ffd.CreateParams{Lane: "rr-bad", MaxAttempts: 1}}}})
 	if err != nil {
@@ -558,4 +552,14 @@ func TestRerunCommands(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || js["rerun_of"] != solo.Execution.ID.UUID.String() || js["state"] != "pending" {
 		t.Fatalf("exec rerun by bare uuid: %d %q %q; want a pending rerun of %s", code, out, errOut, solo.Execution.ID)
 	}
+}
+
+// quietClient is a client on db that logs nothing.
+func quietClient(t *testing.T, db *testdb.DB) *ffd.Client {
+	t.Helper()
+	client, err := ffd.NewClient(db.Pool, &ffd.Config{Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
 }

@@ -176,11 +176,7 @@ type ExecCancelCmd struct {
 
 // Run cancels.
 func (c *ExecCancelCmd) Run(ctx context.Context, g *Globals) error {
-	client, err := g.client(ctx)
-	if err != nil {
-		return err
-	}
-	x, err := execution(ctx, client, c.ID)
+	client, x, err := g.execution(ctx, c.ID)
 	if err != nil {
 		return err
 	}
@@ -269,11 +265,7 @@ type FlowCancelCmd struct {
 
 // Run cancels.
 func (c *FlowCancelCmd) Run(ctx context.Context, g *Globals) error {
-	id, err := ident.ParseUUID("flow id", c.ID)
-	if err != nil {
-		return err
-	}
-	client, err := g.client(ctx)
+	client, id, err := g.flow(ctx, c.ID)
 	if err != nil {
 		return err
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"text/tabwriter"
-
-	"github.com/flowfabric/ffd/internal/ident"
 )
 
 // ExecRerunCmd reruns a solo execution.
@@ -16,11 +14,7 @@ type ExecRerunCmd struct {
 
 // Run creates the rerun and prints its id.
 func (c *ExecRerunCmd) Run(ctx context.Context, g *Globals) error {
-	client, err := g.client(ctx)
-	if err != nil {
-		return err
-	}
-	old, err := execution(ctx, client, c.ID)
+	client, old, err := g.execution(ctx, c.ID)
 	if err != nil {
 		return err
 	}
@@ -42,11 +36,7 @@ type FlowRerunCmd struct {
 // Run creates the rerun and prints which steps it carries over and which
 // run again.
 func (c *FlowRerunCmd) Run(ctx context.Context, g *Globals) error {
-	id, err := ident.ParseUUID("flow id", c.ID)
-	if err != nil {
-		return err
-	}
-	client, err := g.client(ctx)
+	client, id, err := g.flow(ctx, c.ID)
 	if err != nil {
 		return err
 	}

@@ -20,18 +20,36 @@ import (
 // in its table; --json prints all of it.
 const previewBytes = 120
 
-// execution reads the execution s names: a full "{fp:N}:<uuid>" id, or a
-// bare uuid (what people copy from logs), which is looked up on every
-// partition.
-func execution(ctx context.Context, client *ffd.Client, s string) (*ffd.Execution, error) {
-	id, err := ffd.ParseExecutionID(s)
-	if err == nil {
-		return client.Get(ctx, id)
+// execution connects and reads the execution s names: a full
+// "{fp:N}:<uuid>" id, or a bare uuid (what people copy from logs), which
+// is looked up on every partition.
+func (g *Globals) execution(ctx context.Context, s string) (*ffd.Client, *ffd.Execution, error) {
+	id, perr := ffd.ParseExecutionID(s)
+	u, uerr := uuid.Parse(s)
+	if perr != nil && (uerr != nil || strings.HasPrefix(s, "{")) {
+		return nil, nil, perr // neither form: say what the full form wants
 	}
-	if u, uerr := uuid.Parse(s); uerr == nil && !strings.HasPrefix(s, "{") {
-		return client.GetByUUID(ctx, u)
+	client, err := g.client(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
-	return nil, err
+	var x *ffd.Execution
+	if perr == nil {
+		x, err = client.Get(ctx, id)
+	} else {
+		x, err = client.GetByUUID(ctx, u)
+	}
+	return client, x, err
+}
+
+// flow connects and parses the flow id s.
+func (g *Globals) flow(ctx context.Context, s string) (*ffd.Client, uuid.UUID, error) {
+	id, err := ident.ParseUUID("flow id", s)
+	if err != nil {
+		return nil, uuid.Nil, err
+	}
+	client, err := g.client(ctx)
+	return client, id, err
 }
 
 // ExecShowCmd shows one execution.
@@ -43,11 +61,7 @@ type ExecShowCmd struct {
 // Run prints the execution, a preview of its payload and result, and its
 // attempts.
 func (c *ExecShowCmd) Run(ctx context.Context, g *Globals) error {
-	client, err := g.client(ctx)
-	if err != nil {
-		return err
-	}
-	x, err := execution(ctx, client, c.ID)
+	client, x, err := g.execution(ctx, c.ID)
 	if err != nil {
 		return err
 	}
@@ -152,11 +166,7 @@ type FlowShowCmd struct {
 // Run prints the flow: its steps with their states and joins, and its
 // edges, by step name; a warning when it waits for a daemon.
 func (c *FlowShowCmd) Run(ctx context.Context, g *Globals) error {
-	id, err := ident.ParseUUID("flow id", c.ID)
-	if err != nil {
-		return err
-	}
-	client, err := g.client(ctx)
+	client, id, err := g.flow(ctx, c.ID)
 	if err != nil {
 		return err
 	}

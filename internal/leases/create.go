@@ -157,26 +157,29 @@ func (p *CreateParams) Normalize(lim Limits) error {
 			return fault.Invalid(fault.KindInvalidValue, "step", p.Step, "a step name is for a flow member: create it with CreateInFlow or SubmitFlow")
 		}
 	}
-	if p.Tags != nil {
-		b, err := json.Marshal(p.Tags)
-		if err != nil {
-			return fault.Invalid(fault.KindInvalidValue, "tags", fmt.Sprint(p.Tags), "must encode as a JSON object: "+err.Error())
-		}
-		if len(b) > MaxTagsBytes {
-			return fault.Invalid(fault.KindTooLarge, "tags", strconv.Itoa(len(b))+" bytes", fmt.Sprintf("at most %d bytes of JSON", MaxTagsBytes))
-		}
-		if err := validateJSONText("tags", b); err != nil {
-			return err
-		}
-		// encoding/json silently replaces invalid UTF-8; refuse it instead
-		// of storing something other than what was given.
-		if err := validateTagValue(p.Tags); err != nil {
-			return err
-		}
-	} else {
+	return p.normalizeTags()
+}
+
+// normalizeTags checks the tags encode as a JSON object of bounded size,
+// exactly as given; nil becomes the empty object.
+func (p *CreateParams) normalizeTags() error {
+	if p.Tags == nil {
 		p.Tags = map[string]any{}
+		return nil
 	}
-	return nil
+	b, err := json.Marshal(p.Tags)
+	if err != nil {
+		return fault.Invalid(fault.KindInvalidValue, "tags", fmt.Sprint(p.Tags), "must encode as a JSON object: "+err.Error())
+	}
+	if len(b) > MaxTagsBytes {
+		return fault.Invalid(fault.KindTooLarge, "tags", strconv.Itoa(len(b))+" bytes", fmt.Sprintf("at most %d bytes of JSON", MaxTagsBytes))
+	}
+	if err := validateJSONText("tags", b); err != nil {
+		return err
+	}
+	// encoding/json silently replaces invalid UTF-8; refuse it instead of
+	// storing something other than what was given.
+	return validateTagValue(p.Tags)
 }
 
 func validateCapabilities(field string, caps []string) error {

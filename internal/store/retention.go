@@ -73,14 +73,22 @@ WHERE e.partition_key = v.partition_key AND e.execution_id = v.execution_id`
 // again. Outbox events are not touched: outbox retention deletes them
 // once every consumer has read them.
 func DeleteFinishedExecutions(ctx context.Context, db DB, ages Ages, limit int) (int, error) {
+	return deleteFinished(ctx, db, "executions", deleteExecutionsSQL, ages, limit,
+		func(youngest time.Duration) any { return uuidAt(time.Now().Add(-youngest)) })
+}
+
+// deleteFinished runs one retention statement: $1 and $2 the namespaces'
+// ages, $3 the bound that lets it read only old rows (bound of the
+// youngest age), $4 the default age, $5 the batch size.
+func deleteFinished(ctx context.Context, db DB, what, sql string, ages Ages, limit int, bound func(time.Duration) any) (int, error) {
 	youngest := ages.youngest()
 	if youngest == 0 {
 		return 0, nil
 	}
 	names, us := ages.arrays()
-	tag, err := db.Exec(ctx, deleteExecutionsSQL, names, us, uuidAt(time.Now().Add(-youngest)), micros(max(ages.Default, 0)), limit)
+	tag, err := db.Exec(ctx, sql, names, us, bound(youngest), micros(max(ages.Default, 0)), limit)
 	if err != nil {
-		return 0, wrap("delete finished executions", err)
+		return 0, wrap("delete finished "+what, err)
 	}
 	return int(tag.RowsAffected()), nil
 }
@@ -128,14 +136,6 @@ WHERE f.partition_key = v.partition_key AND f.flow_id = v.flow_id`
 // DeleteFinishedFlows deletes up to limit finished flows older than their
 // namespace's age, with their members, attempts, edges and groups.
 func DeleteFinishedFlows(ctx context.Context, db DB, ages Ages, limit int) (int, error) {
-	youngest := ages.youngest()
-	if youngest == 0 {
-		return 0, nil
-	}
-	names, us := ages.arrays()
-	tag, err := db.Exec(ctx, deleteFlowsSQL, names, us, micros(youngest), micros(max(ages.Default, 0)), limit)
-	if err != nil {
-		return 0, wrap("delete finished flows", err)
-	}
-	return int(tag.RowsAffected()), nil
+	return deleteFinished(ctx, db, "flows", deleteFlowsSQL, ages, limit,
+		func(youngest time.Duration) any { return micros(youngest) })
 }
