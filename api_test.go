@@ -159,11 +159,12 @@ func TestStreamWALDeliversPublicEvents(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the stream never started")
 	}
-	res, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "wal"})
+	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "audit", Params: ffd.CreateParams{Lane: "wal"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.client.Cancel(f.Ctx, res.Execution.ID, "", ""); err != nil {
+	x := sub.Executions["audit"]
+	if _, err := f.client.Cancel(f.Ctx, x.ID, "", ""); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.After(time.Minute)
@@ -171,10 +172,10 @@ func TestStreamWALDeliversPublicEvents(t *testing.T) {
 		select {
 		case ev := <-got:
 			for _, e := range ev {
-				found = found || e.Stream == ffd.StreamCompletion && e.ExecutionID == res.Execution.ID.String() && e.Outcome == "cancelled"
+				found = found || e.Stream == ffd.StreamCompletion && e.ExecutionID == x.ID.String() && e.Outcome == "cancelled" && e.Step == "audit"
 			}
 		case <-deadline:
-			t.Fatal("the cancellation's completion event never came through the WAL stream")
+			t.Fatal("the cancellation's completion event, with its step, never came through the WAL stream")
 		}
 	}
 	stop()

@@ -96,4 +96,19 @@ func TestStepNames(t *testing.T) {
 	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE step IS NOT NULL`); n != 3 {
 		t.Fatalf("%d named members, want 3 (fetch, parse, report)", n)
 	}
+	// A member's completion event names its step.
+	if _, err := f.client.Cancel(f.Ctx, sub.Executions["fetch"].ID, "test", "test"); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := f.client.ReadEvents(f.Ctx, ffd.StreamCompletion, ffd.OutboxCursor{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := false
+	for _, e := range evs {
+		named = named || e.ExecutionID == sub.Executions["fetch"].ID.String() && e.Step == "fetch"
+	}
+	if !named {
+		t.Fatalf("no completion event of fetch naming its step among %+v", evs)
+	}
 }

@@ -46,8 +46,10 @@ type OutboxEvent struct {
 	OccurredAt time.Time `json:"occurred_at"`
 	// Attempt is the execution's attempt.
 	Attempt int `json:"attempt"`
-	// Outcome, Namespace and DispatchedAt are completion events' only.
+	// Outcome, Step, Namespace and DispatchedAt are completion events'
+	// only; Step is a flow member's step name.
 	Outcome      string     `json:"outcome,omitempty"`
+	Step         string     `json:"step,omitempty"`
 	Namespace    string     `json:"namespace,omitempty"`
 	DispatchedAt *time.Time `json:"dispatched_at,omitempty"`
 	// EventType, LeaseEpoch, Worker and LeaseExpiresAt are lease events'
@@ -68,7 +70,7 @@ func eventsOf(es []store.Event) []OutboxEvent {
 		out[i] = OutboxEvent{
 			Stream: OutboxStream(e.Stream), EventID: e.EventID, TxID: e.TxID, PartitionKey: e.PartitionKey,
 			ExecutionID: e.ExecutionID, FlowID: e.FlowID, OccurredAt: e.OccurredAt, Attempt: e.Attempt,
-			Outcome: e.Outcome, Namespace: e.Namespace, DispatchedAt: e.DispatchedAt,
+			Outcome: e.Outcome, Step: e.Step, Namespace: e.Namespace, DispatchedAt: e.DispatchedAt,
 			EventType: e.EventType, LeaseEpoch: e.LeaseEpoch, Worker: e.Worker, LeaseExpiresAt: e.LeaseExpiresAt,
 		}
 	}

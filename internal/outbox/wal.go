@@ -313,6 +313,8 @@ func (s *walStream) decode(rel *pglogrepl.RelationMessage, tuple *pglogrepl.Tupl
 			e.FlowID = text
 		case "outcome":
 			e.Outcome = text
+		case "step":
+			e.Step = text
 		case "namespace":
 			e.Namespace = text
 		case "attempt":

@@ -27,6 +27,7 @@ type Event struct {
 	Attempt      int       `json:"attempt"`
 	// Completion events.
 	Outcome      string     `json:"outcome,omitempty"`
+	Step         string     `json:"step,omitempty"` // a flow member's step name
 	Namespace    string     `json:"namespace,omitempty"`
 	DispatchedAt *time.Time `json:"dispatched_at,omitempty"`
 	// Lease events.
@@ -73,18 +74,18 @@ func ParseTxID(s string) (uint64, error) {
 const (
 	completionSelect = `SELECT 'completion'::text AS stream, event_id, txid::text AS txid_text, partition_key,
 		execution_id, flow_id, occurred_at, attempt, outcome, namespace, dispatched_at, NULL::text AS event_type,
-		NULL::bigint AS lease_epoch, NULL::text AS worker, NULL::timestamptz AS lease_expires_at, txid AS tx
+		NULL::bigint AS lease_epoch, NULL::text AS worker, NULL::timestamptz AS lease_expires_at, step, txid AS tx
 	FROM ff_completion_event
 	WHERE (txid, event_id) > ($1::text::xid8, $2::bigint) AND txid < pg_snapshot_xmin(pg_current_snapshot())
 	ORDER BY txid, event_id LIMIT $3`
 	leaseSelect = `SELECT 'lease'::text AS stream, event_id, txid::text AS txid_text, partition_key,
 		execution_id, NULL::uuid AS flow_id, occurred_at, attempt, NULL::text AS outcome, NULL::text AS namespace,
-		NULL::timestamptz AS dispatched_at, event_type, lease_epoch, worker, lease_expires_at, txid AS tx
+		NULL::timestamptz AS dispatched_at, event_type, lease_epoch, worker, lease_expires_at, NULL::text AS step, txid AS tx
 	FROM ff_lease_event
 	WHERE (txid, event_id) > ($1::text::xid8, $2::bigint) AND txid < pg_snapshot_xmin(pg_current_snapshot())
 	ORDER BY txid, event_id LIMIT $3`
 	eventColumns = `stream, event_id, txid_text, partition_key, execution_id, flow_id, occurred_at, attempt, outcome,
-		namespace, dispatched_at, event_type, lease_epoch, worker, lease_expires_at`
+		namespace, dispatched_at, event_type, lease_epoch, worker, lease_expires_at, step`
 )
 
 // The three reads, one per stream. For both, each side is already
@@ -124,10 +125,11 @@ func scanEvent(r pgx.CollectableRow) (Event, error) {
 		stream, txid                string
 		exec, flow                  *uuid.UUID
 		outcome, ns, evType, worker *string
+		step                        *string
 		epoch                       *int64
 	)
 	err := r.Scan(&stream, &e.EventID, &txid, &e.PartitionKey, &exec, &flow, &e.OccurredAt, &e.Attempt,
-		&outcome, &ns, &e.DispatchedAt, &evType, &epoch, &worker, &e.LeaseExpiresAt)
+		&outcome, &ns, &e.DispatchedAt, &evType, &epoch, &worker, &e.LeaseExpiresAt, &step)
 	if err != nil {
 		return e, err
 	}
@@ -140,6 +142,7 @@ func scanEvent(r pgx.CollectableRow) (Event, error) {
 		e.FlowID = flow.String()
 	}
 	e.Outcome, e.Namespace, e.EventType, e.Worker = deref(outcome), deref(ns), deref(evType), deref(worker)
+	e.Step = deref(step)
 	if epoch != nil {
 		e.LeaseEpoch = *epoch
 	}

@@ -66,9 +66,9 @@ carried AS (
 	UPDATE ff_execution e SET state = 'completed', result = o.result, terminal_at = now()
 	FROM i JOIN ff_execution o ON o.partition_key = i.op AND o.execution_id = i.oid AND o.state = 'completed'
 	WHERE e.partition_key = i.np AND e.execution_id = i.nid AND e.state IN ('blocked', 'pending')
-	RETURNING e.partition_key, e.execution_id, e.flow_id, e.namespace)
-INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, attempt, namespace)
-SELECT partition_key, execution_id, flow_id, 'success', 0, namespace FROM carried`
+	RETURNING e.partition_key, e.execution_id, e.flow_id, e.namespace, e.step)
+INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, attempt, namespace, step)
+SELECT partition_key, execution_id, flow_id, 'success', 0, namespace, step FROM carried`
 
 // CarryCompleted completes the new executions with their originals'
 // results (the originals must be completed).

@@ -81,7 +81,7 @@ WITH input AS (
 	FROM locked l
 	WHERE e.partition_key = l.partition_key AND e.execution_id = l.execution_id
 	RETURNING e.partition_key, e.execution_id, e.flow_id, e.namespace, e.attempt, e.lease_epoch,
-		e.state, l.old_state, l.error, l.reason, l.outcome, l.attempt_outcome, l.lease_end
+		e.state, e.step, l.old_state, l.error, l.reason, l.outcome, l.attempt_outcome, l.lease_end
 ), att AS (
 	UPDATE ff_attempt a SET
 		ended_at = now(),
@@ -104,9 +104,9 @@ WITH input AS (
 ), cev AS (
 	-- An execution outside any flow has nothing to cascade: its event is
 	-- born dispatched (migration 00004).
-	INSERT INTO ff_completion_event (event_id, partition_key, execution_id, flow_id, outcome, attempt, namespace, dispatched_at)
+	INSERT INTO ff_completion_event (event_id, partition_key, execution_id, flow_id, outcome, attempt, namespace, dispatched_at, step)
 	SELECT event_id, partition_key, execution_id, flow_id, outcome, attempt, namespace,
-		CASE WHEN flow_id IS NULL THEN now() END
+		CASE WHEN flow_id IS NULL THEN now() END, step
 	FROM ended
 )
 SELECT partition_key, execution_id, flow_id, state, attempt, lease_epoch, old_state = 'running', event_id
