@@ -66,6 +66,34 @@ func TestEmbeddedDaemonRunsAFlow(t *testing.T) {
 	}
 }
 
+// Run runs the embedded daemon in the foreground until its context ends,
+// and returns nil after a graceful stop.
+func TestEmbeddedDaemonRun(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	d, err := ffd.NewDaemon(f.Pool, &ffd.DaemonConfig{Logger: zap.NewNop(), StopTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.Ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	f.WaitFor("the daemon to be ready", d.Ready)
+	cancel()
+	var runErr error
+	f.WaitFor("Run to return", func() bool {
+		select {
+		case runErr = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if runErr != nil || d.Ready() {
+		t.Fatalf("Run returned %v (ready %v); want nil and not ready", runErr, d.Ready())
+	}
+}
+
 // Without a daemon a flow stalls after its first step: the client and
 // its workers say so (a warning and a gauge) once the wait passes the
 // threshold, and say when dispatching resumes after a daemon starts.

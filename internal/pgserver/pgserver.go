@@ -371,9 +371,6 @@ func (s *Server) logTail() string {
 // Port is the TCP port the server listens on at 127.0.0.1.
 func (s *Server) Port() int { return s.port }
 
-// DataDir is the cluster's data directory.
-func (s *Server) DataDir() string { return s.cfg.DataDir }
-
 // URL is a connection URL for database dbname as the superuser postgres.
 func (s *Server) URL(dbname string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.port, dbname)
