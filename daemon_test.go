@@ -80,15 +80,7 @@ func TestEmbeddedDaemonRun(t *testing.T) {
 	go func() { done <- d.Run(ctx) }()
 	f.WaitFor("the daemon to be ready", d.Ready)
 	cancel()
-	var runErr error
-	f.WaitFor("Run to return", func() bool {
-		select {
-		case runErr = <-done:
-			return true
-		default:
-			return false
-		}
-	})
+	runErr := f.await("Run to return", done)
 	if runErr != nil || d.Ready() {
 		t.Fatalf("Run returned %v (ready %v); want nil and not ready", runErr, d.Ready())
 	}

@@ -299,15 +299,7 @@ func TestWorkerRun(t *testing.T) {
 	}
 	f.WaitFor("every execution completed", func() bool { return inLane(ffd.StateCompleted)() && !inLane(ffd.StatePending)() })
 	cancel()
-	var runErr error
-	f.WaitFor("Run to return", func() bool {
-		select {
-		case runErr = <-done:
-			return true
-		default:
-			return false
-		}
-	})
+	runErr := f.await("Run to return", done)
 	if runErr != nil {
 		t.Fatalf("Run: %v, want nil", runErr)
 	}
@@ -318,6 +310,22 @@ func TestWorkerRun(t *testing.T) {
 	if !inLane(ffd.StatePending)() {
 		t.Fatal("an execution created after Run returned was claimed")
 	}
+}
+
+// await waits, within the test's bound, for the error a goroutine sends
+// on done.
+func (f *fixture) await(what string, done <-chan error) error {
+	f.T.Helper()
+	var err error
+	f.WaitFor(what, func() bool {
+		select {
+		case err = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	return err
 }
 
 // inOneLane is n executions to create in lane, with every other parameter
