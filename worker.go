@@ -52,6 +52,7 @@ type HandlerFunc func(ctx context.Context, job *Job) (result []byte, err error)
 // Job is one claimed execution, handed to a handler.
 type Job struct {
 	*Execution
+	client *Client // for Upstreams
 }
 
 // UnmarshalPayload decodes a JSON payload into v.
@@ -66,8 +67,11 @@ func (j *Job) UnmarshalPayload(v any) error {
 type WorkerConfig struct {
 	// Lanes to claim from; at least one. Required.
 	Lanes []string
-	// Handler runs each execution. Required.
+	// Handler runs each execution. Set it, or Kinds; not both.
 	Handler HandlerFunc
+	// Kinds runs each execution by the handler registered for its kind
+	// (Handle, HandleBytes). Set it, or Handler; not both.
+	Kinds *Kinds
 	// ID names the worker (a role or host). Default: the host name.
 	ID string
 	// Instance distinguishes processes with the same ID. Default: random.
@@ -149,8 +153,19 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 			return nil, err
 		}
 	}
-	if cfg.Handler == nil {
-		return nil, fault.Invalid(fault.KindRequired, "handler", "nil", "a handler is required")
+	switch {
+	case cfg.Handler != nil && cfg.Kinds != nil:
+		return nil, fault.Invalid(fault.KindInvalidValue, "handler", "handler and kinds", "set Handler or Kinds, not both")
+	case cfg.Kinds != nil:
+		if cfg.Kinds.err != nil {
+			return nil, cfg.Kinds.err
+		}
+		if len(cfg.Kinds.handlers) == 0 {
+			return nil, fault.Invalid(fault.KindRequired, "kinds", "empty", "register at least one kind")
+		}
+		cfg.Handler = cfg.Kinds.route()
+	case cfg.Handler == nil:
+		return nil, fault.Invalid(fault.KindRequired, "handler", "nil", "a handler (Handler or Kinds) is required")
 	}
 	for _, err := range []error{
 		bound.Concurrency.Fill("Concurrency", &cfg.Concurrency, DefaultConcurrency),
@@ -467,7 +482,7 @@ func (w *Worker) execute(ctx context.Context, j *runningJob) {
 	var result []byte
 	var herr error
 	var pc panics.Catcher
-	pc.Try(func() { result, herr = w.cfg.Handler(ctx, &Job{Execution: x}) })
+	pc.Try(func() { result, herr = w.cfg.Handler(ctx, &Job{Execution: x, client: w.client}) })
 	close(hbDone)
 	<-hbStopped
 	if r := pc.Recovered(); r != nil {

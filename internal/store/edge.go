@@ -192,3 +192,29 @@ func ApplyEdge(ctx context.Context, tx pgx.Tx, flowID, edgeID uuid.UUID, down id
 		ident.Partition(flowID), flowID, edgeID, down.UUID)
 	return err
 }
+
+// Upstream is one upstream of a flow member: its step, state and result.
+type Upstream struct {
+	Step   string
+	ID     ident.ExecutionID
+	State  State
+	Result []byte
+}
+
+// UpstreamsOf reads the upstreams of down (over its applied and resolved
+// edges), by step name, in one query on ff_edge_downstream.
+func UpstreamsOf(ctx context.Context, db DB, flowID uuid.UUID, down ident.ExecutionID) ([]Upstream, error) {
+	rows, err := db.Query(ctx, `SELECT coalesce(u.step, ''), u.partition_key, u.execution_id, u.state, u.result
+		FROM ff_edge e JOIN ff_execution u ON u.partition_key = e.partition_key AND u.execution_id = e.upstream_id
+		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.downstream_id = $3 AND e.state <> 'staged'
+		ORDER BY u.step, u.execution_id`, down.Partition, flowID, down.UUID)
+	if err != nil {
+		return nil, wrap("read the upstreams of "+down.String(), err)
+	}
+	us, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Upstream, error) {
+		var u Upstream
+		err := r.Scan(&u.Step, &u.ID.Partition, &u.ID.UUID, &u.State, &u.Result)
+		return u, err
+	})
+	return us, wrap("read the upstreams of "+down.String(), err)
+}
