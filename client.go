@@ -274,7 +274,7 @@ func (c *Client) ListTx(ctx context.Context, tx pgx.Tx, p ListParams) (*ListPage
 }
 
 func (c *Client) list(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
-	lp := leases.ListParams{Namespace: p.Namespace, Lane: p.Lane, State: store.State(p.State), FlowID: p.FlowID, Limit: p.Limit}
+	lp := leases.ListParams{Namespace: p.Namespace, Lane: p.Lane, State: store.State(p.State), Kind: p.Kind, FlowID: p.FlowID, Limit: p.Limit}
 	if p.After != nil {
 		after := ident.ExecutionID(*p.After)
 		lp.After = &after

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -151,4 +152,115 @@ func ExampleNewDaemon() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// Output: completed
+}
+
+// Typed handlers, one per kind: the payload arrives decoded, the result
+// leaves encoded.
+func ExampleHandle() {
+	ctx := context.Background()
+	pool, err := ffd.NewPool(ctx, os.Getenv("FFD_DATABASE_URL"), nil)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	client, _ := ffd.NewClient(pool, &ffd.Config{Logger: zap.NewNop()})
+
+	type resize struct {
+		Image string `json:"image"`
+		Width int    `json:"width"`
+	}
+	type resized struct {
+		URL string `json:"url"`
+	}
+	kinds := ffd.NewKinds()
+	ffd.Handle(kinds, "resize", func(_ context.Context, _ *ffd.Job, r resize) (resized, error) {
+		return resized{URL: fmt.Sprintf("https://cdn.example.com/%d/%s", r.Width, r.Image)}, nil
+	})
+	worker, err := ffd.NewWorker(client, ffd.WorkerConfig{Lanes: []string{"images"}, Kinds: kinds})
+	if err != nil {
+		panic(err)
+	}
+	if err := worker.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer worker.Stop(ctx)
+
+	created, err := client.Create(ctx, ffd.CreateParams{Lane: "images", Kind: "resize", JSON: resize{Image: "cat.png", Width: 320}})
+	if err != nil {
+		panic(err)
+	}
+	for {
+		x, err := client.Get(ctx, created.Execution.ID)
+		if err != nil {
+			panic(err)
+		}
+		if x.State == ffd.StateCompleted {
+			fmt.Println(string(x.Result))
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Output: {"url":"https://cdn.example.com/320/cat.png"}
+}
+
+// A join step combines its parents' outputs: UpstreamResults reads them,
+// decoded, by step name, in one query.
+func ExampleUpstreamResults() {
+	ctx := context.Background()
+	pool, err := ffd.NewPool(ctx, os.Getenv("FFD_DATABASE_URL"), nil)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	quiet := zap.NewNop()
+	client, _ := ffd.NewClient(pool, &ffd.Config{Logger: quiet})
+	daemon, _ := ffd.NewDaemon(pool, &ffd.DaemonConfig{Logger: quiet})
+	if err := daemon.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer daemon.Stop()
+
+	type count struct {
+		Words int `json:"words"`
+	}
+	kinds := ffd.NewKinds()
+	ffd.Handle(kinds, "count", func(_ context.Context, job *ffd.Job, text string) (count, error) {
+		return count{Words: len(strings.Fields(text))}, nil
+	})
+	ffd.Handle(kinds, "total", func(ctx context.Context, job *ffd.Job, _ struct{}) (int, error) {
+		counts, err := ffd.UpstreamResults[count](ctx, job)
+		if err != nil {
+			return 0, err
+		}
+		return counts["chapter-1"].Words + counts["chapter-2"].Words, nil
+	})
+	worker, _ := ffd.NewWorker(client, ffd.WorkerConfig{Lanes: []string{"books"}, Kinds: kinds})
+	if err := worker.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer worker.Stop(ctx)
+
+	sub, err := client.SubmitFlow(ctx, ffd.SubmitFlowParams{
+		Nodes: []ffd.SubmitNode{
+			{Ref: "chapter-1", Params: ffd.CreateParams{Lane: "books", Kind: "count", JSON: "It was a dark and stormy night"}},
+			{Ref: "chapter-2", Params: ffd.CreateParams{Lane: "books", Kind: "count", JSON: "The end"}},
+			{Ref: "total", Params: ffd.CreateParams{Lane: "books", Kind: "total"}},
+		},
+		Edges: []ffd.SubmitEdge{{From: "chapter-1", To: "total"}, {From: "chapter-2", To: "total"}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	for {
+		x, err := client.Get(ctx, sub.Executions["total"].ID)
+		if err != nil {
+			panic(err)
+		}
+		if x.State.Terminal() {
+			fmt.Println(x.State, string(x.Result))
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Output: completed 9
 }

@@ -341,10 +341,11 @@ type Requeued struct {
 
 // ListParams filters List; zero fields do not filter.
 type ListParams struct {
-	// Namespace, Lane and State select executions; empty: any.
+	// Namespace, Lane, State and Kind select executions; empty: any.
 	Namespace string
 	Lane      string
 	State     State
+	Kind      string
 	// FlowID selects a flow's members.
 	FlowID *uuid.UUID
 	// After is the cursor: the previous page's Next.

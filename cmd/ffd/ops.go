@@ -93,6 +93,7 @@ type ExecListCmd struct {
 	output
 	Lane  string `name:"lane" help:"Only this lane."`
 	State string `name:"state" help:"Only this state."`
+	Kind  string `name:"kind" help:"Only this kind."`
 	Flow  string `name:"flow" help:"Only members of this flow."`
 	After string `name:"after" help:"Cursor: the last execution id of the previous page."`
 	Limit int    `name:"limit" default:"50" help:"Page size (1..1000)."`
@@ -100,7 +101,7 @@ type ExecListCmd struct {
 
 // Run prints one page.
 func (c *ExecListCmd) Run(ctx context.Context, g *Globals) error {
-	p := ffd.ListParams{Lane: c.Lane, State: ffd.State(c.State), Limit: c.Limit}
+	p := ffd.ListParams{Lane: c.Lane, State: ffd.State(c.State), Kind: c.Kind, Limit: c.Limit}
 	if c.Flow != "" {
 		id, err := ident.ParseUUID("flow id", c.Flow)
 		if err != nil {

@@ -22,6 +22,7 @@ type ListParams struct {
 	Namespace string
 	Lane      string
 	State     store.State
+	Kind      string
 	FlowID    *uuid.UUID
 	// After is the cursor: the last execution id of the previous page.
 	After *ident.ExecutionID
@@ -59,7 +60,7 @@ func List(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
 		after = &p.After.UUID
 	}
 	xs, err := store.ListExecutions(ctx, db, store.ExecutionFilter{Namespace: p.Namespace, Lane: p.Lane,
-		State: p.State, FlowID: p.FlowID, After: after, Limit: limit + 1})
+		State: p.State, Kind: p.Kind, FlowID: p.FlowID, After: after, Limit: limit + 1})
 	if err != nil {
 		return nil, err
 	}

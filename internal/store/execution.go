@@ -212,6 +212,7 @@ type ExecutionFilter struct {
 	Namespace string
 	Lane      string
 	State     State
+	Kind      string
 	FlowID    *uuid.UUID
 	After     *uuid.UUID // keyset cursor: ids after this one
 	Limit     int        // rows to return, ≥ 1
@@ -225,9 +226,10 @@ func ListExecutions(ctx context.Context, db DB, f ExecutionFilter) ([]*Execution
 			AND ($3::text IS NULL OR e.state = $3)
 			AND ($4::uuid IS NULL OR e.flow_id = $4)
 			AND ($5::uuid IS NULL OR e.execution_id > $5)
+			AND ($7::text IS NULL OR e.kind = $7)
 		ORDER BY e.execution_id
 		LIMIT $6`,
-		nullIfEmpty(f.Namespace), nullIfEmpty(f.Lane), nullIfEmpty(string(f.State)), f.FlowID, f.After, f.Limit)
+		nullIfEmpty(f.Namespace), nullIfEmpty(f.Lane), nullIfEmpty(string(f.State)), f.FlowID, f.After, f.Limit, nullIfEmpty(f.Kind))
 	if err != nil {
 		return nil, wrap("list executions", err)
 	}
