@@ -15,6 +15,7 @@ import (
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/outbox"
+	"github.com/flowfabric/ffd/internal/schedule"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -127,6 +128,7 @@ func TestPublicNamesMatchTheStore(t *testing.T) {
 	same("decisions", strs(ffd.DecisionPending, ffd.DecisionSatisfied, ffd.DecisionImpossible), strs(store.Decisions...))
 	same("cancel policies", strs(ffd.CancelFlowOnly, ffd.CancelAll, ffd.CancelPending), strs(store.CancelPolicies...))
 	same("streams", strs(ffd.StreamCompletion, ffd.StreamLease, ffd.StreamAll), strs(store.Streams...))
+	same("missed-tick policies", strs(ffd.MissedLatest, ffd.MissedSkip, ffd.MissedAll), []string{schedule.MissedLatest, schedule.MissedSkip, schedule.MissedAll})
 }
 
 func strs[S ~string](xs ...S) []string {

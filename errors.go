@@ -175,6 +175,9 @@ func publicObject(v any) any {
 		return groupOf(o)
 	case *store.Consumer:
 		return consumerOf(o)
+	case *store.Schedule:
+		out, _ := scheduleOf(o, nil)
+		return out
 	case *store.EdgeGroup:
 		if o == nil {
 			return nil

@@ -526,6 +526,14 @@ func (c *Client) SubmitFlowTx(ctx context.Context, tx pgx.Tx, p SubmitFlowParams
 }
 
 func (c *Client) submitFlow(ctx context.Context, db store.DB, p SubmitFlowParams) (*SubmittedFlow, error) {
+	sp, err := p.internal(c)
+	if err != nil {
+		return nil, err
+	}
+	return submittedOf(flows.Submit(ctx, db, c.limits, sp))
+}
+
+func (p SubmitFlowParams) internal(c *Client) (flows.SubmitParams, error) {
 	if p.Flow.Namespace == "" {
 		p.Flow.Namespace = c.cfg.Namespace
 	}
@@ -539,7 +547,7 @@ func (c *Client) submitFlow(ctx context.Context, db store.DB, p SubmitFlowParams
 		}
 		ip, err := n.Params.internal(c)
 		if err != nil {
-			return nil, err
+			return flows.SubmitParams{}, err
 		}
 		sp.Nodes[i] = flows.SubmitNode{Ref: n.Ref, Params: ip}
 		if n.Policy != nil {
@@ -547,7 +555,7 @@ func (c *Client) submitFlow(ctx context.Context, db store.DB, p SubmitFlowParams
 			sp.Nodes[i].Policy = &pol
 		}
 	}
-	return submittedOf(flows.Submit(ctx, db, c.limits, sp))
+	return sp, nil
 }
 
 func submittedOf(sub *flows.Submitted, err error) (*SubmittedFlow, error) {

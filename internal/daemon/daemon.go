@@ -43,6 +43,7 @@ const (
 	DefaultSampleInterval    = 15 * time.Second
 	DefaultTimerLimit        = 1000
 	DefaultRetentionInterval = time.Minute
+	DefaultScheduleInterval  = time.Second
 	// DefaultExecutionRetention is how long `ffd run` and embedded
 	// daemons keep finished executions and flows.
 	DefaultExecutionRetention = 30 * 24 * time.Hour
@@ -96,6 +97,9 @@ type Config struct {
 	// NamespaceRetention overrides ExecutionRetention for the namespaces
 	// it names (0: keep that namespace's forever). Default none.
 	NamespaceRetention map[string]time.Duration
+	// ScheduleInterval is how often due schedules are fired: a tick fires
+	// up to this late. Default DefaultScheduleInterval (1 s).
+	ScheduleInterval time.Duration
 	// ConsumerIdleLimit: consumers that have not read for this long while
 	// events wait are reported (logs and metrics). Default 24 h.
 	ConsumerIdleLimit time.Duration
@@ -126,6 +130,7 @@ func (c *Config) normalize() error {
 		bound.StopTimeout.Fill("StopTimeout", &c.StopTimeout, DefaultStopTimeout),
 		bound.SampleInterval.Fill("SampleInterval", &c.SampleInterval, DefaultSampleInterval),
 		bound.RetentionInterval.Fill("RetentionInterval", &c.RetentionInterval, DefaultRetentionInterval),
+		bound.SweepInterval.Fill("ScheduleInterval", &c.ScheduleInterval, DefaultScheduleInterval),
 		bound.ConsumerIdleLimit.Fill("ConsumerIdleLimit", &c.ConsumerIdleLimit, outbox.DefaultIdleConsumerAge),
 	} {
 		if err != nil {
@@ -209,7 +214,7 @@ func New(cfg Config) (*Daemon, error) {
 		hints: newHints(cfg.Metrics, cfg.QueueSize)}
 	e.due = &dueLanes{e: e}
 	d := &Daemon{e: e, sweeper: &sweeper{e: e}, watchdog: &watchdog{e: e}, firstConnect: make(chan struct{})}
-	d.workers = []component{&cascadePool{e: e}, &siblingPool{e: e}, newTimerWorker(e), d.sweeper, d.watchdog, &sampler{e: e}, &retainer{e: e}}
+	d.workers = []component{&cascadePool{e: e}, &siblingPool{e: e}, newTimerWorker(e), d.sweeper, d.watchdog, &sampler{e: e}, &retainer{e: e}, &scheduler{e: e}}
 	if cfg.AdminAddr != "" {
 		d.admin = &adminServer{addr: cfg.AdminAddr, ready: d.Ready, m: cfg.Metrics}
 	}

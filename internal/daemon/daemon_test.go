@@ -604,3 +604,53 @@ func TestExecutionRetentionInDaemon(t *testing.T) {
 		return counterValue(t, d.Metrics(), "ffd_retention_deleted_total") == 1
 	})
 }
+
+// Three daemons fire one schedule: every tick once. The ticks created are
+// consecutive seconds, each created by exactly one daemon (their counters
+// add up to the rows), and the schedule's own count agrees.
+func TestScheduleFiresOnceAcrossDaemons(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var ds []*daemon.Daemon
+	for range 3 {
+		ds = append(ds, f.startDaemon(daemon.Config{Pool: f.pool(4), ScheduleInterval: 50 * time.Millisecond}))
+	}
+	if _, err := f.client.CreateSchedule(f.Ctx, ffd.ScheduleParams{Name: "heartbeat", Cron: "@every 1s",
+		Execution: &ffd.CreateParams{Lane: "beats", Kind: "beat"}}); err != nil {
+		t.Fatal(err)
+	}
+	f.WaitFor("five ticks", func() bool {
+		return f.Count(`SELECT count(*) FROM ff_execution WHERE lane = 'beats'`) >= 5
+	})
+	if _, err := f.client.PauseSchedule(f.Ctx, "heartbeat"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := f.Pool.Query(f.Ctx, `SELECT (tags->>'ffd_tick')::timestamptz FROM ff_execution WHERE lane = 'beats' ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticks, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(ticks); i++ {
+		if d := ticks[i].Sub(ticks[i-1]); d != time.Second {
+			t.Fatalf("ticks %s and %s are %s apart; want every second, once: %v", ticks[i-1], ticks[i], d, ticks)
+		}
+	}
+	byDaemons := func() (n float64) {
+		for _, d := range ds {
+			n += counterValue(t, d.Metrics(), "ffd_schedule_ticks_total")
+		}
+		return n
+	}
+	// A daemon counts its ticks just after its transaction commits.
+	f.WaitFor("the daemons' counts", func() bool { return int(byDaemons()) >= len(ticks) })
+	s, err := f.client.GetSchedule(f.Ctx, "heartbeat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := byDaemons(); int(n) != len(ticks) || int(s.Fired) != len(ticks) {
+		t.Fatalf("%d ticks created, the daemons counted %v, the schedule %d; want all equal", len(ticks), n, s.Fired)
+	}
+}

@@ -30,6 +30,7 @@ type Metrics struct {
 	outboxDeleted     *prometheus.CounterVec
 	idleConsumers     prometheus.Gauge
 	retentionDeleted  *prometheus.CounterVec
+	scheduleTicks     prometheus.Counter
 }
 
 // NewMetrics registers the metrics in a registry of their own.
@@ -90,6 +91,8 @@ func NewMetrics() *Metrics {
 			"stream"),
 		idleConsumers: gauge("ffd_outbox_idle_consumers",
 			"Named consumers idle beyond the limit while events wait for them."),
+		scheduleTicks: counter("ffd_schedule_ticks_total",
+			"Schedule ticks fired by this daemon (each created an execution or submitted a flow)."),
 		retentionDeleted: counterVec("ffd_retention_deleted_total",
 			"Finished solo executions and finished flows (each with its members, edges and groups) deleted by retention, by kind.",
 			"kind"),

@@ -79,6 +79,20 @@ func Submit(ctx context.Context, db store.DB, lim leases.Limits, p SubmitParams)
 	return res, nil
 }
 
+// Validate checks a submission as Submit would, without writing: for a
+// submission stored to be made later (a schedule's).
+func Validate(p SubmitParams, lim leases.Limits) error {
+	if err := p.Flow.normalize(); err != nil {
+		return err
+	}
+	g, err := graphOf(p)
+	if err != nil {
+		return err
+	}
+	_, _, err = planNodes(p, g, lim)
+	return err
+}
+
 // graph is a validated submission's shape: node indexes by ref, and each
 // node's in-degree and successors.
 type graph struct {

@@ -1,0 +1,131 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/flows"
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+// flowIDSpace derives the flow id of a tick: the same (schedule, tick)
+// always names the same flow.
+var flowIDSpace = uuid.MustParse("5b0e6c1e-6f0a-4d1e-9a53-3f0c2b9d7a41")
+
+// FlowID is the id of the flow a tick submits.
+func FlowID(name string, tick time.Time) uuid.UUID {
+	return uuid.NewSHA1(flowIDSpace, []byte(name+"@"+tick.UTC().Format(time.RFC3339Nano)))
+}
+
+// Result is what one Fire pass did.
+type Result struct {
+	Schedules int // schedules taken
+	Ticks     int // ticks that created something
+}
+
+// Fire takes up to limit due schedules in one transaction, fires their due
+// ticks and moves each past now. A schedule whose firing fails (its
+// parameters no longer valid, say) is paused and logged, so that it does
+// not fail every pass; the others fire.
+func Fire(ctx context.Context, db store.DB, lim leases.Limits, limit int, log *zap.Logger) (Result, error) {
+	var res Result
+	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
+		res = Result{}
+		due, err := store.LockDueSchedules(ctx, tx, limit)
+		if err != nil || len(due) == 0 {
+			return err
+		}
+		now, err := store.Now(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, s := range due {
+			n, err := fireOne(ctx, tx, lim, s, now)
+			if err != nil {
+				log.Error("schedule failed to fire; pausing it", zap.String("schedule", s.Name), zap.Error(err))
+				if err := store.SetSchedulePaused(ctx, tx, s.Name, true, s.NextRunAt); err != nil {
+					return err
+				}
+				continue
+			}
+			res.Schedules++
+			res.Ticks += n
+		}
+		return nil
+	})
+	return res, err
+}
+
+// fireOne fires one schedule's due ticks in a savepoint and advances it.
+func fireOne(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedule, now time.Time) (int, error) {
+	spec, err := Parse(s.Spec, s.Timezone)
+	if err != nil {
+		return 0, err
+	}
+	ticks, after := spec.Plan(s.NextRunAt, now, s.Missed)
+	if after.IsZero() {
+		return 0, fmt.Errorf("%q has no tick after %s", s.Spec, now.UTC().Format(time.RFC3339))
+	}
+	fired := 0
+	err = store.InTx(ctx, tx, func(sp pgx.Tx) error {
+		for _, tick := range ticks {
+			created, err := fireTick(ctx, sp, lim, s, tick)
+			if err != nil {
+				return fmt.Errorf("tick %s: %w", tick.UTC().Format(time.RFC3339), err)
+			}
+			if created {
+				fired++
+			}
+		}
+		return store.AdvanceSchedule(ctx, sp, s.Name, fired, after)
+	})
+	return fired, err
+}
+
+// fireTick creates what one tick asks for; false when it already exists
+// (a tick can only be planned twice if a transaction was retried).
+func fireTick(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedule, tick time.Time) (bool, error) {
+	tags := map[string]any{"ffd_schedule": s.Name, "ffd_tick": tick.UTC().Format(time.RFC3339Nano)}
+	switch s.Target {
+	case TargetExecution:
+		var p leases.CreateParams
+		if err := decode(s.Params, &p); err != nil {
+			return false, err
+		}
+		p.Namespace, p.IdempotencyKey, p.Tags = s.Namespace, Key(s.Name, tick), merge(p.Tags, tags)
+		_, existed, err := leases.Create(ctx, tx, lim, p)
+		return !existed, err
+	case TargetFlow:
+		var p flows.SubmitParams
+		if err := decode(s.Params, &p); err != nil {
+			return false, err
+		}
+		p.Flow.ID, p.Flow.Namespace, p.Flow.Tags = FlowID(s.Name, tick), s.Namespace, merge(p.Flow.Tags, tags)
+		_, err := flows.Submit(ctx, tx, lim, p)
+		var ce *fault.ConflictError
+		if errors.As(err, &ce) && ce.Object == "flow" {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	return false, fmt.Errorf("unknown target %q", s.Target)
+}
+
+func merge(a, b map[string]any) map[string]any {
+	out := make(map[string]any, len(a)+len(b))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}

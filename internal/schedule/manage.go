@@ -1,0 +1,169 @@
+package schedule
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/flows"
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+// Params is a schedule to create: a tick creates Execution, or submits
+// Flow (exactly one of them).
+type Params struct {
+	Name      string
+	Namespace string // default leases.DefaultNamespace
+	Spec      string
+	Timezone  string // IANA; default UTC
+	Missed    string // default MissedLatest
+	Paused    bool
+	Execution *leases.CreateParams
+	Flow      *flows.SubmitParams
+}
+
+// Create validates a schedule, everything a tick will create included,
+// and stores it, due at its first tick after now. A name in use is a
+// conflict carrying the existing schedule.
+func Create(ctx context.Context, db store.DB, lim leases.Limits, p Params) (*store.Schedule, error) {
+	row, spec, err := validate(lim, p)
+	if err != nil {
+		return nil, err
+	}
+	now, err := store.Now(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	if row.NextRunAt = spec.Next(now); row.NextRunAt.IsZero() {
+		return nil, fault.Invalid(fault.KindInvalidValue, "cron", p.Spec, "it never fires: no date matches")
+	}
+	s, err := store.InsertSchedule(ctx, db, row)
+	if store.IsScheduleTaken(err) {
+		existing, _ := Get(ctx, db, p.Name)
+		return nil, &fault.ConflictError{Object: "schedule", ID: p.Name, Reason: "a schedule with this name exists; delete it first", Existing: existing}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create schedule %s: %w", p.Name, err)
+	}
+	return s, nil
+}
+
+// validate checks p and builds its row.
+func validate(lim leases.Limits, p Params) (store.Schedule, *Spec, error) {
+	if err := leases.ValidateName("name", p.Name); err != nil {
+		return store.Schedule{}, nil, err
+	}
+	if p.Namespace == "" {
+		p.Namespace = leases.DefaultNamespace
+	}
+	if err := leases.ValidateName("namespace", p.Namespace); err != nil {
+		return store.Schedule{}, nil, err
+	}
+	spec, err := Parse(p.Spec, p.Timezone)
+	if err != nil {
+		return store.Schedule{}, nil, err
+	}
+	missed, err := ValidMissed(p.Missed)
+	if err != nil {
+		return store.Schedule{}, nil, err
+	}
+	row := store.Schedule{Name: p.Name, Namespace: p.Namespace, Spec: p.Spec, Timezone: p.Timezone, Missed: missed, Paused: p.Paused}
+	if row.Timezone == "" {
+		row.Timezone = "UTC"
+	}
+	var params any
+	switch {
+	case (p.Execution == nil) == (p.Flow == nil):
+		return store.Schedule{}, nil, fault.Invalid(fault.KindRequired, "target", "", "give an execution or a flow, not both")
+	case p.Execution != nil:
+		row.Target, params = TargetExecution, p.Execution
+		err = validExecution(lim, *p.Execution, p.Namespace)
+	default:
+		row.Target, params = TargetFlow, p.Flow
+		err = validFlow(lim, *p.Flow, p.Namespace)
+	}
+	if err != nil {
+		return store.Schedule{}, nil, err
+	}
+	if row.Params, err = json.Marshal(params); err != nil {
+		return store.Schedule{}, nil, fmt.Errorf("encode the schedule's params: %w", err)
+	}
+	return row, spec, nil
+}
+
+func validExecution(lim leases.Limits, p leases.CreateParams, ns string) error {
+	if p.IdempotencyKey != "" {
+		return fault.Invalid(fault.KindInvalidValue, "idempotency_key", p.IdempotencyKey, "a schedule keys each tick's execution itself")
+	}
+	p.Namespace = ns
+	return p.Normalize(lim)
+}
+
+func validFlow(lim leases.Limits, p flows.SubmitParams, ns string) error {
+	if p.Flow.ID != uuid.Nil {
+		return fault.Invalid(fault.KindInvalidValue, "flow.id", p.Flow.ID.String(), "a schedule names each tick's flow itself")
+	}
+	p.Flow.Namespace = ns
+	return flows.Validate(p, lim)
+}
+
+// Get reads one schedule.
+func Get(ctx context.Context, db store.DB, name string) (*store.Schedule, error) {
+	s, err := store.GetSchedule(ctx, db, name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &fault.NotFoundError{Object: "schedule", ID: name}
+	}
+	return s, err
+}
+
+// SetPaused pauses or resumes a schedule. Resuming makes it due at its
+// first tick after now: ticks that passed while it was paused never fire.
+func SetPaused(ctx context.Context, db store.DB, name string, paused bool) (*store.Schedule, error) {
+	var out *store.Schedule
+	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
+		s, err := store.LockSchedule(ctx, tx, name)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return &fault.NotFoundError{Object: "schedule", ID: name}
+		}
+		if err != nil {
+			return err
+		}
+		next := s.NextRunAt
+		if !paused && s.Paused {
+			spec, err := Parse(s.Spec, s.Timezone)
+			if err != nil {
+				return err
+			}
+			now, err := store.Now(ctx, tx)
+			if err != nil {
+				return err
+			}
+			next = spec.Next(now)
+		}
+		if err := store.SetSchedulePaused(ctx, tx, name, paused, next); err != nil {
+			return err
+		}
+		s.Paused, s.NextRunAt = paused, next
+		out = s
+		return nil
+	})
+	return out, err
+}
+
+// Delete removes a schedule; what it created stays.
+func Delete(ctx context.Context, db store.DB, name string) error {
+	ok, err := store.DeleteSchedule(ctx, db, name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &fault.NotFoundError{Object: "schedule", ID: name}
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Schedule is one row of ff_schedule.
+type Schedule struct {
+	Name      string          `db:"name"`
+	Namespace string          `db:"namespace"`
+	Spec      string          `db:"spec"`
+	Timezone  string          `db:"timezone"`
+	Target    string          `db:"target"` // execution or flow
+	Params    json.RawMessage `db:"params"`
+	Missed    string          `db:"missed"` // latest, skip or all
+	Paused    bool            `db:"paused"`
+	NextRunAt time.Time       `db:"next_run_at"`
+	LastRunAt *time.Time      `db:"last_run_at"`
+	Fired     int64           `db:"fired"`
+	CreatedAt time.Time       `db:"created_at"`
+	UpdatedAt time.Time       `db:"updated_at"`
+}
+
+const scheduleColumns = `name, namespace, spec, timezone, target, params, missed, paused, next_run_at, last_run_at,
+	fired, created_at, updated_at`
+
+func collectSchedules(rows pgx.Rows, err error) ([]*Schedule, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Schedule])
+}
+
+// IsScheduleTaken reports an insert of a schedule whose name exists.
+func IsScheduleTaken(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "ff_schedule_pkey"
+}
+
+// InsertSchedule inserts a schedule.
+func InsertSchedule(ctx context.Context, db DB, s Schedule) (*Schedule, error) {
+	xs, err := collectSchedules(db.Query(ctx, `INSERT INTO ff_schedule (name, namespace, spec, timezone, target, params, missed, paused, next_run_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING `+scheduleColumns,
+		s.Name, s.Namespace, s.Spec, s.Timezone, s.Target, s.Params, s.Missed, s.Paused, s.NextRunAt))
+	if err != nil {
+		return nil, err
+	}
+	return xs[0], nil
+}
+
+// ListSchedules reads every schedule, by name.
+func ListSchedules(ctx context.Context, db DB) ([]*Schedule, error) {
+	xs, err := collectSchedules(db.Query(ctx, `SELECT `+scheduleColumns+` FROM ff_schedule ORDER BY name`))
+	return xs, wrap("list schedules", err)
+}
+
+// LockSchedule reads one schedule under a row lock, or pgx.ErrNoRows.
+func LockSchedule(ctx context.Context, tx pgx.Tx, name string) (*Schedule, error) {
+	xs, err := collectSchedules(tx.Query(ctx, `SELECT `+scheduleColumns+` FROM ff_schedule WHERE name = $1 FOR UPDATE`, name))
+	if err != nil {
+		return nil, err
+	}
+	if len(xs) == 0 {
+		return nil, pgx.ErrNoRows
+	}
+	return xs[0], nil
+}
+
+// LockDueSchedules locks up to limit unpaused schedules due at or before
+// now, skipping those another daemon holds.
+func LockDueSchedules(ctx context.Context, tx pgx.Tx, limit int) ([]*Schedule, error) {
+	xs, err := collectSchedules(tx.Query(ctx, `SELECT `+scheduleColumns+` FROM ff_schedule
+		WHERE NOT paused AND next_run_at <= clock_timestamp()
+		ORDER BY next_run_at LIMIT $1 FOR UPDATE SKIP LOCKED`, limit))
+	return xs, wrap("lock due schedules", err)
+}
+
+// AdvanceSchedule records a firing pass: fired more ticks, the next one
+// due at next.
+func AdvanceSchedule(ctx context.Context, tx pgx.Tx, name string, fired int, next time.Time) error {
+	_, err := tx.Exec(ctx, `UPDATE ff_schedule SET next_run_at = $2, fired = fired + $3,
+		last_run_at = CASE WHEN $3 > 0 THEN clock_timestamp() ELSE last_run_at END, updated_at = now()
+		WHERE name = $1`, name, next, fired)
+	return wrap("advance schedule "+name, err)
+}
+
+// SetSchedulePaused pauses or resumes a schedule (locked by the caller)
+// and sets its next run.
+func SetSchedulePaused(ctx context.Context, tx pgx.Tx, name string, paused bool, next time.Time) error {
+	_, err := tx.Exec(ctx, `UPDATE ff_schedule SET paused = $2, next_run_at = $3, updated_at = now() WHERE name = $1`, name, paused, next)
+	return wrap("pause or resume schedule "+name, err)
+}
+
+// DeleteSchedule deletes a schedule; it reports whether it existed.
+func DeleteSchedule(ctx context.Context, db DB, name string) (bool, error) {
+	tag, err := db.Exec(ctx, `DELETE FROM ff_schedule WHERE name = $1`, name)
+	if err != nil {
+		return false, wrap("delete schedule "+name, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// ScheduledExecutions lists the executions a schedule created (by their
+// idempotency keys' prefix), for tests and `ffd schedule list`.
+func ScheduledExecutions(ctx context.Context, db DB, namespace, keyPrefix string) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT idempotency_key FROM ff_execution
+		WHERE namespace = $1 AND idempotency_key LIKE $2 || '%' ORDER BY idempotency_key`, namespace, keyPrefix)
+	if err != nil {
+		return nil, wrap("list scheduled executions", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return keys, wrap("list scheduled executions", err)
+}
+
+// Now is the database's clock.
+func Now(ctx context.Context, db DB) (time.Time, error) {
+	var t time.Time
+	err := db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t)
+	return t, wrap("read the database clock", err)
+}
+
+// GetSchedule reads one schedule, or pgx.ErrNoRows.
+func GetSchedule(ctx context.Context, db DB, name string) (*Schedule, error) {
+	xs, err := collectSchedules(db.Query(ctx, `SELECT `+scheduleColumns+` FROM ff_schedule WHERE name = $1`, name))
+	if err != nil {
+		return nil, wrap("read schedule "+name, err)
+	}
+	if len(xs) == 0 {
+		return nil, pgx.ErrNoRows
+	}
+	return xs[0], nil
+}

@@ -1,0 +1,144 @@
+package ffd
+
+import (
+	"context"
+	"time"
+
+	"github.com/flowfabric/ffd/internal/schedule"
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+// MissedPolicy is what the daemon does with ticks that came due while no
+// daemon ran.
+type MissedPolicy string
+
+// Missed-tick policies. A tick the daemon reaches within a minute of its
+// time is on time and always fires; the policy decides about older ones.
+const (
+	// MissedLatest fires the most recent due tick once, standing for
+	// every tick missed. The default.
+	MissedLatest MissedPolicy = "latest"
+	// MissedSkip drops missed ticks.
+	MissedSkip MissedPolicy = "skip"
+	// MissedAll fires every missed tick, the latest 100 at most per pass.
+	MissedAll MissedPolicy = "all"
+)
+
+// ScheduleParams is a schedule to create. Each tick creates Execution or
+// submits Flow: exactly one of them.
+type ScheduleParams struct {
+	// Name identifies the schedule: 1-128 of A-Z a-z 0-9 _ . : -. Required.
+	Name string
+	// Namespace of everything it creates. Default: the client's.
+	Namespace string
+	// Cron is when it fires: five fields (minute hour day-of-month month
+	// day-of-week), six with a seconds field first, or @hourly, @daily,
+	// @weekly, @monthly, @every 90s. Required.
+	Cron string
+	// Timezone is the IANA zone Cron is read in. Default UTC.
+	Timezone string
+	// Missed is the missed-tick policy. Default MissedLatest.
+	Missed MissedPolicy
+	// Paused creates the schedule paused.
+	Paused bool
+	// Execution is what each tick creates. Leave IdempotencyKey empty:
+	// the schedule keys each tick's execution itself.
+	Execution *CreateParams
+	// Flow is what each tick submits. Leave Flow.ID empty: the schedule
+	// names each tick's flow itself.
+	Flow *SubmitFlowParams
+}
+
+// Schedule is a stored schedule.
+type Schedule struct {
+	// Name, Namespace, Cron, Timezone and Missed are as created.
+	Name      string
+	Namespace string
+	Cron      string
+	Timezone  string
+	Missed    MissedPolicy
+	// Target is "execution" or "flow".
+	Target string
+	// Paused schedules fire nothing.
+	Paused bool
+	// NextRunAt is its next tick.
+	NextRunAt time.Time
+	// LastRunAt is when it last fired; nil before.
+	LastRunAt *time.Time
+	// Fired counts the ticks it fired.
+	Fired int64
+	// CreatedAt is its creation time.
+	CreatedAt time.Time
+}
+
+func scheduleOf(s *store.Schedule, err error) (*Schedule, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &Schedule{Name: s.Name, Namespace: s.Namespace, Cron: s.Spec, Timezone: s.Timezone, Missed: MissedPolicy(s.Missed),
+		Target: s.Target, Paused: s.Paused, NextRunAt: s.NextRunAt, LastRunAt: s.LastRunAt, Fired: s.Fired, CreatedAt: s.CreatedAt}, nil
+}
+
+// CreateSchedule stores a schedule, due at its first tick after now.
+// Daemons fire it: each tick exactly once, however many run. Everything
+// a tick will create is validated now. A name in use is a
+// *ConflictError carrying the existing schedule.
+func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) (*Schedule, error) {
+	if p.Namespace == "" {
+		p.Namespace = c.cfg.Namespace
+	}
+	sp := schedule.Params{Name: p.Name, Namespace: p.Namespace, Spec: p.Cron, Timezone: p.Timezone, Missed: string(p.Missed), Paused: p.Paused}
+	if p.Execution != nil {
+		ep := *p.Execution
+		ep.Namespace = p.Namespace
+		ip, err := ep.internal(c)
+		if err != nil {
+			return nil, err
+		}
+		sp.Execution = &ip
+	}
+	if p.Flow != nil {
+		fp := *p.Flow
+		fp.Flow.Namespace = p.Namespace
+		ip, err := fp.internal(c)
+		if err != nil {
+			return nil, err
+		}
+		sp.Flow = &ip
+	}
+	return scheduleOf(schedule.Create(ctx, c.pool, c.limits, sp))
+}
+
+// ListSchedules lists every schedule, by name.
+func (c *Client) ListSchedules(ctx context.Context) ([]*Schedule, error) {
+	ss, err := store.ListSchedules(ctx, c.pool)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Schedule, len(ss))
+	for i, s := range ss {
+		out[i], _ = scheduleOf(s, nil)
+	}
+	return out, nil
+}
+
+// GetSchedule reads one schedule; a *NotFoundError when there is none.
+func (c *Client) GetSchedule(ctx context.Context, name string) (*Schedule, error) {
+	return scheduleOf(schedule.Get(ctx, c.pool, name))
+}
+
+// PauseSchedule stops a schedule from firing until ResumeSchedule.
+func (c *Client) PauseSchedule(ctx context.Context, name string) (*Schedule, error) {
+	return scheduleOf(schedule.SetPaused(ctx, c.pool, name, true))
+}
+
+// ResumeSchedule makes a paused schedule fire again, from its first tick
+// after now: ticks that passed while it was paused never fire.
+func (c *Client) ResumeSchedule(ctx context.Context, name string) (*Schedule, error) {
+	return scheduleOf(schedule.SetPaused(ctx, c.pool, name, false))
+}
+
+// DeleteSchedule removes a schedule; what it created stays.
+func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
+	return schedule.Delete(ctx, c.pool, name)
+}
