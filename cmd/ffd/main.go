@@ -65,15 +65,16 @@ type CLI struct {
 	Globals
 	Version kong.VersionFlag `name:"version" help:"Print the version and exit."`
 
-	Run     RunCmd     `cmd:"" help:"Run the daemon: cascade, sibling cancellation, timeouts, sweep."`
-	Migrate MigrateCmd `cmd:"" help:"Apply or inspect the schema migrations."`
-	Exec    ExecCmd    `cmd:"" help:"Inspect and cancel executions."`
-	Flow    FlowCmd    `cmd:"" help:"Inspect and cancel flows."`
-	Events  EventsCmd  `cmd:"" help:"Read the outbox: tail events, manage consumers and WAL slots."`
-	Dev     DevCmd     `cmd:"" help:"Run a private PostgreSQL and the daemon for development until interrupted."`
-	Demo    DemoCmd    `cmd:"" help:"Run a realistic DAG end to end on a private PostgreSQL and report."`
-	Bench   BenchCmd   `cmd:"" help:"Measure ffd on the anchor scenarios (docs/benchmarks.md)."`
-	Ver     VersionCmd `cmd:"" name:"version" help:"Print the version, commit and platform of this build."`
+	Run      RunCmd      `cmd:"" help:"Run the daemon: cascade, sibling cancellation, timeouts, sweep."`
+	Migrate  MigrateCmd  `cmd:"" help:"Apply or inspect the schema migrations."`
+	Exec     ExecCmd     `cmd:"" help:"Inspect and cancel executions."`
+	Flow     FlowCmd     `cmd:"" help:"Inspect and cancel flows."`
+	Events   EventsCmd   `cmd:"" help:"Read the outbox: tail events, manage consumers and WAL slots."`
+	Schedule ScheduleCmd `cmd:"" help:"Create, list, pause, resume and delete schedules."`
+	Dev      DevCmd      `cmd:"" help:"Run a private PostgreSQL and the daemon for development until interrupted."`
+	Demo     DemoCmd     `cmd:"" help:"Run a realistic DAG end to end on a private PostgreSQL and report."`
+	Bench    BenchCmd    `cmd:"" help:"Measure ffd on the anchor scenarios (docs/benchmarks.md)."`
+	Ver      VersionCmd  `cmd:"" name:"version" help:"Print the version, commit and platform of this build."`
 }
 
 // errNoDatabase is returned by commands that need a database when none is

@@ -563,3 +563,42 @@ func quietClient(t *testing.T, db *testdb.DB) *ffd.Client {
 	}
 	return client
 }
+
+// The schedule commands: create (an execution per tick, or a flow from a
+// file), list, pause, resume, delete; bad specs refused.
+func TestScheduleCommands(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	url := "--database-url=" + db.URL
+	code, out, errOut := runFFD(t, "schedule", "create", "digest", "--cron", "0 8 * * 1-5", "--timezone", "Europe/Paris",
+		"--lane", "mail", "--kind", "digest", "--payload", `{"list":"weekly"}`, url)
+	if code != 0 || !strings.Contains(out, "schedule digest created") {
+		t.Fatalf("create: %d %q %q", code, out, errOut)
+	}
+	flowFile := filepath.Join(t.TempDir(), "flow.json")
+	if err := os.WriteFile(flowFile, []byte(`{"Nodes":[{"Ref":"a","Params":{"Lane":"etl"}},{"Ref":"b","Params":{"Lane":"etl"}}],"Edges":[{"From":"a","To":"b"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut = runFFD(t, "schedule", "create", "etl", "--cron", "@hourly", "--flow-file", flowFile, url); code != 0 {
+		t.Fatalf("create a flow schedule: %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut = runFFD(t, "schedule", "create", "bad", "--cron", "61 * * * *", "--lane", "x", url); code == 0 || !strings.Contains(errOut, "cron") {
+		t.Fatalf("a bad spec: %d %q; want a refusal naming cron", code, errOut)
+	}
+	code, out, _ = runFFD(t, "schedule", "list", url)
+	if code != 0 || !regexp.MustCompile(`digest\s+0 8 \* \* 1-5\s+Europe/Paris\s+execution`).MatchString(out) || !strings.Contains(out, "etl") {
+		t.Fatalf("list: %d %q", code, out)
+	}
+	if code, out, _ = runFFD(t, "schedule", "pause", "digest", url); code != 0 || !strings.Contains(out, "paused=true") {
+		t.Fatalf("pause: %d %q", code, out)
+	}
+	if code, out, _ = runFFD(t, "schedule", "resume", "digest", url); code != 0 || !strings.Contains(out, "paused=false") {
+		t.Fatalf("resume: %d %q", code, out)
+	}
+	if code, out, _ = runFFD(t, "schedule", "delete", "digest", url); code != 0 || !strings.Contains(out, "deleted") {
+		t.Fatalf("delete: %d %q", code, out)
+	}
+	if code, _, _ = runFFD(t, "schedule", "delete", "digest", url); code == 0 {
+		t.Fatal("deleting a deleted schedule succeeded")
+	}
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/flowfabric/ffd"
+)
+
+// ScheduleCmd groups the schedule commands.
+type ScheduleCmd struct {
+	Create ScheduleCreateCmd `cmd:"" help:"Create a schedule that creates an execution or submits a flow per tick."`
+	List   ScheduleListCmd   `cmd:"" help:"List schedules."`
+	Pause  SchedulePauseCmd  `cmd:"" help:"Pause a schedule."`
+	Resume ScheduleResumeCmd `cmd:"" help:"Resume a schedule from its next tick after now."`
+	Delete ScheduleDeleteCmd `cmd:"" help:"Delete a schedule (what it created stays)."`
+}
+
+// ScheduleCreateCmd creates a schedule.
+type ScheduleCreateCmd struct {
+	output
+	Name      string `arg:"" help:"Schedule name."`
+	Cron      string `name:"cron" required:"" help:"When: five fields (minute hour day month weekday), six with seconds first, or @hourly, @daily, @every 10m."`
+	Timezone  string `name:"timezone" default:"UTC" help:"IANA time zone the cron spec is read in."`
+	Missed    string `name:"missed" default:"latest" enum:"latest,skip,all" help:"Ticks missed while no daemon ran: latest (fire once), skip, all."`
+	Namespace string `name:"namespace" help:"Namespace of what it creates (default: default)."`
+	Lane      string `name:"lane" help:"Each tick creates an execution in this lane."`
+	Kind      string `name:"kind" help:"The execution's kind."`
+	Payload   string `name:"payload" help:"The execution's JSON payload."`
+	FlowFile  string `name:"flow-file" type:"existingfile" help:"Each tick submits this flow: a JSON file of ffd.SubmitFlowParams."`
+	Paused    bool   `name:"paused" help:"Create it paused."`
+}
+
+// Run creates the schedule.
+func (c *ScheduleCreateCmd) Run(ctx context.Context, g *Globals) error {
+	p := ffd.ScheduleParams{Name: c.Name, Namespace: c.Namespace, Cron: c.Cron, Timezone: c.Timezone, Missed: ffd.MissedPolicy(c.Missed), Paused: c.Paused}
+	switch {
+	case (c.Lane == "") == (c.FlowFile == ""):
+		return fmt.Errorf("give --lane (an execution per tick) or --flow-file (a flow per tick), not both")
+	case c.FlowFile != "":
+		b, err := os.ReadFile(c.FlowFile)
+		if err != nil {
+			return err
+		}
+		var fp ffd.SubmitFlowParams
+		if err := json.Unmarshal(b, &fp); err != nil {
+			return fmt.Errorf("read %s as a flow: %w", c.FlowFile, err)
+		}
+		p.Flow = &fp
+	default:
+		p.Execution = &ffd.CreateParams{Lane: c.Lane, Kind: c.Kind, Payload: []byte(c.Payload)}
+	}
+	client, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	s, err := client.CreateSchedule(ctx, p)
+	if err != nil {
+		return err
+	}
+	return c.print(g.stdout, scheduleJSON(s), func(tw *tabwriter.Writer) {
+		fmt.Fprintf(tw, "schedule %s created; next run %s\n", s.Name, ts(&s.NextRunAt))
+	})
+}
+
+// ScheduleListCmd lists schedules.
+type ScheduleListCmd struct {
+	output
+}
+
+// Run prints every schedule.
+func (c *ScheduleListCmd) Run(ctx context.Context, g *Globals) error {
+	client, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	ss, err := client.ListSchedules(ctx)
+	if err != nil {
+		return err
+	}
+	return printPage(c.output, g.stdout, "schedules", ss, "", scheduleJSON,
+		"NAME\tCRON\tTIMEZONE\tTARGET\tMISSED\tPAUSED\tNEXT RUN\tFIRED", func(tw *tabwriter.Writer, s *ffd.Schedule) {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\t%s\t%d\n", s.Name, s.Cron, s.Timezone, s.Target, s.Missed, s.Paused, ts(&s.NextRunAt), s.Fired)
+		})
+}
+
+// scheduleArg names one schedule.
+type scheduleArg struct {
+	output
+	Name string `arg:"" help:"Schedule name."`
+}
+
+// set pauses or resumes the schedule and prints it.
+func (c *scheduleArg) set(ctx context.Context, g *Globals, act func(*ffd.Client, context.Context, string) (*ffd.Schedule, error)) error {
+	client, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	s, err := act(client, ctx, c.Name)
+	if err != nil {
+		return err
+	}
+	return c.print(g.stdout, scheduleJSON(s), func(tw *tabwriter.Writer) {
+		fmt.Fprintf(tw, "schedule %s paused=%v, next run %s\n", s.Name, s.Paused, ts(&s.NextRunAt))
+	})
+}
+
+// SchedulePauseCmd pauses a schedule.
+type SchedulePauseCmd struct{ scheduleArg }
+
+// Run pauses it.
+func (c *SchedulePauseCmd) Run(ctx context.Context, g *Globals) error {
+	return c.set(ctx, g, (*ffd.Client).PauseSchedule)
+}
+
+// ScheduleResumeCmd resumes a schedule.
+type ScheduleResumeCmd struct{ scheduleArg }
+
+// Run resumes it.
+func (c *ScheduleResumeCmd) Run(ctx context.Context, g *Globals) error {
+	return c.set(ctx, g, (*ffd.Client).ResumeSchedule)
+}
+
+// ScheduleDeleteCmd deletes a schedule.
+type ScheduleDeleteCmd struct{ scheduleArg }
+
+// Run deletes it.
+func (c *ScheduleDeleteCmd) Run(ctx context.Context, g *Globals) error {
+	client, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	if err := client.DeleteSchedule(ctx, c.Name); err != nil {
+		return err
+	}
+	return c.print(g.stdout, map[string]any{"name": c.Name, "deleted": true}, func(tw *tabwriter.Writer) {
+		fmt.Fprintf(tw, "schedule %s deleted\n", c.Name)
+	})
+}
+
+func scheduleJSON(s *ffd.Schedule) map[string]any {
+	return map[string]any{"name": s.Name, "namespace": s.Namespace, "cron": s.Cron, "timezone": s.Timezone, "target": s.Target,
+		"missed": s.Missed, "paused": s.Paused, "next_run_at": s.NextRunAt, "last_run_at": s.LastRunAt, "fired": s.Fired, "created_at": s.CreatedAt}
+}
