@@ -602,3 +602,26 @@ func TestScheduleCommands(t *testing.T) {
 		t.Fatal("deleting a deleted schedule succeeded")
 	}
 }
+
+// The lane commands: pause, cap, list, resume; a negative cap refused.
+func TestLaneCommands(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	url := "--database-url=" + db.URL
+	if code, out, errOut := runFFD(t, "lane", "pause", "emails", url); code != 0 || !strings.Contains(out, "paused=true") {
+		t.Fatalf("pause: %d %q %q", code, out, errOut)
+	}
+	if code, out, _ := runFFD(t, "lane", "limit", "reports", "4", url); code != 0 || !strings.Contains(out, "max_running=4") {
+		t.Fatalf("limit: %d %q", code, out)
+	}
+	code, out, _ := runFFD(t, "lane", "list", url)
+	if code != 0 || !regexp.MustCompile(`emails\s+true\s+-`).MatchString(out) || !regexp.MustCompile(`reports\s+false\s+4`).MatchString(out) {
+		t.Fatalf("list: %d %q", code, out)
+	}
+	if code, _, _ := runFFD(t, "lane", "limit", "reports", "--", "-1", url); code == 0 {
+		t.Fatal("a negative cap was accepted")
+	}
+	if code, out, _ := runFFD(t, "lane", "resume", "emails", url); code != 0 || !strings.Contains(out, "paused=false") {
+		t.Fatalf("resume: %d %q", code, out)
+	}
+}

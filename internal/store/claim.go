@@ -1,6 +1,10 @@
 package store
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // claimSQL takes the due pending executions of a lane, highest priority
 // then oldest run_at, that the worker's capabilities cover, skipping rows
@@ -16,16 +20,36 @@ import "context"
 // at 20,000 pending instead of 0.3 ms). The equality it can estimate from
 // the column's statistics (most executions require nothing), so it keeps
 // reading the claim index in order and stops at the LIMIT.
+//
+// Lane control (ff_lane) comes first. A paused lane gives nothing. A lane
+// with max_running gives nothing here ($5 false): a count of running rows
+// taken from this statement's snapshot could be stale by the time its lock
+// on the lane is granted, so Claim takes capped lanes in a transaction that
+// locks the lane row first and then runs this statement ($5 true), whose
+// fresh snapshot sees every claim committed before. A lane without a row
+// (every lane nobody controls) costs one primary-key probe that finds
+// nothing; the count is an InitPlan, run only for a capped lane.
 const claimSQL = `
-WITH picked AS (
+WITH ctl AS (
+	SELECT l.paused, l.max_running FROM ff_lane l WHERE l.lane = $1
+), room AS (
+	SELECT CASE
+		WHEN NOT EXISTS (SELECT 1 FROM ctl) THEN $3
+		WHEN (SELECT paused FROM ctl) THEN 0
+		WHEN (SELECT max_running FROM ctl) IS NULL THEN $3
+		WHEN NOT $5::boolean THEN 0
+		ELSE least($3::int, greatest(0, (SELECT max_running FROM ctl)
+			- (SELECT count(*) FROM ff_execution r WHERE r.state = 'running' AND r.lane = $1)::int))
+	END AS n
+), picked AS (
 	SELECT e.partition_key, e.execution_id
 	FROM ff_execution e
 	WHERE e.state = 'pending' AND e.lane = $1 AND e.run_at <= now()
 		AND (e.required_capabilities = '{}' OR e.required_capabilities <@ $2::text[])
 		AND (e.deadline_at IS NULL OR e.deadline_at > now())
 	ORDER BY e.priority DESC, e.run_at, e.execution_id
-	LIMIT $3
-	FOR NO KEY UPDATE SKIP LOCKED
+	LIMIT (SELECT n FROM room)
+	FOR NO KEY UPDATE OF e SKIP LOCKED
 ), claimed AS (
 	UPDATE ff_execution e SET
 		state = 'running',
@@ -52,15 +76,36 @@ SELECT * FROM claimed ORDER BY priority DESC, run_at, execution_id`
 func Claim(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*Execution, error) {
 	var out []*Execution
 	err := WithRetry(ctx, db, func() error {
-		rows, err := db.Query(ctx, claimSQL, lane, caps, max, worker)
-		if err != nil {
-			return err
-		}
-		out, err = collectExecutions(rows)
+		var err error
+		out, err = queryExecutions(db.Query(ctx, claimSQL, lane, caps, max, worker, false))
 		return err
 	})
+	if err == nil && len(out) == 0 {
+		// Nothing: an idle lane, or a capped one, which only a locked
+		// claim may take from. One probe tells them apart.
+		var capped bool
+		err = db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ff_lane WHERE lane = $1 AND max_running IS NOT NULL AND NOT paused)`, lane).Scan(&capped)
+		if err == nil && capped {
+			out, err = claimCapped(ctx, db, lane, caps, max, worker)
+		}
+	}
 	if err != nil {
 		return nil, wrap("claim from lane "+lane, err)
 	}
 	return out, nil
+}
+
+// claimCapped claims from a capped lane with its row locked, so claims in
+// the lane count their room one after the other.
+func claimCapped(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*Execution, error) {
+	var out []*Execution
+	err := InTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM ff_lane WHERE lane = $1 FOR UPDATE`, lane); err != nil {
+			return err
+		}
+		var err error
+		out, err = queryExecutions(tx.Query(ctx, claimSQL, lane, caps, max, worker, true))
+		return err
+	})
+	return out, err
 }

@@ -41,7 +41,7 @@ func TestClaimPlanSurvivesStatistics(t *testing.T) {
 	check := func(when string) {
 		t.Helper()
 		var raw []byte
-		if err := pool.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+store.ClaimSQL, "busy", []string{}, 30, "w/1").Scan(&raw); err != nil {
+		if err := pool.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+store.ClaimSQL, "busy", []string{}, 30, "w/1", false).Scan(&raw); err != nil {
 			t.Fatalf("explain the claim: %v", err)
 		}
 		var plans []struct{ Plan planNode }

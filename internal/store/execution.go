@@ -165,6 +165,14 @@ func collectExecutions(rows pgx.Rows) ([]*Execution, error) {
 	return pgx.CollectRows(rows, scanExecution)
 }
 
+// queryExecutions reads every row of a query's result (execColumns).
+func queryExecutions(rows pgx.Rows, err error) ([]*Execution, error) {
+	if err != nil {
+		return nil, err
+	}
+	return collectExecutions(rows)
+}
+
 // oneExecution reads the single row of rows (execColumns), or
 // pgx.ErrNoRows.
 func oneExecution(rows pgx.Rows, err error) (*Execution, error) {
