@@ -238,8 +238,18 @@ type CreateParams struct {
 	// Delay makes the execution claimable this long after creation.
 	Delay time.Duration
 	// IdempotencyKey: a second create with the same key in the namespace
-	// returns the first execution instead of creating another.
+	// returns the first execution instead of creating another, forever
+	// (until retention deletes it).
 	IdempotencyKey string
+	// UniqueKey makes the create unique by key in the namespace for a
+	// while: as long as an execution with the key is live (blocked,
+	// pending or running) when UniqueWindow is 0, or within the current
+	// window of UniqueWindow (windows are aligned to the Unix epoch). A
+	// refused create returns the holder with Existed = true. At most 512
+	// bytes; not with IdempotencyKey, not in CreateMany or SubmitFlow.
+	UniqueKey string
+	// UniqueWindow is 0 (unique while live) or 1 s..366 days.
+	UniqueWindow time.Duration
 	// Tags are free-form metadata, stored as a JSON object.
 	Tags map[string]any
 	// Step names a flow member within its flow (at most 128 bytes, unique
@@ -269,14 +279,16 @@ func (p CreateParams) internal(c *Client) (leases.CreateParams, error) {
 		RequiredCapabilities: p.RequiredCapabilities, MaxAttempts: p.MaxAttempts, Retry: store.RetryPolicy(p.Retry),
 		LeaseTTL: p.LeaseTTL, AttemptTimeout: p.AttemptTimeout, Deadline: p.Deadline, Delay: p.Delay,
 		IdempotencyKey: p.IdempotencyKey, Tags: p.Tags, Step: p.Step,
+		UniqueKey: p.UniqueKey, UniqueWindow: p.UniqueWindow,
 	}, nil
 }
 
 // CreateResult is a created (or, by idempotency key, found) execution.
 type CreateResult struct {
 	Execution *Execution
-	// Existed is true when the idempotency key was already used: nothing
-	// was created and Execution is the earlier one.
+	// Existed is true when the idempotency key was already used, or the
+	// unique key is held: nothing was created and Execution is the
+	// earlier one.
 	Existed bool
 }
 

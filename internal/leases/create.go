@@ -66,6 +66,10 @@ type CreateParams struct {
 	// Step names a flow member within its flow (unique there); flow
 	// members only.
 	Step string
+	// UniqueKey holds while the execution is live (UniqueWindow 0) or for
+	// the current UniqueWindow.
+	UniqueKey    string
+	UniqueWindow time.Duration
 
 	// Set by flow operations: the execution is minted on the flow's
 	// partition, and starts blocked when it waits on an edge group.
@@ -149,6 +153,9 @@ func (p *CreateParams) Normalize(lim Limits) error {
 	if err := ValidateText("idempotency_key", p.IdempotencyKey, MaxIdempotencyKey); err != nil {
 		return err
 	}
+	if err := p.validateUnique(); err != nil {
+		return err
+	}
 	if p.Step != "" {
 		if err := ValidateText("step", p.Step, MaxNameLength); err != nil {
 			return err
@@ -158,6 +165,39 @@ func (p *CreateParams) Normalize(lim Limits) error {
 		}
 	}
 	return p.normalizeTags()
+}
+
+// MaxUniqueWindow bounds CreateParams.UniqueWindow.
+const MaxUniqueWindow = 366 * 24 * time.Hour
+
+// validateUnique checks the unique key and its window.
+func (p *CreateParams) validateUnique() error {
+	if p.UniqueKey == "" {
+		if p.UniqueWindow != 0 {
+			return fault.Invalid(fault.KindInvalidValue, "unique_window", p.UniqueWindow.String(), "a window needs a unique key")
+		}
+		return nil
+	}
+	if p.IdempotencyKey != "" {
+		return fault.Invalid(fault.KindInvalidValue, "unique_key", p.UniqueKey, "give an idempotency key or a unique key, not both")
+	}
+	if err := ValidateText("unique_key", p.UniqueKey, MaxIdempotencyKey); err != nil {
+		return err
+	}
+	if p.UniqueWindow != 0 && (p.UniqueWindow < time.Second || p.UniqueWindow > MaxUniqueWindow) {
+		return fault.Invalid(fault.KindOutOfRange, "unique_window", p.UniqueWindow.String(), "want 0 (while live) or 1s.."+MaxUniqueWindow.String())
+	}
+	return nil
+}
+
+// uniqueKey is the key as stored: with its window's start when windowed.
+func (p *CreateParams) uniqueKey(now time.Time) (key string, whileLive bool) {
+	if p.UniqueKey == "" || p.UniqueWindow == 0 {
+		return p.UniqueKey, true
+	}
+	ns := now.UnixNano()
+	start := time.Unix(0, ns-ns%int64(p.UniqueWindow)).UTC().Format(time.RFC3339)
+	return p.UniqueKey + "@" + start, false
 }
 
 // normalizeTags checks the tags encode as a JSON object of bounded size,
@@ -252,6 +292,9 @@ func CreateMany(ctx context.Context, db store.DB, lim Limits, ps []CreateParams)
 		if p.IdempotencyKey != "" {
 			return nil, fault.Invalid(fault.KindInvalidValue, "idempotency_key", p.IdempotencyKey, "not supported in a batch create")
 		}
+		if p.UniqueKey != "" {
+			return nil, fault.Invalid(fault.KindInvalidValue, "unique_key", p.UniqueKey, "not supported in a batch create")
+		}
 		rows[i] = newRow(p)
 	}
 	return store.InsertExecutions(ctx, db, rows)
@@ -265,6 +308,7 @@ func newRow(p *CreateParams) store.NewExecution {
 		Delay: p.Delay, MaxAttempts: p.MaxAttempts, Retry: p.Retry, LeaseTTL: p.LeaseTTL,
 		AttemptTimeout: p.AttemptTimeout, Deadline: p.Deadline, Payload: p.Payload,
 		IdempotencyKey: p.IdempotencyKey, Tags: p.Tags, Step: p.Step}
+	r.UniqueKey, r.UniqueWhileLive = p.uniqueKey(time.Now())
 	if p.Partition != nil {
 		r.ID = ident.NewExecutionIDIn(*p.Partition)
 	}

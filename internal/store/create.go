@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/flowfabric/ffd/internal/ident"
 )
@@ -34,19 +35,25 @@ type NewExecution struct {
 	IdempotencyKey       string // "": none
 	Tags                 map[string]any
 	Step                 string // "": none; flow members only
+	// UniqueKey, when set, is held while the execution is live
+	// (UniqueWhileLive) or, already suffixed with its window's start, for
+	// that window.
+	UniqueKey       string
+	UniqueWhileLive bool
 }
 
 const insertExecutionSQL = `
 INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
 	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
-	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, idempotency_key, tags, step)
+	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, idempotency_key, tags, step,
+	unique_key, unique_while_live)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
 	now() + $10::bigint * interval '1 microsecond', $11,
 	$12::bigint * interval '1 microsecond', $13::bigint * interval '1 microsecond', $14, $15,
 	$16::bigint * interval '1 microsecond',
 	CASE WHEN $17::bigint > 0 THEN $17::bigint * interval '1 microsecond' END,
 	CASE WHEN $18::bigint > 0 THEN now() + $18::bigint * interval '1 microsecond' END,
-	$19, $20, $21, $22)
+	$19, $20, $21, $22, $23, CASE WHEN $23::text IS NOT NULL THEN $24::boolean END)
 ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING ` + execColumns
 
@@ -57,7 +64,11 @@ func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *Execution, 
 	args := []any{r.ID.Partition, r.ID.UUID, r.FlowID, r.Namespace, r.Lane, r.Kind, r.Priority,
 		r.RequiredCapabilities, string(r.State), micros(r.Delay), r.MaxAttempts, micros(r.Retry.Base),
 		micros(r.Retry.Max), r.Retry.Multiplier, r.Retry.Jitter, micros(r.LeaseTTL), micros(r.AttemptTimeout),
-		micros(r.Deadline), r.Payload, nullIfEmpty(r.IdempotencyKey), r.Tags, nullIfEmpty(r.Step)}
+		micros(r.Deadline), r.Payload, nullIfEmpty(r.IdempotencyKey), r.Tags, nullIfEmpty(r.Step),
+		nullIfEmpty(r.UniqueKey), r.UniqueWhileLive}
+	if r.UniqueKey != "" {
+		return insertUnique(ctx, db, r, args)
+	}
 	err = WithRetry(ctx, db, func() error {
 		x, err = oneExecution(db.Query(ctx, insertExecutionSQL, args...))
 		return err
@@ -75,6 +86,55 @@ func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *Execution, 
 		return nil, false, wrap("read execution by idempotency key "+r.IdempotencyKey, err)
 	}
 	return x, true, nil
+}
+
+// insertUnique inserts an execution with a unique key in a savepoint (a
+// transaction of its own on a pool), so that a held key aborts nothing of
+// the caller's, and returns the holder when the key is held. A holder that
+// ends between the refusal and the read freed the key: try again.
+func insertUnique(ctx context.Context, db DB, r NewExecution, args []any) (*Execution, bool, error) {
+	for try := 0; ; try++ {
+		var x *Execution
+		err := InTx(ctx, db, func(tx pgx.Tx) error {
+			var err error
+			x, err = oneExecution(tx.Query(ctx, insertExecutionSQL, args...))
+			return err
+		})
+		switch {
+		case err == nil:
+			return x, false, nil
+		case errors.Is(err, pgx.ErrNoRows):
+			// The idempotency key is taken: its holder answers.
+			x, err = oneExecution(db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e
+				WHERE e.namespace = $1 AND e.idempotency_key = $2`, r.Namespace, r.IdempotencyKey))
+			return x, err == nil, wrap("read execution by idempotency key "+r.IdempotencyKey, err)
+		case !IsUniqueTaken(err):
+			return nil, false, wrap("create execution in lane "+r.Lane, err)
+		}
+		x, err = UniqueHolder(ctx, db, r.Namespace, r.UniqueKey)
+		if err == nil {
+			return x, true, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) || try == 2 {
+			return nil, false, wrap("read the holder of unique key "+r.UniqueKey, err)
+		}
+	}
+}
+
+// IsUniqueTaken reports an insert refused because its unique key is held
+// (ff_execution_unique_live or ff_execution_unique_window).
+func IsUniqueTaken(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" &&
+		(pgErr.ConstraintName == "ff_execution_unique_live" || pgErr.ConstraintName == "ff_execution_unique_window")
+}
+
+// UniqueHolder reads the execution holding a unique key, or pgx.ErrNoRows.
+func UniqueHolder(ctx context.Context, db DB, namespace, key string) (*Execution, error) {
+	return oneExecution(db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e
+		WHERE e.namespace = $1 AND e.unique_key = $2
+			AND (NOT e.unique_while_live OR e.state IN ('blocked', 'pending', 'running'))
+		LIMIT 1`, namespace, key))
 }
 
 // insertManySQL inserts a batch in one statement from one array per
