@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/fault"
@@ -39,14 +40,20 @@ type Config struct {
 	// the oldest undispatched completion event, as last checked). Default:
 	// none.
 	Metrics prometheus.Registerer
+	// TracerProvider, when set, traces executions with OpenTelemetry: the
+	// span context of the code that enqueues one is stored with it (tag
+	// TraceTag), and its workers run each handler in a span that continues
+	// that trace. Default: none, at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // Client is the entry point of the Go API. It is safe for concurrent use.
 type Client struct {
-	pool   *pgxpool.Pool
-	cfg    Config
-	limits leases.Limits
-	stall  *stallWatch
+	pool    *pgxpool.Pool
+	cfg     Config
+	limits  leases.Limits
+	stall   *stallWatch
+	tracing tracing
 }
 
 // NewClient builds a client over pool. cfg may be nil for the defaults. It
@@ -79,6 +86,7 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if c.cfg.StallWarning == 0 {
 		c.cfg.StallWarning = DefaultStallWarning
 	}
+	c.tracing = newTracing(c.cfg.TracerProvider)
 	var err error
 	if c.stall, err = newStallWatch(c.cfg.StallWarning, c.cfg.Logger, c.cfg.Metrics); err != nil {
 		return nil, fmt.Errorf("ffd: register metrics: %w", err)
@@ -105,6 +113,7 @@ func (c *Client) create(ctx context.Context, db store.DB, p CreateParams) (*Crea
 	if err != nil {
 		return nil, err
 	}
+	c.tracing.inject(ctx, &ip)
 	x, existed, err := leases.Create(ctx, db, c.limits, ip)
 	if err != nil {
 		return nil, err
@@ -141,6 +150,7 @@ func (c *Client) createMany(ctx context.Context, db store.DB, ps []CreateParams)
 		if err != nil {
 			return nil, fmt.Errorf("execution %d of %d: %w", i, len(ps), err)
 		}
+		c.tracing.inject(ctx, &ip)
 		ips[i] = ip
 	}
 	xs, err := leases.CreateMany(ctx, db, c.limits, ips)

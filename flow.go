@@ -362,6 +362,7 @@ func (c *Client) createInFlow(ctx context.Context, db store.DB, flowID uuid.UUID
 	if err != nil {
 		return nil, err
 	}
+	c.tracing.inject(ctx, &ip)
 	x, existed, err := flows.CreateMember(ctx, db, c.limits, flowID, ip)
 	if err != nil {
 		return nil, err
@@ -529,6 +530,9 @@ func (c *Client) submitFlow(ctx context.Context, db store.DB, p SubmitFlowParams
 	sp, err := p.internal(c)
 	if err != nil {
 		return nil, err
+	}
+	for i := range sp.Nodes {
+		c.tracing.inject(ctx, &sp.Nodes[i].Params)
 	}
 	return submittedOf(flows.Submit(ctx, db, c.limits, sp))
 }

@@ -100,15 +100,21 @@ func TestStepNames(t *testing.T) {
 	if _, err := f.client.Cancel(f.Ctx, sub.Executions["fetch"].ID, "test", "test"); err != nil {
 		t.Fatal(err)
 	}
-	evs, err := f.client.ReadEvents(f.Ctx, ffd.StreamCompletion, ffd.OutboxCursor{}, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	named := false
-	for _, e := range evs {
-		named = named || e.ExecutionID == sub.Executions["fetch"].ID.String() && e.Step == "fetch"
-	}
-	if !named {
-		t.Fatalf("no completion event of fetch naming its step among %+v", evs)
-	}
+	// The cursor protocol shows an event once every older transaction of
+	// the cluster has ended: wait for it.
+	f.WaitFor("the completion event of fetch, naming its step", func() bool {
+		evs, err := f.client.ReadEvents(f.Ctx, ffd.StreamCompletion, ffd.OutboxCursor{}, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			if e.ExecutionID == sub.Executions["fetch"].ID.String() {
+				if e.Step != "fetch" {
+					t.Errorf("fetch's completion event names step %q", e.Step)
+				}
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -72,6 +72,9 @@ type WorkerConfig struct {
 	// Kinds runs each execution by the handler registered for its kind
 	// (Handle, HandleBytes). Set it, or Handler; not both.
 	Kinds *Kinds
+	// Metrics, when set, measures the worker (NewWorkerMetrics). Default:
+	// none, at no cost.
+	Metrics *WorkerMetrics
 	// ID names the worker (a role or host). Default: the host name.
 	ID string
 	// Instance distinguishes processes with the same ID. Default: random.
@@ -423,6 +426,7 @@ func (w *Worker) claimFree(ctx, jobCtx context.Context, next *int) {
 			lane := w.cfg.Lanes[*next%len(w.cfg.Lanes)]
 			*next++
 			xs, err := w.client.Claim(ctx, ClaimParams{Lane: lane, Worker: w.name, Capabilities: w.cfg.Capabilities, Max: free - claimed})
+			w.cfg.Metrics.claimed(len(xs))
 			if err != nil {
 				if ctx.Err() == nil {
 					w.log.Warn("claim failed; retrying at the next poll", zap.String(logging.FieldLane, lane), zap.Error(err))
@@ -472,15 +476,26 @@ func (w *Worker) execute(ctx context.Context, j *runningJob) {
 	if ce := w.log.Check(zap.DebugLevel, "execution claimed"); ce != nil {
 		ce.Write(w.jobFields(x)...)
 	}
+	ctx, span := w.client.tracing.start(ctx, x)
+	start := time.Now()
+	w.cfg.Metrics.running(x.Lane, 1)
+	result, herr := w.runHandler(ctx, j)
+	outcome := w.finish(ctx, j, result, herr)
+	w.cfg.Metrics.running(x.Lane, -1)
+	w.cfg.Metrics.handled(x.Kind, outcome, time.Since(start))
+	span.end(outcome, herr)
+}
+
+// runHandler runs the handler while heartbeating its lease; a panic is
+// the handler's error.
+func (w *Worker) runHandler(ctx context.Context, j *runningJob) (result []byte, herr error) {
+	x := j.x
 	hbDone := make(chan struct{})
 	hbStopped := make(chan struct{})
 	go func() {
 		defer close(hbStopped)
 		w.heartbeat(ctx, j, hbDone)
 	}()
-
-	var result []byte
-	var herr error
 	var pc panics.Catcher
 	pc.Try(func() { result, herr = w.cfg.Handler(ctx, &Job{Execution: x, client: w.client}) })
 	close(hbDone)
@@ -489,18 +504,24 @@ func (w *Worker) execute(ctx context.Context, j *runningJob) {
 		herr = fmt.Errorf("handler panicked: %v", r.Value)
 		w.log.Error("handler panicked", w.jobFields(x, zap.Any("panic", r.Value), zap.String("stack", string(r.Stack)))...)
 	}
+	return result, herr
+}
 
+// finish records the handler's outcome and says which it was: stopped,
+// lease_lost, completed, retried or failed.
+func (w *Worker) finish(ctx context.Context, j *runningJob, result []byte, herr error) string {
+	x := j.x
 	w.mu.Lock()
 	handedIn := j.handedIn
 	w.mu.Unlock()
 	if handedIn {
-		return
+		return OutcomeStopped
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
 		// Expected when the engine cancels a losing sibling or an operator
 		// revokes: the lease moved on and the result would be refused.
 		w.log.Info("lease lost; handler result dropped", w.jobFields(x)...)
-		return
+		return OutcomeLeaseLost
 	}
 	// The handler's context may be cancelled (lease lost is handled above;
 	// a cancelled parent is not ours to obey here): record the outcome on
@@ -508,8 +529,12 @@ func (w *Worker) execute(ctx context.Context, j *runningJob) {
 	fctx, cancel := context.WithTimeout(w.dbCtx, finishTimeout)
 	defer cancel()
 	if herr == nil {
-		w.logFinish(x, "completed", w.complete(fctx, x, result))
-		return
+		err := w.complete(fctx, x, result)
+		w.logFinish(x, "completed", err)
+		if errors.Is(err, ErrLeaseLost) {
+			return OutcomeLeaseLost
+		}
+		return OutcomeCompleted
 	}
 	var perm *PermanentError
 	retry := !errors.As(herr, &perm)
@@ -518,14 +543,21 @@ func (w *Worker) execute(ctx context.Context, j *runningJob) {
 	if out != nil {
 		state = string(out.State)
 	}
-	if err == nil {
-		// The handler's error is the application's to see: the worker
-		// recorded it, and says whether the execution will be retried.
-		w.log.Warn("handler failed", w.jobFields(x, zap.String("state", state), zap.Bool("retrying", state == string(StatePending)),
-			zap.NamedError("handler_error", herr))...)
-		return
+	if err != nil {
+		w.logFinish(x, state, err, zap.NamedError("handler_error", herr))
+		if errors.Is(err, ErrLeaseLost) {
+			return OutcomeLeaseLost
+		}
+		return OutcomeFailed
 	}
-	w.logFinish(x, state, err, zap.NamedError("handler_error", herr))
+	// The handler's error is the application's to see: the worker
+	// recorded it, and says whether the execution will be retried.
+	w.log.Warn("handler failed", w.jobFields(x, zap.String("state", state), zap.Bool("retrying", state == string(StatePending)),
+		zap.NamedError("handler_error", herr))...)
+	if state == string(StatePending) {
+		return OutcomeRetried
+	}
+	return OutcomeFailed
 }
 
 func (w *Worker) logFinish(x *Execution, state string, err error, more ...zap.Field) {
@@ -775,7 +807,9 @@ func (w *Worker) commit(ctx context.Context, batch []*completion) {
 		items[i] = leases.Completion{ID: ident.ExecutionID(c.x.ID), Epoch: c.x.LeaseEpoch, Result: c.result}
 	}
 	cctx, cancel := context.WithTimeout(ctx, finishTimeout)
+	start := time.Now()
 	_, errs, err := leases.CompleteMany(cctx, w.client.pool, w.client.limits, items, w.cfg.CompletionLockTimeout)
+	w.cfg.Metrics.committed(time.Since(start))
 	cancel()
 	if store.IsLockTimeout(err) {
 		w.log.Warn("completion batch waited too long for a lock; completing each on its own", zap.Int("completions", len(batch)))

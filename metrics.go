@@ -1,0 +1,101 @@
+package ffd
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler outcomes, the outcome label of ffd_worker_handler_seconds.
+const (
+	OutcomeCompleted = "completed"  // the result was recorded
+	OutcomeRetried   = "retried"    // failed; another attempt will run
+	OutcomeFailed    = "failed"     // failed for good (permanent error or attempts exhausted)
+	OutcomeLeaseLost = "lease_lost" // the lease moved on (cancelled, revoked, expired): the result was dropped
+	OutcomeStopped   = "stopped"    // handed back by Stop
+)
+
+// WorkerMetrics are the Prometheus metrics of the workers of a process.
+// Make them once and pass them to every worker (WorkerConfig.Metrics);
+// a worker without them measures nothing and pays nothing.
+type WorkerMetrics struct {
+	gatherer        prometheus.Gatherer
+	handlerSeconds  *prometheus.HistogramVec
+	inFlight        *prometheus.GaugeVec
+	claimBatch      prometheus.Histogram
+	completionBatch prometheus.Histogram
+}
+
+// NewWorkerMetrics registers the worker metrics in reg; nil: a registry
+// of their own, served by Handler.
+//
+//   - ffd_worker_handler_seconds{kind, outcome}: handler run time;
+//   - ffd_worker_in_flight{lane}: handlers running;
+//   - ffd_worker_claim_batch_size: executions per claim that found work;
+//   - ffd_worker_completion_batch_seconds: the commit of one group of
+//     completions.
+func NewWorkerMetrics(reg prometheus.Registerer) (*WorkerMetrics, error) {
+	var gatherer prometheus.Gatherer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, gatherer = r, r
+	} else if g, ok := reg.(prometheus.Gatherer); ok {
+		gatherer = g
+	}
+	m := &WorkerMetrics{
+		gatherer: gatherer,
+		handlerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ffd_worker_handler_seconds",
+			Help:    "Handler run time by execution kind and outcome (completed, retried, failed, lease_lost, stopped).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"kind", "outcome"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ffd_worker_in_flight",
+			Help: "Handlers running, by lane."}, []string{"lane"}),
+		claimBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ffd_worker_claim_batch_size",
+			Help: "Executions taken by one claim that found work.", Buckets: prometheus.ExponentialBuckets(1, 2, 11)}),
+		completionBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ffd_worker_completion_batch_seconds",
+			Help: "Time to commit one group of completions.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)}),
+	}
+	for _, c := range []prometheus.Collector{m.handlerSeconds, m.inFlight, m.claimBatch, m.completionBatch} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Handler serves the metrics in the Prometheus text format, for the
+// application to mount (for example on /metrics). It serves nothing when
+// the metrics went into a Registerer that is not also a Gatherer.
+func (m *WorkerMetrics) Handler() http.Handler {
+	if m.gatherer == nil {
+		return http.NotFoundHandler()
+	}
+	return promhttp.HandlerFor(m.gatherer, promhttp.HandlerOpts{})
+}
+
+// The worker's hooks; each is a no-op on a nil *WorkerMetrics.
+
+func (m *WorkerMetrics) handled(kind, outcome string, d time.Duration) {
+	if m != nil {
+		m.handlerSeconds.WithLabelValues(kind, outcome).Observe(d.Seconds())
+	}
+}
+
+func (m *WorkerMetrics) running(lane string, delta float64) {
+	if m != nil {
+		m.inFlight.WithLabelValues(lane).Add(delta)
+	}
+}
+
+func (m *WorkerMetrics) claimed(n int) {
+	if m != nil && n > 0 {
+		m.claimBatch.Observe(float64(n))
+	}
+}
+
+func (m *WorkerMetrics) committed(d time.Duration) {
+	if m != nil {
+		m.completionBatch.Observe(d.Seconds())
+	}
+}
