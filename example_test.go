@@ -264,3 +264,45 @@ func ExampleUpstreamResults() {
 	}
 	// Output: completed 9
 }
+
+// A schedule: every second, an execution; the daemon fires each tick
+// once.
+func ExampleClient_CreateSchedule() {
+	ctx := context.Background()
+	pool, err := ffd.NewPool(ctx, os.Getenv("FFD_DATABASE_URL"), nil)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	quiet := zap.NewNop()
+	client, _ := ffd.NewClient(pool, &ffd.Config{Logger: quiet})
+	daemon, _ := ffd.NewDaemon(pool, &ffd.DaemonConfig{Logger: quiet})
+	if err := daemon.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer daemon.Stop()
+
+	s, err := client.CreateSchedule(ctx, ffd.ScheduleParams{
+		Name:      "heartbeat",
+		Cron:      "@every 1s",
+		Execution: &ffd.CreateParams{Lane: "beats", Kind: "beat"},
+	})
+	if err != nil {
+		panic(err)
+	}
+	for {
+		page, err := client.List(ctx, ffd.ListParams{Lane: "beats", Kind: "beat"})
+		if err != nil {
+			panic(err)
+		}
+		if len(page.Executions) > 0 {
+			fmt.Println(s.Name, page.Executions[0].Tags["ffd_schedule"])
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := client.PauseSchedule(ctx, "heartbeat"); err != nil {
+		panic(err)
+	}
+	// Output: heartbeat heartbeat
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -21,34 +22,23 @@ import (
 // the column's statistics (most executions require nothing), so it keeps
 // reading the claim index in order and stops at the LIMIT.
 //
-// Lane control (ff_lane) comes first. A paused lane gives nothing. A lane
-// with max_running gives nothing here ($5 false): a count of running rows
-// taken from this statement's snapshot could be stale by the time its lock
-// on the lane is granted, so Claim takes capped lanes in a transaction that
-// locks the lane row first and then runs this statement ($5 true), whose
-// fresh snapshot sees every claim committed before. A lane without a row
-// (every lane nobody controls) costs one primary-key probe that finds
-// nothing; the count is an InitPlan, run only for a capped lane.
+// Lane control (ff_lane holds rows only for paused or capped lanes): the
+// claim takes nothing from a lane with a row unless $5 says the caller
+// holds that row's lock and computed the room ($3) itself (claimCapped).
+// The test is an uncorrelated NOT EXISTS, which the planner runs once as a
+// one-time filter, so a lane nobody controls claims with the same plan,
+// reading the claim index in order and stopping at the LIMIT, as before
+// lane control existed.
 const claimSQL = `
-WITH ctl AS (
-	SELECT l.paused, l.max_running FROM ff_lane l WHERE l.lane = $1
-), room AS (
-	SELECT CASE
-		WHEN NOT EXISTS (SELECT 1 FROM ctl) THEN $3
-		WHEN (SELECT paused FROM ctl) THEN 0
-		WHEN (SELECT max_running FROM ctl) IS NULL THEN $3
-		WHEN NOT $5::boolean THEN 0
-		ELSE least($3::int, greatest(0, (SELECT max_running FROM ctl)
-			- (SELECT count(*) FROM ff_execution r WHERE r.state = 'running' AND r.lane = $1)::int))
-	END AS n
-), picked AS (
+WITH picked AS (
 	SELECT e.partition_key, e.execution_id
 	FROM ff_execution e
 	WHERE e.state = 'pending' AND e.lane = $1 AND e.run_at <= now()
 		AND (e.required_capabilities = '{}' OR e.required_capabilities <@ $2::text[])
 		AND (e.deadline_at IS NULL OR e.deadline_at > now())
+		AND ($5::boolean OR NOT EXISTS (SELECT 1 FROM ff_lane l WHERE l.lane = $1))
 	ORDER BY e.priority DESC, e.run_at, e.execution_id
-	LIMIT (SELECT n FROM room)
+	LIMIT $3
 	FOR NO KEY UPDATE OF e SKIP LOCKED
 ), claimed AS (
 	UPDATE ff_execution e SET
@@ -96,15 +86,29 @@ func Claim(ctx context.Context, db DB, lane string, caps []string, max int, work
 }
 
 // claimCapped claims from a capped lane with its row locked, so claims in
-// the lane count their room one after the other.
+// the lane count their room one after the other: the count runs after the
+// lock is granted, on a snapshot that sees every claim committed before.
 func claimCapped(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*Execution, error) {
 	var out []*Execution
 	err := InTx(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM ff_lane WHERE lane = $1 FOR UPDATE`, lane); err != nil {
+		var paused bool
+		var limit *int
+		err := tx.QueryRow(ctx, `SELECT paused, max_running FROM ff_lane WHERE lane = $1 FOR UPDATE`, lane).Scan(&paused, &limit)
+		if errors.Is(err, pgx.ErrNoRows) || paused || limit == nil {
+			return nil // resumed, uncapped or paused since the probe
+		}
+		if err != nil {
 			return err
 		}
-		var err error
-		out, err = queryExecutions(tx.Query(ctx, claimSQL, lane, caps, max, worker, true))
+		var running int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM ff_execution WHERE state = 'running' AND lane = $1`, lane).Scan(&running); err != nil {
+			return err
+		}
+		room := min(max, *limit-running)
+		if room <= 0 {
+			return nil
+		}
+		out, err = queryExecutions(tx.Query(ctx, claimSQL, lane, caps, room, worker, true))
 		return err
 	})
 	return out, err
