@@ -98,15 +98,7 @@ func TestNoDaemonIsWarnedAbout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := ffd.NewWorker(client, ffd.WorkerConfig{Lanes: []string{"stall"}, PollInterval: 50 * time.Millisecond,
-		Handler: func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(f.Ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop(context.Background())
+	f.startNoop(client, "stall")
 	sub, err := client.SubmitFlow(f.Ctx, chain3("stall"))
 	if err != nil {
 		t.Fatal(err)

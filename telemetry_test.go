@@ -74,15 +74,7 @@ func TestTracing(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.startDaemon()
-	w, err := ffd.NewWorker(client, ffd.WorkerConfig{Lanes: []string{"traced"}, PollInterval: 50 * time.Millisecond,
-		Handler: func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(f.Ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop(context.Background())
+	f.startNoop(client, "traced")
 
 	ctx, parent := tp.Tracer("test").Start(f.Ctx, "signup")
 	if _, err := client.Create(ctx, ffd.CreateParams{Lane: "traced", Kind: "mail"}); err != nil {

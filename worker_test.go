@@ -312,6 +312,25 @@ func TestWorkerRun(t *testing.T) {
 	}
 }
 
+// startNoop runs a no-op worker on lane through client (one with a
+// configuration of the test's own) until the test ends.
+func (f *fixture) startNoop(client *ffd.Client, lane string) {
+	f.T.Helper()
+	w, err := ffd.NewWorker(client, ffd.WorkerConfig{Lanes: []string{lane}, PollInterval: 50 * time.Millisecond,
+		Handler: func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil }})
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	if err := w.Start(f.Ctx); err != nil {
+		f.T.Fatal(err)
+	}
+	f.T.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w.Stop(ctx)
+	})
+}
+
 // await waits, within the test's bound, for the error a goroutine sends
 // on done.
 func (f *fixture) await(what string, done <-chan error) error {

@@ -70,6 +70,9 @@ func TestEnqueuedAssertions(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.RequireEnqueuedTx(t, tx, ffdtest.Want{Kind: "refund"}, 1)
+	if got := db.EnqueuedTx(t, tx, ffdtest.Want{Lane: "bill"}); len(got) != 4 {
+		t.Fatalf("the transaction sees %d executions in the lane, want 4 (three committed, one its own)", len(got))
+	}
 	db.RequireEnqueued(t, ffdtest.Want{Kind: "refund"}, 0)
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
