@@ -72,6 +72,7 @@ type CLI struct {
 	Events   EventsCmd   `cmd:"" help:"Read the outbox: tail events, manage consumers and WAL slots."`
 	Schedule ScheduleCmd `cmd:"" help:"Create, list, pause, resume and delete schedules."`
 	Lane     LaneCmd     `cmd:"" help:"Pause, resume and cap lanes."`
+	Console  ConsoleCmd  `cmd:"" help:"Serve the web console: flows as live graphs, executions, lanes, consumers."`
 	Dev      DevCmd      `cmd:"" help:"Run a private PostgreSQL and the daemon for development until interrupted."`
 	Demo     DemoCmd     `cmd:"" help:"Run a realistic DAG end to end on a private PostgreSQL and report."`
 	Bench    BenchCmd    `cmd:"" help:"Measure ffd on the anchor scenarios (docs/benchmarks.md)."`

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/internal/bound"
+	"github.com/flowfabric/ffd/internal/console"
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/leases"
 )
@@ -31,6 +33,7 @@ type DaemonFlags struct {
 	SweepBatch     int           `name:"sweep-batch" env:"FFD_SWEEP_BATCH" default:"500" help:"Rows each sweep batch takes."`
 	StopTimeout    time.Duration `name:"stop-timeout" env:"FFD_STOP_TIMEOUT" default:"30s" help:"How long a graceful stop may take."`
 	Retention      time.Duration `name:"retention" env:"FFD_RETENTION" default:"168h" help:"Delete outbox events older than this once dispatched and consumed by every named consumer; 0 disables."`
+	Console        bool          `name:"console" env:"FFD_CONSOLE" help:"Serve the web console on the admin address too."`
 	ConsumerIdle   time.Duration `name:"consumer-idle-limit" env:"FFD_CONSUMER_IDLE_LIMIT" default:"24h" help:"Report named consumers idle this long while events wait for them."`
 	// Retention of finished work (internal/store.Ages).
 	ExecutionRetention time.Duration            `name:"execution-retention" env:"FFD_EXECUTION_RETENTION" default:"720h" help:"Delete finished executions, and finished flows with their members, edges and groups, this long after they finished; 0 keeps them forever."`
@@ -86,12 +89,26 @@ func (f *DaemonFlags) config(ctx context.Context, g *Globals, databaseURL string
 	if err != nil {
 		return daemon.Config{}, nil, fmt.Errorf("connect to database: %w", err)
 	}
-	return daemon.Config{
+	cfg := daemon.Config{
 		Pool: pool, ListenConnConfig: listen, CascadeWorkers: f.CascadeWorkers, SiblingWorkers: f.SiblingWorkers,
 		QueueSize: f.QueueSize, SweepInterval: f.SweepInterval, SweepBatch: f.SweepBatch, StopTimeout: f.StopTimeout,
 		AdminAddr: f.AdminAddr, Retention: f.Retention, ConsumerIdleLimit: f.ConsumerIdle, Logger: g.log,
 		ExecutionRetention: f.ExecutionRetention, NamespaceRetention: f.NamespaceRetention,
-	}, pool, nil
+	}
+	if f.Console {
+		if f.AdminAddr == "" {
+			pool.Close()
+			return daemon.Config{}, nil, errors.New("--console needs --admin-addr")
+		}
+		con, err := console.New(console.Config{Pool: pool, Logger: g.log.Named("console")})
+		if err != nil {
+			pool.Close()
+			return daemon.Config{}, nil, err
+		}
+		g.closes = append(g.closes, con.Close)
+		cfg.Console = con
+	}
+	return cfg, pool, nil
 }
 
 // namespaceRetention checks --namespace-retention's names and ages.

@@ -16,6 +16,7 @@ type adminServer struct {
 	addr   string
 	ready  func() bool
 	m      *Metrics
+	extra  http.Handler // the console, when enabled: served at /
 	srv    *http.Server
 	ln     net.Listener
 	served chan struct{} // closed when Serve has returned
@@ -36,6 +37,9 @@ func (a *adminServer) Start(context.Context) error {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(a.m.Registry(), promhttp.HandlerOpts{}))
+	if a.extra != nil {
+		mux.Handle("/", a.extra)
+	}
 	ln, err := net.Listen("tcp", a.addr)
 	if err != nil {
 		return fmt.Errorf("admin server on %s: %w", a.addr, err)

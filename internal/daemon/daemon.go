@@ -14,6 +14,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,6 +112,9 @@ type Config struct {
 	Metrics *Metrics
 	// Notifier reports to systemd. Default: SystemdNotifier.
 	Notifier Notifier
+	// Console, when set, is served at / by the admin server (ffd run
+	// --console). Default: none.
+	Console http.Handler
 }
 
 func (c *Config) normalize() error {
@@ -216,7 +220,7 @@ func New(cfg Config) (*Daemon, error) {
 	d := &Daemon{e: e, sweeper: &sweeper{e: e}, watchdog: &watchdog{e: e}, firstConnect: make(chan struct{})}
 	d.workers = []component{&cascadePool{e: e}, &siblingPool{e: e}, newTimerWorker(e), d.sweeper, d.watchdog, &sampler{e: e}, &retainer{e: e}, &scheduler{e: e}}
 	if cfg.AdminAddr != "" {
-		d.admin = &adminServer{addr: cfg.AdminAddr, ready: d.Ready, m: cfg.Metrics}
+		d.admin = &adminServer{addr: cfg.AdminAddr, ready: d.Ready, m: cfg.Metrics, extra: cfg.Console}
 	}
 	if !cfg.DisableListen {
 		n, err := notifier.New(notifier.Config{

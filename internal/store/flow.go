@@ -128,6 +128,7 @@ func GetFlow(ctx context.Context, db DB, id uuid.UUID) (*Flow, error) {
 type FlowFilter struct {
 	Namespace string
 	State     FlowState
+	Kind      string     // "": any; else the kind, or its prefix when it ends in *
 	After     *uuid.UUID // keyset cursor: ids after this one
 	Limit     int        // rows to return
 }
@@ -137,7 +138,8 @@ func ListFlows(ctx context.Context, db DB, f FlowFilter) ([]*Flow, error) {
 	rows, err := db.Query(ctx, `SELECT `+flowColumns+` FROM ff_flow f
 		WHERE ($1::text IS NULL OR f.namespace = $1) AND ($2::text IS NULL OR f.state = $2)
 			AND ($3::uuid IS NULL OR f.flow_id > $3)
-		ORDER BY f.flow_id LIMIT $4`, nullIfEmpty(f.Namespace), nullIfEmpty(string(f.State)), f.After, f.Limit)
+			AND ($5::text IS NULL OR f.kind = $5 OR (right($5, 1) = '*' AND f.kind LIKE replace(rtrim($5, '*'), '%', '') || '%'))
+		ORDER BY f.flow_id LIMIT $4`, nullIfEmpty(f.Namespace), nullIfEmpty(string(f.State)), f.After, f.Limit, nullIfEmpty(f.Kind))
 	if err != nil {
 		return nil, err
 	}

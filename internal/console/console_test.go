@@ -1,0 +1,133 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/flowfabric/ffd/internal/console"
+	"github.com/flowfabric/ffd/internal/flows"
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// browser starts a headless Chromium for the test; the test fails (it
+// does not skip) when none is installed: .ci/run installs Debian's.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		t.Fatal("no Chromium found: install it (Debian: apt-get install chromium); .ci/run does")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Flag("disable-gpu", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
+	return ctx
+}
+
+// setup serves a console over a database holding one two-step flow.
+func setup(t *testing.T) (*testdb.Fixture, string, *flows.Submitted) {
+	t.Helper()
+	f := testdb.Checked(t, 3*time.Minute)
+	sub, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, flows.SubmitParams{
+		Flow:  flows.CreateFlowParams{Kind: "report"},
+		Nodes: []flows.SubmitNode{{Ref: "gather", Params: leases.CreateParams{Lane: "console", Kind: "gather"}}, {Ref: "render", Params: leases.CreateParams{Lane: "console", Kind: "render"}}},
+		Edges: []flows.SubmitEdge{{From: "gather", To: "render"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	con, err := console.New(console.Config{Pool: f.Pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(con)
+	t.Cleanup(func() { srv.Close(); con.Close() })
+	return f, srv.URL, sub
+}
+
+// run runs one browser action and returns its value, failing the test on
+// an error.
+func run[T any](t *testing.T, ctx context.Context, a chromedp.Action[T]) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func navigate(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
+	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// In a real browser: the flows list shows the flow; its page draws both
+// steps coloured by state; finishing a step recolours its node without a
+// reload; the execution, lanes and consumers pages render.
+func TestConsoleInABrowser(t *testing.T) {
+	t.Parallel()
+	f, base, sub := setup(t)
+	ctx := browser(t)
+	navigate(t, ctx, base+"/flows")
+	if list := run(t, ctx, chromedp.Text(chromedp.CSS("#flows"))); !strings.Contains(list, sub.Flow.ID.String()) || !strings.Contains(list, "report") {
+		t.Fatalf("flows list %q; want the report flow", list)
+	}
+
+	gather := sub.Executions["gather"].ID.String()
+	sel := fmt.Sprintf(`g.node[data-id="%s"]`, gather)
+	fillOf := fmt.Sprintf(`getComputedStyle(document.querySelector('%s rect')).fill`, sel)
+	navigate(t, ctx, base+"/flows/"+sub.Flow.ID.String())
+	nodes := run(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("g.node").length`))
+	state := run(t, ctx, chromedp.AttributeValue(chromedp.CSS(sel), "data-state"))
+	fill := run(t, ctx, chromedp.Evaluate[string](fillOf))
+	if nodes != 2 || state.Value != "pending" || fill != "rgb(224, 177, 0)" {
+		t.Fatalf("flow page: %d nodes, gather %q filled %s; want 2 nodes, gather pending in amber", nodes, state.Value, fill)
+	}
+
+	// Finish gather in the database; the page must follow by itself.
+	xs, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: "console", Worker: "w/1", Max: 1})
+	if err != nil || len(xs) != 1 {
+		t.Fatalf("claim: %v %v", xs, err)
+	}
+	if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, xs[0].ID, xs[0].LeaseEpoch, []byte(`{"rows":3}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(sel+`[data-state="completed"]`))); err != nil {
+		t.Fatalf("the node did not turn completed without a reload: %v", err)
+	}
+	if fill := run(t, ctx, chromedp.Evaluate[string](fillOf)); fill != "rgb(30, 138, 76)" {
+		t.Fatalf("a completed node is filled %s, want green", fill)
+	}
+
+	navigate(t, ctx, base+"/executions/"+xs[0].ID.UUID.String())
+	if attempts := run(t, ctx, chromedp.Text(chromedp.CSS("#attempts"))); !strings.Contains(attempts, "w/1") || !strings.Contains(attempts, "succeeded") {
+		t.Errorf("execution page attempts %q; want w/1 succeeded", attempts)
+	}
+	navigate(t, ctx, base+"/lanes")
+	if lanes := run(t, ctx, chromedp.Text(chromedp.CSS("#lanes"))); !strings.Contains(lanes, "console") {
+		t.Errorf("lanes page %q; want the console lane", lanes)
+	}
+	navigate(t, ctx, base+"/consumers")
+	if consumers := run(t, ctx, chromedp.Text(chromedp.CSS("#consumers"))); !strings.Contains(consumers, "Consumer") {
+		t.Errorf("consumers page %q", consumers)
+	}
+}

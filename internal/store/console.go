@@ -1,0 +1,95 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// FlowStateCounts counts flows by state (in a namespace; "" for all).
+func FlowStateCounts(ctx context.Context, db DB, namespace string) (map[FlowState]int, error) {
+	out, err := countBy[FlowState](ctx, db, `SELECT state, count(*) FROM ff_flow
+		WHERE $1::text IS NULL OR namespace = $1 GROUP BY state`, nullIfEmpty(namespace))
+	return out, wrap("count flows by state", err)
+}
+
+// LaneLoad is one lane's live work.
+type LaneLoad struct {
+	Lane    string `db:"lane"`
+	Pending int    `db:"pending"` // due now
+	Delayed int    `db:"delayed"` // pending, due later
+	Running int    `db:"running"`
+	Blocked int    `db:"blocked"`
+}
+
+// LaneLoads reads every lane's live work; it reads only live rows (the
+// partial indexes of pending, running and live flow members).
+func LaneLoads(ctx context.Context, db DB) ([]LaneLoad, error) {
+	rows, err := db.Query(ctx, `SELECT lane,
+			count(*) FILTER (WHERE state = 'pending' AND run_at <= now()) AS pending,
+			count(*) FILTER (WHERE state = 'pending' AND run_at > now()) AS delayed,
+			count(*) FILTER (WHERE state = 'running') AS running,
+			count(*) FILTER (WHERE state = 'blocked') AS blocked
+		FROM ff_execution WHERE state IN ('blocked', 'pending', 'running')
+		GROUP BY lane ORDER BY lane`)
+	if err != nil {
+		return nil, wrap("read lane loads", err)
+	}
+	ls, err := pgx.CollectRows(rows, pgx.RowToStructByName[LaneLoad])
+	return ls, wrap("read lane loads", err)
+}
+
+// RecentCompletions counts the completion events of executions in the
+// last minutes, reading at most the newest 100,000 events (the id index,
+// backwards), so the answer costs the same however large the outbox.
+func RecentCompletions(ctx context.Context, db DB, minutes int) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `SELECT count(*) FROM (
+			SELECT occurred_at FROM ff_completion_event WHERE execution_id IS NOT NULL ORDER BY event_id DESC LIMIT 100000) e
+		WHERE occurred_at > now() - $1 * interval '1 minute'`, minutes).Scan(&n)
+	return n, wrap("count recent completions", err)
+}
+
+// ConsumerLag is a named consumer's position and how far behind it is.
+type ConsumerLag struct {
+	Name       string  `db:"name"`
+	Stream     string  `db:"stream"`
+	Behind     int     `db:"behind"`      // events after its cursor, counted up to 100,000
+	IdleSecond float64 `db:"idle_seconds"` // since it last read
+}
+
+// ConsumerLags reads every named consumer with its lag.
+func ConsumerLags(ctx context.Context, db DB) ([]ConsumerLag, error) {
+	rows, err := db.Query(ctx, `SELECT c.name, c.stream,
+			(SELECT count(*) FROM (SELECT 1 FROM ff_completion_event e
+				WHERE c.stream IN ('completion', 'all') AND (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id) LIMIT 100000) q)
+			+ (SELECT count(*) FROM (SELECT 1 FROM ff_lease_event e
+				WHERE c.stream IN ('lease', 'all') AND (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id) LIMIT 100000) q) AS behind,
+			extract(epoch FROM now() - c.last_read_at)::float8 AS idle_seconds
+		FROM ff_outbox_consumer c ORDER BY c.name`)
+	if err != nil {
+		return nil, wrap("read consumer lags", err)
+	}
+	cs, err := pgx.CollectRows(rows, pgx.RowToStructByName[ConsumerLag])
+	return cs, wrap("read consumer lags", err)
+}
+
+// Slot is a logical replication slot of the database.
+type Slot struct {
+	Name          string `db:"slot_name"`
+	Active        bool   `db:"active"`
+	RetainedBytes int64  `db:"retained_bytes"`
+}
+
+// Slots reads the database's logical replication slots (WAL consumers)
+// and the WAL each holds back.
+func Slots(ctx context.Context, db DB) ([]Slot, error) {
+	rows, err := db.Query(ctx, `SELECT slot_name, active,
+			coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint AS retained_bytes
+		FROM pg_replication_slots WHERE database = current_database() AND slot_type = 'logical' ORDER BY slot_name`)
+	if err != nil {
+		return nil, wrap("read replication slots", err)
+	}
+	ss, err := pgx.CollectRows(rows, pgx.RowToStructByName[Slot])
+	return ss, wrap("read replication slots", err)
+}
