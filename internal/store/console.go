@@ -54,7 +54,7 @@ func RecentCompletions(ctx context.Context, db DB, minutes int) (int, error) {
 type ConsumerLag struct {
 	Name       string  `db:"name"`
 	Stream     string  `db:"stream"`
-	Behind     int     `db:"behind"`      // events after its cursor, counted up to 100,000
+	Behind     int     `db:"behind"`       // events after its cursor, counted up to 100,000
 	IdleSecond float64 `db:"idle_seconds"` // since it last read
 }
 
