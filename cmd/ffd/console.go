@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"go.uber.org/zap"
@@ -28,7 +29,7 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	g.closes = append(g.closes, pool.Close)
-	con, err := console.New(console.Config{Pool: pool, Logger: g.log.Named("console")})
+	con, err := console.New(console.Config{Pool: pool, Logger: g.log.Named("console"), Auth: consoleAuth()})
 	if err != nil {
 		return err
 	}
@@ -53,4 +54,12 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	return nil
+}
+
+// consoleAuth reads the console's credentials from the environment (never
+// from flags, which other users of the machine can see): FFD_CONSOLE_TOKEN,
+// or FFD_CONSOLE_USER with FFD_CONSOLE_PASSWORD. Without any, the console
+// is read-only.
+func consoleAuth() console.Auth {
+	return console.Auth{Token: os.Getenv("FFD_CONSOLE_TOKEN"), User: os.Getenv("FFD_CONSOLE_USER"), Password: os.Getenv("FFD_CONSOLE_PASSWORD")}
 }

@@ -6,6 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -623,5 +626,45 @@ func TestLaneCommands(t *testing.T) {
 	}
 	if code, out, _ := runFFD(t, "lane", "resume", "emails", url); code != 0 || !strings.Contains(out, "paused=false") {
 		t.Fatalf("resume: %d %q", code, out)
+	}
+}
+
+// ffd console serves the console until interrupted: the flows page
+// answers, an action without credentials is refused.
+func TestConsoleCommand(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"console", "--database-url", db.URL, "--addr", addr, "--log-format", "json"}, io.Discard, io.Discard)
+	}()
+	var resp *http.Response
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if resp, err = http.Get("http://" + addr + "/flows"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the console never answered: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "Flows") {
+		t.Fatalf("GET /flows: %d %q", resp.StatusCode, body)
+	}
+	if resp, err := http.PostForm("http://"+addr+"/actions/lanes/x/pause", url.Values{}); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("an action on a console without credentials: %v %v; want 403", resp, err)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("ffd console exited %d after an interrupt", code)
 	}
 }

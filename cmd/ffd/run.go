@@ -100,7 +100,7 @@ func (f *DaemonFlags) config(ctx context.Context, g *Globals, databaseURL string
 			pool.Close()
 			return daemon.Config{}, nil, errors.New("--console needs --admin-addr")
 		}
-		con, err := console.New(console.Config{Pool: pool, Logger: g.log.Named("console")})
+		con, err := console.New(console.Config{Pool: pool, Logger: g.log.Named("console"), Auth: consoleAuth()})
 		if err != nil {
 			pool.Close()
 			return daemon.Config{}, nil, err

@@ -36,6 +36,8 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// Logger. Default: none.
 	Logger *zap.Logger
+	// Auth enables actions. Default: none, a read-only console.
+	Auth Auth
 }
 
 // Console is the web console's handler.
@@ -45,6 +47,8 @@ type Console struct {
 	hub  *hub
 	tmpl *template.Template
 	mux  *http.ServeMux
+	auth Auth
+	csrf string
 }
 
 // New builds a console over cfg.Pool.
@@ -74,7 +78,9 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: parse pages: %w", err)
 	}
-	c := &Console{pool: cfg.Pool, log: cfg.Logger, hub: newHub(cfg.Pool.Config().ConnConfig, cfg.Logger), tmpl: tmpl, mux: http.NewServeMux()}
+	c := &Console{pool: cfg.Pool, log: cfg.Logger, hub: newHub(cfg.Pool.Config().ConnConfig, cfg.Logger), tmpl: tmpl,
+		mux: http.NewServeMux(), auth: cfg.Auth, csrf: newCSRF()}
+	c.routeActions()
 	c.mux.Handle("GET /assets/", http.FileServerFS(assets))
 	c.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/flows", http.StatusFound) })
 	c.mux.HandleFunc("GET /flows", c.flows)
@@ -100,6 +106,13 @@ func (c *Console) Close() { c.hub.close() }
 type page struct {
 	Title    string
 	ReadOnly bool
+	CSRF     string
+	Token    bool // the action forms ask for the token
+}
+
+// page is the common part of a page titled title.
+func (c *Console) page(title string) page {
+	return page{Title: title, ReadOnly: !c.auth.enabled(), CSRF: c.csrf, Token: c.auth.Token != ""}
 }
 
 func (c *Console) render(w http.ResponseWriter, name string, data any) {
@@ -157,7 +170,7 @@ func (c *Console) flows(w http.ResponseWriter, r *http.Request) {
 		States []store.FlowState
 		Filter store.FlowFilter
 		Next   string
-	}{page: page{Title: "Flows", ReadOnly: true}, Flows: fs, States: store.FlowStates, Filter: f}
+	}{page: c.page("Flows"), Flows: fs, States: store.FlowStates, Filter: f}
 	for _, s := range store.FlowStates {
 		data.Counts = append(data.Counts, stateCount{s, counts[s]})
 	}
@@ -200,7 +213,7 @@ func (c *Console) flow(w http.ResponseWriter, r *http.Request) {
 		page
 		Flow  *store.Flow
 		Graph *graph
-	}{page{Title: "Flow " + id.String(), ReadOnly: true}, f, layout(members, edges, groups)})
+	}{c.page("Flow " + id.String()), f, layout(members, edges, groups)})
 }
 
 // live streams a flow's states as server-sent events: at once, then
@@ -283,7 +296,7 @@ func (c *Console) execution(w http.ResponseWriter, r *http.Request) {
 		Upstreams       []store.Upstream
 		Downstreams     []string
 		Payload, Result string
-	}{page: page{Title: "Execution " + x.ID.String(), ReadOnly: true}, X: x, Attempts: attempts,
+	}{page: c.page("Execution " + x.ID.String()), X: x, Attempts: attempts,
 		Payload: pretty(x.Payload), Result: pretty(x.Result)}
 	if x.FlowID != nil {
 		if data.Upstreams, err = store.UpstreamsOf(ctx, c.pool, *x.FlowID, x.ID); err != nil {
@@ -381,7 +394,7 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 		page
 		Lanes  []*laneRow
 		Recent int
-	}{page{Title: "Lanes", ReadOnly: true}, out, recent})
+	}{c.page("Lanes"), out, recent})
 }
 
 func (c *Console) consumers(w http.ResponseWriter, r *http.Request) {
@@ -400,7 +413,7 @@ func (c *Console) consumers(w http.ResponseWriter, r *http.Request) {
 		page
 		Consumers []store.ConsumerLag
 		Slots     []store.Slot
-	}{page{Title: "Consumers", ReadOnly: true}, cs, slots})
+	}{c.page("Consumers"), cs, slots})
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

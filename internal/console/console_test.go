@@ -3,7 +3,9 @@ package console_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os/exec"
 	"strings"
 	"testing"
@@ -129,5 +131,72 @@ func TestConsoleInABrowser(t *testing.T) {
 	navigate(t, ctx, base+"/consumers")
 	if consumers := run(t, ctx, chromedp.Text(chromedp.CSS("#consumers"))); !strings.Contains(consumers, "Consumer") {
 		t.Errorf("consumers page %q", consumers)
+	}
+}
+
+// serve serves a console with auth over f's database.
+func serve(t *testing.T, f *testdb.Fixture, auth console.Auth) string {
+	t.Helper()
+	con, err := console.New(console.Config{Pool: f.Pool, Auth: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(con)
+	t.Cleanup(func() { srv.Close(); con.Close() })
+	return srv.URL
+}
+
+// Read-only by default: no action shown, every action refused. With a
+// token: an action without it is refused, one from a page that never
+// showed the form (no form token) is refused, and the one a person
+// makes in the browser, typing the token, cancels the execution.
+func TestConsoleActions(t *testing.T) {
+	t.Parallel()
+	f, readOnly, sub := setup(t)
+	gather := sub.Executions["gather"].ID
+	post := func(base, path string, form url.Values, header http.Header) int {
+		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	cancelPath := "/actions/executions/" + gather.UUID.String() + "/cancel"
+	if code := post(readOnly, cancelPath, url.Values{}, nil); code != http.StatusForbidden {
+		t.Fatalf("an action on a read-only console: %d, want 403", code)
+	}
+	ctx := browser(t)
+	navigate(t, ctx, readOnly+"/executions/"+gather.UUID.String())
+	if n := run(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("form").length`)); n != 0 {
+		t.Fatalf("a read-only console shows %d action forms", n)
+	}
+
+	withToken := serve(t, f, console.Auth{Token: "s3cret"})
+	if code := post(withToken, cancelPath, url.Values{}, http.Header{"Authorization": {"Bearer s3cret"}}); code != http.StatusForbidden {
+		t.Fatalf("an action without the form token: %d, want 403", code)
+	}
+	navigate(t, ctx, withToken+"/executions/"+gather.UUID.String())
+	csrf := run(t, ctx, chromedp.AttributeValue(chromedp.CSS(`#cancel-execution input[name=csrf]`), "value")).Value
+	if code := post(withToken, cancelPath, url.Values{"csrf": {csrf}}, nil); code != http.StatusUnauthorized {
+		t.Fatalf("an action without the token: %d, want 401", code)
+	}
+	if code := post(withToken, cancelPath, url.Values{"csrf": {csrf}}, http.Header{"Origin": {"http://evil.example"}, "Authorization": {"Bearer s3cret"}}); code != http.StatusForbidden {
+		t.Fatalf("a cross-origin action: %d, want 403", code)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.CSS(`#cancel-execution input[name=token]`), "s3cret"),
+		chromedp.Click(chromedp.CSS(`#cancel-execution button`)),
+		chromedp.WaitVisible(chromedp.CSS(`span.state.st-cancelled`)),
+	); err != nil {
+		t.Fatalf("cancelling from the browser with the token: %v", err)
+	}
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE execution_id = $1 AND state = 'cancelled' AND cancelled_by = 'token'`, gather.UUID); n != 1 {
+		t.Fatalf("the execution is not cancelled by the console's token user")
 	}
 }
