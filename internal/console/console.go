@@ -9,6 +9,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -73,7 +74,14 @@ func New(cfg Config) (*Console, error) {
 			}
 			return *s
 		},
-		"add": func(a, b int) int { return a + b },
+		"add":     func(a, b int) int { return a + b },
+		"deref64": func(f *float64) float64 { return *f },
+		"when": func(t *time.Time) string {
+			if t == nil {
+				return ""
+			}
+			return t.UTC().Format(time.RFC3339)
+		},
 	}).ParseFS(assets, "assets/pages.html")
 	if err != nil {
 		return nil, fmt.Errorf("console: parse pages: %w", err)
@@ -145,6 +153,19 @@ type stateCount struct {
 func (c *Console) flows(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := store.FlowFilter{Namespace: q.Get("namespace"), State: store.FlowState(q.Get("state")), Kind: q.Get("kind"), Limit: pageSize + 1}
+	for _, b := range []struct {
+		name string
+		to   **time.Time
+	}{{"from", &f.From}, {"to", &f.To}} {
+		if v := q.Get(b.name); v != "" {
+			t, err := parseWhen(v)
+			if err != nil {
+				c.fail(w, fault.Invalid(fault.KindInvalidValue, b.name, v, "want a date (2026-11-22) or a time (RFC 3339)"))
+				return
+			}
+			*b.to = &t
+		}
+	}
 	if a := q.Get("after"); a != "" {
 		u, err := ident.ParseUUID("after", a)
 		if err != nil {
@@ -347,8 +368,9 @@ func pretty(b []byte) string {
 
 type laneRow struct {
 	store.LaneLoad
-	Paused bool
-	Max    string
+	Paused   bool
+	Max      string
+	Finished int // in the last five minutes
 }
 
 func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
@@ -364,6 +386,11 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	recent, err := store.RecentCompletions(ctx, c.pool, 5)
+	if err != nil {
+		c.fail(w, err)
+		return
+	}
+	rates, err := store.LaneRates(ctx, c.pool, 5)
 	if err != nil {
 		c.fail(w, err)
 		return
@@ -386,8 +413,16 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 			row.Max = strconv.Itoa(*l.MaxRunning)
 		}
 	}
+	for lane := range rates {
+		if rows[lane] == nil {
+			rows[lane] = &laneRow{LaneLoad: store.LaneLoad{Lane: lane}, Max: "-"}
+			order = append(order, lane)
+		}
+	}
+	sort.Strings(order)
 	out := make([]*laneRow, 0, len(order))
 	for _, name := range order {
+		rows[name].Finished = rates[name]
 		out = append(out, rows[name])
 	}
 	c.render(w, "lanes", struct {
@@ -417,3 +452,11 @@ func (c *Console) consumers(w http.ResponseWriter, r *http.Request) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// parseWhen reads a date or an RFC 3339 time.
+func parseWhen(s string) (time.Time, error) {
+	if t, err := time.Parse("2006-01-02", s); err == nil {
+		return t, nil
+	}
+	return time.Parse(time.RFC3339, s)
+}

@@ -3,10 +3,12 @@ package console_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/flowfabric/ffd/internal/console"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -198,5 +201,52 @@ func TestConsoleActions(t *testing.T) {
 	}
 	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE execution_id = $1 AND state = 'cancelled' AND cancelled_by = 'token'`, gather.UUID); n != 1 {
 		t.Fatalf("the execution is not cancelled by the console's token user")
+	}
+}
+
+func get(t *testing.T, u string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// The list's filters (kind prefix, time range), the lanes' finished
+// counts and the consumers' lag, over plain HTTP.
+func TestConsolePagesRead(t *testing.T) {
+	t.Parallel()
+	f, base, sub := setup(t)
+	id := sub.Flow.ID.String()
+	for q, want := range map[string]bool{
+		"kind=rep*": true, "kind=zzz*": false, "kind=report": true,
+		"from=2000-01-01": true, "to=2000-01-01": false, "state=open": true, "state=failed": false,
+	} {
+		code, body := get(t, base+"/flows?"+q)
+		if code != 200 || strings.Contains(body, id) != want {
+			t.Errorf("/flows?%s: %d, lists the flow %v; want %v", q, code, !want, want)
+		}
+	}
+	if code, _ := get(t, base+"/flows?from=yesterday"); code != http.StatusBadRequest {
+		t.Errorf("a bad date: %d, want 400", code)
+	}
+	if err := store.InsertConsumer(f.Ctx, f.Pool, "audit", store.StreamCompletion, store.Cursor{}); err != nil {
+		t.Fatal(err)
+	}
+	xs, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: "console", Worker: "w/1", Max: 1})
+	if err != nil || len(xs) != 1 {
+		t.Fatalf("claim: %v %v", xs, err)
+	}
+	if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, xs[0].ID, xs[0].LeaseEpoch, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := get(t, base+"/lanes"); !regexp.MustCompile(`<td>console</td><td>0</td><td>0</td><td>0</td><td>1</td><td>1</td>`).MatchString(body) {
+		t.Errorf("lanes page: want the console lane with one blocked (render) and one finished (gather); got %s", body)
+	}
+	if _, body := get(t, base+"/consumers"); !strings.Contains(body, "audit") || !strings.Contains(body, " s old") {
+		t.Errorf("consumers page lacks the audit consumer and its lag: %s", body)
 	}
 }

@@ -50,12 +50,26 @@ func RecentCompletions(ctx context.Context, db DB, minutes int) (int, error) {
 	return n, wrap("count recent completions", err)
 }
 
+// LaneRates counts, by lane, the executions that finished in the last
+// minutes, among the newest 100,000 completion events (bounded, whatever
+// the outbox's size).
+func LaneRates(ctx context.Context, db DB, minutes int) (map[string]int, error) {
+	out, err := countBy[string](ctx, db, `SELECT x.lane, count(*) FROM (
+			SELECT partition_key, execution_id, occurred_at FROM ff_completion_event
+			WHERE execution_id IS NOT NULL ORDER BY event_id DESC LIMIT 100000) c
+		JOIN ff_execution x USING (partition_key, execution_id)
+		WHERE c.occurred_at > now() - $1 * interval '1 minute'
+		GROUP BY x.lane`, minutes)
+	return out, wrap("count recent completions by lane", err)
+}
+
 // ConsumerLag is a named consumer's position and how far behind it is.
 type ConsumerLag struct {
-	Name       string  `db:"name"`
-	Stream     string  `db:"stream"`
-	Behind     int     `db:"behind"`       // events after its cursor, counted up to 100,000
-	IdleSecond float64 `db:"idle_seconds"` // since it last read
+	Name       string   `db:"name"`
+	Stream     string   `db:"stream"`
+	Behind     int      `db:"behind"`       // events after its cursor, counted up to 100,000
+	LagSeconds *float64 `db:"lag_seconds"`  // age of the oldest event it has not read; nil: none
+	IdleSecond float64  `db:"idle_seconds"` // since it last read
 }
 
 // ConsumerLags reads every named consumer with its lag.
@@ -65,6 +79,13 @@ func ConsumerLags(ctx context.Context, db DB) ([]ConsumerLag, error) {
 				WHERE c.stream IN ('completion', 'all') AND (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id) LIMIT 100000) q)
 			+ (SELECT count(*) FROM (SELECT 1 FROM ff_lease_event e
 				WHERE c.stream IN ('lease', 'all') AND (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id) LIMIT 100000) q) AS behind,
+			extract(epoch FROM now() - least(
+				(SELECT min(e.occurred_at) FROM (SELECT occurred_at FROM ff_completion_event e
+					WHERE c.stream IN ('completion', 'all') AND (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id)
+					ORDER BY e.txid, e.event_id LIMIT 1) e),
+				(SELECT min(e.occurred_at) FROM (SELECT occurred_at FROM ff_lease_event e
+					WHERE c.stream IN ('lease', 'all') AND (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id)
+					ORDER BY e.txid, e.event_id LIMIT 1) e)))::float8 AS lag_seconds,
 			extract(epoch FROM now() - c.last_read_at)::float8 AS idle_seconds
 		FROM ff_outbox_consumer c ORDER BY c.name`)
 	if err != nil {

@@ -129,6 +129,7 @@ type FlowFilter struct {
 	Namespace string
 	State     FlowState
 	Kind      string     // "": any; else the kind, or its prefix when it ends in *
+	From, To  *time.Time // created at or after From, before To; nil: unbounded
 	After     *uuid.UUID // keyset cursor: ids after this one
 	Limit     int        // rows to return
 }
@@ -139,7 +140,8 @@ func ListFlows(ctx context.Context, db DB, f FlowFilter) ([]*Flow, error) {
 		WHERE ($1::text IS NULL OR f.namespace = $1) AND ($2::text IS NULL OR f.state = $2)
 			AND ($3::uuid IS NULL OR f.flow_id > $3)
 			AND ($5::text IS NULL OR f.kind = $5 OR (right($5, 1) = '*' AND f.kind LIKE replace(rtrim($5, '*'), '%', '') || '%'))
-		ORDER BY f.flow_id LIMIT $4`, nullIfEmpty(f.Namespace), nullIfEmpty(string(f.State)), f.After, f.Limit, nullIfEmpty(f.Kind))
+			AND ($6::timestamptz IS NULL OR f.created_at >= $6) AND ($7::timestamptz IS NULL OR f.created_at < $7)
+		ORDER BY f.flow_id LIMIT $4`, nullIfEmpty(f.Namespace), nullIfEmpty(string(f.State)), f.After, f.Limit, nullIfEmpty(f.Kind), f.From, f.To)
 	if err != nil {
 		return nil, err
 	}
