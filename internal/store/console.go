@@ -22,15 +22,22 @@ type LaneLoad struct {
 	Blocked int    `db:"blocked"`
 }
 
-// LaneLoads reads every lane's live work; it reads only live rows (the
-// partial indexes of pending, running and live flow members).
+// LaneLoads reads every lane's live work. Each state is read on its own
+// so that each part uses its partial index (pending: the claim index,
+// running: the lease index, blocked: the live-members index, whose
+// predicate names flow_id, which every blocked row has): the cost follows
+// the live rows, not the table.
 func LaneLoads(ctx context.Context, db DB) ([]LaneLoad, error) {
 	rows, err := db.Query(ctx, `SELECT lane,
-			count(*) FILTER (WHERE state = 'pending' AND run_at <= now()) AS pending,
-			count(*) FILTER (WHERE state = 'pending' AND run_at > now()) AS delayed,
-			count(*) FILTER (WHERE state = 'running') AS running,
-			count(*) FILTER (WHERE state = 'blocked') AS blocked
-		FROM ff_execution WHERE state IN ('blocked', 'pending', 'running')
+			count(*) FILTER (WHERE s = 'pending' AND due) AS pending,
+			count(*) FILTER (WHERE s = 'pending' AND NOT due) AS delayed,
+			count(*) FILTER (WHERE s = 'running') AS running,
+			count(*) FILTER (WHERE s = 'blocked') AS blocked
+		FROM (
+			SELECT lane, 'pending' AS s, run_at <= now() AS due FROM ff_execution WHERE state = 'pending'
+			UNION ALL SELECT lane, 'running', true FROM ff_execution WHERE state = 'running'
+			UNION ALL SELECT lane, 'blocked', true FROM ff_execution WHERE state = 'blocked' AND flow_id IS NOT NULL
+		) live
 		GROUP BY lane ORDER BY lane`)
 	if err != nil {
 		return nil, wrap("read lane loads", err)
