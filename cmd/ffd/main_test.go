@@ -668,3 +668,49 @@ func TestConsoleCommand(t *testing.T) {
 		t.Fatalf("ffd console exited %d after an interrupt", code)
 	}
 }
+
+// ffd run --console serves the console next to the health endpoints.
+func TestRunServesTheConsole(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"run", "--console", "--database-url", db.URL, "--admin-addr", addr, "--log-format", "json", "--stop-timeout", "5s"}, io.Discard, io.Discard)
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("ffd run exited %d", code)
+		}
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if code, _ := get("/healthz"); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("ffd run never answered /healthz")
+		}
+	}
+	if code, body := get("/flows"); code != 200 || !strings.Contains(body, "ffd console") {
+		t.Fatalf("GET /flows on ffd run --console: %d %q", code, body)
+	}
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "ffd_events_dispatched_total") {
+		t.Fatalf("/metrics no longer served beside the console: %d", code)
+	}
+}
