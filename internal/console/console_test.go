@@ -250,3 +250,31 @@ func TestConsolePagesRead(t *testing.T) {
 		t.Errorf("consumers page lacks the audit consumer and its lag: %s", body)
 	}
 }
+
+// The console listens only while a flow page is open: opening one
+// opens its single LISTEN connection, closing the last closes it.
+func TestConsoleListensOnlyWhileWatched(t *testing.T) {
+	t.Parallel()
+	f, base, sub := setup(t)
+	listeners := func() int {
+		return f.Count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`, console.ApplicationName)
+	}
+	if n := listeners(); n != 0 {
+		t.Fatalf("%d console listeners with no page open, want 0", n)
+	}
+	ctx, cancel := context.WithCancel(f.Ctx)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/flows/"+sub.Flow.ID.String()+"/live", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 256)
+	n, _ := resp.Body.Read(first)
+	if !strings.Contains(string(first[:n]), "event: states") {
+		t.Fatalf("the stream began with %q; want the flow's states", first[:n])
+	}
+	f.WaitFor("one listener while a page watches", func() bool { return listeners() == 1 })
+	cancel()
+	resp.Body.Close()
+	f.WaitFor("no listener once the page is gone", func() bool { return listeners() == 0 })
+}
