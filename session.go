@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/internal/session"
@@ -81,4 +83,46 @@ func NewPool(ctx context.Context, connString string, s *SessionConfig) (*pgxpool
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	return pool, nil
+}
+
+// ConfigurePoolForPgBouncer prepares cfg for a PgBouncer in transaction
+// pooling, where consecutive statements of one client may run on
+// different server connections, so nothing may rest on session state:
+//
+//   - statements are sent with the simple protocol (no prepared
+//     statement outlives its round trip);
+//   - the session guard's settings are not sent as startup parameters
+//     (PgBouncer refuses unknown ones): set them on the role instead,
+//     for example ALTER ROLE app SET idle_in_transaction_session_timeout
+//     = '15s' (docs/scaling.md);
+//   - workers must not LISTEN through the bouncer: give them a direct
+//     WorkerConfig.ListenConnConfig, or set WorkerConfig.PollOnly.
+//
+// Clients and workers need nothing else; the daemon and WAL consumers
+// need session state and keep a direct connection.
+func ConfigurePoolForPgBouncer(cfg *pgxpool.Config) {
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	// The simple protocol sends every argument as text and must know its
+	// type without asking the server: name the Go types ffd passes that
+	// pgx does not map by itself.
+	after := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		tm := conn.TypeMap()
+		for _, t := range []struct {
+			v    any
+			name string
+		}{
+			{uuid.UUID{}, "uuid"}, {&uuid.UUID{}, "uuid"}, {[]uuid.UUID{}, "_uuid"}, {[]*uuid.UUID{}, "_uuid"},
+			{map[string]any{}, "jsonb"}, {&map[string]any{}, "jsonb"}, {[]*map[string]any{}, "_jsonb"},
+		} {
+			tm.RegisterDefaultPgType(t.v, t.name)
+		}
+		if after != nil {
+			return after(ctx, conn)
+		}
+		return nil
+	}
+	for _, p := range []string{"idle_in_transaction_session_timeout", "lock_timeout", "tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count"} {
+		delete(cfg.ConnConfig.RuntimeParams, p)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/sourcegraph/conc"
 	"github.com/sourcegraph/conc/panics"
 	"go.uber.org/zap"
@@ -75,6 +76,16 @@ type WorkerConfig struct {
 	// Metrics, when set, measures the worker (NewWorkerMetrics). Default:
 	// none, at no cost.
 	Metrics *WorkerMetrics
+	// ListenConnConfig is the connection the worker LISTENs on for wake-ups
+	// and revocations. Default: one like the client's pool's. Behind a
+	// PgBouncer in transaction pooling, point it at Postgres directly (a
+	// notification never crosses a pooled connection), or set PollOnly.
+	ListenConnConfig *pgx.ConnConfig
+	// PollOnly runs the worker without LISTEN: it claims every
+	// PollInterval and learns of a lease taken away at its next heartbeat
+	// (every third of the lease's TTL) instead of at once. For a pool
+	// behind PgBouncer without a direct connection. Default false.
+	PollOnly bool
 	// ID names the worker (a role or host). Default: the host name.
 	ID string
 	// Instance distinguishes processes with the same ID. Default: random.
@@ -613,7 +624,14 @@ const WorkerApplicationName = "ffd-worker"
 // re-checks the leases it holds and claims, since notifications sent
 // meanwhile are lost. It returns when ctx ends or the worker stops.
 func (w *Worker) listen(ctx context.Context) {
+	if w.cfg.PollOnly {
+		w.listeningOnce.Do(func() { close(w.listening) })
+		return
+	}
 	cfg := w.client.pool.Config().ConnConfig.Copy()
+	if w.cfg.ListenConnConfig != nil {
+		cfg = w.cfg.ListenConnConfig.Copy()
+	}
 	if !session.Guarded(&cfg.Config) {
 		// The application's pool has no guard of its own; this connection
 		// is ffd's, so it gets ffd's.

@@ -169,7 +169,7 @@ func InsertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Executi
 		namespaces, lanes, kinds  = make([]string, n), make([]string, n), make([]string, n)
 		states                    = make([]string, n)
 		priorities, maxAttempts   = make([]int32, n), make([]int32, n)
-		caps, tags                = make([][]byte, n), make([]*map[string]any, n)
+		caps, tags                = make([]string, n), make([]*map[string]any, n)
 		delays, bases, maxes      = make([]int64, n), make([]int64, n), make([]int64, n)
 		ttls, timeouts, deadlines = make([]int64, n), make([]int64, n), make([]int64, n)
 		multipliers, jitters      = make([]float64, n), make([]float64, n)
@@ -183,9 +183,11 @@ func InsertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Executi
 		namespaces[i], lanes[i], kinds[i], states[i] = r.Namespace, r.Lane, r.Kind, string(r.State)
 		priorities[i], maxAttempts[i] = int32(r.Priority), int32(r.MaxAttempts)
 		var err error
-		if caps[i], err = json.Marshal(r.RequiredCapabilities); err != nil {
+		b, err := json.Marshal(r.RequiredCapabilities)
+		if err != nil {
 			return nil, fmt.Errorf("encode capabilities: %w", err)
 		}
+		caps[i] = string(b)
 		if r.Tags != nil {
 			tags[i] = &r.Tags
 		}
