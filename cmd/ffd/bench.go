@@ -22,7 +22,7 @@ import (
 
 // BenchCmd is `ffd bench`.
 type BenchCmd struct {
-	Scenario      string        `name:"scenario" required:"" enum:"throughput,curve,history,memory,enqueue,chain,hop,fanout,big-flow,cancel-flow,recovery,cancel-running" help:"throughput, curve, history, memory, enqueue, chain, hop, fanout, big-flow, cancel-flow, recovery or cancel-running."`
+	Scenario      string        `name:"scenario" required:"" enum:"throughput,curve,history,memory,enqueue,chain,hop,fanout,big-flow,cancel-flow,recovery,cancel-running,daemons" help:"throughput, curve, history, memory, enqueue, chain, hop, fanout, big-flow, cancel-flow, recovery, cancel-running or daemons."`
 	JSON          bool          `name:"json" help:"Print the report as JSON (schema in docs/benchmarks.md)."`
 	Executions    int           `name:"executions" default:"20000" help:"throughput, enqueue: executions."`
 	Creates       int           `name:"creates" default:"1000" help:"enqueue: single Create calls timed one by one."`
@@ -41,6 +41,8 @@ type BenchCmd struct {
 	Cancels       int           `name:"cancels" default:"200" help:"cancel-running: running executions cancelled one by one."`
 	SweepInterval time.Duration `name:"sweep-interval" default:"1s" help:"The in-process daemon's sweep interval."`
 	WorkerCurve   []int         `name:"worker-curve" default:"1,10,100,400" help:"curve: worker concurrencies."`
+	DaemonCurve   []int         `name:"daemon-curve" default:"1,2,4" help:"daemons: numbers of daemons dispatching."`
+	DaemonFan     int           `name:"daemon-fan" default:"50" help:"daemons: middles per flow (hops per root event)."`
 	Preload       int           `name:"preload" default:"1000000" help:"history: finished executions already in the tables."`
 	BigFlowSizes  []int         `name:"big-flow-sizes" default:"100,10000" help:"big-flow: fan-out widths of 1 -> N -> 1."`
 	MemoryRounds  int           `name:"memory-rounds" default:"5" help:"memory: rounds of --executions through a daemon and a --workers worker process."`
@@ -71,7 +73,7 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 	params := bench.Params{Executions: c.Executions, Workers: c.Workers, Flows: c.Flows,
 		ChainLength: c.ChainLength, ChainWorker: c.ChainWorkers, FanWidth: c.FanWidth, Repeats: c.Repeats, FlowSizes: c.FlowSizes,
 		Leases: c.Leases, LeaseTTL: c.LeaseTTL, Burst: c.Burst, SweepInterval: c.SweepInterval, Cancels: c.Cancels, Creates: c.Creates,
-		HopChains: c.HopChains, HopLength: c.HopLength, WorkerCurve: c.WorkerCurve, Preload: c.Preload, BigFlowSizes: c.BigFlowSizes,
+		HopChains: c.HopChains, HopLength: c.HopLength, WorkerCurve: c.WorkerCurve, DaemonCurve: c.DaemonCurve, DaemonFan: c.DaemonFan, Preload: c.Preload, BigFlowSizes: c.BigFlowSizes,
 		MemoryRounds: c.MemoryRounds, Rounds: c.Rounds}
 	if c.Peer != "" {
 		cmp, err := bench.Compare(ctx, env, c.Scenario, params, c.Peer)

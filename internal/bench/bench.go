@@ -21,13 +21,13 @@ import (
 )
 
 // Scenarios lists the scenario names.
-var Scenarios = []string{"throughput", "curve", "history", "memory", "enqueue", "chain", "hop", "fanout", "big-flow", "cancel-flow", "recovery", "cancel-running"}
+var Scenarios = []string{"throughput", "curve", "history", "memory", "enqueue", "chain", "hop", "fanout", "big-flow", "cancel-flow", "recovery", "cancel-running", "daemons"}
 
 // scenarios runs each scenario by name.
 var scenarios = map[string]func(context.Context, *Env, Params, *Report) error{
 	"throughput": throughput, "curve": curve, "history": history, "memory": memory,
 	"enqueue": enqueue, "chain": chain, "hop": hop, "fanout": fanout, "big-flow": bigFlow,
-	"cancel-flow": cancelFlow, "recovery": recovery, "cancel-running": cancelRunning,
+	"cancel-flow": cancelFlow, "recovery": recovery, "cancel-running": cancelRunning, "daemons": daemons,
 }
 
 // Params are every scenario's sizes; zero values take the defaults.
@@ -68,6 +68,10 @@ type Params struct {
 	// memory: rounds of Executions executions through a daemon and a
 	// Workers-slot worker, each an OS process of its own
 	MemoryRounds int `json:"memory_rounds,omitempty"` // default 5
+	// daemons: Flows root -> DaemonFan flows, their roots finished, then
+	// dispatched by each number of daemons in DaemonCurve
+	DaemonFan   int   `json:"daemon_fan,omitempty"`   // default 50
+	DaemonCurve []int `json:"daemon_curve,omitempty"` // default 1, 2, 4
 }
 
 func (p *Params) defaults() {
@@ -92,6 +96,10 @@ func (p *Params) defaults() {
 	def(&p.Preload, 1000000)
 	def(&p.Rounds, 5)
 	def(&p.MemoryRounds, 5)
+	def(&p.DaemonFan, 50)
+	if len(p.DaemonCurve) == 0 {
+		p.DaemonCurve = []int{1, 2, 4}
+	}
 	if len(p.WorkerCurve) == 0 {
 		p.WorkerCurve = []int{1, 10, 100, 400}
 	}

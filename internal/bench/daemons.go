@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/daemon"
+	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+// daemons: cascade dispatch throughput with 1, 2, 4... daemons on one
+// database. Each round submits Flows flows of root -> DaemonFan, starts
+// the round's daemons (each on a pool of its own, as separate processes
+// would be), then finishes every root in batches of 500 and times until
+// every completion event is dispatched: a hop is one edge resolved and
+// its middle unblocked, Flows x DaemonFan per round. Nothing runs the
+// middles, so the rounds measure the cascade alone.
+func daemons(ctx context.Context, env *Env, p Params, r *Report) error {
+	c, err := env.client()
+	if err != nil {
+		return err
+	}
+	curve := map[string]float64{}
+	for _, k := range p.DaemonCurve {
+		lane := env.lane(fmt.Sprint("daemons", k))
+		if err := submitFans(ctx, c, p, lane); err != nil {
+			return err
+		}
+		stop, err := startDaemons(ctx, env, k, p.SweepInterval)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		if err := finishRoots(ctx, env, p, lane); err != nil {
+			stop()
+			return err
+		}
+		err = waitUntil(ctx, "every event to be dispatched", 10*time.Minute, func() (bool, error) {
+			o, err := store.ReadOutstanding(ctx, env.Pool)
+			return o.Undispatched == 0, err
+		})
+		elapsed := time.Since(start)
+		stop()
+		if err != nil {
+			return err
+		}
+		curve[fmt.Sprint(k)] = float64(p.Flows*p.DaemonFan) / elapsed.Seconds()
+	}
+	r.Figures["hops_per_second_by_daemons"] = curve
+	return env.checkInvariants(ctx)
+}
+
+// submitFans submits the round's flows.
+func submitFans(ctx context.Context, c *ffd.Client, p Params, lane string) error {
+	for range p.Flows {
+		s := ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "root", Params: ffd.CreateParams{Lane: lane + ".root"}}}}
+		for i := range p.DaemonFan {
+			ref := fmt.Sprint("m", i)
+			s.Nodes = append(s.Nodes, ffd.SubmitNode{Ref: ref, Params: ffd.CreateParams{Lane: lane}})
+			s.Edges = append(s.Edges, ffd.SubmitEdge{From: "root", To: ref})
+		}
+		if _, err := c.SubmitFlow(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishRoots claims and completes every root of the round, 500 at a time.
+func finishRoots(ctx context.Context, env *Env, p Params, lane string) error {
+	for done := 0; done < p.Flows; {
+		xs, err := leases.Claim(ctx, env.Pool, leases.ClaimParams{Lane: lane + ".root", Worker: "bench/roots", Max: 500})
+		if err != nil {
+			return err
+		}
+		if len(xs) == 0 {
+			return fmt.Errorf("claimed %d of %d roots", done, p.Flows)
+		}
+		items := make([]leases.Completion, len(xs))
+		for i, x := range xs {
+			items[i] = leases.Completion{ID: ident.ExecutionID(x.ID), Epoch: x.LeaseEpoch}
+		}
+		if _, _, err := leases.CompleteMany(ctx, env.Pool, leases.Limits{}, items, 0); err != nil {
+			return err
+		}
+		done += len(xs)
+	}
+	return nil
+}
+
+// startDaemons runs k daemons, each on its own pool, until stop.
+func startDaemons(ctx context.Context, env *Env, k int, sweep time.Duration) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	for range k {
+		cfg, err := pgxpool.ParseConfig(env.URL)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		cfg.MaxConns = 10
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		d, err := daemon.New(daemon.Config{Pool: pool, SweepInterval: sweep, Logger: env.Log.Named("daemon"), Notifier: daemon.NopNotifier{}})
+		if err == nil {
+			err = d.Start(ctx)
+		}
+		if err != nil {
+			pool.Close()
+			stop()
+			return nil, err
+		}
+		stops = append(stops, func() { _ = d.Stop(); pool.Close() })
+	}
+	return stop, nil
+}
