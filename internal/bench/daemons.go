@@ -53,6 +53,14 @@ func daemons(ctx context.Context, env *Env, p Params, r *Report) error {
 		curve[fmt.Sprint(k)] = float64(p.Flows*p.DaemonFan) / elapsed.Seconds()
 	}
 	r.Figures["hops_per_second_by_daemons"] = curve
+	if len(p.DaemonCurve) > 1 {
+		first, last := p.DaemonCurve[0], p.DaemonCurve[len(p.DaemonCurve)-1]
+		gain := curve[fmt.Sprint(last)] / curve[fmt.Sprint(first)]
+		// Capacity comes from Postgres cores: on a machine where the
+		// daemons and Postgres share two cores the honest expectation is
+		// that more daemons cost nothing, not that they add.
+		r.Targets = append(r.Targets, target(fmt.Sprintf("hops_%d_vs_%d_daemons", last, first), ">= 0.9 (more daemons never slow dispatch)", gain, "x", gain >= 0.9))
+	}
 	return env.checkInvariants(ctx)
 }
 
