@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -67,6 +68,11 @@ func TestRerunFlow(t *testing.T) {
 	}
 	if second.Flow.RerunOf == nil || *second.Flow.RerunOf != first.Flow.ID {
 		t.Fatalf("rerun's RerunOf = %v, want %s", second.Flow.RerunOf, first.Flow.ID)
+	}
+	// The rerun shares its original's partition: the index allowing one
+	// rerun leads with partition_key.
+	if second.Executions["fetch"].ID.Partition != first.Executions["fetch"].ID.Partition {
+		t.Fatalf("rerun on partition %d, its original on %d; want one partition", second.Executions["fetch"].ID.Partition, first.Executions["fetch"].ID.Partition)
 	}
 	for _, step := range []string{"fetch", "parse"} {
 		x := second.Executions[step]
@@ -132,6 +138,12 @@ func TestRerunExecution(t *testing.T) {
 	if again.ID == old.ID || again.State != ffd.StatePending || again.RerunOf == nil || *again.RerunOf != old.ID.UUID ||
 		again.Kind != "charge" || string(again.Payload) != `{"amount":5}` || again.IdempotencyKey != "" {
 		t.Fatalf("rerun %+v; want a new pending charge with the same payload, no key, linked to %s", again, old.ID)
+	}
+	if again.ID.Partition != old.ID.Partition || ident.Partition(again.ID.UUID) != old.ID.Partition {
+		t.Fatalf("rerun %s of %s: want the original's partition, for its id and its uuid", again.ID, old.ID)
+	}
+	if kp := ident.KeyPartition("default", "charge-7"); old.ID.Partition != kp {
+		t.Fatalf("keyed execution on partition %d, want its key's %d", old.ID.Partition, kp)
 	}
 	var ce *ffd.ConflictError
 	if _, err := f.client.RerunExecution(f.Ctx, old.ID); !errors.As(err, &ce) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/ident"
 )
 
 // A unique key holds while its execution is live: a second create returns
@@ -25,6 +26,9 @@ func TestUniqueKeys(t *testing.T) {
 	}
 	live := ffd.CreateParams{Lane: "uniq", Kind: "sync", UniqueKey: "sync:account-7"}
 	first := create(live)
+	if kp := ident.KeyPartition("default", "sync:account-7"); first.Execution.ID.Partition != kp {
+		t.Fatalf("unique key's holder on partition %d, want the key's %d", first.Execution.ID.Partition, kp)
+	}
 	again := create(live)
 	if first.Existed || !again.Existed || again.Execution.ID != first.Execution.ID {
 		t.Fatalf("while live: first existed=%v, second existed=%v (%s vs %s); want the second to return the first",
@@ -72,6 +76,12 @@ func TestUniqueKeys(t *testing.T) {
 	}
 	if _, err := f.client.CreateMany(f.Ctx, []ffd.CreateParams{{Lane: "uniq", UniqueKey: "k"}}); err == nil {
 		t.Error("a unique key in a batch was accepted")
+	}
+	// A member lives on its flow's partition; its key's holders could not
+	// all be found on the key's.
+	var ve *ffd.ValidationError
+	if _, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "a", Params: ffd.CreateParams{Lane: "uniq", UniqueKey: "k"}}}}); !errors.As(err, &ve) {
+		t.Errorf("a unique key on a flow member: %v; want a ValidationError", err)
 	}
 }
 

@@ -13,7 +13,9 @@ import (
 )
 
 // RerunFlow reruns a failed or cancelled flow as a new flow linked to it
-// (rerun_of): the same steps, edges and policies, on a new flow id. Steps
+// (rerun_of): the same steps, edges and policies, on a new flow id of the
+// old flow's partition (so the rerun and its original, and the index that
+// allows one rerun, share a partition). Steps
 // that completed are carried over: their new executions are completed at
 // once with the old results, without running, and their completion events
 // go through the cascade like any other, so the rest of the graph
@@ -81,7 +83,7 @@ func rerunPlan(ctx context.Context, tx pgx.Tx, old *store.Flow) (SubmitParams, m
 	if err != nil {
 		return SubmitParams{}, nil, err
 	}
-	p := SubmitParams{Flow: CreateFlowParams{ID: ident.NewUUID(), Namespace: old.Namespace, Kind: old.Kind, Tags: old.Tags}}
+	p := SubmitParams{Flow: CreateFlowParams{ID: ident.NewUUIDIn(ident.Partition(old.ID)), Namespace: old.Namespace, Kind: old.Kind, Tags: old.Tags}}
 	ref := make(map[uuid.UUID]string, len(xs))
 	members := make(map[string]*store.Execution, len(xs))
 	for _, x := range xs {

@@ -58,6 +58,41 @@ func NewUUID() uuid.UUID {
 	return uuid.Must(uuid.NewV7())
 }
 
+// NewUUIDIn mints a version 7 uuid whose own partition is partition: a
+// fresh one with its last two random bytes chosen, so that a solo
+// execution or a flow can be placed beside the row it must share a
+// partition with (the holder of a key, the flow it reruns) and still
+// satisfy "a solo id's partition is its uuid's". About 256 CRCs of 16
+// bytes on average; partition must be in 0..Partitions-1.
+func NewUUIDIn(partition int16) uuid.UUID {
+	u := NewUUID()
+	for i := range 1 << 16 {
+		u[14], u[15] = byte(i>>8), byte(i)
+		if Partition(u) == partition {
+			return u
+		}
+	}
+	// Unreachable for 0 <= partition < Partitions: the last two bytes
+	// reach every CRC value.
+	panic(fmt.Sprintf("ident: no uuid on partition %d", partition))
+}
+
+// KeyPartition is the partition a key hashes to within a namespace: an
+// execution created with an idempotency or unique key is placed there, so
+// that the key's unique index, which leads with partition_key, sees every
+// row that could hold the key.
+func KeyPartition(namespace, key string) int16 {
+	b := make([]byte, 0, len(namespace)+1+len(key))
+	b = append(append(append(b, namespace...), 0), key...)
+	return int16(CRC16(b) % Partitions)
+}
+
+// NewExecutionIDForKey mints a solo execution id on its key's partition.
+func NewExecutionIDForKey(namespace, key string) ExecutionID {
+	p := KeyPartition(namespace, key)
+	return ExecutionID{Partition: p, UUID: NewUUIDIn(p)}
+}
+
 // ExecutionID is an execution's wire id `{fp:N}:<uuid>`. Partition N is the
 // flow's partition for a flow member and the uuid's own partition for a solo
 // execution, so a flow and all its members share one partition key.

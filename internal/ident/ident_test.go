@@ -132,3 +132,41 @@ func FuzzParseExecutionID(f *testing.F) {
 		}
 	})
 }
+
+// KeyPartition places rows: a change to it would put new holders of a key
+// on another partition than the old ones, so its values are pinned.
+func TestKeyPartitionIsPinned(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		namespace, key string
+		want           int16
+	}{
+		{"default", "order-1", 94},
+		{"default", "order-2", 61},
+		{"billing", "order-1", 170},
+		{"", "x", 159},
+	} {
+		if got := KeyPartition(c.namespace, c.key); got != c.want {
+			t.Errorf("KeyPartition(%q, %q) = %d, want %d", c.namespace, c.key, got, c.want)
+		}
+	}
+	// The namespace and the key are separated: ("a", "bc") and ("ab", "c")
+	// are different keys.
+	if KeyPartition("a", "bc") == KeyPartition("ab", "c") && KeyPartition("x", "yz") == KeyPartition("xy", "z") {
+		t.Error("namespace and key run together")
+	}
+}
+
+func TestNewUUIDInEveryPartition(t *testing.T) {
+	t.Parallel()
+	for p := range int16(Partitions) {
+		u := NewUUIDIn(p)
+		if Partition(u) != p || u.Version() != 7 || u.Variant() != uuid.RFC4122 {
+			t.Fatalf("NewUUIDIn(%d) = %s: partition %d, version %d, variant %v", p, u, Partition(u), u.Version(), u.Variant())
+		}
+	}
+	id := NewExecutionIDForKey("default", "order-1")
+	if id.Partition != 94 || Partition(id.UUID) != 94 {
+		t.Fatalf("NewExecutionIDForKey placed %s, want partition 94 for its id and its uuid", id)
+	}
+}

@@ -72,7 +72,8 @@ type CreateParams struct {
 	UniqueWindow time.Duration
 
 	// Set by flow operations: the execution is minted on the flow's
-	// partition, and starts blocked when it waits on an edge group.
+	// partition, and starts blocked when it waits on an edge group. A
+	// solo execution with Partition set (a rerun) is minted there too.
 	FlowID    *uuid.UUID
 	Partition *int16
 	Blocked   bool
@@ -180,6 +181,11 @@ func (p *CreateParams) validateUnique() error {
 	}
 	if p.IdempotencyKey != "" {
 		return fault.Invalid(fault.KindInvalidValue, "unique_key", p.UniqueKey, "give an idempotency key or a unique key, not both")
+	}
+	if p.FlowID != nil {
+		// A member lives on its flow's partition, and a unique key's
+		// holders must all live on the key's.
+		return fault.Invalid(fault.KindInvalidValue, "unique_key", p.UniqueKey, "a unique key is for a solo execution, not a flow member")
 	}
 	if err := ValidateText("unique_key", p.UniqueKey, MaxIdempotencyKey); err != nil {
 		return err
@@ -309,8 +315,18 @@ func newRow(p *CreateParams) store.NewExecution {
 		AttemptTimeout: p.AttemptTimeout, Deadline: p.Deadline, Payload: p.Payload,
 		IdempotencyKey: p.IdempotencyKey, Tags: p.Tags, Step: p.Step}
 	r.UniqueKey, r.UniqueWhileLive = p.uniqueKey(time.Now())
-	if p.Partition != nil {
+	// Placement: a flow member on its flow's partition; a solo execution
+	// with a key on the key's, where the key's unique index looks; a rerun
+	// on its original's (Partition set without a flow).
+	switch {
+	case p.FlowID != nil && p.Partition != nil:
 		r.ID = ident.NewExecutionIDIn(*p.Partition)
+	case r.IdempotencyKey != "":
+		r.ID = ident.NewExecutionIDForKey(r.Namespace, r.IdempotencyKey)
+	case r.UniqueKey != "":
+		r.ID = ident.NewExecutionIDForKey(r.Namespace, r.UniqueKey)
+	case p.Partition != nil:
+		r.ID = ident.ExecutionID{Partition: *p.Partition, UUID: ident.NewUUIDIn(*p.Partition)}
 	}
 	if p.Blocked {
 		r.State = store.StateBlocked

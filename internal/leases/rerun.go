@@ -14,7 +14,8 @@ import (
 // Rerun creates a new execution from a failed, expired or cancelled solo
 // execution's parameters (lane, kind, payload, priority, capabilities,
 // attempts, retry, lease, timeouts, tags; not its idempotency key),
-// linked to it by rerun_of; the old one stays as it ended. An execution
+// linked to it by rerun_of, on the old one's partition (where the index
+// that allows one rerun looks); the old one stays as it ended. An execution
 // is rerun at most once: a second call is a conflict carrying the rerun.
 // Flow members are rerun with their flow (flows.RerunFlow).
 func Rerun(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID) (*store.Execution, error) {
@@ -32,7 +33,7 @@ func Rerun(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID) (
 	}
 	p := CreateParams{Namespace: old.Namespace, Lane: old.Lane, Kind: old.Kind, Payload: old.Payload, Priority: old.Priority,
 		RequiredCapabilities: old.RequiredCapabilities, MaxAttempts: old.MaxAttempts, Retry: old.Retry, LeaseTTL: old.LeaseTTL,
-		AttemptTimeout: old.AttemptTimeout, Tags: old.Tags}
+		AttemptTimeout: old.AttemptTimeout, Tags: old.Tags, Partition: &old.ID.Partition}
 	if old.DeadlineAt != nil {
 		p.Deadline = old.DeadlineAt.Sub(old.CreatedAt)
 	}

@@ -115,6 +115,12 @@ type Applied struct {
 // advisory lock. It refuses a database newer than this binary. It waits up
 // to lockWait for another migrator to finish (0 means ten minutes).
 func Up(ctx context.Context, pool *pgxpool.Pool, lockWait time.Duration) ([]Applied, error) {
+	return UpTo(ctx, pool, Latest(), lockWait)
+}
+
+// UpTo is Up stopping at version: to upgrade one step at a time, or to
+// build a database as an older release left it.
+func UpTo(ctx context.Context, pool *pgxpool.Pool, version int64, lockWait time.Duration) ([]Applied, error) {
 	found, err := Current(ctx, pool)
 	if err != nil {
 		return nil, err
@@ -127,7 +133,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool, lockWait time.Duration) ([]Appl
 		return nil, err
 	}
 	defer db.Close()
-	results, err := p.Up(ctx)
+	results, err := p.UpTo(ctx, version)
 	if err != nil {
 		return nil, fmt.Errorf("apply migrations: %w", err)
 	}

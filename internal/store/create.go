@@ -42,24 +42,50 @@ type NewExecution struct {
 	UniqueWhileLive bool
 }
 
-const insertExecutionSQL = `
-INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
+// insertColumns and insertValues are one execution's row: $1..$24.
+const (
+	insertColumns = `INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
 	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
 	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, idempotency_key, tags, step,
-	unique_key, unique_while_live)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+	unique_key, unique_while_live)`
+	insertValues = `$1, $2, $3, $4, $5, $6, $7, $8, $9,
 	now() + $10::bigint * interval '1 microsecond', $11,
 	$12::bigint * interval '1 microsecond', $13::bigint * interval '1 microsecond', $14, $15,
 	$16::bigint * interval '1 microsecond',
 	CASE WHEN $17::bigint > 0 THEN $17::bigint * interval '1 microsecond' END,
 	CASE WHEN $18::bigint > 0 THEN now() + $18::bigint * interval '1 microsecond' END,
-	$19, $20, $21, $22, $23, CASE WHEN $23::text IS NOT NULL THEN $24::boolean END)
-ON CONFLICT (namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+	$19, $20, $21, $22, $23, CASE WHEN $23::text IS NOT NULL THEN $24::boolean END`
+)
+
+// insertExecutionSQL inserts an execution without an idempotency key.
+const insertExecutionSQL = insertColumns + `
+VALUES (` + insertValues + `)
 RETURNING ` + execColumns
+
+// insertKeyedSQL inserts an execution with an idempotency key, or nothing
+// when the key is held: by a row on the key's partition (the unique index,
+// which the caller placed the row beside), or by an execution created
+// before keys were placed, remembered in ff_idempotency_legacy.
+const insertKeyedSQL = insertColumns + `
+SELECT ` + insertValues + `
+WHERE NOT EXISTS (SELECT 1 FROM ff_idempotency_legacy l WHERE l.namespace = $4 AND l.idempotency_key = $20)
+ON CONFLICT (partition_key, namespace, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING ` + execColumns
+
+// keyHolderSQL reads the execution holding an idempotency key: on the
+// key's partition, or where ff_idempotency_legacy says.
+const keyHolderSQL = `SELECT ` + execColumns + ` FROM ff_execution e
+	WHERE e.partition_key = $3 AND e.namespace = $1 AND e.idempotency_key = $2
+UNION ALL
+SELECT ` + execColumns + ` FROM ff_idempotency_legacy l
+	JOIN ff_execution e ON e.partition_key = l.partition_key AND e.execution_id = l.execution_id
+	WHERE l.namespace = $1 AND l.idempotency_key = $2
+LIMIT 1`
 
 // InsertExecution inserts one execution. When its idempotency key is
 // already used in the namespace it inserts nothing and returns the
-// execution holding the key, with existed = true.
+// execution holding the key, with existed = true. A row with a key must be
+// placed on the key's partition (ident.NewExecutionIDForKey).
 func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *Execution, existed bool, err error) {
 	args := []any{r.ID.Partition, r.ID.UUID, r.FlowID, r.Namespace, r.Lane, r.Kind, r.Priority,
 		r.RequiredCapabilities, string(r.State), micros(r.Delay), r.MaxAttempts, micros(r.Retry.Base),
@@ -69,8 +95,12 @@ func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *Execution, 
 	if r.UniqueKey != "" {
 		return insertUnique(ctx, db, r, args)
 	}
+	sql := insertExecutionSQL
+	if r.IdempotencyKey != "" {
+		sql = insertKeyedSQL
+	}
 	err = WithRetry(ctx, db, func() error {
-		x, err = oneExecution(db.Query(ctx, insertExecutionSQL, args...))
+		x, err = oneExecution(db.Query(ctx, sql, args...))
 		return err
 	})
 	if err == nil {
@@ -80,8 +110,7 @@ func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *Execution, 
 		return nil, false, wrap("create execution in lane "+r.Lane, err)
 	}
 	// The key is taken: return its holder.
-	x, err = oneExecution(db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e
-		WHERE e.namespace = $1 AND e.idempotency_key = $2`, r.Namespace, r.IdempotencyKey))
+	x, err = oneExecution(db.Query(ctx, keyHolderSQL, r.Namespace, r.IdempotencyKey, r.ID.Partition))
 	if err != nil {
 		return nil, false, wrap("read execution by idempotency key "+r.IdempotencyKey, err)
 	}
@@ -103,15 +132,10 @@ func insertUnique(ctx context.Context, db DB, r NewExecution, args []any) (*Exec
 		switch {
 		case err == nil:
 			return x, false, nil
-		case errors.Is(err, pgx.ErrNoRows):
-			// The idempotency key is taken: its holder answers.
-			x, err = oneExecution(db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e
-				WHERE e.namespace = $1 AND e.idempotency_key = $2`, r.Namespace, r.IdempotencyKey))
-			return x, err == nil, wrap("read execution by idempotency key "+r.IdempotencyKey, err)
 		case !IsUniqueTaken(err):
 			return nil, false, wrap("create execution in lane "+r.Lane, err)
 		}
-		x, err = UniqueHolder(ctx, db, r.Namespace, r.UniqueKey)
+		x, err = UniqueHolder(ctx, db, r.ID.Partition, r.Namespace, r.UniqueKey)
 		if err == nil {
 			return x, true, nil
 		}
@@ -129,12 +153,13 @@ func IsUniqueTaken(err error) bool {
 		(pgErr.ConstraintName == "ff_execution_unique_live" || pgErr.ConstraintName == "ff_execution_unique_window")
 }
 
-// UniqueHolder reads the execution holding a unique key, or pgx.ErrNoRows.
-func UniqueHolder(ctx context.Context, db DB, namespace, key string) (*Execution, error) {
+// UniqueHolder reads the execution holding a unique key (as stored) on
+// the key's partition, or pgx.ErrNoRows.
+func UniqueHolder(ctx context.Context, db DB, partition int16, namespace, key string) (*Execution, error) {
 	return oneExecution(db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e
-		WHERE e.namespace = $1 AND e.unique_key = $2
+		WHERE e.partition_key = $3 AND e.namespace = $1 AND e.unique_key = $2
 			AND (NOT e.unique_while_live OR e.state IN ('blocked', 'pending', 'running'))
-		LIMIT 1`, namespace, key))
+		LIMIT 1`, namespace, key, partition))
 }
 
 // insertManySQL inserts a batch in one statement from one array per

@@ -20,9 +20,10 @@ func IsRerunTaken(err error) bool {
 		(pgErr.ConstraintName == "ff_flow_rerun" || pgErr.ConstraintName == "ff_execution_rerun")
 }
 
-// FindRerun returns the flow that reruns flow id, or pgx.ErrNoRows.
+// FindRerun returns the flow that reruns flow id (on id's partition), or
+// pgx.ErrNoRows.
 func FindRerun(ctx context.Context, db DB, id uuid.UUID) (*Flow, error) {
-	return oneFlow(db.Query(ctx, `SELECT `+flowColumns+` FROM ff_flow f WHERE f.rerun_of = $1`, id))
+	return oneFlow(db.Query(ctx, `SELECT `+flowColumns+` FROM ff_flow f WHERE f.partition_key = $2 AND f.rerun_of = $1`, id, ident.Partition(id)))
 }
 
 // LinkFlowRerun records that flow id reruns flow of.

@@ -63,7 +63,10 @@ victims AS (
 	FOR UPDATE OF e SKIP LOCKED),
 attempts AS (
 	DELETE FROM ff_attempt t USING victims v
-	WHERE t.partition_key = v.partition_key AND t.execution_id = v.execution_id)
+	WHERE t.partition_key = v.partition_key AND t.execution_id = v.execution_id),
+legacy AS (
+	DELETE FROM ff_idempotency_legacy l USING victims v
+	WHERE l.partition_key = v.partition_key AND l.execution_id = v.execution_id)
 DELETE FROM ff_execution e USING victims v
 WHERE e.partition_key = v.partition_key AND e.execution_id = v.execution_id`
 

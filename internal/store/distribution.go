@@ -1,0 +1,142 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DistributionColumn is the column every distributed table is sharded by:
+// a flow and all its members, edges, groups, attempts and events share
+// one value, so every hot-path statement reads and writes one shard.
+const DistributionColumn = "partition_key"
+
+// ReferenceTables are the tables a distributed Postgres copies whole to
+// every node: small, written rarely, read beside any shard (lane
+// controls, consumer cursors, schedules, keys of executions created
+// before keys were placed). LocalTables stay on the coordinator alone.
+// Every other ff_ table must have DistributionColumn and is distributed
+// by it.
+var (
+	ReferenceTables = []string{"ff_idempotency_legacy", "ff_lane", "ff_outbox_consumer", "ff_schedule"}
+	LocalTables     = []string{"ff_schema_version"}
+)
+
+// Distribution is how one table would be placed on a distributed Postgres.
+type Distribution struct {
+	Table string
+	Kind  string // "distributed", "reference" or "local"
+}
+
+// DistributionViolation is one object of the live schema a distributed
+// Postgres could not enforce, or a table nobody placed.
+type DistributionViolation struct {
+	Table, Object, Reason string
+}
+
+func (v DistributionViolation) String() string {
+	return fmt.Sprintf("%s: %s: %s", v.Table, v.Object, v.Reason)
+}
+
+// distributionSQL lists, for every ff_ table of the current schema,
+// whether it has the distribution column, and each unique index (primary
+// keys included), exclusion constraint and foreign key: whether it covers
+// the distribution column, and for a foreign key whether it pairs that
+// column with the referenced table's and which table it references.
+const distributionSQL = `
+WITH t AS (
+	SELECT c.oid, c.relname::text AS name,
+		(SELECT a.attnum FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = $1 AND NOT a.attisdropped) AS dist
+	FROM pg_class c
+	WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND c.relname LIKE 'ff\_%'
+)
+SELECT t.name, '' AS object, '' AS what, t.dist IS NOT NULL AS covers, '' AS refs FROM t
+UNION ALL
+SELECT t.name, i.relname::text, CASE WHEN x.indisprimary THEN 'primary key' ELSE 'unique index' END,
+	coalesce(t.dist = ANY (x.indkey::int2[]), false), ''
+FROM t JOIN pg_index x ON x.indrelid = t.oid AND x.indisunique JOIN pg_class i ON i.oid = x.indexrelid
+UNION ALL
+SELECT t.name, k.conname::text, CASE k.contype WHEN 'f' THEN 'foreign key' ELSE 'exclusion constraint' END,
+	CASE k.contype
+		WHEN 'f' THEN EXISTS (
+			SELECT 1 FROM unnest(k.conkey, k.confkey) AS p(col, refcol)
+			JOIN pg_attribute ra ON ra.attrelid = k.confrelid AND ra.attnum = p.refcol
+			WHERE p.col = t.dist AND ra.attname = $1)
+		ELSE coalesce(t.dist = ANY (k.conkey), false) END,
+	coalesce(k.confrelid::regclass::text, '')
+FROM t JOIN pg_constraint k ON k.conrelid = t.oid AND k.contype IN ('f', 'x')
+ORDER BY 1, 2`
+
+// CheckDistribution reads the live schema and reports every table not
+// placed (distributed tables need the distribution column), every unique
+// index, primary key or exclusion constraint of a distributed table that
+// omits the distribution column, and every foreign key a distributed
+// Postgres refuses: from a distributed table without the column paired
+// with the referenced table's, or from a reference table to a distributed
+// one. With no violations, the schema can be placed as the returned
+// tables say.
+func CheckDistribution(ctx context.Context, db DB) ([]Distribution, []DistributionViolation, error) {
+	rows, err := db.Query(ctx, distributionSQL, DistributionColumn)
+	if err != nil {
+		return nil, nil, wrap("read the schema's keys", err)
+	}
+	type object struct {
+		Table, Object, What string
+		Covers              bool
+		Refs                string
+	}
+	objs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[object])
+	if err != nil {
+		return nil, nil, wrap("read the schema's keys", err)
+	}
+	kind := map[string]string{}
+	var tables []Distribution
+	var bad []DistributionViolation
+	for _, o := range objs {
+		if o.Object != "" {
+			continue
+		}
+		k := "distributed"
+		switch {
+		case slices.Contains(ReferenceTables, o.Table):
+			k = "reference"
+		case slices.Contains(LocalTables, o.Table):
+			k = "local"
+		case !o.Covers:
+			bad = append(bad, DistributionViolation{o.Table, "table", "has no " + DistributionColumn + " and is listed neither as a reference nor as a local table"})
+		}
+		kind[o.Table] = k
+		tables = append(tables, Distribution{Table: o.Table, Kind: k})
+	}
+	for _, o := range objs {
+		if o.Object == "" {
+			continue
+		}
+		if r := violation(kind[o.Table], o.What, o.Covers, kind[o.Refs], o.Refs); r != "" {
+			bad = append(bad, DistributionViolation{o.Table, o.What + " " + o.Object, r})
+		}
+	}
+	return tables, bad, nil
+}
+
+// violation says why a distributed Postgres would refuse one key of a
+// table of kind, or "" when it would not.
+func violation(kind, what string, covers bool, refKind, refs string) string {
+	switch {
+	case what != "foreign key":
+		if kind == "distributed" && !covers {
+			return "omits " + DistributionColumn
+		}
+	case refKind == "reference":
+		// Anything may reference a table every node holds.
+	case kind == "distributed" && refKind == "distributed" && !covers:
+		return "does not pair " + DistributionColumn + " with " + refs + "'s"
+	case kind == "distributed" && refKind == "local":
+		return "a distributed table cannot reference the local table " + refs
+	case kind != "distributed" && refKind == "distributed":
+		return "a " + kind + " table cannot reference the distributed table " + refs
+	}
+	return ""
+}

@@ -1,0 +1,86 @@
+package store_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffd/internal/store"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+// The migrated schema can be distributed by partition_key: .ci/run runs
+// this by name, so a migration that adds a unique index or a foreign key
+// a distributed Postgres cannot enforce fails CI.
+func TestSchemaIsDistributable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := testdb.New(t)
+
+	tables, bad, err := store.CheckDistribution(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range bad {
+		t.Errorf("not distributable: %s", v)
+	}
+	kinds := map[string]string{}
+	for _, d := range tables {
+		kinds[d.Table] = d.Kind
+	}
+	for _, name := range []string{"ff_execution", "ff_flow", "ff_edge", "ff_edge_group", "ff_attempt",
+		"ff_completion_event", "ff_lease_event", "ff_pending_cancel_group"} {
+		if kinds[name] != "distributed" {
+			t.Errorf("%s is %q, want distributed", name, kinds[name])
+		}
+	}
+	for _, name := range store.ReferenceTables {
+		if kinds[name] != "reference" {
+			t.Errorf("%s is %q, want reference (is it in the schema?)", name, kinds[name])
+		}
+	}
+}
+
+// Each kind of key a distributed Postgres refuses is reported.
+func TestCheckDistributionFindsViolations(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := testdb.New(t)
+	if _, err := db.Pool.Exec(ctx, `
+		CREATE UNIQUE INDEX ff_execution_bad_global ON ff_execution (namespace, lane) WHERE kind = 'never';
+		CREATE TABLE ff_unplaced (id int PRIMARY KEY);
+		CREATE TABLE ff_bad_child (partition_key smallint, execution_id uuid, other_partition smallint,
+			PRIMARY KEY (partition_key, execution_id),
+			CONSTRAINT ff_bad_child_fk FOREIGN KEY (other_partition, execution_id) REFERENCES ff_execution (partition_key, execution_id));
+		ALTER TABLE ff_schedule ADD COLUMN p smallint, ADD COLUMN x uuid,
+			ADD CONSTRAINT ff_schedule_bad_fk FOREIGN KEY (p, x) REFERENCES ff_execution (partition_key, execution_id);
+		CREATE TABLE ff_good_child (partition_key smallint, execution_id uuid, lane text REFERENCES ff_lane (lane),
+			PRIMARY KEY (partition_key, execution_id),
+			FOREIGN KEY (partition_key, execution_id) REFERENCES ff_execution (partition_key, execution_id));`); err != nil {
+		t.Fatal(err)
+	}
+	_, bad, err := store.CheckDistribution(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, v := range bad {
+		got = append(got, v.Table+" "+v.Object)
+	}
+	want := []string{
+		"ff_bad_child foreign key ff_bad_child_fk",
+		"ff_execution unique index ff_execution_bad_global",
+		"ff_schedule foreign key ff_schedule_bad_fk",
+		"ff_unplaced table",
+		"ff_unplaced primary key ff_unplaced_pkey",
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
