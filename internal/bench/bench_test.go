@@ -2,6 +2,8 @@ package bench_test
 
 import (
 	"context"
+	"os"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -24,7 +26,7 @@ func TestScenariosTiny(t *testing.T) {
 	t.Parallel()
 	tiny := bench.Params{Executions: 300, Workers: 20, Flows: 10, ChainLength: 4, FanWidth: 30, Repeats: 1,
 		FlowSizes: []int{4, 20}, Leases: 30, LeaseTTL: time.Second, Burst: 300, SweepInterval: 200 * time.Millisecond, Cancels: 10, Creates: 20, HopChains: 2, HopLength: 4,
-		WorkerCurve: []int{1, 4}, Preload: 500, Rounds: 1, BigFlowSizes: []int{5, 50}, MemoryRounds: 2}
+		WorkerCurve: []int{1, 4}, Preload: 500, Rounds: 1, BigFlowSizes: []int{5, 50}, MemoryRounds: 2, DaemonCurve: []int{1, 2}, DaemonFan: 5}
 	for _, name := range bench.Scenarios {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -42,6 +44,13 @@ func TestScenariosTiny(t *testing.T) {
 			}
 			if r.Scenario != name || len(r.Figures) == 0 || len(r.Targets) == 0 || r.Machine.Cores == 0 || r.Machine.PostgresVersion == "" {
 				t.Fatalf("incomplete report: %+v", r)
+			}
+			// The daemon curve says where the cores went when it can see
+			// the server: on Linux, with the harness's own cluster.
+			if name == "daemons" && runtime.GOOS == "linux" && os.Getenv("FFD_TEST_DATABASE_URL") == "" {
+				if pg, ok := r.Figures["postgres_cores_by_daemons"].(map[string]float64); !ok || len(pg) != 2 || pg["1"] <= 0 {
+					t.Fatalf("postgres_cores_by_daemons = %v, want a positive figure for each of 1 and 2 daemons", r.Figures["postgres_cores_by_daemons"])
+				}
 			}
 			// Scenarios that run the daemon leave nothing undispatched.
 			withDaemon := !slices.Contains([]string{"enqueue", "cancel-flow", "cancel-running"}, name)

@@ -20,13 +20,16 @@ import (
 // would be), then finishes every root in batches of 500 and times until
 // every completion event is dispatched: a hop is one edge resolved and
 // its middle unblocked, Flows x DaemonFan per round. Nothing runs the
-// middles, so the rounds measure the cascade alone.
+// middles, so the rounds measure the cascade alone. Where /proc shows the
+// server, the rounds also report the cores Postgres and this process used.
 func daemons(ctx context.Context, env *Env, p Params, r *Report) error {
 	c, err := env.client()
 	if err != nil {
 		return err
 	}
 	curve := map[string]float64{}
+	serverCores, clientCores := map[string]float64{}, map[string]float64{}
+	meter, metered := newCPUMeter(ctx, env.Pool)
 	for _, k := range p.DaemonCurve {
 		lane := env.lane(fmt.Sprint("daemons", k))
 		if err := submitFans(ctx, c, p, lane); err != nil {
@@ -37,6 +40,11 @@ func daemons(ctx context.Context, env *Env, p Params, r *Report) error {
 			return err
 		}
 		start := time.Now()
+		var before cpuSample
+		if metered {
+			before, err = meter.sample()
+			metered = err == nil
+		}
 		if err := finishRoots(ctx, env, p, lane); err != nil {
 			stop()
 			return err
@@ -46,6 +54,11 @@ func daemons(ctx context.Context, env *Env, p Params, r *Report) error {
 			return o.Undispatched == 0, err
 		})
 		elapsed := time.Since(start)
+		if metered && err == nil {
+			after, serr := meter.sample()
+			metered = serr == nil
+			serverCores[fmt.Sprint(k)], clientCores[fmt.Sprint(k)] = before.cores(after)
+		}
 		stop()
 		if err != nil {
 			return err
@@ -53,6 +66,12 @@ func daemons(ctx context.Context, env *Env, p Params, r *Report) error {
 		curve[fmt.Sprint(k)] = float64(p.Flows*p.DaemonFan) / elapsed.Seconds()
 	}
 	r.Figures["hops_per_second_by_daemons"] = curve
+	if metered {
+		// Where the cores went: the daemons (and the driver finishing
+		// roots) in this process, against the Postgres server.
+		r.Figures["postgres_cores_by_daemons"] = serverCores
+		r.Figures["ffd_cores_by_daemons"] = clientCores
+	}
 	if len(p.DaemonCurve) > 1 {
 		first, last := p.DaemonCurve[0], p.DaemonCurve[len(p.DaemonCurve)-1]
 		gain := curve[fmt.Sprint(last)] / curve[fmt.Sprint(first)]
