@@ -28,7 +28,7 @@ func daemons(ctx context.Context, env *Env, p Params, r *Report) error {
 		return err
 	}
 	curve := map[string]float64{}
-	serverCores, clientCores := map[string]float64{}, map[string]float64{}
+	serverCores, clientCores, perHop := map[string]float64{}, map[string]float64{}, map[string]float64{}
 	meter, metered := newCPUMeter(ctx, env.Pool)
 	for _, k := range p.DaemonCurve {
 		lane := env.lane(fmt.Sprint("daemons", k))
@@ -58,6 +58,7 @@ func daemons(ctx context.Context, env *Env, p Params, r *Report) error {
 			after, serr := meter.sample()
 			metered = serr == nil
 			serverCores[fmt.Sprint(k)], clientCores[fmt.Sprint(k)] = before.cores(after)
+			perHop[fmt.Sprint(k)] = (after.server - before.server).Seconds() * 1e3 / float64(p.Flows*p.DaemonFan) * 1000
 		}
 		stop()
 		if err != nil {
@@ -71,6 +72,9 @@ func daemons(ctx context.Context, env *Env, p Params, r *Report) error {
 		// roots) in this process, against the Postgres server.
 		r.Figures["postgres_cores_by_daemons"] = serverCores
 		r.Figures["ffd_cores_by_daemons"] = clientCores
+		// Postgres's work per hop: flat when daemons do not contend
+		// (waits and retries would show here as more work per hop).
+		r.Figures["postgres_cpu_ms_per_1000_hops"] = perHop
 	}
 	if len(p.DaemonCurve) > 1 {
 		first, last := p.DaemonCurve[0], p.DaemonCurve[len(p.DaemonCurve)-1]
