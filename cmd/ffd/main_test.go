@@ -56,6 +56,21 @@ func TestMigrateCommands(t *testing.T) {
 		t.Fatalf("status after up: code %d, out %q", code, out)
 	}
 
+	// The migrated schema places every table; a key that omits
+	// partition_key is refused by name.
+	code, out, errOut = runFFD(t, "migrate", "distribution", url)
+	if code != 0 || !strings.Contains(out, "SELECT create_distributed_table('ff_execution', 'partition_key', colocate_with => 'ff_flow');") ||
+		!strings.Contains(out, "SELECT create_reference_table('ff_lane');") {
+		t.Fatalf("migrate distribution: code %d, out %q, err %q", code, out, errOut)
+	}
+	if _, err := db.Pool.Exec(context.Background(), `CREATE UNIQUE INDEX ff_execution_lane_kind ON ff_execution (lane, kind) WHERE kind = 'never'`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runFFD(t, "migrate", "distribution", url)
+	if code == 0 || !strings.Contains(out, "ff_execution_lane_kind") || !strings.Contains(errOut, "cannot be distributed") {
+		t.Fatalf("migrate distribution with a global unique index: code %d, out %q, err %q; want a refusal naming it", code, out, errOut)
+	}
+
 	// A database from a newer ffd is refused by name of both versions.
 	_, err := db.Pool.Exec(context.Background(), `INSERT INTO `+schema.LedgerTable+` (version_id, is_applied) VALUES (9999, true)`)
 	if err != nil {

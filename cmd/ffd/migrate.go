@@ -2,18 +2,22 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/schema"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // MigrateCmd groups the migration subcommands.
 type MigrateCmd struct {
 	Up     MigrateUpCmd     `cmd:"" help:"Apply every pending migration (safe to run from several hosts at once)."`
 	Status MigrateStatusCmd `cmd:"" help:"Print the database's schema version and the latest this binary knows."`
+
+	Distribution MigrateDistributionCmd `cmd:"" help:"Check the live schema can be distributed by partition_key (Citus) and print the calls that place each table; exit 1 on a key a distributed Postgres could not enforce."`
 }
 
 // MigrateUpCmd applies pending migrations.
@@ -66,5 +70,38 @@ func (c *MigrateStatusCmd) Run(ctx context.Context, g *Globals) error {
 	if current > latest {
 		return &schema.VersionError{Found: current, Expected: latest}
 	}
+	return nil
+}
+
+// MigrateDistributionCmd checks the schema for a distributed Postgres.
+type MigrateDistributionCmd struct{}
+
+// ErrNotDistributable is returned when the live schema holds a key a
+// distributed Postgres could not enforce.
+var ErrNotDistributable = errors.New("the schema cannot be distributed by partition_key")
+
+// Run prints each table's placement and the Citus calls, or the
+// violations and an error.
+func (c *MigrateDistributionCmd) Run(ctx context.Context, g *Globals) error {
+	pool, err := g.pool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	tables, bad, err := store.CheckDistribution(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if len(bad) > 0 {
+		for _, v := range bad {
+			fmt.Fprintln(g.stdout, v)
+		}
+		return fmt.Errorf("%w: %d violations", ErrNotDistributable, len(bad))
+	}
+	fmt.Fprintf(g.stdout, "-- every unique index and foreign key of a distributed table includes %s\n", store.DistributionColumn)
+	for _, t := range tables {
+		fmt.Fprintf(g.stdout, "-- %-24s %s\n", t.Table, t.Kind)
+	}
+	fmt.Fprint(g.stdout, store.CitusScript(tables))
 	return nil
 }

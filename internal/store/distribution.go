@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -26,8 +27,9 @@ var (
 
 // Distribution is how one table would be placed on a distributed Postgres.
 type Distribution struct {
-	Table string
-	Kind  string // "distributed", "reference" or "local"
+	Table      string
+	Kind       string   // "distributed", "reference" or "local"
+	References []string // the tables its foreign keys reference, sorted
 }
 
 // DistributionViolation is one object of the live schema a distributed
@@ -110,15 +112,91 @@ func CheckDistribution(ctx context.Context, db DB) ([]Distribution, []Distributi
 		kind[o.Table] = k
 		tables = append(tables, Distribution{Table: o.Table, Kind: k})
 	}
+	refs := map[string][]string{}
 	for _, o := range objs {
 		if o.Object == "" {
 			continue
+		}
+		if o.Refs != "" && !slices.Contains(refs[o.Table], o.Refs) {
+			refs[o.Table] = append(refs[o.Table], o.Refs)
 		}
 		if r := violation(kind[o.Table], o.What, o.Covers, kind[o.Refs], o.Refs); r != "" {
 			bad = append(bad, DistributionViolation{o.Table, o.What + " " + o.Object, r})
 		}
 	}
+	for i := range tables {
+		tables[i].References = refs[tables[i].Table]
+		slices.Sort(tables[i].References)
+	}
 	return tables, bad, nil
+}
+
+// ColocationAnchor is the distributed table the others are co-located
+// with: the flow, whose partition its members and their rows share.
+const ColocationAnchor = "ff_flow"
+
+// CitusScript is the SQL that places tables on a Citus coordinator:
+// reference tables first, then the distributed tables co-located with
+// ColocationAnchor, each after the tables its foreign keys reference
+// (Citus wants a referenced table distributed first).
+func CitusScript(tables []Distribution) string {
+	tables = slices.Clone(tables)
+	slices.SortStableFunc(tables, func(a, b Distribution) int {
+		switch {
+		case a.Table == b.Table:
+			return 0
+		case a.Table == ColocationAnchor:
+			return -1
+		case b.Table == ColocationAnchor:
+			return 1
+		}
+		return 0
+	})
+	var b strings.Builder
+	for _, t := range tables {
+		if t.Kind == "reference" {
+			fmt.Fprintf(&b, "SELECT create_reference_table('%s');\n", t.Table)
+		}
+	}
+	placed := map[string]bool{}
+	for _, t := range tables {
+		if t.Kind != "distributed" {
+			placed[t.Table] = true
+		}
+	}
+	anchor := ""
+	for progress := true; progress; {
+		progress = false
+		for _, t := range tables {
+			if placed[t.Table] || !allPlaced(t.References, placed, t.Table) {
+				continue
+			}
+			with := "'none'"
+			if anchor != "" {
+				with = "'" + anchor + "'"
+			} else {
+				anchor = t.Table
+			}
+			fmt.Fprintf(&b, "SELECT create_distributed_table('%s', '%s', colocate_with => %s);\n", t.Table, DistributionColumn, with)
+			placed[t.Table], progress = true, true
+		}
+	}
+	for _, t := range tables {
+		if !placed[t.Table] {
+			fmt.Fprintf(&b, "-- %s: its foreign keys form a cycle; place it by hand\n", t.Table)
+		}
+	}
+	return b.String()
+}
+
+// allPlaced reports whether every table in refs but self is placed.
+func allPlaced(refs []string, placed map[string]bool, self string) bool {
+	for _, r := range refs {
+		if r != self && !placed[r] {
+			return false
+		}
+	}
+	return true
 }
 
 // violation says why a distributed Postgres would refuse one key of a

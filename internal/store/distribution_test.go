@@ -84,3 +84,48 @@ func TestCheckDistributionFindsViolations(t *testing.T) {
 		t.Fatalf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// The Citus script places reference tables first and every distributed
+// table after the tables it references, co-located with the flow.
+func TestCitusScript(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := testdb.New(t)
+	tables, _, err := store.CheckDistribution(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := store.CitusScript(tables)
+	lines := strings.Split(strings.TrimSpace(script), "\n")
+	at := map[string]int{}
+	for i, l := range lines {
+		if q := strings.IndexByte(l, '\''); q >= 0 {
+			name := l[q+1:]
+			at[name[:strings.IndexByte(name, '\'')]] = i
+		}
+	}
+	if len(lines) != len(tables)-len(store.LocalTables) || len(at) != len(lines) {
+		t.Fatalf("script places %d tables in %d lines, want each of %d (all but the local ones) once:\n%s", len(at), len(lines), len(tables)-len(store.LocalTables), script)
+	}
+	if want := "SELECT create_distributed_table('ff_flow', 'partition_key', colocate_with => 'none');"; lines[len(store.ReferenceTables)] != want {
+		t.Fatalf("first distributed line %q, want %q", lines[len(store.ReferenceTables)], want)
+	}
+	for _, d := range tables {
+		switch d.Kind {
+		case "reference":
+			if at[d.Table] >= len(store.ReferenceTables) {
+				t.Errorf("reference table %s placed on line %d, after a distributed one", d.Table, at[d.Table])
+			}
+		case "distributed":
+			if d.Table != "ff_flow" && !strings.Contains(lines[at[d.Table]], "colocate_with => 'ff_flow'") {
+				t.Errorf("%s not co-located with ff_flow: %s", d.Table, lines[at[d.Table]])
+			}
+			for _, r := range d.References {
+				if r != d.Table && at[r] >= at[d.Table] {
+					t.Errorf("%s (line %d) placed before %s (line %d), which it references", d.Table, at[d.Table], r, at[r])
+				}
+			}
+		}
+	}
+}
