@@ -29,13 +29,14 @@ func daemons(ctx context.Context, env *Env, p Params, r *Report) error {
 	}
 	curve := map[string]float64{}
 	serverCores, clientCores, perHop := map[string]float64{}, map[string]float64{}, map[string]float64{}
+	emptyShare := map[string]float64{}
 	meter, metered := newCPUMeter(ctx, env.Pool)
 	for _, k := range p.DaemonCurve {
 		lane := env.lane(fmt.Sprint("daemons", k))
 		if err := submitFans(ctx, c, p, lane); err != nil {
 			return err
 		}
-		stop, err := startDaemons(ctx, env, k, p.SweepInterval)
+		stop, takes, err := startDaemons(ctx, env, k, p.SweepInterval)
 		if err != nil {
 			return err
 		}
@@ -54,6 +55,9 @@ func daemons(ctx context.Context, env *Env, p Params, r *Report) error {
 			return o.Undispatched == 0, err
 		})
 		elapsed := time.Since(start)
+		if took, empty := takes(); took+empty > 0 {
+			emptyShare[fmt.Sprint(k)] = empty / (took + empty)
+		}
 		if metered && err == nil {
 			after, serr := meter.sample()
 			metered = serr == nil
@@ -67,6 +71,10 @@ func daemons(ctx context.Context, env *Env, p Params, r *Report) error {
 		curve[fmt.Sprint(k)] = float64(p.Flows*p.DaemonFan) / elapsed.Seconds()
 	}
 	r.Figures["hops_per_second_by_daemons"] = curve
+	// Every daemon hears every notification: the share of notified
+	// dispatch transactions that found their events already taken is the
+	// price of more daemons.
+	r.Figures["empty_dispatch_share_by_daemons"] = emptyShare
 	if metered {
 		// Where the cores went: the daemons (and the driver finishing
 		// roots) in this process, against the Postgres server.
@@ -125,9 +133,18 @@ func finishRoots(ctx context.Context, env *Env, p Params, lane string) error {
 	return nil
 }
 
-// startDaemons runs k daemons, each on its own pool, until stop.
-func startDaemons(ctx context.Context, env *Env, k int, sweep time.Duration) (stop func(), err error) {
+// startDaemons runs k daemons, each on its own pool, until stop; takes
+// sums their notified dispatch transactions so far.
+func startDaemons(ctx context.Context, env *Env, k int, sweep time.Duration) (stop func(), takes func() (took, empty float64), err error) {
 	var stops []func()
+	var ms []*daemon.Metrics
+	takes = func() (took, empty float64) {
+		for _, m := range ms {
+			t, e := m.DispatchTakes()
+			took, empty = took+t, empty+e
+		}
+		return took, empty
+	}
 	stop = func() {
 		for _, s := range stops {
 			s()
@@ -137,13 +154,13 @@ func startDaemons(ctx context.Context, env *Env, k int, sweep time.Duration) (st
 		cfg, err := pgxpool.ParseConfig(env.URL)
 		if err != nil {
 			stop()
-			return nil, err
+			return nil, nil, err
 		}
 		cfg.MaxConns = 10
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			stop()
-			return nil, err
+			return nil, nil, err
 		}
 		d, err := daemon.New(daemon.Config{Pool: pool, SweepInterval: sweep, Logger: env.Log.Named("daemon"), Notifier: daemon.NopNotifier{}})
 		if err == nil {
@@ -152,9 +169,10 @@ func startDaemons(ctx context.Context, env *Env, k int, sweep time.Duration) (st
 		if err != nil {
 			pool.Close()
 			stop()
-			return nil, err
+			return nil, nil, err
 		}
+		ms = append(ms, d.Metrics())
 		stops = append(stops, func() { _ = d.Stop(); pool.Close() })
 	}
-	return stop, nil
+	return stop, takes, nil
 }

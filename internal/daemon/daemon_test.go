@@ -341,9 +341,14 @@ func TestThreeDaemons(t *testing.T) {
 		return f.Count(`SELECT count(*) FROM ff_flow WHERE state = 'open'`) == 0
 	})
 	f.WaitFor("cascade to settle", f.quiet())
-	var total float64
+	var total, took float64
 	for _, d := range ds {
 		total += counterValue(t, d.Metrics(), "ffd_events_dispatched_total")
+		n, _ := d.Metrics().DispatchTakes()
+		took += n
+	}
+	if took < 1 || took > total {
+		t.Fatalf("ffd_dispatch_takes_total{result=took} = %v across the daemons, want 1..%v (each took at least one event)", took, total)
 	}
 	// A flow's own event is born dispatched; every other one here is an
 	// edge's upstream and goes through exactly one daemon.

@@ -6,6 +6,7 @@ import (
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -15,6 +16,7 @@ import (
 type Metrics struct {
 	registry          *prometheus.Registry
 	eventsDispatched  prometheus.Counter
+	dispatchTakes     *prometheus.CounterVec
 	dispatchDelay     prometheus.Histogram
 	edgesResolved     *prometheus.CounterVec
 	decisions         *prometheus.CounterVec
@@ -54,6 +56,9 @@ func NewMetrics() *Metrics {
 		registry: r,
 		eventsDispatched: counter("ffd_events_dispatched_total",
 			"Completion events dispatched by this daemon."),
+		dispatchTakes: counterVec("ffd_dispatch_takes_total",
+			"Notified dispatch transactions, by result: took (it dispatched events) or empty (every event was held or done by another daemon, or by the sweep).",
+			"result"),
 		dispatchDelay: with.NewHistogram(prometheus.HistogramOpts{Name: "ffd_dispatch_delay_seconds",
 			Help:    "Age of a completion event when dispatched: from its insert to its dispatch (database clock).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
@@ -97,6 +102,29 @@ func NewMetrics() *Metrics {
 			"Finished solo executions and finished flows (each with its members, edges and groups) deleted by retention, by kind.",
 			"kind"),
 	}
+}
+
+// took counts one notified dispatch transaction by whether it took any
+// event.
+func (m *Metrics) took(any bool) {
+	result := "empty"
+	if any {
+		result = "took"
+	}
+	m.dispatchTakes.WithLabelValues(result).Inc()
+}
+
+// DispatchTakes reads ffd_dispatch_takes_total: notified dispatch
+// transactions that took events and that found none left to take.
+func (m *Metrics) DispatchTakes() (took, empty float64) {
+	read := func(result string) float64 {
+		var d dto.Metric
+		if err := m.dispatchTakes.WithLabelValues(result).Write(&d); err != nil {
+			return 0
+		}
+		return d.GetCounter().GetValue()
+	}
+	return read("took"), read("empty")
 }
 
 // Registry is where the metrics live.

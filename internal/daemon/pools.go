@@ -54,6 +54,7 @@ func (p *cascadePool) dispatch(ids []int64) {
 		log.Error("dispatch failed; the sweep will retry", zap.Int64s("event_ids", ids), zap.Error(err))
 		return
 	}
+	p.e.m.took(res.Events > 0)
 	if res.Events > 0 {
 		log.Debug("events dispatched", zap.Int("events", res.Events), zap.Int("edges", res.EdgesResolved), zap.Int("decided", len(res.Decided)))
 	}
