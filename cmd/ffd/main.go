@@ -45,6 +45,9 @@ type Globals struct {
 	KeepaliveCount    int           `name:"tcp-keepalive-count" env:"FFD_TCP_KEEPALIVE_COUNT" default:"3" help:"Unanswered probes that end a connection (0: the OS default)."`
 	ConnectTimeout    time.Duration `name:"connect-timeout" env:"FFD_CONNECT_TIMEOUT" default:"10s" help:"Longest wait to establish a connection (0: none)."`
 
+	// The connection budget of a command (ffd run has --pool-max-conns).
+	MaxConns int32 `name:"max-conns" env:"FFD_MAX_CONNS" default:"0" help:"Most pooled connections of a command other than run (console, events tail, exec, flow...); 0: pool_max_conns in the URL, else pgx's default (the larger of 4 and the CPU count)."`
+
 	stdout io.Writer
 	log    *zap.Logger
 	closes []func() // what the command opened for its run (g.client's pool)
@@ -164,6 +167,7 @@ func (g *Globals) Validate() error {
 		bound.KeepaliveInterval.Check("--tcp-keepalive-interval", g.KeepaliveInterval),
 		bound.KeepaliveCount.Check("--tcp-keepalive-count", g.KeepaliveCount),
 		bound.ConnectTimeout.Check("--connect-timeout", g.ConnectTimeout),
+		bound.CommandMaxConns.Check("--max-conns", int(g.MaxConns)),
 	)
 }
 
@@ -198,6 +202,9 @@ func (g *Globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
 	cfg, err := g.poolConfig(g.DatabaseURL)
 	if err != nil {
 		return nil, err
+	}
+	if g.MaxConns > 0 {
+		cfg.MaxConns = g.MaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

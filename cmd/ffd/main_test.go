@@ -280,6 +280,7 @@ func TestRunValidates(t *testing.T) {
 		{"run", "--cascade-workers", "0"},
 		{"run", "--pool-max-conns", "1"},
 		{"run", "--stop-timeout", "2h"},
+		{"exec", "--max-conns", "-1", "list"},
 	} {
 		code, _, errOut := runFFD(t, append(args, "--database-url", db.URL)...)
 		if code == 0 || !strings.Contains(errOut, strings.TrimPrefix(args[1], "--")) {
@@ -727,5 +728,37 @@ func TestRunServesTheConsole(t *testing.T) {
 	}
 	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "ffd_events_dispatched_total") {
 		t.Fatalf("/metrics no longer served beside the console: %d", code)
+	}
+}
+
+// --max-conns bounds a command's pool; without it the URL's
+// pool_max_conns, then pgx's default, decide.
+func TestMaxConns(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	sep := "?"
+	if strings.Contains(db.URL, "?") {
+		sep = "&"
+	}
+	for _, c := range []struct {
+		url  string
+		flag int32
+		want int32
+	}{
+		{db.URL, 3, 3},
+		{db.URL + sep + "pool_max_conns=7", 0, 7},
+		{db.URL + sep + "pool_max_conns=7", 2, 2},
+	} {
+		g := &Globals{DatabaseURL: c.url, MaxConns: c.flag}
+		pool, err := g.pool(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := pool.Config().MaxConns
+		pool.Close()
+		if got != c.want {
+			t.Errorf("--max-conns %d over %q: pool of %d, want %d", c.flag, c.url, got, c.want)
+		}
 	}
 }

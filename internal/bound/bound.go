@@ -98,11 +98,13 @@ func (b Duration) Fill(name string, d *time.Duration, def time.Duration) error {
 // The ranges. Each setting has one, whoever checks it.
 var (
 	// Daemon.
-	CascadeWorkers    = Int{1, 1000}
-	SiblingWorkers    = Int{1, 1000}
-	QueueSize         = Int{1, 1_000_000}
-	SweepBatch        = Int{1, 100_000}
-	PoolMaxConns      = Int{2, 1000}
+	CascadeWorkers = Int{1, 1000}
+	SiblingWorkers = Int{1, 1000}
+	QueueSize      = Int{1, 1_000_000}
+	SweepBatch     = Int{1, 100_000}
+	PoolMaxConns   = Int{2, 1000}
+	// CLI commands other than the daemon (0: the URL's or pgx's default).
+	CommandMaxConns   = Int{0, 1000}
 	SweepInterval     = Duration{Min: 10 * time.Millisecond, Max: time.Hour}
 	DispatchGrace     = Duration{Min: time.Millisecond, Max: time.Hour}
 	StopTimeout       = Duration{Min: 100 * time.Millisecond, Max: time.Hour}
