@@ -29,6 +29,11 @@ import (
 // one-time filter, so a lane nobody controls claims with the same plan,
 // reading the claim index in order and stopping at the LIMIT, as before
 // lane control existed.
+//
+// Cross-partition: a lane's pending rows live on every partition, and the
+// claim takes the best of them wherever they are. A distributed Postgres
+// locks rows only in single-shard statements, so there the claim must
+// first be scoped to a set of partitions (docs/scaling.md).
 const claimSQL = `
 WITH picked AS (
 	SELECT e.partition_key, e.execution_id

@@ -163,7 +163,8 @@ func UniqueHolder(ctx context.Context, db DB, partition int16, namespace, key st
 }
 
 // insertManySQL inserts a batch in one statement from one array per
-// column. A row's capabilities travel as a JSON array (Postgres arrays
+// column. Cross-partition: each row goes to its own partition (a
+// multi-shard insert on a distributed Postgres). A row's capabilities travel as a JSON array (Postgres arrays
 // cannot be ragged).
 const insertManySQL = `
 INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,

@@ -37,6 +37,8 @@ func takeEvents(pick string) string {
 }
 
 var (
+	// Cross-partition: a notification names event ids, not partitions;
+	// the events of one statement belong to many flows.
 	takeEventsByID = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE event_id = ANY($1) AND dispatched_at IS NULL
 		ORDER BY event_id

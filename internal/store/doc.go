@@ -16,4 +16,11 @@
 //
 // Transactions that lock rows of several tables take them in the global
 // order of docs/design.md section 9 through the helpers of lock.go.
+//
+// Partitions. A statement on the flow and execution tables names the
+// partition_key of every row it touches, so that on a distributed Postgres
+// it runs on one shard, except where its comment says "Cross-partition:"
+// and why (docs/scaling.md lists them). distribution.go checks that every
+// unique index and foreign key a distributed Postgres would have to
+// enforce includes partition_key.
 package store

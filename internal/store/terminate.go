@@ -51,6 +51,10 @@ type Ended struct {
 //
 // Rows are locked in (partition_key, execution_id) order, the global lock
 // order, so concurrent batches cannot deadlock on each other.
+//
+// Cross-partition when the batch is: one execution's ending touches its
+// partition alone; a worker's grouped completions touch one partition per
+// execution (a multi-shard transaction on a distributed Postgres).
 const terminateSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[], $5::bytea[],
