@@ -93,10 +93,17 @@ func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *Execution, 
 		micros(r.Deadline), r.Payload, nullIfEmpty(r.IdempotencyKey), r.Tags, nullIfEmpty(r.Step),
 		nullIfEmpty(r.UniqueKey), r.UniqueWhileLive}
 	if r.UniqueKey != "" {
+		if want := ident.KeyPartition(r.Namespace, r.UniqueKey); r.ID.Partition != want {
+			return nil, false, fmt.Errorf("create execution with unique key %q: placed on partition %d, want the key's %d", r.UniqueKey, r.ID.Partition, want)
+		}
 		return insertUnique(ctx, db, r, args)
 	}
 	sql := insertExecutionSQL
 	if r.IdempotencyKey != "" {
+		if want := ident.KeyPartition(r.Namespace, r.IdempotencyKey); r.ID.Partition != want {
+			// Elsewhere the key's unique index could not see its holders.
+			return nil, false, fmt.Errorf("create execution with idempotency key %q: placed on partition %d, want the key's %d", r.IdempotencyKey, r.ID.Partition, want)
+		}
 		sql = insertKeyedSQL
 	}
 	err = WithRetry(ctx, db, func() error {

@@ -26,19 +26,11 @@ type PgBouncer struct {
 // fails when pgbouncer is not installed: .ci/run installs it.
 func StartPgBouncer(t testing.TB, db *DB, poolSize int) *PgBouncer {
 	t.Helper()
-	bin, err := exec.LookPath("pgbouncer")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/pgbouncer"); serr != nil {
-			t.Fatal("pgbouncer not found: install it (Debian: apt-get install pgbouncer); .ci/run does")
-		}
-		bin = "/usr/sbin/pgbouncer"
-	}
+	bin := findPgBouncer(t)
 	u, err := url.Parse(db.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, port, _ := net.SplitHostPort(u.Host)
-	dbname := u.Path[1:]
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +42,43 @@ func StartPgBouncer(t testing.TB, db *DB, poolSize int) *PgBouncer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	writeBouncerConfig(t, dir, u, listen, poolSize)
+	runBouncer(t, bin, dir)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(listen))
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			t.Fatalf("pgbouncer did not listen on %s: %s", addr, log)
+		}
+	}
+	bu := *u
+	bu.Host = addr
+	return &PgBouncer{URL: bu.String()}
+}
+
+// findPgBouncer is the pgbouncer binary on PATH or Debian's.
+func findPgBouncer(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("pgbouncer")
+	if err == nil {
+		return bin
+	}
+	if _, serr := os.Stat("/usr/sbin/pgbouncer"); serr != nil {
+		t.Fatal("pgbouncer not found: install it (Debian: apt-get install pgbouncer); .ci/run does")
+	}
+	return "/usr/sbin/pgbouncer"
+}
+
+// writeBouncerConfig writes pgbouncer.ini and its users file into dir:
+// the database at u behind 127.0.0.1:listen, poolSize server connections.
+func writeBouncerConfig(t testing.TB, dir string, u *url.URL, listen, poolSize int) {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(u.Host)
+	dbname := u.Path[1:]
 	ini := fmt.Sprintf(`[databases]
 %s = host=%s port=%s dbname=%s
 [pgbouncer]
@@ -72,6 +101,11 @@ pidfile = %s/pgbouncer.pid
 	if err := os.WriteFile(filepath.Join(dir, "users.txt"), []byte(`"postgres" ""`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runBouncer starts pgbouncer on dir's configuration until the test ends.
+func runBouncer(t testing.TB, bin, dir string) {
+	t.Helper()
 	args := []string{filepath.Join(dir, "pgbouncer.ini")}
 	if os.Geteuid() == 0 {
 		// pgbouncer refuses to run as root; it drops to this user itself.
@@ -102,18 +136,4 @@ pidfile = %s/pgbouncer.pid
 			<-done
 		}
 	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(listen))
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
-			t.Fatalf("pgbouncer did not listen on %s: %s", addr, log)
-		}
-	}
-	bu := *u
-	bu.Host = addr
-	return &PgBouncer{URL: bu.String()}
 }
