@@ -81,11 +81,18 @@ type LeaseRef struct {
 // CTE): joined directly, stale statistics during a burst let the planner
 // start from every running execution and re-test the whole id list against
 // each of them, quadratic work that cost more than the claim and the
-// completion together.
+// completion together. Each id is looked up on its own (LATERAL, LIMIT 1):
+// the event-id index is not unique (a distributed table cannot have it
+// so), and with `event_id = ANY($1)` the planner, which no longer knows
+// each id matches one row, guessed hundreds per id during a burst and
+// scanned the table (three times the time of the lookups, measured).
 func TimersForLeaseEvents(ctx context.Context, db DB, eventIDs []int64) ([]Timer, []LeaseRef, error) {
 	rows, err := db.Query(ctx, `
 		WITH l AS MATERIALIZED (
-			SELECT partition_key, execution_id, lease_epoch FROM ff_lease_event WHERE event_id = ANY($1))
+			SELECT l.partition_key, l.execution_id, l.lease_epoch
+			FROM unnest($1::bigint[]) AS i(id)
+			CROSS JOIN LATERAL (SELECT partition_key, execution_id, lease_epoch FROM ff_lease_event
+				WHERE event_id = i.id LIMIT 1) l)
 		SELECT e.partition_key, e.execution_id, e.lease_epoch, l.lease_epoch,
 			e.state = 'running' AND e.lease_epoch = l.lease_epoch,
 			CASE WHEN e.state = 'running' THEN least(e.lease_expires_at, coalesce(e.attempt_deadline_at, 'infinity'))
