@@ -43,8 +43,12 @@ func (f retention) finished(ns, key string, age time.Duration) ident.ExecutionID
 	f.T.Helper()
 	u := v7At(f.T, time.Now().Add(-age))
 	lane := "ret_" + u.String()[:8]
+	id := ident.ExecutionID{Partition: ident.Partition(u), UUID: u}
+	if key != "" {
+		id.Partition = ident.KeyPartition(ns, key) // where keyed rows live
+	}
 	x, _, err := store.InsertExecution(f.Ctx, f.Pool, store.NewExecution{
-		ID: ident.ExecutionID{Partition: ident.Partition(u), UUID: u}, Namespace: ns, Lane: lane, State: store.StatePending,
+		ID: id, Namespace: ns, Lane: lane, State: store.StatePending,
 		MaxAttempts: 1, LeaseTTL: time.Minute, RequiredCapabilities: []string{}, Payload: []byte{}, IdempotencyKey: key,
 		Retry: store.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}, Tags: map[string]any{},
 	})
