@@ -18,8 +18,10 @@ import (
 // figures are left out.
 type cpuMeter struct {
 	postmaster int
-	tick       float64 // clock ticks per second of /proc's stat fields
 }
+
+// clockTicks is the unit of /proc's CPU times: USER_HZ, 100 on Linux.
+const clockTicks = 100
 
 // newCPUMeter finds the server's postmaster: the parent of the backend
 // serving one of pool's connections, if it is a local postgres process.
@@ -32,7 +34,7 @@ func newCPUMeter(ctx context.Context, pool *pgxpool.Pool) (m *cpuMeter, ok bool)
 	if err != nil || !strings.HasPrefix(st.comm, "postgres") {
 		return nil, false
 	}
-	return &cpuMeter{postmaster: st.ppid, tick: 100}, true
+	return &cpuMeter{postmaster: st.ppid}, true
 }
 
 // cpuSample is cumulative CPU time at one instant.
@@ -68,8 +70,8 @@ func (m *cpuMeter) sample() (cpuSample, error) {
 	if err != nil {
 		return s, err
 	}
-	s.server = time.Duration(float64(ticks) / m.tick * float64(time.Second))
-	s.client = time.Duration(float64(self.own) / m.tick * float64(time.Second))
+	s.server = time.Duration(ticks) * time.Second / clockTicks
+	s.client = time.Duration(self.own) * time.Second / clockTicks
 	return s, nil
 }
 

@@ -152,27 +152,25 @@ func startDaemons(ctx context.Context, env *Env, k int, sweep time.Duration) (st
 	}
 	for range k {
 		cfg, err := pgxpool.ParseConfig(env.URL)
-		if err != nil {
-			stop()
-			return nil, nil, err
-		}
-		cfg.MaxConns = 10
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			stop()
-			return nil, nil, err
-		}
-		d, err := daemon.New(daemon.Config{Pool: pool, SweepInterval: sweep, Logger: env.Log.Named("daemon"), Notifier: daemon.NopNotifier{}})
 		if err == nil {
-			err = d.Start(ctx)
+			cfg.MaxConns = 10
+		}
+		var pool *pgxpool.Pool
+		if err == nil {
+			pool, err = pgxpool.NewWithConfig(ctx, cfg)
+		}
+		var d *runningDaemon
+		if err == nil {
+			if d, err = env.startDaemonOn(ctx, pool, sweep); err != nil {
+				pool.Close()
+			}
 		}
 		if err != nil {
-			pool.Close()
 			stop()
 			return nil, nil, err
 		}
-		ms = append(ms, d.Metrics())
-		stops = append(stops, func() { _ = d.Stop(); pool.Close() })
+		ms = append(ms, d.d.Metrics())
+		stops = append(stops, func() { d.stop(); pool.Close() })
 	}
 	return stop, takes, nil
 }

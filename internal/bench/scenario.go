@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd"
@@ -49,7 +50,13 @@ type runningDaemon struct {
 
 // startDaemon runs a daemon in the background until stop.
 func (e *Env) startDaemon(ctx context.Context, sweep time.Duration) (*runningDaemon, error) {
-	d, err := daemon.New(daemon.Config{Pool: e.Pool, SweepInterval: sweep, Logger: e.Log.Named("daemon"), Notifier: daemon.NopNotifier{}})
+	return e.startDaemonOn(ctx, e.Pool, sweep)
+}
+
+// startDaemonOn is startDaemon on a pool of the caller's, as a daemon in
+// a process of its own would have.
+func (e *Env) startDaemonOn(ctx context.Context, pool *pgxpool.Pool, sweep time.Duration) (*runningDaemon, error) {
+	d, err := daemon.New(daemon.Config{Pool: pool, SweepInterval: sweep, Logger: e.Log.Named("daemon"), Notifier: daemon.NopNotifier{}})
 	if err != nil {
 		return nil, err
 	}

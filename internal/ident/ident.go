@@ -89,8 +89,13 @@ func KeyPartition(namespace, key string) int16 {
 
 // NewExecutionIDForKey mints a solo execution id on its key's partition.
 func NewExecutionIDForKey(namespace, key string) ExecutionID {
-	p := KeyPartition(namespace, key)
-	return ExecutionID{Partition: p, UUID: NewUUIDIn(p)}
+	return NewSoloExecutionIDIn(KeyPartition(namespace, key))
+}
+
+// NewSoloExecutionIDIn mints a solo execution id on partition, its uuid's
+// own (a rerun beside its original).
+func NewSoloExecutionIDIn(partition int16) ExecutionID {
+	return ExecutionID{Partition: partition, UUID: NewUUIDIn(partition)}
 }
 
 // ExecutionID is an execution's wire id `{fp:N}:<uuid>`. Partition N is the

@@ -326,7 +326,7 @@ func newRow(p *CreateParams) store.NewExecution {
 	case r.UniqueKey != "":
 		r.ID = ident.NewExecutionIDForKey(r.Namespace, r.UniqueKey)
 	case p.Partition != nil:
-		r.ID = ident.ExecutionID{Partition: *p.Partition, UUID: ident.NewUUIDIn(*p.Partition)}
+		r.ID = ident.NewSoloExecutionIDIn(*p.Partition)
 	}
 	if p.Blocked {
 		r.State = store.StateBlocked
