@@ -232,7 +232,7 @@ func TestWorkerStopHandsBackInOneBatch(t *testing.T) {
 	if x, _ := f.client.Get(f.Ctx, last.ID); x.State != ffd.StateFailed {
 		t.Fatalf("the execution with no attempt left is %s, want failed", x.State)
 	}
-	if n := f.Count(`SELECT count(*) FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id)
+	if n := f.Count(`SELECT count(*) FROM ff_attempt_all a JOIN ff_execution e USING (partition_key, execution_id)
 		WHERE e.lane = 'handback' AND a.outcome = 'failed' AND a.error LIKE 'worker stopped%'`); n != 5 {
 		t.Fatalf("%d attempts recorded as handed back, want 5", n)
 	}

@@ -175,7 +175,7 @@ func TestWorkerFencedHeartbeatStopsHandler(t *testing.T) {
 	stopCtx, cancel := context.WithTimeout(f.Ctx, 10*time.Second)
 	defer cancel()
 	w.Stop(stopCtx)
-	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND lease_epoch = 1 AND outcome = 'succeeded'`, res.Execution.ID.UUID); n != 0 {
+	if n := f.Count(`SELECT count(*) FROM ff_attempt_all WHERE execution_id = $1 AND lease_epoch = 1 AND outcome = 'succeeded'`, res.Execution.ID.UUID); n != 0 {
 		t.Fatal("the fenced attempt was recorded as succeeded")
 	}
 }

@@ -3,19 +3,22 @@ package daemon
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/flowfabric/ffd/internal/notifier"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // hints are the notifications, fanned out to the components that act on
-// them: completion event ids to the cascade pool, lease event ids to the
-// timeout worker, a nudge to the sibling pool, sweep requests to the
+// them: completion event ids to the cascade pool, lease event ids and due
+// times to the timeout worker, a nudge to the sibling pool, sweep requests to the
 // sweeper. Nothing here blocks the notifier: a hint that does not fit its
 // queue is dropped and counted, and the sweep finds the work anyway.
 type hints struct {
 	m        *Metrics
 	events   chan int64
 	leaseIDs chan int64
+	dueAt    chan time.Time // requeued executions come due then
 	siblings chan struct{}
 	sweepNow chan bool // true: right after a (re)connect, no grace
 }
@@ -25,6 +28,7 @@ func newHints(m *Metrics, size int) *hints {
 		m:        m,
 		events:   make(chan int64, size),
 		leaseIDs: make(chan int64, size),
+		dueAt:    make(chan time.Time, size),
 		siblings: make(chan struct{}, 1),
 		sweepNow: make(chan bool, 1),
 	}
@@ -36,6 +40,10 @@ func (h *hints) handle(n notifier.Notification) {
 	switch n.Topic {
 	case notifier.Completion:
 	case notifier.Lease:
+		if ms, ok := strings.CutPrefix(n.Payload, store.DuePrefix); ok {
+			h.due(ms)
+			return
+		}
 		queue, name = h.leaseIDs, "timeout"
 	default:
 		return
@@ -58,6 +66,19 @@ func (h *hints) handle(n notifier.Notification) {
 			h.m.droppedHints.WithLabelValues(name).Inc()
 			return
 		}
+	}
+}
+
+// due hands a due time ("due:<unix ms>") to the timeout worker.
+func (h *hints) due(ms string) {
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return
+	}
+	select {
+	case h.dueAt <- time.UnixMilli(n):
+	default:
+		h.m.droppedHints.WithLabelValues("timeout").Inc()
 	}
 }
 

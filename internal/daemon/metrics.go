@@ -23,6 +23,7 @@ type Metrics struct {
 	siblingsCancelled prometheus.Counter
 	leasesExpired     *prometheus.CounterVec
 	leaseTimers       *prometheus.CounterVec
+	leaseChecks       prometheus.Counter
 	deadlinesExpired  prometheus.Counter
 	sweepFound        *prometheus.CounterVec
 	reconnects        prometheus.Counter
@@ -74,8 +75,10 @@ func NewMetrics() *Metrics {
 			"Running attempts ended for lack of time, by reason (lease_lapsed, attempt_timeout) and result (retried, expired).",
 			"reason", "result"),
 		leaseTimers: counterVec("ffd_lease_timers_total",
-			"Lease expiry timers that came due, by outcome: checked (a query under the row lock) or ended (the lease was known to have ended: no query).",
+			"Lease expiry timers that came due, by outcome: checked (re-checked under the row lock, in one statement with the others due with it) or ended (the lease was known to have ended: not checked).",
 			"outcome"),
+		leaseChecks: counter("ffd_lease_checks_total",
+			"Statements the timeout worker ran to check lease timers that came due (one for all those due together)."),
 		deadlinesExpired: counter("ffd_deadlines_expired_total",
 			"Executions expired because their deadline passed."),
 		sweepFound: counterVec("ffd_sweep_found_total",

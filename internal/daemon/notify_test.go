@@ -12,12 +12,15 @@ import (
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // One statement sends one notification per outbox (and per lane it made
-// work claimable in), whatever the number of rows it wrote: a claim of 50 one ff_lease covering their 50 lease
-// events; their completion in one batch one ff_lease and one empty
-// ff_completion (solo events are born dispatched); a statement that wrote
+// work claimable in), whatever the number of rows it wrote: a claim of 50
+// nothing (it writes no lease event); their completion in one batch one
+// empty ff_completion (solo events are born dispatched, and a lease its
+// holder gives up writes no event); cancelling 10 running ones one
+// ff_lease covering their 10 revoked events; a statement that wrote
 // nothing sends nothing.
 func TestOneNotificationPerStatement(t *testing.T) {
 	t.Parallel()
@@ -66,15 +69,9 @@ func TestOneNotificationPerStatement(t *testing.T) {
 	if err != nil || len(xs) != 50 {
 		t.Fatalf("claimed %d of 50: %v", len(xs), err)
 	}
-	got := collect()
-	if len(got["ff_lease"]) != 1 || len(got["ff_completion"]) != 0 {
-		t.Fatalf("a claim of 50 notified %v, want one ff_lease", got)
-	}
-	lo, hi, ok := strings.Cut(got["ff_lease"][0], "-")
-	a, _ := strconv.Atoi(lo)
-	b, _ := strconv.Atoi(hi)
-	if !ok || b-a+1 < 50 {
-		t.Fatalf("ff_lease payload %q does not cover 50 events", got["ff_lease"][0])
+	// A claim writes no lease event (migration 00018): it notifies nobody.
+	if got := collect(); len(got) != 0 {
+		t.Fatalf("a claim of 50 notified %v, want nothing", got)
 	}
 	items := make([]leases.Completion, len(xs))
 	for i, x := range xs {
@@ -89,9 +86,40 @@ func TestOneNotificationPerStatement(t *testing.T) {
 			}
 		}
 	}
+	got := collect()
+	if len(got) != 1 || len(got["ff_completion"]) != 1 || got["ff_completion"][0] != "" {
+		t.Fatalf("completing 50 solo executions notified %v, want one empty ff_completion", got)
+	}
+	// Leases taken away write one lease event each, and one notification
+	// per statement covers them.
+	more := make([]leases.CreateParams, 10)
+	for i := range more {
+		more[i] = leases.CreateParams{Lane: "batch"}
+	}
+	if _, err := leases.CreateMany(f.Ctx, f.DB.Pool, leases.Limits{}, more); err != nil {
+		t.Fatal(err)
+	}
+	xs, err = leases.Claim(f.Ctx, f.DB.Pool, leases.ClaimParams{Lane: "batch", Worker: "w/1", Max: 10})
+	if err != nil || len(xs) != 10 {
+		t.Fatalf("claimed %d of 10: %v", len(xs), err)
+	}
+	collect()
+	ends := make([]store.Ending, len(xs))
+	for i, x := range xs {
+		ends[i] = store.Ending{ID: x.ID, State: store.StateCancelled, Reason: "r", By: "b"}
+	}
+	if _, err := store.Terminate(f.Ctx, f.DB.Pool, ends); err != nil {
+		t.Fatal(err)
+	}
 	got = collect()
-	if len(got["ff_lease"]) != 1 || len(got["ff_completion"]) != 1 || got["ff_completion"][0] != "" {
-		t.Fatalf("completing 50 solo executions notified %v, want one ff_lease and one empty ff_completion", got)
+	if len(got["ff_lease"]) != 1 {
+		t.Fatalf("cancelling 10 running executions notified %v, want one ff_lease", got)
+	}
+	lo, hi, ok := strings.Cut(got["ff_lease"][0], "-")
+	a, _ := strconv.Atoi(lo)
+	b, _ := strconv.Atoi(hi)
+	if !ok || b-a+1 < 10 {
+		t.Fatalf("ff_lease payload %q does not cover 10 events", got["ff_lease"][0])
 	}
 	// Fenced out (a stale epoch): the statement writes no event and sends
 	// nothing.
@@ -106,30 +134,42 @@ func TestOneNotificationPerStatement(t *testing.T) {
 	}
 }
 
-// A lease that ended before its expiry (the execution completed) costs the
-// daemon no query when its timer comes due: the release dropped the timer.
-func TestEndedLeaseTimersCostNoQuery(t *testing.T) {
+// Lease timers that come due together cost one statement, however many
+// there are and whether or not their leases ended already: a claim writes
+// no lease event (migration 00018), so the timers come from the daemon's
+// reload of the lease-expiry index and are re-checked in one batch.
+func TestLeaseTimersDueTogetherCostOneStatement(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	d := f.startDaemon(daemon.Config{})
+	// A reload every second (ten sweep intervals, at least one second).
+	d := f.startDaemon(daemon.Config{SweepInterval: 100 * time.Millisecond})
 	const n = 20
 	for range n {
-		if _, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "timers", LeaseTTL: time.Second}); err != nil {
+		// Long enough that the handlers end before their first heartbeat
+		// (a third of the TTL): a renewal would give each its own expiry.
+		if _, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "timers", LeaseTTL: 6 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// One claim takes all twenty (one statement: one now(), one expiry),
+	// and they run across a reload.
 	f.startWorker([]string{"timers"}, n, func(ctx context.Context, _ *ffd.Job) ([]byte, error) {
-		time.Sleep(300 * time.Millisecond) // long enough for the daemon to load the lease's timer
+		time.Sleep(1500 * time.Millisecond)
 		return nil, nil
 	})
 	f.WaitFor("every execution to complete", func() bool {
 		return f.Count(`SELECT count(*) FROM ff_execution WHERE state = 'completed'`) == n
 	})
-	// Every lease's expiry (claim + 1 s) has come by then.
+	if started := f.Count(`SELECT count(DISTINCT attempt_started_at) FROM ff_execution WHERE lane = 'timers'`); started != 1 {
+		t.Fatalf("claimed in %d statements, want 1 (the test needs one expiry for all)", started)
+	}
 	f.WaitFor("the lease timers to come due", func() bool {
-		return counterValue(t, d.Metrics(), "ffd_lease_timers_total") >= n
+		return labelValue(t, d.Metrics(), "ffd_lease_timers_total", "outcome", "checked") >= n
 	})
-	if checked := labelValue(t, d.Metrics(), "ffd_lease_timers_total", "outcome", "checked"); checked != 0 {
-		t.Fatalf("%v lease timers of completed executions were checked with a query, want 0", checked)
+	if checks := counterValue(t, d.Metrics(), "ffd_lease_checks_total"); checks != 1 {
+		t.Fatalf("%v statements checked %d lease timers due together, want 1", checks, n)
+	}
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE lane = 'timers' AND state <> 'completed'`); n != 0 {
+		t.Fatalf("%d executions changed by their stale timers", n)
 	}
 }

@@ -18,9 +18,13 @@ const maxTimers = 100000
 
 // timerWorker keeps the soonest lease lapses, attempt timeouts, deadlines
 // and due delays in memory and acts at the moment each passes. It is fed by
-// lease events (batched: one query per batch of notifications) and by its
-// own queries; every action re-checks the row under lock, so stale timers
-// (a lease renewed since) cost one cheap no-op at most.
+// its own reads of the ff_execution indexes (every reload), by renewed,
+// revoked and expired lease events (batched: one query per batch of
+// notifications), and by the due times requeues announce. A claim writes
+// no lease event (migration 00018), so a lease taken after the last reload
+// has no timer: the sweep expires it, at most a sweep interval late.
+// Every action re-checks the rows under lock, so stale timers (a lease
+// renewed or released since) cost a place in one batched statement.
 type timerWorker struct {
 	runner
 	e      *env
@@ -58,6 +62,8 @@ func (w *timerWorker) run(ctx context.Context) {
 		case <-ctx.Done():
 			fire.Stop()
 			return
+		case at := <-w.e.hints.dueAt:
+			heap.Push(&w.h, store.Timer{Kind: store.TimerDue, At: at})
 		case id := <-w.e.hints.leaseIDs:
 			if len(pending) == 0 {
 				batch.Reset(20 * time.Millisecond)
@@ -132,6 +138,7 @@ func (w *timerWorker) add(ts []store.Timer) {
 func (w *timerWorker) fireDue(ctx context.Context) {
 	now := time.Now()
 	dueLanes := false
+	var check []store.LeaseRef
 	for len(w.h) > 0 && !w.h[0].At.After(now) {
 		t := heap.Pop(&w.h).(store.Timer)
 		switch t.Kind {
@@ -148,16 +155,7 @@ func (w *timerWorker) fireDue(ctx context.Context) {
 			}
 			delete(w.latest, k)
 			w.e.m.leaseTimers.WithLabelValues("checked").Inc()
-			res, err := leases.ExpireLapsed(ctx, w.e.cfg.Pool, t.ID, t.Epoch)
-			if err != nil {
-				w.e.log.Warn("timer worker: expire lease; the sweep will retry", zap.String(logging.FieldExecutionID, t.ID.String()), zap.Error(err))
-				continue
-			}
-			if res.Retried+res.Terminated > 0 {
-				w.e.m.recordExpired(res)
-				w.e.log.Info("lease expired", zap.String(logging.FieldExecutionID, t.ID.String()), zap.String(logging.FieldLane, t.Lane),
-					zap.Int64(logging.FieldLeaseEpoch, t.Epoch), zap.Bool("retried", res.Retried > 0))
-			}
+			check = append(check, store.LeaseRef{ID: t.ID, Epoch: t.Epoch})
 		case store.TimerDeadline:
 			ok, err := leases.ExpireDeadline(ctx, w.e.cfg.Pool, t.ID)
 			if err != nil {
@@ -172,8 +170,32 @@ func (w *timerWorker) fireDue(ctx context.Context) {
 			dueLanes = true
 		}
 	}
+	w.expire(ctx, check)
 	if dueLanes {
 		w.e.due.notify(ctx)
+	}
+}
+
+// expire checks the leases whose timers came due, in one transaction: most
+// ended long before (a timer loaded from the lease-expiry index does not
+// learn that its lease was released), and those cost nothing but their
+// entries in the one statement.
+func (w *timerWorker) expire(ctx context.Context, check []store.LeaseRef) {
+	if len(check) == 0 {
+		return
+	}
+	w.e.m.leaseChecks.Inc()
+	res, ended, err := leases.ExpireLapsed(ctx, w.e.cfg.Pool, check)
+	if err != nil {
+		w.e.log.Warn("timer worker: expire leases; the sweep will retry", zap.Int("leases", len(check)), zap.Error(err))
+		return
+	}
+	if res.Retried+res.Terminated == 0 {
+		return
+	}
+	w.e.m.recordExpired(res)
+	for _, id := range ended {
+		w.e.log.Info("lease expired", zap.String(logging.FieldExecutionID, id.String()))
 	}
 }
 

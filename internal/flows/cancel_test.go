@@ -94,7 +94,7 @@ func TestCancelFlow(t *testing.T) {
 				t.Fatalf("%d flow cancelled events, want 1", n)
 			}
 			// No cancelled member keeps an open or "retry" attempt.
-			if n := f.Count(`SELECT count(*) FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id)
+			if n := f.Count(`SELECT count(*) FROM ff_attempt_all a JOIN ff_execution e USING (partition_key, execution_id)
 				WHERE e.flow_id = $1 AND e.state = 'cancelled' AND (a.outcome IS NULL OR a.outcome NOT IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'revoked'))`, fl.ID); n != 0 {
 				t.Fatalf("%d stale attempts on cancelled members", n)
 			}

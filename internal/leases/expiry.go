@@ -3,6 +3,7 @@ package leases
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -26,15 +27,25 @@ type Expired struct {
 	LapsedRetried, LapsedExpired, TimeoutRetried, TimeoutExpired int
 }
 
-// ExpireLapsed ends the attempt of one execution if it is still running at
-// epoch and its lease lapsed or its attempt timed out (re-checked under the
-// row lock): retried after backoff when attempts remain, else expired.
-// It reports what it did (nothing when the lease was renewed or moved on).
-func ExpireLapsed(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64) (Expired, error) {
+// ExpireLapsed ends the attempts of those leases that are still held and
+// lapsed or timed out (re-checked under the row lock), in one transaction:
+// retried after backoff when attempts remain, else expired. It reports
+// what it did, and the executions it ended or retried (nothing for a lease
+// renewed or moved on since).
+func ExpireLapsed(ctx context.Context, db store.DB, held []store.LeaseRef) (Expired, []ident.ExecutionID, error) {
+	var ended []ident.ExecutionID
 	res, err := expireSelected(ctx, db, func(tx pgx.Tx) ([]store.Lapsed, error) {
-		return store.LockLapsed(ctx, tx, id, epoch)
+		found, err := store.LockLapsed(ctx, tx, held)
+		ended = ended[:0]
+		for _, l := range found {
+			ended = append(ended, l.ID)
+		}
+		return found, err
 	})
-	return res, wrap("expire lease of "+id.String(), err)
+	if err != nil {
+		return Expired{}, nil, wrap(fmt.Sprintf("expire %d leases", len(held)), err)
+	}
+	return res, ended, nil
 }
 
 // SweepLapsed expires up to limit lapsed leases and timed-out attempts,

@@ -104,11 +104,13 @@ func TestCreateAndClaim(t *testing.T) {
 	if string(c.Payload) != `{"to":"a"}` || c.Tags["team"] != "growth" {
 		t.Fatalf("claimed payload %q tags %v", c.Payload, c.Tags)
 	}
-	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND attempt = 1 AND lease_epoch = 1 AND outcome IS NULL`, x.ID.UUID); n != 1 {
-		t.Fatalf("want one open attempt row, got %d", n)
+	// The claim wrote one row, the execution's: the open attempt is held
+	// on it (migration 00018), and there is no acquired lease event.
+	if n := f.Count(`SELECT count(*) FROM ff_attempt_all WHERE execution_id = $1 AND attempt = 1 AND lease_epoch = 1 AND worker = 'w1/i1' AND outcome IS NULL AND ended_at IS NULL`, x.ID.UUID); n != 1 {
+		t.Fatalf("want one open attempt, got %d", n)
 	}
-	if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'acquired' AND lease_epoch = 1`, x.ID.UUID); n != 1 {
-		t.Fatalf("want one acquired lease event, got %d", n)
+	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1`, x.ID.UUID) + f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1`, x.ID.UUID); n != 0 {
+		t.Fatalf("the claim wrote %d attempt rows and lease events, want none", n)
 	}
 	if got := f.claim("mail", 5); len(got) != 0 {
 		t.Fatalf("claimed a running execution again: %v", got)
@@ -128,8 +130,13 @@ func TestCreateAndClaim(t *testing.T) {
 	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'success'`, x.ID.UUID); n != 1 {
 		t.Fatalf("want one success event, got %d", n)
 	}
-	if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'released'`, x.ID.UUID); n != 1 {
-		t.Fatalf("want one released lease event, got %d", n)
+	if n := f.Count(`SELECT count(*) FROM ff_attempt_all WHERE execution_id = $1 AND attempt = 1 AND outcome = 'succeeded' AND ended_at = $2`, x.ID.UUID, *done.TerminalAt); n != 1 {
+		t.Fatalf("want the attempt ended as succeeded at the execution's end, got %d", n)
+	}
+	// Renewed is the one lease event a first-attempt success writes (it
+	// renewed once above); released is no row any more.
+	if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type <> 'renewed'`, x.ID.UUID); n != 0 {
+		t.Fatalf("want no lease event but renewed, got %d", n)
 	}
 }
 
@@ -223,7 +230,7 @@ func TestFencing(t *testing.T) {
 	takeAway := map[string]func(f *fixture, x *store.Execution){
 		"expiry": func(f *fixture, x *store.Execution) {
 			f.lapse(x.ID)
-			res, err := leases.ExpireLapsed(f.Ctx, f.Pool, x.ID, x.LeaseEpoch)
+			res, _, err := leases.ExpireLapsed(f.Ctx, f.Pool, []store.LeaseRef{{ID: x.ID, Epoch: x.LeaseEpoch}})
 			if err != nil || res.LapsedRetried != 1 {
 				f.T.Fatalf("expire: %+v %v", res, err)
 			}
@@ -312,7 +319,7 @@ func TestCancel(t *testing.T) {
 	if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'revoked' AND lease_epoch = $2`, running.ID.UUID, running.LeaseEpoch); n != 1 {
 		t.Fatalf("cancel of running: %d revoked lease events, want 1", n)
 	}
-	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND outcome = 'cancelled'`, running.ID.UUID); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_attempt_all WHERE execution_id = $1 AND outcome = 'cancelled'`, running.ID.UUID); n != 1 {
 		t.Fatalf("cancel of running: attempt not closed as cancelled")
 	}
 	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'cancelled'`, running.ID.UUID); n != 1 {
@@ -350,7 +357,7 @@ func TestRevoke(t *testing.T) {
 	if got.State != store.StatePending || got.LeaseOwner != "" {
 		t.Fatalf("after revoke: %+v", got)
 	}
-	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND outcome = 'revoked'`, c.ID.UUID); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_attempt_all WHERE execution_id = $1 AND outcome = 'revoked'`, c.ID.UUID); n != 1 {
 		t.Fatal("attempt not closed as revoked")
 	}
 	if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'revoked'`, c.ID.UUID); n != 1 {
@@ -408,7 +415,7 @@ func TestRetries(t *testing.T) {
 	if n := f.completionEvents(x.ID); n != 1 {
 		t.Fatalf("%d completion events, want 1", n)
 	}
-	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND outcome = 'failed'`, x.ID.UUID); n != 3 {
+	if n := f.Count(`SELECT count(*) FROM ff_attempt_all WHERE execution_id = $1 AND outcome = 'failed'`, x.ID.UUID); n != 3 {
 		t.Fatalf("%d failed attempts, want 3", n)
 	}
 
@@ -439,19 +446,19 @@ func TestLapseRetriesThenExpires(t *testing.T) {
 	if err != nil || res.Retried != 1 || res.Terminated != 0 || res.LapsedRetried != 1 {
 		t.Fatalf("first sweep: %+v %v; want one lapsed lease retried", res, err)
 	}
-	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = $1 AND outcome = 'timed_out'`, x.ID.UUID); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM ff_attempt_all WHERE execution_id = $1 AND outcome = 'timed_out'`, x.ID.UUID); n != 1 {
 		t.Fatal("attempt not timed_out")
 	}
 	time.Sleep(5 * time.Millisecond)
 	c2 := f.claimOne("lapse")
 	// Attempt timeout with heartbeats: attempt_deadline_at passed.
 	f.Exec(`UPDATE ff_execution SET attempt_deadline_at = now() - interval '1 second' WHERE execution_id = $1`, x.ID.UUID)
-	if res, err := leases.ExpireLapsed(f.Ctx, f.Pool, c2.ID, c.LeaseEpoch); err != nil || res != (leases.Expired{}) {
+	if res, _, err := leases.ExpireLapsed(f.Ctx, f.Pool, []store.LeaseRef{{ID: c2.ID, Epoch: c.LeaseEpoch}}); err != nil || res != (leases.Expired{}) {
 		t.Fatalf("expire at a stale epoch: %+v err=%v; want nothing", res, err)
 	}
-	res2, err := leases.ExpireLapsed(f.Ctx, f.Pool, c2.ID, c2.LeaseEpoch)
-	if err != nil || res2.TimeoutExpired != 1 || res2.Terminated != 1 {
-		t.Fatalf("expire: %+v %v; want one attempt timeout ending the execution", res2, err)
+	res2, ended, err := leases.ExpireLapsed(f.Ctx, f.Pool, []store.LeaseRef{{ID: c2.ID, Epoch: c2.LeaseEpoch}})
+	if err != nil || res2.TimeoutExpired != 1 || res2.Terminated != 1 || len(ended) != 1 || ended[0] != c2.ID {
+		t.Fatalf("expire: %+v %v %v; want one attempt timeout ending the execution %s", res2, ended, err, c2.ID)
 	}
 	got := f.get(x.ID)
 	if got.State != store.StateExpired || got.LeaseEpoch != c2.LeaseEpoch+1 || got.LastError != "attempt timed out" {

@@ -9,8 +9,8 @@ import (
 	"github.com/flowfabric/ffd/internal/ident"
 )
 
-// Attempt is one row of ff_attempt: one claim of an execution and how it
-// ended.
+// Attempt is one row of ff_attempt_all: one claim of an execution and how
+// it ended (an ff_attempt row, or the attempt held on the execution row).
 type Attempt struct {
 	Attempt    int        `db:"attempt"`
 	LeaseEpoch int64      `db:"lease_epoch"`
@@ -21,11 +21,10 @@ type Attempt struct {
 	Error      *string    `db:"error"`
 }
 
-// ListAttempts reads an execution's attempts, first first (the primary
-// key's order).
+// ListAttempts reads an execution's attempts, first first.
 func ListAttempts(ctx context.Context, db DB, id ident.ExecutionID) ([]Attempt, error) {
 	rows, err := db.Query(ctx, `SELECT attempt, lease_epoch, worker, started_at, ended_at, outcome, error
-		FROM ff_attempt WHERE partition_key = $1 AND execution_id = $2 ORDER BY attempt`, id.Partition, id.UUID)
+		FROM ff_attempt_all WHERE partition_key = $1 AND execution_id = $2 ORDER BY attempt`, id.Partition, id.UUID)
 	if err != nil {
 		return nil, wrap("list attempts of "+id.String(), err)
 	}

@@ -12,7 +12,11 @@ import (
 // another claimer holds. The capability test is in the WHERE clause, so an
 // execution nobody can run never blocks the lane behind it. One statement
 // starts the attempt, bumps the epoch, sets started_at on the first claim
-// only, and writes the attempt row and the `acquired` lease event.
+// only, and records the attempt on the row (attempt_worker,
+// attempt_started_at): a claim writes one row, the execution's. No attempt
+// row and no `acquired` lease event (migration 00018): the attempt is read
+// from the row until it ends with a retry, and the daemon's lease timers
+// come from the lease-expiry index.
 //
 // The capability test says `= '{}' OR <@` although `<@` alone means the
 // same: the planner guesses `<@` keeps 0.5% of rows, and once ANALYZE has
@@ -53,16 +57,12 @@ WITH picked AS (
 		lease_owner = $4,
 		lease_expires_at = now() + e.lease_ttl,
 		attempt_deadline_at = now() + e.attempt_timeout,
-		started_at = coalesce(e.started_at, now())
+		started_at = coalesce(e.started_at, now()),
+		attempt_worker = $4,
+		attempt_started_at = now()
 	FROM picked p
 	WHERE e.partition_key = p.partition_key AND e.execution_id = p.execution_id
 	RETURNING ` + execColumns + `
-), att AS (
-	INSERT INTO ff_attempt (partition_key, execution_id, attempt, lease_epoch, worker)
-	SELECT partition_key, execution_id, attempt, lease_epoch, lease_owner FROM claimed
-), lev AS (
-	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
-	SELECT partition_key, execution_id, lease_epoch, attempt, lease_owner, 'acquired', lease_expires_at FROM claimed
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, execution_id`
 

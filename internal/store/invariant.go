@@ -75,13 +75,18 @@ var always = []check{
 			(g.policy = 'all_of' AND (g.success_count = g.total OR g.fail_count + g.skip_count > 0))
 			OR (g.policy = 'any_of' AND (g.success_count >= 1 OR g.fail_count + g.skip_count = g.total))
 			OR (g.policy = 'quorum' AND (g.success_count >= g.k OR g.total - g.fail_count - g.skip_count < g.k)))`, false},
-	{"a running execution has exactly one open attempt, at its epoch", `
-		SELECT x.execution_id::text, x.state, count(a.attempt)
+	{"a running execution holds its attempt on its row, at its epoch", `
+		SELECT x.execution_id::text, x.state, x.attempt_worker, x.lease_owner
 		FROM ff_execution x
-		LEFT JOIN ff_attempt a ON a.partition_key = x.partition_key AND a.execution_id = x.execution_id AND a.outcome IS NULL
-		GROUP BY x.partition_key, x.execution_id, x.state, x.attempt, x.lease_epoch
-		HAVING count(a.attempt) <> CASE WHEN x.state = 'running' THEN 1 ELSE 0 END
-			OR (x.state = 'running' AND max(a.lease_epoch) <> x.lease_epoch)`, false},
+		WHERE x.state = 'running' AND (x.attempt_started_at IS NULL OR x.attempt_worker IS DISTINCT FROM x.lease_owner)`, false},
+	{"every attempt is a row or held on the execution, exactly once, each ended but the running one", `
+		SELECT x.execution_id::text, x.state, x.attempt, count(a.attempt), x.attempt_started_at IS NOT NULL
+		FROM ff_execution x
+		LEFT JOIN ff_attempt a ON a.partition_key = x.partition_key AND a.execution_id = x.execution_id
+		GROUP BY x.partition_key, x.execution_id, x.state, x.attempt, x.attempt_started_at
+		HAVING count(a.attempt) + CASE WHEN x.attempt_started_at IS NOT NULL THEN 1 ELSE 0 END <> x.attempt
+			OR count(a.attempt) FILTER (WHERE a.outcome IS NULL) > 0
+			OR max(a.attempt) >= x.attempt AND x.attempt_started_at IS NOT NULL`, false},
 }
 
 // quiescent holds once every event has been dispatched and every cancel

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/ident"
@@ -72,7 +73,7 @@ func ReadEpochAttempt(ctx context.Context, db DB, id ident.ExecutionID, epoch in
 	rows, err := db.Query(ctx, `
 		SELECT e.state, e.attempt, e.result, e.run_at, a.attempt AS attempt_of_epoch, a.outcome
 		FROM ff_execution e
-		LEFT JOIN ff_attempt a ON a.partition_key = e.partition_key AND a.execution_id = e.execution_id
+		LEFT JOIN ff_attempt_all a ON a.partition_key = e.partition_key AND a.execution_id = e.execution_id
 			AND a.lease_epoch = $3
 		WHERE e.partition_key = $1 AND e.execution_id = $2`, id.Partition, id.UUID, epoch)
 	if err != nil {
@@ -93,13 +94,22 @@ type Lapsed struct {
 
 const lapsedColumns = `partition_key, execution_id, lease_epoch, attempt, max_attempts, lease_expires_at <= now()`
 
-// LockLapsed locks id if it still runs at epoch and its lease lapsed or its
-// attempt timed out.
-func LockLapsed(ctx context.Context, tx pgx.Tx, id ident.ExecutionID, epoch int64) ([]Lapsed, error) {
+// LockLapsed locks those of the given leases that are still held (the
+// execution runs at that epoch) and lapsed or whose attempt timed out, in
+// the global lock order, skipping rows another transaction holds (its
+// holder is ending or renewing them; a later check or the sweep sees what
+// it left).
+func LockLapsed(ctx context.Context, tx pgx.Tx, held []LeaseRef) ([]Lapsed, error) {
+	parts, ids, epochs := make([]int16, len(held)), make([]uuid.UUID, len(held)), make([]int64, len(held))
+	for i, l := range held {
+		parts[i], ids[i], epochs[i] = l.ID.Partition, l.ID.UUID, l.Epoch
+	}
 	return collectLapsed(tx.Query(ctx, `SELECT `+lapsedColumns+` FROM ff_execution
-		WHERE partition_key = $1 AND execution_id = $2 AND state = 'running' AND lease_epoch = $3
-			AND (lease_expires_at <= now() OR attempt_deadline_at <= now())
-		FOR NO KEY UPDATE`, id.Partition, id.UUID, epoch))
+		WHERE (partition_key, execution_id, lease_epoch) IN (
+				SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::bigint[]))
+			AND state = 'running' AND (lease_expires_at <= now() OR attempt_deadline_at <= now())
+		ORDER BY partition_key, execution_id
+		FOR NO KEY UPDATE SKIP LOCKED`, parts, ids, epochs))
 }
 
 // LockLapsedBatch locks up to limit lapsed leases and timed-out attempts,

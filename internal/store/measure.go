@@ -85,7 +85,7 @@ func ReadFlowState(ctx context.Context, db DB, partition int16, flowID uuid.UUID
 // FlowSpan is from the first attempt of root to the end of its flow.
 func FlowSpan(ctx context.Context, db DB, flowID uuid.UUID, root ident.ExecutionID) (time.Duration, error) {
 	return micro(ctx, db, "read the flow's span", `SELECT extract(epoch FROM f.terminal_at - a.started_at) * 1e6
-		FROM ff_flow f, ff_attempt a
+		FROM ff_flow f, ff_attempt_all a
 		WHERE f.partition_key = $1 AND f.flow_id = $2 AND a.partition_key = $1 AND a.execution_id = $3 AND a.attempt = 1`,
 		root.Partition, flowID, root.UUID)
 }
@@ -100,13 +100,13 @@ func Analyze(ctx context.Context, db DB) error {
 // end.
 func AttemptSpan(ctx context.Context, db DB, lane string) (time.Duration, error) {
 	return micro(ctx, db, "read the lane's span", `SELECT extract(epoch FROM max(a.ended_at) - min(a.started_at)) * 1e6
-		FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id) WHERE e.lane = $1`, lane)
+		FROM ff_attempt_all a JOIN ff_execution e USING (partition_key, execution_id) WHERE e.lane = $1`, lane)
 }
 
 // AttemptDurations returns how long each attempt of a lane ran.
 func AttemptDurations(ctx context.Context, db DB, lane string) ([]time.Duration, error) {
 	return durations(ctx, db, "read attempt durations", `SELECT extract(epoch FROM a.ended_at - a.started_at) * 1e6
-		FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id) WHERE e.lane = $1`, lane)
+		FROM ff_attempt_all a JOIN ff_execution e USING (partition_key, execution_id) WHERE e.lane = $1`, lane)
 }
 
 // HopDelays returns, for every edge of a namespace's flows, the time from
@@ -116,7 +116,7 @@ func HopDelays(ctx context.Context, db DB, namespace string) ([]time.Duration, e
 		FROM ff_edge ed
 		JOIN ff_flow f ON f.partition_key = ed.partition_key AND f.flow_id = ed.flow_id AND f.namespace = $1
 		JOIN ff_completion_event c ON c.partition_key = ed.partition_key AND c.execution_id = ed.upstream_id
-		JOIN ff_attempt a ON a.partition_key = ed.partition_key AND a.execution_id = ed.downstream_id AND a.attempt = 1`, namespace)
+		JOIN ff_attempt_all a ON a.partition_key = ed.partition_key AND a.execution_id = ed.downstream_id AND a.attempt = 1`, namespace)
 }
 
 // ReadyDelays returns, for every edge of a namespace's flows, the time from
@@ -159,10 +159,10 @@ func CancelSpread(ctx context.Context, db DB, lane string, winner ident.Executio
 // the last second attempt's start.
 func ReclaimDelay(ctx context.Context, db DB, lane string) (time.Duration, error) {
 	return micro(ctx, db, "read the reclaim delay", `SELECT extract(epoch FROM
-			(SELECT max(a.started_at) FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id)
+			(SELECT max(a.started_at) FROM ff_attempt_all a JOIN ff_execution e USING (partition_key, execution_id)
 				WHERE e.lane = $1 AND a.attempt = 2)
 			- (SELECT max(l.lease_expires_at) FROM ff_lease_event l JOIN ff_execution e USING (partition_key, execution_id)
-				WHERE e.lane = $1 AND l.event_type = 'acquired' AND l.attempt = 1)) * 1e6`, lane)
+				WHERE e.lane = $1 AND l.event_type = 'expired' AND l.attempt = 1)) * 1e6`, lane)
 }
 
 // DeleteNamespace deletes every row of a namespace's executions and flows,

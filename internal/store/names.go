@@ -232,7 +232,9 @@ var Streams = []Stream{StreamCompletion, StreamLease, StreamAll}
 const (
 	// ChannelCompletion carries a statement's completion event id range.
 	ChannelCompletion = "ff_completion"
-	// ChannelLease carries a statement's lease event id range.
+	// ChannelLease carries a statement's lease event id range, or
+	// DuePrefix and a time (Unix milliseconds) at which executions put back
+	// to pending for later come due (a retry after backoff).
 	ChannelLease = "ff_lease"
 	// ChannelReady carries a lane that has work due.
 	ChannelReady = "ff_ready"
@@ -240,6 +242,10 @@ const (
 	// taken away (cancel, revoke, expiry).
 	ChannelRevoke = "ff_revoke"
 )
+
+// DuePrefix starts a ChannelLease payload that names a due time rather
+// than event ids.
+const DuePrefix = "due:"
 
 // Channels lists every channel.
 var Channels = []string{ChannelCompletion, ChannelLease, ChannelReady, ChannelRevoke}

@@ -11,17 +11,18 @@ import (
 
 // RequeueKind is how a running attempt ends without ending the execution.
 type RequeueKind struct {
-	attemptOutcome AttemptOutcome // on ff_attempt
-	leaseEvent     LeaseEventType // on ff_lease_event
+	attemptOutcome AttemptOutcome // on the attempt's ff_attempt row
+	leaseEvent     LeaseEventType // on ff_lease_event; "" for none
 	bumpEpoch      bool           // the holder is fenced (it did not give the lease up itself)
 	backoff        bool           // run_at after backoff, else now
 }
 
 var (
-	// The holder failed and a retry is allowed.
-	RequeueFailed = RequeueKind{AttemptFailed, LeaseReleased, false, true}
+	// The holder failed and a retry is allowed. It gave the lease up
+	// itself: no lease event (the attempt row says it all).
+	RequeueFailed = RequeueKind{AttemptFailed, "", false, true}
 	// The holder failed but asked for an immediate retry (worker shutdown).
-	RequeueFailedNow = RequeueKind{AttemptFailed, LeaseReleased, false, false}
+	RequeueFailedNow = RequeueKind{AttemptFailed, "", false, false}
 	// The lease lapsed or the attempt ran out of time; attempts remain.
 	RequeueTimedOut = RequeueKind{AttemptTimedOut, LeaseExpired, true, true}
 	// An operator took the lease away.
@@ -35,12 +36,19 @@ const backoffSQL = `now() + make_interval(secs => least(extract(epoch FROM e.bac
 		extract(epoch FROM e.backoff_base) * power(e.backoff_multiplier, least(greatest(e.attempt - 1, 0), 60)))
 	* (1 + e.backoff_jitter * (2 * random() - 1)))`
 
+// requeueSQL ends the running attempt of each input execution still held
+// at its epoch, puts the execution back to pending, and writes the
+// attempt's ff_attempt row from what the row held (attempt_worker,
+// attempt_started_at, which it clears), and the lease event of a lease
+// taken away ($9: expired, revoked; "" for none), with the expiry the
+// lease had then.
 const requeueSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[])
 		AS i(partition_key, execution_id, epoch, error)
 ), locked AS (
-	SELECT e.partition_key, e.execution_id, i.epoch, i.error
+	SELECT e.partition_key, e.execution_id, i.epoch, i.error, e.attempt_worker, e.attempt_started_at,
+		e.lease_expires_at AS lease_expired_at
 	FROM ff_execution e
 	JOIN input i ON i.partition_key = e.partition_key AND i.execution_id = e.execution_id
 	WHERE e.state = 'running' AND e.lease_epoch = i.epoch
@@ -53,21 +61,29 @@ WITH input AS (
 		run_at = CASE WHEN $7 THEN ` + backoffSQL + ` ELSE now() END,
 		last_error = coalesce(l.error, e.last_error),
 		lease_epoch = e.lease_epoch + CASE WHEN $6 THEN 1 ELSE 0 END,
-		lease_owner = NULL, lease_expires_at = NULL, attempt_deadline_at = NULL
+		lease_owner = NULL, lease_expires_at = NULL, attempt_deadline_at = NULL,
+		attempt_worker = NULL, attempt_started_at = NULL
 	FROM locked l
 	WHERE e.partition_key = l.partition_key AND e.execution_id = l.execution_id
-	RETURNING e.partition_key, e.execution_id, e.attempt, e.lease_epoch, e.run_at, l.epoch AS old_epoch, l.error
+	RETURNING e.partition_key, e.execution_id, e.attempt, e.lease_epoch, e.run_at, l.epoch AS old_epoch, l.error,
+		l.attempt_worker, l.attempt_started_at, l.lease_expired_at
 ), att AS (
-	UPDATE ff_attempt a SET ended_at = now(), outcome = $5, error = u.error
-	FROM upd u
-	WHERE a.partition_key = u.partition_key AND a.execution_id = u.execution_id AND a.attempt = u.attempt
-	RETURNING a.partition_key, a.execution_id, a.worker
+	INSERT INTO ff_attempt (partition_key, execution_id, attempt, lease_epoch, worker, started_at, ended_at, outcome, error)
+	SELECT partition_key, execution_id, attempt, old_epoch, attempt_worker, attempt_started_at, now(), $5, error
+	FROM upd
 ), lev AS (
-	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type)
-	SELECT u.partition_key, u.execution_id, u.old_epoch, u.attempt, a.worker, $9
-	FROM upd u JOIN att a ON a.partition_key = u.partition_key AND a.execution_id = u.execution_id
+	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
+	SELECT partition_key, execution_id, old_epoch, attempt, attempt_worker, $9, lease_expired_at
+	FROM upd WHERE $9 <> ''
+), due AS (
+	-- Executions put back for later ($7: after backoff) tell the daemon
+	-- when the soonest comes due, so that its lane is woken then rather
+	-- than at the next sweep (a hint, sent at commit; the sweep covers a
+	-- lost one). Joined below so that it runs.
+	SELECT pg_notify('` + ChannelLease + `', '` + DuePrefix + `' || (extract(epoch FROM min(run_at)) * 1000)::bigint) AS sent
+	FROM upd WHERE $7 HAVING count(*) > 0
 )
-SELECT partition_key, execution_id, attempt, lease_epoch, run_at FROM upd`
+SELECT partition_key, execution_id, attempt, lease_epoch, run_at FROM upd LEFT JOIN due ON true`
 
 // Requeued is one execution put back to pending.
 type Requeued struct {

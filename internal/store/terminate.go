@@ -42,12 +42,16 @@ type Ended struct {
 // is given) it:
 //   - sets the terminal state, clears the lease, and bumps lease_epoch when
 //     a running lease is taken away (cancel, expiry) so its holder is fenced;
-//   - closes the running attempt (succeeded, failed, cancelled, timed_out);
-//   - writes the lease event (released, revoked, expired) for a running one;
+//   - leaves the running attempt on the row, where ff_attempt_all reads it
+//     ended (terminal_at, the terminal state): no attempt row is written;
+//   - writes the lease event of a running lease taken away (revoked,
+//     expired), with the expiry it had; a lease its holder gives up
+//     (complete, fail) writes none;
 //   - writes the one completion event.
 //
-// The outcome, attempt outcome and lease event of each ending come from
-// the store's mappings (OutcomeOf and friends), passed per row.
+// The outcome and lease event of each ending come from the store's
+// mappings (OutcomeOf, LeaseEndOf), passed per row; the held attempt's
+// outcome is AttemptOutcomeOf the state, as ff_attempt_all maps it.
 //
 // Rows are locked in (partition_key, execution_id) order, the global lock
 // order, so concurrent batches cannot deadlock on each other.
@@ -58,12 +62,12 @@ type Ended struct {
 const terminateSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[], $5::bytea[],
-		$6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
+		$6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
 		AS i(partition_key, execution_id, epoch, to_state, result, error, reason, by_whom,
-			outcome, attempt_outcome, lease_end)
+			outcome, lease_end)
 ), locked AS (
-	SELECT e.partition_key, e.execution_id, e.state AS old_state, i.to_state, i.result, i.error,
-		i.reason, i.by_whom, i.outcome, i.attempt_outcome, i.lease_end
+	SELECT e.partition_key, e.execution_id, e.state AS old_state, e.lease_expires_at AS lease_expired_at,
+		i.to_state, i.result, i.error, i.reason, i.by_whom, i.outcome, i.lease_end
 	FROM ff_execution e
 	JOIN input i ON i.partition_key = e.partition_key AND i.execution_id = e.execution_id
 	WHERE e.state IN ('blocked', 'pending', 'running')
@@ -85,20 +89,13 @@ WITH input AS (
 	FROM locked l
 	WHERE e.partition_key = l.partition_key AND e.execution_id = l.execution_id
 	RETURNING e.partition_key, e.execution_id, e.flow_id, e.namespace, e.attempt, e.lease_epoch,
-		e.state, e.step, l.old_state, l.error, l.reason, l.outcome, l.attempt_outcome, l.lease_end
-), att AS (
-	UPDATE ff_attempt a SET
-		ended_at = now(),
-		outcome = u.attempt_outcome,
-		error = coalesce(u.error, u.reason)
-	FROM upd u
-	WHERE u.old_state = 'running' AND a.partition_key = u.partition_key
-		AND a.execution_id = u.execution_id AND a.attempt = u.attempt
-	RETURNING a.partition_key, a.execution_id, a.worker, a.lease_epoch, u.attempt, u.lease_end
+		e.state, e.step, e.attempt_worker, l.old_state, l.lease_expired_at, l.outcome, l.lease_end
 ), lev AS (
-	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type)
-	SELECT partition_key, execution_id, lease_epoch, attempt, worker, lease_end
-	FROM att
+	-- The epoch of the lease that ended: the one before the bump.
+	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
+	SELECT partition_key, execution_id, lease_epoch - 1, attempt, attempt_worker, lease_end, lease_expired_at
+	FROM upd
+	WHERE old_state = 'running' AND lease_end IN ('revoked', 'expired')
 ), ended AS (
 	-- Each ended execution's event id is drawn here, so that neither the
 	-- event rows nor the answer need a join between CTEs (which the
@@ -115,14 +112,6 @@ WITH input AS (
 )
 SELECT partition_key, execution_id, flow_id, state, attempt, lease_epoch, old_state = 'running', event_id
 FROM ended`
-
-// lockSQL locks the input executions in the global order.
-const lockSQL = `
-SELECT 1 FROM ff_execution e
-JOIN unnest($1::smallint[], $2::uuid[]) AS i(partition_key, execution_id)
-	ON i.partition_key = e.partition_key AND i.execution_id = e.execution_id
-ORDER BY e.partition_key, e.execution_id
-FOR NO KEY UPDATE OF e`
 
 // Terminate ends every execution of ends that is still eligible (see
 // Ending.Epoch), in one statement, and returns those it ended; the others
@@ -143,7 +132,7 @@ func TerminateWithin(ctx context.Context, db DB, ends []Ending, lockTimeout time
 	parts, ids, epochs := make([]int16, n), make([]uuid.UUID, n), make([]int64, n)
 	states, results := make([]string, n), make([][]byte, n)
 	errs, reasons, bys := make([]*string, n), make([]*string, n), make([]*string, n)
-	outcomes, attemptOutcomes, leaseEnds := make([]string, n), make([]string, n), make([]string, n)
+	outcomes, leaseEnds := make([]string, n), make([]string, n)
 	for i, e := range ends {
 		if !e.State.Terminal() {
 			return nil, fmt.Errorf("terminate %s: %q is not a terminal state", e.ID, e.State)
@@ -151,11 +140,7 @@ func TerminateWithin(ctx context.Context, db DB, ends []Ending, lockTimeout time
 		parts[i], ids[i], epochs[i], states[i], results[i] = e.ID.Partition, e.ID.UUID, e.Epoch, string(e.State), e.Result
 		errs[i], reasons[i], bys[i] = nullIfEmpty(e.Error), nullIfEmpty(e.Reason), nullIfEmpty(e.By)
 		outcomes[i] = string(OutcomeOf(e.State))
-		attemptOutcomes[i], leaseEnds[i] = string(AttemptOutcomeOf(e.State)), string(LeaseEndOf(e.State))
-	}
-	unfenced := false
-	for _, e := range ends {
-		unfenced = unfenced || e.Epoch == 0
+		leaseEnds[i] = string(LeaseEndOf(e.State))
 	}
 	// One round trip: the statements go as one pipelined batch, which
 	// Postgres runs as one transaction (or inside the caller's).
@@ -168,18 +153,11 @@ func TerminateWithin(ctx context.Context, db DB, ends []Ending, lockTimeout time
 			// transaction, or the caller's).
 			b.Queue(`SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(lockTimeout.Milliseconds(), 10))
 		}
-		// An unfenced ending (cancel, skip, deadline) can race a claim. Under
-		// READ COMMITTED the terminating statement would wait for the claim's
-		// row lock and then see the execution running, but not the attempt
-		// row the claim inserted (it is newer than the statement's snapshot),
-		// and leave that attempt open. Locking first, in a statement of its
-		// own, gives the terminating statement a snapshot that sees it.
-		// Fenced endings need no such step: the claim that produced their
-		// epoch committed before the caller ever learned it.
-		if unfenced {
-			b.Queue(lockSQL, parts, ids)
-		}
-		b.Queue(terminateSQL, parts, ids, epochs, states, results, errs, reasons, bys, outcomes, attemptOutcomes, leaseEnds).Query(func(rows pgx.Rows) error {
+		// An unfenced ending (cancel, skip, deadline) can race a claim: it
+		// waits for the claim's row lock, then reads the row as the claim
+		// left it (READ COMMITTED re-checks a locked row's newest version),
+		// attempt included, since the attempt is on the row.
+		b.Queue(terminateSQL, parts, ids, epochs, states, results, errs, reasons, bys, outcomes, leaseEnds).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var e Ended
 				var state string

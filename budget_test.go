@@ -1,0 +1,382 @@
+package ffd_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/cascade"
+	"github.com/flowfabric/ffd/internal/store"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+// The write budget: what one execution costs Postgres, counted exactly
+// (never timed). Rows are pg_stat_user_tables' inserts and updates on the
+// ff_* tables, read once every backend that wrote them has exited (a
+// backend flushes its statistics before it leaves pg_stat_activity).
+// Statements and round trips are counted by a pgx tracer.
+//
+// A change that adds to any of these changes the budget here, in the same
+// commit, and says why; a change that removes one lowers it (the counts
+// are compared exactly, so the budget cannot silently go slack).
+// docs/benchmarks.md ("The write budget") explains each entry.
+var (
+	// A solo execution that succeeds on its first attempt: the claim
+	// updates the execution; the completion updates it again and inserts
+	// its completion event. Attempt rows and lease events are written only
+	// for what a consumer cannot read from the execution row: an attempt
+	// that ended with a retry, a lease revoked or expired.
+	budgetSoloRows = map[string]int{
+		"ff_execution.upd":        2,
+		"ff_completion_event.ins": 1,
+	}
+	// The claim (one statement) and the completion (the ending and the
+	// flow-finishing check, one pipelined batch): two round trips.
+	budgetSoloStatements = 4
+	budgetSoloRoundTrips = 2
+
+	// One all_of hop in a flow, a → b: a's completion (its row, its
+	// completion event), then the daemon's dispatch of that event (marks it
+	// dispatched, resolves the edge, counts it on b's group, records the
+	// group's decision, and makes b pending). The claim of b is not part
+	// of the hop. The group is written twice: the counters move in SQL, the
+	// policy decides in Go (internal/flows) and the decision is written
+	// back in the same transaction.
+	budgetHopRows = map[string]int{
+		"ff_execution.upd":        2,
+		"ff_completion_event.ins": 1,
+		"ff_completion_event.upd": 1,
+		"ff_edge.upd":             1,
+		"ff_edge_group.upd":       2,
+	}
+)
+
+// writeCounter reads the ff_* tables' write counters.
+type writeCounter struct {
+	t    *testing.T
+	ctx  context.Context
+	conn *pgx.Conn
+}
+
+func newWriteCounter(t *testing.T, ctx context.Context, url string) *writeCounter {
+	t.Helper()
+	var v int
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if v < 150000 {
+		// Before 15 statistics travel over UDP to a collector, with no
+		// way to wait for them: the counts could not be exact.
+		t.Skipf("the write budget needs PostgreSQL 15 or newer (statistics in shared memory); server is %d", v)
+	}
+	return &writeCounter{t: t, ctx: ctx, conn: conn}
+}
+
+// read waits until no other client backend is connected to the database
+// (so every writer has flushed its statistics), then returns each ff_*
+// table's inserts, updates and deletes, keyed "table.ins" and so on.
+func (w *writeCounter) read() map[string]int {
+	w.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var others int
+		if err := w.conn.QueryRow(w.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&others); err != nil {
+			w.t.Fatal(err)
+		}
+		if others == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("%d other backends still connected after 30 s", others)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Our own backend's counts (it writes nothing, but reads the views)
+	// and a fresh snapshot of everyone's.
+	if _, err := w.conn.Exec(w.ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		w.t.Fatal(err)
+	}
+	if _, err := w.conn.Exec(w.ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+		w.t.Fatal(err)
+	}
+	rows, err := w.conn.Query(w.ctx, `SELECT relname, n_tup_ins, n_tup_upd, n_tup_del
+		FROM pg_stat_user_tables WHERE relname LIKE 'ff\_%' AND relname <> 'ff_schema_version'`)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	out := map[string]int{}
+	for rows.Next() {
+		var name string
+		var ins, upd, del int
+		if err := rows.Scan(&name, &ins, &upd, &del); err != nil {
+			w.t.Fatal(err)
+		}
+		for k, v := range map[string]int{"ins": ins, "upd": upd, "del": del} {
+			if v != 0 {
+				out[name+"."+k] = v
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		w.t.Fatal(err)
+	}
+	return out
+}
+
+// perExecution is after − before divided by n, refusing a remainder (the
+// counts are exact).
+func perExecution(t *testing.T, before, after map[string]int, n int) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for k, v := range after {
+		d := v - before[k]
+		if d == 0 {
+			continue
+		}
+		if d%n != 0 {
+			t.Errorf("%s: %d writes for %d executions is not a whole number per execution", k, d, n)
+		}
+		out[k] = d / n
+	}
+	return out
+}
+
+func formatWrites(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	total := 0
+	for k, v := range m {
+		keys = append(keys, k)
+		if !strings.HasSuffix(k, ".del") {
+			total += v
+		}
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%d ", k, m[k])
+	}
+	fmt.Fprintf(&b, "(%d row writes)", total)
+	return b.String()
+}
+
+func checkWrites(t *testing.T, what string, got, want map[string]int) {
+	t.Helper()
+	if formatWrites(got) != formatWrites(want) {
+		t.Errorf("%s writes per execution:\n got %s\nwant %s (the budget)", what, formatWrites(got), formatWrites(want))
+	}
+}
+
+// statementCounter counts what a pool sends: statements, and round trips
+// (a batch is one).
+type statementCounter struct {
+	statements, roundTrips atomic.Int64
+}
+
+func (s *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	s.statements.Add(1)
+	s.roundTrips.Add(1)
+	return ctx
+}
+func (s *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (s *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	s.roundTrips.Add(1)
+	return ctx
+}
+func (s *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	s.statements.Add(1)
+}
+func (s *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// budgetSetup gives a test a database whose own pool is closed at once
+// (so that nothing of the harness writes during a measurement), a write
+// counter, and a client over a pool of the test's own, traced.
+func budgetSetup(t *testing.T) (context.Context, *testdb.DB, *writeCounter) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	db := testdb.New(t)
+	db.Pool.Close()
+	return ctx, db, newWriteCounter(t, ctx, db.URL)
+}
+
+func budgetPool(t *testing.T, ctx context.Context, url string, tracer *statementCounter, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func budgetClient(t *testing.T, pool *pgxpool.Pool) *ffd.Client {
+	t.Helper()
+	c, err := ffd.NewClient(pool, &ffd.Config{Logger: zap.NewNop(), StallWarning: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// checkInvariants proves the store's invariants over what the test wrote.
+func checkInvariants(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := store.CheckInvariants(ctx, conn); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestWriteBudgetSolo: claim → complete of solo executions, one at a time
+// through the Client (statements and round trips are exact only so), and
+// the same through a Worker at concurrency (rows do not depend on how
+// claims and completions are batched).
+func TestWriteBudgetSolo(t *testing.T) {
+	t.Parallel()
+	ctx, db, wc := budgetSetup(t)
+	const n = 50
+	setupPool := budgetPool(t, ctx, db.URL, nil, 4)
+	creator := budgetClient(t, setupPool)
+	for range 2 * n {
+		if _, err := creator.Create(ctx, ffd.CreateParams{Lane: "budget", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setupPool.Close()
+	before := wc.read()
+
+	var tracer statementCounter
+	pool := budgetPool(t, ctx, db.URL, &tracer, 1)
+	c := budgetClient(t, pool)
+	for i := range n {
+		xs, err := c.Claim(ctx, ffd.ClaimParams{Lane: "budget", Worker: "budget/1", Max: 1})
+		if err != nil || len(xs) != 1 {
+			t.Fatalf("claim %d: %v (%d claimed)", i, err, len(xs))
+		}
+		if _, err := c.Complete(ctx, xs[0].ID, xs[0].LeaseEpoch, []byte(`{}`)); err != nil {
+			t.Fatalf("complete %d: %v", i, err)
+		}
+	}
+	statements, roundTrips := tracer.statements.Load(), tracer.roundTrips.Load()
+	pool.Close()
+	after := wc.read()
+	checkWrites(t, "solo (client)", perExecution(t, before, after, n), budgetSoloRows)
+	if statements != int64(budgetSoloStatements*n) || roundTrips != int64(budgetSoloRoundTrips*n) {
+		t.Errorf("solo claim → complete: %d statements and %d round trips for %d executions, want %d and %d per execution (the budget)",
+			statements, roundTrips, n, budgetSoloStatements, budgetSoloRoundTrips)
+	}
+
+	// The same through a Worker, at concurrency, with its group commit.
+	pool = budgetPool(t, ctx, db.URL, nil, 8)
+	c = budgetClient(t, pool)
+	var handled atomic.Int64
+	w, err := ffd.NewWorker(c, ffd.WorkerConfig{Lanes: []string{"budget"}, Concurrency: 10,
+		Handler: func(context.Context, *ffd.Job) ([]byte, error) { handled.Add(1); return nil, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for handled.Load() < n {
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d handled", handled.Load(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stopCtx, stop := context.WithTimeout(ctx, 10*time.Second)
+	if err := w.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	pool.Close()
+	final := wc.read()
+	checkWrites(t, "solo (worker)", perExecution(t, after, final, n), budgetSoloRows)
+	checkInvariants(t, ctx, db.URL)
+}
+
+// TestWriteBudgetHop: the completion of a flow member and the daemon's
+// dispatch of its event, up to the downstream being claimable.
+func TestWriteBudgetHop(t *testing.T) {
+	t.Parallel()
+	ctx, db, wc := budgetSetup(t)
+	const n = 20
+	setupPool := budgetPool(t, ctx, db.URL, nil, 4)
+	creator := budgetClient(t, setupPool)
+	var claimed []*ffd.Execution
+	for range n {
+		if _, err := creator.SubmitFlow(ctx, ffd.SubmitFlowParams{
+			Nodes: []ffd.SubmitNode{
+				{Ref: "a", Params: ffd.CreateParams{Lane: "hop-a"}},
+				{Ref: "b", Params: ffd.CreateParams{Lane: "hop-b"}},
+			},
+			Edges: []ffd.SubmitEdge{{From: "a", To: "b"}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	xs, err := creator.Claim(ctx, ffd.ClaimParams{Lane: "hop-a", Worker: "budget/1", Max: n})
+	if err != nil || len(xs) != n {
+		t.Fatalf("claim: %v (%d of %d)", err, len(xs), n)
+	}
+	claimed = xs
+	setupPool.Close()
+	before := wc.read()
+
+	pool := budgetPool(t, ctx, db.URL, nil, 1)
+	c := budgetClient(t, pool)
+	for _, x := range claimed {
+		if _, err := c.Complete(ctx, x.ID, x.LeaseEpoch, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := cascade.New(pool, nil)
+	for dispatched := 0; dispatched < n; {
+		res, err := d.DispatchBatch(ctx, 1, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Events == 0 {
+			t.Fatalf("%d of %d events dispatched, then none left", dispatched, n)
+		}
+		dispatched += res.Events
+	}
+	var pending int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM ff_execution WHERE lane = 'hop-b' AND state = 'pending'`).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	if pending != n {
+		t.Fatalf("%d of %d downstreams pending after the dispatch", pending, n)
+	}
+	pool.Close()
+	after := wc.read()
+	checkWrites(t, "hop (completion and dispatch)", perExecution(t, before, after, n), budgetHopRows)
+	checkInvariants(t, ctx, db.URL)
+}
