@@ -491,10 +491,11 @@ func (w *Worker) execute(ctx context.Context, j *runningJob) {
 	start := time.Now()
 	w.cfg.Metrics.running(x.Lane, 1)
 	result, herr := w.runHandler(ctx, j)
-	outcome := w.finish(ctx, j, result, herr)
 	w.cfg.Metrics.running(x.Lane, -1)
-	w.cfg.Metrics.handled(x.Kind, outcome, time.Since(start))
-	span.end(outcome, herr)
+	w.finish(ctx, j, result, herr, func(outcome string) {
+		w.cfg.Metrics.handled(x.Kind, outcome, time.Since(start))
+		span.end(outcome, herr)
+	})
 }
 
 // runHandler runs the handler while heartbeating its lease; a panic is
@@ -518,35 +519,48 @@ func (w *Worker) runHandler(ctx context.Context, j *runningJob) (result []byte, 
 	return result, herr
 }
 
-// finish records the handler's outcome and says which it was: stopped,
-// lease_lost, completed, retried or failed.
-func (w *Worker) finish(ctx context.Context, j *runningJob, result []byte, herr error) string {
+// finish records the handler's outcome and reports which it was (stopped,
+// lease_lost, completed, retried or failed). A success is handed to the
+// completer and reported when its batch commits: the handler's slot is
+// free at once, so the worker claims again while the result is written.
+func (w *Worker) finish(ctx context.Context, j *runningJob, result []byte, herr error, report func(outcome string)) {
 	x := j.x
 	w.mu.Lock()
 	handedIn := j.handedIn
 	w.mu.Unlock()
 	if handedIn {
-		return OutcomeStopped
+		report(OutcomeStopped)
+		return
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
 		// Expected when the engine cancels a losing sibling or an operator
 		// revokes: the lease moved on and the result would be refused.
 		w.log.Info("lease lost; handler result dropped", w.jobFields(x)...)
-		return OutcomeLeaseLost
+		report(OutcomeLeaseLost)
+		return
 	}
-	// The handler's context may be cancelled (lease lost is handled above;
-	// a cancelled parent is not ours to obey here): record the outcome on
-	// the worker's own context, which only Stop's deadline cuts.
+	if herr == nil {
+		w.complete(x, result, func(err error) {
+			w.logFinish(x, "completed", err)
+			if errors.Is(err, ErrLeaseLost) {
+				report(OutcomeLeaseLost)
+				return
+			}
+			report(OutcomeCompleted)
+		})
+		return
+	}
+	report(w.fail(j, herr))
+}
+
+// fail records a handler's error: retried or failed.
+func (w *Worker) fail(j *runningJob, herr error) string {
+	x := j.x
+	// The handler's context may be cancelled (lease lost is handled by
+	// finish; a cancelled parent is not ours to obey here): record the
+	// outcome on the worker's own context, which only Stop's deadline cuts.
 	fctx, cancel := context.WithTimeout(w.dbCtx, finishTimeout)
 	defer cancel()
-	if herr == nil {
-		err := w.complete(fctx, x, result)
-		w.logFinish(x, "completed", err)
-		if errors.Is(err, ErrLeaseLost) {
-			return OutcomeLeaseLost
-		}
-		return OutcomeCompleted
-	}
 	var perm *PermanentError
 	retry := !errors.As(herr, &perm)
 	out, err := w.client.Fail(fctx, x.ID, x.LeaseEpoch, FailParams{Error: leases.CleanText(herr.Error(), MaxErrorBytes), Retryable: retry})
@@ -747,45 +761,45 @@ func jitter(d time.Duration) time.Duration {
 type completion struct {
 	x      *Execution
 	result []byte
-	done   chan error
+	done   func(error) // called once, when the result is recorded or refused
 }
 
 // maxCompletionBatch bounds one group commit of completions.
 const maxCompletionBatch = 500
 
-// completers commit batches in parallel, so that one batch's commit (and
-// its WAL flush) overlaps the next batch's work.
-const completers = 1
-
 // complete hands a result to the completer, which commits completions in
 // batches (one transaction for whatever is waiting: group commit), each
-// still fenced on its own lease epoch.
-func (w *Worker) complete(ctx context.Context, x *Execution, result []byte) error {
-	c := &completion{x: x, result: result, done: make(chan error, 1)}
+// still fenced on its own lease epoch, and calls done with the outcome.
+// It returns once the result is queued; when the queue is full (the
+// completer is behind by a whole worker's concurrency) it waits, holding
+// the handler's slot, so a slow database slows claims rather than piling
+// results up in memory.
+func (w *Worker) complete(x *Execution, result []byte, done func(error)) {
+	c := &completion{x: x, result: result, done: done}
 	select {
 	case <-w.quit: // the worker stopped: no completer any more
-		_, err := w.client.Complete(ctx, x.ID, x.LeaseEpoch, result)
-		return err
+		w.completeNow(c)
+		return
 	default:
 	}
 	select {
 	case w.completions <- c:
 	case <-w.quit:
-		_, err := w.client.Complete(ctx, x.ID, x.LeaseEpoch, result)
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case err := <-c.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+		w.completeNow(c)
 	}
 }
 
+// completeNow records one result on the caller's goroutine, once the
+// completer is gone.
+func (w *Worker) completeNow(c *completion) {
+	ctx, cancel := context.WithTimeout(w.dbCtx, finishTimeout)
+	defer cancel()
+	_, err := w.client.Complete(ctx, c.x.ID, c.x.LeaseEpoch, c.result)
+	c.done(err)
+}
+
 // runCompleter commits completions in batches until quit, then flushes
-// what is queued in one last batch.
+// everything still queued.
 func (w *Worker) runCompleter(ctx context.Context) {
 	batch := make([]*completion, 0, maxCompletionBatch)
 	for {
@@ -809,7 +823,7 @@ func (w *Worker) runCompleter(ctx context.Context) {
 		if len(batch) > 0 {
 			w.commit(ctx, batch)
 		}
-		if quitting {
+		if quitting && len(w.completions) == 0 {
 			return
 		}
 	}
@@ -838,9 +852,9 @@ func (w *Worker) commit(ctx context.Context, batch []*completion) {
 	}
 	for i, c := range batch {
 		if err != nil {
-			c.done <- err
+			c.done(err)
 		} else {
-			c.done <- errs[i]
+			c.done(errs[i])
 		}
 	}
 }
@@ -855,16 +869,16 @@ func (w *Worker) completeAlone(ctx context.Context, c *completion) {
 	for {
 		_, errs, err := leases.CompleteMany(ctx, w.client.pool, w.client.limits, item, w.cfg.CompletionLockTimeout)
 		if err == nil {
-			c.done <- errs[0]
+			c.done(errs[0])
 			return
 		}
 		if !store.IsLockTimeout(err) {
-			c.done <- err
+			c.done(err)
 			return
 		}
 		select {
 		case <-ctx.Done():
-			c.done <- err
+			c.done(err)
 			return
 		case <-time.After(jitter(backoff)):
 		}
