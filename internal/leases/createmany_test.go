@@ -77,3 +77,89 @@ func TestCreateManyMatchesCreate(t *testing.T) {
 		t.Fatalf("%d executions stored (%v), want %d: the invalid batch wrote something", n, err, len(ps))
 	}
 }
+
+// Small batches go in by one statement, large ones by COPY (from
+// store.CopyThreshold on); either way CreateMany returns exactly the rows
+// it stored, on its own transaction or the caller's, and a COPY batch
+// honours delays, deadlines, timeouts, tags and capabilities as the
+// statement does.
+func TestCreateManyReturnsWhatItStored(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, tc := range []struct {
+		n    int
+		inTx bool
+	}{{10, false}, {store.CopyThreshold - 1, false}, {store.CopyThreshold, false}, {300, false}, {200, true}} {
+		t.Run(fmt.Sprintf("%d rows, caller tx %v", tc.n, tc.inTx), func(t *testing.T) {
+			ps := make([]leases.CreateParams, tc.n)
+			for i := range ps {
+				ps[i] = leases.CreateParams{Lane: fmt.Sprint("stored-", i%2), Kind: fmt.Sprint("k", i%7), Priority: i % 3,
+					Payload: []byte(fmt.Sprintf(`{"i":%d}`, i)), MaxAttempts: 1 + i%5, Step: ""}
+				switch i % 5 {
+				case 0:
+					ps[i].Tags = map[string]any{"n": i, "s": "x", "nested": map[string]any{"ok": true}}
+					ps[i].RequiredCapabilities = []string{"gpu"}
+				case 1:
+					ps[i].Delay = 90*time.Minute + 1500*time.Nanosecond // below a microsecond is dropped, as in SQL
+				case 2:
+					ps[i].Deadline = time.Hour
+					ps[i].AttemptTimeout = 3 * time.Second
+				case 3:
+					ps[i].Retry = store.RetryPolicy{Base: 2 * time.Second, Max: time.Hour, Multiplier: 3, Jitter: 0.5}
+					ps[i].LeaseTTL = 45 * time.Second
+				}
+			}
+			var xs []*store.Execution
+			var err error
+			if tc.inTx {
+				tx, terr := f.Pool.Begin(f.Ctx)
+				if terr != nil {
+					t.Fatal(terr)
+				}
+				xs, err = leases.CreateMany(f.Ctx, tx, leases.Limits{}, ps)
+				if err == nil {
+					err = tx.Commit(f.Ctx)
+				} else {
+					tx.Rollback(f.Ctx)
+				}
+			} else {
+				xs, err = leases.CreateMany(f.Ctx, f.Pool, leases.Limits{}, ps)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(xs) != tc.n {
+				t.Fatalf("%d executions returned, want %d", len(xs), tc.n)
+			}
+			for i, x := range xs {
+				got, err := leases.Get(f.Ctx, f.Pool, x.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a, b := comparable(x), comparable(got); !reflect.DeepEqual(a, b) {
+					t.Fatalf("row %d: returned\n%+v\nstored\n%+v", i, a, b)
+				}
+				if got.Kind != ps[i].Kind || !bytes.Equal(got.Payload, ps[i].Payload) {
+					t.Fatalf("row %d stored out of order: kind %q payload %q, asked %q %q", i, got.Kind, got.Payload, ps[i].Kind, ps[i].Payload)
+				}
+			}
+		})
+	}
+}
+
+// comparable is x with its times in UTC (the clock's reading, not the
+// zone it was scanned in).
+func comparable(x *store.Execution) store.Execution {
+	c := *x
+	utc := func(t *time.Time) *time.Time {
+		if t == nil {
+			return nil
+		}
+		u := t.UTC()
+		return &u
+	}
+	c.RunAt, c.CreatedAt = c.RunAt.UTC(), c.CreatedAt.UTC()
+	c.LeaseExpiresAt, c.AttemptDeadlineAt, c.DeadlineAt = utc(c.LeaseExpiresAt), utc(c.AttemptDeadlineAt), utc(c.DeadlineAt)
+	c.StartedAt, c.TerminalAt = utc(c.StartedAt), utc(c.TerminalAt)
+	return c
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/internal/ident"
 )
@@ -192,9 +193,25 @@ FROM unnest($1::smallint[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::
 		max_attempts, base, max_backoff, multiplier, jitter, ttl, timeout, deadline, payload, tags, step)
 RETURNING ` + execColumns
 
-// InsertExecutions inserts rows in one statement and returns them in
-// their order. Idempotency keys are ignored: the caller refuses them.
+// CopyThreshold is the batch size from which InsertExecutions writes by
+// COPY: below it, the one-statement insert (one round trip) is cheaper
+// than COPY's three (the database's now(), the COPY, the commit), and
+// from it on COPY's cheaper rows win (docs/benchmarks.md, "Enqueue").
+const CopyThreshold = 64
+
+// InsertExecutions inserts rows and returns them in their order:
+// batches of CopyThreshold or more by COPY, smaller ones in one
+// statement. Idempotency and unique keys are ignored: the caller refuses
+// them.
 func InsertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Execution, error) {
+	if len(rs) >= CopyThreshold {
+		return copyExecutions(ctx, db, rs)
+	}
+	return insertExecutions(ctx, db, rs)
+}
+
+// insertExecutions inserts rows in one statement.
+func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Execution, error) {
 	n := len(rs)
 	var (
 		parts                     = make([]int16, n)
@@ -256,4 +273,97 @@ func InsertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Executi
 		return nil, wrap(fmt.Sprintf("create %d executions", n), err)
 	}
 	return out, nil
+}
+
+// copyColumns are the columns copyExecutions writes; the others take
+// their defaults (attempt 0, lease_epoch 0, no lease, no result).
+var copyColumns = []string{"partition_key", "execution_id", "flow_id", "namespace", "lane", "kind", "priority",
+	"required_capabilities", "state", "run_at", "created_at", "max_attempts", "backoff_base", "backoff_max",
+	"backoff_multiplier", "backoff_jitter", "lease_ttl", "attempt_timeout", "deadline_at", "payload", "tags", "step"}
+
+// copyExecutions writes rows by COPY, in a transaction (the caller's, or
+// one of its own) whose now() it reads first: every time the insert
+// statement computes in the database (created_at, run_at and deadline_at
+// from now()) is computed from that same now() here, so the rows are
+// those the statement would write, and the executions it returns are
+// built from what was written, without reading it back.
+func copyExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Execution, error) {
+	var out []*Execution
+	write := func(tx pgx.Tx) error {
+		var now time.Time
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return err
+		}
+		out = make([]*Execution, len(rs))
+		src := make([][]any, len(rs))
+		for i := range rs {
+			x, row, err := rs[i].copyRow(now)
+			if err != nil {
+				return err
+			}
+			out[i], src[i] = x, row
+		}
+		n, err := tx.CopyFrom(ctx, pgx.Identifier{"ff_execution"}, copyColumns, pgx.CopyFromRows(src))
+		if err == nil && n != int64(len(rs)) {
+			err = fmt.Errorf("copied %d of %d executions", n, len(rs))
+		}
+		return err
+	}
+	var err error
+	if tx, ok := db.(pgx.Tx); ok {
+		err = write(tx) // the caller's transaction: no savepoint needed, it fails whole
+	} else {
+		err = InTx(ctx, db, write)
+	}
+	if err != nil {
+		return nil, wrap(fmt.Sprintf("copy %d executions", len(rs)), err)
+	}
+	return out, nil
+}
+
+// copyRow is r's COPY row and the execution it makes, at the database
+// time now.
+func (r *NewExecution) copyRow(now time.Time) (*Execution, []any, error) {
+	tags := map[string]any{}
+	if len(r.Tags) > 0 {
+		// As the database will hand them back: through JSON (numbers as
+		// float64).
+		b, err := json.Marshal(r.Tags)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode tags: %w", err)
+		}
+		if err := json.Unmarshal(b, &tags); err != nil {
+			return nil, nil, fmt.Errorf("decode tags: %w", err)
+		}
+	}
+	// Durations travel in microseconds, as the statement's do.
+	us := func(d time.Duration) time.Duration { return time.Duration(micros(d)) * time.Microsecond }
+	interval := func(d time.Duration) pgtype.Interval {
+		return pgtype.Interval{Microseconds: micros(d), Valid: true}
+	}
+	x := &Execution{ID: r.ID, FlowID: r.FlowID, Namespace: r.Namespace, Lane: r.Lane, Kind: r.Kind,
+		Priority: r.Priority, RequiredCapabilities: r.RequiredCapabilities, State: r.State,
+		RunAt: now.Add(us(r.Delay)), MaxAttempts: r.MaxAttempts,
+		Retry:    RetryPolicy{Base: us(r.Retry.Base), Max: us(r.Retry.Max), Multiplier: r.Retry.Multiplier, Jitter: r.Retry.Jitter},
+		LeaseTTL: us(r.LeaseTTL), Payload: r.Payload, CreatedAt: now, Tags: tags, Step: r.Step}
+	if x.RequiredCapabilities == nil {
+		x.RequiredCapabilities = []string{}
+	}
+	if x.Payload == nil {
+		x.Payload = []byte{}
+	}
+	var timeout any
+	if r.AttemptTimeout > 0 {
+		x.AttemptTimeout = us(r.AttemptTimeout)
+		timeout = interval(r.AttemptTimeout)
+	}
+	if r.Deadline > 0 {
+		d := now.Add(us(r.Deadline))
+		x.DeadlineAt = &d
+	}
+	row := []any{r.ID.Partition, r.ID.UUID, r.FlowID, r.Namespace, r.Lane, r.Kind, int32(r.Priority),
+		x.RequiredCapabilities, string(r.State), x.RunAt, now, int32(r.MaxAttempts), interval(r.Retry.Base),
+		interval(r.Retry.Max), r.Retry.Multiplier, r.Retry.Jitter, interval(r.LeaseTTL), timeout, x.DeadlineAt,
+		x.Payload, tags, nullIfEmpty(r.Step)}
+	return x, row, nil
 }
