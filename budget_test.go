@@ -51,6 +51,16 @@ var (
 	// of the hop. The group is written twice: the counters move in SQL, the
 	// policy decides in Go (internal/flows) and the decision is written
 	// back in the same transaction.
+	// The member's completion: the solo one's pipelined batch (the ending,
+	// and the two flow-finishing statements). The dispatch of its event,
+	// one event per transaction: BEGIN, take the event, lock the group,
+	// resolve the edge and count it, record the decision and make b
+	// pending (one pipelined batch of two), COMMIT. The daemon takes every
+	// event a notification names in one such transaction, so under load
+	// these are shared by many hops.
+	budgetHopCompleteStatements, budgetHopCompleteRoundTrips = 3, 1
+	budgetHopDispatchStatements, budgetHopDispatchRoundTrips = 7, 6
+
 	budgetHopRows = map[string]int{
 		"ff_execution.upd":        2,
 		"ff_completion_event.ins": 1,
@@ -350,13 +360,20 @@ func TestWriteBudgetHop(t *testing.T) {
 	setupPool.Close()
 	before := wc.read()
 
-	pool := budgetPool(t, ctx, db.URL, nil, 1)
+	var tracer statementCounter
+	pool := budgetPool(t, ctx, db.URL, &tracer, 1)
 	c := budgetClient(t, pool)
 	for _, x := range claimed {
 		if _, err := c.Complete(ctx, x.ID, x.LeaseEpoch, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if s, r := tracer.statements.Load(), tracer.roundTrips.Load(); s != int64(budgetHopCompleteStatements*n) || r != int64(budgetHopCompleteRoundTrips*n) {
+		t.Errorf("a flow member's completion: %d statements and %d round trips for %d, want %d and %d each (the budget)",
+			s, r, n, budgetHopCompleteStatements, budgetHopCompleteRoundTrips)
+	}
+	tracer.statements.Store(0)
+	tracer.roundTrips.Store(0)
 	d := cascade.New(pool, nil)
 	for dispatched := 0; dispatched < n; {
 		res, err := d.DispatchBatch(ctx, 1, 0)
@@ -367,6 +384,10 @@ func TestWriteBudgetHop(t *testing.T) {
 			t.Fatalf("%d of %d events dispatched, then none left", dispatched, n)
 		}
 		dispatched += res.Events
+	}
+	if s, r := tracer.statements.Load(), tracer.roundTrips.Load(); s != int64(budgetHopDispatchStatements*n) || r != int64(budgetHopDispatchRoundTrips*n) {
+		t.Errorf("the dispatch of a hop's event: %d statements and %d round trips for %d, want %d and %d each (the budget)",
+			s, r, n, budgetHopDispatchStatements, budgetHopDispatchRoundTrips)
 	}
 	var pending int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM ff_execution WHERE lane = 'hop-b' AND state = 'pending'`).Scan(&pending); err != nil {
