@@ -49,19 +49,14 @@ FROM ff_execution
 WHERE attempt_started_at IS NOT NULL;
 
 -- +goose Down
-DROP VIEW IF EXISTS ff_attempt_all;
--- The held attempts become rows again: open for running executions,
--- ended for the others.
+-- The held attempts become rows again (open for running executions,
+-- ended for the others), read through the view before it goes.
 INSERT INTO ff_attempt (partition_key, execution_id, attempt, lease_epoch, worker, started_at, ended_at, outcome, error)
-SELECT partition_key, execution_id, attempt,
-    lease_epoch - CASE WHEN state IN ('cancelled', 'expired') THEN 1 ELSE 0 END,
-    attempt_worker, attempt_started_at, terminal_at,
-    CASE state WHEN 'completed' THEN 'succeeded' WHEN 'failed' THEN 'failed'
-        WHEN 'expired' THEN 'timed_out' WHEN 'cancelled' THEN 'cancelled' END,
-    CASE WHEN state IN ('failed', 'expired') THEN last_error
-        WHEN state = 'cancelled' THEN cancellation_reason END
-FROM ff_execution
-WHERE attempt_started_at IS NOT NULL
+SELECT v.partition_key, v.execution_id, v.attempt, v.lease_epoch, v.worker, v.started_at, v.ended_at, v.outcome, v.error
+FROM ff_attempt_all v
+JOIN ff_execution e ON e.partition_key = v.partition_key AND e.execution_id = v.execution_id
+WHERE e.attempt_started_at IS NOT NULL AND v.attempt = e.attempt
 ON CONFLICT DO NOTHING;
+DROP VIEW IF EXISTS ff_attempt_all;
 ALTER TABLE ff_execution DROP CONSTRAINT IF EXISTS ff_execution_attempt_held;
 ALTER TABLE ff_execution DROP COLUMN IF EXISTS attempt_started_at, DROP COLUMN IF EXISTS attempt_worker;

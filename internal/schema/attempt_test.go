@@ -1,0 +1,87 @@
+package schema_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/schema"
+	"github.com/flowfabric/ffd/internal/store"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+// Attempts written before migration 18 (a row per attempt, the running one
+// open) stay readable after it: the running execution's open attempt moves
+// onto its row, every ended one stays a row, ff_attempt_all lists them all,
+// and the execution then ends as any other.
+func TestAttemptsWrittenBeforeTheDietStayReadable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := testdb.NewEmpty(t)
+	if _, err := schema.UpTo(ctx, db.Pool, 17, 0); err != nil {
+		t.Fatal(err)
+	}
+	running, done := ident.NewExecutionID(), ident.NewExecutionID()
+	for _, w := range []struct {
+		id  ident.ExecutionID
+		sql string
+	}{
+		// Running its second attempt, at epoch 2; the first failed.
+		{running, `INSERT INTO ff_execution (partition_key, execution_id, lane, state, attempt, lease_epoch, lease_owner, lease_expires_at, started_at)
+			VALUES ($1, $2, 'l', 'running', 2, 2, 'w/2', now() + interval '1 minute', now() - interval '1 minute')`},
+		{running, `INSERT INTO ff_attempt (partition_key, execution_id, attempt, lease_epoch, worker, started_at, ended_at, outcome, error)
+			VALUES ($1, $2, 1, 1, 'w/1', now() - interval '1 minute', now() - interval '50 seconds', 'failed', 'boom')`},
+		{running, `INSERT INTO ff_attempt (partition_key, execution_id, attempt, lease_epoch, worker, started_at)
+			VALUES ($1, $2, 2, 2, 'w/2', now() - interval '10 seconds')`},
+		{running, `INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
+			VALUES ($1, $2, 2, 2, 'w/2', 'acquired', now() + interval '1 minute')`},
+		// Completed on its first attempt.
+		{done, `INSERT INTO ff_execution (partition_key, execution_id, lane, state, attempt, lease_epoch, started_at, terminal_at, result)
+			VALUES ($1, $2, 'l', 'completed', 1, 1, now() - interval '1 minute', now(), '\x')`},
+		{done, `INSERT INTO ff_attempt (partition_key, execution_id, attempt, lease_epoch, worker, started_at, ended_at, outcome)
+			VALUES ($1, $2, 1, 1, 'w/1', now() - interval '1 minute', now(), 'succeeded')`},
+		{done, `INSERT INTO ff_completion_event (partition_key, execution_id, outcome, attempt, dispatched_at)
+			VALUES ($1, $2, 'success', 1, now())`},
+	} {
+		if _, err := db.Pool.Exec(ctx, w.sql, w.id.Partition, w.id.UUID); err != nil {
+			t.Fatalf("%s: %v", w.sql, err)
+		}
+	}
+	if _, err := schema.Up(ctx, db.Pool, 0); err != nil {
+		t.Fatal(err)
+	}
+	attempts := func(id ident.ExecutionID) []store.Attempt {
+		t.Helper()
+		as, err := store.ListAttempts(ctx, db.Pool, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return as
+	}
+	as := attempts(running)
+	if len(as) != 2 || *as[0].Outcome != "failed" || *as[0].Error != "boom" || as[1].Outcome != nil || as[1].Worker != "w/2" || as[1].LeaseEpoch != 2 {
+		t.Fatalf("the running execution's attempts after the upgrade: %+v; want attempt 1 failed and attempt 2 open under w/2 at epoch 2", as)
+	}
+	var rows int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM ff_attempt WHERE execution_id = $1`, running.UUID).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("%d attempt rows of the running execution (%v), want 1: its open one moves onto the execution", rows, err)
+	}
+	if as := attempts(done); len(as) != 1 || *as[0].Outcome != "succeeded" {
+		t.Fatalf("the completed execution's attempts: %+v; want its one succeeded row", as)
+	}
+	if err := store.CheckInvariants(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leases.Complete(ctx, db.Pool, leases.Limits{}, running, 2, []byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	if as := attempts(running); len(as) != 2 || as[1].Outcome == nil || *as[1].Outcome != "succeeded" || as[1].EndedAt == nil {
+		t.Fatalf("after completing it: %+v; want attempt 2 succeeded", as)
+	}
+	if err := store.CheckInvariants(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+}
