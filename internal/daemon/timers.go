@@ -29,16 +29,20 @@ type timerWorker struct {
 	runner
 	e      *env
 	h      timerHeap
-	latest map[leaseKey]time.Time // newest known expiry per lease, to skip stale timers without a query
+	latest map[timerKey]time.Time // newest time scheduled per timer, to skip stale and repeated ones without a query
 }
 
-type leaseKey struct {
+// timerKey names what a timer acts on: a lease (an execution at an epoch),
+// a deadline or a delay. Each reload reads the same rows again; the key
+// keeps one timer per thing, at its newest time.
+type timerKey struct {
+	kind  store.TimerKind
 	id    ident.ExecutionID
 	epoch int64
 }
 
 func newTimerWorker(e *env) *timerWorker {
-	return &timerWorker{e: e, latest: map[leaseKey]time.Time{}}
+	return &timerWorker{e: e, latest: map[timerKey]time.Time{}}
 }
 
 // Start runs the worker.
@@ -47,7 +51,10 @@ func (w *timerWorker) Start(ctx context.Context) { w.start(ctx, w.run) }
 func (w *timerWorker) run(ctx context.Context) {
 	workCtx := w.e.work
 	w.reload(workCtx)
-	reload := time.NewTicker(max(w.e.cfg.SweepInterval*10, time.Second))
+	// Every sweep interval: a claim writes no lease event, so a reload is
+	// how a lease gets its timer, and a lease shorter than the interval
+	// between reloads would otherwise be left to the sweep.
+	reload := time.NewTicker(max(w.e.cfg.SweepInterval, minReload))
 	defer reload.Stop()
 	var pending []int64
 	batch := time.NewTimer(time.Hour)
@@ -100,12 +107,15 @@ func (w *timerWorker) load(ctx context.Context, eventIDs []int64) {
 	// its expiry comes: mark its pending timer so that it is dropped then,
 	// instead of costing a query per execution.
 	for _, l := range ended {
-		k := leaseKey{l.ID, l.Epoch}
+		k := timerKey{store.TimerLease, l.ID, l.Epoch}
 		if _, ok := w.latest[k]; ok {
 			w.latest[k] = leaseEnded
 		}
 	}
 }
+
+// minReload bounds how often the timer worker re-reads the indexes.
+const minReload = 100 * time.Millisecond
 
 // leaseEnded marks, in timerWorker.latest, a lease known to have ended.
 var leaseEnded = time.Unix(1<<62, 0)
@@ -124,8 +134,8 @@ func (w *timerWorker) add(ts []store.Timer) {
 		if len(w.h) >= maxTimers {
 			return // the sweep covers what does not fit
 		}
-		if t.Kind == store.TimerLease {
-			k := leaseKey{t.ID, t.Epoch}
+		if !t.ID.IsZero() {
+			k := timerKey{t.Kind, t.ID, t.Epoch}
 			if prev, ok := w.latest[k]; ok && !t.At.After(prev) {
 				continue // already scheduled at this time or later
 			}
@@ -141,9 +151,8 @@ func (w *timerWorker) fireDue(ctx context.Context) {
 	var check []store.LeaseRef
 	for len(w.h) > 0 && !w.h[0].At.After(now) {
 		t := heap.Pop(&w.h).(store.Timer)
-		switch t.Kind {
-		case store.TimerLease:
-			k := leaseKey{t.ID, t.Epoch}
+		if !t.ID.IsZero() {
+			k := timerKey{t.Kind, t.ID, t.Epoch}
 			latest, ok := w.latest[k]
 			if ok && latest.Equal(leaseEnded) {
 				delete(w.latest, k)
@@ -151,9 +160,12 @@ func (w *timerWorker) fireDue(ctx context.Context) {
 				continue // the lease ended before its expiry: nothing to check
 			}
 			if ok && latest.After(t.At) {
-				continue // renewed since: a later timer stands for it
+				continue // moved later since (a renewal): a later timer stands for it
 			}
 			delete(w.latest, k)
+		}
+		switch t.Kind {
+		case store.TimerLease:
 			w.e.m.leaseTimers.WithLabelValues("checked").Inc()
 			check = append(check, store.LeaseRef{ID: t.ID, Epoch: t.Epoch})
 		case store.TimerDeadline:
