@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,5 +84,53 @@ func TestAttemptsWrittenBeforeTheDietStayReadable(t *testing.T) {
 	}
 	if err := store.CheckInvariants(ctx, db.Pool); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Migration 19 rewrote the name checks for speed, not meaning: over names
+// of every length around the bound, every allowed character and a sample
+// of refused ones, the new form accepts exactly what the old one did, and
+// the table refuses what it refuses.
+func TestNameChecksKeepTheirRule(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := testdb.New(t)
+	allowed := "ABCXYZabcxyz0189_.:-"
+	var names []string
+	for _, n := range []int{0, 1, 2, 127, 128, 129, 300} {
+		names = append(names, strings.Repeat("a", n), strings.Repeat("Z.", n/2))
+	}
+	for _, c := range allowed {
+		names = append(names, string(c), "x"+string(c)+"y")
+	}
+	for _, bad := range []string{" ", "/", "é", "\n", "\x01", "a b", "a\n", "\na", "ü", "日本", "a$", "^a", "a*", "[a]"} {
+		names = append(names, bad, "lane"+bad, bad+"lane")
+	}
+	rows, err := db.Pool.Query(ctx, `SELECT n, n ~ '^[A-Za-z0-9_.:-]{1,128}$', length(n) BETWEEN 1 AND 128 AND n ~ '^[A-Za-z0-9_.:-]+$'
+		FROM unnest($1::text[]) AS n`, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := map[string]bool{}
+	for rows.Next() {
+		var n string
+		var was, is bool
+		if err := rows.Scan(&n, &was, &is); err != nil {
+			t.Fatal(err)
+		}
+		if was != is {
+			t.Errorf("name %q: the old check said %v, the new one %v", n, was, is)
+		}
+		accepted[n] = was
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		_, err := db.Pool.Exec(ctx, `INSERT INTO ff_execution (partition_key, execution_id, lane, state) VALUES (1, gen_random_uuid(), $1, 'pending')`, n)
+		if (err == nil) != accepted[n] {
+			t.Errorf("insert with lane %q: %v, want accepted %v", n, err, accepted[n])
+		}
 	}
 }
