@@ -213,7 +213,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		wake:        make(chan struct{}, 1),
 		stopping:    make(chan struct{}),
 		listening:   make(chan struct{}),
-		completions: make(chan *completion, cfg.Concurrency),
+		completions: make(chan *completion, max(cfg.Concurrency, maxCompletionBatch)),
 		quit:        make(chan struct{}),
 		active:      map[ExecutionID]*runningJob{},
 	}, nil
@@ -771,9 +771,10 @@ const maxCompletionBatch = 500
 // batches (one transaction for whatever is waiting: group commit), each
 // still fenced on its own lease epoch, and calls done with the outcome.
 // It returns once the result is queued; when the queue is full (the
-// completer is behind by a whole worker's concurrency) it waits, holding
-// the handler's slot, so a slow database slows claims rather than piling
-// results up in memory.
+// completer is behind by a whole batch, or a whole worker's concurrency
+// if that is more) it waits, holding the handler's slot, so a slow
+// database slows claims rather than piling results up in memory. A
+// queue of one batch lets the next batch gather while one commits.
 func (w *Worker) complete(x *Execution, result []byte, done func(error)) {
 	c := &completion{x: x, result: result, done: done}
 	select {
