@@ -787,6 +787,8 @@ func (w *Worker) complete(x *Execution, result []byte, done func(error)) {
 	case w.completions <- c:
 	case <-w.quit:
 		w.completeNow(c)
+	case <-w.dbCtx.Done(): // Stop's deadline came while the queue was full
+		c.done(w.dbCtx.Err())
 	}
 }
 
