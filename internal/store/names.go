@@ -90,7 +90,10 @@ var AttemptOutcomes = []AttemptOutcome{AttemptSucceeded, AttemptFailed, AttemptT
 
 // AttemptOutcomeOf is how the running attempt of an execution that ended
 // in s ends: a lease taken away by expiry (or a skip, which never meets a
-// running attempt) times the attempt out.
+// running attempt) times the attempt out. Since migration 00018 that
+// attempt stays on the execution row and the view ff_attempt_all spells
+// this mapping out in SQL; TestHeldAttemptsReadAsTheMappingSays keeps the
+// two equal.
 func AttemptOutcomeOf(s State) AttemptOutcome {
 	switch s {
 	case StateCompleted:

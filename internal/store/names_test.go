@@ -172,3 +172,48 @@ func sameSet(a, b []string) bool {
 	slices.Sort(b)
 	return slices.Equal(a, b)
 }
+
+// ff_attempt_all reads an attempt held on its execution row with the
+// outcome AttemptOutcomeOf gives the execution's terminal state, the
+// epoch before the fencing bump for a lease taken away, and the error the
+// ending recorded: the view and the Go mapping say the same.
+func TestHeldAttemptsReadAsTheMappingSays(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := testdb.New(t)
+	for _, s := range []store.State{store.StateCompleted, store.StateFailed, store.StateCancelled, store.StateExpired} {
+		// Ended while running at epoch 3; a lease taken away was bumped.
+		epoch := 3
+		if s == store.StateCancelled || s == store.StateExpired {
+			epoch = 4
+		}
+		var outcome, errText *string
+		var gotEpoch int
+		_, err := db.Pool.Exec(ctx, `
+			INSERT INTO ff_execution (partition_key, execution_id, lane, state, attempt, lease_epoch, started_at, terminal_at,
+				attempt_worker, attempt_started_at, result, last_error, cancellation_reason, cancelled_by)
+			VALUES (1, gen_random_uuid(), 'l', $1, 1, $2, now(), now(), 'w/1', now(),
+				CASE WHEN $1 = 'completed' THEN '\x'::bytea END, 'the error',
+				CASE WHEN $1 = 'cancelled' THEN 'the reason' END, CASE WHEN $1 = 'cancelled' THEN 'ops' END)`, string(s), epoch)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		err = db.Pool.QueryRow(ctx, `SELECT a.outcome, a.error, a.lease_epoch FROM ff_attempt_all a
+			JOIN ff_execution e USING (partition_key, execution_id) WHERE e.state = $1`, string(s)).Scan(&outcome, &errText, &gotEpoch)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		wantErr := map[store.State]string{store.StateFailed: "the error", store.StateExpired: "the error", store.StateCancelled: "the reason"}[s]
+		if outcome == nil || *outcome != string(store.AttemptOutcomeOf(s)) || gotEpoch != 3 || (wantErr == "") != (errText == nil) || errText != nil && *errText != wantErr {
+			t.Errorf("%s: held attempt reads outcome %v error %v epoch %d; want %s, %q, 3", s, deref(outcome), deref(errText), gotEpoch, store.AttemptOutcomeOf(s), wantErr)
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
+}
