@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"sync/atomic"
@@ -48,11 +49,23 @@ type BenchCmd struct {
 	MemoryRounds  int           `name:"memory-rounds" default:"5" help:"memory: rounds of --executions through a daemon and a --workers worker process."`
 	Peer          string        `name:"peer" type:"path" help:"Compare with this peer program (bench/peers/river built; bench/compare.sh builds it): throughput, curve or enqueue, each side in fresh databases, alternately."`
 	Rounds        int           `name:"rounds" default:"5" help:"history, and with --peer: alternating rounds of both sides."`
+	CPUProfile    string        `name:"cpu-profile" type:"path" help:"Write a CPU profile of this process (pprof format: go tool pprof) to this file, to see where ffd's own time goes."`
 }
 
 // Run runs the scenario on a fresh private Postgres (fsync on), or in the
 // given database, cleaning up its own rows afterwards.
 func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
+	if c.CPUProfile != "" {
+		f, err := os.Create(c.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	url := g.DatabaseURL
 	private := url == ""
 	if private {
