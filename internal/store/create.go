@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -128,9 +129,16 @@ func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *Execution, 
 // insertUnique inserts an execution with a unique key in a savepoint (a
 // transaction of its own on a pool), so that a held key aborts nothing of
 // the caller's, and returns the holder when the key is held. A holder that
-// ends between the refusal and the read freed the key: try again.
+// ends between the refusal and the read freed the key: try again. Under
+// churn on one key that can repeat, but each round means another creator
+// took the key and let it go, so it ends: with the new execution, with
+// the holder, or with ctx's error, never with "no holder".
 func insertUnique(ctx context.Context, db DB, r NewExecution, args []any) (*Execution, bool, error) {
-	for try := 0; ; try++ {
+	backoff := time.Millisecond
+	for try := 1; ; try++ {
+		if h := uniqueRaceHook.Load(); h != nil {
+			h.beforeInsert(r.UniqueKey)
+		}
 		var x *Execution
 		err := InTx(ctx, db, func(tx pgx.Tx) error {
 			var err error
@@ -143,14 +151,34 @@ func insertUnique(ctx context.Context, db DB, r NewExecution, args []any) (*Exec
 		case !IsUniqueTaken(err):
 			return nil, false, wrap("create execution in lane "+r.Lane, err)
 		}
+		if h := uniqueRaceHook.Load(); h != nil {
+			h.afterRefused(r.UniqueKey)
+		}
 		x, err = UniqueHolder(ctx, db, r.ID.Partition, r.Namespace, r.UniqueKey)
 		if err == nil {
 			return x, true, nil
 		}
-		if !errors.Is(err, pgx.ErrNoRows) || try == 2 {
+		if !errors.Is(err, pgx.ErrNoRows) {
 			return nil, false, wrap("read the holder of unique key "+r.UniqueKey, err)
 		}
+		if try > 3 {
+			// Hot churn on this key: let the others' rounds finish.
+			select {
+			case <-ctx.Done():
+				return nil, false, wrap(fmt.Sprintf("create execution with unique key %q (held and released %d times meanwhile)", r.UniqueKey, try), ctx.Err())
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 20*time.Millisecond)
+		}
 	}
+}
+
+// uniqueRaceHook, set only by tests, steps into the window between a
+// refused insert and the read of the key's holder.
+var uniqueRaceHook atomic.Pointer[uniqueRace]
+
+type uniqueRace struct {
+	beforeInsert, afterRefused func(key string)
 }
 
 // IsUniqueTaken reports an insert refused because its unique key is held
