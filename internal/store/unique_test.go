@@ -48,7 +48,7 @@ func TestUniqueKeyUnderChurnReturnsAnExecution(t *testing.T) {
 	id := ident.NewSoloExecutionIDIn(part)
 	x, existed, err := store.InsertExecution(ctx, db.Pool, store.NewExecution{ID: id, Namespace: ns, Lane: "l",
 		State: store.StatePending, MaxAttempts: 1, LeaseTTL: time.Minute, Payload: []byte{},
-		Retry:    store.RetryPolicy{Base: time.Second, Max: time.Minute, Multiplier: 2},
+		Retry:     store.RetryPolicy{Base: time.Second, Max: time.Minute, Multiplier: 2},
 		UniqueKey: key, UniqueWhileLive: true, RequiredCapabilities: []string{}, Tags: map[string]any{}})
 	if err != nil {
 		t.Fatalf("create under churn: %v; want the new execution", err)
