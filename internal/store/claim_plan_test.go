@@ -38,23 +38,45 @@ func TestClaimPlanSurvivesStatistics(t *testing.T) {
 				CASE WHEN '` + state + `' = 'pending' THEN NULL ELSE now() END
 			FROM generate_series(1, ` + strconv.Itoa(n) + `)`)
 	}
+	// The worker's claim runs on the generic plan (store.Claim forces
+	// it); a claim in a caller's transaction on the plan Postgres picks,
+	// a custom one. Both must read in order and update by TID.
 	check := func(when string) {
 		t.Helper()
-		var raw []byte
-		if err := pool.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+store.ClaimSQL, "busy", []string{}, 30, "w/1", false).Scan(&raw); err != nil {
-			t.Fatalf("explain the claim: %v", err)
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-		var plans []struct{ Plan planNode }
-		if err := json.Unmarshal(raw, &plans); err != nil || len(plans) != 1 {
-			t.Fatalf("parse the plan: %v", err)
+		defer conn.Release()
+		if _, err := conn.Exec(ctx, `PREPARE claim_plan(text, text[], int, text, boolean) AS `+store.ClaimSQL); err != nil {
+			t.Fatalf("prepare the claim: %v", err)
 		}
-		picked := plans[0].Plan.find(func(n *planNode) bool { return n.SubplanName == "CTE picked" })
-		if picked == nil {
-			t.Fatalf("%s: no CTE picked in the plan: %s", when, raw)
-		}
-		if picked.find(func(n *planNode) bool { return n.NodeType == "Sort" }) != nil ||
-			picked.find(func(n *planNode) bool { return n.IndexName == "ff_execution_claim" && n.NodeType == "Index Scan" }) == nil {
-			t.Errorf("%s: want the claim read in order from ff_execution_claim, no sort; got %s", when, raw)
+		defer conn.Exec(ctx, `DEALLOCATE claim_plan; RESET plan_cache_mode`)
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			var raw []byte
+			if _, err := conn.Exec(ctx, `SET plan_cache_mode = `+mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := conn.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE claim_plan('busy', '{}', 30, 'w/1', false)`).Scan(&raw); err != nil {
+				t.Fatalf("explain the claim: %v", err)
+			}
+			var plans []struct{ Plan planNode }
+			if err := json.Unmarshal(raw, &plans); err != nil || len(plans) != 1 {
+				t.Fatalf("parse the plan: %v", err)
+			}
+			picked := plans[0].Plan.find(func(n *planNode) bool { return n.SubplanName == "CTE picked" })
+			if picked == nil {
+				t.Fatalf("%s, %s: no CTE picked in the plan: %s", when, mode, raw)
+			}
+			if picked.find(func(n *planNode) bool { return n.NodeType == "Sort" }) != nil ||
+				picked.find(func(n *planNode) bool { return n.IndexName == "ff_execution_claim" && n.NodeType == "Index Scan" }) == nil {
+				t.Errorf("%s, %s: want the claim read in order from ff_execution_claim, no sort; got %s", when, mode, raw)
+			}
+			update := plans[0].Plan.find(func(n *planNode) bool { return n.NodeType == "ModifyTable" })
+			if update == nil || update.find(func(n *planNode) bool { return n.NodeType == "Tid Scan" }) == nil ||
+				update.find(func(n *planNode) bool { return n.NodeType == "Seq Scan" }) != nil {
+				t.Errorf("%s, %s: want the update to find its rows by TID, no scan of the table; got %s", when, mode, raw)
+			}
 		}
 	}
 	insert("done", "completed", 20000)

@@ -96,17 +96,29 @@ func Analyze(ctx context.Context, db DB) error {
 	return wrap("vacuum and analyze", err)
 }
 
+// laneAttemptsSQL is every attempt of a lane's executions ($1): those
+// held on the execution rows and the ff_attempt rows. Written out rather
+// than read through ff_attempt_all: a join into that view cannot reach
+// its execution-row branch by index (a UNION ALL member with a WHERE is
+// not flattened), so each joined row would scan the table.
+const laneAttemptsSQL = `
+	SELECT e.attempt, e.attempt_started_at AS started_at, e.terminal_at AS ended_at
+	FROM ff_execution e WHERE e.lane = $1 AND e.attempt_started_at IS NOT NULL
+	UNION ALL
+	SELECT a.attempt, a.started_at, a.ended_at
+	FROM ff_attempt a JOIN ff_execution e USING (partition_key, execution_id) WHERE e.lane = $1`
+
 // AttemptSpan is from a lane's first attempt start to its last attempt
 // end.
 func AttemptSpan(ctx context.Context, db DB, lane string) (time.Duration, error) {
 	return micro(ctx, db, "read the lane's span", `SELECT extract(epoch FROM max(a.ended_at) - min(a.started_at)) * 1e6
-		FROM ff_attempt_all a JOIN ff_execution e USING (partition_key, execution_id) WHERE e.lane = $1`, lane)
+		FROM (`+laneAttemptsSQL+`) a`, lane)
 }
 
 // AttemptDurations returns how long each attempt of a lane ran.
 func AttemptDurations(ctx context.Context, db DB, lane string) ([]time.Duration, error) {
 	return durations(ctx, db, "read attempt durations", `SELECT extract(epoch FROM a.ended_at - a.started_at) * 1e6
-		FROM ff_attempt_all a JOIN ff_execution e USING (partition_key, execution_id) WHERE e.lane = $1`, lane)
+		FROM (`+laneAttemptsSQL+`) a`, lane)
 }
 
 // HopDelays returns, for every edge of a namespace's flows, the time from
@@ -116,7 +128,13 @@ func HopDelays(ctx context.Context, db DB, namespace string) ([]time.Duration, e
 		FROM ff_edge ed
 		JOIN ff_flow f ON f.partition_key = ed.partition_key AND f.flow_id = ed.flow_id AND f.namespace = $1
 		JOIN ff_completion_event c ON c.partition_key = ed.partition_key AND c.execution_id = ed.upstream_id
-		JOIN ff_attempt_all a ON a.partition_key = ed.partition_key AND a.execution_id = ed.downstream_id AND a.attempt = 1`, namespace)
+		JOIN ff_execution d ON d.partition_key = ed.partition_key AND d.execution_id = ed.downstream_id
+		CROSS JOIN LATERAL (
+			-- The downstream's first attempt: a row when it was retried, else held on it.
+			SELECT coalesce((SELECT r.started_at FROM ff_attempt r
+				WHERE r.partition_key = d.partition_key AND r.execution_id = d.execution_id AND r.attempt = 1),
+				CASE WHEN d.attempt = 1 THEN d.attempt_started_at END) AS started_at) a
+		WHERE a.started_at IS NOT NULL`, namespace)
 }
 
 // ReadyDelays returns, for every edge of a namespace's flows, the time from
@@ -159,8 +177,7 @@ func CancelSpread(ctx context.Context, db DB, lane string, winner ident.Executio
 // the last second attempt's start.
 func ReclaimDelay(ctx context.Context, db DB, lane string) (time.Duration, error) {
 	return micro(ctx, db, "read the reclaim delay", `SELECT extract(epoch FROM
-			(SELECT max(a.started_at) FROM ff_attempt_all a JOIN ff_execution e USING (partition_key, execution_id)
-				WHERE e.lane = $1 AND a.attempt = 2)
+			(SELECT max(a.started_at) FROM (`+laneAttemptsSQL+`) a WHERE a.attempt = 2)
 			- (SELECT max(l.lease_expires_at) FROM ff_lease_event l JOIN ff_execution e USING (partition_key, execution_id)
 				WHERE e.lane = $1 AND l.event_type = 'expired' AND l.attempt = 1)) * 1e6`, lane)
 }
