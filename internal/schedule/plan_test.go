@@ -14,8 +14,9 @@ func mustParse(t *testing.T, spec, tz string) *Spec {
 	return s
 }
 
-// The policies on a one-second schedule reached ten seconds late, and on
-// one reached on time.
+// The policies on a one-second schedule reached on time, a few seconds
+// late (within grace: every tick fires under every policy), minutes late
+// and a day late, and on an hourly one hours late.
 func TestPlan(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -33,7 +34,10 @@ func TestPlan(t *testing.T) {
 		{"on time, latest", every, now, MissedLatest, 1, now, now.Add(time.Second)},
 		{"on time, skip", every, now, MissedSkip, 1, now, now.Add(time.Second)},
 		{"not due yet", every, now.Add(time.Second), MissedAll, 0, time.Time{}, now.Add(time.Second)},
-		{"10 s late, latest", every, now.Add(-10 * time.Second), MissedLatest, 1, now, now.Add(time.Second)},
+		{"10 s late, latest (within grace: every tick on time)", every, now.Add(-10 * time.Second), MissedLatest, 11, now, now.Add(time.Second)},
+		{"a 3 s outage, latest: every tick fires", every, now.Add(-3 * time.Second), MissedLatest, 4, now, now.Add(time.Second)},
+		{"2 min late every second, latest: the minute on time", every, now.Add(-2 * time.Minute), MissedLatest, 61, now, now.Add(time.Second)},
+		{"2 min late every second, skip: the minute on time", every, now.Add(-2 * time.Minute), MissedSkip, 61, now, now.Add(time.Second)},
 		{"10 s late, all", every, now.Add(-10 * time.Second), MissedAll, 11, now, now.Add(time.Second)},
 		{"10 s late, skip (still within grace)", every, now.Add(-10 * time.Second), MissedSkip, 11, now, now.Add(time.Second)},
 		{"3 h late hourly, skip", hourly, now.Add(-3 * time.Hour), MissedSkip, 1, now, now.Add(time.Hour)},
@@ -92,8 +96,9 @@ func TestParseRefusesNonsense(t *testing.T) {
 	}
 }
 
-// Parse and Plan never panic, and Plan never fires a tick after now or
-// returns a next tick at or before now.
+// Parse and Plan never panic; Plan never fires a tick after now or
+// returns a next tick at or before now, and under every policy fires each
+// tick due within Grace of now (the most recent MaxCatchUp).
 func FuzzParsePlan(f *testing.F) {
 	for _, s := range []string{"@every 1s", "0 9 * * 1-5", "*/15 * * * *", "0 0 1 1 *", "30 * * * * *", "@hourly", "@every 0s"} {
 		f.Add(s, "UTC", int64(3600))
@@ -114,6 +119,20 @@ func FuzzParsePlan(f *testing.F) {
 			}
 			if !after.IsZero() && !after.After(now) {
 				t.Fatalf("%q %s: next tick %s not after now %s", spec, m, after, now)
+			}
+			fired := map[time.Time]bool{}
+			for _, tick := range fire {
+				fired[tick] = true
+			}
+			onTime := 0
+			for tick, n := next, 0; !tick.IsZero() && !tick.After(now) && n < 2*maxScan; tick, n = s.Next(tick), n+1 {
+				if now.Sub(tick) > Grace {
+					continue
+				}
+				onTime++
+				if !fired[tick] && len(fire) < MaxCatchUp {
+					t.Fatalf("%q %s: tick %s, on time at %s, did not fire (fired %d)", spec, m, tick, now, len(fire))
+				}
 			}
 		}
 	})

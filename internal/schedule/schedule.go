@@ -22,8 +22,8 @@ import (
 // Missed-tick policies: what a daemon does with ticks that came due while
 // no daemon ran (more than Grace before it got to them).
 const (
-	// MissedLatest fires the most recent due tick once, whatever was
-	// missed: one run stands for the outage. The default.
+	// MissedLatest fires the most recent missed tick once, standing for
+	// the outage, unless a tick reached on time fires anyway. The default.
 	MissedLatest = "latest"
 	// MissedSkip drops missed ticks; only ticks reached in time fire.
 	MissedSkip = "skip"
@@ -40,7 +40,7 @@ const (
 const (
 	// Grace is how late a tick may be reached and still count as on time.
 	Grace = time.Minute
-	// MaxCatchUp bounds the ticks MissedAll fires in one pass.
+	// MaxCatchUp bounds the ticks one pass fires (the most recent).
 	MaxCatchUp = 100
 	// maxScan bounds the ticks one plan walks (a one-second schedule after
 	// a long outage); older ticks beyond it count as skipped.
@@ -93,22 +93,32 @@ func (s *Spec) Plan(next, now time.Time, missed string) (fire []time.Time, after
 	if len(due) == 0 {
 		return nil, t
 	}
+	// A tick reached within Grace of its time is on time and fires under
+	// every policy; the policy decides only about the older, missed ones.
+	var onTime []time.Time
+	for i, d := range due {
+		if now.Sub(d) <= Grace {
+			onTime = due[i:] // due is in order: the rest are on time too
+			break
+		}
+	}
 	switch missed {
 	case MissedAll:
-		if len(due) > MaxCatchUp {
-			due = due[len(due)-MaxCatchUp:]
-		}
-		return due, t
+		fire = due
 	case MissedSkip:
-		for _, d := range due {
-			if now.Sub(d) <= Grace {
-				fire = append(fire, d)
-			}
-		}
-		return fire, t
+		fire = onTime
 	default:
-		return due[len(due)-1:], t
+		// One run stands for the outage: the most recent missed tick,
+		// unless a tick on time fires anyway.
+		fire = onTime
+		if len(fire) == 0 {
+			fire = due[len(due)-1:]
+		}
 	}
+	if len(fire) > MaxCatchUp {
+		fire = fire[len(fire)-MaxCatchUp:]
+	}
+	return fire, t
 }
 
 // ValidMissed checks a missed-tick policy ("" is MissedLatest).
