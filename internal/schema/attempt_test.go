@@ -19,12 +19,7 @@ import (
 // and the execution then ends as any other.
 func TestAttemptsWrittenBeforeTheDietStayReadable(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	db := testdb.NewEmpty(t)
-	if _, err := schema.UpTo(ctx, db.Pool, 17, 0); err != nil {
-		t.Fatal(err)
-	}
+	ctx, db := migratedTo(t, 17)
 	running, done := ident.NewExecutionID(), ident.NewExecutionID()
 	for _, w := range []struct {
 		id  ident.ExecutionID

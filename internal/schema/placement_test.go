@@ -17,12 +17,7 @@ import (
 // upgrade it is still held, until retention deletes its execution.
 func TestKeysTakenBeforePlacementStayHeld(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	db := testdb.NewEmpty(t)
-	if _, err := schema.UpTo(ctx, db.Pool, 16, 0); err != nil {
-		t.Fatal(err)
-	}
+	ctx, db := migratedTo(t, 16)
 	// As release 0.1 placed it: on its uuid's partition, which is not the
 	// key's. Three days old, so that retention may take it.
 	const ns, key = "default", "order-42"
@@ -78,4 +73,18 @@ func TestKeysTakenBeforePlacementStayHeld(t *testing.T) {
 	if x2, existed := create(); !existed || x2.ID != x.ID {
 		t.Fatalf("second create: existed %v, id %s; want the new holder %s", existed, x2.ID, x.ID)
 	}
+}
+
+// migratedTo gives a test a database migrated up to version (an older
+// schema, to write rows the way an older release did), and a context that
+// bounds the test.
+func migratedTo(t *testing.T, version int64) (context.Context, *testdb.DB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	db := testdb.NewEmpty(t)
+	if _, err := schema.UpTo(ctx, db.Pool, version, 0); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, db
 }
