@@ -119,11 +119,12 @@ func (f *fixture) quiescent() {
 
 // A DAG with fan-out, an any_of race with cancel_remaining, and a failure
 // that skips a branch runs to the end with a daemon and a worker; the
-// daemon logs each hop's latency.
+// daemon logs each hop's latency at Debug (a line per decided group is
+// routine, not worth an operator's Info stream).
 func TestEndToEnd(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	core, logs := observer.New(zap.InfoLevel)
+	core, logs := observer.New(zap.DebugLevel)
 	f.startDaemon(daemon.Config{Logger: zap.New(core)})
 	lane := "e2e-" + uuid.NewString()[:8]
 	node := func(ref, kind string) ffd.SubmitNode {
@@ -173,6 +174,9 @@ func TestEndToEnd(t *testing.T) {
 	for _, e := range hops {
 		if _, ok := e.ContextMap()["hop_latency"]; !ok {
 			t.Fatalf("hop log without hop_latency: %v", e.ContextMap())
+		}
+		if e.Level != zap.DebugLevel {
+			t.Fatalf("edge group decided logged at %s, want debug", e.Level)
 		}
 	}
 	f.quiescent()
