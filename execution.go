@@ -47,7 +47,7 @@ func (id *ExecutionID) UnmarshalText(b []byte) error {
 func ParseExecutionID(s string) (ExecutionID, error) {
 	id, err := ident.ParseExecutionID(s)
 	if err != nil {
-		return ExecutionID{}, fault.Invalid(fault.KindMalformedID, "execution_id", s, "want {fp:N}:<uuid> with N in 0..255 and a lower-case hyphenated uuid")
+		return ExecutionID{}, fault.Invalid(fault.KindMalformedID, "execution_id", s, "want {fp:N}:<uuid> with N in 0..255 and a hyphenated uuid")
 	}
 	return ExecutionID(id), nil
 }

@@ -141,7 +141,8 @@ func (id *ExecutionID) UnmarshalText(b []byte) error {
 }
 
 // ParseExecutionID accepts exactly `{fp:N}:<uuid>` with N a decimal in
-// 0..255 without sign or leading zeros, and a lower-case hyphenated uuid.
+// 0..255 without sign or leading zeros, and a hyphenated uuid in either
+// case (printed back lower-case).
 func ParseExecutionID(s string) (ExecutionID, error) {
 	fail := func(reason string) (ExecutionID, error) {
 		return ExecutionID{}, &ParseError{Kind: "execution id", Input: s, Reason: reason}
@@ -173,8 +174,10 @@ func ParseExecutionID(s string) (ExecutionID, error) {
 	return ExecutionID{Partition: int16(n), UUID: parsed}, nil
 }
 
-// ParseUUID accepts only the canonical lower-case hyphenated form, the one
-// ffd itself prints, so an id has exactly one spelling.
+// ParseUUID accepts the hyphenated form ffd prints, in either case (tools
+// that print uuids upper-case are common); ffd prints it lower-case, so
+// an id has one printed spelling. Braces, URNs and unhyphenated forms are
+// refused.
 func ParseUUID(kind, s string) (uuid.UUID, error) {
 	u, err := parseCanonicalUUID(s)
 	if err != nil {
@@ -185,11 +188,11 @@ func ParseUUID(kind, s string) (uuid.UUID, error) {
 
 func parseCanonicalUUID(s string) (uuid.UUID, error) {
 	if len(s) != 36 {
-		return uuid.Nil, errors.New("uuid must be 36 characters, lower-case and hyphenated")
+		return uuid.Nil, errors.New("uuid must be 36 characters, hexadecimal and hyphenated")
 	}
 	u, err := uuid.Parse(s)
-	if err != nil || u.String() != s {
-		return uuid.Nil, errors.New("uuid must be lower-case hexadecimal and hyphenated")
+	if err != nil || u.String() != strings.ToLower(s) {
+		return uuid.Nil, errors.New("uuid must be hexadecimal and hyphenated")
 	}
 	return u, nil
 }
