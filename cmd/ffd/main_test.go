@@ -604,6 +604,18 @@ func TestScheduleCommands(t *testing.T) {
 	if code, _, errOut = runFFD(t, "schedule", "create", "bad", "--cron", "61 * * * *", "--lane", "x", url); code == 0 || !strings.Contains(errOut, "cron") {
 		t.Fatalf("a bad spec: %d %q; want a refusal naming cron", code, errOut)
 	}
+	// A payload that is not JSON, and a flow file with a misspelt key,
+	// are refused before anything is stored.
+	if code, _, errOut = runFFD(t, "schedule", "create", "badjson", "--cron", "@hourly", "--lane", "x", "--payload", `{bad`, url); code == 0 || !strings.Contains(errOut, "payload") {
+		t.Fatalf("a payload that is not JSON: %d %q; want a refusal naming --payload", code, errOut)
+	}
+	typo := filepath.Join(t.TempDir(), "typo.json")
+	if err := os.WriteFile(typo, []byte(`{"Nodes":[{"Ref":"a","Params":{"Lane":"etl"}}],"Edgez":[]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut = runFFD(t, "schedule", "create", "typo", "--cron", "@hourly", "--flow-file", typo, url); code == 0 || !strings.Contains(errOut, "Edgez") {
+		t.Fatalf("a flow file with an unknown key: %d %q; want a refusal naming it", code, errOut)
+	}
 	code, out, _ = runFFD(t, "schedule", "list", url)
 	if code != 0 || !regexp.MustCompile(`digest\s+0 8 \* \* 1-5\s+Europe/Paris\s+execution`).MatchString(out) || !strings.Contains(out, "etl") {
 		t.Fatalf("list: %d %q", code, out)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,8 +30,8 @@ type ScheduleCreateCmd struct {
 	Namespace string `name:"namespace" help:"Namespace of what it creates (default: default)."`
 	Lane      string `name:"lane" help:"Each tick creates an execution in this lane."`
 	Kind      string `name:"kind" help:"The execution's kind."`
-	Payload   string `name:"payload" help:"The execution's JSON payload."`
-	FlowFile  string `name:"flow-file" type:"existingfile" help:"Each tick submits this flow: a JSON file of ffd.SubmitFlowParams."`
+	Payload   string `name:"payload" help:"The execution's JSON payload (refused unless it is valid JSON)."`
+	FlowFile  string `name:"flow-file" type:"existingfile" help:"Each tick submits this flow: a JSON file of ffd.SubmitFlowParams (docs/schedules.md); unknown keys are refused."`
 	Paused    bool   `name:"paused" help:"Create it paused."`
 }
 
@@ -45,12 +46,22 @@ func (c *ScheduleCreateCmd) Run(ctx context.Context, g *Globals) error {
 		if err != nil {
 			return err
 		}
+		// Strictly: a misspelt key would otherwise be dropped in silence
+		// and the schedule fire something else than was written.
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
 		var fp ffd.SubmitFlowParams
-		if err := json.Unmarshal(b, &fp); err != nil {
+		if err := dec.Decode(&fp); err != nil {
 			return fmt.Errorf("read %s as a flow: %w", c.FlowFile, err)
+		}
+		if dec.More() {
+			return fmt.Errorf("read %s as a flow: more than one JSON value", c.FlowFile)
 		}
 		p.Flow = &fp
 	default:
+		if c.Payload != "" && !json.Valid([]byte(c.Payload)) {
+			return fmt.Errorf("--payload: not valid JSON: %q", c.Payload)
+		}
 		p.Execution = &ffd.CreateParams{Lane: c.Lane, Kind: c.Kind, Payload: []byte(c.Payload)}
 	}
 	client, err := g.client(ctx)
