@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -126,8 +127,11 @@ type Worker struct {
 	// held while its ff_revoke could go unheard.
 	listening     chan struct{}
 	listeningOnce sync.Once
-	completions   chan *completion
-	quit          chan struct{} // closed when the completer may stop
+	// listenDown is set while the LISTEN connection is down: no ff_revoke
+	// reaches the worker then, so each poll asks the database instead.
+	listenDown  atomic.Bool
+	completions chan *completion
+	quit        chan struct{} // closed when the completer may stop
 
 	// stopLoops cancels the claim and listen loops (and a claim in
 	// flight); abort cancels every database call the worker still makes
@@ -405,6 +409,11 @@ func (w *Worker) fetch(ctx, jobCtx context.Context) {
 	}
 	next := 0
 	for {
+		if w.listenDown.Load() {
+			// Revocations sent while the LISTEN connection is down reach
+			// nobody: ask, once a poll, which held leases are gone.
+			w.recheckLeases(ctx)
+		}
 		w.claimFree(ctx, jobCtx, &next)
 		timer := time.NewTimer(jitter(w.cfg.PollInterval))
 		select {
@@ -657,6 +666,7 @@ func (w *Worker) listen(ctx context.Context) {
 		Topics:          []notifier.Topic{notifier.Ready, notifier.Revoke},
 		Handle:          w.notified,
 		OnConnect: func(ctx context.Context, _ bool) {
+			w.listenDown.Store(false)
 			w.listeningOnce.Do(func() { close(w.listening) })
 			// A lease taken away while no LISTEN was active sent its
 			// ff_revoke to nobody: ask the database about every lease
@@ -664,8 +674,12 @@ func (w *Worker) listen(ctx context.Context) {
 			w.recheckLeases(ctx)
 			w.signal()
 		},
-		OnDisconnect: func(error) { w.listeningOnce.Do(func() { close(w.listening) }) }, // poll meanwhile
-		Logger:       w.log.Named("notifier"),
+		OnDisconnect: func(error) {
+			// Poll meanwhile, and re-check held leases at each poll.
+			w.listenDown.Store(true)
+			w.listeningOnce.Do(func() { close(w.listening) })
+		},
+		Logger: w.log.Named("notifier"),
 	})
 	if err != nil {
 		w.log.Error("worker notifier; polling only", zap.Error(err))

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd"
@@ -124,6 +125,39 @@ func TestRevokeDuringListenerGap(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the handler of a lease revoked during the listener's gap still runs (its heartbeat is twenty minutes away)")
+	}
+}
+
+// While its LISTEN connection is down (here it never comes up: its
+// address has no server), a worker polls, and each poll asks the database
+// which of its leases are gone: a cancel reaches the handler within a poll
+// or two, not at the heartbeat twenty minutes away.
+func TestCancelReachesTheHandlerWhileListenIsDown(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	h := newBlockingHandler(1)
+	nowhere, err := pgx.ParseConfig("postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.startWorker(ffd.WorkerConfig{Lanes: []string{"down"}, Handler: h.run, Concurrency: 1,
+		ListenConnConfig: nowhere, PollInterval: 100 * time.Millisecond})
+	x := f.mustCreate(ffd.CreateParams{Lane: "down", LeaseTTL: time.Hour})
+	select {
+	case <-h.started:
+	case <-time.After(time.Minute):
+		t.Fatal("the handler never started (the worker should poll while LISTEN is down)")
+	}
+	if _, err := f.client.Cancel(f.Ctx, x.ID, "user asked", ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case cause := <-h.ended:
+		if !errors.Is(cause, ffd.ErrLeaseLost) {
+			t.Fatalf("handler context cancelled with %v, want ErrLeaseLost", cause)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler of a cancelled execution still runs while LISTEN is down (its heartbeat is twenty minutes away)")
 	}
 }
 
