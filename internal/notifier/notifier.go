@@ -35,7 +35,8 @@ type Topic string
 const (
 	// Completion carries completion event ids ("id" or "lo-hi").
 	Completion Topic = store.ChannelCompletion
-	// Lease carries lease event ids ("id" or "lo-hi").
+	// Lease carries lease event ids ("id" or "lo-hi"), or "due:<unix ms>"
+	// when requeued executions come due (store.DuePrefix).
 	Lease Topic = store.ChannelLease
 	// Ready carries a lane that has claimable work.
 	Ready Topic = store.ChannelReady
