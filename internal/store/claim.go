@@ -40,7 +40,11 @@ import (
 // lane and so re-plans every call. The update finds the picked rows by
 // their ctid (a TID scan whatever the estimate), which keeps the generic
 // plan as good as a custom one; a locked row's ctid cannot change before
-// this statement ends.
+// this statement ends. (A pending row that another transaction updated
+// after this statement's snapshot and that is still claimable would be
+// locked but, its new version being invisible to the snapshot, not
+// updated: it stays pending for the next claim. No writer of ffd's leaves
+// a pending row pending.)
 //
 // Cross-partition: a lane's pending rows live on every partition, and the
 // claim takes the best of them wherever they are. A distributed Postgres
