@@ -43,8 +43,9 @@ import (
 // this statement ends. (A pending row that another transaction updated
 // after this statement's snapshot and that is still claimable would be
 // locked but, its new version being invisible to the snapshot, not
-// updated: it stays pending for the next claim. No writer of ffd's leaves
-// a pending row pending.)
+// updated: it stays pending for the next claim. Of ffd's writers only
+// adding an execution to a flow, and a rerun's setup, update a pending
+// row and leave it pending; such a row waits one claim.)
 //
 // Cross-partition: a lane's pending rows live on every partition, and the
 // claim takes the best of them wherever they are. A distributed Postgres
