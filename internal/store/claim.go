@@ -102,12 +102,6 @@ func Claim(ctx context.Context, db DB, lane string, caps []string, max int, work
 	return out, nil
 }
 
-// inCallerTx reports whether db is a transaction the caller owns.
-func inCallerTx(db DB) bool {
-	_, ok := db.(pgx.Tx)
-	return ok
-}
-
 // claimCapped claims from a capped lane with its row locked, so claims in
 // the lane count their room one after the other: the count runs after the
 // lock is granted, on a snapshot that sees every claim committed before.

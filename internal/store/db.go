@@ -57,7 +57,7 @@ func InTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
 // WithRetry runs fn, again on a serialization failure or deadlock, unless
 // db is a caller's transaction (which such an error has aborted).
 func WithRetry(ctx context.Context, db DB, fn func() error) error {
-	_, callerTx := db.(pgx.Tx)
+	callerTx := inCallerTx(db)
 	for try := 0; ; try++ {
 		err := fn()
 		if err == nil || callerTx || !Retryable(err) || try >= MaxRetries {
@@ -69,6 +69,14 @@ func WithRetry(ctx context.Context, db DB, fn func() error) error {
 		case <-time.After(time.Duration(1+try) * 2 * time.Millisecond):
 		}
 	}
+}
+
+// inCallerTx reports whether db is a transaction the caller owns (and so
+// the caller's to retry, and the place where no setting may outlive a
+// statement).
+func inCallerTx(db DB) bool {
+	_, ok := db.(pgx.Tx)
+	return ok
 }
 
 // wrap says what was being done when err happened.
