@@ -25,7 +25,7 @@ import (
 func TestMain(m *testing.M) { testdb.Main(m) }
 
 // browser starts a headless Chromium for the test; the test fails (it
-// does not skip) when none is installed: .ci/run installs Debian's.
+// does not skip) when none is installed: ./test.sh installs it.
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	path := ""
@@ -36,7 +36,7 @@ func browser(t *testing.T) context.Context {
 		}
 	}
 	if path == "" {
-		t.Fatal("no Chromium found: install it (Debian: apt-get install chromium); .ci/run does")
+		t.Fatal("no Chromium found: install it (Debian: apt-get install chromium); ./test.sh does")
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Flag("disable-gpu", true))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)

@@ -68,7 +68,7 @@ func findPgBouncer(t testing.TB) string {
 		return bin
 	}
 	if _, serr := os.Stat("/usr/sbin/pgbouncer"); serr != nil {
-		t.Fatal("pgbouncer not found: install it (Debian: apt-get install pgbouncer); .ci/run does")
+		t.Fatal("pgbouncer not found: install it (Debian: apt-get install pgbouncer); ./test.sh does")
 	}
 	return "/usr/sbin/pgbouncer"
 }
