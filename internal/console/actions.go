@@ -1,10 +1,14 @@
 package console
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -18,7 +22,8 @@ import (
 // it shows no action and refuses every one.
 type Auth struct {
 	// Token, when set, lets a request act with "Authorization: Bearer
-	// <token>" or, from a page, with the token typed into the action form.
+	// <token>" or, from a browser, after signing in once with the token
+	// on /login (a cookie then carries the proof).
 	Token string
 	// User and Password, when both set, let a request act with HTTP basic
 	// authentication (the browser asks).
@@ -27,14 +32,74 @@ type Auth struct {
 
 func (a Auth) enabled() bool { return a.Token != "" || (a.User != "" && a.Password != "") }
 
+// Cookie names. Both are HttpOnly and SameSite=Strict, so another site's
+// page can neither read them nor make the browser send them.
+const (
+	sessionCookie = "ffd_session" // a random id per browser; the form token is derived from it
+	signInCookie  = "ffd_signin"  // proof the browser signed in with the token
+)
+
+// keys signs what the console hands out: form tokens and the sign-in
+// proof. They are random per process, so a restart asks browsers to
+// reload their pages and to sign in again.
+type keys struct{ secret []byte }
+
+func newKeys() keys {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand never fails on supported systems
+	return keys{secret: b}
+}
+
+func (k keys) sign(purpose, value string) string {
+	m := hmac.New(sha256.New, k.secret)
+	m.Write([]byte(purpose))
+	m.Write([]byte{0})
+	m.Write([]byte(value))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// session returns the browser's session id, minting one (and its cookie)
+// when the request has none.
+func (c *Console) session(w http.ResponseWriter, r *http.Request) string {
+	if ck, err := r.Cookie(sessionCookie); err == nil && len(ck.Value) >= 20 && len(ck.Value) <= 64 {
+		return ck.Value
+	}
+	id := rand.Text()
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	// The request that minted it renders its forms with it too.
+	r.AddCookie(&http.Cookie{Name: sessionCookie, Value: id})
+	return id
+}
+
+// csrfFor is the form token of a session: each browser gets its own, and
+// only a page of ours that it loaded shows it.
+func (c *Console) csrfFor(session string) string { return c.keys.sign("csrf", session) }
+
+// signedIn says whether the browser signed in with the token.
+func (c *Console) signedIn(r *http.Request) bool {
+	if c.auth.Token == "" {
+		return false
+	}
+	sess, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return false
+	}
+	proof, err := r.Cookie(signInCookie)
+	if err != nil {
+		return false
+	}
+	return hmac.Equal([]byte(proof.Value), []byte(c.keys.sign("signin", sess.Value)))
+}
+
 // who authenticates r, returning who acts ("" when nobody may).
-func (a Auth) who(r *http.Request) string {
+func (c *Console) who(r *http.Request) string {
+	a := c.auth
 	eq := func(x, y string) bool { return subtle.ConstantTimeCompare([]byte(x), []byte(y)) == 1 }
 	if a.Token != "" {
-		if h := r.Header.Get("Authorization"); len(h) > 7 && h[:7] == "Bearer " && eq(h[7:], a.Token) {
+		if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") && eq(h[7:], a.Token) {
 			return "token"
 		}
-		if eq(r.PostFormValue("token"), a.Token) {
+		if c.signedIn(r) {
 			return "token"
 		}
 	}
@@ -46,51 +111,116 @@ func (a Auth) who(r *http.Request) string {
 	return ""
 }
 
-// newCSRF is the token every action form carries: the page that shows the
-// form is the only way to learn it, and another site cannot read our
-// pages, so a forged cross-site post cannot carry it.
-func newCSRF() string { return rand.Text() }
+// sameOrigin refuses a request whose Origin is another site.
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	u, err := url.Parse(o)
+	return err == nil && u.Host == r.Host
+}
 
-// act guards an action: POST only (the mux), same origin, the CSRF token,
-// then authentication; it runs do and redirects back.
+// formToken checks the form token against the request's session.
+func (c *Console) formToken(r *http.Request) bool {
+	sess, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return false
+	}
+	return hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(c.csrfFor(sess.Value)))
+}
+
+// act guards an action: POST only (the mux), same origin, the form token
+// of the browser's session, then authentication; it runs do and
+// redirects back.
 func (c *Console) act(name string, do func(r *http.Request, who string) (string, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !c.auth.enabled() {
 			http.Error(w, "the console is read-only: configure a token or credentials to act", http.StatusForbidden)
 			return
 		}
-		if o := r.Header.Get("Origin"); o != "" {
-			if u, err := url.Parse(o); err != nil || u.Host != r.Host {
-				http.Error(w, "cross-origin action refused", http.StatusForbidden)
-				return
-			}
+		if !sameOrigin(r) {
+			http.Error(w, "cross-origin action refused", http.StatusForbidden)
+			return
 		}
-		if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(c.csrf)) != 1 {
+		if !c.formToken(r) {
 			http.Error(w, "missing or stale form token: reload the page", http.StatusForbidden)
 			return
 		}
-		who := c.auth.who(r)
+		who := c.who(r)
 		if who == "" {
 			if c.auth.User != "" {
 				w.Header().Set("WWW-Authenticate", `Basic realm="ffd console"`)
 			}
-			http.Error(w, "authentication required", http.StatusUnauthorized)
+			http.Error(w, "authentication required: sign in on /login with the console's token", http.StatusUnauthorized)
 			return
 		}
 		back, err := do(r, who)
 		if err != nil {
-			c.log.Warn("console action refused", zap.String("action", name), zap.String("who", who), zap.Error(err))
-			c.fail(w, err)
+			c.fail(w, r, err)
 			return
 		}
 		c.log.Info("console action", zap.String("action", name), zap.String("who", who),
-			zap.String("target", r.PathValue("id")+r.PathValue("lane")), zap.String("remote", r.RemoteAddr))
+			zap.String("target", clip(r.PathValue("id")+r.PathValue("lane"))), zap.String("remote", r.RemoteAddr))
 		http.Redirect(w, r, back, http.StatusSeeOther)
 	}
 }
 
+// login shows the token form (GET) and checks it (POST): a right token
+// sets the sign-in cookie, so action forms need no token typed again.
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	if c.auth.Token == "" {
+		http.Error(w, "the console has no token to sign in with", http.StatusNotFound)
+		return
+	}
+	next := r.FormValue("next")
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+		next = "/flows"
+	}
+	if r.Method == http.MethodGet {
+		c.render(w, r, "login", struct {
+			page
+			Next  string
+			Wrong bool
+		}{page: c.page(w, r, "Sign in"), Next: next})
+		return
+	}
+	if !sameOrigin(r) || !c.formToken(r) {
+		http.Error(w, "missing or stale form token: reload the page", http.StatusForbidden)
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("token")), []byte(c.auth.Token)) != 1 {
+		c.log.Warn("console sign-in refused", zap.String("remote", r.RemoteAddr))
+		w.WriteHeader(http.StatusUnauthorized)
+		c.render(w, r, "login", struct {
+			page
+			Next  string
+			Wrong bool
+		}{page: c.page(w, r, "Sign in"), Next: next, Wrong: true})
+		return
+	}
+	sess, _ := r.Cookie(sessionCookie) // formToken found it
+	http.SetCookie(w, &http.Cookie{Name: signInCookie, Value: c.keys.sign("signin", sess.Value), Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	c.log.Info("console sign-in", zap.String("remote", r.RemoteAddr))
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// logout forgets the sign-in.
+func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) || !c.formToken(r) {
+		http.Error(w, "missing or stale form token: reload the page", http.StatusForbidden)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: signInCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/flows", http.StatusSeeOther)
+}
+
 // routeActions registers the actions.
 func (c *Console) routeActions() {
+	c.mux.HandleFunc("GET /login", c.login)
+	c.mux.HandleFunc("POST /login", c.login)
+	c.mux.HandleFunc("POST /logout", c.logout)
 	c.mux.HandleFunc("POST /actions/executions/{id}/cancel", c.act("cancel execution", func(r *http.Request, who string) (string, error) {
 		x, err := c.findExecution(r.Context(), r.PathValue("id"))
 		if err != nil {

@@ -49,7 +49,7 @@ type Console struct {
 	tmpl *template.Template
 	mux  *http.ServeMux
 	auth Auth
-	csrf string
+	keys keys
 }
 
 // New builds a console over cfg.Pool.
@@ -61,12 +61,20 @@ func New(cfg Config) (*Console, error) {
 		cfg.Logger = zap.NewNop()
 	}
 	tmpl, err := template.New("pages").Funcs(template.FuncMap{
-		"ts": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") },
+		"ts": func(t time.Time) string { return t.UTC().Format(stamp) },
 		"tsp": func(t *time.Time) string {
 			if t == nil {
 				return ""
 			}
-			return t.UTC().Format("2006-01-02 15:04:05")
+			return t.UTC().Format(stamp)
+		},
+		"ago": func(t time.Time) string { return duration(time.Since(t)) },
+		"dur": duration,
+		"flowDur": func(f *store.Flow) string {
+			if f.TerminalAt != nil {
+				return duration(f.TerminalAt.Sub(f.CreatedAt))
+			}
+			return duration(time.Since(f.CreatedAt)) + " so far"
 		},
 		"deref": func(s *string) string {
 			if s == nil {
@@ -87,23 +95,34 @@ func New(cfg Config) (*Console, error) {
 		return nil, fmt.Errorf("console: parse pages: %w", err)
 	}
 	c := &Console{pool: cfg.Pool, log: cfg.Logger, hub: newHub(cfg.Pool.Config().ConnConfig, cfg.Logger), tmpl: tmpl,
-		mux: http.NewServeMux(), auth: cfg.Auth, csrf: newCSRF()}
+		mux: http.NewServeMux(), auth: cfg.Auth, keys: newKeys()}
 	c.routeActions()
 	c.mux.Handle("GET /assets/", http.FileServerFS(assets))
 	c.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/flows", http.StatusFound) })
 	c.mux.HandleFunc("GET /flows", c.flows)
 	c.mux.HandleFunc("GET /flows/{id}", c.flow)
 	c.mux.HandleFunc("GET /flows/{id}/live", c.live)
+	c.mux.HandleFunc("GET /executions", c.executions)
 	c.mux.HandleFunc("GET /executions/{id}", c.execution)
+	c.mux.HandleFunc("GET /schedules", c.schedules)
 	c.mux.HandleFunc("GET /lanes", c.lanes)
 	c.mux.HandleFunc("GET /consumers", c.consumers)
 	return c, nil
 }
 
-// ServeHTTP serves the console.
+// stamp is how pages show a time: UTC, to the millisecond.
+const stamp = "2006-01-02 15:04:05.000"
+
+// ServeHTTP serves the console, with the same security headers on every
+// answer, errors included.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Security-Policy", "default-src 'self'")
-	w.Header().Set("X-Frame-Options", "DENY")
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	// same-origin, not no-referrer: with no-referrer a browser sends
+	// "Origin: null" on a form's POST, which the origin check refuses.
+	h.Set("Referrer-Policy", "same-origin")
 	c.mux.ServeHTTP(w, r)
 }
 
@@ -112,37 +131,81 @@ func (c *Console) Close() { c.hub.close() }
 
 // page is what every page template gets.
 type page struct {
-	Title    string
+	Title string
+	// ReadOnly: no authentication is configured, so no action is shown.
 	ReadOnly bool
-	CSRF     string
-	Token    bool // the action forms ask for the token
+	// CanAct: actions are shown (authentication is configured and this
+	// browser signed in, or basic authentication will ask).
+	CanAct bool
+	// SignIn: the console has a token and this browser has not signed in.
+	SignIn   bool
+	SignedIn bool
+	CSRF     string // this browser's form token
+	Path     string // the page's own path, to come back to after signing in
 }
 
-// page is the common part of a page titled title.
-func (c *Console) page(title string) page {
-	return page{Title: title, ReadOnly: !c.auth.enabled(), CSRF: c.csrf, Token: c.auth.Token != ""}
+// page is the common part of a page titled title, for the browser of r.
+func (c *Console) page(w http.ResponseWriter, r *http.Request, title string) page {
+	p := page{Title: title, ReadOnly: !c.auth.enabled(), CSRF: c.csrfFor(c.session(w, r)), Path: r.URL.RequestURI()}
+	p.SignedIn = c.signedIn(r)
+	p.SignIn = c.auth.Token != "" && !p.SignedIn
+	basic := c.auth.User != "" && c.auth.Password != ""
+	p.CanAct = c.auth.enabled() && (p.SignedIn || basic || c.who(r) != "")
+	return p
 }
 
-func (c *Console) render(w http.ResponseWriter, name string, data any) {
+func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, data any) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := c.tmpl.ExecuteTemplate(w, name, data); err != nil {
-		c.log.Warn("render console page", zap.String("page", name), zap.Error(err))
+		c.log.Warn("render console page", zap.String("page", name), zap.String("path", clip(r.URL.Path)), zap.Error(err))
 	}
 }
 
-// fail answers an error: 404 for what does not exist, 400 for bad input.
-func (c *Console) fail(w http.ResponseWriter, err error) {
+// fail answers an error: 404 for what does not exist, 400 for bad input,
+// 409 for an action the object's state forbids, each with its reason;
+// 500 for the rest, whose reason goes to the log only. Client errors log
+// at Debug and every logged value is clipped: a request cannot make a
+// log line long.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var nf *fault.NotFoundError
 	var ve *fault.ValidationError
+	var ce *fault.ConflictError
+	var te *fault.AlreadyTerminalError
+	code := http.StatusInternalServerError
 	switch {
-	case errors.As(err, &nf), errors.Is(err, pgx.ErrNoRows):
-		http.Error(w, err.Error(), http.StatusNotFound)
-	case errors.As(err, &ve):
-		http.Error(w, err.Error(), http.StatusBadRequest)
-	default:
-		c.log.Warn("console request failed", zap.Error(err))
-		http.Error(w, "internal error", http.StatusInternalServerError)
+	case errors.As(err, &nf):
+		code = http.StatusNotFound
+	case errors.As(err, &ve), errors.Is(err, ident.ErrInvalid):
+		code = http.StatusBadRequest
+	case errors.As(err, &ce), errors.As(err, &te), errors.Is(err, fault.ErrStaleRevision):
+		code = http.StatusConflict
 	}
+	if code == http.StatusInternalServerError {
+		c.log.Error("console request failed", zap.String("method", r.Method), zap.String("path", clip(r.URL.Path)), zap.String("error", clip(err.Error())))
+		http.Error(w, "internal error (the console's log has the reason)", code)
+		return
+	}
+	c.log.Debug("console request refused", zap.String("method", r.Method), zap.String("path", clip(r.URL.Path)),
+		zap.Int("status", code), zap.String("error", clip(err.Error())))
+	http.Error(w, clip(err.Error()), code)
+}
+
+// clip shortens what a request sent before it is logged or echoed.
+func clip(s string) string {
+	const most = 200
+	if len(s) <= most {
+		return s
+	}
+	return strings.ToValidUTF8(s[:most], "") + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// notFound turns a read that found no row into a NotFoundError naming
+// what was looked for.
+func notFound(object, id string, err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &fault.NotFoundError{Object: object, ID: id}
+	}
+	return err
 }
 
 type stateCount struct {
@@ -150,91 +213,133 @@ type stateCount struct {
 	N     int
 }
 
+// flowRow is a flow on the list, with its progress.
+type flowRow struct {
+	*store.Flow
+	Progress store.FlowProgress
+}
+
 func (c *Console) flows(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := store.FlowFilter{Namespace: q.Get("namespace"), State: store.FlowState(q.Get("state")), Kind: q.Get("kind"), Limit: pageSize + 1}
-	for _, b := range []struct {
-		name string
-		to   **time.Time
-	}{{"from", &f.From}, {"to", &f.To}} {
-		if v := q.Get(b.name); v != "" {
-			t, err := parseWhen(v)
-			if err != nil {
-				c.fail(w, fault.Invalid(fault.KindInvalidValue, b.name, v, "want a date (2026-11-22) or a time (RFC 3339)"))
-				return
-			}
-			*b.to = &t
-		}
+	f := store.FlowFilter{Namespace: q.Get("namespace"), State: store.FlowState(q.Get("state")), Kind: q.Get("kind"), Limit: pageSize + 1, Newest: true}
+	if err := parseRange(q, &f.From, &f.To); err != nil {
+		c.fail(w, r, err)
+		return
 	}
 	if a := q.Get("after"); a != "" {
 		u, err := ident.ParseUUID("after", a)
 		if err != nil {
-			c.fail(w, err)
+			c.fail(w, r, err)
 			return
 		}
 		f.After = &u
 	}
-	fs, err := store.ListFlows(r.Context(), c.pool, f)
+	ctx := r.Context()
+	fs, err := store.ListFlows(ctx, c.pool, f)
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, err)
 		return
 	}
-	counts, err := store.FlowStateCounts(r.Context(), c.pool, f.Namespace)
+	counts, err := store.FlowStateCounts(ctx, c.pool, f.Namespace)
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, err)
 		return
 	}
 	data := struct {
 		page
-		Flows  []*store.Flow
+		Flows  []flowRow
 		Counts []stateCount
 		States []store.FlowState
 		Filter store.FlowFilter
 		Next   string
-	}{page: c.page("Flows"), Flows: fs, States: store.FlowStates, Filter: f}
+	}{page: c.page(w, r, "Flows"), States: store.FlowStates, Filter: f}
 	for _, s := range store.FlowStates {
 		data.Counts = append(data.Counts, stateCount{s, counts[s]})
 	}
 	if len(fs) > pageSize {
-		data.Flows = fs[:pageSize]
+		fs = fs[:pageSize]
 		q.Set("after", fs[pageSize-1].ID.String())
 		data.Next = "/flows?" + q.Encode()
 	}
-	c.render(w, "flows", data)
+	ids := make([]uuid.UUID, len(fs))
+	for i, fl := range fs {
+		ids[i] = fl.ID
+	}
+	progress, err := store.FlowProgressOf(ctx, c.pool, ids)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	for _, fl := range fs {
+		row := flowRow{Flow: fl}
+		if p := progress[fl.ID]; p != nil {
+			row.Progress = *p
+		}
+		data.Flows = append(data.Flows, row)
+	}
+	c.render(w, r, "flows", data)
+}
+
+// parseRange reads the from and to filters: a date or an RFC 3339 time.
+func parseRange(q url.Values, from, to **time.Time) error {
+	for _, b := range []struct {
+		name string
+		to   **time.Time
+	}{{"from", from}, {"to", to}} {
+		if v := q.Get(b.name); v != "" {
+			t, err := parseWhen(v)
+			if err != nil {
+				return fault.Invalid(fault.KindInvalidValue, b.name, v, "want a date (2026-11-22) or a time (RFC 3339)")
+			}
+			*b.to = &t
+		}
+	}
+	return nil
 }
 
 func (c *Console) flow(w http.ResponseWriter, r *http.Request) {
 	id, err := ident.ParseUUID("flow id", r.PathValue("id"))
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, err)
 		return
 	}
 	ctx := r.Context()
 	f, err := store.GetFlow(ctx, c.pool, id)
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, notFound("flow", id.String(), err))
 		return
 	}
 	members, err := store.FlowMembers(ctx, c.pool, id)
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, err)
 		return
 	}
 	edges, err := store.FlowEdges(ctx, c.pool, id)
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, err)
 		return
 	}
 	groups, err := store.ListGroups(ctx, c.pool, id)
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, err)
 		return
 	}
-	c.render(w, "flow", struct {
+	var failed []*store.Execution
+	for _, x := range members {
+		if x.State == store.StateFailed || x.State == store.StateExpired {
+			failed = append(failed, x)
+		}
+	}
+	c.render(w, r, "flow", struct {
 		page
-		Flow  *store.Flow
-		Graph *graph
-	}{c.page("Flow " + id.String()), f, layout(members, edges, groups)})
+		Flow   *store.Flow
+		Graph  *graph
+		Failed []*store.Execution
+		States []store.State
+		// The actions this flow's state allows.
+		CanCancel, CanRerun bool
+	}{c.page(w, r, "Flow "+id.String()), f, layout(members, edges, groups, time.Now()), failed, store.States,
+		f.State == store.FlowOpen, f.State == store.FlowFailed || f.State == store.FlowCancelled})
 }
 
 // live streams a flow's states as server-sent events: at once, then
@@ -243,7 +348,7 @@ func (c *Console) flow(w http.ResponseWriter, r *http.Request) {
 func (c *Console) live(w http.ResponseWriter, r *http.Request) {
 	id, err := ident.ParseUUID("flow id", r.PathValue("id"))
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, err)
 		return
 	}
 	flusher, ok := w.(http.Flusher)
@@ -280,7 +385,16 @@ func (c *Console) live(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// states is the flow's and its steps' states as JSON.
+// stepState is one step in a live message: its state and its status
+// line (the state in words, with a duration).
+type stepState struct {
+	State  string `json:"s"`
+	Status string `json:"t"`
+}
+
+// states is the flow's and its steps' states as JSON. A running step's
+// status carries no running time, so that the message changes only when
+// a state does.
 func (c *Console) states(ctx context.Context, id uuid.UUID) (string, error) {
 	f, err := store.GetFlow(ctx, c.pool, id)
 	if err != nil {
@@ -290,9 +404,13 @@ func (c *Console) states(ctx context.Context, id uuid.UUID) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	steps := make(map[string]string, len(members))
+	steps := make(map[string]stepState, len(members))
 	for _, x := range members {
-		steps[x.ID.String()] = string(x.State)
+		st := stepState{State: string(x.State), Status: string(x.State)}
+		if x.State != store.StateRunning {
+			st.Status = status(x, time.Now())
+		}
+		steps[x.ID.String()] = st
 	}
 	b, err := json.Marshal(map[string]any{"flow": f.State, "steps": steps})
 	return string(b), err
@@ -302,12 +420,12 @@ func (c *Console) execution(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	x, err := c.findExecution(ctx, r.PathValue("id"))
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, err)
 		return
 	}
 	attempts, err := store.ListAttempts(ctx, c.pool, x.ID)
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, err)
 		return
 	}
 	data := struct {
@@ -315,25 +433,103 @@ func (c *Console) execution(w http.ResponseWriter, r *http.Request) {
 		X               *store.Execution
 		Attempts        []store.Attempt
 		Upstreams       []store.Upstream
-		Downstreams     []string
+		Downstreams     []store.Downstream
 		Payload, Result string
-	}{page: c.page("Execution " + x.ID.String()), X: x, Attempts: attempts,
-		Payload: pretty(x.Payload), Result: pretty(x.Result)}
+		// The actions this execution's state allows: cancel while it
+		// has not ended; rerun once it failed, expired or was cancelled,
+		// outside a flow (a member reruns with its flow).
+		CanCancel, CanRerun bool
+	}{page: c.page(w, r, "Execution "+x.ID.String()), X: x, Attempts: attempts,
+		Payload: pretty(x.Payload), Result: pretty(x.Result),
+		CanCancel: !x.State.Terminal(),
+		CanRerun:  x.FlowID == nil && x.State.Terminal() && x.State != store.StateCompleted && x.State != store.StateSkipped}
 	if x.FlowID != nil {
 		if data.Upstreams, err = store.UpstreamsOf(ctx, c.pool, *x.FlowID, x.ID); err != nil {
-			c.fail(w, err)
+			c.fail(w, r, err)
 			return
 		}
-		outs, err := store.EdgesOutOf(ctx, c.pool, *x.FlowID, x.ID)
-		if err != nil {
-			c.fail(w, err)
+		if data.Downstreams, err = store.DownstreamsOf(ctx, c.pool, *x.FlowID, x.ID); err != nil {
+			c.fail(w, r, err)
 			return
-		}
-		for _, e := range outs {
-			data.Downstreams = append(data.Downstreams, e.Downstream.String())
 		}
 	}
-	c.render(w, "execution", data)
+	c.render(w, r, "execution", data)
+}
+
+// executions lists executions, newest first, with filters, and a search
+// box: an id found goes to its page; other text keeps the executions
+// whose kind or step begins with it.
+func (c *Console) executions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	ctx := r.Context()
+	search := strings.TrimSpace(q.Get("q"))
+	if search != "" && isID(search) {
+		if x, err := c.findExecution(ctx, search); err == nil {
+			http.Redirect(w, r, "/executions/"+x.ID.UUID.String(), http.StatusFound)
+			return
+		}
+		if u, err := ident.ParseUUID("id", search); err == nil {
+			if _, err := store.GetFlow(ctx, c.pool, u); err == nil {
+				http.Redirect(w, r, "/flows/"+u.String(), http.StatusFound)
+				return
+			}
+		}
+		c.fail(w, r, &fault.NotFoundError{Object: "execution or flow", ID: search})
+		return
+	}
+	f := store.ExecutionFilter{Namespace: q.Get("namespace"), Lane: q.Get("lane"), State: store.State(q.Get("state")),
+		Kind: q.Get("kind"), Search: search, Limit: pageSize + 1, Newest: true}
+	if f.State != "" && !f.State.Valid() {
+		c.fail(w, r, fault.Invalid(fault.KindInvalidValue, "state", string(f.State), "not an execution state"))
+		return
+	}
+	if a := q.Get("after"); a != "" {
+		u, err := ident.ParseUUID("after", a)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		f.After = &u
+	}
+	xs, err := store.ListExecutions(ctx, c.pool, f)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	data := struct {
+		page
+		Executions []*store.Execution
+		States     []store.State
+		Filter     store.ExecutionFilter
+		Next       string
+	}{page: c.page(w, r, "Executions"), Executions: xs, States: store.States, Filter: f}
+	if len(xs) > pageSize {
+		data.Executions = xs[:pageSize]
+		q.Set("after", xs[pageSize-1].ID.UUID.String())
+		data.Next = "/executions?" + q.Encode()
+	}
+	c.render(w, r, "executions", data)
+}
+
+func (c *Console) schedules(w http.ResponseWriter, r *http.Request) {
+	ss, err := store.ListSchedules(r.Context(), c.pool)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, "schedules", struct {
+		page
+		Schedules []*store.Schedule
+	}{c.page(w, r, "Schedules"), ss})
+}
+
+// isID says whether s is an execution id or a bare uuid.
+func isID(s string) bool {
+	if _, err := ident.ParseExecutionID(s); err == nil {
+		return true
+	}
+	_, err := ident.ParseUUID("id", s)
+	return err == nil
 }
 
 // findExecution reads an execution by its full id or its bare uuid.
@@ -346,7 +542,8 @@ func (c *Console) findExecution(ctx context.Context, s string) (*store.Execution
 	if err != nil {
 		return nil, err
 	}
-	return leases.GetByUUID(ctx, c.pool, u)
+	x, err := leases.GetByUUID(ctx, c.pool, u)
+	return x, notFound("execution", u.String(), err)
 }
 
 // pretty shows a payload or result: indented when JSON, as text when
@@ -377,22 +574,22 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	loads, err := store.LaneLoads(ctx, c.pool)
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, err)
 		return
 	}
 	controls, err := store.ListLanes(ctx, c.pool)
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, err)
 		return
 	}
 	recent, err := store.RecentCompletions(ctx, c.pool, 5)
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, err)
 		return
 	}
 	rates, err := store.LaneRates(ctx, c.pool, 5)
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, err)
 		return
 	}
 	rows := map[string]*laneRow{}
@@ -425,30 +622,30 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 		rows[name].Finished = rates[name]
 		out = append(out, rows[name])
 	}
-	c.render(w, "lanes", struct {
+	c.render(w, r, "lanes", struct {
 		page
 		Lanes  []*laneRow
 		Recent int
-	}{c.page("Lanes"), out, recent})
+	}{c.page(w, r, "Lanes"), out, recent})
 }
 
 func (c *Console) consumers(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	cs, err := store.ConsumerLags(ctx, c.pool)
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, err)
 		return
 	}
 	slots, err := store.Slots(ctx, c.pool)
 	if err != nil {
-		c.fail(w, err)
+		c.fail(w, r, err)
 		return
 	}
-	c.render(w, "consumers", struct {
+	c.render(w, r, "consumers", struct {
 		page
 		Consumers []store.ConsumerLag
 		Slots     []store.Slot
-	}{c.page("Consumers"), cs, slots})
+	}{c.page(w, r, "Consumers"), cs, slots})
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

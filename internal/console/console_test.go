@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
+	nhttptest "net/http/httptest"
 	"net/url"
 	"os/exec"
 	"regexp"
@@ -62,9 +62,15 @@ func setup(t *testing.T) (*testdb.Fixture, string, *flows.Submitted) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(con)
+	return f, httptest(t, con), sub
+}
+
+// httptest serves con until the test ends.
+func httptest(t *testing.T, con *console.Console) string {
+	t.Helper()
+	srv := nhttptest.NewServer(con)
 	t.Cleanup(func() { srv.Close(); con.Close() })
-	return f, srv.URL, sub
+	return srv.URL
 }
 
 // run runs one browser action and returns its value, failing the test on
@@ -132,8 +138,8 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("lanes page %q; want the console lane", lanes)
 	}
 	navigate(t, ctx, base+"/consumers")
-	if consumers := run(t, ctx, chromedp.Text(chromedp.CSS("#consumers"))); !strings.Contains(consumers, "Consumer") {
-		t.Errorf("consumers page %q", consumers)
+	if consumers := run(t, ctx, chromedp.Text(chromedp.CSS("#consumers-empty"))); !strings.Contains(consumers, "No named consumers") {
+		t.Errorf("consumers page %q; want its empty state", consumers)
 	}
 }
 
@@ -144,34 +150,21 @@ func serve(t *testing.T, f *testdb.Fixture, auth console.Auth) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(con)
-	t.Cleanup(func() { srv.Close(); con.Close() })
-	return srv.URL
+	return httptest(t, con)
 }
 
 // Read-only by default: no action shown, every action refused. With a
-// token: an action without it is refused, one from a page that never
-// showed the form (no form token) is refused, and the one a person
-// makes in the browser, typing the token, cancels the execution.
+// token: an action without the browser's form token is refused, one
+// without authentication is refused, a cross-origin one is refused; a
+// browser that has not signed in sees no action form but a sign-in
+// link; after signing in once, its action forms carry no token field
+// and cancelling the execution works with one click.
 func TestConsoleActions(t *testing.T) {
 	t.Parallel()
 	f, readOnly, sub := setup(t)
 	gather := sub.Executions["gather"].ID
-	post := func(base, path string, form url.Values, header http.Header) int {
-		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(form.Encode()))
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		for k, v := range header {
-			req.Header[k] = v
-		}
-		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
 	cancelPath := "/actions/executions/" + gather.UUID.String() + "/cancel"
-	if code := post(readOnly, cancelPath, url.Values{}, nil); code != http.StatusForbidden {
+	if code, _ := post(t, readOnly, cancelPath, url.Values{}, nil); code != http.StatusForbidden {
 		t.Fatalf("an action on a read-only console: %d, want 403", code)
 	}
 	ctx := browser(t)
@@ -181,26 +174,48 @@ func TestConsoleActions(t *testing.T) {
 	}
 
 	withToken := serve(t, f, console.Auth{Token: "s3cret"})
-	if code := post(withToken, cancelPath, url.Values{}, http.Header{"Authorization": {"Bearer s3cret"}}); code != http.StatusForbidden {
+	if code, _ := post(t, withToken, cancelPath, url.Values{}, http.Header{"Authorization": {"Bearer s3cret"}}); code != http.StatusForbidden {
 		t.Fatalf("an action without the form token: %d, want 403", code)
 	}
-	navigate(t, ctx, withToken+"/executions/"+gather.UUID.String())
-	csrf := run(t, ctx, chromedp.AttributeValue(chromedp.CSS(`#cancel-execution input[name=csrf]`), "value")).Value
-	if code := post(withToken, cancelPath, url.Values{"csrf": {csrf}}, nil); code != http.StatusUnauthorized {
-		t.Fatalf("an action without the token: %d, want 401", code)
+	jar := newSession(t, withToken)
+	if code, _ := jar.post(cancelPath, url.Values{}, nil); code != http.StatusUnauthorized {
+		t.Fatalf("an action with the form token but no authentication: %d, want 401", code)
 	}
-	if code := post(withToken, cancelPath, url.Values{"csrf": {csrf}}, http.Header{"Origin": {"http://evil.example"}, "Authorization": {"Bearer s3cret"}}); code != http.StatusForbidden {
+	if code, _ := jar.post(cancelPath, url.Values{}, http.Header{"Origin": {"http://evil.example"}, "Authorization": {"Bearer s3cret"}}); code != http.StatusForbidden {
 		t.Fatalf("a cross-origin action: %d, want 403", code)
 	}
+
+	navigate(t, ctx, withToken+"/executions/"+gather.UUID.String())
+	if n := run(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("main form").length`)); n != 0 {
+		t.Fatalf("a browser that has not signed in sees %d action forms, want none", n)
+	}
 	if err := chromedp.Do(ctx,
-		chromedp.SendKeys(chromedp.CSS(`#cancel-execution input[name=token]`), "s3cret"),
-		chromedp.Click(chromedp.CSS(`#cancel-execution button`)),
-		chromedp.WaitVisible(chromedp.CSS(`span.state.st-cancelled`)),
+		chromedp.Click(chromedp.CSS(`#sign-in`)),
+		chromedp.WaitVisible(chromedp.CSS(`#login input[name=token]`)),
+		chromedp.SendKeys(chromedp.CSS(`#login input[name=token]`), "wrong"),
+		chromedp.Submit(chromedp.CSS(`#login`)),
+		chromedp.WaitVisible(chromedp.CSS(`#wrong-token`)),
+		chromedp.SendKeys(chromedp.CSS(`#login input[name=token]`), "s3cret"),
+		chromedp.Submit(chromedp.CSS(`#login`)),
+		chromedp.WaitVisible(chromedp.CSS(`#cancel-execution button`)),
 	); err != nil {
-		t.Fatalf("cancelling from the browser with the token: %v", err)
+		t.Fatalf("signing in with the token: %v", err)
+	}
+	if n := run(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("input[name=token]").length`)); n != 0 {
+		t.Fatalf("after signing in, %d forms still ask for the token", n)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`#cancel-execution button`)),
+		chromedp.WaitVisible(chromedp.CSS(`h2 span.state.st-cancelled`)),
+	); err != nil {
+		t.Fatalf("cancelling from the browser: %v", err)
 	}
 	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE execution_id = $1 AND state = 'cancelled' AND cancelled_by = 'token'`, gather.UUID); n != 1 {
 		t.Fatalf("the execution is not cancelled by the console's token user")
+	}
+	// A cancelled execution offers no Cancel any more.
+	if n := run(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("#cancel-execution").length`)); n != 0 {
+		t.Fatalf("a cancelled execution still offers Cancel")
 	}
 }
 

@@ -1,7 +1,11 @@
 package console
 
 import (
-	"sort"
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
@@ -9,87 +13,198 @@ import (
 
 // Geometry of a drawn flow, in SVG units.
 const (
-	nodeW, nodeH = 150, 34
-	colGap       = 60
-	rowGap       = 18
+	nodeW, nodeH = 170, 50
+	colGap       = 70
+	rowGap       = 16
+	laneH        = 14 // the slot a passing edge takes in a column
 	margin       = 16
+	sweeps       = 12 // ordering passes (alternately down and up)
+	// maxPassing bounds the lanes long edges take through columns: a
+	// flow whose long edges would need more draws them straight across
+	// instead (they may then cross boxes), so that laying out a huge
+	// flow stays cheap.
+	maxPassing = 20000
 )
 
 // gnode is one step as drawn.
 type gnode struct {
 	ID, Name, Kind, State string
+	Status                string // the state in words, with a duration when there is one
 	Join                  string // the group's policy and decision, "" for a root
+	Error                 string // the last error, for a failed step's tooltip
 	X, Y                  int
-	layer                 int
 }
 
-// gedge is one edge as drawn, from the right of its upstream to the left
-// of its downstream.
+// gedge is one edge as drawn: a path from the right of its upstream to
+// the left of its downstream, through the slots it took in the columns
+// it crosses, ending in an arrowhead.
 type gedge struct {
-	X1, Y1, X2, Y2 int
+	D              string // the SVG path
 	State, Outcome string
+	From, To       string // step names, for the tooltip and tests
 }
 
-// graph is a flow laid out in layers: a step's layer is the length of the
-// longest path from a root to it, so every edge points right; steps of a
-// layer are sorted by name.
+// graph is a flow laid out in layers (Sugiyama's method): a step's
+// column is its longest distance from a root, so every edge points
+// right; an edge that skips columns takes a slot of its own in each
+// column it crosses, so it never passes through a step's box; and each
+// column is ordered by the mean position of its neighbours, sweeping
+// down and up and keeping the order with the fewest crossings.
 type graph struct {
 	Nodes         []*gnode
 	Edges         []gedge
 	Width, Height int
+	Crossings     int  // edge crossings left by the ordering
+	Straight      bool // too many long edges: drawn straight, not routed around steps
 }
 
-func layout(members []*store.Execution, edges []*store.Edge, groups []store.EdgeGroup) *graph {
-	byID := make(map[ident.ExecutionID]*gnode, len(members))
+// slot is one place in a column: a step, or a piece of an edge passing
+// through.
+type slot struct {
+	node       *gnode // nil for a passing edge
+	name       string // a tie-break that keeps the order stable
+	layer      int
+	pos        int     // index in its column
+	bary       float64 // the ordering key of the current sweep
+	up, down   []*slot
+	y, h       int // top and height once placed
+	centreY    int
+	passingFor int // the edge index a passing slot belongs to
+}
+
+func layout(members []*store.Execution, edges []*store.Edge, groups []store.EdgeGroup, now time.Time) *graph {
 	g := &graph{}
+	byID := make(map[ident.ExecutionID]*slot, len(members))
 	for _, x := range members {
 		name := x.Step
 		if name == "" {
 			name = x.ID.UUID.String()[:8]
 		}
-		n := &gnode{ID: x.ID.String(), Name: name, Kind: x.Kind, State: string(x.State)}
-		byID[x.ID] = n
+		n := &gnode{ID: x.ID.String(), Name: name, Kind: x.Kind, State: string(x.State), Status: status(x, now), Error: x.LastError}
+		byID[x.ID] = &slot{node: n, name: name + "\x00" + n.ID}
 		g.Nodes = append(g.Nodes, n)
 	}
 	for _, gr := range groups {
-		if n := byID[gr.Downstream]; n != nil {
-			n.Join = policyLabel(gr.Policy) + " · " + string(gr.Decision)
+		if s := byID[gr.Downstream]; s != nil {
+			s.node.Join = policyLabel(gr.Policy) + " · " + string(gr.Decision)
 		}
 	}
-	layers(byID, edges)
-	rows := map[int][]*gnode{}
-	for _, n := range g.Nodes {
-		rows[n.layer] = append(rows[n.layer], n)
-	}
-	for layer, ns := range rows {
-		sort.Slice(ns, func(i, j int) bool { return ns[i].Name < ns[j].Name })
-		for i, n := range ns {
-			n.X = margin + layer*(nodeW+colGap)
-			n.Y = margin + i*(nodeH+rowGap)
-			g.Width = max(g.Width, n.X+nodeW+margin)
-			g.Height = max(g.Height, n.Y+nodeH+margin)
-		}
-	}
+	var live []*store.Edge
 	for _, e := range edges {
-		u, d := byID[e.Upstream], byID[e.Downstream]
-		if u == nil || d == nil {
-			continue
+		if byID[e.Upstream] != nil && byID[e.Downstream] != nil {
+			live = append(live, e)
 		}
-		g.Edges = append(g.Edges, gedge{X1: u.X + nodeW, Y1: u.Y + nodeH/2, X2: d.X, Y2: d.Y + nodeH/2,
-			State: string(e.State), Outcome: string(e.ResolvedOutcome)})
+	}
+	assignLayers(byID, live)
+
+	// Columns, with a passing slot for every column an edge skips.
+	passing := 0
+	for _, e := range live {
+		passing += byID[e.Downstream].layer - byID[e.Upstream].layer - 1
+	}
+	g.Straight = passing > maxPassing
+	var cols [][]*slot
+	put := func(s *slot) {
+		for len(cols) <= s.layer {
+			cols = append(cols, nil)
+		}
+		cols[s.layer] = append(cols[s.layer], s)
+	}
+	for _, s := range byID {
+		put(s)
+	}
+	chains := make([][]*slot, len(live)) // each edge's slots, upstream first
+	for i, e := range live {
+		u, d := byID[e.Upstream], byID[e.Downstream]
+		chain := []*slot{u}
+		prev := u
+		for l := u.layer + 1; l < d.layer && !g.Straight; l++ {
+			p := &slot{layer: l, name: fmt.Sprintf("%s\x01%d", u.name, i), passingFor: i}
+			put(p)
+			prev.down = append(prev.down, p)
+			p.up = append(p.up, prev)
+			chain = append(chain, p)
+			prev = p
+		}
+		prev.down = append(prev.down, d)
+		d.up = append(d.up, prev)
+		chains[i] = append(chain, d)
+	}
+	order(cols)
+	g.Crossings = crossings(cols)
+
+	// Place: columns left to right, slots top to bottom, each column
+	// centred on the tallest.
+	heights := make([]int, len(cols))
+	tallest := 0
+	for l, col := range cols {
+		for i, s := range col {
+			s.h = laneH
+			if s.node != nil {
+				s.h = nodeH
+			}
+			if i > 0 {
+				heights[l] += rowGap
+			}
+			heights[l] += s.h
+		}
+		tallest = max(tallest, heights[l])
+	}
+	for l, col := range cols {
+		y := margin + (tallest-heights[l])/2
+		for _, s := range col {
+			s.y, s.centreY = y, y+s.h/2
+			if s.node != nil {
+				s.node.X, s.node.Y = colX(l), y
+			}
+			y += s.h + rowGap
+		}
+	}
+	g.Width = colX(len(cols)-1) + nodeW + margin
+	g.Height = tallest + 2*margin
+	if len(cols) == 0 {
+		g.Width, g.Height = 2*margin, 2*margin
+	}
+	for i, e := range live {
+		g.Edges = append(g.Edges, gedge{D: edgePath(chains[i]), State: string(e.State), Outcome: string(e.ResolvedOutcome),
+			From: chains[i][0].node.Name, To: chains[i][len(chains[i])-1].node.Name})
 	}
 	return g
 }
 
-// layers sets each node's layer to its longest distance from a root
-// (Kahn's order; a flow is acyclic).
-func layers(byID map[ident.ExecutionID]*gnode, edges []*store.Edge) {
+func colX(layer int) int { return margin + layer*(nodeW+colGap) }
+
+// edgePath draws an edge through its slots: a curve across each gap
+// between columns (its control points stay inside the gap, so the curve
+// does too) and a straight line across each column it passes.
+func edgePath(chain []*slot) string {
+	var b strings.Builder
+	u := chain[0]
+	x, y := colX(u.layer)+nodeW, u.centreY
+	fmt.Fprintf(&b, "M%d %d", x, y)
+	for _, s := range chain[1:] {
+		x2 := colX(s.layer)
+		mid := (x + x2) / 2
+		if s.layer-u.layer > 1 && len(chain) == 2 {
+			// Drawn straight (graph.Straight): the curve spans columns.
+			mid = x + colGap/2
+		}
+		fmt.Fprintf(&b, " C%d %d, %d %d, %d %d", mid, y, mid, s.centreY, x2, s.centreY)
+		x, y = x2, s.centreY
+		if s.node == nil {
+			x += nodeW
+			fmt.Fprintf(&b, " L%d %d", x, y)
+		}
+	}
+	return b.String()
+}
+
+// assignLayers sets each slot's layer to its longest distance from a
+// root (Kahn's order; a flow is acyclic).
+func assignLayers(byID map[ident.ExecutionID]*slot, edges []*store.Edge) {
 	indeg := map[ident.ExecutionID]int{}
 	out := map[ident.ExecutionID][]ident.ExecutionID{}
 	for _, e := range edges {
-		if byID[e.Upstream] == nil || byID[e.Downstream] == nil {
-			continue
-		}
 		indeg[e.Downstream]++
 		out[e.Upstream] = append(out[e.Upstream], e.Downstream)
 	}
@@ -109,6 +224,140 @@ func layers(byID map[ident.ExecutionID]*gnode, edges []*store.Edge) {
 			}
 		}
 	}
+}
+
+// order sorts each column to reduce crossings: names first, then sweeps
+// by barycentre (down from the upstream column, up from the downstream
+// one), keeping the best order seen.
+func order(cols [][]*slot) {
+	for _, col := range cols {
+		slices.SortFunc(col, func(a, b *slot) int { return strings.Compare(a.name, b.name) })
+		renumber(col)
+	}
+	best, bestN := snapshot(cols), crossings(cols)
+	for pass := 0; pass < sweeps && bestN > 0; pass++ {
+		if pass%2 == 0 {
+			for l := 1; l < len(cols); l++ {
+				sortBy(cols[l], func(s *slot) []*slot { return s.up })
+			}
+		} else {
+			for l := len(cols) - 2; l >= 0; l-- {
+				sortBy(cols[l], func(s *slot) []*slot { return s.down })
+			}
+		}
+		if n := crossings(cols); n < bestN {
+			best, bestN = snapshot(cols), n
+		}
+	}
+	for l := range cols {
+		cols[l] = best[l]
+		renumber(cols[l])
+	}
+}
+
+// sortBy orders a column by the mean position of each slot's neighbours
+// in the adjacent column; a slot without any keeps its place.
+func sortBy(col []*slot, neighbours func(*slot) []*slot) {
+	for _, s := range col {
+		ns := neighbours(s)
+		if len(ns) == 0 {
+			s.bary = float64(s.pos)
+			continue
+		}
+		sum := 0
+		for _, n := range ns {
+			sum += n.pos
+		}
+		s.bary = float64(sum) / float64(len(ns))
+	}
+	slices.SortStableFunc(col, func(a, b *slot) int {
+		if c := cmp.Compare(a.bary, b.bary); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	renumber(col)
+}
+
+func renumber(col []*slot) {
+	for i, s := range col {
+		s.pos = i
+	}
+}
+
+func snapshot(cols [][]*slot) [][]*slot {
+	out := make([][]*slot, len(cols))
+	for l, col := range cols {
+		out[l] = slices.Clone(col)
+	}
+	return out
+}
+
+// crossings counts the pairs of edge pieces that cross between adjacent
+// columns: the inversions of the downstream positions once the pieces
+// are sorted by upstream position (a Fenwick tree, O(E log V)).
+func crossings(cols [][]*slot) int {
+	total := 0
+	for l := 0; l+1 < len(cols); l++ {
+		type piece struct{ a, b int }
+		var ps []piece
+		for _, s := range cols[l] {
+			for _, d := range s.down {
+				ps = append(ps, piece{s.pos, d.pos})
+			}
+		}
+		slices.SortFunc(ps, func(x, y piece) int {
+			if c := cmp.Compare(x.a, y.a); c != 0 {
+				return c
+			}
+			return cmp.Compare(x.b, y.b)
+		})
+		tree := make([]int, len(cols[l+1])+1)
+		seen := 0
+		for _, p := range ps {
+			// Pieces seen so far with a downstream position after p's cross it.
+			atMost := 0
+			for i := p.b + 1; i > 0; i -= i & -i {
+				atMost += tree[i]
+			}
+			total += seen - atMost
+			for i := p.b + 1; i < len(tree); i += i & -i {
+				tree[i]++
+			}
+			seen++
+		}
+	}
+	return total
+}
+
+// status is a step's state in words, with how long it ran (or has been
+// running).
+func status(x *store.Execution, now time.Time) string {
+	s := string(x.State)
+	switch {
+	case x.StartedAt != nil && x.TerminalAt != nil:
+		s += " · " + duration(x.TerminalAt.Sub(*x.StartedAt))
+	case x.StartedAt != nil && x.State == store.StateRunning:
+		s += " · " + duration(now.Sub(*x.StartedAt))
+	}
+	if x.Attempt > 1 {
+		s += fmt.Sprintf(" · try %d", x.Attempt)
+	}
+	return s
+}
+
+// duration is d for a person: milliseconds under a second, then seconds
+// with two decimals, then minutes and hours rounded to the second.
+func duration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0 ms"
+	case d < time.Second:
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	}
+	return d.Round(time.Second).String()
 }
 
 func policyLabel(p store.Policy) string {

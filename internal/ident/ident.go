@@ -24,8 +24,16 @@ type ParseError struct {
 }
 
 func (e *ParseError) Error() string {
-	return fmt.Sprintf("invalid %s %q: %s", e.Kind, e.Input, e.Reason)
+	in := e.Input
+	if len(in) > maxQuoted {
+		// A message, and so a log line, stays short whatever came in.
+		in = strings.ToValidUTF8(in[:maxQuoted], "") + "…"
+	}
+	return fmt.Sprintf("invalid %s %q: %s", e.Kind, in, e.Reason)
 }
+
+// maxQuoted is the longest input a ParseError's message quotes whole.
+const maxQuoted = 100
 
 // Is makes errors.Is(err, ErrInvalid) true for every ParseError.
 func (e *ParseError) Is(target error) bool { return target == ErrInvalid }

@@ -184,3 +184,23 @@ func TestNewUUIDInEveryPartition(t *testing.T) {
 		t.Fatalf("NewExecutionIDForKey placed %s, want partition 94 for its id and its uuid", id)
 	}
 }
+
+// A huge input is kept whole in the error's Input but quoted short in
+// its message: a console or log line must not grow with what was sent.
+func TestParseErrorQuotesLongInputShort(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("a", 1<<20)
+	for _, parse := range []func(string) error{
+		func(s string) error { _, err := ParseExecutionID(s); return err },
+		func(s string) error { _, err := ParseUUID("flow id", s); return err },
+	} {
+		err := parse(long)
+		var pe *ParseError
+		if !errors.As(err, &pe) || pe.Input != long {
+			t.Fatalf("error %T does not keep the input whole", err)
+		}
+		if n := len(err.Error()); n > 300 {
+			t.Fatalf("the message of a 1 MiB input is %d bytes, want at most 300", n)
+		}
+	}
+}

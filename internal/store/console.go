@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffd/internal/ident"
 )
 
 // FlowStateCounts counts flows by state (in a namespace; "" for all).
@@ -120,4 +123,78 @@ func Slots(ctx context.Context, db DB) ([]Slot, error) {
 	}
 	ss, err := pgx.CollectRows(rows, pgx.RowToStructByName[Slot])
 	return ss, wrap("read replication slots", err)
+}
+
+// FlowProgress is how far a flow's members got.
+type FlowProgress struct {
+	Done   int // members in a terminal state
+	Failed int // of those, failed or expired
+	// FailedSteps names the failed or expired members (step name, or
+	// the execution id when the member has none), up to five.
+	FailedSteps []string
+}
+
+// FlowProgressOf reads the progress of each flow in ids, in one query
+// over the flows' members (each flow's rows by (partition_key, flow_id)).
+func FlowProgressOf(ctx context.Context, db DB, ids []uuid.UUID) (map[uuid.UUID]*FlowProgress, error) {
+	parts := make([]int16, len(ids))
+	for i, id := range ids {
+		parts[i] = ident.Partition(id)
+	}
+	rows, err := db.Query(ctx, `SELECT e.flow_id,
+			count(*) FILTER (WHERE e.state = ANY($3)),
+			count(*) FILTER (WHERE e.state = ANY($4)),
+			(array_agg(coalesce(e.step, e.execution_id::text) ORDER BY e.execution_id) FILTER (WHERE e.state = ANY($4)))[1:5]
+		FROM unnest($1::int2[], $2::uuid[]) AS f(partition_key, flow_id)
+		JOIN ff_execution e ON e.partition_key = f.partition_key AND e.flow_id = f.flow_id
+		GROUP BY e.flow_id`, parts, ids, terminalStates(), []State{StateFailed, StateExpired})
+	if err != nil {
+		return nil, wrap("read flow progress", err)
+	}
+	out := make(map[uuid.UUID]*FlowProgress, len(ids))
+	var id uuid.UUID
+	var p FlowProgress
+	_, err = pgx.ForEachRow(rows, []any{&id, &p.Done, &p.Failed, &p.FailedSteps}, func() error {
+		q := p
+		out[id] = &q
+		p = FlowProgress{}
+		return nil
+	})
+	return out, wrap("read flow progress", err)
+}
+
+// terminalStates lists the terminal states, for a query's parameter.
+func terminalStates() []State {
+	var out []State
+	for _, s := range States {
+		if s.Terminal() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Downstream is one step an execution's edges lead to.
+type Downstream struct {
+	Step  string
+	ID    ident.ExecutionID
+	State State
+}
+
+// DownstreamsOf reads the steps up's edges lead to, by step name, in one
+// query on the upstream's edges.
+func DownstreamsOf(ctx context.Context, db DB, flowID uuid.UUID, up ident.ExecutionID) ([]Downstream, error) {
+	rows, err := db.Query(ctx, `SELECT coalesce(d.step, ''), d.partition_key, d.execution_id, d.state
+		FROM ff_edge e JOIN ff_execution d ON d.partition_key = e.partition_key AND d.execution_id = e.downstream_id
+		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.upstream_id = $3
+		ORDER BY d.step, d.execution_id`, up.Partition, flowID, up.UUID)
+	if err != nil {
+		return nil, wrap("read the downstreams of "+up.String(), err)
+	}
+	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Downstream, error) {
+		var d Downstream
+		err := r.Scan(&d.Step, &d.ID.Partition, &d.ID.UUID, &d.State)
+		return d, err
+	})
+	return ds, wrap("read the downstreams of "+up.String(), err)
 }

@@ -222,22 +222,34 @@ type ExecutionFilter struct {
 	State     State
 	Kind      string
 	FlowID    *uuid.UUID
-	After     *uuid.UUID // keyset cursor: ids after this one
-	Limit     int        // rows to return, ≥ 1
+	// Search, when set, keeps the executions whose kind or step begins
+	// with it.
+	Search string
+	After  *uuid.UUID // keyset cursor: ids after this one (before it when Newest)
+	Limit  int        // rows to return, ≥ 1
+	Newest bool       // newest first; false: oldest first
 }
 
-// ListExecutions returns up to f.Limit executions in id order.
+// ListExecutions returns up to f.Limit executions in id order, or newest
+// first; each order is its own statement, reading ff_execution_list in
+// its direction.
 func ListExecutions(ctx context.Context, db DB, f ExecutionFilter) ([]*Execution, error) {
-	rows, err := db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e
-		WHERE ($1::text IS NULL OR e.namespace = $1)
+	const where = `WHERE ($1::text IS NULL OR e.namespace = $1)
 			AND ($2::text IS NULL OR e.lane = $2)
 			AND ($3::text IS NULL OR e.state = $3)
 			AND ($4::uuid IS NULL OR e.flow_id = $4)
-			AND ($5::uuid IS NULL OR e.execution_id > $5)
 			AND ($7::text IS NULL OR e.kind = $7)
-		ORDER BY e.execution_id
-		LIMIT $6`,
-		nullIfEmpty(f.Namespace), nullIfEmpty(f.Lane), nullIfEmpty(string(f.State)), f.FlowID, f.After, f.Limit, nullIfEmpty(f.Kind))
+			AND ($8::text IS NULL OR starts_with(e.kind, $8) OR starts_with(e.step, $8))`
+	sql := `SELECT ` + execColumns + ` FROM ff_execution e ` + where + `
+			AND ($5::uuid IS NULL OR e.execution_id > $5)
+		ORDER BY e.execution_id LIMIT $6`
+	if f.Newest {
+		sql = `SELECT ` + execColumns + ` FROM ff_execution e ` + where + `
+			AND ($5::uuid IS NULL OR e.execution_id < $5)
+		ORDER BY e.execution_id DESC LIMIT $6`
+	}
+	rows, err := db.Query(ctx, sql,
+		nullIfEmpty(f.Namespace), nullIfEmpty(f.Lane), nullIfEmpty(string(f.State)), f.FlowID, f.After, f.Limit, nullIfEmpty(f.Kind), nullIfEmpty(f.Search))
 	if err != nil {
 		return nil, wrap("list executions", err)
 	}

@@ -130,18 +130,27 @@ type FlowFilter struct {
 	State     FlowState
 	Kind      string     // "": any; else the kind, or its prefix when it ends in *
 	From, To  *time.Time // created at or after From, before To; nil: unbounded
-	After     *uuid.UUID // keyset cursor: ids after this one
+	After     *uuid.UUID // keyset cursor: ids after this one (before it when Newest)
 	Limit     int        // rows to return
+	Newest    bool       // newest first; false: oldest first
 }
 
-// ListFlows reads flows in id (creation) order.
+// ListFlows reads flows in id (creation) order, or newest first. Each
+// order is its own statement so that each reads ff_flow_id in its
+// direction and stops at the page.
 func ListFlows(ctx context.Context, db DB, f FlowFilter) ([]*Flow, error) {
-	rows, err := db.Query(ctx, `SELECT `+flowColumns+` FROM ff_flow f
-		WHERE ($1::text IS NULL OR f.namespace = $1) AND ($2::text IS NULL OR f.state = $2)
-			AND ($3::uuid IS NULL OR f.flow_id > $3)
+	const where = `WHERE ($1::text IS NULL OR f.namespace = $1) AND ($2::text IS NULL OR f.state = $2)
 			AND ($5::text IS NULL OR f.kind = $5 OR (right($5, 1) = '*' AND f.kind LIKE replace(rtrim($5, '*'), '%', '') || '%'))
-			AND ($6::timestamptz IS NULL OR f.created_at >= $6) AND ($7::timestamptz IS NULL OR f.created_at < $7)
-		ORDER BY f.flow_id LIMIT $4`, nullIfEmpty(f.Namespace), nullIfEmpty(string(f.State)), f.After, f.Limit, nullIfEmpty(f.Kind), f.From, f.To)
+			AND ($6::timestamptz IS NULL OR f.created_at >= $6) AND ($7::timestamptz IS NULL OR f.created_at < $7)`
+	sql := `SELECT ` + flowColumns + ` FROM ff_flow f ` + where + `
+			AND ($3::uuid IS NULL OR f.flow_id > $3)
+		ORDER BY f.flow_id LIMIT $4`
+	if f.Newest {
+		sql = `SELECT ` + flowColumns + ` FROM ff_flow f ` + where + `
+			AND ($3::uuid IS NULL OR f.flow_id < $3)
+		ORDER BY f.flow_id DESC LIMIT $4`
+	}
+	rows, err := db.Query(ctx, sql, nullIfEmpty(f.Namespace), nullIfEmpty(string(f.State)), f.After, f.Limit, nullIfEmpty(f.Kind), f.From, f.To)
 	if err != nil {
 		return nil, err
 	}
