@@ -21,6 +21,9 @@ const (
 	DefaultDaemonStopTimeout    = 30 * time.Second
 	DefaultOutboxRetention      = 7 * 24 * time.Hour
 	DefaultExecutionRetention   = 30 * 24 * time.Hour
+	// KeepForever, as a retention, deletes nothing (any negative age
+	// does the same).
+	KeepForever time.Duration = -1
 )
 
 // ErrDaemonStarted is returned by Daemon.Start on a daemon already
@@ -45,17 +48,18 @@ type DaemonConfig struct {
 	StopTimeout time.Duration
 	// OutboxRetention deletes outbox events older than this once they
 	// are dispatched and every registered consumer has read them. Default
-	// DefaultOutboxRetention (7 days); negative: keep them forever.
+	// DefaultOutboxRetention (7 days); KeepForever keeps them. (0 is
+	// the default here; `ffd run` refuses 0 and spells forever
+	// "forever", so neither reads the other's 0 as forever.)
 	OutboxRetention time.Duration
 	// ExecutionRetention deletes finished executions (with their
 	// attempts) and finished flows (with their members, edges and groups)
 	// this long after they finished, freeing their idempotency keys.
-	// Default DefaultExecutionRetention (30 days); negative: keep them
-	// forever.
+	// Default DefaultExecutionRetention (30 days); KeepForever keeps
+	// them.
 	ExecutionRetention time.Duration
 	// NamespaceRetention overrides ExecutionRetention for the namespaces
-	// it names; a negative age keeps that namespace's forever. Default
-	// none.
+	// it names; KeepForever keeps that namespace's. Default none.
 	NamespaceRetention map[string]time.Duration
 }
 

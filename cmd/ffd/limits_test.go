@@ -25,9 +25,14 @@ func TestFlagRangesAreRefusedUpFront(t *testing.T) {
 		{[]string{"run", "--queue-size", "200000000"}, "--queue-size", "1..1000000"},
 		{[]string{"run", "--queue-size", "0"}, "--queue-size", "1..1000000"},
 		{[]string{"run", "--sweep-batch=-1"}, "--sweep-batch", "1..100000"},
-		{[]string{"run", "--retention", "1s"}, "--retention", "or 0"},
-		{[]string{"run", "--execution-retention", "1s"}, "--execution-retention", "or 0"},
-		{[]string{"run", "--namespace-retention", "billing=1s"}, "--namespace-retention billing", "or 0"},
+		{[]string{"run", "--retention", "1s"}, "--retention", "or forever"},
+		{[]string{"run", "--execution-retention", "1s"}, "--execution-retention", "or forever"},
+		{[]string{"run", "--namespace-retention", "billing=1s"}, "--namespace-retention billing", "or forever"},
+		// 0 meant forever here and means the default in the Go API: refused.
+		{[]string{"run", "--retention", "0"}, "--retention", "write forever"},
+		{[]string{"run", "--execution-retention", "0s"}, "--execution-retention", "write forever"},
+		{[]string{"run", "--namespace-retention", "audit=0"}, "--namespace-retention", "write forever"},
+		{[]string{"run", "--execution-retention", "always"}, "--execution-retention", "or forever"},
 		{[]string{"run", "--namespace-retention", "bad name=1h"}, "--namespace-retention", "A-Z a-z 0-9"},
 		{[]string{"run", "--consumer-idle-limit", "0s"}, "--consumer-idle-limit", "1s.."},
 		{[]string{"dev", "--port", "70000"}, "--port", "0..65535"},
@@ -68,7 +73,8 @@ func TestDaemonAcceptsTheCLIBounds(t *testing.T) {
 		f := DaemonFlags{
 			PoolMaxConns: int32(pick(bound.PoolMaxConns)), CascadeWorkers: pick(bound.CascadeWorkers),
 			SiblingWorkers: pick(bound.SiblingWorkers), QueueSize: pick(bound.QueueSize), SweepBatch: pick(bound.SweepBatch),
-			SweepInterval: bound.SweepInterval.Max, StopTimeout: bound.StopTimeout.Min, Retention: bound.Retention.Max,
+			SweepInterval: bound.SweepInterval.Max, StopTimeout: bound.StopTimeout.Min, Retention: retention{age: bound.Retention.Max},
+			ExecutionRetention: retention{keep: true}, NamespaceRetention: namespaceRetentions{"audit": {keep: true}, "scratch": {age: bound.Retention.Min}},
 			ConsumerIdle: bound.ConsumerIdleLimit.Max,
 		}
 		if err := f.Validate(); err != nil {
@@ -77,6 +83,12 @@ func TestDaemonAcceptsTheCLIBounds(t *testing.T) {
 		cfg, pool, err := f.config(context.Background(), &Globals{}, db.URL)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// forever reaches the daemon as its "keep" (0); ages as they are.
+		if cfg.Retention != bound.Retention.Max || cfg.ExecutionRetention != 0 ||
+			cfg.NamespaceRetention["audit"] != 0 || cfg.NamespaceRetention["scratch"] != bound.Retention.Min {
+			t.Errorf("retentions reached the daemon as %v, %v, %v; want %v, 0 (forever), audit 0 and scratch %v",
+				cfg.Retention, cfg.ExecutionRetention, cfg.NamespaceRetention, bound.Retention.Max, bound.Retention.Min)
 		}
 		if _, err := daemon.New(cfg); err != nil {
 			t.Errorf("the daemon refused flags the CLI accepts: %v", err)

@@ -32,12 +32,12 @@ type DaemonFlags struct {
 	SweepInterval  time.Duration `name:"sweep-interval" env:"FFD_SWEEP_INTERVAL" default:"1s" help:"Period of the fallback sweep (jittered ±10%)."`
 	SweepBatch     int           `name:"sweep-batch" env:"FFD_SWEEP_BATCH" default:"500" help:"Rows each sweep batch takes."`
 	StopTimeout    time.Duration `name:"stop-timeout" env:"FFD_STOP_TIMEOUT" default:"30s" help:"How long a graceful stop may take."`
-	Retention      time.Duration `name:"retention" env:"FFD_RETENTION" default:"168h" help:"Delete outbox events older than this once dispatched and consumed by every named consumer; 0 disables."`
+	Retention      retention     `name:"retention" env:"FFD_RETENTION" default:"168h" help:"Delete outbox events older than this once dispatched and consumed by every named consumer; forever keeps them."`
 	Console        bool          `name:"console" env:"FFD_CONSOLE" help:"Serve the web console on the admin address too."`
 	ConsumerIdle   time.Duration `name:"consumer-idle-limit" env:"FFD_CONSUMER_IDLE_LIMIT" default:"24h" help:"Report named consumers idle this long while events wait for them."`
 	// Retention of finished work (internal/store.Ages).
-	ExecutionRetention time.Duration            `name:"execution-retention" env:"FFD_EXECUTION_RETENTION" default:"720h" help:"Delete finished executions, and finished flows with their members, edges and groups, this long after they finished; 0 keeps them forever."`
-	NamespaceRetention map[string]time.Duration `name:"namespace-retention" env:"FFD_NAMESPACE_RETENTION" mapsep:";" help:"Per-namespace overrides of --execution-retention, as namespace=age;... (0: keep forever)."`
+	ExecutionRetention retention           `name:"execution-retention" env:"FFD_EXECUTION_RETENTION" default:"720h" help:"Delete finished executions, and finished flows with their members, edges and groups, this long after they finished; forever keeps them."`
+	NamespaceRetention namespaceRetentions `name:"namespace-retention" env:"FFD_NAMESPACE_RETENTION" placeholder:"NS=AGE;..." help:"Per-namespace overrides of --execution-retention, as namespace=age;... (an age, or forever)."`
 }
 
 // Validate checks every flag against the range the daemon accepts
@@ -51,8 +51,8 @@ func (f *DaemonFlags) Validate() error {
 		bound.SweepInterval.Check("--sweep-interval", f.SweepInterval),
 		bound.SweepBatch.Check("--sweep-batch", f.SweepBatch),
 		bound.StopTimeout.Check("--stop-timeout", f.StopTimeout),
-		bound.Retention.Check("--retention", f.Retention),
-		bound.Retention.Check("--execution-retention", f.ExecutionRetention),
+		f.Retention.check("--retention"),
+		f.ExecutionRetention.check("--execution-retention"),
 		namespaceRetention(f.NamespaceRetention),
 		bound.ConsumerIdleLimit.Check("--consumer-idle-limit", f.ConsumerIdle),
 	)
@@ -92,8 +92,14 @@ func (f *DaemonFlags) config(ctx context.Context, g *Globals, databaseURL string
 	cfg := daemon.Config{
 		Pool: pool, ListenConnConfig: listen, CascadeWorkers: f.CascadeWorkers, SiblingWorkers: f.SiblingWorkers,
 		QueueSize: f.QueueSize, SweepInterval: f.SweepInterval, SweepBatch: f.SweepBatch, StopTimeout: f.StopTimeout,
-		AdminAddr: f.AdminAddr, Retention: f.Retention, ConsumerIdleLimit: f.ConsumerIdle, Logger: g.log,
-		ExecutionRetention: f.ExecutionRetention, NamespaceRetention: f.NamespaceRetention,
+		AdminAddr: f.AdminAddr, Retention: f.Retention.internal(), ConsumerIdleLimit: f.ConsumerIdle, Logger: g.log,
+		ExecutionRetention: f.ExecutionRetention.internal(),
+	}
+	if len(f.NamespaceRetention) > 0 {
+		cfg.NamespaceRetention = make(map[string]time.Duration, len(f.NamespaceRetention))
+		for ns, r := range f.NamespaceRetention {
+			cfg.NamespaceRetention[ns] = r.internal()
+		}
 	}
 	if f.Console {
 		if f.AdminAddr == "" {
@@ -112,12 +118,12 @@ func (f *DaemonFlags) config(ctx context.Context, g *Globals, databaseURL string
 }
 
 // namespaceRetention checks --namespace-retention's names and ages.
-func namespaceRetention(m map[string]time.Duration) error {
+func namespaceRetention(m namespaceRetentions) error {
 	for ns, age := range m {
 		if err := leases.ValidateName("--namespace-retention", ns); err != nil {
 			return err
 		}
-		if err := bound.Retention.Check("--namespace-retention "+ns, age); err != nil {
+		if err := age.check("--namespace-retention " + ns); err != nil {
 			return err
 		}
 	}
