@@ -84,6 +84,31 @@ func scheduleOf(s *store.Schedule, err error) (*Schedule, error) {
 // a tick will create is validated now. A name in use is a
 // *ConflictError carrying the existing schedule.
 func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) (*Schedule, error) {
+	sp, err := c.scheduleParams(p)
+	if err != nil {
+		return nil, err
+	}
+	return scheduleOf(schedule.Create(ctx, c.pool, c.limits, sp))
+}
+
+// PutSchedule creates a schedule, or replaces the definition of the one
+// of that name: the call for an application that declares its
+// schedules each time it starts. A replaced schedule keeps its next tick
+// when Cron and Timezone are unchanged, and keeps whether it is paused
+// (an operator's pause survives a restart; p.Paused applies only to a
+// new schedule), when it last fired and how often. A definition equal
+// to the stored one writes nothing. Validation is CreateSchedule's.
+func (c *Client) PutSchedule(ctx context.Context, p ScheduleParams) (*Schedule, error) {
+	sp, err := c.scheduleParams(p)
+	if err != nil {
+		return nil, err
+	}
+	s, _, err := schedule.Put(ctx, c.pool, c.limits, sp)
+	return scheduleOf(s, err)
+}
+
+// scheduleParams converts p for internal/schedule.
+func (c *Client) scheduleParams(p ScheduleParams) (schedule.Params, error) {
 	if p.Namespace == "" {
 		p.Namespace = c.cfg.Namespace
 	}
@@ -93,7 +118,7 @@ func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) (*Schedul
 		ep.Namespace = p.Namespace
 		ip, err := ep.internal(c)
 		if err != nil {
-			return nil, err
+			return schedule.Params{}, err
 		}
 		sp.Execution = &ip
 	}
@@ -102,11 +127,11 @@ func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) (*Schedul
 		fp.Flow.Namespace = p.Namespace
 		ip, err := fp.internal(c)
 		if err != nil {
-			return nil, err
+			return schedule.Params{}, err
 		}
 		sp.Flow = &ip
 	}
-	return scheduleOf(schedule.Create(ctx, c.pool, c.limits, sp))
+	return sp, nil
 }
 
 // ListSchedules lists every schedule, by name.

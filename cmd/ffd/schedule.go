@@ -33,6 +33,7 @@ type ScheduleCreateCmd struct {
 	Payload   string `name:"payload" help:"The execution's JSON payload (refused unless it is valid JSON)."`
 	FlowFile  string `name:"flow-file" type:"existingfile" help:"Each tick submits this flow: a JSON file of ffd.SubmitFlowParams (docs/schedules.md); unknown keys are refused."`
 	Paused    bool   `name:"paused" help:"Create it paused."`
+	Replace   bool   `name:"replace" help:"If a schedule of this name exists, replace its definition (keeping its pause, and its next tick when --cron and --timezone are unchanged) instead of refusing."`
 }
 
 // Run creates the schedule.
@@ -68,12 +69,16 @@ func (c *ScheduleCreateCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	s, err := client.CreateSchedule(ctx, p)
+	create, verb := client.CreateSchedule, "created"
+	if c.Replace {
+		create, verb = client.PutSchedule, "stored"
+	}
+	s, err := create(ctx, p)
 	if err != nil {
 		return err
 	}
 	return c.print(g.stdout, scheduleJSON(s), func(tw *tabwriter.Writer) {
-		fmt.Fprintf(tw, "schedule %s created; next run %s\n", s.Name, ts(&s.NextRunAt))
+		fmt.Fprintf(tw, "schedule %s %s; next run %s\n", s.Name, verb, ts(&s.NextRunAt))
 	})
 }
 

@@ -46,12 +46,31 @@ func Create(ctx context.Context, db store.DB, lim leases.Limits, p Params) (*sto
 	s, err := store.InsertSchedule(ctx, db, row)
 	if store.IsScheduleTaken(err) {
 		existing, _ := Get(ctx, db, p.Name)
-		return nil, &fault.ConflictError{Object: "schedule", ID: p.Name, Reason: "a schedule with this name exists; delete it first", Existing: existing}
+		return nil, &fault.ConflictError{Object: "schedule", ID: p.Name, Reason: "a schedule with this name exists; delete it first, or put it (PutSchedule, ffd schedule create --replace) to replace its definition", Existing: existing}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create schedule %s: %w", p.Name, err)
 	}
 	return s, nil
+}
+
+// Put validates a schedule like Create and stores it, or replaces the
+// definition of the schedule of that name (store.PutSchedule says what a
+// replacement keeps). changed is false when the stored definition was
+// already p's.
+func Put(ctx context.Context, db store.DB, lim leases.Limits, p Params) (*store.Schedule, bool, error) {
+	row, spec, err := validate(lim, p)
+	if err != nil {
+		return nil, false, err
+	}
+	now, err := store.Now(ctx, db)
+	if err != nil {
+		return nil, false, err
+	}
+	if row.NextRunAt = spec.Next(now); row.NextRunAt.IsZero() {
+		return nil, false, fault.Invalid(fault.KindInvalidValue, "cron", p.Spec, "it never fires: no date matches")
+	}
+	return store.PutSchedule(ctx, db, row)
 }
 
 // validate checks p and builds its row.

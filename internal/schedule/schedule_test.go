@@ -1,7 +1,9 @@
 package schedule_test
 
 import (
+	"encoding/base64"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,5 +152,52 @@ func TestScheduleLifecycle(t *testing.T) {
 	var nf *fault.NotFoundError
 	if err := schedule.Delete(f.Ctx, f.Pool, "tick"); !errors.As(err, &nf) {
 		t.Fatalf("delete twice: %v; want NotFound", err)
+	}
+}
+
+// Put is idempotent: the first creates, a repeat writes nothing and
+// keeps the next tick, a changed payload replaces the definition but
+// keeps the tick and an operator's pause, and a changed spec moves the
+// tick. Invalid definitions are refused like Create's.
+func TestPutDeclaresASchedule(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	put := func(p schedule.Params) (*store.Schedule, bool) {
+		t.Helper()
+		s, changed, err := schedule.Put(f.Ctx, f.Pool, leases.Limits{}, p)
+		if err != nil {
+			t.Fatalf("put %s: %v", p.Name, err)
+		}
+		return s, changed
+	}
+	p := schedule.Params{Name: "nightly", Spec: "0 3 * * *", Execution: &leases.CreateParams{Lane: "n", Payload: []byte(`{"v":1}`)}}
+	first, changed := put(p)
+	if !changed {
+		t.Fatal("the first put reports no change")
+	}
+	again, changed := put(p)
+	if changed || !again.UpdatedAt.Equal(first.UpdatedAt) || !again.NextRunAt.Equal(first.NextRunAt) {
+		t.Fatalf("a repeated put: changed %v, updated %v (was %v); want nothing written", changed, again.UpdatedAt, first.UpdatedAt)
+	}
+	if _, err := schedule.SetPaused(f.Ctx, f.Pool, "nightly", true); err != nil {
+		t.Fatal(err)
+	}
+	moved := f.dueAgo("nightly", 0) // a tick that no longer matches "0 3 * * *": kept only if the spec is unchanged
+	p.Execution = &leases.CreateParams{Lane: "n", Payload: []byte(`{"v":2}`)}
+	s, changed := put(p)
+	if !changed || !s.Paused || !s.NextRunAt.Equal(moved) || !strings.Contains(string(s.Params), base64.StdEncoding.EncodeToString([]byte(`{"v":2}`))) {
+		t.Fatalf("a new payload: changed %v, paused %v, next %v (want %v), params %s", changed, s.Paused, s.NextRunAt, moved, s.Params)
+	}
+	p.Spec = "0 4 * * *"
+	s, changed = put(p)
+	if !changed || s.NextRunAt.Equal(moved) || s.NextRunAt.UTC().Hour() != 4 || !s.Paused {
+		t.Fatalf("a new spec: changed %v, next %v, paused %v; want the next 04:00, still paused", changed, s.NextRunAt, s.Paused)
+	}
+	var ve *fault.ValidationError
+	if _, _, err := schedule.Put(f.Ctx, f.Pool, leases.Limits{}, schedule.Params{Name: "nightly", Spec: "0 0 30 2 *", Execution: p.Execution}); !errors.As(err, &ve) {
+		t.Fatalf("an invalid put: %v; want a ValidationError", err)
+	}
+	if n := f.Count(`SELECT count(*) FROM ff_schedule`); n != 1 {
+		t.Fatalf("%d schedules, want 1", n)
 	}
 }

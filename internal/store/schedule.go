@@ -54,6 +54,32 @@ func InsertSchedule(ctx context.Context, db DB, s Schedule) (*Schedule, error) {
 	return xs[0], nil
 }
 
+// PutSchedule stores s, or replaces the definition of the schedule of
+// that name, in one statement. A replaced schedule keeps its next tick
+// when its spec and time zone are unchanged, and always keeps whether
+// it is paused, when it last fired and how often (an operator's pause
+// survives an application that declares its schedules at every start).
+// An unchanged definition writes nothing. changed is false then.
+func PutSchedule(ctx context.Context, db DB, s Schedule) (sched *Schedule, changed bool, err error) {
+	xs, err := collectSchedules(db.Query(ctx, `INSERT INTO ff_schedule AS o (name, namespace, spec, timezone, target, params, missed, paused, next_run_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		ON CONFLICT (name) DO UPDATE SET namespace = excluded.namespace, spec = excluded.spec, timezone = excluded.timezone,
+			target = excluded.target, params = excluded.params, missed = excluded.missed, updated_at = now(),
+			next_run_at = CASE WHEN o.spec = excluded.spec AND o.timezone = excluded.timezone THEN o.next_run_at ELSE excluded.next_run_at END
+		WHERE (o.namespace, o.spec, o.timezone, o.target, o.params, o.missed)
+			IS DISTINCT FROM (excluded.namespace, excluded.spec, excluded.timezone, excluded.target, excluded.params, excluded.missed)
+		RETURNING `+scheduleColumns,
+		s.Name, s.Namespace, s.Spec, s.Timezone, s.Target, s.Params, s.Missed, s.Paused, s.NextRunAt))
+	if err != nil {
+		return nil, false, wrap("put schedule "+s.Name, err)
+	}
+	if len(xs) == 1 {
+		return xs[0], true, nil
+	}
+	got, err := GetSchedule(ctx, db, s.Name)
+	return got, false, wrap("read schedule "+s.Name, err)
+}
+
 // ListSchedules reads every schedule, by name.
 func ListSchedules(ctx context.Context, db DB) ([]*Schedule, error) {
 	xs, err := collectSchedules(db.Query(ctx, `SELECT `+scheduleColumns+` FROM ff_schedule ORDER BY name`))
