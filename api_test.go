@@ -2,6 +2,7 @@ package ffd_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"go/ast"
@@ -205,5 +206,26 @@ func TestDaemonDefaultsAreTheDaemons(t *testing.T) {
 		if fmt.Sprint(c.public) != fmt.Sprint(c.daemon) {
 			t.Errorf("%s: public default %v, daemon's %v", c.name, c.public, c.daemon)
 		}
+	}
+}
+
+// An upstream's result forwarded inside a value that is marshalled again
+// stays JSON: it is not re-encoded as a base64 string.
+func TestUpstreamResultForwardsAsJSON(t *testing.T) {
+	t.Parallel()
+	u := ffd.Upstream{Step: "quote", Result: []byte(`{"cents":120}`)}
+	out, err := json.Marshal(map[string]any{"best": u.Result})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != `{"best":{"cents":120}}` {
+		t.Fatalf("forwarded result marshalled as %s; want the JSON embedded as it is", out)
+	}
+	var q struct{ Cents int }
+	if err := u.Decode(&q); err != nil || q.Cents != 120 {
+		t.Fatalf("Decode: %+v, %v; want 120 cents", q, err)
+	}
+	if err := (ffd.Upstream{Step: "none"}).Decode(&q); err == nil {
+		t.Fatal("Decode of an upstream without a result succeeded")
 	}
 }

@@ -20,8 +20,23 @@ type Upstream struct {
 	// with any_of, quorum or let_run others may be failed, cancelled or
 	// still running.
 	State State
-	// Result is its result (completed upstreams only).
-	Result []byte
+	// Result is its result (completed upstreams only). It is JSON as the
+	// upstream's handler returned it (HandleBytes results excepted), and
+	// typed json.RawMessage so that forwarding it inside a value that is
+	// marshalled again (a typed handler's output, a new payload) embeds
+	// it as JSON, not as a base64 string. Decode reads it into a value.
+	Result json.RawMessage
+}
+
+// Decode unmarshals the upstream's JSON result into v.
+func (u Upstream) Decode(v any) error {
+	if len(u.Result) == 0 {
+		return fmt.Errorf("upstream %s (%s) has no result", u.Step, u.ID)
+	}
+	if err := json.Unmarshal(u.Result, v); err != nil {
+		return fmt.Errorf("decode the result of upstream %s (%s) as %T: %w", u.Step, u.ID, v, err)
+	}
+	return nil
 }
 
 // ErrNotAFlowMember is returned by the upstream reads of a job outside
@@ -64,8 +79,8 @@ func UpstreamResults[T any](ctx context.Context, job *Job) (map[string]T, error)
 		}
 		var v T
 		if len(u.Result) > 0 {
-			if err := json.Unmarshal(u.Result, &v); err != nil {
-				return nil, fmt.Errorf("decode the result of upstream %s (%s) as %T: %w", u.Step, u.ID, v, err)
+			if err := u.Decode(&v); err != nil {
+				return nil, err
 			}
 		}
 		out[u.Step] = v
