@@ -200,6 +200,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = DefaultStartTimeout
 	}
+	if err := checkFree(cfg); err != nil {
+		return nil, err
+	}
 	owner, err := serverUser()
 	if err != nil {
 		return nil, err
@@ -253,6 +256,59 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	removeSock()
 	return nil, lastErr
+}
+
+// InUseError is a data directory another running server holds, or a
+// port something else listens on: typically a second `ffd dev`.
+type InUseError struct {
+	DataDir string
+	PID     int // the server holding DataDir; 0 when the port is the problem
+	Port    int // its port, or the port asked for
+}
+
+func (e *InUseError) Error() string {
+	if e.PID == 0 {
+		return fmt.Sprintf("port %d on 127.0.0.1 is in use (another ffd dev, or a PostgreSQL?): pick another port", e.Port)
+	}
+	return fmt.Sprintf("the data directory %s is in use by a running PostgreSQL (pid %d, port %d), probably another ffd dev: use it (postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable), stop it, or give this one another data directory and port",
+		e.DataDir, e.PID, e.Port, e.Port)
+}
+
+// checkFree refuses, before anything starts, a data directory a live
+// server holds (its postmaster.pid names a running process) and a port
+// in use: starting anyway would fail later, and a readiness probe on a
+// taken port could even reach the other server and report ours ready.
+func checkFree(cfg Config) error {
+	if pid, port, ok := readPIDFile(cfg.DataDir); ok && Alive(pid) {
+		return &InUseError{DataDir: cfg.DataDir, PID: pid, Port: port}
+	}
+	if cfg.Port != 0 {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.Port)))
+		if err != nil {
+			return &InUseError{DataDir: cfg.DataDir, Port: cfg.Port}
+		}
+		ln.Close()
+	}
+	return nil
+}
+
+// readPIDFile reads the postmaster's pid (line 1) and port (line 4) from
+// dir's postmaster.pid.
+func readPIDFile(dir string) (pid, port int, ok bool) {
+	b, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
+	if err != nil {
+		return 0, 0, false
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 4 {
+		return 0, 0, false
+	}
+	pid, err = strconv.Atoi(strings.TrimSpace(lines[0]))
+	if err != nil {
+		return 0, 0, false
+	}
+	port, _ = strconv.Atoi(strings.TrimSpace(lines[3]))
+	return pid, port, true
 }
 
 func initdb(ctx context.Context, cfg Config, owner osUser) error {
@@ -348,7 +404,12 @@ func (s *Server) waitReady(ctx context.Context) error {
 		cancel()
 		if err == nil {
 			conn.Close(ctx)
-			return nil
+			// Ready only when the server that answered is ours: its
+			// postmaster.pid names our process.
+			if pid, _, ok := readPIDFile(s.cfg.DataDir); ok && pid == s.cmd.Process.Pid {
+				return nil
+			}
+			err = errors.New("another server answered on the port")
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
