@@ -101,17 +101,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	parser, err := kong.New(&cli,
 		kong.Name("ffd"),
 		kong.Description("ffd: a Postgres-native engine for durable work that runs as DAGs."),
-		kong.UsageOnError(),
 		kong.Writers(stdout, stderr),
+		kong.Help(help),
 		kong.Exit(func(code int) { exitCode = code; panic(exitSentinel{}) }),
 		kong.BindTo(ctx, (*context.Context)(nil)),
 		kong.Vars{"dev_port": strconv.Itoa(DefaultDevPort), "version": version.Get().String()},
 	)
 	if err != nil {
 		fmt.Fprintln(stderr, "ffd:", err)
-		return 2
+		return exitBadArgs
 	}
-	kctx, code, done := parse(parser, args, &exitCode)
+	kctx, code, done := parse(parser, args, &exitCode, stderr)
 	if done {
 		return code
 	}
@@ -123,24 +123,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log, err := logging.New(stderr, cli.LogLevel, cli.LogFormat)
 	if err != nil {
-		fmt.Fprintln(stderr, "ffd:", err)
-		return 2
+		return usageError(stderr, err, kctx.Command())
 	}
 	defer log.Sync() //nolint:errcheck // stderr sync errors are not actionable
 	cli.stdout, cli.log = stdout, log
 	defer cli.close()
 	if err := kctx.Run(&cli.Globals); err != nil {
 		fmt.Fprintln(stderr, "ffd:", err)
-		return 1
+		return codeOf(err)
 	}
-	return 0
+	return exitOK
 }
 
 type exitSentinel struct{}
 
 // parse turns kong's exit-on-help/error into a return value so that run can
 // be called from tests.
-func parse(parser *kong.Kong, args []string, exitCode *int) (kctx *kong.Context, code int, done bool) {
+func parse(parser *kong.Kong, args []string, exitCode *int, stderr io.Writer) (kctx *kong.Context, code int, done bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			if _, ok := r.(exitSentinel); !ok {
@@ -151,8 +150,12 @@ func parse(parser *kong.Kong, args []string, exitCode *int) (kctx *kong.Context,
 	}()
 	kctx, err := parser.Parse(args)
 	if err != nil {
-		parser.Errorf("%s", err)
-		return nil, 2, true
+		command := ""
+		var pe *kong.ParseError
+		if errors.As(err, &pe) && pe.Context != nil {
+			command = pe.Context.Command()
+		}
+		return nil, usageError(stderr, err, command), true
 	}
 	return kctx, 0, false
 }

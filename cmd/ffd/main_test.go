@@ -774,3 +774,53 @@ func TestMaxConns(t *testing.T) {
 		}
 	}
 }
+
+// Every command reports errors the same way: "ffd: <what>" on stderr,
+// exit 2 for what was typed wrong (with where the flags are described),
+// exit 1 for what failed.
+func TestErrorsShareOnePrefixAndExitCodes(t *testing.T) {
+	t.Parallel()
+	nowhere := "--database-url=postgres://nobody@127.0.0.1:1/none?connect_timeout=1"
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"exec", "list", "--bogus"}, 2, "see 'ffd exec list --help'"},
+		{[]string{"bogus"}, 2, "see 'ffd --help'"},
+		{[]string{"run", "--queue-size", "0", nowhere}, 2, "--queue-size"},
+		{[]string{"exec", "show", "nope", nowhere}, 2, "invalid execution_id"},
+		{[]string{"flow", "show", "nope", nowhere}, 2, "invalid"},
+		{[]string{"exec", "list", nowhere}, 1, "connect to database"},
+		{[]string{"schedule", "list", nowhere}, 1, "connect to database"},
+		{[]string{"exec", "list"}, 1, "no database configured"},
+	} {
+		code, _, errOut := runFFD(t, c.args...)
+		if code != c.code || !strings.HasPrefix(errOut, "ffd: ") || strings.Contains(errOut, "ffd: error:") || !strings.Contains(errOut, c.want) {
+			t.Errorf("ffd %s: exit %d, stderr %q; want exit %d, \"ffd: \" first, mentioning %q", strings.Join(c.args, " "), code, errOut, c.code, c.want)
+		}
+	}
+}
+
+// A command's help describes its own flags and names the global ones on
+// a few lines, instead of describing them all again.
+func TestCommandHelpNamesGlobalFlagsBriefly(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range [][]string{{"exec", "list"}, {"schedule", "create"}, {"events", "tail"}, {"migrate", "up"}} {
+		code, out, _ := runFFD(t, append(cmd, "--help")...)
+		if code != 0 {
+			t.Fatalf("ffd %s --help: exit %d", strings.Join(cmd, " "), code)
+		}
+		if strings.Contains(out, "keepalive probe") || strings.Contains(out, "idle inside a transaction") {
+			t.Errorf("ffd %s --help describes the global flags again:\n%s", strings.Join(cmd, " "), out)
+		}
+		_, footer, ok := strings.Cut(out, "Global flags")
+		if !ok || !strings.Contains(footer, "--database-url") || strings.Count(footer, "\n") > 6 {
+			t.Errorf("ffd %s --help: want a short footer naming the global flags; got:\n%s", strings.Join(cmd, " "), out)
+		}
+	}
+	// The top-level help still describes them.
+	if _, out, _ := runFFD(t, "--help"); !strings.Contains(out, "idle inside a transaction") {
+		t.Errorf("ffd --help no longer describes the global flags:\n%s", out)
+	}
+}
