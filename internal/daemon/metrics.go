@@ -53,7 +53,7 @@ func NewMetrics() *Metrics {
 	gaugeVec := func(name, help string, labels ...string) *prometheus.GaugeVec {
 		return with.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
 	}
-	return &Metrics{
+	m := &Metrics{
 		registry: r,
 		eventsDispatched: counter("ffd_events_dispatched_total",
 			"Completion events dispatched by this daemon."),
@@ -104,6 +104,34 @@ func NewMetrics() *Metrics {
 		retentionDeleted: counterVec("ffd_retention_deleted_total",
 			"Finished solo executions and finished flows (each with its members, edges and groups) deleted by retention, by kind.",
 			"kind"),
+	}
+	m.zeroLabels()
+	return m
+}
+
+// zeroLabels creates every labelled series whose label values are known
+// in advance, at 0: a fresh daemon then exposes every documented metric,
+// so that dashboards and rate() alerts see a series before its first
+// event instead of "no data". Only ffd_executions, whose lanes are the
+// application's, starts empty.
+func (m *Metrics) zeroLabels() {
+	for _, v := range []struct {
+		vec    *prometheus.CounterVec
+		labels [][]string
+	}{
+		{m.dispatchTakes, [][]string{{"took"}, {"empty"}}},
+		{m.edgesResolved, [][]string{{"success"}, {"failed"}, {"skipped"}}},
+		{m.decisions, [][]string{{string(store.Satisfied)}, {string(store.Impossible)}}},
+		{m.leasesExpired, [][]string{{"lease_lapsed", "retried"}, {"lease_lapsed", "expired"}, {"attempt_timeout", "retried"}, {"attempt_timeout", "expired"}}},
+		{m.leaseTimers, [][]string{{"checked"}, {"ended"}}},
+		{m.sweepFound, [][]string{{"completion_event"}, {"cancel_group"}, {"lapsed_lease"}, {"deadline"}}},
+		{m.droppedHints, [][]string{{"cascade"}, {"timeout"}}},
+		{m.outboxDeleted, [][]string{{"completion"}, {"lease"}}},
+		{m.retentionDeleted, [][]string{{"execution"}, {"flow"}}},
+	} {
+		for _, l := range v.labels {
+			v.vec.WithLabelValues(l...)
+		}
 	}
 }
 
