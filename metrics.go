@@ -23,6 +23,7 @@ const (
 type WorkerMetrics struct {
 	gatherer        prometheus.Gatherer
 	handlerSeconds  *prometheus.HistogramVec
+	executions      *prometheus.CounterVec
 	inFlight        *prometheus.GaugeVec
 	claimBatch      prometheus.Histogram
 	completionBatch prometheus.Histogram
@@ -32,6 +33,8 @@ type WorkerMetrics struct {
 // of their own, served by Handler.
 //
 //   - ffd_worker_handler_seconds{kind, outcome}: handler run time;
+//   - ffd_worker_executions_total{lane, outcome}: handlers that ended,
+//     the throughput by lane and outcome;
 //   - ffd_worker_in_flight{lane}: handlers running;
 //   - ffd_worker_claim_batch_size: executions per claim that found work;
 //   - ffd_worker_completion_batch_seconds: the commit of one group of
@@ -49,6 +52,8 @@ func NewWorkerMetrics(reg prometheus.Registerer) (*WorkerMetrics, error) {
 		handlerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ffd_worker_handler_seconds",
 			Help:    "Handler run time by execution kind and outcome (completed, retried, failed, lease_lost, stopped).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"kind", "outcome"}),
+		executions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ffd_worker_executions_total",
+			Help: "Handlers that ended, by lane and outcome (completed, retried, failed, lease_lost, stopped)."}, []string{"lane", "outcome"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ffd_worker_in_flight",
 			Help: "Handlers running, by lane."}, []string{"lane"}),
 		claimBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ffd_worker_claim_batch_size",
@@ -56,7 +61,7 @@ func NewWorkerMetrics(reg prometheus.Registerer) (*WorkerMetrics, error) {
 		completionBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ffd_worker_completion_batch_seconds",
 			Help: "Time to commit one group of completions.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)}),
 	}
-	for _, c := range []prometheus.Collector{m.handlerSeconds, m.inFlight, m.claimBatch, m.completionBatch} {
+	for _, c := range []prometheus.Collector{m.handlerSeconds, m.executions, m.inFlight, m.claimBatch, m.completionBatch} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -76,9 +81,10 @@ func (m *WorkerMetrics) Handler() http.Handler {
 
 // The worker's hooks; each is a no-op on a nil *WorkerMetrics.
 
-func (m *WorkerMetrics) handled(kind, outcome string, d time.Duration) {
+func (m *WorkerMetrics) handled(lane, kind, outcome string, d time.Duration) {
 	if m != nil {
 		m.handlerSeconds.WithLabelValues(kind, outcome).Observe(d.Seconds())
+		m.executions.WithLabelValues(lane, outcome).Inc()
 	}
 }
 

@@ -52,7 +52,8 @@ func TestWorkerMetrics(t *testing.T) {
 		return strings.Contains(text, `ffd_worker_handler_seconds_count{kind="ok",outcome="completed"} 3`) &&
 			strings.Contains(text, `ffd_worker_handler_seconds_count{kind="bad",outcome="failed"} 1`)
 	})
-	for _, want := range []string{`ffd_worker_in_flight{lane="metered"} 0`, "ffd_worker_claim_batch_size_count", "ffd_worker_completion_batch_seconds_count"} {
+	for _, want := range []string{`ffd_worker_in_flight{lane="metered"} 0`, "ffd_worker_claim_batch_size_count", "ffd_worker_completion_batch_seconds_count",
+		`ffd_worker_executions_total{lane="metered",outcome="completed"} 3`, `ffd_worker_executions_total{lane="metered",outcome="failed"} 1`} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %q:\n%s", want, text)
 		}

@@ -502,7 +502,7 @@ func (w *Worker) execute(ctx context.Context, j *runningJob) {
 	result, herr := w.runHandler(ctx, j)
 	w.cfg.Metrics.running(x.Lane, -1)
 	w.finish(ctx, j, result, herr, func(outcome string) {
-		w.cfg.Metrics.handled(x.Kind, outcome, time.Since(start))
+		w.cfg.Metrics.handled(x.Lane, x.Kind, outcome, time.Since(start))
 		span.end(outcome, herr)
 	})
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/willabides/kongplete"
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/bench"
@@ -80,6 +81,8 @@ type CLI struct {
 	Demo     DemoCmd     `cmd:"" help:"Run a realistic DAG end to end on a private PostgreSQL and report."`
 	Bench    BenchCmd    `cmd:"" help:"Measure ffd on the anchor scenarios (docs/benchmarks.md)."`
 	Ver      VersionCmd  `cmd:"" name:"version" help:"Print the version, commit and platform of this build."`
+
+	Completion CompletionCmd `cmd:"" help:"Print shell completion code: eval \"$(ffd completion bash)\" (docs/operations.md)."`
 }
 
 // errNoDatabase is returned by commands that need a database when none is
@@ -111,6 +114,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "ffd:", err)
 		return exitBadArgs
 	}
+	if os.Getenv("COMP_LINE") != "" {
+		// The shell asks for completions (ffd completion): answer on
+		// stdout and end, without running anything.
+		return complete(parser, &exitCode)
+	}
 	kctx, code, done := parse(parser, args, &exitCode, stderr)
 	if done {
 		return code
@@ -136,6 +144,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 type exitSentinel struct{}
+
+// complete answers a shell's completion request (COMP_LINE) from the
+// command model.
+func complete(parser *kong.Kong, exitCode *int) (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(exitSentinel); !ok {
+				panic(r)
+			}
+			code = *exitCode
+		}
+	}()
+	kongplete.Complete(parser, kongplete.WithExitFunc(func(c int) { *exitCode = c; panic(exitSentinel{}) }))
+	return exitOK
+}
 
 // parse turns kong's exit-on-help/error into a return value so that run can
 // be called from tests.

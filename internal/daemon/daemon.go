@@ -242,6 +242,7 @@ func New(cfg Config) (*Daemon, error) {
 		}
 		d.notifier = n
 	}
+	d.e.m.readyBy(d.Ready)
 	return d, nil
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/daemon"
+	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
@@ -477,6 +478,21 @@ func TestSystemdAndReadiness(t *testing.T) {
 	if _, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "gauge"}); err != nil {
 		t.Fatal(err)
 	}
+	// A named consumer one event behind, for the consumer gauges.
+	if err := store.InsertConsumer(f.Ctx, f.Pool, "audit", store.StreamCompletion, store.Cursor{}); err != nil {
+		t.Fatal(err)
+	}
+	done, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "gauge-done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: "gauge-done", Worker: "w/1", Max: 1})
+	if err != nil || len(xs) != 1 || xs[0].ID.UUID != done.Execution.ID.UUID {
+		t.Fatalf("claim: %v %v", xs, err)
+	}
+	if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, xs[0].ID, xs[0].LeaseEpoch, nil); err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -512,7 +528,8 @@ func TestSystemdAndReadiness(t *testing.T) {
 	// The executions gauge is sampled in the background: wait for it.
 	f.WaitFor("the executions gauge", func() bool { return strings.Contains(metrics(), `ffd_executions{lane="gauge",state="pending"} 1`) })
 	body := metrics()
-	for _, name := range []string{"ffd_events_dispatched_total", "ffd_dispatch_delay_seconds", "ffd_listener_reconnects_total"} {
+	for _, name := range []string{"ffd_events_dispatched_total", "ffd_dispatch_delay_seconds", "ffd_listener_reconnects_total",
+		"ffd_daemon_ready 1", `ffd_outbox_consumer_behind_events{consumer="audit"} 1`, `ffd_outbox_consumer_lag_seconds{consumer="audit"}`} {
 		if !strings.Contains(body, name) {
 			t.Errorf("/metrics lacks %s", name)
 		}
@@ -531,6 +548,9 @@ func TestSystemdAndReadiness(t *testing.T) {
 	}
 	away(false)
 	f.WaitFor("/readyz to fail", func() bool { return get("/readyz") == http.StatusServiceUnavailable })
+	if body := metrics(); !strings.Contains(body, "ffd_daemon_ready 0") {
+		t.Errorf("/readyz fails but ffd_daemon_ready is not 0")
+	}
 	away(true)
 	f.DB.Pool.Reset() // the test's own connections were ended too
 	f.WaitFor("/readyz to recover", func() bool { return get("/readyz") == 200 })

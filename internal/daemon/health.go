@@ -48,8 +48,10 @@ func (w *watchdog) check(ctx context.Context, timeout time.Duration) {
 	}
 }
 
-// sampler refreshes the executions gauge every SampleInterval (live
-// states only: counting terminal rows would scan the table).
+// sampler refreshes the gauges read from the database every
+// SampleInterval: live executions by lane (live states only: counting
+// terminal rows would scan the table), each named consumer's lag, each
+// replication slot's retained WAL.
 type sampler struct {
 	runner
 	e *env
@@ -69,5 +71,28 @@ func (s *sampler) sample(ctx context.Context) {
 	s.e.m.executions.Reset()
 	for _, l := range depths {
 		s.e.m.executions.WithLabelValues(l.Lane, string(l.State)).Set(float64(l.Count))
+	}
+	// Consumers and slots: what dashboards show as consumer lag.
+	if cs, err := store.ConsumerLags(ctx, s.e.cfg.Pool); err != nil {
+		s.e.log.Debug("sample consumer lags", zap.Error(err))
+	} else {
+		s.e.m.consumerBehind.Reset()
+		s.e.m.consumerLag.Reset()
+		for _, c := range cs {
+			s.e.m.consumerBehind.WithLabelValues(c.Name).Set(float64(c.Behind))
+			lag := 0.0
+			if c.LagSeconds != nil {
+				lag = *c.LagSeconds
+			}
+			s.e.m.consumerLag.WithLabelValues(c.Name).Set(lag)
+		}
+	}
+	if slots, err := store.Slots(ctx, s.e.cfg.Pool); err != nil {
+		s.e.log.Debug("sample replication slots", zap.Error(err))
+	} else {
+		s.e.m.slotRetained.Reset()
+		for _, sl := range slots {
+			s.e.m.slotRetained.WithLabelValues(sl.Name).Set(float64(sl.RetainedBytes))
+		}
 	}
 }

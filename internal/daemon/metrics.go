@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/flowfabric/ffd/internal/leases"
@@ -34,6 +35,11 @@ type Metrics struct {
 	idleConsumers     prometheus.Gauge
 	retentionDeleted  *prometheus.CounterVec
 	scheduleTicks     prometheus.Counter
+	consumerBehind    *prometheus.GaugeVec
+	consumerLag       *prometheus.GaugeVec
+	slotRetained      *prometheus.GaugeVec
+	// readyFn is the daemon's Ready, read by ffd_daemon_ready.
+	readyFn atomic.Pointer[func() bool]
 }
 
 // NewMetrics registers the metrics in a registry of their own.
@@ -101,13 +107,33 @@ func NewMetrics() *Metrics {
 			"Named consumers idle beyond the limit while events wait for them."),
 		scheduleTicks: counter("ffd_schedule_ticks_total",
 			"Schedule ticks fired by this daemon (each created an execution or submitted a flow)."),
+		consumerBehind: gaugeVec("ffd_outbox_consumer_behind_events",
+			"Events a named consumer has not read yet (counted up to 100,000 per stream), sampled periodically.",
+			"consumer"),
+		consumerLag: gaugeVec("ffd_outbox_consumer_lag_seconds",
+			"Age of the oldest event a named consumer has not read (0 when it is caught up), sampled periodically.",
+			"consumer"),
+		slotRetained: gaugeVec("ffd_wal_slot_retained_bytes",
+			"WAL a logical replication slot of this database holds back, sampled periodically.",
+			"slot"),
 		retentionDeleted: counterVec("ffd_retention_deleted_total",
 			"Finished solo executions and finished flows (each with its members, edges and groups) deleted by retention, by kind.",
 			"kind"),
 	}
+	with.NewGaugeFunc(prometheus.GaugeOpts{Name: "ffd_daemon_ready",
+		Help: "1 while the daemon is ready (schema checked, LISTEN up, first sweep done, database answering), else 0."},
+		func() float64 {
+			if f := m.readyFn.Load(); f != nil && (*f)() {
+				return 1
+			}
+			return 0
+		})
 	m.zeroLabels()
 	return m
 }
+
+// readyBy makes ffd_daemon_ready report ready.
+func (m *Metrics) readyBy(ready func() bool) { m.readyFn.Store(&ready) }
 
 // zeroLabels creates every labelled series whose label values are known
 // in advance, at 0: a fresh daemon then exposes every documented metric,
