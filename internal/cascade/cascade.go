@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/flows"
@@ -32,6 +33,9 @@ type Hooks interface {
 type Dispatcher struct {
 	db    store.DB
 	hooks Hooks
+	// lockTimeout bounds each lock wait of a dispatch transaction (0: the
+	// session's lock_timeout); see SetLockTimeout.
+	lockTimeout time.Duration
 	// step, when set (tests), runs between the statements of a dispatch
 	// transaction, to prove that a crash at any of them loses nothing.
 	step func(ctx context.Context, tx pgx.Tx, name string) error
@@ -41,6 +45,14 @@ type Dispatcher struct {
 func New(db store.DB, hooks Hooks) *Dispatcher {
 	return &Dispatcher{db: db, hooks: hooks}
 }
+
+// SetLockTimeout bounds how long a dispatch transaction waits for any one
+// lock (0: the session's lock_timeout). A transaction that waits longer
+// (another process holds one of its flows: a frozen daemon, a long
+// cancel) is rolled back and its events are dispatched one by one, so
+// the flows nobody holds go on and only the held flow's events wait, for
+// the sweep. Call it before the dispatcher is used.
+func (d *Dispatcher) SetLockTimeout(t time.Duration) { d.lockTimeout = t }
 
 // Result says what a dispatch did.
 type Result struct {
@@ -68,7 +80,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, eventID int64) (Result, error
 // that one commit carries many hops.
 func (d *Dispatcher) DispatchMany(ctx context.Context, eventIDs []int64) (Result, error) {
 	return d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) {
-		return store.TakeEvents(ctx, tx, eventIDs)
+		return store.TakeEvents(ctx, tx, eventIDs, d.lockTimeout)
 	})
 }
 
@@ -77,7 +89,7 @@ func (d *Dispatcher) DispatchMany(ctx context.Context, eventIDs []int64) (Result
 // from racing the NOTIFY-driven dispatch of events that just committed.
 func (d *Dispatcher) DispatchBatch(ctx context.Context, limit int, grace time.Duration) (Result, error) {
 	return d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) {
-		return store.TakeOldEvents(ctx, tx, limit, grace)
+		return store.TakeOldEvents(ctx, tx, limit, grace, d.lockTimeout)
 	})
 }
 
@@ -86,6 +98,72 @@ func (d *Dispatcher) DispatchBatch(ctx context.Context, limit int, grace time.Du
 // and solo executions have no edges: taking them is all. Since migration
 // 00004 they are born dispatched; this covers those written before it.
 func (d *Dispatcher) dispatch(ctx context.Context, take func(pgx.Tx) ([]store.Dispatching, error)) (Result, error) {
+	var taken []store.Dispatching
+	res, err := d.dispatchOnce(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) {
+		events, err := take(tx)
+		taken = events
+		return events, err
+	})
+	switch {
+	case err == nil || !store.IsLockTimeout(err) || len(taken) == 0:
+		return res, err
+	case len(taken) == 1:
+		return Result{}, &HeldError{Events: 1, Flows: 1}
+	}
+	return d.oneByOne(ctx, taken)
+}
+
+// oneByOne dispatches, each in a transaction of its own, the events of a
+// batch that waited too long for a lock. An event whose flow another
+// event of the batch found held is left for the sweep at once (its flow
+// is still held); so is one that waits too long itself.
+func (d *Dispatcher) oneByOne(ctx context.Context, events []store.Dispatching) (Result, error) {
+	var total Result
+	held := map[uuid.UUID]bool{}
+	left := 0
+	for _, e := range events {
+		if e.FlowID != nil && held[*e.FlowID] {
+			left++
+			continue
+		}
+		r, err := d.DispatchMany(ctx, []int64{e.EventID})
+		var h *HeldError
+		if errors.As(err, &h) {
+			if e.FlowID != nil {
+				held[*e.FlowID] = true
+			}
+			left++
+			continue
+		}
+		if err != nil {
+			return total, err
+		}
+		total.Events += r.Events
+		total.EdgesResolved += r.EdgesResolved
+		total.Decided = append(total.Decided, r.Decided...)
+		total.Skipped += r.Skipped
+		total.CancelGroups += r.CancelGroups
+		total.Age = max(total.Age, r.Age)
+	}
+	if left > 0 {
+		return total, &HeldError{Events: left, Flows: len(held)}
+	}
+	return total, nil
+}
+
+// HeldError reports events left undispatched because another transaction
+// held their flows longer than the dispatcher's lock timeout: they wait
+// for the sweep, and the rest of their batch was dispatched.
+type HeldError struct {
+	Events, Flows int
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("%d completion events of %d flows left for the sweep: another transaction holds their flows", e.Events, e.Flows)
+}
+
+// dispatchOnce is one dispatch transaction.
+func (d *Dispatcher) dispatchOnce(ctx context.Context, take func(pgx.Tx) ([]store.Dispatching, error)) (Result, error) {
 	var res Result
 	var delays []time.Duration
 	var byOutcome map[string]int

@@ -33,18 +33,21 @@ import (
 
 // Defaults for Config.
 const (
-	DefaultCascadeWorkers    = 4
-	DefaultSiblingWorkers    = 1
-	DefaultQueueSize         = 10000
-	DefaultSweepInterval     = time.Second
-	DefaultSweepBatch        = 500
-	DefaultDispatchGrace     = 500 * time.Millisecond
-	DefaultStopTimeout       = 30 * time.Second
-	DefaultAdminAddr         = "127.0.0.1:9464"
-	DefaultSampleInterval    = 15 * time.Second
-	DefaultTimerLimit        = 1000
-	DefaultRetentionInterval = time.Minute
-	DefaultScheduleInterval  = time.Second
+	DefaultCascadeWorkers = 4
+	DefaultSiblingWorkers = 1
+	DefaultQueueSize      = 10000
+	DefaultSweepInterval  = time.Second
+	DefaultSweepBatch     = 500
+	DefaultDispatchGrace  = 500 * time.Millisecond
+	// DefaultDispatchLockTimeout bounds each lock wait of a cascade
+	// transaction (Config.DispatchLockTimeout).
+	DefaultDispatchLockTimeout = 2 * time.Second
+	DefaultStopTimeout         = 30 * time.Second
+	DefaultAdminAddr           = "127.0.0.1:9464"
+	DefaultSampleInterval      = 15 * time.Second
+	DefaultTimerLimit          = 1000
+	DefaultRetentionInterval   = time.Minute
+	DefaultScheduleInterval    = time.Second
 	// DefaultExecutionRetention is how long `ffd run` and embedded
 	// daemons keep finished executions and flows.
 	DefaultExecutionRetention = 30 * 24 * time.Hour
@@ -74,6 +77,12 @@ type Config struct {
 	// DispatchGrace: the sweep leaves events younger than this to the
 	// notified workers. Default 500 ms.
 	DispatchGrace time.Duration
+	// DispatchLockTimeout bounds each lock wait of a cascade transaction.
+	// Past it the transaction's events are dispatched one by one, and
+	// those of a flow another transaction holds (a frozen process, a long
+	// cancel) wait for the sweep: one held flow delays only itself.
+	// Default DefaultDispatchLockTimeout (2 s).
+	DispatchLockTimeout time.Duration
 	// StopTimeout bounds a graceful stop. Default 30 s.
 	StopTimeout time.Duration
 	// AdminAddr serves /healthz, /readyz and /metrics; "" disables it.
@@ -131,6 +140,7 @@ func (c *Config) normalize() error {
 		bound.SweepBatch.Fill("SweepBatch", &c.SweepBatch, DefaultSweepBatch),
 		bound.SweepInterval.Fill("SweepInterval", &c.SweepInterval, DefaultSweepInterval),
 		bound.DispatchGrace.Fill("DispatchGrace", &c.DispatchGrace, DefaultDispatchGrace),
+		bound.LockTimeout.Fill("DispatchLockTimeout", &c.DispatchLockTimeout, DefaultDispatchLockTimeout),
 		bound.StopTimeout.Fill("StopTimeout", &c.StopTimeout, DefaultStopTimeout),
 		bound.SampleInterval.Fill("SampleInterval", &c.SampleInterval, DefaultSampleInterval),
 		bound.RetentionInterval.Fill("RetentionInterval", &c.RetentionInterval, DefaultRetentionInterval),
@@ -216,6 +226,7 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	e := &env{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, cascade: cascade.New(cfg.Pool, cfg.Metrics),
 		hints: newHints(cfg.Metrics, cfg.QueueSize)}
+	e.cascade.SetLockTimeout(cfg.DispatchLockTimeout)
 	e.due = &dueLanes{e: e}
 	d := &Daemon{e: e, sweeper: &sweeper{e: e}, watchdog: &watchdog{e: e}, firstConnect: make(chan struct{})}
 	d.workers = []component{&cascadePool{e: e}, &siblingPool{e: e}, newTimerWorker(e), d.sweeper, d.watchdog, &sampler{e: e}, &retainer{e: e}, &scheduler{e: e}}

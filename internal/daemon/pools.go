@@ -2,9 +2,11 @@ package daemon
 
 import (
 	"context"
+	"errors"
 
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/logging"
 )
 
@@ -50,7 +52,13 @@ func (p *cascadePool) work(ctx context.Context) {
 func (p *cascadePool) dispatch(ids []int64) {
 	log := p.e.log
 	res, err := p.e.cascade.DispatchMany(p.e.work, ids)
-	if err != nil {
+	var held *cascade.HeldError
+	switch {
+	case errors.As(err, &held):
+		// Degraded, not failed: the rest of the batch went on.
+		log.Warn("completion events wait for flows another transaction holds; the sweep will retry them",
+			zap.Int("events", held.Events), zap.Int("flows", held.Flows))
+	case err != nil:
 		log.Error("dispatch failed; the sweep will retry", zap.Int64s("event_ids", ids), zap.Error(err))
 		return
 	}

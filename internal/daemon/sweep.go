@@ -2,12 +2,14 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -61,6 +63,15 @@ func (s *sweeper) sweep(ctx context.Context, full bool) {
 func (s *sweeper) dispatch(ctx context.Context, grace time.Duration) {
 	for range 100 { // bounded: a huge backlog is worked over several sweeps
 		res, err := s.e.cascade.DispatchBatch(ctx, s.e.cfg.SweepBatch, grace)
+		var held *cascade.HeldError
+		if errors.As(err, &held) {
+			s.e.log.Warn("sweep: completion events wait for flows another transaction holds",
+				zap.Int("events", held.Events), zap.Int("flows", held.Flows))
+			if res.Events > 0 {
+				s.e.m.sweepFound.WithLabelValues("completion_event").Add(float64(res.Events))
+			}
+			return // the held ones come first in every batch: try again next sweep
+		}
 		if err != nil {
 			s.e.log.Error("sweep: dispatch failed", zap.Error(err))
 			return

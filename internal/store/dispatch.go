@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,10 +28,17 @@ type Dispatching struct {
 // the dispatch or not at all, so marking first is as safe as marking
 // last. Events held by another dispatcher are skipped: whoever holds one
 // finishes it, or rolls back and leaves it to the sweep.
-func takeEvents(pick string) string {
-	return `WITH picked AS (` + pick + `)
+//
+// The statement also sets the transaction's lock_timeout (its last
+// parameter, in milliseconds; NULL keeps the session's), so that the rest
+// of the dispatch waits for a lock at most that long without a statement
+// of its own.
+func takeEvents(pick string, timeoutParam string) string {
+	return `WITH picked AS (` + pick + `),
+		wait AS (SELECT CASE WHEN ` + timeoutParam + `::text IS NOT NULL
+			THEN set_config('lock_timeout', ` + timeoutParam + `::text, true) END AS lock_timeout)
 		UPDATE ff_completion_event c SET dispatched_at = clock_timestamp()
-		FROM picked p
+		FROM picked p, wait
 		WHERE c.partition_key = p.partition_key AND c.event_id = p.event_id
 		RETURNING c.event_id, c.partition_key, c.execution_id, c.flow_id, c.outcome,
 			(extract(epoch FROM clock_timestamp() - c.occurred_at) * 1e6)::bigint AS age_us`
@@ -42,25 +50,37 @@ var (
 	takeEventsByID = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE event_id = ANY($1) AND dispatched_at IS NULL
 		ORDER BY event_id
-		FOR NO KEY UPDATE SKIP LOCKED`)
+		FOR NO KEY UPDATE SKIP LOCKED`, "$2")
 	takeOldEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE dispatched_at IS NULL AND occurred_at <= clock_timestamp() - $2::bigint * interval '1 microsecond'
 		ORDER BY event_id
 		LIMIT $1
-		FOR NO KEY UPDATE SKIP LOCKED`)
+		FOR NO KEY UPDATE SKIP LOCKED`, "$3")
 )
 
 // TakeEvents takes the given completion events that are still
-// undispatched and not held by another dispatcher.
-func TakeEvents(ctx context.Context, tx pgx.Tx, ids []int64) ([]Dispatching, error) {
-	return collectDispatching(tx.Query(ctx, takeEventsByID, ids))
+// undispatched and not held by another dispatcher, and bounds the
+// transaction's lock waits by lockTimeout (0: the session's).
+func TakeEvents(ctx context.Context, tx pgx.Tx, ids []int64, lockTimeout time.Duration) ([]Dispatching, error) {
+	return collectDispatching(tx.Query(ctx, takeEventsByID, ids, millisOrNull(lockTimeout)))
 }
 
 // TakeOldEvents takes up to limit undispatched events at least grace old,
-// oldest first. The grace keeps the sweep from racing the notification
-// driven dispatch of events that just committed.
-func TakeOldEvents(ctx context.Context, tx pgx.Tx, limit int, grace time.Duration) ([]Dispatching, error) {
-	return collectDispatching(tx.Query(ctx, takeOldEvents, limit, micros(grace)))
+// oldest first, bounding the transaction's lock waits like TakeEvents.
+// The grace keeps the sweep from racing the notification driven dispatch
+// of events that just committed.
+func TakeOldEvents(ctx context.Context, tx pgx.Tx, limit int, grace, lockTimeout time.Duration) ([]Dispatching, error) {
+	return collectDispatching(tx.Query(ctx, takeOldEvents, limit, micros(grace), millisOrNull(lockTimeout)))
+}
+
+// millisOrNull is a lock_timeout setting: d in whole milliseconds (at
+// least 1), or nil for 0.
+func millisOrNull(d time.Duration) *string {
+	if d <= 0 {
+		return nil
+	}
+	ms := strconv.FormatInt(max(d.Milliseconds(), 1), 10)
+	return &ms
 }
 
 func collectDispatching(rows pgx.Rows, err error) ([]Dispatching, error) {
