@@ -3,6 +3,13 @@
 --
 --     psql "$ADMIN_URL" -v ON_ERROR_STOP=1 -f deploy/roles.sql
 --
+-- ffd's tables live in public unless its URLs say ?search_path=NAME; for
+-- another schema, create it and name it to this script with the setting
+-- ffd.schema:
+--
+--     psql "$ADMIN_URL" -c 'CREATE SCHEMA ffd_app'
+--     PGOPTIONS='-c ffd.schema=ffd_app' psql "$ADMIN_URL" -v ON_ERROR_STOP=1 -f deploy/roles.sql
+--
 -- then give each login role a password (\password ffd_daemon) or a
 -- certificate, and point each component at its own role:
 --
@@ -27,44 +34,49 @@ CREATE ROLE ffd_daemon LOGIN IN ROLE ffd_runtime;
 CREATE ROLE ffd_worker LOGIN IN ROLE ffd_runtime;
 CREATE ROLE ffd_wal LOGIN REPLICATION;
 
+-- The schema: ffd.schema when set, else public.
+SELECT set_config('ffd.schema', coalesce(nullif(current_setting('ffd.schema', true), ''), 'public'), false);
+
 DO $$
+DECLARE s text := current_setting('ffd.schema');
 BEGIN
     EXECUTE format('GRANT CONNECT, CREATE ON DATABASE %I TO ffd_migrator', current_database());
     EXECUTE format('GRANT CONNECT ON DATABASE %I TO ffd_runtime, ffd_wal', current_database());
+    EXECUTE format('GRANT USAGE, CREATE ON SCHEMA %I TO ffd_migrator', s);
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO ffd_runtime, ffd_wal', s);
 END
 $$;
-GRANT USAGE, CREATE ON SCHEMA public TO ffd_migrator;
-GRANT USAGE ON SCHEMA public TO ffd_runtime, ffd_wal;
 
 -- Tables that already exist (migrated before this script ran): the
 -- migrator takes them over so that it can alter them, and the runtime
 -- role gets DML on them (SELECT only on the migration ledger).
 DO $$
-DECLARE t record;
+DECLARE
+    s text := current_setting('ffd.schema');
+    t record;
 BEGIN
     FOR t IN SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = 'public' AND c.relname LIKE 'ff\_%' AND c.relkind IN ('r', 'S')
+        WHERE n.nspname = s AND c.relname LIKE 'ff\_%' AND c.relkind IN ('r', 'S')
     LOOP
         IF t.relkind = 'S' THEN
-            EXECUTE format('ALTER SEQUENCE public.%I OWNER TO ffd_migrator', t.relname);
-            EXECUTE format('GRANT USAGE, SELECT ON SEQUENCE public.%I TO ffd_runtime', t.relname);
+            EXECUTE format('ALTER SEQUENCE %I.%I OWNER TO ffd_migrator', s, t.relname);
+            EXECUTE format('GRANT USAGE, SELECT ON SEQUENCE %I.%I TO ffd_runtime', s, t.relname);
         ELSE
-            EXECUTE format('ALTER TABLE public.%I OWNER TO ffd_migrator', t.relname);
+            EXECUTE format('ALTER TABLE %I.%I OWNER TO ffd_migrator', s, t.relname);
             IF t.relname = 'ff_schema_version' THEN
-                EXECUTE format('GRANT SELECT ON public.%I TO ffd_runtime', t.relname);
+                EXECUTE format('GRANT SELECT ON %I.%I TO ffd_runtime', s, t.relname);
             ELSE
-                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON public.%I TO ffd_runtime', t.relname);
+                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I.%I TO ffd_runtime', s, t.relname);
             END IF;
         END IF;
     END LOOP;
     IF EXISTS (SELECT 1 FROM pg_publication WHERE pubname = 'ff_outbox') THEN
         ALTER PUBLICATION ff_outbox OWNER TO ffd_migrator;
     END IF;
+    -- Tables and sequences later migrations create, run as ffd_migrator.
+    EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE ffd_migrator IN SCHEMA %I
+        GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO ffd_runtime', s);
+    EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE ffd_migrator IN SCHEMA %I
+        GRANT USAGE, SELECT ON SEQUENCES TO ffd_runtime', s);
 END
 $$;
-
--- Tables and sequences later migrations create, run as ffd_migrator.
-ALTER DEFAULT PRIVILEGES FOR ROLE ffd_migrator IN SCHEMA public
-    GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO ffd_runtime;
-ALTER DEFAULT PRIVILEGES FOR ROLE ffd_migrator IN SCHEMA public
-    GRANT USAGE, SELECT ON SEQUENCES TO ffd_runtime;

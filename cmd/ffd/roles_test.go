@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"io"
 	"net/url"
 	"os"
@@ -19,7 +20,23 @@ import (
 // run a flow to its end; the runtime role cannot change the schema.
 func TestLeastPrivilegeRoles(t *testing.T) {
 	t.Parallel()
+	// In public (the default), and in a schema of its own (ffd.schema for
+	// the script, ?search_path= in every URL).
+	for _, schema := range []string{"", "ffd_app"} {
+		t.Run("schema="+schema, func(t *testing.T) {
+			t.Parallel()
+			leastPrivilegeRoles(t, schema)
+		})
+	}
+}
+
+func leastPrivilegeRoles(t *testing.T, schema string) {
+	// In public the tables exist before the script runs (it takes them
+	// over); in the schema the migrator creates them.
 	db := testdb.New(t)
+	if schema != "" {
+		db = testdb.NewEmpty(t)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	script, err := os.ReadFile("../../deploy/roles.sql")
@@ -30,6 +47,9 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	// roles names of their own.
 	prefix := "t" + strings.ToLower(strings.ReplaceAll(db.Name, "-", ""))
 	sql := strings.ReplaceAll(string(script), "ffd_", prefix+"_")
+	if schema != "" {
+		sql = "CREATE SCHEMA " + schema + "; SET ffd.schema = '" + schema + "';\n" + sql
+	}
 	if _, err := db.Pool.Exec(ctx, sql); err != nil {
 		t.Fatalf("deploy/roles.sql: %v", err)
 	}
@@ -42,6 +62,11 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	as := func(role string) string {
 		u, _ := url.Parse(db.URL)
 		u.User = url.User(prefix + "_" + role)
+		if schema != "" {
+			q := u.Query()
+			q.Set("search_path", schema)
+			u.RawQuery = q.Encode()
+		}
 		return u.String()
 	}
 	if code, out, errOut := runFFD(t, "migrate", "up", "--database-url", as("migrator")); code != 0 {
@@ -106,8 +131,24 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	}
 	// The flow completes when its last member does; that member's own
 	// event is dispatched a moment later. Quiet means once it is.
+	admin := db.Pool
+	if schema != "" {
+		u, _ := url.Parse(db.URL)
+		q := u.Query()
+		q.Set("search_path", schema)
+		u.RawQuery = q.Encode()
+		if admin, err = pgxpool.New(ctx, u.String()); err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = 'public' AND c.relname LIKE 'ff\_%'`).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("%d ff_ relations in public (%v), want none", n, err)
+		}
+	}
 	for {
-		err := store.CheckQuiescent(ctx, db.Pool)
+		err := store.CheckQuiescent(ctx, admin)
 		if err == nil {
 			break
 		}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -121,6 +122,9 @@ func Up(ctx context.Context, pool *pgxpool.Pool, lockWait time.Duration) ([]Appl
 // UpTo is Up stopping at version: to upgrade one step at a time, or to
 // build a database as an older release left it.
 func UpTo(ctx context.Context, pool *pgxpool.Pool, version int64, lockWait time.Duration) ([]Applied, error) {
+	if err := checkCreateSchema(ctx, pool); err != nil {
+		return nil, err
+	}
 	found, err := Current(ctx, pool)
 	if err != nil {
 		return nil, err
@@ -142,6 +146,23 @@ func UpTo(ctx context.Context, pool *pgxpool.Pool, version int64, lockWait time.
 		out = append(out, Applied{Version: r.Source.Version, Name: r.Source.Path, Duration: r.Duration})
 	}
 	return out, nil
+}
+
+// checkCreateSchema refuses a connection whose search_path names no
+// existing schema: ffd's tables go to the first schema of the search_path
+// (public by default, or ?search_path=NAME in the URL), and Postgres's own
+// message ("no schema has been selected to create in") does not say so.
+func checkCreateSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	var current *string
+	var path string
+	if err := pool.QueryRow(ctx, `SELECT current_schema(), current_setting('search_path')`).Scan(&current, &path); err != nil {
+		return fmt.Errorf("read the search_path: %w", err)
+	}
+	if current == nil {
+		first := strings.TrimSpace(strings.Split(path, ",")[0])
+		return fmt.Errorf("the connection's search_path (%s) names no existing schema for ffd's tables: CREATE SCHEMA %s first (with CREATE granted to the migrating role), or change search_path in the URL", path, first)
+	}
+	return nil
 }
 
 func provider(pool *pgxpool.Pool, lockWait time.Duration) (*goose.Provider, *sql.DB, error) {
