@@ -286,7 +286,7 @@ func (h *harness) startProcesses(ctx context.Context) error {
 	}
 	for i := range h.cfg.Daemons {
 		name := fmt.Sprintf("daemon-%d", i+1)
-		args := append([]string{"run", "--database-url", h.appURL(name), "--admin-addr=", "--retention", "0", "--stop-timeout", "10s"}, common...)
+		args := append([]string{"run", "--database-url", h.appURL(name), "--admin-addr=", "--retention", "forever", "--stop-timeout", "10s"}, common...)
 		h.daemons = append(h.daemons, newProc(dir, name, h.cfg.FFD, args, nil, DefaultRestartDelay))
 	}
 	for i := range h.cfg.Workers {
