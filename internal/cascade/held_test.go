@@ -56,11 +56,10 @@ func TestAHeldFlowDelaysOnlyItself(t *testing.T) {
 	if res.Events != 4 {
 		t.Fatalf("dispatched %d events, want the 4 free flows'", res.Events)
 	}
-	// Two lock timeouts at most: the batch's, then the held event's alone.
-	t.Logf("dispatch took %s", time.Since(start))
-	if took := time.Since(start); took > 5*time.Second {
-		t.Fatalf("the dispatch took %s", took)
-	}
+	// About two lock timeouts: the batch's, then the held event's alone.
+	// (Not asserted: a timing; without the bound the dispatch would wait
+	// for the holder, and the HeldError above would not come.)
+	t.Logf("the dispatch took %s", time.Since(start))
 	for _, g := range free {
 		f.expect(g, map[string]store.State{"y": store.StatePending})
 	}

@@ -137,6 +137,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	if lanes := run(t, ctx, chromedp.Text(chromedp.CSS("#lanes"))); !strings.Contains(lanes, "console") {
 		t.Errorf("lanes page %q; want the console lane", lanes)
 	}
+	screenshot(t, ctx, "console-lanes.png")
 	navigate(t, ctx, base+"/consumers")
 	if consumers := run(t, ctx, chromedp.Text(chromedp.CSS("#consumers-empty"))); !strings.Contains(consumers, "No named consumers") {
 		t.Errorf("consumers page %q; want its empty state", consumers)
