@@ -226,14 +226,12 @@ func (c *Console) flows(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	if a := q.Get("after"); a != "" {
-		u, err := ident.ParseUUID("after", a)
-		if err != nil {
-			c.fail(w, r, err)
-			return
-		}
-		f.After = &u
+	after, err := parseAfter(q)
+	if err != nil {
+		c.fail(w, r, err)
+		return
 	}
+	f.After = after
 	ctx := r.Context()
 	fs, err := store.ListFlows(ctx, c.pool, f)
 	if err != nil {
@@ -278,6 +276,20 @@ func (c *Console) flows(w http.ResponseWriter, r *http.Request) {
 		data.Flows = append(data.Flows, row)
 	}
 	c.render(w, r, "flows", data)
+}
+
+// parseAfter reads a list's keyset cursor, the id its last page ended
+// at (nil: the first page).
+func parseAfter(q url.Values) (*uuid.UUID, error) {
+	a := q.Get("after")
+	if a == "" {
+		return nil, nil
+	}
+	u, err := ident.ParseUUID("after", a)
+	if err != nil {
+		return nil, err
+	}
+	return &u, nil
 }
 
 // parseRange reads the from and to filters: a date or an RFC 3339 time.
@@ -483,14 +495,12 @@ func (c *Console) executions(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, fault.Invalid(fault.KindInvalidValue, "state", string(f.State), "not an execution state"))
 		return
 	}
-	if a := q.Get("after"); a != "" {
-		u, err := ident.ParseUUID("after", a)
-		if err != nil {
-			c.fail(w, r, err)
-			return
-		}
-		f.After = &u
+	after, err := parseAfter(q)
+	if err != nil {
+		c.fail(w, r, err)
+		return
 	}
+	f.After = after
 	xs, err := store.ListExecutions(ctx, c.pool, f)
 	if err != nil {
 		c.fail(w, r, err)

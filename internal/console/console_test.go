@@ -129,17 +129,14 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatalf("a completed node is filled %s, want green", fill)
 	}
 
-	navigate(t, ctx, base+"/executions/"+xs[0].ID.UUID.String())
-	if attempts := run(t, ctx, chromedp.Text(chromedp.CSS("#attempts"))); !strings.Contains(attempts, "w/1") || !strings.Contains(attempts, "succeeded") {
+	if attempts := textAt(t, ctx, base+"/executions/"+xs[0].ID.UUID.String(), "#attempts"); !strings.Contains(attempts, "w/1") || !strings.Contains(attempts, "succeeded") {
 		t.Errorf("execution page attempts %q; want w/1 succeeded", attempts)
 	}
-	navigate(t, ctx, base+"/lanes")
-	if lanes := run(t, ctx, chromedp.Text(chromedp.CSS("#lanes"))); !strings.Contains(lanes, "console") {
+	if lanes := textAt(t, ctx, base+"/lanes", "#lanes"); !strings.Contains(lanes, "console") {
 		t.Errorf("lanes page %q; want the console lane", lanes)
 	}
 	screenshot(t, ctx, "console-lanes.png")
-	navigate(t, ctx, base+"/consumers")
-	if consumers := run(t, ctx, chromedp.Text(chromedp.CSS("#consumers-empty"))); !strings.Contains(consumers, "No named consumers") {
+	if consumers := textAt(t, ctx, base+"/consumers", "#consumers-empty"); !strings.Contains(consumers, "No named consumers") {
 		t.Errorf("consumers page %q; want its empty state", consumers)
 	}
 }

@@ -286,6 +286,13 @@ func runStep(t *testing.T, f *testdb.Fixture, sub *flows.Submitted, step string,
 	}
 }
 
+// textAt opens path and returns the text of the element sel.
+func textAt(t *testing.T, ctx context.Context, url, sel string) string {
+	t.Helper()
+	navigate(t, ctx, url)
+	return run(t, ctx, chromedp.Text(chromedp.CSS(sel)))
+}
+
 // waitJS waits until expr is true in the page, failing after 20 s.
 func waitJS(t *testing.T, ctx context.Context, expr string) {
 	t.Helper()
@@ -473,28 +480,24 @@ func TestConsoleOperatorPages(t *testing.T) {
 	if loc := run(t, ctx, chromedp.Evaluate[string](`location.pathname`)); loc != "/flows/"+newer.Flow.ID.String() {
 		t.Errorf("searching a flow id went to %s", loc)
 	}
-	navigate(t, ctx, base+"/executions/"+newer.Executions["enrich"].ID.UUID.String())
-	downs := run(t, ctx, chromedp.Text(chromedp.CSS("#downstreams")))
+	downs := textAt(t, ctx, base+"/executions/"+newer.Executions["enrich"].ID.UUID.String(), "#downstreams")
 	for _, d := range []string{"cdn-publish", "geo", "score"} {
 		if !strings.Contains(downs, d) {
 			t.Errorf("enrich's downstreams %q lack %s by name", downs, d)
 		}
 	}
 
-	navigate(t, ctx, base+"/schedules")
-	if empty := run(t, ctx, chromedp.Text(chromedp.CSS("#empty"))); !strings.Contains(empty, "ffd schedule create") {
+	if empty := textAt(t, ctx, base+"/schedules", "#empty"); !strings.Contains(empty, "ffd schedule create") {
 		t.Errorf("an empty schedules page says %q", empty)
 	}
 	if _, err := store.InsertSchedule(f.Ctx, f.Pool, store.Schedule{Name: "nightly", Namespace: "default", Spec: "0 3 * * *", Timezone: "UTC",
 		Target: "execution", Params: []byte(`{"lane":"dag","kind":"report"}`), Missed: "latest", NextRunAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	navigate(t, ctx, base+"/schedules")
-	if s := run(t, ctx, chromedp.Text(chromedp.CSS("#schedules"))); !strings.Contains(s, "nightly") || !strings.Contains(s, "0 3 * * *") {
+	if s := textAt(t, ctx, base+"/schedules", "#schedules"); !strings.Contains(s, "nightly") || !strings.Contains(s, "0 3 * * *") {
 		t.Errorf("schedules page %q; want nightly", s)
 	}
-	navigate(t, ctx, base+"/consumers")
-	if hint := run(t, ctx, chromedp.Text(chromedp.CSS("#consumers-empty"))); !strings.Contains(hint, "ffd events tail --consumer") {
+	if hint := textAt(t, ctx, base+"/consumers", "#consumers-empty"); !strings.Contains(hint, "ffd events tail --consumer") {
 		t.Errorf("an empty consumers page says %q; want how to start one", hint)
 	}
 	screenshot(t, ctx, "console-consumers-empty.png")
