@@ -68,8 +68,6 @@ func New(cfg Config) (*Console, error) {
 			}
 			return t.UTC().Format(stamp)
 		},
-		"ago": func(t time.Time) string { return duration(time.Since(t)) },
-		"dur": duration,
 		"flowDur": func(f *store.Flow) string {
 			if f.TerminalAt != nil {
 				return duration(f.TerminalAt.Sub(f.CreatedAt))
@@ -181,7 +179,13 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 		code = http.StatusConflict
 	}
 	if code == http.StatusInternalServerError {
-		c.log.Error("console request failed", zap.String("method", r.Method), zap.String("path", clip(r.URL.Path)), zap.String("error", clip(err.Error())))
+		// Whole, up to a bound: the reason is the operator's only clue, and
+		// what a request sent reaches it only validated (ids parse first).
+		msg := err.Error()
+		if len(msg) > 4096 {
+			msg = strings.ToValidUTF8(msg[:4096], "") + "…"
+		}
+		c.log.Error("console request failed", zap.String("method", r.Method), zap.String("path", clip(r.URL.Path)), zap.String("error", msg))
 		http.Error(w, "internal error (the console's log has the reason)", code)
 		return
 	}
