@@ -526,7 +526,13 @@ func TestSystemdAndReadiness(t *testing.T) {
 		return string(body)
 	}
 	// The executions gauge is sampled in the background: wait for it.
-	f.WaitFor("the executions gauge", func() bool { return strings.Contains(metrics(), `ffd_executions{lane="gauge",state="pending"} 1`) })
+	// The gauges read from the database are sampled in the background,
+	// one after the other: wait for the executions and the consumer's.
+	f.WaitFor("the sampled gauges", func() bool {
+		m := metrics()
+		return strings.Contains(m, `ffd_executions{lane="gauge",state="pending"} 1`) &&
+			strings.Contains(m, `ffd_outbox_consumer_behind_events{consumer="audit"} 1`)
+	})
 	body := metrics()
 	for _, name := range []string{"ffd_events_dispatched_total", "ffd_dispatch_delay_seconds", "ffd_listener_reconnects_total",
 		"ffd_daemon_ready 1", `ffd_outbox_consumer_behind_events{consumer="audit"} 1`, `ffd_outbox_consumer_lag_seconds{consumer="audit"}`} {
