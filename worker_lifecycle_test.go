@@ -3,6 +3,9 @@ package ffd_test
 import (
 	"context"
 	"errors"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	"runtime"
 	"strings"
 	"sync"
@@ -34,12 +37,34 @@ func (b *blockingHandler) run(ctx context.Context, j *ffd.Job) ([]byte, error) {
 	return nil, context.Cause(ctx)
 }
 
+// logOnFailure gives the fixture's client (and the workers made from it)
+// a logger whose Info and above the test prints if it fails: which
+// notifications came, reconnects, lease re-checks that failed.
+func (f *fixture) logOnFailure() {
+	f.T.Helper()
+	core, logs := observer.New(zapcore.InfoLevel)
+	client, err := ffd.NewClient(f.Pool, &ffd.Config{Logger: zap.New(core)})
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	f.client = client
+	f.T.Cleanup(func() { // runs after the workers' cleanups have stopped them
+		if !f.T.Failed() {
+			return
+		}
+		for _, e := range logs.All() {
+			f.T.Logf("%s %s %s %v", e.Time.Format("15:04:05.000"), e.Level, e.Message, e.ContextMap())
+		}
+	})
+}
+
 // A cancelled execution's handler learns of it from the lease
 // notification, not from its next heartbeat: with an hour-long TTL the
 // heartbeat would come in twenty minutes.
 func TestCancelReachesTheRunningHandler(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
+	f.logOnFailure()
 	h := newBlockingHandler(3)
 	f.startWorker(ffd.WorkerConfig{Lanes: []string{"revoke"}, Handler: h.run, Concurrency: 3})
 	ids := map[ffd.ExecutionID]bool{}
@@ -99,6 +124,7 @@ func TestCancelReachesTheRunningHandler(t *testing.T) {
 func TestRevokeDuringListenerGap(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
+	f.logOnFailure()
 	h := newBlockingHandler(1)
 	f.startWorker(ffd.WorkerConfig{Lanes: []string{"gap"}, Handler: h.run, Concurrency: 1})
 	x := f.mustCreate(ffd.CreateParams{Lane: "gap", LeaseTTL: time.Hour})
