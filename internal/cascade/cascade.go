@@ -151,14 +151,19 @@ func (d *Dispatcher) oneByOne(ctx context.Context, events []store.Dispatching) (
 	return total, nil
 }
 
-// HeldError reports events left undispatched because another transaction
-// held their flows longer than the dispatcher's lock timeout: they wait
-// for the sweep, and the rest of their batch was dispatched.
+// HeldError reports work left for later because another transaction held
+// its rows longer than the dispatcher's lock timeout: completion events
+// left undispatched (Events, of Flows flows), or sibling-cancel groups
+// moved to the back of their queue (Events 0, Flows groups). The rest of
+// the batch was done.
 type HeldError struct {
 	Events, Flows int
 }
 
 func (e *HeldError) Error() string {
+	if e.Events == 0 {
+		return fmt.Sprintf("%d sibling-cancel groups left for later: another transaction holds their siblings", e.Flows)
+	}
 	return fmt.Sprintf("%d completion events of %d flows left for the sweep: another transaction holds their flows", e.Events, e.Flows)
 }
 
@@ -234,9 +239,22 @@ const (
 // held by another worker is skipped; a crash mid-group rolls that group
 // back whole, and the next tick does it again. Cancelling an already
 // terminal sibling is a no-op, so nothing is cancelled twice.
+//
+// A group whose siblings another transaction holds past the dispatcher's
+// lock timeout (SetLockTimeout) goes to the back of the queue and the
+// next group is taken, so that a held flow delays only its own groups;
+// such groups are reported, after the others, as a *HeldError.
 func (d *Dispatcher) CancelSiblings(ctx context.Context, maxGroups int) (groups, cancelled int, err error) {
+	held := map[ident.ExecutionID]bool{}
 	for range maxGroups {
-		found, n, err := d.cancelOneGroup(ctx)
+		found, n, down, err := d.cancelOneGroup(ctx)
+		if errors.As(err, new(*HeldError)) {
+			if held[down] {
+				break // every group left is held: the next tick tries again
+			}
+			held[down] = true
+			continue
+		}
 		if err != nil {
 			return groups, cancelled, err
 		}
@@ -249,13 +267,18 @@ func (d *Dispatcher) CancelSiblings(ctx context.Context, maxGroups int) (groups,
 	if d.hooks != nil && cancelled > 0 {
 		d.hooks.SiblingsCancelled(cancelled)
 	}
+	if len(held) > 0 {
+		return groups, cancelled, &HeldError{Flows: len(held)}
+	}
 	return groups, cancelled, nil
 }
 
-func (d *Dispatcher) cancelOneGroup(ctx context.Context) (found bool, cancelled int, err error) {
+func (d *Dispatcher) cancelOneGroup(ctx context.Context) (found bool, cancelled int, down ident.ExecutionID, err error) {
+	var flowID uuid.UUID
 	err = store.InTx(ctx, d.db, func(tx pgx.Tx) error {
 		found, cancelled = false, 0
-		flowID, down, err := store.TakeCancelGroup(ctx, tx)
+		var err error
+		flowID, down, err = store.TakeCancelGroup(ctx, tx, d.lockTimeout)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -284,8 +307,14 @@ func (d *Dispatcher) cancelOneGroup(ctx context.Context) (found bool, cancelled 
 		}
 		return store.DoneCancelGroup(ctx, tx, flowID, down)
 	})
-	if err != nil {
-		return false, 0, fmt.Errorf("cancel siblings: %w", err)
+	if found && store.IsLockTimeout(err) {
+		if rerr := store.RequeueCancelGroup(ctx, d.db, flowID, down); rerr != nil {
+			return false, 0, down, fmt.Errorf("cancel siblings: %w", rerr)
+		}
+		return true, 0, down, &HeldError{Flows: 1}
 	}
-	return found, cancelled, nil
+	if err != nil {
+		return false, 0, down, fmt.Errorf("cancel siblings: %w", err)
+	}
+	return found, cancelled, down, nil
 }

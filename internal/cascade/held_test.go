@@ -76,3 +76,50 @@ func TestAHeldFlowDelaysOnlyItself(t *testing.T) {
 	}
 	f.expect(held, map[string]store.State{"b": store.StatePending})
 }
+
+// A held sibling delays only its own group: sibling cancellation gives up
+// on a group whose siblings another transaction holds after the lock
+// timeout, moves it to the back of the queue, cancels the groups behind
+// it, and cancels the held one once the holder is gone.
+func TestAHeldSiblingGroupDelaysOnlyItself(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	race := map[string]store.Policy{"j": {Kind: store.AnyOf, OnSatisfied: store.CancelRemaining}}
+	held := f.submit(race, "a1->j", "a2->j")
+	free := f.submit(race, "b1->j", "b2->j")
+	d := cascade.New(f.Pool, nil)
+	d.SetLockTimeout(200 * time.Millisecond)
+	// The held flow's group is queued first, so it is the one taken first.
+	f.run(held, "a1", true)
+	if _, err := d.DispatchBatch(f.Ctx, 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.run(free, "b1", true)
+	if _, err := d.DispatchBatch(f.Ctx, 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	frozen, err := f.Pool.Begin(f.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer frozen.Rollback(context.Background())
+	if _, err := frozen.Exec(f.Ctx, `SELECT 1 FROM ff_execution WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`,
+		held.x["a2"].ID.Partition, held.x["a2"].ID.UUID); err != nil {
+		t.Fatal(err)
+	}
+	groups, n, err := d.CancelSiblings(f.Ctx, 10)
+	var he *cascade.HeldError
+	if !errors.As(err, &he) || he.Flows != 1 || groups != 1 || n != 1 {
+		t.Fatalf("sibling cancellation with one held sibling: %d groups, %d cancelled, %v; want the free group's sibling cancelled and the held group reported", groups, n, err)
+	}
+	f.expect(free, map[string]store.State{"b2": store.StateCancelled})
+	f.expect(held, map[string]store.State{"a2": store.StatePending})
+
+	if err := frozen.Rollback(f.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	if groups, n, err := d.CancelSiblings(f.Ctx, 10); err != nil || groups != 1 || n != 1 {
+		t.Fatalf("after the holder left: %d groups, %d cancelled, %v; want the held group's sibling cancelled", groups, n, err)
+	}
+	f.expect(held, map[string]store.State{"a2": store.StateCancelled})
+}

@@ -77,10 +77,12 @@ type Config struct {
 	// DispatchGrace: the sweep leaves events younger than this to the
 	// notified workers. Default 500 ms.
 	DispatchGrace time.Duration
-	// DispatchLockTimeout bounds each lock wait of a cascade transaction.
-	// Past it the transaction's events are dispatched one by one, and
-	// those of a flow another transaction holds (a frozen process, a long
-	// cancel) wait for the sweep: one held flow delays only itself.
+	// DispatchLockTimeout bounds each lock wait of a cascade transaction
+	// and of a sibling cancellation. Past it the transaction's events are
+	// dispatched one by one, and those of a flow another transaction holds
+	// (a frozen process, a long cancel) wait for the sweep; a held group
+	// of siblings goes to the back of its queue: one held flow delays only
+	// itself.
 	// Default DefaultDispatchLockTimeout (2 s).
 	DispatchLockTimeout time.Duration
 	// StopTimeout bounds a graceful stop. Default 30 s.

@@ -103,7 +103,12 @@ func (p *siblingPool) work(ctx context.Context) {
 		case <-p.e.hints.siblings:
 		}
 		groups, n, err := p.e.cascade.CancelSiblings(p.e.work, p.e.cfg.SweepBatch)
-		if err != nil {
+		var held *cascade.HeldError
+		switch {
+		case errors.As(err, &held):
+			p.e.log.Warn("sibling-cancel groups wait for siblings another transaction holds; the sweep will retry them",
+				zap.Int("groups", held.Flows))
+		case err != nil:
 			p.e.log.Error("sibling cancellation failed; the sweep will retry", zap.Error(err))
 			continue
 		}

@@ -88,6 +88,11 @@ func (s *sweeper) dispatch(ctx context.Context, grace time.Duration) {
 
 func (s *sweeper) cancelSiblings(ctx context.Context) {
 	groups, n, err := s.e.cascade.CancelSiblings(ctx, s.e.cfg.SweepBatch)
+	var held *cascade.HeldError
+	if errors.As(err, &held) {
+		s.e.log.Warn("sweep: sibling-cancel groups wait for siblings another transaction holds", zap.Int("groups", held.Flows))
+		err = nil
+	}
 	if err != nil {
 		s.e.log.Error("sweep: sibling cancellation failed", zap.Error(err))
 	} else if groups > 0 {

@@ -333,10 +333,25 @@ ON CONFLICT DO NOTHING`
 // TakeCancelGroup locks the oldest queued sibling-cancel group that no
 // other worker holds, or returns pgx.ErrNoRows. Queue rows come before
 // every row of the lock order and are taken with SKIP LOCKED.
-func TakeCancelGroup(ctx context.Context, tx pgx.Tx) (flowID uuid.UUID, down ident.ExecutionID, err error) {
-	err = tx.QueryRow(ctx, `SELECT partition_key, flow_id, downstream_id FROM ff_pending_cancel_group
-		ORDER BY enqueued_at LIMIT 1 FOR UPDATE SKIP LOCKED`).Scan(&down.Partition, &flowID, &down.UUID)
+//
+// The statement also sets the transaction's lock_timeout to lockTimeout
+// (0: the session's), like TakeEvents, so that the group's siblings are
+// waited for at most that long.
+func TakeCancelGroup(ctx context.Context, tx pgx.Tx, lockTimeout time.Duration) (flowID uuid.UUID, down ident.ExecutionID, err error) {
+	err = tx.QueryRow(ctx, `WITH wait AS (SELECT CASE WHEN $1::text IS NOT NULL
+			THEN set_config('lock_timeout', $1::text, true) END AS lock_timeout)
+		SELECT g.partition_key, g.flow_id, g.downstream_id FROM ff_pending_cancel_group g, wait
+		ORDER BY g.enqueued_at LIMIT 1 FOR UPDATE OF g SKIP LOCKED`, millisOrNull(lockTimeout)).Scan(&down.Partition, &flowID, &down.UUID)
 	return flowID, down, err
+}
+
+// RequeueCancelGroup moves a pending cancel group to the back of the
+// queue: its siblings are held by another transaction, and the groups
+// behind it should not wait for them.
+func RequeueCancelGroup(ctx context.Context, db DB, flowID uuid.UUID, down ident.ExecutionID) error {
+	_, err := db.Exec(ctx, `UPDATE ff_pending_cancel_group SET enqueued_at = clock_timestamp()
+		WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`, down.Partition, flowID, down.UUID)
+	return wrap("requeue cancel group "+down.String(), err)
 }
 
 // DoneCancelGroup clears a group's recorded siblings and removes it from
