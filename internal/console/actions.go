@@ -91,12 +91,19 @@ func (c *Console) signedIn(r *http.Request) bool {
 	return hmac.Equal([]byte(proof.Value), []byte(c.keys.sign("signin", sess.Value)))
 }
 
+// bearer says whether r carries the console's token in its Authorization
+// header: what a script sends, and what a browser never adds on its own.
+func (c *Console) bearer(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	return c.auth.Token != "" && strings.HasPrefix(h, "Bearer ") && subtle.ConstantTimeCompare([]byte(h[7:]), []byte(c.auth.Token)) == 1
+}
+
 // who authenticates r, returning who acts ("" when nobody may).
 func (c *Console) who(r *http.Request) string {
 	a := c.auth
 	eq := func(x, y string) bool { return subtle.ConstantTimeCompare([]byte(x), []byte(y)) == 1 }
 	if a.Token != "" {
-		if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") && eq(h[7:], a.Token) {
+		if c.bearer(r) {
 			return "token"
 		}
 		if c.signedIn(r) {
@@ -132,7 +139,10 @@ func (c *Console) formToken(r *http.Request) bool {
 
 // act guards an action: POST only (the mux), same origin, the form token
 // of the browser's session, then authentication; it runs do and
-// redirects back.
+// redirects back. The form token guards the credentials a browser sends
+// by itself (the sign-in cookie, basic authentication), which a page of
+// another site could make it send; a script's bearer token is never sent
+// by a browser on its own, so a request carrying it needs no form token.
 func (c *Console) act(name string, do func(r *http.Request, who string) (string, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !c.auth.enabled() {
@@ -143,7 +153,7 @@ func (c *Console) act(name string, do func(r *http.Request, who string) (string,
 			http.Error(w, "cross-origin action refused", http.StatusForbidden)
 			return
 		}
-		if !c.formToken(r) {
+		if !c.bearer(r) && !c.formToken(r) {
 			http.Error(w, "missing or stale form token: reload the page", http.StatusForbidden)
 			return
 		}

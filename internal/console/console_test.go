@@ -172,8 +172,13 @@ func TestConsoleActions(t *testing.T) {
 	}
 
 	withToken := serve(t, f, console.Auth{Token: "s3cret"})
-	if code, _ := post(t, withToken, cancelPath, url.Values{}, http.Header{"Authorization": {"Bearer s3cret"}}); code != http.StatusForbidden {
-		t.Fatalf("an action without the form token: %d, want 403", code)
+	// A script: the bearer token, no cookie, no form token.
+	renderCancel := "/actions/executions/" + sub.Executions["render"].ID.UUID.String() + "/cancel"
+	if code, _ := post(t, withToken, renderCancel, url.Values{}, http.Header{"Authorization": {"Bearer s3cret"}}); code != http.StatusSeeOther {
+		t.Fatalf("a script's action with the bearer token: %d, want 303", code)
+	}
+	if code, _ := post(t, withToken, cancelPath, url.Values{}, http.Header{"Authorization": {"Bearer wrong"}}); code != http.StatusForbidden {
+		t.Fatalf("an action with a wrong bearer token and no form token: %d, want 403", code)
 	}
 	jar := newSession(t, withToken)
 	if code, _ := jar.post(cancelPath, url.Values{}, nil); code != http.StatusUnauthorized {

@@ -69,18 +69,24 @@ func newSession(t *testing.T, base string) *session {
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
 	s := &session{t: t, base: base, c: &http.Client{Jar: jar, CheckRedirect: noRedirect}}
-	resp, err := s.c.Get(base + "/login")
-	if err != nil {
-		t.Fatal(err)
+	// /login has a form when the console has a token; /lanes has one per
+	// lane when it can act.
+	for _, page := range []string{"/login", "/lanes"} {
+		req, _ := http.NewRequest(http.MethodGet, base+page, nil)
+		req.SetBasicAuth("ops", "pw")
+		resp, err := s.c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if m := csrfField.FindStringSubmatch(string(b)); m != nil {
+			s.csrf = m[1]
+			return s
+		}
 	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	m := csrfField.FindStringSubmatch(string(b))
-	if m == nil {
-		t.Fatalf("no form token on the page: %s", b)
-	}
-	s.csrf = m[1]
-	return s
+	t.Fatal("no form token on /login or /lanes")
+	return nil
 }
 
 func (s *session) post(path string, form url.Values, header http.Header) (int, string) {
@@ -201,15 +207,18 @@ func getH(t *testing.T, u string) (int, string, http.Header) {
 
 // Each browser gets its own form token, bound to its session cookie: one
 // browser's token does not work with another's cookie, nor without one.
+// Basic authentication, which a browser sends by itself, needs it.
 func TestConsoleFormTokenIsPerBrowser(t *testing.T) {
 	t.Parallel()
 	f, _, sub := setup(t)
-	base, _ := serveLogged(t, f, console.Auth{Token: "s3cret"})
+	base, _ := serveLogged(t, f, console.Auth{User: "ops", Password: "pw"})
 	a, b := newSession(t, base), newSession(t, base)
 	if a.csrf == b.csrf {
 		t.Fatalf("two browsers got the same form token %q", a.csrf)
 	}
-	auth := http.Header{"Authorization": {"Bearer s3cret"}}
+	basic := &http.Request{Header: http.Header{}}
+	basic.SetBasicAuth("ops", "pw")
+	auth := basic.Header
 	path := "/actions/executions/" + sub.Executions["render"].ID.UUID.String() + "/cancel"
 	b.csrf = a.csrf
 	if code, _ := b.post(path, url.Values{}, auth); code != http.StatusForbidden {
