@@ -192,8 +192,17 @@ func TestCleanup(t *testing.T) {
 			if mode == "die" {
 				// The killed binary could not clean up; the next run's sweep
 				// does (another test binary starting meanwhile may already
-				// have).
-				removeStale()
+				// have). The postmaster's children may still be writing in
+				// the directory for a moment after it died (under load, a
+				// sweep then removes all but their last files): sweep until
+				// it is gone, as successive runs would.
+				deadline := time.Now().Add(20 * time.Second)
+				for removeStale(); time.Now().Before(deadline); removeStale() {
+					if _, err := os.Stat(root); errors.Is(err, os.ErrNotExist) {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
 			}
 			if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("cluster directory %s left behind (stat: %v)", root, err)
