@@ -2,13 +2,12 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/flowfabric/ffd/internal/pgserver"
+	"github.com/flowfabric/ffd/internal/testdb"
 )
 
 // A second `ffd dev` on a data directory or a port that a running server
@@ -16,14 +15,7 @@ import (
 // ready.
 func TestSecondDevSaysTheFirstRuns(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	// As root the server runs as postgres, which must reach the directory.
-	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := testdb.ServerDir(t)
 	srv, err := pgserver.Start(context.Background(), pgserver.Config{DataDir: dir + "/pg"})
 	if err != nil {
 		t.Fatal(err)

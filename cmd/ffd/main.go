@@ -147,31 +147,36 @@ type exitSentinel struct{}
 
 // complete answers a shell's completion request (COMP_LINE) from the
 // command model.
-func complete(parser *kong.Kong, exitCode *int) (code int) {
+func complete(parser *kong.Kong, exitCode *int) int {
+	code, _ := catchExit(exitCode, func() {
+		kongplete.Complete(parser, kongplete.WithExitFunc(func(c int) { *exitCode = c; panic(exitSentinel{}) }))
+	})
+	return code
+}
+
+// catchExit runs f, turning kong's exit (an exitSentinel panic, see
+// kong.Exit in run) into a return: exited is true, with the code kong
+// asked for.
+func catchExit(exitCode *int, f func()) (code int, exited bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			if _, ok := r.(exitSentinel); !ok {
 				panic(r)
 			}
-			code = *exitCode
+			code, exited = *exitCode, true
 		}
 	}()
-	kongplete.Complete(parser, kongplete.WithExitFunc(func(c int) { *exitCode = c; panic(exitSentinel{}) }))
-	return exitOK
+	f()
+	return exitOK, false
 }
 
 // parse turns kong's exit-on-help/error into a return value so that run can
 // be called from tests.
 func parse(parser *kong.Kong, args []string, exitCode *int, stderr io.Writer) (kctx *kong.Context, code int, done bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			if _, ok := r.(exitSentinel); !ok {
-				panic(r)
-			}
-			kctx, code, done = nil, *exitCode, true
-		}
-	}()
-	kctx, err := parser.Parse(args)
+	var err error
+	if code, exited := catchExit(exitCode, func() { kctx, err = parser.Parse(args) }); exited {
+		return nil, code, true
+	}
 	if err != nil {
 		command := ""
 		var pe *kong.ParseError

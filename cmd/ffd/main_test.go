@@ -110,15 +110,7 @@ func TestDev(t *testing.T) {
 	if os.Getenv(testdb.EnvURL) != "" {
 		t.Skip("ffd dev runs a private server; this run uses an external one")
 	}
-	// The server user (postgres, when tests run as root) must reach it.
-	root, err := os.MkdirTemp("", "ffd-dev-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	if err := os.Chmod(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	root := testdb.ServerDir(t)
 	dataDir := filepath.Join(root, "pg")
 	for round := range 2 {
 		ctx, cancel := context.WithCancel(context.Background())

@@ -2,7 +2,6 @@ package outbox_test
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/pgserver"
 	"github.com/flowfabric/ffd/internal/store"
+	"github.com/flowfabric/ffd/internal/testdb"
 )
 
 // runOne creates, claims and completes one solo execution: one
@@ -84,12 +84,7 @@ func TestLogicalRestoreProcedureKeepsConsumersReading(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil { // the server may run as postgres
-			t.Fatal(err)
-		}
-	}
+	dir := testdb.ServerDir(t)
 	dump := filepath.Join(dir, "ffd.dump")
 	if out, err := exec.CommandContext(ctx, filepath.Join(bin, "pg_dump"), "--format=custom", "--file="+dump, f.DB.URL).CombinedOutput(); err != nil {
 		t.Fatalf("pg_dump: %v\n%s", err, out)

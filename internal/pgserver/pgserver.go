@@ -279,7 +279,7 @@ func (e *InUseError) Error() string {
 // in use: starting anyway would fail later, and a readiness probe on a
 // taken port could even reach the other server and report ours ready.
 func checkFree(cfg Config) error {
-	if pid, port, ok := readPIDFile(cfg.DataDir); ok && Alive(pid) {
+	if pid, port, ok := PIDFile(cfg.DataDir); ok && Alive(pid) {
 		return &InUseError{DataDir: cfg.DataDir, PID: pid, Port: port}
 	}
 	if cfg.Port != 0 {
@@ -292,22 +292,23 @@ func checkFree(cfg Config) error {
 	return nil
 }
 
-// readPIDFile reads the postmaster's pid (line 1) and port (line 4) from
-// dir's postmaster.pid.
-func readPIDFile(dir string) (pid, port int, ok bool) {
+// PIDFile reads the postmaster's pid (line 1) and port (line 4; 0 while
+// not written yet) from the postmaster.pid of the data directory dir; ok
+// is false when there is none or its pid cannot be read.
+func PIDFile(dir string) (pid, port int, ok bool) {
 	b, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
 	if err != nil {
 		return 0, 0, false
 	}
+	// A postmaster writes its pid first; the port comes a little later.
 	lines := strings.Split(string(b), "\n")
-	if len(lines) < 4 {
-		return 0, 0, false
-	}
 	pid, err = strconv.Atoi(strings.TrimSpace(lines[0]))
 	if err != nil {
 		return 0, 0, false
 	}
-	port, _ = strconv.Atoi(strings.TrimSpace(lines[3]))
+	if len(lines) >= 4 {
+		port, _ = strconv.Atoi(strings.TrimSpace(lines[3]))
+	}
 	return pid, port, true
 }
 
@@ -406,7 +407,7 @@ func (s *Server) waitReady(ctx context.Context) error {
 			conn.Close(ctx)
 			// Ready only when the server that answered is ours: its
 			// postmaster.pid names our process.
-			if pid, _, ok := readPIDFile(s.cfg.DataDir); ok && pid == s.cmd.Process.Pid {
+			if pid, _, ok := PIDFile(s.cfg.DataDir); ok && pid == s.cmd.Process.Pid {
 				return nil
 			}
 			err = errors.New("another server answered on the port")

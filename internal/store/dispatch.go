@@ -35,8 +35,7 @@ type Dispatching struct {
 // of its own.
 func takeEvents(pick string, timeoutParam string) string {
 	return `WITH picked AS (` + pick + `),
-		wait AS (SELECT CASE WHEN ` + timeoutParam + `::text IS NOT NULL
-			THEN set_config('lock_timeout', ` + timeoutParam + `::text, true) END AS lock_timeout)
+		wait AS (` + setLockTimeout(timeoutParam) + `)
 		UPDATE ff_completion_event c SET dispatched_at = clock_timestamp()
 		FROM picked p, wait
 		WHERE c.partition_key = p.partition_key AND c.event_id = p.event_id
@@ -71,6 +70,15 @@ func TakeEvents(ctx context.Context, tx pgx.Tx, ids []int64, lockTimeout time.Du
 // of events that just committed.
 func TakeOldEvents(ctx context.Context, tx pgx.Tx, limit int, grace, lockTimeout time.Duration) ([]Dispatching, error) {
 	return collectDispatching(tx.Query(ctx, takeOldEvents, limit, micros(grace), millisOrNull(lockTimeout)))
+}
+
+// setLockTimeout is a one-row SELECT that sets the transaction's
+// lock_timeout to the text parameter param (milliseconds), or leaves the
+// session's when param is NULL: a CTE that lets a statement bound the
+// waits of the statements after it, without a statement of its own.
+func setLockTimeout(param string) string {
+	return `SELECT CASE WHEN ` + param + `::text IS NOT NULL
+			THEN set_config('lock_timeout', ` + param + `::text, true) END AS lock_timeout`
 }
 
 // millisOrNull is a lock_timeout setting: d in whole milliseconds (at

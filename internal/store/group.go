@@ -338,8 +338,7 @@ ON CONFLICT DO NOTHING`
 // (0: the session's), like TakeEvents, so that the group's siblings are
 // waited for at most that long.
 func TakeCancelGroup(ctx context.Context, tx pgx.Tx, lockTimeout time.Duration) (flowID uuid.UUID, down ident.ExecutionID, err error) {
-	err = tx.QueryRow(ctx, `WITH wait AS (SELECT CASE WHEN $1::text IS NOT NULL
-			THEN set_config('lock_timeout', $1::text, true) END AS lock_timeout)
+	err = tx.QueryRow(ctx, `WITH wait AS (`+setLockTimeout("$1")+`)
 		SELECT g.partition_key, g.flow_id, g.downstream_id FROM ff_pending_cancel_group g, wait
 		ORDER BY g.enqueued_at LIMIT 1 FOR UPDATE OF g SKIP LOCKED`, millisOrNull(lockTimeout)).Scan(&down.Partition, &flowID, &down.UUID)
 	return flowID, down, err

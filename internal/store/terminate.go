@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -148,10 +147,10 @@ func TerminateWithin(ctx context.Context, db DB, ends []Ending, lockTimeout time
 	err := WithRetry(ctx, db, func() error {
 		out = out[:0]
 		b := &pgx.Batch{}
-		if lockTimeout > 0 {
+		if ms := millisOrNull(lockTimeout); ms != nil {
 			// Local to the batch's transaction (the batch is one implicit
 			// transaction, or the caller's).
-			b.Queue(`SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(lockTimeout.Milliseconds(), 10))
+			b.Queue(`SELECT set_config('lock_timeout', $1, true)`, *ms)
 		}
 		// An unfenced ending (cancel, skip, deadline) can race a claim: it
 		// waits for the claim's row lock, then reads the row as the claim

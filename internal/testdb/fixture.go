@@ -2,6 +2,7 @@ package testdb
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -77,4 +78,20 @@ func (f *Fixture) WaitFor(what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// ServerDir is a temporary directory, removed when the test ends, that a
+// private PostgreSQL started by the test can use: when tests run as root
+// the server runs as the postgres OS user, which must reach it.
+func ServerDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ffd-test-server-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -259,18 +259,15 @@ func removeStale() {
 		if err != nil || pid <= 0 || pgserver.Alive(pid) {
 			continue
 		}
-		if pidFile, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid")); err == nil {
-			line, _, _ := strings.Cut(string(pidFile), "\n")
-			if p, err := strconv.Atoi(line); err == nil && pgserver.Alive(p) {
-				if pgserver.DiesWithParent {
-					continue // it is dying with its owner; the next run removes it
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				err := pgserver.StopOrphan(ctx, filepath.Join(dir, "data"))
-				cancel()
-				if err != nil {
-					continue
-				}
+		if p, _, ok := pgserver.PIDFile(filepath.Join(dir, "data")); ok && pgserver.Alive(p) {
+			if pgserver.DiesWithParent {
+				continue // it is dying with its owner; the next run removes it
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := pgserver.StopOrphan(ctx, filepath.Join(dir, "data"))
+			cancel()
+			if err != nil {
+				continue
 			}
 		}
 		os.RemoveAll(dir)
