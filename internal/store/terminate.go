@@ -46,7 +46,14 @@ type Ended struct {
 //   - writes the lease event of a running lease taken away (revoked,
 //     expired), with the expiry it had; a lease its holder gives up
 //     (complete, fail) writes none;
-//   - writes the one completion event.
+//   - writes the one completion event;
+//   - locks the open flows of the members it ended (after the members: the
+//     global lock order) and hands their ids to the statement that
+//     finishes them (queueFinishFlows), in two transaction-local settings.
+//
+// The settings spare the finishing statement a second look at every input
+// row: a batch of solo executions locks no flow, and its finishing
+// statement reads an empty list.
 //
 // The outcome and lease event of each ending come from the store's
 // mappings (OutcomeOf, LeaseEndOf), passed per row; the held attempt's
@@ -108,9 +115,31 @@ WITH input AS (
 	SELECT event_id, partition_key, execution_id, flow_id, outcome, attempt, namespace,
 		CASE WHEN flow_id IS NULL THEN now() END, step
 	FROM ended
+), flows AS (
+	SELECT f.partition_key, f.flow_id
+	FROM (SELECT DISTINCT partition_key, flow_id FROM upd WHERE flow_id IS NOT NULL) u
+	JOIN ff_flow f ON f.partition_key = u.partition_key AND f.flow_id = u.flow_id
+	WHERE f.state = 'open'
+	ORDER BY f.partition_key, f.flow_id
+	FOR NO KEY UPDATE OF f
+), handoff AS (
+	SELECT set_config('` + endedFlowPartitions + `', coalesce(array_agg(partition_key)::text, '{}'), true),
+		set_config('` + endedFlowIDs + `', coalesce(array_agg(flow_id)::text, '{}'), true)
+	FROM flows
 )
+-- The handoff is a one-time filter, so it runs (and replaces what an
+-- earlier ending in the same transaction handed over) even when nothing
+-- ended.
 SELECT partition_key, execution_id, flow_id, state, attempt, lease_epoch, old_state = 'running', event_id
-FROM ended`
+FROM ended
+WHERE (SELECT count(*) FROM handoff) = 1`
+
+// The settings through which terminateSQL hands the flows it locked to
+// finishFlowsSQL, local to the transaction.
+const (
+	endedFlowPartitions = "ffd.ended_flow_partitions"
+	endedFlowIDs        = "ffd.ended_flow_ids"
+)
 
 // Terminate ends every execution of ends that is still eligible (see
 // Ending.Epoch), in one statement, and returns those it ended; the others
@@ -168,7 +197,7 @@ func TerminateWithin(ctx context.Context, db DB, ends []Ending, lockTimeout time
 			}
 			return rows.Err()
 		})
-		queueFinishFlows(b, parts, ids)
+		queueFinishFlows(b)
 		return db.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
@@ -181,36 +210,25 @@ func TerminateWithin(ctx context.Context, db DB, ends []Ending, lockTimeout time
 // just ended: completed when no member failed or expired, else failed,
 // with the flow's own completion event, in the same transaction.
 //
-// The flows are those of the input executions now terminal (ending one
-// that another transaction already ended only re-checks its flow, which is
-// harmless). Their rows are locked first, in a statement of their own, and
-// the members counted in the next: under READ COMMITTED that statement
-// takes a fresh snapshot, so of two transactions ending a flow's last two
-// members the second to get the lock sees the first's commit. A single
-// statement would let each see the other's member still running, and the
-// flow would never finish. Solo executions find no flow and cost two index
-// probes.
-func queueFinishFlows(b *pgx.Batch, parts []int16, ids []uuid.UUID) {
-	b.Queue(`WITH ended AS MATERIALIZED (`+endedFlowsSQL+`)
-		SELECT 1 FROM ff_flow f
-		WHERE (f.partition_key, f.flow_id) IN (SELECT partition_key, flow_id FROM ended) AND f.state = 'open'
-		ORDER BY f.partition_key, f.flow_id
-		FOR NO KEY UPDATE OF f`, parts, ids)
-	b.Queue(finishFlowsSQL, parts, ids)
+// The flows are those terminateSQL locked, the open flows of the members
+// it ended, handed over in two transaction-local settings. The members
+// are counted in a statement of its own, after the flows' locks: under
+// READ COMMITTED it takes a fresh snapshot, so of two transactions ending
+// a flow's last two members the second to get the flow's lock sees the
+// first's commit. Counting in the statement that took the lock would let
+// each see the other's member still running, and the flow would never
+// finish. A batch of solo executions hands over no flow, and the
+// statement reads nothing.
+func queueFinishFlows(b *pgx.Batch) {
+	b.Queue(finishFlowsSQL)
 }
 
-// endedFlowsSQL is materialized by its users: the planner, estimating one
-// open flow and one member, otherwise walks every member of each open flow
-// and joins them to the input, which made finishing a flow quadratic in
-// its size (27 ms per completion batch at 10,000 members).
-const endedFlowsSQL = `
-	SELECT DISTINCT e.partition_key, e.flow_id FROM ff_execution e
-	JOIN unnest($1::smallint[], $2::uuid[]) AS i(partition_key, execution_id)
-		ON e.partition_key = i.partition_key AND e.execution_id = i.execution_id
-	WHERE e.flow_id IS NOT NULL AND e.state IN ('completed', 'failed', 'cancelled', 'skipped', 'expired')`
-
 const finishFlowsSQL = `
-WITH ended AS MATERIALIZED (` + endedFlowsSQL + `),
+WITH ended AS MATERIALIZED (
+	SELECT * FROM unnest(
+		nullif(current_setting('` + endedFlowPartitions + `', true), '')::smallint[],
+		nullif(current_setting('` + endedFlowIDs + `', true), '')::uuid[]) AS i(partition_key, flow_id)
+),
 done AS (
 	UPDATE ff_flow f SET
 		state = CASE WHEN EXISTS (SELECT 1 FROM ff_execution e
