@@ -243,7 +243,7 @@ func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Executi
 	n := len(rs)
 	var (
 		parts                     = make([]int16, n)
-		ids, flowIDs              = make([]uuid.UUID, n), make([]*uuid.UUID, n)
+		ids, flowIDs              = make([]pgtype.UUID, n), make([]pgtype.UUID, n)
 		namespaces, lanes, kinds  = make([]string, n), make([]string, n), make([]string, n)
 		states                    = make([]string, n)
 		priorities, maxAttempts   = make([]int32, n), make([]int32, n)
@@ -256,7 +256,7 @@ func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Executi
 	)
 	for i := range rs {
 		r := &rs[i]
-		parts[i], ids[i], flowIDs[i] = r.ID.Partition, r.ID.UUID, r.FlowID
+		parts[i], ids[i], flowIDs[i] = r.ID.Partition, pgUUID(r.ID.UUID), pgUUIDOrNull(r.FlowID)
 		order[r.ID.UUID] = i
 		namespaces[i], lanes[i], kinds[i], states[i] = r.Namespace, r.Lane, r.Kind, string(r.State)
 		priorities[i], maxAttempts[i] = int32(r.Priority), int32(r.MaxAttempts)
@@ -389,7 +389,7 @@ func (r *NewExecution) copyRow(now time.Time) (*Execution, []any, error) {
 		d := now.Add(us(r.Deadline))
 		x.DeadlineAt = &d
 	}
-	row := []any{r.ID.Partition, r.ID.UUID, r.FlowID, r.Namespace, r.Lane, r.Kind, int32(r.Priority),
+	row := []any{r.ID.Partition, pgUUID(r.ID.UUID), pgUUIDOrNull(r.FlowID), r.Namespace, r.Lane, r.Kind, int32(r.Priority),
 		x.RequiredCapabilities, string(r.State), x.RunAt, now, int32(r.MaxAttempts), interval(r.Retry.Base),
 		interval(r.Retry.Max), r.Retry.Multiplier, r.Retry.Jitter, interval(r.LeaseTTL), timeout, x.DeadlineAt,
 		x.Payload, tags, nullIfEmpty(r.Step)}

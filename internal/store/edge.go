@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/internal/ident"
 )
@@ -164,9 +165,9 @@ func InsertEdge(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, e NewEdge) (*E
 // one statement.
 func InsertAppliedEdges(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, es []NewEdge) error {
 	n := len(es)
-	ids, ups, downs, kinds, refs := make([]uuid.UUID, n), make([]uuid.UUID, n), make([]uuid.UUID, n), make([]string, n), make([]*string, n)
+	ids, ups, downs, kinds, refs := make([]pgtype.UUID, n), make([]pgtype.UUID, n), make([]pgtype.UUID, n), make([]string, n), make([]*string, n)
 	for i, e := range es {
-		ids[i], ups[i], downs[i], kinds[i], refs[i] = e.ID, e.Upstream.UUID, e.Downstream.UUID, e.DependencyKind, nullIfEmpty(e.DataPassingRef)
+		ids[i], ups[i], downs[i], kinds[i], refs[i] = pgUUID(e.ID), pgUUID(e.Upstream.UUID), pgUUID(e.Downstream.UUID), e.DependencyKind, nullIfEmpty(e.DataPassingRef)
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_id, downstream_id,
 			dependency_kind, data_passing_ref, state, applied_at)

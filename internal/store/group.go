@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/internal/ident"
 )
@@ -150,9 +151,9 @@ type NewGroup struct {
 // InsertGroups inserts a submitted flow's edge groups in one statement.
 func InsertGroups(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, gs []NewGroup) error {
 	n := len(gs)
-	downs, kinds, ks, ons, totals := make([]uuid.UUID, n), make([]string, n), make([]*int, n), make([]*string, n), make([]int, n)
+	downs, kinds, ks, ons, totals := make([]pgtype.UUID, n), make([]string, n), make([]*int, n), make([]*string, n), make([]int, n)
 	for i, g := range gs {
-		downs[i], kinds[i], totals[i] = g.Downstream.UUID, string(g.Policy.Kind), g.Total
+		downs[i], kinds[i], totals[i] = pgUUID(g.Downstream.UUID), string(g.Policy.Kind), g.Total
 		ks[i], ons[i] = g.Policy.columns()
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO ff_edge_group (partition_key, flow_id, downstream_id, policy, k, on_satisfied, total)
@@ -179,11 +180,11 @@ type Resolution struct {
 	EdgeID   *uuid.UUID // only this edge (apply); nil: every applied edge
 }
 
-func resolutionArrays(rs []Resolution) (parts []int16, ups []uuid.UUID, outcomes []string, edges []*uuid.UUID) {
+func resolutionArrays(rs []Resolution) (parts []int16, ups []pgtype.UUID, outcomes []string, edges []pgtype.UUID) {
 	n := len(rs)
-	parts, ups, outcomes, edges = make([]int16, n), make([]uuid.UUID, n), make([]string, n), make([]*uuid.UUID, n)
+	parts, ups, outcomes, edges = make([]int16, n), make([]pgtype.UUID, n), make([]string, n), make([]pgtype.UUID, n)
 	for i, r := range rs {
-		parts[i], ups[i], outcomes[i], edges[i] = r.Upstream.Partition, r.Upstream.UUID, string(r.Outcome), r.EdgeID
+		parts[i], ups[i], outcomes[i], edges[i] = r.Upstream.Partition, pgUUID(r.Upstream.UUID), string(r.Outcome), pgUUIDOrNull(r.EdgeID)
 	}
 	return parts, ups, outcomes, edges
 }
@@ -272,9 +273,9 @@ type DecisionEffects struct {
 func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued int, err error) {
 	b := &pgx.Batch{}
 	if n := len(d.Decided); n > 0 {
-		parts, flows, downs, decisions := make([]int16, n), make([]uuid.UUID, n), make([]uuid.UUID, n), make([]string, n)
+		parts, flows, downs, decisions := make([]int16, n), make([]pgtype.UUID, n), make([]pgtype.UUID, n), make([]string, n)
 		for i, g := range d.Decided {
-			parts[i], flows[i], downs[i], decisions[i] = g.Downstream.Partition, g.FlowID, g.Downstream.UUID, string(g.Decision)
+			parts[i], flows[i], downs[i], decisions[i] = g.Downstream.Partition, pgUUID(g.FlowID), pgUUID(g.Downstream.UUID), string(g.Decision)
 		}
 		b.Queue(`UPDATE ff_edge_group g SET decision = i.decision, decided_at = now()
 			FROM unnest($1::smallint[], $2::uuid[], $3::uuid[], $4::text[]) AS i(partition_key, flow_id, downstream_id, decision)
@@ -282,9 +283,9 @@ func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued 
 			parts, flows, downs, decisions)
 	}
 	if n := len(d.Ready); n > 0 {
-		parts, ids := make([]int16, n), make([]uuid.UUID, n)
+		parts, ids := make([]int16, n), make([]pgtype.UUID, n)
 		for i, id := range d.Ready {
-			parts[i], ids[i] = id.Partition, id.UUID
+			parts[i], ids[i] = id.Partition, pgUUID(id.UUID)
 		}
 		b.Queue(`UPDATE ff_execution e SET state = 'pending', run_at = now()
 			FROM unnest($1::smallint[], $2::uuid[]) AS i(partition_key, execution_id)
@@ -292,9 +293,9 @@ func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued 
 			parts, ids)
 	}
 	if n := len(d.Cancel); n > 0 {
-		parts, flows, downs := make([]int16, n), make([]uuid.UUID, n), make([]uuid.UUID, n)
+		parts, flows, downs := make([]int16, n), make([]pgtype.UUID, n), make([]pgtype.UUID, n)
 		for i, g := range d.Cancel {
-			parts[i], flows[i], downs[i] = g.Downstream.Partition, g.FlowID, g.Downstream.UUID
+			parts[i], flows[i], downs[i] = g.Downstream.Partition, pgUUID(g.FlowID), pgUUID(g.Downstream.UUID)
 		}
 		b.Queue(queueCancelSQL, parts, flows, downs).Exec(func(tag pgconn.CommandTag) error {
 			queued = int(tag.RowsAffected())

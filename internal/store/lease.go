@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/internal/ident"
 )
@@ -100,9 +100,9 @@ const lapsedColumns = `partition_key, execution_id, lease_epoch, attempt, max_at
 // holder is ending or renewing them; a later check or the sweep sees what
 // it left).
 func LockLapsed(ctx context.Context, tx pgx.Tx, held []LeaseRef) ([]Lapsed, error) {
-	parts, ids, epochs := make([]int16, len(held)), make([]uuid.UUID, len(held)), make([]int64, len(held))
+	parts, ids, epochs := make([]int16, len(held)), make([]pgtype.UUID, len(held)), make([]int64, len(held))
 	for i, l := range held {
-		parts[i], ids[i], epochs[i] = l.ID.Partition, l.ID.UUID, l.Epoch
+		parts[i], ids[i], epochs[i] = l.ID.Partition, pgUUID(l.ID.UUID), l.Epoch
 	}
 	return collectLapsed(tx.Query(ctx, `SELECT `+lapsedColumns+` FROM ff_execution
 		WHERE (partition_key, execution_id, lease_epoch) IN (

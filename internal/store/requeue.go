@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/flowfabric/ffd/internal/ident"
-	"github.com/google/uuid"
 )
 
 // RequeueKind is how a running attempt ends without ending the execution.
@@ -108,9 +109,9 @@ func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []R
 		return nil, nil
 	}
 	n := len(items)
-	parts, ids, epochs, errs := make([]int16, n), make([]uuid.UUID, n), make([]int64, n), make([]*string, n)
+	parts, ids, epochs, errs := make([]int16, n), make([]pgtype.UUID, n), make([]int64, n), make([]*string, n)
 	for i, it := range items {
-		parts[i], ids[i], epochs[i], errs[i] = it.ID.Partition, it.ID.UUID, it.Epoch, nullIfEmpty(it.Error)
+		parts[i], ids[i], epochs[i], errs[i] = it.ID.Partition, pgUUID(it.ID.UUID), it.Epoch, nullIfEmpty(it.Error)
 	}
 	var out []Requeued
 	err := WithRetry(ctx, db, func() error {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/internal/ident"
 )
@@ -157,7 +158,7 @@ func TerminateWithin(ctx context.Context, db DB, ends []Ending, lockTimeout time
 		return nil, nil
 	}
 	n := len(ends)
-	parts, ids, epochs := make([]int16, n), make([]uuid.UUID, n), make([]int64, n)
+	parts, ids, epochs := make([]int16, n), make([]pgtype.UUID, n), make([]int64, n)
 	states, results := make([]string, n), make([][]byte, n)
 	errs, reasons, bys := make([]*string, n), make([]*string, n), make([]*string, n)
 	outcomes, leaseEnds := make([]string, n), make([]string, n)
@@ -165,7 +166,7 @@ func TerminateWithin(ctx context.Context, db DB, ends []Ending, lockTimeout time
 		if !e.State.Terminal() {
 			return nil, fmt.Errorf("terminate %s: %q is not a terminal state", e.ID, e.State)
 		}
-		parts[i], ids[i], epochs[i], states[i], results[i] = e.ID.Partition, e.ID.UUID, e.Epoch, string(e.State), e.Result
+		parts[i], ids[i], epochs[i], states[i], results[i] = e.ID.Partition, pgUUID(e.ID.UUID), e.Epoch, string(e.State), e.Result
 		errs[i], reasons[i], bys[i] = nullIfEmpty(e.Error), nullIfEmpty(e.Reason), nullIfEmpty(e.By)
 		outcomes[i] = string(OutcomeOf(e.State))
 		leaseEnds[i] = string(LeaseEndOf(e.State))

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/internal/ident"
 )
@@ -183,9 +183,9 @@ func NotifyDueLanes(ctx context.Context, db DB, since time.Time) ([]string, time
 // LostLeases returns those of the given leases that are no longer held:
 // the execution does not run at that epoch any more.
 func LostLeases(ctx context.Context, db DB, held []LeaseRef) ([]LeaseRef, error) {
-	parts, ids, epochs := make([]int16, len(held)), make([]uuid.UUID, len(held)), make([]int64, len(held))
+	parts, ids, epochs := make([]int16, len(held)), make([]pgtype.UUID, len(held)), make([]int64, len(held))
 	for i, l := range held {
-		parts[i], ids[i], epochs[i] = l.ID.Partition, l.ID.UUID, l.Epoch
+		parts[i], ids[i], epochs[i] = l.ID.Partition, pgUUID(l.ID.UUID), l.Epoch
 	}
 	rows, err := db.Query(ctx, `
 		SELECT i.partition_key, i.execution_id, i.lease_epoch
