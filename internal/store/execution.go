@@ -205,7 +205,8 @@ func GetExecution(ctx context.Context, db DB, id ident.ExecutionID) (*Execution,
 }
 
 // ExecutionsByUUID reads the executions with this uuid on any partition
-// (ff_execution_list): one, unless uuids were minted twice.
+// (the primary key leads with the id, migration 00020): one, unless uuids
+// were minted twice.
 func ExecutionsByUUID(ctx context.Context, db DB, id uuid.UUID) ([]*Execution, error) {
 	rows, err := db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e WHERE e.execution_id = $1 LIMIT 2`, id)
 	if err != nil {
@@ -231,7 +232,7 @@ type ExecutionFilter struct {
 }
 
 // ListExecutions returns up to f.Limit executions in id order, or newest
-// first; each order is its own statement, reading ff_execution_list in
+// first; each order is its own statement, reading the primary key (id first) in
 // its direction.
 func ListExecutions(ctx context.Context, db DB, f ExecutionFilter) ([]*Execution, error) {
 	const where = `WHERE ($1::text IS NULL OR e.namespace = $1)

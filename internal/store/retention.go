@@ -47,7 +47,7 @@ func uuidAt(t time.Time) uuid.UUID {
 }
 
 // deleteExecutionsSQL deletes a batch of finished solo executions with
-// their attempts. It walks ff_execution_list (ids are v7 uuids, ordered by
+// their attempts. It walks the primary key, id first (ids are v7 uuids, ordered by
 // creation) below the youngest cutoff's uuid, so it reads only rows old
 // enough to qualify, and skips rows another transaction holds.
 const deleteExecutionsSQL = `
