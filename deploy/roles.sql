@@ -73,6 +73,11 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_publication WHERE pubname = 'ff_outbox') THEN
         ALTER PUBLICATION ff_outbox OWNER TO ffd_migrator;
     END IF;
+    -- It runs as its owner, so that the daemon may refresh the tables'
+    -- planner statistics (ANALYZE needs the owner): the tables' owner.
+    IF to_regprocedure(format('%I.ff_refresh_statistics(bigint, double precision)', s)) IS NOT NULL THEN
+        EXECUTE format('ALTER FUNCTION %I.ff_refresh_statistics(bigint, double precision) OWNER TO ffd_migrator', s);
+    END IF;
     -- Tables and sequences later migrations create, run as ffd_migrator.
     EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE ffd_migrator IN SCHEMA %I
         GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO ffd_runtime', s);

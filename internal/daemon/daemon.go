@@ -45,9 +45,13 @@ const (
 	DefaultStopTimeout         = 30 * time.Second
 	DefaultAdminAddr           = "127.0.0.1:9464"
 	DefaultSampleInterval      = 15 * time.Second
-	DefaultTimerLimit          = 1000
-	DefaultRetentionInterval   = time.Minute
-	DefaultScheduleInterval    = time.Second
+	// DefaultStatisticsInterval is how often the daemon looks for tables
+	// whose planner statistics say they are nearly empty while they fill
+	// (Config.StatisticsInterval).
+	DefaultStatisticsInterval = 2 * time.Second
+	DefaultTimerLimit         = 1000
+	DefaultRetentionInterval  = time.Minute
+	DefaultScheduleInterval   = time.Second
 	// DefaultExecutionRetention is how long `ffd run` and embedded
 	// daemons keep finished executions and flows.
 	DefaultExecutionRetention = 30 * 24 * time.Hour
@@ -93,6 +97,12 @@ type Config struct {
 	// SampleInterval is how often the executions gauge is refreshed.
 	// Default 15 s.
 	SampleInterval time.Duration
+	// StatisticsInterval is how often the ff_ tables' planner statistics
+	// are checked, and refreshed (ANALYZE) where they say a table holds
+	// under a quarter of its rows: a queue analyzed while drained would
+	// otherwise be planned as empty until autovacuum analyzes it again.
+	// Default DefaultStatisticsInterval (2 s).
+	StatisticsInterval time.Duration
 	// Retention deletes outbox events older than this that are dispatched
 	// and behind every registered consumer; 0 disables it. Default 0 (the
 	// CLI defaults it to outbox.DefaultRetention).
@@ -145,6 +155,7 @@ func (c *Config) normalize() error {
 		bound.LockTimeout.Fill("DispatchLockTimeout", &c.DispatchLockTimeout, DefaultDispatchLockTimeout),
 		bound.StopTimeout.Fill("StopTimeout", &c.StopTimeout, DefaultStopTimeout),
 		bound.SampleInterval.Fill("SampleInterval", &c.SampleInterval, DefaultSampleInterval),
+		bound.SampleInterval.Fill("StatisticsInterval", &c.StatisticsInterval, DefaultStatisticsInterval),
 		bound.RetentionInterval.Fill("RetentionInterval", &c.RetentionInterval, DefaultRetentionInterval),
 		bound.SweepInterval.Fill("ScheduleInterval", &c.ScheduleInterval, DefaultScheduleInterval),
 		bound.ConsumerIdleLimit.Fill("ConsumerIdleLimit", &c.ConsumerIdleLimit, outbox.DefaultIdleConsumerAge),
@@ -231,7 +242,7 @@ func New(cfg Config) (*Daemon, error) {
 	e.cascade.SetLockTimeout(cfg.DispatchLockTimeout)
 	e.due = &dueLanes{e: e}
 	d := &Daemon{e: e, sweeper: &sweeper{e: e}, watchdog: &watchdog{e: e}, firstConnect: make(chan struct{})}
-	d.workers = []component{&cascadePool{e: e}, &siblingPool{e: e}, newTimerWorker(e), d.sweeper, d.watchdog, &sampler{e: e}, &retainer{e: e}, &scheduler{e: e}}
+	d.workers = []component{&cascadePool{e: e}, &siblingPool{e: e}, newTimerWorker(e), d.sweeper, d.watchdog, &sampler{e: e}, &statistician{e: e}, &retainer{e: e}, &scheduler{e: e}}
 	if cfg.AdminAddr != "" {
 		d.admin = &adminServer{addr: cfg.AdminAddr, ready: d.Ready, m: cfg.Metrics, extra: cfg.Console}
 	}

@@ -38,6 +38,7 @@ type Metrics struct {
 	consumerBehind    *prometheus.GaugeVec
 	consumerLag       *prometheus.GaugeVec
 	slotRetained      *prometheus.GaugeVec
+	statsRefreshed    prometheus.Counter
 	// readyFn is the daemon's Ready, read by ffd_daemon_ready.
 	readyFn atomic.Pointer[func() bool]
 }
@@ -116,6 +117,8 @@ func NewMetrics() *Metrics {
 		slotRetained: gaugeVec("ffd_wal_slot_retained_bytes",
 			"WAL a logical replication slot of this database holds back, sampled periodically.",
 			"slot"),
+		statsRefreshed: counter("ffd_statistics_refreshed_total",
+			"Tables this daemon analyzed because their planner statistics said they held under a quarter of their rows."),
 		retentionDeleted: counterVec("ffd_retention_deleted_total",
 			"Finished solo executions and finished flows (each with its members, edges and groups) deleted by retention, by kind.",
 			"kind"),

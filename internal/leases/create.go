@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -44,7 +43,23 @@ const (
 	maxCapabilityLength = 128
 )
 
-var namePattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+// validName reports whether v is 1 to MaxNameLength characters of
+// A-Z a-z 0-9 _ . : - (the database checks the same form). A byte loop: the
+// regular expression it replaces was a tenth of CreateMany's client time,
+// run on every row.
+func validName(v string) bool {
+	if len(v) == 0 || len(v) > MaxNameLength {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '.', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // CreateParams describes a new execution. Zero values take the defaults
 // above.
@@ -93,7 +108,7 @@ func (l Limits) maxPayload() int {
 
 // ValidateName checks a lane or namespace.
 func ValidateName(field, v string) error {
-	if !namePattern.MatchString(v) {
+	if !validName(v) {
 		return fault.Invalid(fault.KindInvalidValue, field, v, "want 1 to 128 characters of A-Z a-z 0-9 _ . : -")
 	}
 	return nil
