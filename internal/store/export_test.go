@@ -1,5 +1,7 @@
 package store
 
+import "reflect"
+
 // ClaimSQL is the claim statement, for the plan test.
 const ClaimSQL = claimSQL
 
@@ -12,4 +14,24 @@ func SetUniqueRaceHook(beforeInsert, afterRefused func(key string)) {
 		return
 	}
 	uniqueRaceHook.Store(&uniqueRace{beforeInsert: beforeInsert, afterRefused: afterRefused})
+}
+
+// ExecColumns is execColumns, for the scan-order test.
+const ExecColumns = execColumns
+
+// ExecutionRowTags are executionRow's db tags in field order, and whether
+// its scan destinations (dests) are its fields, in that order.
+func ExecutionRowTags() (tags []string, inOrder bool) {
+	var r executionRow
+	typ := reflect.TypeOf(r)
+	v := reflect.ValueOf(&r).Elem()
+	dests := r.dests()
+	inOrder = len(dests) == typ.NumField()
+	for i := range typ.NumField() {
+		tags = append(tags, typ.Field(i).Tag.Get("db"))
+		if inOrder && reflect.ValueOf(dests[i]).Pointer() != v.Field(i).Addr().Pointer() {
+			inOrder = false
+		}
+	}
+	return tags, inOrder
 }
