@@ -323,15 +323,23 @@ func copyExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Execution
 			return err
 		}
 		out = make([]*Execution, len(rs))
-		src := make([][]any, len(rs))
-		for i := range rs {
+		// Rows are built as COPY asks for them: pgx encodes them on a
+		// goroutine of its own while it sends what it has, so building
+		// a row overlaps with the server's work on the rows before it.
+		i := 0
+		src := pgx.CopyFromFunc(func() ([]any, error) {
+			if i == len(rs) {
+				return nil, nil
+			}
 			x, row, err := rs[i].copyRow(now)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			out[i], src[i] = x, row
-		}
-		n, err := tx.CopyFrom(ctx, pgx.Identifier{"ff_execution"}, copyColumns, pgx.CopyFromRows(src))
+			out[i] = x
+			i++
+			return row, nil
+		})
+		n, err := tx.CopyFrom(ctx, pgx.Identifier{"ff_execution"}, copyColumns, src)
 		if err == nil && n != int64(len(rs)) {
 			err = fmt.Errorf("copied %d of %d executions", n, len(rs))
 		}
