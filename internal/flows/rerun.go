@@ -44,6 +44,9 @@ func RerunFlow(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.
 		if err != nil {
 			return err
 		}
+		// The members' payloads were accepted once: a smaller limit here
+		// (the console's, say) must not refuse them.
+		lim := lim.AtLeast(p.MaxPayload())
 		params, groups, err := planNodes(p, g, lim)
 		if err != nil {
 			return err

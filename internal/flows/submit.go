@@ -42,6 +42,15 @@ type SubmitParams struct {
 	Edges []SubmitEdge
 }
 
+// MaxPayload is the size of the largest payload among p's nodes.
+func (p SubmitParams) MaxPayload() int {
+	n := 0
+	for _, node := range p.Nodes {
+		n = max(n, len(node.Params.Payload))
+	}
+	return n
+}
+
 // Submitted is the created flow and its executions by Ref.
 type Submitted struct {
 	Flow       *store.Flow

@@ -106,6 +106,17 @@ func (l Limits) maxPayload() int {
 	return l.MaxPayloadBytes
 }
 
+// AtLeast is l raised, where needed, to accept payloads of n bytes: for
+// what re-creates stored work (a rerun, a schedule's tick), whose payload
+// was accepted once, by a client whose limit may have been larger than
+// that of the process re-creating it (the daemon, the console).
+func (l Limits) AtLeast(n int) Limits {
+	if n > l.maxPayload() {
+		l.MaxPayloadBytes = n
+	}
+	return l
+}
+
 // ValidateName checks a lane or namespace.
 func ValidateName(field, v string) error {
 	if !validName(v) {

@@ -37,6 +37,7 @@ func Rerun(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID) (
 	if old.DeadlineAt != nil {
 		p.Deadline = old.DeadlineAt.Sub(old.CreatedAt)
 	}
+	lim = lim.AtLeast(len(old.Payload)) // accepted once: a smaller limit here must not refuse it
 	var x *store.Execution
 	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
 		if x, _, err = Create(ctx, tx, lim, p); err != nil {

@@ -101,7 +101,9 @@ func fireTick(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedu
 			return false, err
 		}
 		p.Namespace, p.IdempotencyKey, p.Tags = s.Namespace, Key(s.Name, tick), merge(p.Tags, tags)
-		_, existed, err := leases.Create(ctx, tx, lim, p)
+		// The payload was accepted when the schedule was stored, by a
+		// client whose limit may be larger than the daemon's.
+		_, existed, err := leases.Create(ctx, tx, lim.AtLeast(len(p.Payload)), p)
 		return !existed, err
 	case TargetFlow:
 		var p flows.SubmitParams
@@ -109,7 +111,7 @@ func fireTick(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedu
 			return false, err
 		}
 		p.Flow.ID, p.Flow.Namespace, p.Flow.Tags = FlowID(s.Name, tick), s.Namespace, merge(p.Flow.Tags, tags)
-		_, err := flows.Submit(ctx, tx, lim, p)
+		_, err := flows.Submit(ctx, tx, lim.AtLeast(p.MaxPayload()), p)
 		var ce *fault.ConflictError
 		if errors.As(err, &ce) && ce.Object == "flow" {
 			return false, nil

@@ -201,3 +201,32 @@ func TestPutDeclaresASchedule(t *testing.T) {
 		t.Fatalf("%d schedules, want 1", n)
 	}
 }
+
+// A schedule's payloads were accepted by the client that stored it, whose
+// limit may be larger than the firing daemon's (leases.Limits{}: 1 MiB):
+// its ticks are created all the same, for an execution and for a flow.
+func TestTicksKeepWhatTheirScheduleAccepted(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	big := make([]byte, leases.DefaultMaxPayloadBytes+1000)
+	lim := leases.Limits{MaxPayloadBytes: 2 * leases.DefaultMaxPayloadBytes}
+	if _, err := schedule.Create(f.Ctx, f.Pool, leases.Limits{}, schedule.Params{Name: "small-limit", Spec: "@every 1m",
+		Execution: &leases.CreateParams{Lane: "big", Payload: big}}); err == nil {
+		t.Fatal("a schedule with a payload over the default limit was stored under the default limit")
+	}
+	for _, p := range []schedule.Params{
+		{Name: "big-execution", Spec: "@every 1m", Execution: &leases.CreateParams{Lane: "big", Payload: big}},
+		{Name: "big-flow", Spec: "@every 1m", Flow: &flows.SubmitParams{Nodes: []flows.SubmitNode{{Ref: "a", Params: leases.CreateParams{Lane: "big", Payload: big}}}}},
+	} {
+		if _, err := schedule.Create(f.Ctx, f.Pool, lim, p); err != nil {
+			t.Fatalf("create %s under a 2 MiB limit: %v", p.Name, err)
+		}
+		f.dueAgo(p.Name, 5*time.Second)
+	}
+	if res := f.fire(); res.Ticks != 2 {
+		t.Fatalf("fired %+v under the default limit, want both ticks", res)
+	}
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE lane = 'big' AND length(payload) = $1`, len(big)); n != 2 {
+		t.Fatalf("%d executions carry the payload, want 2 (one per schedule)", n)
+	}
+}
