@@ -18,8 +18,9 @@ import (
 // A queue analyzed while drained keeps a row estimate of zero however
 // much it fills again, and the planner plans every batch on it as if it
 // were empty, until autovacuum analyzes it again (up to a minute later).
-// The daemon notices and analyzes it itself; a table it may not analyze
-// is reported, not retried.
+// The daemon notices and analyzes it itself, once; a role that only
+// writes rows (the daemon's, with deploy/roles.sql) does so through
+// ff_refresh_statistics, which runs as the tables' owner.
 func TestDaemonRefreshesStaleStatistics(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
