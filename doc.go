@@ -1,10 +1,13 @@
 // Package ffd is the Go API of ffd, a Postgres-native engine for durable
 // work that runs as DAGs.
 //
-// A Client creates, claims, completes and inspects executions; every
-// method has a ...Tx variant that runs inside the caller's pgx.Tx, so an
+// A Client creates, claims, completes and inspects executions and flows.
+// The methods that create, claim, end or read them have a ...Tx variant
+// (CreateTx, CreateManyTx, SubmitFlowTx, ClaimTx, CompleteTx, FailTx,
+// CancelTx, GetTx, ...) that runs inside the caller's pgx.Tx, so an
 // application can enqueue work in the same transaction as its own writes
-// (a rollback leaves no trace). A Worker runs a handler for the executions
+// (a rollback leaves no trace); the administrative ones (lanes,
+// schedules, consumers, reruns) run in transactions of their own. A Worker runs a handler for the executions
 // of some lanes: it claims as many as it has free slots, wakes on the
 // ff_ready notification with a polling fallback, heartbeats, and completes
 // or fails each execution under its fenced lease.
