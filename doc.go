@@ -2,12 +2,14 @@
 // work that runs as DAGs.
 //
 // A Client creates, claims, completes and inspects executions and flows.
-// The methods that create, claim, end or read them have a ...Tx variant
+// The methods that create, claim or end them have a ...Tx variant
 // (CreateTx, CreateManyTx, SubmitFlowTx, ClaimTx, CompleteTx, FailTx,
-// CancelTx, GetTx, ...) that runs inside the caller's pgx.Tx, so an
-// application can enqueue work in the same transaction as its own writes
-// (a rollback leaves no trace); the administrative ones (lanes,
-// schedules, consumers, reruns) run in transactions of their own. A Worker runs a handler for the executions
+// CancelTx, ...), as do most reads (GetTx, ListTx, DescribeFlowTx, ...);
+// each runs inside the caller's pgx.Tx, so an application can enqueue work
+// in the same transaction as its own writes (a rollback leaves no trace).
+// Reruns and the administrative calls (lanes, schedules, consumers) run in
+// transactions of their own, and GetByUUID, Attempts and FlowEdges have no
+// variant. A Worker runs a handler for the executions
 // of some lanes: it claims as many as it has free slots, wakes on the
 // ff_ready notification with a polling fallback, heartbeats, and completes
 // or fails each execution under its fenced lease.
