@@ -181,11 +181,8 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if code == http.StatusInternalServerError {
 		// Whole, up to a bound: the reason is the operator's only clue, and
 		// what a request sent reaches it only validated (ids parse first).
-		msg := err.Error()
-		if len(msg) > 4096 {
-			msg = strings.ToValidUTF8(msg[:4096], "") + "…"
-		}
-		c.log.Error("console request failed", zap.String("method", r.Method), zap.String("path", clip(r.URL.Path)), zap.String("error", msg))
+		c.log.Error("console request failed", zap.String("method", r.Method), zap.String("path", clip(r.URL.Path)),
+			zap.String("error", clipTo(err.Error(), maxLoggedReason)))
 		http.Error(w, "internal error (the console's log has the reason)", code)
 		return
 	}
@@ -194,9 +191,19 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	http.Error(w, clip(err.Error()), code)
 }
 
+// How much of a request's values (maxEchoed) and of a failure's reason
+// (maxLoggedReason) is logged or echoed, in bytes.
+const (
+	maxEchoed       = 200
+	maxLoggedReason = 4096
+)
+
 // clip shortens what a request sent before it is logged or echoed.
-func clip(s string) string {
-	const most = 200
+func clip(s string) string { return clipTo(s, maxEchoed) }
+
+// clipTo cuts s to at most most bytes (whole characters), saying how long
+// it was.
+func clipTo(s string, most int) string {
 	if len(s) <= most {
 		return s
 	}

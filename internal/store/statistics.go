@@ -6,38 +6,21 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// StaleTable is an ff_ table whose planner statistics say it holds far
-// fewer rows than it does.
+// StaleTable is an ff_ table whose planner statistics said it held far
+// fewer rows than it did.
 type StaleTable struct {
 	Name      string
 	Estimated int64 // pg_class.reltuples: rows at the last ANALYZE or VACUUM
 	Live      int64 // pg_stat_user_tables.n_live_tup: rows now, as counted since
 }
 
-// StaleStatistics lists the ff_ tables of the current schema holding at
-// least minRows live rows whose planner statistics put them below
-// 1/factor of those: a table analyzed while nearly empty that has filled
-// since. A table never analyzed (reltuples -1) is estimated from its size,
-// which is fine, so it is left out. RefreshStaleStatistics says why it
-// matters.
-func StaleStatistics(ctx context.Context, db DB, minRows int64, factor float64) ([]StaleTable, error) {
-	rows, err := db.Query(ctx, `SELECT c.relname::text, c.reltuples::bigint, s.n_live_tup
-		FROM pg_class c
-		JOIN pg_stat_user_tables s ON s.relid = c.oid
-		WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND c.relname LIKE 'ff\_%'
-			AND c.reltuples >= 0 AND s.n_live_tup >= $1 AND c.reltuples * $2 < s.n_live_tup
-		ORDER BY c.relname`, minRows, factor)
-	if err != nil {
-		return nil, wrap("read table statistics", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[StaleTable])
-	return out, wrap("read table statistics", err)
-}
-
-// RefreshStaleStatistics analyzes the tables StaleStatistics would list,
-// through ff_refresh_statistics (migration 00021), which runs as the
-// tables' owner so that a role that only writes rows may call it, and
-// returns them as they were before.
+// RefreshStaleStatistics analyzes, through ff_refresh_statistics
+// (migration 00021), the ff_ tables holding at least minRows live rows
+// that their planner statistics put below 1/factor of them, and returns
+// them as they were before. The function runs as the tables' owner, so
+// that a role that only writes rows may call it; a table never analyzed
+// (an estimate of -1) is estimated from its size, which is fine, and left
+// out.
 //
 // A queue drains and refills. Analyzed while empty, a table keeps a row
 // estimate of zero however much it refills, and the planner plans every
