@@ -106,7 +106,7 @@ func NewDaemon(pool *pgxpool.Pool, cfg *DaemonConfig) (*Daemon, error) {
 		Retention:          keepOrDefault(c.OutboxRetention, DefaultOutboxRetention),
 		Logger:             c.Logger.Named("daemon"),
 		// An application reports to systemd itself, if at all.
-		Notifier: daemon.NopNotifier{},
+		Supervisor: daemon.NopSupervisor{},
 	})
 	if err != nil {
 		return nil, err

@@ -24,8 +24,8 @@ import (
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/listener"
 	"github.com/flowfabric/ffd/internal/logging"
-	"github.com/flowfabric/ffd/internal/notifier"
 	"github.com/flowfabric/ffd/internal/session"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -642,8 +642,8 @@ func (w *Worker) heartbeat(ctx context.Context, j *runningJob, done <-chan struc
 const WorkerApplicationName = "ffd-worker"
 
 // listen wakes the claim loop on ff_ready for the worker's lanes and
-// cancels handlers on ff_revoke, through a notifier on a connection of its
-// own; it polls while the notifier is away, and after every (re)connect
+// cancels handlers on ff_revoke, through a listener on a connection of its
+// own; it polls while the listener is away, and after every (re)connect
 // re-checks the leases it holds and claims, since notifications sent
 // meanwhile are lost. It returns when ctx ends or the worker stops.
 func (w *Worker) listen(ctx context.Context) {
@@ -660,10 +660,10 @@ func (w *Worker) listen(ctx context.Context) {
 		// is ffd's, so it gets ffd's.
 		session.Default().Apply(cfg)
 	}
-	n, err := notifier.New(notifier.Config{
+	n, err := listener.New(listener.Config{
 		ConnConfig:      cfg,
 		ApplicationName: WorkerApplicationName,
-		Topics:          []notifier.Topic{notifier.Ready, notifier.Revoke},
+		Topics:          []listener.Topic{listener.Ready, listener.Revoke},
 		Handle:          w.notified,
 		OnConnect: func(ctx context.Context, _ bool) {
 			w.listenDown.Store(false)
@@ -679,10 +679,10 @@ func (w *Worker) listen(ctx context.Context) {
 			w.listenDown.Store(true)
 			w.listeningOnce.Do(func() { close(w.listening) })
 		},
-		Logger: w.log.Named("notifier"),
+		Logger: w.log.Named("listener"),
 	})
 	if err != nil {
-		w.log.Error("worker notifier; polling only", zap.Error(err))
+		w.log.Error("worker listener; polling only", zap.Error(err))
 		w.listeningOnce.Do(func() { close(w.listening) })
 		return
 	}
@@ -695,13 +695,13 @@ func (w *Worker) listen(ctx context.Context) {
 }
 
 // notified handles one notification; it must not block.
-func (w *Worker) notified(n notifier.Notification) {
+func (w *Worker) notified(n listener.Notification) {
 	switch n.Topic {
-	case notifier.Ready:
+	case listener.Ready:
 		if slices.Contains(w.cfg.Lanes, n.Payload) {
 			w.signal()
 		}
-	case notifier.Revoke:
+	case listener.Revoke:
 		w.revoked(n.Payload)
 	}
 }

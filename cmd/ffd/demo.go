@@ -174,7 +174,7 @@ func (c *DemoCmd) demo(ctx context.Context, g *Globals, pool *pgxpool.Pool) erro
 // startDemoDaemon runs a daemon in-process and returns once it is ready,
 // with the function that stops it.
 func startDemoDaemon(ctx context.Context, g *Globals, pool *pgxpool.Pool) (stop func(), err error) {
-	d, err := daemon.New(daemon.Config{Pool: pool, SweepInterval: 200 * time.Millisecond, Logger: g.log.Named("daemon"), Notifier: daemon.NopNotifier{}})
+	d, err := daemon.New(daemon.Config{Pool: pool, SweepInterval: 200 * time.Millisecond, Logger: g.log.Named("daemon"), Supervisor: daemon.NopSupervisor{}})
 	if err != nil {
 		return nil, err
 	}

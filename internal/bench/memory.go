@@ -77,7 +77,7 @@ func runRole(role string, log *zap.Logger) error {
 		if err != nil {
 			return fmt.Errorf("parse %s: %w", envRoleSweep, err)
 		}
-		d, err := daemon.New(daemon.Config{Pool: pool, SweepInterval: sweep, Logger: log, Notifier: daemon.NopNotifier{}})
+		d, err := daemon.New(daemon.Config{Pool: pool, SweepInterval: sweep, Logger: log, Supervisor: daemon.NopSupervisor{}})
 		if err != nil {
 			return err
 		}

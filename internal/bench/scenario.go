@@ -56,7 +56,7 @@ func (e *Env) startDaemon(ctx context.Context, sweep time.Duration) (*runningDae
 // startDaemonOn is startDaemon on a pool of the caller's, as a daemon in
 // a process of its own would have.
 func (e *Env) startDaemonOn(ctx context.Context, pool *pgxpool.Pool, sweep time.Duration) (*runningDaemon, error) {
-	d, err := daemon.New(daemon.Config{Pool: pool, SweepInterval: sweep, Logger: e.Log.Named("daemon"), Notifier: daemon.NopNotifier{}})
+	d, err := daemon.New(daemon.Config{Pool: pool, SweepInterval: sweep, Logger: e.Log.Named("daemon"), Supervisor: daemon.NopSupervisor{}})
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
-	"github.com/flowfabric/ffd/internal/notifier"
+	"github.com/flowfabric/ffd/internal/listener"
 )
 
 // ApplicationName names the console's LISTEN connection.
@@ -21,7 +21,7 @@ type hub struct {
 
 	mu   sync.Mutex
 	subs map[chan struct{}]struct{}
-	n    *notifier.Notifier
+	n    *listener.Listener
 }
 
 func newHub(conn *pgx.ConnConfig, log *zap.Logger) *hub {
@@ -36,9 +36,9 @@ func (h *hub) subscribe() (<-chan struct{}, func()) {
 	defer h.mu.Unlock()
 	h.subs[ch] = struct{}{}
 	if h.n == nil {
-		n, err := notifier.New(notifier.Config{
-			ConnConfig: h.conn, Topics: []notifier.Topic{notifier.Completion, notifier.Lease},
-			Handle: func(notifier.Notification) { h.signal() }, ApplicationName: ApplicationName,
+		n, err := listener.New(listener.Config{
+			ConnConfig: h.conn, Topics: []listener.Topic{listener.Completion, listener.Lease},
+			Handle: func(listener.Notification) { h.signal() }, ApplicationName: ApplicationName,
 			OnConnect: func(context.Context, bool) { h.signal() }, Logger: h.log.Named("listen"),
 		})
 		if err != nil {
@@ -54,7 +54,7 @@ func (h *hub) subscribe() (<-chan struct{}, func()) {
 func (h *hub) unsubscribe(ch chan struct{}) {
 	h.mu.Lock()
 	delete(h.subs, ch)
-	var stop *notifier.Notifier
+	var stop *listener.Listener
 	if len(h.subs) == 0 {
 		stop, h.n = h.n, nil
 	}

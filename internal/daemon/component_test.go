@@ -2,12 +2,14 @@ package daemon
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/listener"
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
@@ -34,7 +36,7 @@ func TestComponentsRunAlone(t *testing.T) {
 			if err := cfg.normalize(); err != nil {
 				t.Fatal(err)
 			}
-			e := &env{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, hints: newHints(cfg.Metrics, 10), work: ctx}
+			e := &env{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, fanout: newFanout(cfg.Metrics, 10), work: ctx}
 			e.cascade, e.due = cascade.New(cfg.Pool, cfg.Metrics), &dueLanes{e: e, since: time.Now().Add(-time.Minute)}
 
 			sub, err := flows.Submit(ctx, db.Pool, leases.Limits{}, flows.SubmitParams{
@@ -56,7 +58,7 @@ func TestComponentsRunAlone(t *testing.T) {
 			c.Start(ctx)
 			c.Start(ctx) // a second Start is a no-op
 			if tt.hint {
-				e.hints.events <- out.EventID
+				e.fanout.Handle(listener.Notification{Topic: listener.Completion, Payload: strconv.FormatInt(out.EventID, 10)})
 			}
 			b := sub.Executions["b"].ID
 			deadline := time.Now().Add(time.Minute)

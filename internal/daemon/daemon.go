@@ -1,4 +1,4 @@
-// Package daemon is `ffd run`: the notifier, the cascade and sibling-cancel
+// Package daemon is `ffd run`: the listener, the cascade and sibling-cancel
 // worker pools, the timeout worker, the fallback sweep, retention, the
 // database watchdog, the gauge sampler and the admin HTTP server, each a
 // component with Start and Stop, composed by Daemon.Run with systemd
@@ -26,7 +26,7 @@ import (
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/leases"
-	"github.com/flowfabric/ffd/internal/notifier"
+	"github.com/flowfabric/ffd/internal/listener"
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/schema"
 )
@@ -131,8 +131,9 @@ type Config struct {
 	Logger *zap.Logger
 	// Metrics. Default: a fresh set.
 	Metrics *Metrics
-	// Notifier reports to systemd. Default: SystemdNotifier.
-	Notifier Notifier
+	// Supervisor is told the daemon's state (sd_notify). Default:
+	// SystemdSupervisor.
+	Supervisor Supervisor
 	// Console, when set, is served at / by the admin server (ffd run
 	// --console). Default: none.
 	Console http.Handler
@@ -184,8 +185,8 @@ func (c *Config) normalize() error {
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics()
 	}
-	if c.Notifier == nil {
-		c.Notifier = SystemdNotifier{}
+	if c.Supervisor == nil {
+		c.Supervisor = SystemdSupervisor{}
 	}
 	return nil
 }
@@ -196,12 +197,17 @@ type env struct {
 	log     *zap.Logger
 	m       *Metrics
 	cascade *cascade.Dispatcher
-	hints   *hints
+	fanout  *listener.Fanout
 	due     *dueLanes
 	// work runs work already taken; it outlives a stop by up to
 	// StopTimeout, so that in-flight transactions finish. Set by Run
 	// before any component starts.
 	work context.Context
+}
+
+// newFanout is the daemon's fan-out, counting what it drops.
+func newFanout(m *Metrics, size int) *listener.Fanout {
+	return listener.NewFanout(size, func(queue string) { m.droppedHints.WithLabelValues(queue).Inc() })
 }
 
 // component is a part of the daemon with the start-stop lifecycle.
@@ -213,7 +219,7 @@ type component interface {
 // Daemon is one running ffd daemon.
 type Daemon struct {
 	e        *env
-	notifier *notifier.Notifier // nil with DisableListen
+	listener *listener.Listener // nil with DisableListen
 	admin    *adminServer       // nil without AdminAddr
 	sweeper  *sweeper
 	watchdog *watchdog
@@ -238,7 +244,7 @@ func New(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	e := &env{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, cascade: cascade.New(cfg.Pool, cfg.Metrics),
-		hints: newHints(cfg.Metrics, cfg.QueueSize)}
+		fanout: newFanout(cfg.Metrics, cfg.QueueSize)}
 	e.cascade.SetLockTimeout(cfg.DispatchLockTimeout)
 	e.due = &dueLanes{e: e}
 	d := &Daemon{e: e, sweeper: &sweeper{e: e}, watchdog: &watchdog{e: e}, firstConnect: make(chan struct{})}
@@ -247,24 +253,24 @@ func New(cfg Config) (*Daemon, error) {
 		d.admin = &adminServer{addr: cfg.AdminAddr, ready: d.Ready, m: cfg.Metrics, extra: cfg.Console}
 	}
 	if !cfg.DisableListen {
-		n, err := notifier.New(notifier.Config{
+		l, err := listener.New(listener.Config{
 			ConnConfig:      cfg.ListenConnConfig,
 			ApplicationName: ListenApplicationName,
-			Topics:          []notifier.Topic{notifier.Completion, notifier.Lease},
-			Handle:          e.hints.handle,
+			Topics:          []listener.Topic{listener.Completion, listener.Lease},
+			Handle:          e.fanout.Handle,
 			OnConnect: func(ctx context.Context, reconnect bool) {
 				if reconnect {
 					e.m.reconnects.Inc()
 				}
-				e.hints.requestSweep(true)
+				e.fanout.RequestSweep(true)
 				d.connectOnce.Do(func() { close(d.firstConnect) })
 			},
-			Logger: cfg.Logger.Named("notifier"),
+			Logger: cfg.Logger.Named("listener"),
 		})
 		if err != nil {
 			return nil, err
 		}
-		d.notifier = n
+		d.listener = l
 	}
 	d.e.m.readyBy(d.Ready)
 	return d, nil
@@ -276,7 +282,7 @@ func (d *Daemon) Metrics() *Metrics { return d.e.m }
 // Ready reports whether the daemon is ready: schema checked, LISTEN up
 // (unless disabled), first sweep done, and the database answering.
 func (d *Daemon) Ready() bool {
-	return d.ready.Load() && d.watchdog.dbOK.Load() && (d.notifier == nil || d.notifier.Connected())
+	return d.ready.Load() && d.watchdog.dbOK.Load() && (d.listener == nil || d.listener.Connected())
 }
 
 // Run runs the daemon until ctx ends, then stops gracefully: it stops
@@ -302,9 +308,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer d.admin.Stop()
 		d.e.log.Info("admin server listening", zap.String("addr", d.admin.Addr()))
 	}
-	if d.notifier != nil {
-		d.notifier.Start(ctx)
-		defer d.notifier.Stop()
+	if d.listener != nil {
+		d.listener.Start(ctx)
+		defer d.listener.Stop()
 	} else {
 		d.connectOnce.Do(func() { close(d.firstConnect) })
 	}
@@ -316,8 +322,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// The first sweep, then READY.
 	d.sweeper.sweep(work, true)
 	d.ready.Store(true)
-	d.e.cfg.Notifier.Notify("READY=1\nSTATUS=ready: listening and sweeping")
-	d.e.log.Info("ffd daemon ready", zap.Int("cascade_workers", d.e.cfg.CascadeWorkers), zap.Duration("sweep_interval", d.e.cfg.SweepInterval), zap.Bool("listen", d.notifier != nil))
+	d.e.cfg.Supervisor.Notify("READY=1\nSTATUS=ready: listening and sweeping")
+	d.e.log.Info("ffd daemon ready", zap.Int("cascade_workers", d.e.cfg.CascadeWorkers), zap.Duration("sweep_interval", d.e.cfg.SweepInterval), zap.Bool("listen", d.listener != nil))
 	for _, c := range d.workers {
 		c.Start(ctx)
 	}
@@ -335,7 +341,7 @@ func (d *Daemon) waitForDatabase(ctx context.Context) error {
 			err = d.e.cfg.Pool.QueryRow(ctx, `SELECT now() - interval '5 minutes'`).Scan(&d.e.due.since)
 		}
 		if err != nil && outbox.Transient(err) {
-			d.e.cfg.Notifier.Notify("STATUS=waiting for the database")
+			d.e.cfg.Supervisor.Notify("STATUS=waiting for the database")
 		}
 		return err
 	})
@@ -346,7 +352,7 @@ func (d *Daemon) waitForDatabase(ctx context.Context) error {
 		return err
 	}
 	d.watchdog.dbOK.Store(true)
-	d.e.cfg.Notifier.Notify("STATUS=starting: schema verified")
+	d.e.cfg.Supervisor.Notify("STATUS=starting: schema verified")
 	return nil
 }
 
@@ -354,10 +360,10 @@ func (d *Daemon) waitForDatabase(ctx context.Context) error {
 // work under way finish for up to StopTimeout before cancelling it.
 func (d *Daemon) stop(stopWork context.CancelFunc) {
 	d.e.log.Info("stopping: no new work; finishing in-flight transactions", zap.Duration("stop_timeout", d.e.cfg.StopTimeout))
-	d.e.cfg.Notifier.Notify("STOPPING=1\nSTATUS=stopping")
+	d.e.cfg.Supervisor.Notify("STOPPING=1\nSTATUS=stopping")
 	d.ready.Store(false)
-	if d.notifier != nil {
-		d.notifier.Stop()
+	if d.listener != nil {
+		d.listener.Stop()
 	}
 	done := make(chan struct{})
 	go func() {

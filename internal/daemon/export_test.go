@@ -1,9 +1,9 @@
 package daemon
 
-// Reconnects counts the notifier's reconnects, for fault tests.
+// Reconnects counts the listener's reconnects, for fault tests.
 func (d *Daemon) Reconnects() int64 {
-	if d.notifier == nil {
+	if d.listener == nil {
 		return 0
 	}
-	return d.notifier.Reconnects()
+	return d.listener.Reconnects()
 }

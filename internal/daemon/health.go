@@ -23,7 +23,7 @@ type watchdog struct {
 // Start pings every 5 s, or twice per systemd watchdog interval when
 // that is shorter.
 func (w *watchdog) Start(ctx context.Context) {
-	w.interval = w.e.cfg.Notifier.WatchdogInterval()
+	w.interval = w.e.cfg.Supervisor.WatchdogInterval()
 	period := 5 * time.Second
 	if w.interval > 0 {
 		period = min(period, w.interval/2)
@@ -44,7 +44,7 @@ func (w *watchdog) check(ctx context.Context, timeout time.Duration) {
 		}
 	}
 	if err == nil && w.interval > 0 {
-		w.e.cfg.Notifier.Notify("WATCHDOG=1")
+		w.e.cfg.Supervisor.Notify("WATCHDOG=1")
 	}
 }
 

@@ -43,7 +43,7 @@ func TestStoppedDaemonServesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	d, err := daemon.New(daemon.Config{Pool: f.pool(4), ListenConnConfig: listen, AdminAddr: addr, Notifier: daemon.NopNotifier{}})
+	d, err := daemon.New(daemon.Config{Pool: f.pool(4), ListenConnConfig: listen, AdminAddr: addr, Supervisor: daemon.NopSupervisor{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestDaemonWaitsForItsDatabaseAtStartUp(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	proxy, pool := f.hungPool()
-	d, err := daemon.New(daemon.Config{Pool: pool, Notifier: daemon.NopNotifier{}})
+	d, err := daemon.New(daemon.Config{Pool: pool, Supervisor: daemon.NopSupervisor{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestDaemonWaitsForItsDatabaseAtStartUp(t *testing.T) {
 func TestDaemonStartUpRefusesPermanentErrors(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	d, err := daemon.New(daemon.Config{Pool: f.refusedPool(), Notifier: daemon.NopNotifier{}})
+	d, err := daemon.New(daemon.Config{Pool: f.refusedPool(), Supervisor: daemon.NopSupervisor{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestDaemonStartUpRefusesPermanentErrors(t *testing.T) {
 func TestStartAndStop(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	d, err := daemon.New(daemon.Config{Pool: f.pool(4), SweepInterval: 200 * time.Millisecond, Notifier: daemon.NopNotifier{}})
+	d, err := daemon.New(daemon.Config{Pool: f.pool(4), SweepInterval: 200 * time.Millisecond, Supervisor: daemon.NopSupervisor{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestStartAndStop(t *testing.T) {
 		t.Fatalf("second Stop: %v, want a no-op", err)
 	}
 
-	bad, err := daemon.New(daemon.Config{Pool: f.refusedPool(), Notifier: daemon.NopNotifier{}})
+	bad, err := daemon.New(daemon.Config{Pool: f.refusedPool(), Supervisor: daemon.NopSupervisor{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestStartAndStop(t *testing.T) {
 	}
 
 	proxy, hung := f.hungPool()
-	waiting, err := daemon.New(daemon.Config{Pool: hung, Notifier: daemon.NopNotifier{}})
+	waiting, err := daemon.New(daemon.Config{Pool: hung, Supervisor: daemon.NopSupervisor{}})
 	if err != nil {
 		t.Fatal(err)
 	}

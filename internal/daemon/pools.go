@@ -32,14 +32,14 @@ func (p *cascadePool) work(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case id := <-p.e.hints.events:
+		case id := <-p.e.fanout.Events():
 			ids = append(ids, id)
 		}
 		// Whatever else is queued goes in the same transaction.
 	drain:
 		for len(ids) < maxDispatchBatch {
 			select {
-			case id := <-p.e.hints.events:
+			case id := <-p.e.fanout.Events():
 				ids = append(ids, id)
 			default:
 				break drain
@@ -79,7 +79,7 @@ func (p *cascadePool) dispatch(ids []int64) {
 			zap.Duration("hop_latency", res.Age))
 	}
 	if res.CancelGroups > 0 {
-		p.e.hints.cancelSiblings()
+		p.e.fanout.CancelSiblings()
 	}
 }
 
@@ -100,7 +100,7 @@ func (p *siblingPool) work(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-p.e.hints.siblings:
+		case <-p.e.fanout.Siblings():
 		}
 		groups, n, err := p.e.cascade.CancelSiblings(p.e.work, p.e.cfg.SweepBatch)
 		var held *cascade.HeldError

@@ -36,7 +36,7 @@ func (s *sweeper) loop(ctx context.Context) {
 			timer.Stop()
 			return
 		case <-timer.C:
-		case full = <-s.e.hints.sweepNow:
+		case full = <-s.e.fanout.SweepNow():
 			timer.Stop()
 		}
 		s.sweep(s.e.work, full)

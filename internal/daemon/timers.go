@@ -69,9 +69,9 @@ func (w *timerWorker) run(ctx context.Context) {
 		case <-ctx.Done():
 			fire.Stop()
 			return
-		case at := <-w.e.hints.dueAt:
+		case at := <-w.e.fanout.DueAt():
 			heap.Push(&w.h, store.Timer{Kind: store.TimerDue, At: at})
-		case id := <-w.e.hints.leaseIDs:
+		case id := <-w.e.fanout.LeaseIDs():
 			if len(pending) == 0 {
 				batch.Reset(20 * time.Millisecond)
 			}

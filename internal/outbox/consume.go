@@ -13,7 +13,7 @@ import (
 
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
-	"github.com/flowfabric/ffd/internal/notifier"
+	"github.com/flowfabric/ffd/internal/listener"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -54,7 +54,7 @@ type ConsumeConfig struct {
 	PollInterval time.Duration
 	// Handler is called for each non-empty batch. Required.
 	Handler Handler
-	// NoListen polls only. Default false: a notifier wakes the consumer.
+	// NoListen polls only. Default false: a listener wakes the consumer.
 	NoListen bool
 	// Logger: default none.
 	Logger *zap.Logger
@@ -95,12 +95,12 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 		}
 	}
 	if !cfg.NoListen && !cfg.Once {
-		n, err := notifier.New(notifier.Config{
+		n, err := listener.New(listener.Config{
 			ConnConfig: cfg.Pool.Config().ConnConfig,
 			Topics:     TopicsOf(cfg.Stream),
-			Handle:     func(notifier.Notification) { signal() },
+			Handle:     func(listener.Notification) { signal() },
 			OnConnect:  func(context.Context, bool) { signal() },
-			Logger:     cfg.Logger.Named("notifier"),
+			Logger:     cfg.Logger.Named("listener"),
 		})
 		if err != nil {
 			return err
@@ -224,15 +224,15 @@ func (c *consumer) step(ctx context.Context, batch int) (int, error) {
 	return len(events), nil
 }
 
-// TopicsOf is the notifier topics that announce events of a stream.
-func TopicsOf(s store.Stream) []notifier.Topic {
+// TopicsOf is the listener topics that announce events of a stream.
+func TopicsOf(s store.Stream) []listener.Topic {
 	switch s {
 	case store.StreamCompletion:
-		return []notifier.Topic{notifier.Completion}
+		return []listener.Topic{listener.Completion}
 	case store.StreamLease:
-		return []notifier.Topic{notifier.Lease}
+		return []listener.Topic{listener.Lease}
 	}
-	return []notifier.Topic{notifier.Completion, notifier.Lease}
+	return []listener.Topic{listener.Completion, listener.Lease}
 }
 
 // ConsumeOnce reads one batch after the consumer's cursor and hands it to

@@ -7,7 +7,7 @@ import (
 )
 
 // Backends lists the server processes of this database's sessions with
-// the given application_name (a notifier's, say).
+// the given application_name (a listener's, say).
 func Backends(ctx context.Context, db DB, applicationName string) ([]int32, error) {
 	rows, err := db.Query(ctx, `SELECT pid FROM pg_stat_activity
 		WHERE datname = current_database() AND application_name = $1 ORDER BY pid`, applicationName)

@@ -1,7 +1,9 @@
-// Package notifier owns a LISTEN connection: the one implementation of
-// wake-ups that the daemon, workers and outbox consumers share.
+// Package listener is the design card's listener: the LISTEN connection
+// that the daemon, workers and outbox consumers share, and the daemon's
+// fan-out of what it hears to the cascade, sibling-cancel and timeout
+// workers (Fanout).
 //
-// A Notifier LISTENs on typed topics on a connection of its own (its DSN
+// A Listener LISTENs on typed topics on a connection of its own (its DSN
 // may differ from a pool's, so that pooled work can go through a
 // transaction pooler while LISTEN goes direct), pings the connection when
 // idle, and reconnects with jittered exponential backoff when it drops.
@@ -12,7 +14,7 @@
 //
 // It follows the start-stop pattern of every component: Start returns once
 // the loop runs, Stop ends it and returns once it has ended.
-package notifier
+package listener
 
 import (
 	"context"
@@ -50,10 +52,10 @@ type Notification struct {
 	Payload string
 }
 
-// DefaultApplicationName is a notifier connection's application_name
+// DefaultApplicationName is a listener connection's application_name
 // unless its owner names it, so that operators (and fault tests) can find
 // it in pg_stat_activity.
-const DefaultApplicationName = "ffd-notifier"
+const DefaultApplicationName = "ffd-listener"
 
 // Defaults.
 const (
@@ -62,7 +64,7 @@ const (
 	DefaultMaxBackoff   = 10 * time.Second
 )
 
-// Config configures a Notifier.
+// Config configures a Listener.
 type Config struct {
 	// ConnConfig is the connection to LISTEN on. Required.
 	ConnConfig *pgx.ConnConfig
@@ -88,8 +90,8 @@ type Config struct {
 	Logger *zap.Logger
 }
 
-// Notifier is the LISTEN loop.
-type Notifier struct {
+// Listener is the LISTEN loop.
+type Listener struct {
 	cfg        Config
 	connected  atomic.Bool
 	reconnects atomic.Int64
@@ -99,15 +101,15 @@ type Notifier struct {
 	done chan struct{}
 }
 
-// New validates cfg and builds a notifier; Start runs it.
-func New(cfg Config) (*Notifier, error) {
+// New validates cfg and builds a listener; Start runs it.
+func New(cfg Config) (*Listener, error) {
 	switch {
 	case cfg.ConnConfig == nil:
-		return nil, errors.New("notifier: ConnConfig is required")
+		return nil, errors.New("listener: ConnConfig is required")
 	case cfg.Handle == nil:
-		return nil, errors.New("notifier: Handle is required")
+		return nil, errors.New("listener: Handle is required")
 	case len(cfg.Topics) == 0:
-		return nil, errors.New("notifier: at least one topic is required")
+		return nil, errors.New("listener: at least one topic is required")
 	}
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = DefaultPingInterval
@@ -127,18 +129,18 @@ func New(cfg Config) (*Notifier, error) {
 	cc := cfg.ConnConfig.Copy()
 	cc.RuntimeParams["application_name"] = cfg.ApplicationName
 	cfg.ConnConfig = cc
-	return &Notifier{cfg: cfg}, nil
+	return &Listener{cfg: cfg}, nil
 }
 
 // Connected reports whether LISTEN is up now.
-func (n *Notifier) Connected() bool { return n.connected.Load() }
+func (n *Listener) Connected() bool { return n.connected.Load() }
 
 // Reconnects counts connects after the first.
-func (n *Notifier) Reconnects() int64 { return n.reconnects.Load() }
+func (n *Listener) Reconnects() int64 { return n.reconnects.Load() }
 
 // Start runs the loop in the background until Stop or until ctx ends. A
 // second Start while running is a no-op.
-func (n *Notifier) Start(ctx context.Context) {
+func (n *Listener) Start(ctx context.Context) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.done != nil {
@@ -153,8 +155,8 @@ func (n *Notifier) Start(ctx context.Context) {
 }
 
 // Stop ends the loop and returns once it has ended and its connection is
-// closed. Stopping a notifier that is not running is a no-op.
-func (n *Notifier) Stop() {
+// closed. Stopping a listener that is not running is a no-op.
+func (n *Listener) Stop() {
 	n.mu.Lock()
 	stop, done := n.stop, n.done
 	n.stop, n.done = nil, nil
@@ -166,7 +168,7 @@ func (n *Notifier) Stop() {
 	<-done
 }
 
-func (n *Notifier) run(ctx context.Context) {
+func (n *Listener) run(ctx context.Context) {
 	backoff := n.cfg.MinBackoff
 	first := true
 	for ctx.Err() == nil {
@@ -182,7 +184,7 @@ func (n *Notifier) run(ctx context.Context) {
 			n.cfg.OnDisconnect(err)
 		}
 		wait := time.Duration(float64(backoff) * (0.8 + 0.4*rand.Float64()))
-		n.cfg.Logger.Warn("notifier disconnected; reconnecting", zap.Error(err), zap.Duration("retry_in", wait))
+		n.cfg.Logger.Warn("listener disconnected; reconnecting", zap.Error(err), zap.Duration("retry_in", wait))
 		select {
 		case <-ctx.Done():
 			return
@@ -194,7 +196,7 @@ func (n *Notifier) run(ctx context.Context) {
 
 // session connects, LISTENs, runs OnConnect and reads notifications until
 // the connection fails or ctx ends.
-func (n *Notifier) session(ctx context.Context, reconnect bool) (listened bool, err error) {
+func (n *Listener) session(ctx context.Context, reconnect bool) (listened bool, err error) {
 	conn, err := pgx.ConnectConfig(ctx, n.cfg.ConnConfig)
 	if err != nil {
 		return false, err
