@@ -8,22 +8,26 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"go/types"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/schedule"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
-// The public API defines its own types, with documented fields: an
-// exported alias would show `type X = internal.X` in go doc and nothing
-// else, and tie the API to a package callers cannot import.
-func TestNoExportedAliases(t *testing.T) {
+// The API's exported aliases all name ffdtype, the public leaf where
+// rows, vocabulary and errors are declared once with documented fields:
+// an alias of an internal type would show `type X = internal.X` in go
+// doc and nothing else, and tie the API to a package callers cannot
+// import.
+func TestExportedAliasesNameFfdtype(t *testing.T) {
 	t.Parallel()
 	fset := token.NewFileSet()
 	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
@@ -39,8 +43,12 @@ func TestNoExportedAliases(t *testing.T) {
 				}
 				for _, s := range g.Specs {
 					ts := s.(*ast.TypeSpec)
-					if ts.Assign.IsValid() && ts.Name.IsExported() {
-						t.Errorf("%s: exported alias %s; define the type here and convert at the boundary", fset.Position(ts.Pos()), ts.Name)
+					if !ts.Assign.IsValid() || !ts.Name.IsExported() {
+						continue
+					}
+					sel, ok := ts.Type.(*ast.SelectorExpr)
+					if pkg, _ := sel.X.(*ast.Ident); !ok || pkg == nil || pkg.Name != "ffdtype" || sel.Sel.Name != ts.Name.Name {
+						t.Errorf("%s: exported alias %s names %s; an alias must name the ffdtype type of the same name", fset.Position(ts.Pos()), ts.Name, types.ExprString(ts.Type))
 					}
 				}
 			}
@@ -122,12 +130,12 @@ func TestPublicNamesMatchTheStore(t *testing.T) {
 			t.Errorf("%s: public %v, store %v", what, public, internal)
 		}
 	}
-	same("states", strs(ffd.StateBlocked, ffd.StatePending, ffd.StateRunning, ffd.StateCompleted, ffd.StateFailed, ffd.StateCancelled, ffd.StateSkipped, ffd.StateExpired), strs(store.States...))
-	same("flow states", strs(ffd.FlowOpen, ffd.FlowCompleted, ffd.FlowFailed, ffd.FlowCancelled), strs(store.FlowStates...))
-	same("policies", strs(ffd.AllOf, ffd.AnyOf, ffd.Quorum), strs(store.PolicyKinds...))
-	same("on_satisfied", strs(ffd.CancelRemaining, ffd.LetRun), strs(store.OnSatisfieds...))
-	same("decisions", strs(ffd.DecisionPending, ffd.DecisionSatisfied, ffd.DecisionImpossible), strs(store.Decisions...))
-	same("cancel policies", strs(ffd.CancelFlowOnly, ffd.CancelAll, ffd.CancelPending), strs(store.CancelPolicies...))
+	same("states", strs(ffd.StateBlocked, ffd.StatePending, ffd.StateRunning, ffd.StateCompleted, ffd.StateFailed, ffd.StateCancelled, ffd.StateSkipped, ffd.StateExpired), strs(ffdtype.States...))
+	same("flow states", strs(ffd.FlowOpen, ffd.FlowCompleted, ffd.FlowFailed, ffd.FlowCancelled), strs(ffdtype.FlowStates...))
+	same("policies", strs(ffd.AllOf, ffd.AnyOf, ffd.Quorum), strs(ffdtype.PolicyKinds...))
+	same("on_satisfied", strs(ffd.CancelRemaining, ffd.LetRun), strs(ffdtype.OnSatisfieds...))
+	same("decisions", strs(ffd.DecisionPending, ffd.DecisionSatisfied, ffd.DecisionImpossible), strs(ffdtype.Decisions...))
+	same("cancel policies", strs(ffd.CancelFlowOnly, ffd.CancelAll, ffd.CancelPending), strs(ffdtype.CancelPolicies...))
 	same("streams", strs(ffd.StreamCompletion, ffd.StreamLease, ffd.StreamAll), strs(store.Streams...))
 	same("missed-tick policies", strs(ffd.MissedLatest, ffd.MissedSkip, ffd.MissedAll), []string{schedule.MissedLatest, schedule.MissedSkip, schedule.MissedAll})
 }

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
@@ -73,7 +74,7 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 		return nil, err
 	}
 	if c.cfg.MaxPayloadBytes < 0 || c.cfg.MaxPayloadBytes > MaxMaxPayloadBytes {
-		return nil, fault.Invalid(fault.KindOutOfRange, "max_payload_bytes", strconv.Itoa(c.cfg.MaxPayloadBytes),
+		return nil, fault.Invalid(ffdtype.KindOutOfRange, "max_payload_bytes", strconv.Itoa(c.cfg.MaxPayloadBytes),
 			fmt.Sprintf("want 0 (the default, %d) up to %d", DefaultMaxPayloadBytes, MaxMaxPayloadBytes))
 	}
 	if c.cfg.MaxPayloadBytes == 0 {
@@ -118,7 +119,7 @@ func (c *Client) create(ctx context.Context, db store.DB, p CreateParams) (*Crea
 	if err != nil {
 		return nil, err
 	}
-	return &CreateResult{Execution: executionOf(x), Existed: existed}, nil
+	return &CreateResult{Execution: x, Existed: existed}, nil
 }
 
 // MaxCreateMany bounds one CreateMany call.
@@ -142,7 +143,7 @@ func (c *Client) CreateManyTx(ctx context.Context, tx pgx.Tx, ps []CreateParams)
 
 func (c *Client) createMany(ctx context.Context, db store.DB, ps []CreateParams) ([]*Execution, error) {
 	if len(ps) > MaxCreateMany {
-		return nil, fault.Invalid(fault.KindTooLarge, "executions", strconv.Itoa(len(ps)), fmt.Sprintf("at most %d per CreateMany", MaxCreateMany))
+		return nil, fault.Invalid(ffdtype.KindTooLarge, "executions", strconv.Itoa(len(ps)), fmt.Sprintf("at most %d per CreateMany", MaxCreateMany))
 	}
 	ips := make([]leases.CreateParams, len(ps))
 	for i, p := range ps {
@@ -157,7 +158,7 @@ func (c *Client) createMany(ctx context.Context, db store.DB, ps []CreateParams)
 	if err != nil {
 		return nil, err
 	}
-	return executionsOf(xs), nil
+	return xs, nil
 }
 
 // Claim leases up to p.Max due executions of p.Lane.
@@ -178,7 +179,7 @@ func (c *Client) claim(ctx context.Context, db store.DB, p ClaimParams) ([]*Exec
 	if err != nil {
 		return nil, err
 	}
-	return executionsOf(xs), nil
+	return xs, nil
 }
 
 // Renew extends the lease held at epoch; it returns the new expiry (by the
@@ -211,52 +212,52 @@ func (c *Client) renew(ctx context.Context, db store.DB, id ExecutionID, epoch i
 // epoch must be the one the claim returned (1 or more): an epoch of 0 is a
 // ValidationError, never an unfenced completion. result is at most
 // Config.MaxPayloadBytes.
-func (c *Client) Complete(ctx context.Context, id ExecutionID, epoch int64, result []byte) (*Outcome, error) {
-	return outcomeOf(leases.Complete(ctx, c.pool, c.limits, ident.ExecutionID(id), epoch, result))
+func (c *Client) Complete(ctx context.Context, id ExecutionID, epoch int64, result []byte) (*Ending, error) {
+	return leases.Complete(ctx, c.pool, c.limits, ident.ExecutionID(id), epoch, result)
 }
 
 // CompleteTx is Complete inside tx.
-func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, id ExecutionID, epoch int64, result []byte) (*Outcome, error) {
-	return outcomeOf(leases.Complete(ctx, tx, c.limits, ident.ExecutionID(id), epoch, result))
+func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, id ExecutionID, epoch int64, result []byte) (*Ending, error) {
+	return leases.Complete(ctx, tx, c.limits, ident.ExecutionID(id), epoch, result)
 }
 
 // Fail ends the attempt held at epoch as failed: retried after backoff when
 // p.Retryable and attempts remain, else the execution fails.
-func (c *Client) Fail(ctx context.Context, id ExecutionID, epoch int64, p FailParams) (*Outcome, error) {
-	return outcomeOf(leases.Fail(ctx, c.pool, ident.ExecutionID(id), epoch, leases.FailParams(p)))
+func (c *Client) Fail(ctx context.Context, id ExecutionID, epoch int64, p FailParams) (*Ending, error) {
+	return leases.Fail(ctx, c.pool, ident.ExecutionID(id), epoch, leases.FailParams(p))
 }
 
 // FailTx is Fail inside tx.
-func (c *Client) FailTx(ctx context.Context, tx pgx.Tx, id ExecutionID, epoch int64, p FailParams) (*Outcome, error) {
-	return outcomeOf(leases.Fail(ctx, tx, ident.ExecutionID(id), epoch, leases.FailParams(p)))
+func (c *Client) FailTx(ctx context.Context, tx pgx.Tx, id ExecutionID, epoch int64, p FailParams) (*Ending, error) {
+	return leases.Fail(ctx, tx, ident.ExecutionID(id), epoch, leases.FailParams(p))
 }
 
 // Cancel cancels a non-terminal execution (fencing a running one). A
 // repeat is a no-op success; other terminal states give an
 // *AlreadyTerminalError.
-func (c *Client) Cancel(ctx context.Context, id ExecutionID, reason, by string) (*Outcome, error) {
-	return outcomeOf(leases.Cancel(ctx, c.pool, ident.ExecutionID(id), reason, by))
+func (c *Client) Cancel(ctx context.Context, id ExecutionID, reason, by string) (*Ending, error) {
+	return leases.Cancel(ctx, c.pool, ident.ExecutionID(id), reason, by)
 }
 
 // CancelTx is Cancel inside tx.
-func (c *Client) CancelTx(ctx context.Context, tx pgx.Tx, id ExecutionID, reason, by string) (*Outcome, error) {
-	return outcomeOf(leases.Cancel(ctx, tx, ident.ExecutionID(id), reason, by))
+func (c *Client) CancelTx(ctx context.Context, tx pgx.Tx, id ExecutionID, reason, by string) (*Ending, error) {
+	return leases.Cancel(ctx, tx, ident.ExecutionID(id), reason, by)
 }
 
 // Revoke takes the lease of a running execution away (operator action):
 // it is pending again at once and its holder is fenced.
 func (c *Client) Revoke(ctx context.Context, id ExecutionID, reason string) (*Requeued, error) {
-	return requeuedOf(leases.Revoke(ctx, c.pool, ident.ExecutionID(id), reason))
+	return leases.Revoke(ctx, c.pool, ident.ExecutionID(id), reason)
 }
 
 // RevokeTx is Revoke inside tx.
 func (c *Client) RevokeTx(ctx context.Context, tx pgx.Tx, id ExecutionID, reason string) (*Requeued, error) {
-	return requeuedOf(leases.Revoke(ctx, tx, ident.ExecutionID(id), reason))
+	return leases.Revoke(ctx, tx, ident.ExecutionID(id), reason)
 }
 
 // Get reads one execution.
 func (c *Client) Get(ctx context.Context, id ExecutionID) (*Execution, error) {
-	return oneExecution(leases.Get(ctx, c.pool, ident.ExecutionID(id)))
+	return leases.Get(ctx, c.pool, ident.ExecutionID(id))
 }
 
 // GetByUUID reads the execution with this uuid whatever its partition:
@@ -265,12 +266,12 @@ func (c *Client) Get(ctx context.Context, id ExecutionID) (*Execution, error) {
 // returns a *NotFoundError when none has it, and a *ValidationError in
 // the unlikely case that executions on several partitions do.
 func (c *Client) GetByUUID(ctx context.Context, id uuid.UUID) (*Execution, error) {
-	return oneExecution(leases.GetByUUID(ctx, c.pool, id))
+	return leases.GetByUUID(ctx, c.pool, id)
 }
 
 // GetTx is Get inside tx.
 func (c *Client) GetTx(ctx context.Context, tx pgx.Tx, id ExecutionID) (*Execution, error) {
-	return oneExecution(leases.Get(ctx, tx, ident.ExecutionID(id)))
+	return leases.Get(ctx, tx, ident.ExecutionID(id))
 }
 
 // List pages through executions in creation order.
@@ -284,7 +285,7 @@ func (c *Client) ListTx(ctx context.Context, tx pgx.Tx, p ListParams) (*ListPage
 }
 
 func (c *Client) list(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
-	lp := leases.ListParams{Namespace: p.Namespace, Lane: p.Lane, State: store.State(p.State), Kind: p.Kind, FlowID: p.FlowID, Limit: p.Limit}
+	lp := leases.ListParams{Namespace: p.Namespace, Lane: p.Lane, State: ffdtype.State(p.State), Kind: p.Kind, FlowID: p.FlowID, Limit: p.Limit}
 	if p.After != nil {
 		after := ident.ExecutionID(*p.After)
 		lp.After = &after
@@ -293,7 +294,7 @@ func (c *Client) list(ctx context.Context, db store.DB, p ListParams) (*ListPage
 	if err != nil {
 		return nil, err
 	}
-	out := &ListPage{Executions: executionsOf(page.Executions)}
+	out := &ListPage{Executions: page.Executions}
 	if page.Next != nil {
 		next := ExecutionID(*page.Next)
 		out.Next = &next
@@ -301,14 +302,14 @@ func (c *Client) list(ctx context.Context, db store.DB, p ListParams) (*ListPage
 	return out, nil
 }
 
-func oneExecution(x *store.Execution, err error) (*Execution, error) {
+func oneExecution(x *ffdtype.Execution, err error) (*Execution, error) {
 	if err != nil {
 		return nil, err
 	}
-	return executionOf(x), nil
+	return x, nil
 }
 
-func requeuedOf(r *store.Requeued, err error) (*Requeued, error) {
+func requeuedOf(r *ffdtype.Requeued, err error) (*Requeued, error) {
 	if err != nil {
 		return nil, err
 	}

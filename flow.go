@@ -7,215 +7,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
-)
-
-// FlowState is a flow's state.
-type FlowState string
-
-// Flow states.
-const (
-	// FlowOpen has members still to finish.
-	FlowOpen FlowState = "open"
-	// FlowCompleted, FlowFailed and FlowCancelled are terminal.
-	FlowCompleted FlowState = "completed"
-	FlowFailed    FlowState = "failed"
-	FlowCancelled FlowState = "cancelled"
-)
-
-// Flow is a DAG of executions (docs/flows.md).
-type Flow struct {
-	// ID is the flow's uuid; its members live on its partition.
-	ID uuid.UUID
-	// Partition is the partition of the flow and all its members.
-	Partition int16
-	// Namespace and Kind are the caller's labels.
-	Namespace string
-	Kind      string
-	// State is the flow's state when read.
-	State FlowState
-	// GraphRevision counts graph changes; StageEdge compares and sets it.
-	GraphRevision int64
-	// NodeCount and EdgeCount are the flow's size.
-	NodeCount int
-	EdgeCount int
-	// CancellationPolicy, CancelReason and CancelledMembers record a
-	// cancelled flow's cancellation.
-	CancellationPolicy CancelPolicy
-	CancelReason       string
-	CancelledMembers   []ExecutionID
-	// Tags are free-form metadata.
-	Tags map[string]any
-	// CreatedAt, UpdatedAt and TerminalAt (nil while open) are the flow's
-	// times.
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
-	TerminalAt *time.Time
-	// RerunOf is the flow this one reruns (RerunFlow); nil otherwise.
-	RerunOf *uuid.UUID
-	// Groups is filled by DescribeFlow: every edge group, by downstream id.
-	Groups []EdgeGroup
-}
-
-func flowOf(f *store.Flow) *Flow {
-	if f == nil {
-		return nil
-	}
-	out := &Flow{
-		ID: f.ID, Partition: f.Partition, Namespace: f.Namespace, Kind: f.Kind, State: FlowState(f.State),
-		GraphRevision: f.GraphRevision, NodeCount: f.NodeCount, EdgeCount: f.EdgeCount,
-		CancellationPolicy: CancelPolicy(f.CancellationPolicy), CancelReason: f.CancelReason,
-		CancelledMembers: idsOf(f.CancelledMembers), Tags: f.Tags,
-		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, TerminalAt: f.TerminalAt, RerunOf: f.RerunOf,
-	}
-	for _, g := range f.Groups {
-		out.Groups = append(out.Groups, groupOf(g))
-	}
-	return out
-}
-
-func idsOf(ids []ident.ExecutionID) []ExecutionID {
-	out := make([]ExecutionID, len(ids))
-	for i, id := range ids {
-		out[i] = ExecutionID(id)
-	}
-	return out
-}
-
-// Edge makes a downstream execution depend on an upstream one.
-type Edge struct {
-	// ID is the edge's uuid.
-	ID uuid.UUID
-	// FlowID is the flow both ends belong to.
-	FlowID uuid.UUID
-	// Upstream must finish before Downstream can run.
-	Upstream   ExecutionID
-	Downstream ExecutionID
-	// DependencyKind and DataPassingRef are the caller's labels.
-	DependencyKind string
-	DataPassingRef string
-	// State is staged, applied or resolved.
-	State string
-	// ResolvedOutcome is the upstream's outcome once resolved: success,
-	// failed, cancelled, expired or skipped.
-	ResolvedOutcome string
-	// CreatedAt, AppliedAt and ResolvedAt are the edge's times.
-	CreatedAt  time.Time
-	AppliedAt  *time.Time
-	ResolvedAt *time.Time
-}
-
-func edgeOf(e *store.Edge) *Edge {
-	return &Edge{
-		ID: e.ID, FlowID: e.FlowID, Upstream: ExecutionID(e.Upstream), Downstream: ExecutionID(e.Downstream),
-		DependencyKind: e.DependencyKind, DataPassingRef: e.DataPassingRef, State: string(e.State),
-		ResolvedOutcome: string(e.ResolvedOutcome), CreatedAt: e.CreatedAt, AppliedAt: e.AppliedAt, ResolvedAt: e.ResolvedAt,
-	}
-}
-
-// EdgeGroup is a downstream's join state: policy, counters, decision.
-type EdgeGroup struct {
-	// Downstream is the execution the group gates.
-	Downstream ExecutionID
-	// Policy joins its incoming edges.
-	Policy Policy
-	// Counts are its applied and resolved edges.
-	Counts Counts
-	// Decision is pending until the policy is satisfied or impossible.
-	Decision Decision
-	// DecidedAt is when it decided; nil while pending.
-	DecidedAt *time.Time
-	// CancelMembers are the live siblings a satisfied cancel_remaining
-	// group is about to cancel; empty once they are.
-	CancelMembers []ExecutionID
-}
-
-func groupOf(g store.EdgeGroup) EdgeGroup {
-	return EdgeGroup{
-		Downstream: ExecutionID(g.Downstream), Policy: policyOf(g.Policy), Counts: Counts(g.Counts),
-		Decision: Decision(g.Decision), DecidedAt: g.DecidedAt, CancelMembers: idsOf(g.CancelMembers),
-	}
-}
-
-// Unsatisfied is how many more successes the group needs (0 once it has
-// them or has decided).
-func (g EdgeGroup) Unsatisfied() int {
-	return store.EdgeGroup{Policy: g.Policy.internal(), Counts: store.Counts(g.Counts), Decision: store.Decision(g.Decision)}.Unsatisfied()
-}
-
-// PolicyKind is all_of, any_of or quorum.
-type PolicyKind string
-
-// OnSatisfied says what happens to the remaining upstreams once an any_of
-// or quorum group is satisfied.
-type OnSatisfied string
-
-// Join policies.
-const (
-	// AllOf is satisfied when every upstream succeeded.
-	AllOf PolicyKind = "all_of"
-	// AnyOf is satisfied when one upstream succeeded.
-	AnyOf PolicyKind = "any_of"
-	// Quorum is satisfied when K upstreams succeeded.
-	Quorum PolicyKind = "quorum"
-
-	// CancelRemaining cancels the upstreams still live.
-	CancelRemaining OnSatisfied = "cancel_remaining"
-	// LetRun lets them finish (the default).
-	LetRun OnSatisfied = "let_run"
-)
-
-// Policy is a join policy.
-type Policy struct {
-	// Kind is all_of (the default), any_of or quorum.
-	Kind PolicyKind
-	// K is the quorum's size, 1..the number of incoming edges; quorum only.
-	K int
-	// OnSatisfied is any_of's and quorum's; default LetRun.
-	OnSatisfied OnSatisfied
-}
-
-func (p Policy) internal() store.Policy {
-	return store.Policy{Kind: store.PolicyKind(p.Kind), K: p.K, OnSatisfied: store.OnSatisfied(p.OnSatisfied)}
-}
-
-func policyOf(p store.Policy) Policy {
-	return Policy{Kind: PolicyKind(p.Kind), K: p.K, OnSatisfied: OnSatisfied(p.OnSatisfied)}
-}
-
-// Decision is an edge group's decision.
-type Decision string
-
-// Decisions.
-const (
-	DecisionPending    Decision = "pending"
-	DecisionSatisfied  Decision = "satisfied"
-	DecisionImpossible Decision = "impossible"
-)
-
-// Counts are a group's edge counters.
-type Counts struct {
-	// Total is the number of applied edges into the downstream.
-	Total int
-	// Success, Fail and Skip count resolved edges by upstream outcome
-	// (Fail also counts cancelled and expired upstreams).
-	Success, Fail, Skip int
-}
-
-// CancelPolicy says which members CancelFlow cancels with the flow.
-type CancelPolicy string
-
-// Cancel policies.
-const (
-	// CancelFlowOnly cancels the flow and leaves its members to finish.
-	CancelFlowOnly CancelPolicy = "flow_only"
-	// CancelAll cancels every live member, fencing running ones.
-	CancelAll CancelPolicy = "cancel_all"
-	// CancelPending cancels blocked and pending members only.
-	CancelPending CancelPolicy = "cancel_pending"
 )
 
 // CreateFlowParams describes a new flow.
@@ -235,14 +31,6 @@ func (p CreateFlowParams) internal() flows.CreateFlowParams {
 	return flows.CreateFlowParams{ID: p.ID, Namespace: p.Namespace, Kind: p.Kind, Tags: p.Tags}
 }
 
-// AddResult is what AddExecutionToFlow did.
-type AddResult struct {
-	// NodeCount is the flow's size after the call.
-	NodeCount int
-	// AlreadyMember is true when nothing changed.
-	AlreadyMember bool
-}
-
 // StageEdgeParams describes an edge to stage.
 type StageEdgeParams struct {
 	// FlowID is the flow of both ends.
@@ -259,37 +47,6 @@ type StageEdgeParams struct {
 	DependencyKind string
 	// DataPassingRef: a free reference, at most 1024 bytes.
 	DataPassingRef string
-}
-
-// StageResult is a staged edge and the flow's new graph revision.
-type StageResult struct {
-	Edge        *Edge
-	NewRevision int64
-}
-
-// ApplyResult is what ApplyEdge did.
-type ApplyResult struct {
-	// AlreadyApplied is true when the edge was applied before: nothing
-	// changed.
-	AlreadyApplied bool
-	// Unsatisfied is how many more upstream successes the group needs.
-	Unsatisfied int
-	// Resolved is true when the upstream had already finished, so the edge
-	// resolved at once.
-	Resolved bool
-	// Group is the downstream's group after the call.
-	Group EdgeGroup
-}
-
-// CancelFlowResult is what CancelFlow did (or did the first time).
-type CancelFlowResult struct {
-	// Policy is the policy the flow was cancelled under.
-	Policy CancelPolicy
-	// Members are the members the (first) call cancelled.
-	Members []ExecutionID
-	// Repeated is true when the flow was already cancelled: nothing was
-	// written.
-	Repeated bool
 }
 
 // ListFlowsParams pages through flows; zero fields do not filter.
@@ -342,7 +99,7 @@ func (c *Client) createFlow(ctx context.Context, db store.DB, p CreateFlowParams
 	if err != nil {
 		return nil, err
 	}
-	return &CreateFlowResult{Flow: flowOf(f), AlreadyExists: exists}, nil
+	return &CreateFlowResult{Flow: f, AlreadyExists: exists}, nil
 }
 
 // CreateInFlow creates an execution as a member of flowID, minted on the
@@ -367,62 +124,62 @@ func (c *Client) createInFlow(ctx context.Context, db store.DB, flowID uuid.UUID
 	if err != nil {
 		return nil, err
 	}
-	return &CreateResult{Execution: executionOf(x), Existed: existed}, nil
+	return &CreateResult{Execution: x, Existed: existed}, nil
 }
 
 // AddExecutionToFlow makes an existing execution (minted on the flow's
 // partition) a member; idempotent for the same flow.
 func (c *Client) AddExecutionToFlow(ctx context.Context, flowID uuid.UUID, id ExecutionID) (*AddResult, error) {
-	return addResultOf(flows.AddExecution(ctx, c.pool, flowID, ident.ExecutionID(id)))
+	return flows.AddExecution(ctx, c.pool, flowID, ident.ExecutionID(id))
 }
 
 // AddExecutionToFlowTx is AddExecutionToFlow inside tx.
 func (c *Client) AddExecutionToFlowTx(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, id ExecutionID) (*AddResult, error) {
-	return addResultOf(flows.AddExecution(ctx, tx, flowID, ident.ExecutionID(id)))
+	return flows.AddExecution(ctx, tx, flowID, ident.ExecutionID(id))
 }
 
 // StageEdge stages a dependency edge, compare-and-set on the flow's graph
 // revision; it refuses self edges, non-members, duplicates, terminal flows
 // and cycles.
 func (c *Client) StageEdge(ctx context.Context, p StageEdgeParams) (*StageResult, error) {
-	return stageResultOf(flows.Stage(ctx, c.pool, p.internal()))
+	return flows.Stage(ctx, c.pool, p.internal())
 }
 
 // StageEdgeTx is StageEdge inside tx.
 func (c *Client) StageEdgeTx(ctx context.Context, tx pgx.Tx, p StageEdgeParams) (*StageResult, error) {
-	return stageResultOf(flows.Stage(ctx, tx, p.internal()))
+	return flows.Stage(ctx, tx, p.internal())
 }
 
 // ApplyEdge counts a staged edge into its downstream's group and blocks
 // the downstream; it resolves at once if the upstream already finished.
 func (c *Client) ApplyEdge(ctx context.Context, flowID, edgeID uuid.UUID) (*ApplyResult, error) {
-	return applyResultOf(flows.Apply(ctx, c.pool, flowID, edgeID))
+	return flows.Apply(ctx, c.pool, flowID, edgeID)
 }
 
 // ApplyEdgeTx is ApplyEdge inside tx.
 func (c *Client) ApplyEdgeTx(ctx context.Context, tx pgx.Tx, flowID, edgeID uuid.UUID) (*ApplyResult, error) {
-	return applyResultOf(flows.Apply(ctx, tx, flowID, edgeID))
+	return flows.Apply(ctx, tx, flowID, edgeID)
 }
 
 // SetEdgeGroupPolicy sets a downstream's join policy before its first
 // edge is staged; restating the same policy is a no-op (alreadySet).
 func (c *Client) SetEdgeGroupPolicy(ctx context.Context, flowID uuid.UUID, downstream ExecutionID, p Policy) (alreadySet bool, err error) {
-	return flows.SetPolicy(ctx, c.pool, flowID, ident.ExecutionID(downstream), p.internal())
+	return flows.SetPolicy(ctx, c.pool, flowID, ident.ExecutionID(downstream), p)
 }
 
 // SetEdgeGroupPolicyTx is SetEdgeGroupPolicy inside tx.
 func (c *Client) SetEdgeGroupPolicyTx(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, downstream ExecutionID, p Policy) (bool, error) {
-	return flows.SetPolicy(ctx, tx, flowID, ident.ExecutionID(downstream), p.internal())
+	return flows.SetPolicy(ctx, tx, flowID, ident.ExecutionID(downstream), p)
 }
 
 // DescribeFlow reads a flow with its edge groups.
 func (c *Client) DescribeFlow(ctx context.Context, flowID uuid.UUID) (*Flow, error) {
-	return oneFlow(flows.Describe(ctx, c.pool, flowID))
+	return flows.Describe(ctx, c.pool, flowID)
 }
 
 // DescribeFlowTx is DescribeFlow inside tx.
 func (c *Client) DescribeFlowTx(ctx context.Context, tx pgx.Tx, flowID uuid.UUID) (*Flow, error) {
-	return oneFlow(flows.Describe(ctx, tx, flowID))
+	return flows.Describe(ctx, tx, flowID)
 }
 
 // ListFlows pages through flows in creation order.
@@ -438,38 +195,38 @@ func (c *Client) ListFlowsTx(ctx context.Context, tx pgx.Tx, p ListFlowsParams) 
 // FlowEdges lists every edge of a flow (staged, applied and resolved), by
 // edge id.
 func (c *Client) FlowEdges(ctx context.Context, flowID uuid.UUID) ([]*Edge, error) {
-	return edgesOf(store.FlowEdges(ctx, c.pool, flowID))
+	return store.FlowEdges(ctx, c.pool, flowID)
 }
 
 // ListEdges lists the edges into or out of one member.
 func (c *Client) ListEdges(ctx context.Context, flowID uuid.UUID, node ExecutionID, dir EdgeDirection) ([]*Edge, error) {
-	return edgesOf(flows.ListEdges(ctx, c.pool, flowID, ident.ExecutionID(node), flows.Direction(dir)))
+	return flows.ListEdges(ctx, c.pool, flowID, ident.ExecutionID(node), flows.Direction(dir))
 }
 
 // ListEdgesTx is ListEdges inside tx.
 func (c *Client) ListEdgesTx(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, node ExecutionID, dir EdgeDirection) ([]*Edge, error) {
-	return edgesOf(flows.ListEdges(ctx, tx, flowID, ident.ExecutionID(node), flows.Direction(dir)))
+	return flows.ListEdges(ctx, tx, flowID, ident.ExecutionID(node), flows.Direction(dir))
 }
 
 // DescribeEdge reads one edge.
 func (c *Client) DescribeEdge(ctx context.Context, flowID, edgeID uuid.UUID) (*Edge, error) {
-	return oneEdge(flows.DescribeEdge(ctx, c.pool, flowID, edgeID))
+	return flows.DescribeEdge(ctx, c.pool, flowID, edgeID)
 }
 
 // DescribeEdgeTx is DescribeEdge inside tx.
 func (c *Client) DescribeEdgeTx(ctx context.Context, tx pgx.Tx, flowID, edgeID uuid.UUID) (*Edge, error) {
-	return oneEdge(flows.DescribeEdge(ctx, tx, flowID, edgeID))
+	return flows.DescribeEdge(ctx, tx, flowID, edgeID)
 }
 
 // CancelFlow cancels a flow under policy; a repeat returns the stored
 // policy and members.
 func (c *Client) CancelFlow(ctx context.Context, flowID uuid.UUID, policy CancelPolicy, reason string) (*CancelFlowResult, error) {
-	return cancelResultOf(flows.Cancel(ctx, c.pool, flowID, store.CancelPolicy(policy), reason))
+	return flows.Cancel(ctx, c.pool, flowID, ffdtype.CancelPolicy(policy), reason)
 }
 
 // CancelFlowTx is CancelFlow inside tx.
 func (c *Client) CancelFlowTx(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, policy CancelPolicy, reason string) (*CancelFlowResult, error) {
-	return cancelResultOf(flows.Cancel(ctx, tx, flowID, store.CancelPolicy(policy), reason))
+	return flows.Cancel(ctx, tx, flowID, ffdtype.CancelPolicy(policy), reason)
 }
 
 // SubmitNode is one execution of a submitted DAG, named by Ref.
@@ -554,10 +311,7 @@ func (p SubmitFlowParams) internal(c *Client) (flows.SubmitParams, error) {
 			return flows.SubmitParams{}, err
 		}
 		sp.Nodes[i] = flows.SubmitNode{Ref: n.Ref, Params: ip}
-		if n.Policy != nil {
-			pol := n.Policy.internal()
-			sp.Nodes[i].Policy = &pol
-		}
+		sp.Nodes[i].Policy = n.Policy
 	}
 	return sp, nil
 }
@@ -566,9 +320,9 @@ func submittedOf(sub *flows.Submitted, err error) (*SubmittedFlow, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &SubmittedFlow{Flow: flowOf(sub.Flow), Executions: make(map[string]*Execution, len(sub.Executions))}
+	out := &SubmittedFlow{Flow: sub.Flow, Executions: make(map[string]*Execution, len(sub.Executions))}
 	for ref, x := range sub.Executions {
-		out.Executions[ref] = executionOf(x)
+		out.Executions[ref] = x
 	}
 	return out, nil
 }
@@ -591,7 +345,7 @@ func (c *Client) RerunFlow(ctx context.Context, flowID uuid.UUID) (*SubmittedFlo
 // *ConflictError for a live or completed execution, a flow member (rerun
 // its flow), or a second rerun of the same execution.
 func (c *Client) RerunExecution(ctx context.Context, id ExecutionID) (*Execution, error) {
-	return oneExecution(leases.Rerun(ctx, c.pool, c.limits, ident.ExecutionID(id)))
+	return leases.Rerun(ctx, c.pool, c.limits, ident.ExecutionID(id))
 }
 
 func (p StageEdgeParams) internal() flows.StageParams {
@@ -599,67 +353,14 @@ func (p StageEdgeParams) internal() flows.StageParams {
 		ExpectedRevision: p.ExpectedRevision, DependencyKind: p.DependencyKind, DataPassingRef: p.DataPassingRef}
 }
 
-func addResultOf(r *flows.AddResult, err error) (*AddResult, error) {
-	if err != nil {
-		return nil, err
-	}
-	return &AddResult{NodeCount: r.NodeCount, AlreadyMember: r.AlreadyMember}, nil
-}
-
-func stageResultOf(r *flows.StageResult, err error) (*StageResult, error) {
-	if err != nil {
-		return nil, err
-	}
-	return &StageResult{Edge: edgeOf(r.Edge), NewRevision: r.NewRevision}, nil
-}
-
-func applyResultOf(r *flows.ApplyResult, err error) (*ApplyResult, error) {
-	if err != nil {
-		return nil, err
-	}
-	return &ApplyResult{AlreadyApplied: r.AlreadyApplied, Unsatisfied: r.Unsatisfied, Resolved: r.Resolved, Group: groupOf(r.Group)}, nil
-}
-
-func cancelResultOf(r *flows.CancelResult, err error) (*CancelFlowResult, error) {
-	if err != nil {
-		return nil, err
-	}
-	return &CancelFlowResult{Policy: CancelPolicy(r.Policy), Members: idsOf(r.Members), Repeated: r.Repeated}, nil
-}
-
-func oneFlow(f *store.Flow, err error) (*Flow, error) {
-	if err != nil {
-		return nil, err
-	}
-	return flowOf(f), nil
-}
-
-func oneEdge(e *store.Edge, err error) (*Edge, error) {
-	if err != nil {
-		return nil, err
-	}
-	return edgeOf(e), nil
-}
-
-func edgesOf(es []*store.Edge, err error) ([]*Edge, error) {
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*Edge, len(es))
-	for i, e := range es {
-		out[i] = edgeOf(e)
-	}
-	return out, nil
-}
-
 func listFlows(ctx context.Context, db store.DB, p ListFlowsParams) (*ListFlowsPage, error) {
-	page, err := flows.List(ctx, db, flows.ListParams{Namespace: p.Namespace, State: store.FlowState(p.State), After: p.After, Limit: p.Limit})
+	page, err := flows.List(ctx, db, flows.ListParams{Namespace: p.Namespace, State: ffdtype.FlowState(p.State), After: p.After, Limit: p.Limit})
 	if err != nil {
 		return nil, err
 	}
 	out := &ListFlowsPage{Flows: make([]*Flow, len(page.Flows)), Next: page.Next}
 	for i, f := range page.Flows {
-		out.Flows[i] = flowOf(f)
+		out.Flows[i] = f
 	}
 	return out, nil
 }

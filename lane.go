@@ -3,8 +3,8 @@ package ffd
 import (
 	"context"
 	"strconv"
-	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
@@ -12,31 +12,6 @@ import (
 
 // MaxLaneLimit bounds SetLaneLimit.
 const MaxLaneLimit = 1_000_000
-
-// Lane is a lane under control: paused, limited, or both.
-type Lane struct {
-	// Name is the lane.
-	Name string
-	// Paused lanes are not claimed from; executions already running
-	// finish.
-	Paused bool
-	// MaxRunning caps the lane's running executions across every worker;
-	// 0: no cap.
-	MaxRunning int
-	// UpdatedAt is the last change.
-	UpdatedAt time.Time
-}
-
-func laneOf(l *store.Lane, err error) (*Lane, error) {
-	if err != nil {
-		return nil, err
-	}
-	out := &Lane{Name: l.Lane, Paused: l.Paused, UpdatedAt: l.UpdatedAt}
-	if l.MaxRunning != nil {
-		out.MaxRunning = *l.MaxRunning
-	}
-	return out, nil
-}
 
 // PauseLane stops every worker from claiming in lane, at once (the claim
 // statement itself checks); running executions finish.
@@ -56,7 +31,7 @@ func (c *Client) ResumeLane(ctx context.Context, lane string) (*Lane, error) {
 // after another, so the cap holds however many workers claim at once.
 func (c *Client) SetLaneLimit(ctx context.Context, lane string, maxRunning int) (*Lane, error) {
 	if maxRunning < 0 || maxRunning > MaxLaneLimit {
-		return nil, fault.Invalid(fault.KindOutOfRange, "max_running", strconv.Itoa(maxRunning), "want 0 (no cap) up to "+strconv.Itoa(MaxLaneLimit))
+		return nil, fault.Invalid(ffdtype.KindOutOfRange, "max_running", strconv.Itoa(maxRunning), "want 0 (no cap) up to "+strconv.Itoa(MaxLaneLimit))
 	}
 	return c.setLane(ctx, lane, nil, &maxRunning)
 }
@@ -65,19 +40,11 @@ func (c *Client) setLane(ctx context.Context, lane string, paused *bool, max *in
 	if err := leases.ValidateName("lane", lane); err != nil {
 		return nil, err
 	}
-	return laneOf(store.SetLane(ctx, c.pool, lane, paused, max))
+	return store.SetLane(ctx, c.pool, lane, paused, max)
 }
 
 // ListLanes lists the lanes that are paused or capped; every other lane
 // is neither.
 func (c *Client) ListLanes(ctx context.Context) ([]*Lane, error) {
-	ls, err := store.ListLanes(ctx, c.pool)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*Lane, len(ls))
-	for i, l := range ls {
-		out[i], _ = laneOf(l, nil)
-	}
-	return out, nil
+	return store.ListLanes(ctx, c.pool)
 }

@@ -8,13 +8,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler outcomes, the outcome label of ffd_worker_handler_seconds.
+// How a handler's run ended: the values of the outcome label of
+// ffd_worker_handler_seconds and ffd_worker_executions_total. (Not to be
+// confused with an Outcome, how an execution ended, which its completion
+// event records.)
 const (
-	OutcomeCompleted = "completed"  // the result was recorded
-	OutcomeRetried   = "retried"    // failed; another attempt will run
-	OutcomeFailed    = "failed"     // failed for good (permanent error or attempts exhausted)
-	OutcomeLeaseLost = "lease_lost" // the lease moved on (cancelled, revoked, expired): the result was dropped
-	OutcomeStopped   = "stopped"    // handed back by Stop
+	HandlerCompleted = "completed"  // the result was recorded
+	HandlerRetried   = "retried"    // failed; another attempt will run
+	HandlerFailed    = "failed"     // failed for good (permanent error or attempts exhausted)
+	HandlerLeaseLost = "lease_lost" // the lease moved on (cancelled, revoked, expired): the result was dropped
+	HandlerStopped   = "stopped"    // handed back by Stop
 )
 
 // WorkerMetrics are the Prometheus metrics of the workers of a process.

@@ -2,42 +2,12 @@ package ffd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
-
-// Upstream is one step this job's step depends on, as it stands when read.
-type Upstream struct {
-	// Step is the upstream's step name ("" for a member added without one).
-	Step string
-	// ID is the upstream's execution.
-	ID ExecutionID
-	// State is its state: completed for the ones that satisfied the join;
-	// with any_of, quorum or let_run others may be failed, cancelled or
-	// still running.
-	State State
-	// Result is its result (completed upstreams only). It is JSON as the
-	// upstream's handler returned it (HandleBytes results excepted), and
-	// typed json.RawMessage so that forwarding it inside a value that is
-	// marshalled again (a typed handler's output, a new payload) embeds
-	// it as JSON, not as a base64 string. Decode reads it into a value.
-	Result json.RawMessage
-}
-
-// Decode unmarshals the upstream's JSON result into v.
-func (u Upstream) Decode(v any) error {
-	if len(u.Result) == 0 {
-		return fmt.Errorf("upstream %s (%s) has no result", u.Step, u.ID)
-	}
-	if err := json.Unmarshal(u.Result, v); err != nil {
-		return fmt.Errorf("decode the result of upstream %s (%s) as %T: %w", u.Step, u.ID, v, err)
-	}
-	return nil
-}
 
 // ErrNotAFlowMember is returned by the upstream reads of a job outside
 // any flow.

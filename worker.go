@@ -20,6 +20,7 @@ import (
 	"github.com/sourcegraph/conc/panics"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
@@ -164,7 +165,7 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		return nil, errors.New("ffd: NewWorker needs a client")
 	}
 	if len(cfg.Lanes) == 0 {
-		return nil, fault.Invalid(fault.KindRequired, "lanes", "", "at least one lane is required")
+		return nil, fault.Invalid(ffdtype.KindRequired, "lanes", "", "at least one lane is required")
 	}
 	for _, l := range cfg.Lanes {
 		if err := leases.ValidateName("lanes", l); err != nil {
@@ -173,17 +174,17 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	}
 	switch {
 	case cfg.Handler != nil && cfg.Kinds != nil:
-		return nil, fault.Invalid(fault.KindInvalidValue, "handler", "handler and kinds", "set Handler or Kinds, not both")
+		return nil, fault.Invalid(ffdtype.KindInvalidValue, "handler", "handler and kinds", "set Handler or Kinds, not both")
 	case cfg.Kinds != nil:
 		if cfg.Kinds.err != nil {
 			return nil, cfg.Kinds.err
 		}
 		if len(cfg.Kinds.handlers) == 0 {
-			return nil, fault.Invalid(fault.KindRequired, "kinds", "empty", "register at least one kind")
+			return nil, fault.Invalid(ffdtype.KindRequired, "kinds", "empty", "register at least one kind")
 		}
 		cfg.Handler = cfg.Kinds.route()
 	case cfg.Handler == nil:
-		return nil, fault.Invalid(fault.KindRequired, "handler", "nil", "a handler (Handler or Kinds) is required")
+		return nil, fault.Invalid(ffdtype.KindRequired, "handler", "nil", "a handler (Handler or Kinds) is required")
 	}
 	for _, err := range []error{
 		bound.Concurrency.Fill("Concurrency", &cfg.Concurrency, DefaultConcurrency),
@@ -538,24 +539,24 @@ func (w *Worker) finish(ctx context.Context, j *runningJob, result []byte, herr 
 	handedIn := j.handedIn
 	w.mu.Unlock()
 	if handedIn {
-		report(OutcomeStopped)
+		report(HandlerStopped)
 		return
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
 		// Expected when the engine cancels a losing sibling or an operator
 		// revokes: the lease moved on and the result would be refused.
 		w.log.Info("lease lost; handler result dropped", w.jobFields(x)...)
-		report(OutcomeLeaseLost)
+		report(HandlerLeaseLost)
 		return
 	}
 	if herr == nil {
 		w.complete(x, result, func(err error) {
 			w.logFinish(x, "completed", err)
 			if errors.Is(err, ErrLeaseLost) {
-				report(OutcomeLeaseLost)
+				report(HandlerLeaseLost)
 				return
 			}
-			report(OutcomeCompleted)
+			report(HandlerCompleted)
 		})
 		return
 	}
@@ -580,18 +581,18 @@ func (w *Worker) fail(j *runningJob, herr error) string {
 	if err != nil {
 		w.logFinish(x, state, err, zap.NamedError("handler_error", herr))
 		if errors.Is(err, ErrLeaseLost) {
-			return OutcomeLeaseLost
+			return HandlerLeaseLost
 		}
-		return OutcomeFailed
+		return HandlerFailed
 	}
 	// The handler's error is the application's to see: the worker
 	// recorded it, and says whether the execution will be retried.
 	w.log.Warn("handler failed", w.jobFields(x, zap.String("state", state), zap.Bool("retrying", state == string(StatePending)),
 		zap.NamedError("handler_error", herr))...)
 	if state == string(StatePending) {
-		return OutcomeRetried
+		return HandlerRetried
 	}
-	return OutcomeFailed
+	return HandlerFailed
 }
 
 func (w *Worker) logFinish(x *Execution, state string, err error, more ...zap.Field) {

@@ -8,8 +8,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"github.com/flowfabric/ffd/internal/fault"
-	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/ffdtype"
 )
 
 // Exit codes, the same for every command (docs/operations.md, "Exit
@@ -84,8 +83,8 @@ func usageError(w io.Writer, err error, command string) int {
 // codeOf is the exit code of an error a command returned: exitBadArgs for
 // input refused as invalid, exitFailed for the rest.
 func codeOf(err error) int {
-	var ve *fault.ValidationError
-	if errors.As(err, &ve) || errors.Is(err, ident.ErrInvalid) {
+	var ve *ffdtype.ValidationError
+	if errors.As(err, &ve) {
 		return exitBadArgs
 	}
 	return exitFailed

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd"
-	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/ffdtype"
 )
 
 // ExecCmd groups the execution ops commands.
@@ -103,7 +103,7 @@ type ExecListCmd struct {
 func (c *ExecListCmd) Run(ctx context.Context, g *Globals) error {
 	p := ffd.ListParams{Lane: c.Lane, State: ffd.State(c.State), Kind: c.Kind, Limit: c.Limit}
 	if c.Flow != "" {
-		id, err := ident.ParseUUID("flow id", c.Flow)
+		id, err := ffdtype.ParseUUID("flow id", c.Flow)
 		if err != nil {
 			return err
 		}
@@ -236,7 +236,7 @@ type FlowListCmd struct {
 func (c *FlowListCmd) Run(ctx context.Context, g *Globals) error {
 	p := ffd.ListFlowsParams{Namespace: c.Namespace, State: ffd.FlowState(c.State), Limit: c.Limit}
 	if c.After != "" {
-		id, err := ident.ParseUUID("flow id", c.After)
+		id, err := ffdtype.ParseUUID("flow id", c.After)
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
 )
@@ -55,7 +56,7 @@ func (r retention) check(name string) error {
 		return nil
 	}
 	if r.age < bound.Retention.Min || r.age > bound.Retention.Max {
-		return fault.Invalid(fault.KindOutOfRange, name, r.age.String(),
+		return fault.Invalid(ffdtype.KindOutOfRange, name, r.age.String(),
 			fmt.Sprintf("want %s..%s, or forever", bound.Retention.Min, bound.Retention.Max))
 	}
 	return nil

@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/flowfabric/ffd"
-	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/ffdtype"
 )
 
 // previewBytes bounds how much of a payload or result `exec show` prints
@@ -44,7 +44,7 @@ func (g *Globals) execution(ctx context.Context, s string) (*ffd.Client, *ffd.Ex
 
 // flow connects and parses the flow id s.
 func (g *Globals) flow(ctx context.Context, s string) (*ffd.Client, uuid.UUID, error) {
-	id, err := ident.ParseUUID("flow id", s)
+	id, err := ffdtype.ParseUUID("flow id", s)
 	if err != nil {
 		return nil, uuid.Nil, err
 	}
@@ -97,7 +97,7 @@ func (c *ExecShowCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintln(tw, "\nATTEMPT\tWORKER\tEPOCH\tSTARTED\tENDED\tOUTCOME\tERROR")
 		for _, a := range attempts {
 			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", a.Attempt, a.Worker, a.LeaseEpoch, ts(&a.StartedAt), ts(a.EndedAt),
-				dash(a.Outcome), dash(oneLine(a.Error, previewBytes)))
+				dash(string(a.Outcome)), dash(oneLine(a.Error, previewBytes)))
 		}
 		if len(attempts) == 0 {
 			fmt.Fprintln(tw, "(none yet)")
@@ -246,7 +246,7 @@ func printFlow(tw *tabwriter.Writer, f *ffd.Flow, members []*ffd.Execution, edge
 	}
 	fmt.Fprintln(tw, "\nFROM\tTO\tEDGE\tUPSTREAM OUTCOME")
 	for _, e := range edges {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name[e.Upstream], name[e.Downstream], e.State, dash(e.ResolvedOutcome))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name[e.Upstream], name[e.Downstream], e.State, dash(string(e.ResolvedOutcome)))
 	}
 	if len(edges) == 0 {
 		fmt.Fprintln(tw, "(no edges)")

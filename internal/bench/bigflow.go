@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -57,10 +58,10 @@ func bigFlow(ctx context.Context, env *Env, p Params, r *Report) error {
 				if err != nil {
 					return false, err
 				}
-				if state != store.FlowOpen && state != store.FlowCompleted {
+				if state != ffdtype.FlowOpen && state != ffdtype.FlowCompleted {
 					return false, fmt.Errorf("flow ended %s, want completed", state)
 				}
-				return state == store.FlowCompleted, nil
+				return state == ffdtype.FlowCompleted, nil
 			}); err != nil {
 				return err
 			}

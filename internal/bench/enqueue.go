@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/store"
 	"go.uber.org/zap"
 )
@@ -42,7 +43,7 @@ func enqueue(ctx context.Context, env *Env, p Params, r *Report) error {
 	if hasDB {
 		r.Figures["create_db_us_per_execution"] = float64((db1 - db0).Microseconds()) / float64(p.Creates)
 	}
-	n, err := store.CountInLanes(ctx, env.Pool, store.StatePending, lane, lane+".single")
+	n, err := store.CountInLanes(ctx, env.Pool, ffdtype.StatePending, lane, lane+".single")
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
@@ -262,7 +263,7 @@ func memory(ctx context.Context, env *Env, p Params, r *Report) error {
 		growth := rs[len(rs)-1] / rs[0]
 		r.Targets = append(r.Targets, target(role+"_rss_last_vs_first_round", "<= 1.25 (no growth with work done)", growth, "x", growth <= 1.25))
 	}
-	n, err := store.CountInLanes(ctx, env.Pool, store.StateCompleted, lane)
+	n, err := store.CountInLanes(ctx, env.Pool, ffdtype.StateCompleted, lane)
 	if err != nil {
 		return err
 	}

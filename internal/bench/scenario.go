@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
@@ -448,7 +449,7 @@ func fanRace(ctx context.Context, env *Env, c *ffd.Client, p Params, lane string
 		return 0, err
 	}
 	if err := waitUntil(ctx, "every sibling to be cancelled", time.Minute, func() (bool, error) {
-		n, err := store.CountInLanes(ctx, env.Pool, store.StateCancelled, lane+".sib")
+		n, err := store.CountInLanes(ctx, env.Pool, ffdtype.StateCancelled, lane+".sib")
 		return n == p.FanWidth-1, err
 	}); err != nil {
 		return 0, err
@@ -546,7 +547,7 @@ func recovery(ctx context.Context, env *Env, p Params, r *Report) error {
 		return err
 	}
 	lane := env.lane("recovery")
-	if err := env.createMany(ctx, leases.CreateParams{Lane: lane, LeaseTTL: p.LeaseTTL, Retry: store.RetryPolicy{Base: time.Millisecond, Max: time.Millisecond}}, p.Leases); err != nil {
+	if err := env.createMany(ctx, leases.CreateParams{Lane: lane, LeaseTTL: p.LeaseTTL, Retry: ffdtype.RetryPolicy{Base: time.Millisecond, Max: time.Millisecond}}, p.Leases); err != nil {
 		return err
 	}
 	d, err := env.startDaemon(ctx, p.SweepInterval)
@@ -568,7 +569,7 @@ func recovery(ctx context.Context, env *Env, p Params, r *Report) error {
 		return err
 	}
 	err = waitUntil(ctx, "every lease re-claimed and completed", 5*time.Minute, func() (bool, error) {
-		n, err := store.CountInLanes(ctx, env.Pool, store.StateCompleted, lane)
+		n, err := store.CountInLanes(ctx, env.Pool, ffdtype.StateCompleted, lane)
 		return n == p.Leases, err
 	})
 	stop()

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 )
 
@@ -20,7 +21,7 @@ type Int struct{ Min, Max int }
 // Check refuses v outside the range, naming it as name.
 func (b Int) Check(name string, v int) error {
 	if v < b.Min || v > b.Max {
-		return fault.Invalid(fault.KindOutOfRange, name, strconv.Itoa(v), fmt.Sprintf("want %d..%d", b.Min, b.Max))
+		return fault.Invalid(ffdtype.KindOutOfRange, name, strconv.Itoa(v), fmt.Sprintf("want %d..%d", b.Min, b.Max))
 	}
 	return nil
 }
@@ -31,7 +32,7 @@ func (b Int) CheckOrZero(name string, v int) error {
 		return nil
 	}
 	if err := b.Check(name, v); err != nil {
-		return fault.Invalid(fault.KindOutOfRange, name, strconv.Itoa(v), fmt.Sprintf("want %d..%d (0 for the default)", b.Min, b.Max))
+		return fault.Invalid(ffdtype.KindOutOfRange, name, strconv.Itoa(v), fmt.Sprintf("want %d..%d (0 for the default)", b.Min, b.Max))
 	}
 	return nil
 }
@@ -65,7 +66,7 @@ func (b Duration) Check(name string, d time.Duration) error {
 		if b.Off != "" {
 			want += fmt.Sprintf(", or 0 (%s)", b.Off)
 		}
-		return fault.Invalid(fault.KindOutOfRange, name, d.String(), want)
+		return fault.Invalid(ffdtype.KindOutOfRange, name, d.String(), want)
 	}
 	return nil
 }
@@ -76,7 +77,7 @@ func (b Duration) CheckOrZero(name string, d time.Duration) error {
 		return nil
 	}
 	if err := b.Check(name, d); err != nil {
-		return fault.Invalid(fault.KindOutOfRange, name, d.String(), fmt.Sprintf("want %s..%s (0 for the default)", b.Min, b.Max))
+		return fault.Invalid(ffdtype.KindOutOfRange, name, d.String(), fmt.Sprintf("want %s..%s (0 for the default)", b.Min, b.Max))
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
@@ -23,7 +24,7 @@ type Hooks interface {
 	Dispatched(events int, delays []time.Duration)
 	// Resolved is called with the edges resolved, by upstream outcome class
 	// (success, failed, skipped), and the decisions taken.
-	Resolved(byOutcome map[string]int, decisions map[store.Decision]int)
+	Resolved(byOutcome map[string]int, decisions map[ffdtype.Decision]int)
 	// SiblingsCancelled is called with the siblings a tick cancelled.
 	SiblingsCancelled(n int)
 }
@@ -172,7 +173,7 @@ func (d *Dispatcher) dispatchOnce(ctx context.Context, take func(pgx.Tx) ([]stor
 	var res Result
 	var delays []time.Duration
 	var byOutcome map[string]int
-	decisions := map[store.Decision]int{}
+	decisions := map[ffdtype.Decision]int{}
 	err := store.InTx(ctx, d.db, func(tx pgx.Tx) error {
 		res, delays, byOutcome = Result{}, delays[:0], nil
 		clear(decisions)
@@ -295,7 +296,7 @@ func (d *Dispatcher) cancelOneGroup(ctx context.Context) (found bool, cancelled 
 		}
 		ends := make([]store.Ending, len(g.CancelMembers))
 		for i, m := range g.CancelMembers {
-			ends[i] = store.Ending{ID: m, State: store.StateCancelled, Reason: SiblingCancelReason, By: SiblingCancelledBy}
+			ends[i] = store.Ending{ID: m, State: ffdtype.StateCancelled, Reason: SiblingCancelReason, By: SiblingCancelledBy}
 		}
 		ended, err := store.Terminate(ctx, tx, ends)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
@@ -35,12 +36,12 @@ func setup(t *testing.T) *fixture {
 }
 
 type dag struct {
-	flow *store.Flow
-	x    map[string]*store.Execution
+	flow *ffdtype.Flow
+	x    map[string]*ffdtype.Execution
 }
 
 // submit builds a DAG from "a->b" edge strings, each node in its own lane.
-func (f *fixture) submit(policies map[string]store.Policy, edges ...string) *dag {
+func (f *fixture) submit(policies map[string]ffdtype.Policy, edges ...string) *dag {
 	f.T.Helper()
 	p := flows.SubmitParams{}
 	seen := map[string]bool{}
@@ -72,7 +73,7 @@ func (f *fixture) submit(policies map[string]store.Policy, edges ...string) *dag
 }
 
 // claim leases a node (it must be pending and due).
-func (f *fixture) claim(g *dag, ref string) *store.Execution {
+func (f *fixture) claim(g *dag, ref string) *ffdtype.Execution {
 	f.T.Helper()
 	got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: g.x[ref].Lane, Worker: "w/1", Max: 1})
 	if err != nil || len(got) != 1 {
@@ -81,7 +82,7 @@ func (f *fixture) claim(g *dag, ref string) *store.Execution {
 	return got[0]
 }
 
-func (f *fixture) finish(x *store.Execution, ok bool) {
+func (f *fixture) finish(x *ffdtype.Execution, ok bool) {
 	f.T.Helper()
 	var err error
 	if ok {
@@ -96,7 +97,7 @@ func (f *fixture) finish(x *store.Execution, ok bool) {
 
 func (f *fixture) run(g *dag, ref string, ok bool) { f.finish(f.claim(g, ref), ok) }
 
-func (f *fixture) state(g *dag, ref string) store.State {
+func (f *fixture) state(g *dag, ref string) ffdtype.State {
 	f.T.Helper()
 	x, err := leases.Get(f.Ctx, f.Pool, g.x[ref].ID)
 	if err != nil {
@@ -105,7 +106,7 @@ func (f *fixture) state(g *dag, ref string) store.State {
 	return x.State
 }
 
-func (f *fixture) expect(g *dag, want map[string]store.State) {
+func (f *fixture) expect(g *dag, want map[string]ffdtype.State) {
 	f.T.Helper()
 	for ref, s := range want {
 		if got := f.state(g, ref); got != s {
@@ -187,16 +188,16 @@ func TestAllOfThree(t *testing.T) {
 	for i, ref := range []string{"a", "b", "c"} {
 		f.run(g, ref, true)
 		f.drain()
-		want := store.StateBlocked
+		want := ffdtype.StateBlocked
 		if i == 2 {
-			want = store.StatePending
+			want = ffdtype.StatePending
 		}
-		f.expect(g, map[string]store.State{"d": want})
+		f.expect(g, map[string]ffdtype.State{"d": want})
 	}
 	f.run(g, "d", true)
 	f.drain()
 	f.quiescent()
-	if fl, _ := flows.Get(f.Ctx, f.Pool, g.flow.ID); fl.State != store.FlowCompleted {
+	if fl, _ := flows.Get(f.Ctx, f.Pool, g.flow.ID); fl.State != ffdtype.FlowCompleted {
 		t.Fatalf("flow %s, want completed", fl.State)
 	}
 }
@@ -207,14 +208,14 @@ func TestAllOfThree(t *testing.T) {
 func TestAnyOfCancelRemaining(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	g := f.submit(map[string]store.Policy{"d": {Kind: store.AnyOf, OnSatisfied: store.CancelRemaining}}, "a->d", "b->d", "c->d")
+	g := f.submit(map[string]ffdtype.Policy{"d": {Kind: ffdtype.AnyOf, OnSatisfied: ffdtype.CancelRemaining}}, "a->d", "b->d", "c->d")
 	a, b, c := f.claim(g, "a"), f.claim(g, "b"), f.claim(g, "c")
 	f.finish(a, true)
 	r, err := f.d.DispatchBatch(f.Ctx, 10, 0)
 	if err != nil || r.Events != 1 || r.CancelGroups != 1 {
 		t.Fatalf("dispatch: %+v %v; want one event and one queued cancel group", r, err)
 	}
-	f.expect(g, map[string]store.State{"d": store.StatePending, "b": store.StateRunning, "c": store.StateRunning})
+	f.expect(g, map[string]ffdtype.State{"d": ffdtype.StatePending, "b": ffdtype.StateRunning, "c": ffdtype.StateRunning})
 	desc, _ := flows.Describe(f.Ctx, f.Pool, g.flow.ID)
 	for _, grp := range desc.Groups {
 		if len(grp.CancelMembers) != 2 {
@@ -225,8 +226,8 @@ func TestAnyOfCancelRemaining(t *testing.T) {
 	if err != nil || groups != 1 || cancelled != 2 {
 		t.Fatalf("tick: %d groups %d cancelled %v", groups, cancelled, err)
 	}
-	f.expect(g, map[string]store.State{"b": store.StateCancelled, "c": store.StateCancelled})
-	for _, x := range []*store.Execution{b, c} {
+	f.expect(g, map[string]ffdtype.State{"b": ffdtype.StateCancelled, "c": ffdtype.StateCancelled})
+	for _, x := range []*ffdtype.Execution{b, c} {
 		if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil); err == nil {
 			t.Fatalf("a cancelled sibling completed")
 		}
@@ -248,7 +249,7 @@ func TestAnyOfCancelRemaining(t *testing.T) {
 	f.drain()
 	f.quiescent()
 	desc, _ = flows.Describe(f.Ctx, f.Pool, g.flow.ID)
-	if grp := desc.Groups[0]; grp.Counts.Success != 1 || grp.Counts.Fail != 2 || grp.Decision != store.Satisfied {
+	if grp := desc.Groups[0]; grp.Counts.Success != 1 || grp.Counts.Fail != 2 || grp.Decision != ffdtype.DecisionSatisfied {
 		t.Fatalf("group %+v", grp)
 	}
 }
@@ -258,38 +259,38 @@ func TestAnyOfCancelRemaining(t *testing.T) {
 func TestQuorumLetRun(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	g := f.submit(map[string]store.Policy{"d": {Kind: store.Quorum, K: 2, OnSatisfied: store.LetRun}}, "a->d", "b->d", "c->d")
+	g := f.submit(map[string]ffdtype.Policy{"d": {Kind: ffdtype.Quorum, K: 2, OnSatisfied: ffdtype.LetRun}}, "a->d", "b->d", "c->d")
 	a, b, c := f.claim(g, "a"), f.claim(g, "b"), f.claim(g, "c")
 	f.finish(a, true)
 	f.drain()
-	f.expect(g, map[string]store.State{"d": store.StateBlocked})
+	f.expect(g, map[string]ffdtype.State{"d": ffdtype.StateBlocked})
 	f.finish(b, true)
 	f.drain()
-	f.expect(g, map[string]store.State{"d": store.StatePending, "c": store.StateRunning})
+	f.expect(g, map[string]ffdtype.State{"d": ffdtype.StatePending, "c": ffdtype.StateRunning})
 	if n := f.Count(`SELECT count(*) FROM ff_pending_cancel_group`); n != 0 {
 		t.Fatal("let_run queued a cancel group")
 	}
 	f.finish(c, true)
 	f.drain()
 	desc, _ := flows.Describe(f.Ctx, f.Pool, g.flow.ID)
-	if grp := desc.Groups[0]; grp.Counts.Success != 3 || grp.Decision != store.Satisfied {
+	if grp := desc.Groups[0]; grp.Counts.Success != 3 || grp.Decision != ffdtype.DecisionSatisfied {
 		t.Fatalf("group %+v", grp)
 	}
-	f.expect(g, map[string]store.State{"d": store.StatePending})
+	f.expect(g, map[string]ffdtype.State{"d": ffdtype.StatePending})
 }
 
 // Scenario 4: quorum(3) of 5 with three failures: skipped.
 func TestQuorumImpossible(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	g := f.submit(map[string]store.Policy{"d": {Kind: store.Quorum, K: 3, OnSatisfied: store.LetRun}}, "a->d", "b->d", "c->d", "e->d", "h->d")
+	g := f.submit(map[string]ffdtype.Policy{"d": {Kind: ffdtype.Quorum, K: 3, OnSatisfied: ffdtype.LetRun}}, "a->d", "b->d", "c->d", "e->d", "h->d")
 	f.run(g, "a", false)
 	f.run(g, "b", false)
 	f.drain()
-	f.expect(g, map[string]store.State{"d": store.StateBlocked})
+	f.expect(g, map[string]ffdtype.State{"d": ffdtype.StateBlocked})
 	f.run(g, "c", false)
 	f.drain()
-	f.expect(g, map[string]store.State{"d": store.StateSkipped})
+	f.expect(g, map[string]ffdtype.State{"d": ffdtype.StateSkipped})
 	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'skipped'`, g.x["d"].ID.UUID); n != 1 {
 		t.Fatalf("%d skipped events, want 1", n)
 	}
@@ -319,7 +320,7 @@ func TestDeepChainSkip(t *testing.T) {
 	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND outcome = 'skipped'`, g.flow.ID); n != 199 {
 		t.Fatalf("%d skipped events, want 199", n)
 	}
-	if fl, _ := flows.Get(f.Ctx, f.Pool, g.flow.ID); fl.State != store.FlowFailed {
+	if fl, _ := flows.Get(f.Ctx, f.Pool, g.flow.ID); fl.State != ffdtype.FlowFailed {
 		t.Fatalf("flow %s, want failed", fl.State)
 	}
 	f.quiescent()
@@ -330,7 +331,7 @@ func TestDeepChainSkip(t *testing.T) {
 func TestDuplicateDispatch(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	g := f.submit(map[string]store.Policy{"d": {Kind: store.Quorum, K: 2, OnSatisfied: store.LetRun}}, "a->d", "b->d", "c->d")
+	g := f.submit(map[string]ffdtype.Policy{"d": {Kind: ffdtype.Quorum, K: 2, OnSatisfied: ffdtype.LetRun}}, "a->d", "b->d", "c->d")
 	f.run(g, "a", true)
 	var eventID int64
 	f.Pool.QueryRow(f.Ctx, `SELECT event_id FROM ff_completion_event WHERE execution_id = $1`, g.x["a"].ID.UUID).Scan(&eventID)
@@ -364,7 +365,7 @@ func TestDuplicateDispatch(t *testing.T) {
 		t.Fatalf("four racing dispatches: %d events, %d edges; want 1 and 1", dispatched.Load(), resolved.Load())
 	}
 	desc, _ := flows.Describe(f.Ctx, f.Pool, g.flow.ID)
-	if grp := desc.Groups[0]; grp.Counts.Success != 2 || grp.Decision != store.Satisfied {
+	if grp := desc.Groups[0]; grp.Counts.Success != 2 || grp.Decision != ffdtype.DecisionSatisfied {
 		t.Fatalf("group %+v, want 2 successes, satisfied", grp)
 	}
 }
@@ -396,9 +397,9 @@ func TestCrashMidDispatch(t *testing.T) {
 			if n := f.Count(`SELECT count(*) FROM ff_completion_event`); n != before {
 				t.Fatalf("a crashed dispatch left %d events behind", n-before)
 			}
-			f.expect(g, map[string]store.State{"d": store.StateBlocked})
+			f.expect(g, map[string]ffdtype.State{"d": ffdtype.StateBlocked})
 			f.drain()
-			f.expect(g, map[string]store.State{"d": store.StateSkipped, "e": store.StateSkipped})
+			f.expect(g, map[string]ffdtype.State{"d": ffdtype.StateSkipped, "e": ffdtype.StateSkipped})
 			if n := f.Count(`SELECT count(*) FROM ff_edge WHERE state = 'resolved'`); n != 2 {
 				t.Fatalf("%d edges resolved after redispatch, want 2 (a->d, d->e)", n)
 			}
@@ -411,7 +412,7 @@ func TestCrashMidDispatch(t *testing.T) {
 func TestCrashMidSiblingCancel(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	g := f.submit(map[string]store.Policy{"d": {Kind: store.AnyOf, OnSatisfied: store.CancelRemaining}}, "a->d", "b->d", "c->d")
+	g := f.submit(map[string]ffdtype.Policy{"d": {Kind: ffdtype.AnyOf, OnSatisfied: ffdtype.CancelRemaining}}, "a->d", "b->d", "c->d")
 	a := f.claim(g, "a")
 	f.claim(g, "b")
 	f.finish(a, true)
@@ -425,7 +426,7 @@ func TestCrashMidSiblingCancel(t *testing.T) {
 	// The killed backend releases its locks when it has exited, not when
 	// pg_terminate_backend returns.
 	f.waitGone(*killed)
-	f.expect(g, map[string]store.State{"b": store.StateRunning, "c": store.StatePending})
+	f.expect(g, map[string]ffdtype.State{"b": ffdtype.StateRunning, "c": ffdtype.StatePending})
 	groups, cancelled, err := f.d.CancelSiblings(f.Ctx, 10)
 	if err != nil || groups != 1 || cancelled != 2 {
 		t.Fatalf("next tick: %d groups, %d cancelled, %v", groups, cancelled, err)

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/cascade"
-	"github.com/flowfabric/ffd/internal/store"
 )
 
 // One frozen process holding a flow's edge group (as a daemon stopped
@@ -61,9 +61,9 @@ func TestAHeldFlowDelaysOnlyItself(t *testing.T) {
 	// for the holder, and the HeldError above would not come.)
 	t.Logf("the dispatch took %s", time.Since(start))
 	for _, g := range free {
-		f.expect(g, map[string]store.State{"y": store.StatePending})
+		f.expect(g, map[string]ffdtype.State{"y": ffdtype.StatePending})
 	}
-	f.expect(held, map[string]store.State{"b": store.StateBlocked})
+	f.expect(held, map[string]ffdtype.State{"b": ffdtype.StateBlocked})
 
 	// The holder goes (a frozen process killed); the held event is still
 	// undispatched, and a sweep-like batch takes it.
@@ -74,7 +74,7 @@ func TestAHeldFlowDelaysOnlyItself(t *testing.T) {
 	if err != nil || r.Events != 1 {
 		t.Fatalf("after the holder left: %+v, %v; want the held event dispatched", r, err)
 	}
-	f.expect(held, map[string]store.State{"b": store.StatePending})
+	f.expect(held, map[string]ffdtype.State{"b": ffdtype.StatePending})
 }
 
 // A held sibling delays only its own group: sibling cancellation gives up
@@ -84,7 +84,7 @@ func TestAHeldFlowDelaysOnlyItself(t *testing.T) {
 func TestAHeldSiblingGroupDelaysOnlyItself(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	race := map[string]store.Policy{"j": {Kind: store.AnyOf, OnSatisfied: store.CancelRemaining}}
+	race := map[string]ffdtype.Policy{"j": {Kind: ffdtype.AnyOf, OnSatisfied: ffdtype.CancelRemaining}}
 	held := f.submit(race, "a1->j", "a2->j")
 	free := f.submit(race, "b1->j", "b2->j")
 	d := cascade.New(f.Pool, nil)
@@ -112,8 +112,8 @@ func TestAHeldSiblingGroupDelaysOnlyItself(t *testing.T) {
 	if !errors.As(err, &he) || he.Flows != 1 || groups != 1 || n != 1 {
 		t.Fatalf("sibling cancellation with one held sibling: %d groups, %d cancelled, %v; want the free group's sibling cancelled and the held group reported", groups, n, err)
 	}
-	f.expect(free, map[string]store.State{"b2": store.StateCancelled})
-	f.expect(held, map[string]store.State{"a2": store.StatePending})
+	f.expect(free, map[string]ffdtype.State{"b2": ffdtype.StateCancelled})
+	f.expect(held, map[string]ffdtype.State{"a2": ffdtype.StatePending})
 
 	if err := frozen.Rollback(f.Ctx); err != nil {
 		t.Fatal(err)
@@ -121,5 +121,5 @@ func TestAHeldSiblingGroupDelaysOnlyItself(t *testing.T) {
 	if groups, n, err := d.CancelSiblings(f.Ctx, 10); err != nil || groups != 1 || n != 1 {
 		t.Fatalf("after the holder left: %d groups, %d cancelled, %v; want the held group's sibling cancelled", groups, n, err)
 	}
-	f.expect(held, map[string]store.State{"a2": store.StateCancelled})
+	f.expect(held, map[string]ffdtype.State{"a2": ffdtype.StateCancelled})
 }

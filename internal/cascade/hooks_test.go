@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/cascade"
-	"github.com/flowfabric/ffd/internal/store"
 )
 
 type recorder struct {
@@ -14,7 +14,7 @@ type recorder struct {
 	events    int
 	delays    []time.Duration
 	outcomes  map[string]int
-	decisions map[store.Decision]int
+	decisions map[ffdtype.Decision]int
 	siblings  int
 }
 
@@ -25,7 +25,7 @@ func (r *recorder) Dispatched(n int, delays []time.Duration) {
 	r.delays = append(r.delays, delays...)
 }
 
-func (r *recorder) Resolved(by map[string]int, dec map[store.Decision]int) {
+func (r *recorder) Resolved(by map[string]int, dec map[ffdtype.Decision]int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, v := range by {
@@ -47,9 +47,9 @@ func (r *recorder) SiblingsCancelled(n int) {
 func TestHooks(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	rec := &recorder{outcomes: map[string]int{}, decisions: map[store.Decision]int{}}
+	rec := &recorder{outcomes: map[string]int{}, decisions: map[ffdtype.Decision]int{}}
 	f.d = cascade.New(f.Pool, rec)
-	g := f.submit(map[string]store.Policy{"d": {Kind: store.AnyOf, OnSatisfied: store.CancelRemaining}}, "a->d", "b->d", "c->d", "a->e")
+	g := f.submit(map[string]ffdtype.Policy{"d": {Kind: ffdtype.AnyOf, OnSatisfied: ffdtype.CancelRemaining}}, "a->d", "b->d", "c->d", "a->e")
 	f.claim(g, "b")
 	f.run(g, "a", false) // e impossible (skipped); d still open
 	f.run(g, "c", true)  // d satisfied; b cancelled
@@ -69,7 +69,7 @@ func TestHooks(t *testing.T) {
 	if rec.outcomes["success"] != 1 || rec.outcomes["failed"] != 3 {
 		t.Fatalf("resolved by outcome %v, want 1 success and 3 failed", rec.outcomes)
 	}
-	if rec.decisions[store.Satisfied] != 1 || rec.decisions[store.Impossible] != 1 {
+	if rec.decisions[ffdtype.DecisionSatisfied] != 1 || rec.decisions[ffdtype.DecisionImpossible] != 1 {
 		t.Fatalf("decisions %v, want one of each", rec.decisions)
 	}
 	if rec.siblings != 1 {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/cascade"
-	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -83,7 +83,7 @@ func TestSetPolicyWaitsForTheGroupBeforeTheFlow(t *testing.T) {
 	}
 	setErr := make(chan error, 1)
 	go func() {
-		_, err := flows.SetPolicy(f.Ctx, pool, g.flow.ID, g.x["down"].ID, store.Policy{Kind: store.AnyOf, OnSatisfied: store.LetRun})
+		_, err := flows.SetPolicy(f.Ctx, pool, g.flow.ID, g.x["down"].ID, ffdtype.Policy{Kind: ffdtype.AnyOf, OnSatisfied: ffdtype.LetRun})
 		setErr <- err
 	}()
 	f.waitForLockWaiters(1)
@@ -99,13 +99,13 @@ func TestSetPolicyWaitsForTheGroupBeforeTheFlow(t *testing.T) {
 	err = <-setErr
 	// The policy change comes second: the flow has finished, or the edge
 	// fixed the policy; either refusal is typed.
-	if !errors.Is(err, fault.ErrAlreadyTerminal) && !errors.Is(err, fault.ErrConflict) {
+	if !errors.Is(err, ffdtype.ErrAlreadyTerminal) && !errors.Is(err, ffdtype.ErrConflict) {
 		t.Fatalf("policy change after the dispatch: want a refusal (terminal flow or fixed policy), got %v", err)
 	}
 	if n := f.deadlocks(pool); n != 0 {
 		t.Fatalf("deadlocks in pg_stat_database: %d, want 0", n)
 	}
-	if got := f.state(g, "down"); got != store.StateSkipped {
+	if got := f.state(g, "down"); got != ffdtype.StateSkipped {
 		t.Fatalf("down is %s, want skipped", got)
 	}
 }
@@ -155,8 +155,8 @@ func TestPolicyChangesRacingDispatchNeverDeadlock(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 3 {
-				_, err := flows.SetPolicy(f.Ctx, pool, g.flow.ID, g.x["join"].ID, store.Policy{Kind: store.Quorum, K: 1, OnSatisfied: store.LetRun})
-				if err != nil && !errors.Is(err, fault.ErrConflict) && !errors.Is(err, fault.ErrAlreadyTerminal) {
+				_, err := flows.SetPolicy(f.Ctx, pool, g.flow.ID, g.x["join"].ID, ffdtype.Policy{Kind: ffdtype.Quorum, K: 1, OnSatisfied: ffdtype.LetRun})
+				if err != nil && !errors.Is(err, ffdtype.ErrConflict) && !errors.Is(err, ffdtype.ErrAlreadyTerminal) {
 					errs <- fmt.Errorf("set policy: %w", err)
 				}
 			}
@@ -175,7 +175,7 @@ func TestPolicyChangesRacingDispatchNeverDeadlock(t *testing.T) {
 	}
 	f.drain()
 	for i, g := range dags {
-		if got := f.state(g, "join"); got != store.StateSkipped {
+		if got := f.state(g, "join"); got != ffdtype.StateSkipped {
 			t.Errorf("dag %d: join is %s, want skipped (all_of with a failed upstream)", i, got)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/oracle"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -196,7 +197,7 @@ func (h *harness) verify(ctx context.Context) {
 	}
 	type node struct {
 		index int
-		state store.State
+		state ffdtype.State
 	}
 	byFlow := map[string][]node{}
 	members, err := store.FlowMemberStates(ctx, h.pool)

@@ -12,8 +12,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/flows"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -251,19 +251,19 @@ func (c *Console) routeActions() {
 		return "/executions/" + again.ID.UUID.String(), nil
 	}))
 	c.mux.HandleFunc("POST /actions/flows/{id}/cancel", c.act("cancel flow", func(r *http.Request, who string) (string, error) {
-		id, err := ident.ParseUUID("flow id", r.PathValue("id"))
+		id, err := ffdtype.ParseUUID("flow id", r.PathValue("id"))
 		if err != nil {
 			return "", err
 		}
-		policy := store.CancelPolicy(r.PostFormValue("policy"))
+		policy := ffdtype.CancelPolicy(r.PostFormValue("policy"))
 		if policy == "" {
-			policy = store.CancelAll
+			policy = ffdtype.CancelAll
 		}
 		_, err = flows.Cancel(r.Context(), c.pool, id, policy, "cancelled from the console by "+who)
 		return "/flows/" + id.String(), err
 	}))
 	c.mux.HandleFunc("POST /actions/flows/{id}/rerun", c.act("rerun flow", func(r *http.Request, who string) (string, error) {
-		id, err := ident.ParseUUID("flow id", r.PathValue("id"))
+		id, err := ffdtype.ParseUUID("flow id", r.PathValue("id"))
 		if err != nil {
 			return "", err
 		}

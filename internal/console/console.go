@@ -19,8 +19,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -68,17 +68,11 @@ func New(cfg Config) (*Console, error) {
 			}
 			return t.UTC().Format(stamp)
 		},
-		"flowDur": func(f *store.Flow) string {
+		"flowDur": func(f *ffdtype.Flow) string {
 			if f.TerminalAt != nil {
 				return duration(f.TerminalAt.Sub(f.CreatedAt))
 			}
 			return duration(time.Since(f.CreatedAt)) + " so far"
-		},
-		"deref": func(s *string) string {
-			if s == nil {
-				return ""
-			}
-			return *s
 		},
 		"add":     func(a, b int) int { return a + b },
 		"deref64": func(f *float64) float64 { return *f },
@@ -165,17 +159,17 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, da
 // at Debug and every logged value is clipped: a request cannot make a
 // log line long.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var nf *fault.NotFoundError
-	var ve *fault.ValidationError
-	var ce *fault.ConflictError
-	var te *fault.AlreadyTerminalError
+	var nf *ffdtype.NotFoundError
+	var ve *ffdtype.ValidationError
+	var ce *ffdtype.ConflictError
+	var te *ffdtype.AlreadyTerminalError
 	code := http.StatusInternalServerError
 	switch {
 	case errors.As(err, &nf):
 		code = http.StatusNotFound
-	case errors.As(err, &ve), errors.Is(err, ident.ErrInvalid):
+	case errors.As(err, &ve):
 		code = http.StatusBadRequest
-	case errors.As(err, &ce), errors.As(err, &te), errors.Is(err, fault.ErrStaleRevision):
+	case errors.As(err, &ce), errors.As(err, &te), errors.Is(err, ffdtype.ErrStaleRevision):
 		code = http.StatusConflict
 	}
 	if code == http.StatusInternalServerError {
@@ -214,25 +208,25 @@ func clipTo(s string, most int) string {
 // what was looked for.
 func notFound(object, id string, err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return &fault.NotFoundError{Object: object, ID: id}
+		return &ffdtype.NotFoundError{Object: object, ID: id}
 	}
 	return err
 }
 
 type stateCount struct {
-	State store.FlowState
+	State ffdtype.FlowState
 	N     int
 }
 
 // flowRow is a flow on the list, with its progress.
 type flowRow struct {
-	*store.Flow
+	*ffdtype.Flow
 	Progress store.FlowProgress
 }
 
 func (c *Console) flows(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := store.FlowFilter{Namespace: q.Get("namespace"), State: store.FlowState(q.Get("state")), Kind: q.Get("kind"), Limit: pageSize + 1, Newest: true}
+	f := store.FlowFilter{Namespace: q.Get("namespace"), State: ffdtype.FlowState(q.Get("state")), Kind: q.Get("kind"), Limit: pageSize + 1, Newest: true}
 	if err := parseRange(q, &f.From, &f.To); err != nil {
 		c.fail(w, r, err)
 		return
@@ -258,11 +252,11 @@ func (c *Console) flows(w http.ResponseWriter, r *http.Request) {
 		page
 		Flows  []flowRow
 		Counts []stateCount
-		States []store.FlowState
+		States []ffdtype.FlowState
 		Filter store.FlowFilter
 		Next   string
-	}{page: c.page(w, r, "Flows"), States: store.FlowStates, Filter: f}
-	for _, s := range store.FlowStates {
+	}{page: c.page(w, r, "Flows"), States: ffdtype.FlowStates, Filter: f}
+	for _, s := range ffdtype.FlowStates {
 		data.Counts = append(data.Counts, stateCount{s, counts[s]})
 	}
 	if len(fs) > pageSize {
@@ -296,7 +290,7 @@ func parseAfter(q url.Values) (*uuid.UUID, error) {
 	if a == "" {
 		return nil, nil
 	}
-	u, err := ident.ParseUUID("after", a)
+	u, err := ffdtype.ParseUUID("after", a)
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +306,7 @@ func parseRange(q url.Values, from, to **time.Time) error {
 		if v := q.Get(b.name); v != "" {
 			t, err := parseWhen(v)
 			if err != nil {
-				return fault.Invalid(fault.KindInvalidValue, b.name, v, "want a date (2026-11-22) or a time (RFC 3339)")
+				return fault.Invalid(ffdtype.KindInvalidValue, b.name, v, "want a date (2026-11-22) or a time (RFC 3339)")
 			}
 			*b.to = &t
 		}
@@ -321,7 +315,7 @@ func parseRange(q url.Values, from, to **time.Time) error {
 }
 
 func (c *Console) flow(w http.ResponseWriter, r *http.Request) {
-	id, err := ident.ParseUUID("flow id", r.PathValue("id"))
+	id, err := ffdtype.ParseUUID("flow id", r.PathValue("id"))
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -347,29 +341,29 @@ func (c *Console) flow(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	var failed []*store.Execution
+	var failed []*ffdtype.Execution
 	for _, x := range members {
-		if x.State == store.StateFailed || x.State == store.StateExpired {
+		if x.State == ffdtype.StateFailed || x.State == ffdtype.StateExpired {
 			failed = append(failed, x)
 		}
 	}
 	c.render(w, r, "flow", struct {
 		page
-		Flow   *store.Flow
+		Flow   *ffdtype.Flow
 		Graph  *graph
-		Failed []*store.Execution
-		States []store.State
+		Failed []*ffdtype.Execution
+		States []ffdtype.State
 		// The actions this flow's state allows.
 		CanCancel, CanRerun bool
-	}{c.page(w, r, "Flow "+id.String()), f, layout(members, edges, groups, time.Now()), failed, store.States,
-		f.State == store.FlowOpen, f.State == store.FlowFailed || f.State == store.FlowCancelled})
+	}{c.page(w, r, "Flow "+id.String()), f, layout(members, edges, groups, time.Now()), failed, ffdtype.States,
+		f.State == ffdtype.FlowOpen, f.State == ffdtype.FlowFailed || f.State == ffdtype.FlowCancelled})
 }
 
 // live streams a flow's states as server-sent events: at once, then
 // after every notification that changed them. A page that closes ends
 // its stream; the last one to close stops the console's LISTEN.
 func (c *Console) live(w http.ResponseWriter, r *http.Request) {
-	id, err := ident.ParseUUID("flow id", r.PathValue("id"))
+	id, err := ffdtype.ParseUUID("flow id", r.PathValue("id"))
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -430,7 +424,7 @@ func (c *Console) states(ctx context.Context, id uuid.UUID) (string, error) {
 	steps := make(map[string]stepState, len(members))
 	for _, x := range members {
 		st := stepState{State: string(x.State), Status: string(x.State)}
-		if x.State != store.StateRunning {
+		if x.State != ffdtype.StateRunning {
 			st.Status = status(x, time.Now())
 		}
 		steps[x.ID.String()] = st
@@ -453,9 +447,9 @@ func (c *Console) execution(w http.ResponseWriter, r *http.Request) {
 	}
 	data := struct {
 		page
-		X               *store.Execution
-		Attempts        []store.Attempt
-		Upstreams       []store.Upstream
+		X               *ffdtype.Execution
+		Attempts        []ffdtype.Attempt
+		Upstreams       []ffdtype.Upstream
 		Downstreams     []store.Downstream
 		Payload, Result string
 		// The actions this execution's state allows: cancel while it
@@ -465,7 +459,7 @@ func (c *Console) execution(w http.ResponseWriter, r *http.Request) {
 	}{page: c.page(w, r, "Execution "+x.ID.String()), X: x, Attempts: attempts,
 		Payload: pretty(x.Payload), Result: pretty(x.Result),
 		CanCancel: !x.State.Terminal(),
-		CanRerun:  x.FlowID == nil && x.State.Terminal() && x.State != store.StateCompleted && x.State != store.StateSkipped}
+		CanRerun:  x.FlowID == nil && x.State.Terminal() && x.State != ffdtype.StateCompleted && x.State != ffdtype.StateSkipped}
 	if x.FlowID != nil {
 		if data.Upstreams, err = store.UpstreamsOf(ctx, c.pool, *x.FlowID, x.ID); err != nil {
 			c.fail(w, r, err)
@@ -491,19 +485,19 @@ func (c *Console) executions(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/executions/"+x.ID.UUID.String(), http.StatusFound)
 			return
 		}
-		if u, err := ident.ParseUUID("id", search); err == nil {
+		if u, err := ffdtype.ParseUUID("id", search); err == nil {
 			if _, err := store.GetFlow(ctx, c.pool, u); err == nil {
 				http.Redirect(w, r, "/flows/"+u.String(), http.StatusFound)
 				return
 			}
 		}
-		c.fail(w, r, &fault.NotFoundError{Object: "execution or flow", ID: search})
+		c.fail(w, r, &ffdtype.NotFoundError{Object: "execution or flow", ID: search})
 		return
 	}
-	f := store.ExecutionFilter{Namespace: q.Get("namespace"), Lane: q.Get("lane"), State: store.State(q.Get("state")),
+	f := store.ExecutionFilter{Namespace: q.Get("namespace"), Lane: q.Get("lane"), State: ffdtype.State(q.Get("state")),
 		Kind: q.Get("kind"), Search: search, Limit: pageSize + 1, Newest: true}
 	if f.State != "" && !f.State.Valid() {
-		c.fail(w, r, fault.Invalid(fault.KindInvalidValue, "state", string(f.State), "not an execution state"))
+		c.fail(w, r, fault.Invalid(ffdtype.KindInvalidValue, "state", string(f.State), "not an execution state"))
 		return
 	}
 	after, err := parseAfter(q)
@@ -519,11 +513,11 @@ func (c *Console) executions(w http.ResponseWriter, r *http.Request) {
 	}
 	data := struct {
 		page
-		Executions []*store.Execution
-		States     []store.State
+		Executions []*ffdtype.Execution
+		States     []ffdtype.State
 		Filter     store.ExecutionFilter
 		Next       string
-	}{page: c.page(w, r, "Executions"), Executions: xs, States: store.States, Filter: f}
+	}{page: c.page(w, r, "Executions"), Executions: xs, States: ffdtype.States, Filter: f}
 	if len(xs) > pageSize {
 		data.Executions = xs[:pageSize]
 		q.Set("after", xs[pageSize-1].ID.UUID.String())
@@ -546,20 +540,20 @@ func (c *Console) schedules(w http.ResponseWriter, r *http.Request) {
 
 // isID says whether s is an execution id or a bare uuid.
 func isID(s string) bool {
-	if _, err := ident.ParseExecutionID(s); err == nil {
+	if _, err := ffdtype.ParseExecutionID(s); err == nil {
 		return true
 	}
-	_, err := ident.ParseUUID("id", s)
+	_, err := ffdtype.ParseUUID("id", s)
 	return err == nil
 }
 
 // findExecution reads an execution by its full id or its bare uuid.
-func (c *Console) findExecution(ctx context.Context, s string) (*store.Execution, error) {
+func (c *Console) findExecution(ctx context.Context, s string) (*ffdtype.Execution, error) {
 	s, _ = url.PathUnescape(s)
-	if id, err := ident.ParseExecutionID(s); err == nil {
+	if id, err := ffdtype.ParseExecutionID(s); err == nil {
 		return leases.Get(ctx, c.pool, id)
 	}
-	u, err := ident.ParseUUID("execution id", s)
+	u, err := ffdtype.ParseUUID("execution id", s)
 	if err != nil {
 		return nil, err
 	}
@@ -620,15 +614,15 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 		order = append(order, l.Lane)
 	}
 	for _, l := range controls {
-		row := rows[l.Lane]
+		row := rows[l.Name]
 		if row == nil {
-			row = &laneRow{LaneLoad: store.LaneLoad{Lane: l.Lane}, Max: "-"}
-			rows[l.Lane] = row
-			order = append(order, l.Lane)
+			row = &laneRow{LaneLoad: store.LaneLoad{Lane: l.Name}, Max: "-"}
+			rows[l.Name] = row
+			order = append(order, l.Name)
 		}
 		row.Paused = l.Paused
-		if l.MaxRunning != nil {
-			row.Max = strconv.Itoa(*l.MaxRunning)
+		if l.MaxRunning > 0 {
+			row.Max = strconv.Itoa(l.MaxRunning)
 		}
 	}
 	for lane := range rates {

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
-	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Geometry of a drawn flow, in SVG units.
@@ -72,7 +72,7 @@ type slot struct {
 	passingFor int // the edge index a passing slot belongs to
 }
 
-func layout(members []*store.Execution, edges []*store.Edge, groups []store.EdgeGroup, now time.Time) *graph {
+func layout(members []*ffdtype.Execution, edges []*ffdtype.Edge, groups []ffdtype.EdgeGroup, now time.Time) *graph {
 	g := &graph{}
 	byID := make(map[ident.ExecutionID]*slot, len(members))
 	for _, x := range members {
@@ -89,7 +89,7 @@ func layout(members []*store.Execution, edges []*store.Edge, groups []store.Edge
 			s.node.Join = policyLabel(gr.Policy) + " · " + string(gr.Decision)
 		}
 	}
-	var live []*store.Edge
+	var live []*ffdtype.Edge
 	for _, e := range edges {
 		if byID[e.Upstream] != nil && byID[e.Downstream] != nil {
 			live = append(live, e)
@@ -201,7 +201,7 @@ func edgePath(chain []*slot) string {
 
 // assignLayers sets each slot's layer to its longest distance from a
 // root (Kahn's order; a flow is acyclic).
-func assignLayers(byID map[ident.ExecutionID]*slot, edges []*store.Edge) {
+func assignLayers(byID map[ident.ExecutionID]*slot, edges []*ffdtype.Edge) {
 	indeg := map[ident.ExecutionID]int{}
 	out := map[ident.ExecutionID][]ident.ExecutionID{}
 	for _, e := range edges {
@@ -332,12 +332,12 @@ func crossings(cols [][]*slot) int {
 
 // status is a step's state in words, with how long it ran (or has been
 // running).
-func status(x *store.Execution, now time.Time) string {
+func status(x *ffdtype.Execution, now time.Time) string {
 	s := string(x.State)
 	switch {
 	case x.StartedAt != nil && x.TerminalAt != nil:
 		s += " · " + duration(x.TerminalAt.Sub(*x.StartedAt))
-	case x.StartedAt != nil && x.State == store.StateRunning:
+	case x.StartedAt != nil && x.State == ffdtype.StateRunning:
 		s += " · " + duration(now.Sub(*x.StartedAt))
 	}
 	if x.Attempt > 1 {
@@ -360,11 +360,11 @@ func duration(d time.Duration) string {
 	return d.Round(time.Second).String()
 }
 
-func policyLabel(p store.Policy) string {
+func policyLabel(p ffdtype.Policy) string {
 	switch p.Kind {
-	case store.Quorum:
+	case ffdtype.Quorum:
 		return "quorum " + itoa(p.K)
-	case store.AnyOf:
+	case ffdtype.AnyOf:
 		return "any_of"
 	}
 	return string(p.Kind)

@@ -8,22 +8,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
-	"github.com/flowfabric/ffd/internal/store"
 )
 
 // dag builds members and edges from step names and "up>down" pairs.
-func dag(steps []string, pairs [][2]string) ([]*store.Execution, []*store.Edge) {
+func dag(steps []string, pairs [][2]string) ([]*ffdtype.Execution, []*ffdtype.Edge) {
 	ids := map[string]ident.ExecutionID{}
-	var xs []*store.Execution
+	var xs []*ffdtype.Execution
 	for _, s := range steps {
 		id := ident.NewExecutionIDIn(0)
 		ids[s] = id
-		xs = append(xs, &store.Execution{ID: id, Step: s, State: store.StatePending})
+		xs = append(xs, &ffdtype.Execution{ID: id, Step: s, State: ffdtype.StatePending})
 	}
-	var es []*store.Edge
+	var es []*ffdtype.Edge
 	for _, p := range pairs {
-		es = append(es, &store.Edge{Upstream: ids[p[0]], Downstream: ids[p[1]], State: store.EdgeState("pending")})
+		es = append(es, &ffdtype.Edge{Upstream: ids[p[0]], Downstream: ids[p[1]], State: ffdtype.EdgeState("pending")})
 	}
 	return xs, es
 }

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/console"
 	"github.com/flowfabric/ffd/internal/flows"
@@ -405,7 +406,7 @@ func TestConsoleDAGView(t *testing.T) {
 		t.Errorf("finalize's status %q; want it in words", s)
 	}
 	legend := run(t, ctx, chromedp.Text(chromedp.CSS("#legend")))
-	for _, st := range store.States {
+	for _, st := range ffdtype.States {
 		if !strings.Contains(legend, string(st)) {
 			t.Errorf("the legend %q does not name %s", legend, st)
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
@@ -67,7 +68,7 @@ func TestComponentsRunAlone(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if x.State == store.StatePending {
+				if x.State == ffdtype.StatePending {
 					break
 				}
 				if time.Now().After(deadline) {

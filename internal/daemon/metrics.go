@@ -4,8 +4,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/leases"
-	"github.com/flowfabric/ffd/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -150,7 +150,7 @@ func (m *Metrics) zeroLabels() {
 	}{
 		{m.dispatchTakes, [][]string{{"took"}, {"empty"}}},
 		{m.edgesResolved, [][]string{{"success"}, {"failed"}, {"skipped"}}},
-		{m.decisions, [][]string{{string(store.Satisfied)}, {string(store.Impossible)}}},
+		{m.decisions, [][]string{{string(ffdtype.DecisionSatisfied)}, {string(ffdtype.DecisionImpossible)}}},
 		{m.leasesExpired, [][]string{{"lease_lapsed", "retried"}, {"lease_lapsed", "expired"}, {"attempt_timeout", "retried"}, {"attempt_timeout", "expired"}}},
 		{m.leaseTimers, [][]string{{"checked"}, {"ended"}}},
 		{m.sweepFound, [][]string{{"completion_event"}, {"cancel_group"}, {"lapsed_lease"}, {"deadline"}}},
@@ -199,7 +199,7 @@ func (m *Metrics) Dispatched(n int, delays []time.Duration) {
 }
 
 // Resolved implements cascade.Hooks.
-func (m *Metrics) Resolved(by map[string]int, dec map[store.Decision]int) {
+func (m *Metrics) Resolved(by map[string]int, dec map[ffdtype.Decision]int) {
 	for k, v := range by {
 		if v > 0 {
 			m.edgesResolved.WithLabelValues(k).Add(float64(v))

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
@@ -106,7 +107,7 @@ func TestOneNotificationPerStatement(t *testing.T) {
 	collect()
 	ends := make([]store.Ending, len(xs))
 	for i, x := range xs {
-		ends[i] = store.Ending{ID: x.ID, State: store.StateCancelled, Reason: "r", By: "b"}
+		ends[i] = store.Ending{ID: x.ID, State: ffdtype.StateCancelled, Reason: "r", By: "b"}
 	}
 	if _, err := store.Terminate(f.Ctx, f.DB.Pool, ends); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
@@ -18,36 +19,26 @@ const (
 	FlowCancelledBy  = "cancel_flow"
 )
 
-// CancelResult is what cancel_flow did, or did the first time.
-type CancelResult struct {
-	Policy store.CancelPolicy
-	// Members cancelled by the call (by the first call, on a repeat).
-	Members []ident.ExecutionID
-	// Repeated is true when the flow was already cancelled: nothing was
-	// written and the stored policy and members are returned.
-	Repeated bool
-}
-
 // Cancel cancels a flow (cancel_flow). Every member it cancels goes
 // through store.Terminate (completion event `cancelled`; a running member
 // is fenced with lease event `revoked`). The flow writes its own
 // `cancelled` completion event. Idempotent: a repeat returns the stored
 // policy and members; a completed or failed flow is already terminal.
-func Cancel(ctx context.Context, db store.DB, flowID uuid.UUID, policy store.CancelPolicy, reason string) (*CancelResult, error) {
-	var states []store.State
+func Cancel(ctx context.Context, db store.DB, flowID uuid.UUID, policy ffdtype.CancelPolicy, reason string) (*ffdtype.CancelFlowResult, error) {
+	var states []ffdtype.State
 	switch policy {
-	case store.CancelFlowOnly:
-	case store.CancelAll:
-		states = []store.State{store.StateBlocked, store.StatePending, store.StateRunning}
-	case store.CancelPending:
-		states = []store.State{store.StateBlocked, store.StatePending}
+	case ffdtype.CancelFlowOnly:
+	case ffdtype.CancelAll:
+		states = []ffdtype.State{ffdtype.StateBlocked, ffdtype.StatePending, ffdtype.StateRunning}
+	case ffdtype.CancelPending:
+		states = []ffdtype.State{ffdtype.StateBlocked, ffdtype.StatePending}
 	default:
-		return nil, fault.Invalid(fault.KindInvalidValue, "policy", string(policy), "want flow_only, cancel_all or cancel_pending")
+		return nil, fault.Invalid(ffdtype.KindInvalidValue, "policy", string(policy), "want flow_only, cancel_all or cancel_pending")
 	}
 	if reason == "" {
 		reason = FlowCancelReason
 	}
-	var res *CancelResult
+	var res *ffdtype.CancelFlowResult
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		f, err := Get(ctx, tx, flowID)
 		if err != nil {
@@ -81,7 +72,7 @@ func Cancel(ctx context.Context, db store.DB, flowID uuid.UUID, policy store.Can
 }
 
 // cancelFlow cancels an open flow and the members the caller holds.
-func cancelFlow(ctx context.Context, tx pgx.Tx, f *store.Flow, policy store.CancelPolicy, reason string, members []uuid.UUID) (*CancelResult, error) {
+func cancelFlow(ctx context.Context, tx pgx.Tx, f *ffdtype.Flow, policy ffdtype.CancelPolicy, reason string, members []uuid.UUID) (*ffdtype.CancelFlowResult, error) {
 	if err := store.CancelFlow(ctx, tx, f.ID, policy, reason, members); err != nil {
 		return nil, err
 	}
@@ -89,7 +80,7 @@ func cancelFlow(ctx context.Context, tx pgx.Tx, f *store.Flow, policy store.Canc
 	ids := make([]ident.ExecutionID, len(members))
 	for i, m := range members {
 		ids[i] = ident.ExecutionID{Partition: f.Partition, UUID: m}
-		ends[i] = store.Ending{ID: ids[i], State: store.StateCancelled, Reason: reason, By: FlowCancelledBy}
+		ends[i] = store.Ending{ID: ids[i], State: ffdtype.StateCancelled, Reason: reason, By: FlowCancelledBy}
 	}
 	// Terminate locks the members again (held already: no wait) and
 	// then their flow, which this transaction holds too.
@@ -101,17 +92,17 @@ func cancelFlow(ctx context.Context, tx pgx.Tx, f *store.Flow, policy store.Canc
 		// They are locked by this transaction; a mismatch is a bug.
 		return nil, errors.New("cancelled fewer members than were locked")
 	}
-	return &CancelResult{Policy: policy, Members: ids}, nil
+	return &ffdtype.CancelFlowResult{Policy: policy, Members: ids}, nil
 }
 
 // cancelled reports a flow that cannot be cancelled now: the stored result
 // when it already is, an error when it finished otherwise.
-func cancelled(f *store.Flow) (*CancelResult, bool, error) {
+func cancelled(f *ffdtype.Flow) (*ffdtype.CancelFlowResult, bool, error) {
 	switch f.State {
-	case store.FlowCancelled:
-		return &CancelResult{Policy: f.CancellationPolicy, Members: f.CancelledMembers, Repeated: true}, true, nil
-	case store.FlowCompleted, store.FlowFailed:
-		return nil, true, &fault.AlreadyTerminalError{Object: "flow", ID: f.ID.String(), State: string(f.State)}
+	case ffdtype.FlowCancelled:
+		return &ffdtype.CancelFlowResult{Policy: f.CancellationPolicy, Members: f.CancelledMembers, Repeated: true}, true, nil
+	case ffdtype.FlowCompleted, ffdtype.FlowFailed:
+		return nil, true, &ffdtype.AlreadyTerminalError{Object: "flow", ID: f.ID.String(), State: string(f.State)}
 	}
 	return nil, false, nil
 }

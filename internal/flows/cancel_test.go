@@ -6,16 +6,15 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
-	"github.com/flowfabric/ffd/internal/store"
 )
 
 // everyState builds a flow with a member in every state and returns them
 // by state name, and the running member's lease epoch.
-func (f *fixture) everyState() (*store.Flow, map[string]ident.ExecutionID, int64) {
+func (f *fixture) everyState() (*ffdtype.Flow, map[string]ident.ExecutionID, int64) {
 	f.T.Helper()
 	fl := f.flow()
 	m := map[string]ident.ExecutionID{}
@@ -31,7 +30,7 @@ func (f *fixture) everyState() (*store.Flow, map[string]ident.ExecutionID, int64
 	if err != nil || len(got) != 1 {
 		f.T.Fatal(err)
 	}
-	if out, err := leases.Fail(f.Ctx, f.Pool, got[0].ID, got[0].LeaseEpoch, leases.FailParams{Error: "flaky", Retryable: true}); err != nil || out.State != store.StatePending {
+	if out, err := leases.Fail(f.Ctx, f.Pool, got[0].ID, got[0].LeaseEpoch, leases.FailParams{Error: "flaky", Retryable: true}); err != nil || out.State != ffdtype.StatePending {
 		f.T.Fatalf("retrying member: %+v %v", out, err)
 	}
 	x, _ = leases.Get(f.Ctx, f.Pool, m["running"])
@@ -45,19 +44,19 @@ func (f *fixture) everyState() (*store.Flow, map[string]ident.ExecutionID, int64
 func TestCancelFlow(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		policy    store.CancelPolicy
+		policy    ffdtype.CancelPolicy
 		cancelled []string
 	}{
-		{store.CancelFlowOnly, nil},
-		{store.CancelAll, []string{"blocker", "blocked", "pending", "running", "retrying"}},
-		{store.CancelPending, []string{"blocker", "blocked", "pending", "retrying"}},
+		{ffdtype.CancelFlowOnly, nil},
+		{ffdtype.CancelAll, []string{"blocker", "blocked", "pending", "running", "retrying"}},
+		{ffdtype.CancelPending, []string{"blocker", "blocked", "pending", "retrying"}},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.policy), func(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
 			fl, m, runningEpoch := f.everyState()
-			states := map[string]store.State{}
+			states := map[string]ffdtype.State{}
 			for name, id := range m {
 				states[name] = f.state(id)
 			}
@@ -79,7 +78,7 @@ func TestCancelFlow(t *testing.T) {
 			}
 			for name, id := range m {
 				got := f.state(id)
-				if want[id] && got != store.StateCancelled {
+				if want[id] && got != ffdtype.StateCancelled {
 					t.Errorf("%s member is %s, want cancelled", name, got)
 				}
 				if !want[id] && got != states[name] {
@@ -101,8 +100,8 @@ func TestCancelFlow(t *testing.T) {
 			// The running member: fenced under cancel_all, free to finish
 			// otherwise; either way the flow stays cancelled.
 			_, err = leases.Complete(f.Ctx, f.Pool, leases.Limits{}, m["running"], runningEpoch, []byte("late"))
-			if tt.policy == store.CancelAll {
-				if !errors.Is(err, fault.ErrLeaseLost) {
+			if tt.policy == ffdtype.CancelAll {
+				if !errors.Is(err, ffdtype.ErrLeaseLost) {
 					t.Fatalf("complete by a fenced member: %v, want lease lost", err)
 				}
 				if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'revoked'`, m["running"].UUID); n != 1 {
@@ -113,7 +112,7 @@ func TestCancelFlow(t *testing.T) {
 			}
 			// Idempotent repeat, whatever policy it names.
 			before := f.Count(`SELECT count(*) FROM ff_completion_event`)
-			again, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, store.CancelAll, "again")
+			again, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, ffdtype.CancelAll, "again")
 			if err != nil || !again.Repeated || again.Policy != tt.policy || fmt.Sprint(sorted(again.Members)) != fmt.Sprint(sorted(res.Members)) {
 				t.Fatalf("repeat: %+v %v; want the stored policy %s and members", again, err, tt.policy)
 			}
@@ -121,7 +120,7 @@ func TestCancelFlow(t *testing.T) {
 				t.Fatalf("repeat wrote %d events", after-before)
 			}
 			fl2, err := flows.Get(f.Ctx, f.Pool, fl.ID)
-			if err != nil || fl2.State != store.FlowCancelled || fl2.CancellationPolicy != tt.policy {
+			if err != nil || fl2.State != ffdtype.FlowCancelled || fl2.CancellationPolicy != tt.policy {
 				t.Fatalf("flow after cancel: %+v %v", fl2, err)
 			}
 		})
@@ -140,17 +139,17 @@ func sorted(ids []ident.ExecutionID) []string {
 func TestCancelFlowRefusals(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, err := flows.Cancel(f.Ctx, f.Pool, ident.NewUUID(), store.CancelAll, ""); !errors.Is(err, fault.ErrNotFound) {
+	if _, err := flows.Cancel(f.Ctx, f.Pool, ident.NewUUID(), ffdtype.CancelAll, ""); !errors.Is(err, ffdtype.ErrNotFound) {
 		t.Fatalf("missing flow: %v", err)
 	}
 	fl := f.flow()
-	if _, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, "everything", ""); !errors.Is(err, fault.ErrValidation) {
+	if _, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, "everything", ""); !errors.Is(err, ffdtype.ErrValidation) {
 		t.Fatalf("bad policy: %v", err)
 	}
 	a := f.member(fl)
 	f.runAndEnd(a, true)
-	var te *fault.AlreadyTerminalError
-	if _, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, store.CancelAll, ""); !errors.As(err, &te) || te.State != "completed" {
+	var te *ffdtype.AlreadyTerminalError
+	if _, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, ffdtype.CancelAll, ""); !errors.As(err, &te) || te.State != "completed" {
 		t.Fatalf("cancel of a completed flow: %v", err)
 	}
 }
@@ -158,14 +157,14 @@ func TestCancelFlowRefusals(t *testing.T) {
 func TestFlowCompletion(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	check := func(fl *store.Flow, want store.FlowState) {
+	check := func(fl *ffdtype.Flow, want ffdtype.FlowState) {
 		t.Helper()
 		got, err := flows.Get(f.Ctx, f.Pool, fl.ID)
 		if err != nil || got.State != want {
 			t.Fatalf("flow %s: %v %v, want %s", fl.ID, got.State, err, want)
 		}
 		outcome := string(want)
-		if want == store.FlowOpen {
+		if want == ffdtype.FlowOpen {
 			if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND execution_id IS NULL`, fl.ID); n != 0 {
 				t.Fatalf("open flow has %d flow events", n)
 			}
@@ -181,22 +180,22 @@ func TestFlowCompletion(t *testing.T) {
 	ok := f.flow()
 	a, b := f.member(ok), f.member(ok)
 	f.runAndEnd(a, true)
-	check(ok, store.FlowOpen)
+	check(ok, ffdtype.FlowOpen)
 	f.runAndEnd(b, true)
-	check(ok, store.FlowCompleted)
+	check(ok, ffdtype.FlowCompleted)
 
 	bad := f.flow()
 	c, d := f.member(bad), f.member(bad)
 	f.runAndEnd(c, false)
 	f.runAndEnd(d, true)
-	check(bad, store.FlowFailed)
+	check(bad, ffdtype.FlowFailed)
 
 	cancelled := f.flow()
 	f.member(cancelled)
-	if _, err := flows.Cancel(f.Ctx, f.Pool, cancelled.ID, store.CancelAll, ""); err != nil {
+	if _, err := flows.Cancel(f.Ctx, f.Pool, cancelled.ID, ffdtype.CancelAll, ""); err != nil {
 		t.Fatal(err)
 	}
-	check(cancelled, store.FlowCancelled)
+	check(cancelled, ffdtype.FlowCancelled)
 
 	// Members ending concurrently: the last one to commit finishes the flow.
 	race := f.flow()
@@ -225,5 +224,5 @@ func TestFlowCompletion(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	check(race, store.FlowCompleted)
+	check(race, ffdtype.FlowCompleted)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
@@ -29,24 +30,18 @@ type StageParams struct {
 	DataPassingRef   string
 }
 
-// StageResult is a staged edge and the flow's new revision.
-type StageResult struct {
-	Edge        *store.Edge
-	NewRevision int64
-}
-
 // Stage stages a dependency edge (stage_dependency_edge): compare-and-set
 // on the flow's graph revision; refuses self edges, executions outside the
 // flow, terminal flows, duplicates (a conflict carrying the existing edge)
 // and edges that would close a cycle. A refusal writes nothing.
-func Stage(ctx context.Context, db store.DB, p StageParams) (*StageResult, error) {
+func Stage(ctx context.Context, db store.DB, p StageParams) (*ffdtype.StageResult, error) {
 	if p.Upstream == p.Downstream {
-		return nil, fault.Invalid(fault.KindInvalidValue, "downstream_id", p.Downstream.String(), "an edge cannot join an execution to itself")
+		return nil, fault.Invalid(ffdtype.KindInvalidValue, "downstream_id", p.Downstream.String(), "an edge cannot join an execution to itself")
 	}
 	part := ident.Partition(p.FlowID)
 	for field, id := range map[string]ident.ExecutionID{"upstream_id": p.Upstream, "downstream_id": p.Downstream} {
 		if id.Partition != part {
-			return nil, fault.Invalid(fault.KindNotMember, field, id.String(), "not a member of flow "+p.FlowID.String()+" (another partition)")
+			return nil, fault.Invalid(ffdtype.KindNotMember, field, id.String(), "not a member of flow "+p.FlowID.String()+" (another partition)")
 		}
 	}
 	if p.EdgeID == uuid.Nil {
@@ -56,9 +51,9 @@ func Stage(ctx context.Context, db store.DB, p StageParams) (*StageResult, error
 		p.DependencyKind = DefaultDependencyKind
 	}
 	if len(p.DependencyKind) > 64 || len(p.DataPassingRef) > 1024 {
-		return nil, fault.Invalid(fault.KindTooLarge, "dependency_kind", p.DependencyKind, "dependency_kind at most 64 bytes, data_passing_ref at most 1024")
+		return nil, fault.Invalid(ffdtype.KindTooLarge, "dependency_kind", p.DependencyKind, "dependency_kind at most 64 bytes, data_passing_ref at most 1024")
 	}
-	var res *StageResult
+	var res *ffdtype.StageResult
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		rev, err := stageOnFlow(ctx, tx, p.FlowID, p.ExpectedRevision)
 		if err != nil {
@@ -69,7 +64,7 @@ func Stage(ctx context.Context, db store.DB, p StageParams) (*StageResult, error
 		}
 		existing, err := store.FindEdge(ctx, tx, p.FlowID, p.EdgeID, p.Upstream, p.Downstream)
 		if err == nil {
-			return &fault.ConflictError{Object: "edge", ID: existing.ID.String(), Reason: "dependency already exists", Existing: existing}
+			return &ffdtype.ConflictError{Object: "edge", ID: existing.ID.String(), Reason: "dependency already exists", Existing: existing}
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
@@ -81,7 +76,7 @@ func Stage(ctx context.Context, db store.DB, p StageParams) (*StageResult, error
 			return err
 		}
 		if cycle {
-			return fault.Invalid(fault.KindCycle, "edge", p.Upstream.String()+" -> "+p.Downstream.String(),
+			return fault.Invalid(ffdtype.KindCycle, "edge", p.Upstream.String()+" -> "+p.Downstream.String(),
 				"would close a cycle: the upstream already depends on the downstream")
 		}
 		edge, err := store.InsertEdge(ctx, tx, p.FlowID, store.NewEdge{ID: p.EdgeID, Upstream: p.Upstream, Downstream: p.Downstream,
@@ -89,7 +84,7 @@ func Stage(ctx context.Context, db store.DB, p StageParams) (*StageResult, error
 		if err != nil {
 			return err
 		}
-		res = &StageResult{Edge: edge, NewRevision: rev}
+		res = &ffdtype.StageResult{Edge: edge, NewRevision: rev}
 		return nil
 	})
 	if err != nil {
@@ -109,10 +104,10 @@ func stageOnFlow(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, expected int6
 	switch {
 	case err != nil:
 		return 0, err
-	case f.State != store.FlowOpen:
-		return 0, &fault.AlreadyTerminalError{Object: "flow", ID: flowID.String(), State: string(f.State)}
+	case f.State != ffdtype.FlowOpen:
+		return 0, &ffdtype.AlreadyTerminalError{Object: "flow", ID: flowID.String(), State: string(f.State)}
 	default:
-		return 0, &fault.StaleRevisionError{FlowID: flowID.String(), Expected: expected, Current: f.GraphRevision}
+		return 0, &ffdtype.StaleRevisionError{FlowID: flowID.String(), Expected: expected, Current: f.GraphRevision}
 	}
 }
 
@@ -120,28 +115,16 @@ func checkMembers(ctx context.Context, db store.DB, flowID uuid.UUID, ids ...ide
 	for _, id := range ids {
 		member, err := store.ExecutionFlow(ctx, db, id)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return &fault.NotFoundError{Object: "execution", ID: id.String()}
+			return &ffdtype.NotFoundError{Object: "execution", ID: id.String()}
 		}
 		if err != nil {
 			return err
 		}
 		if member == nil || *member != flowID {
-			return fault.Invalid(fault.KindNotMember, "execution_id", id.String(), "not a member of flow "+flowID.String())
+			return fault.Invalid(ffdtype.KindNotMember, "execution_id", id.String(), "not a member of flow "+flowID.String())
 		}
 	}
 	return nil
-}
-
-// ApplyResult is what Apply did.
-type ApplyResult struct {
-	AlreadyApplied bool
-	// Unsatisfied is how many more upstream successes the downstream's
-	// group needs.
-	Unsatisfied int
-	// Resolved is true when the upstream had already finished, so the edge
-	// resolved at once.
-	Resolved bool
-	Group    store.EdgeGroup
 }
 
 // Apply applies a staged edge to its downstream
@@ -150,15 +133,15 @@ type ApplyResult struct {
 // blocked. If the upstream has already finished, the edge resolves at once
 // from its outcome. Idempotent. Refused for a running or terminal
 // downstream, a decided group, or a flow that is not open.
-func Apply(ctx context.Context, db store.DB, flowID, edgeID uuid.UUID) (*ApplyResult, error) {
-	var res *ApplyResult
+func Apply(ctx context.Context, db store.DB, flowID, edgeID uuid.UUID) (*ffdtype.ApplyResult, error) {
+	var res *ffdtype.ApplyResult
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		edge, err := DescribeEdge(ctx, tx, flowID, edgeID)
 		if err != nil {
 			return err
 		}
 		locks := store.NewLocks(tx)
-		group, _, err := locks.Group(ctx, flowID, edge.Downstream, &store.Policy{Kind: store.AllOf})
+		group, _, err := locks.Group(ctx, flowID, edge.Downstream, &ffdtype.Policy{Kind: ffdtype.AllOf})
 		if err != nil {
 			return err
 		}
@@ -166,12 +149,12 @@ func Apply(ctx context.Context, db store.DB, flowID, edgeID uuid.UUID) (*ApplyRe
 		if err != nil {
 			return err
 		}
-		if state != store.EdgeStaged {
-			res = &ApplyResult{AlreadyApplied: true, Unsatisfied: group.Unsatisfied(), Group: *group}
+		if state != ffdtype.EdgeStaged {
+			res = &ffdtype.ApplyResult{AlreadyApplied: true, Unsatisfied: group.Unsatisfied(), Group: *group}
 			return nil
 		}
-		if group.Decision != store.Pending {
-			return &fault.ConflictError{Object: "edge group", ID: edge.Downstream.String(), Reason: "the group has already decided (" + string(group.Decision) + ")", Existing: *group}
+		if group.Decision != ffdtype.DecisionPending {
+			return &ffdtype.ConflictError{Object: "edge group", ID: edge.Downstream.String(), Reason: "the group has already decided (" + string(group.Decision) + ")", Existing: *group}
 		}
 		// The upstream's state is read under its row lock, so its terminal
 		// transition either committed before (and we resolve here) or waits
@@ -196,25 +179,25 @@ func Apply(ctx context.Context, db store.DB, flowID, edgeID uuid.UUID) (*ApplyRe
 }
 
 // applicable refuses an edge into a downstream that is running or done.
-func applicable(down ident.ExecutionID, s store.State) error {
+func applicable(down ident.ExecutionID, s ffdtype.State) error {
 	switch {
 	case s.Terminal():
-		return &fault.AlreadyTerminalError{Object: "execution", ID: down.String(), State: string(s)}
-	case s == store.StateRunning:
-		return &fault.ConflictError{Object: "execution", ID: down.String(), Reason: "the downstream is already running; apply edges before it can be claimed"}
+		return &ffdtype.AlreadyTerminalError{Object: "execution", ID: down.String(), State: string(s)}
+	case s == ffdtype.StateRunning:
+		return &ffdtype.ConflictError{Object: "execution", ID: down.String(), Reason: "the downstream is already running; apply edges before it can be claimed"}
 	}
 	return nil
 }
 
 // applyEdge applies a staged edge whose rows the caller holds, resolves it
 // at once when its upstream has already finished, and reports the group.
-func applyEdge(ctx context.Context, tx pgx.Tx, edge *store.Edge, up store.State) (*ApplyResult, error) {
+func applyEdge(ctx context.Context, tx pgx.Tx, edge *ffdtype.Edge, up ffdtype.State) (*ffdtype.ApplyResult, error) {
 	if err := store.ApplyEdge(ctx, tx, edge.FlowID, edge.ID, edge.Downstream); err != nil {
 		return nil, err
 	}
-	res := &ApplyResult{}
+	res := &ffdtype.ApplyResult{}
 	if up.Terminal() {
-		r := store.Resolution{Upstream: edge.Upstream, Outcome: store.OutcomeOf(up), EdgeID: &edge.ID}
+		r := store.Resolution{Upstream: edge.Upstream, Outcome: ffdtype.OutcomeOf(up), EdgeID: &edge.ID}
 		if _, err := Resolve(ctx, tx, []store.Resolution{r}); err != nil {
 			return nil, err
 		}
@@ -231,12 +214,12 @@ func applyEdge(ctx context.Context, tx pgx.Tx, edge *store.Edge, up store.State)
 // SetPolicy sets the join policy of a downstream (set_edge_group_policy).
 // Allowed only before the first edge into that downstream is staged;
 // restating the policy it has is a no-op success (alreadySet).
-func SetPolicy(ctx context.Context, db store.DB, flowID uuid.UUID, downstream ident.ExecutionID, p store.Policy) (alreadySet bool, err error) {
+func SetPolicy(ctx context.Context, db store.DB, flowID uuid.UUID, downstream ident.ExecutionID, p ffdtype.Policy) (alreadySet bool, err error) {
 	if err := NormalizePolicy(&p); err != nil {
 		return false, err
 	}
 	if part := ident.Partition(flowID); downstream.Partition != part {
-		return false, fault.Invalid(fault.KindNotMember, "downstream_id", downstream.String(), "not a member of flow "+flowID.String()+" (another partition)")
+		return false, fault.Invalid(ffdtype.KindNotMember, "downstream_id", downstream.String(), "not a member of flow "+flowID.String()+" (another partition)")
 	}
 	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
 		// Unlocked checks first, so that a missing flow or a non-member is
@@ -274,7 +257,7 @@ func SetPolicy(ctx context.Context, db store.DB, flowID uuid.UUID, downstream id
 			if !created {
 				prev = existing
 			}
-			return &fault.ConflictError{Object: "edge group", ID: downstream.String(),
+			return &ffdtype.ConflictError{Object: "edge group", ID: downstream.String(),
 				Reason: "its policy is fixed: edges into it are already staged", Existing: prev}
 		}
 		if created {
@@ -299,8 +282,8 @@ const (
 
 // ListEdges lists the edges into (Incoming) or out of (Outgoing) one
 // member, by edge id.
-func ListEdges(ctx context.Context, db store.DB, flowID uuid.UUID, node ident.ExecutionID, dir Direction) ([]*store.Edge, error) {
-	var edges []*store.Edge
+func ListEdges(ctx context.Context, db store.DB, flowID uuid.UUID, node ident.ExecutionID, dir Direction) ([]*ffdtype.Edge, error) {
+	var edges []*ffdtype.Edge
 	var err error
 	switch dir {
 	case Outgoing:
@@ -308,7 +291,7 @@ func ListEdges(ctx context.Context, db store.DB, flowID uuid.UUID, node ident.Ex
 	case Incoming:
 		edges, err = store.EdgesInto(ctx, db, flowID, node)
 	default:
-		return nil, fault.Invalid(fault.KindInvalidValue, "direction", string(dir), "want incoming or outgoing")
+		return nil, fault.Invalid(ffdtype.KindInvalidValue, "direction", string(dir), "want incoming or outgoing")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list edges of %s: %w", node, err)
@@ -317,10 +300,10 @@ func ListEdges(ctx context.Context, db store.DB, flowID uuid.UUID, node ident.Ex
 }
 
 // DescribeEdge reads one edge.
-func DescribeEdge(ctx context.Context, db store.DB, flowID, edgeID uuid.UUID) (*store.Edge, error) {
+func DescribeEdge(ctx context.Context, db store.DB, flowID, edgeID uuid.UUID) (*ffdtype.Edge, error) {
 	e, err := store.GetEdge(ctx, db, flowID, edgeID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, &fault.NotFoundError{Object: "edge", ID: edgeID.String()}
+		return nil, &ffdtype.NotFoundError{Object: "edge", ID: edgeID.String()}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read edge %s: %w", edgeID, err)

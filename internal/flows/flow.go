@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
@@ -37,20 +38,20 @@ func (p *CreateFlowParams) normalize() error {
 		return err
 	}
 	if len(p.Kind) > leases.MaxKindLength {
-		return fault.Invalid(fault.KindTooLarge, "kind", p.Kind, fmt.Sprintf("at most %d bytes", leases.MaxKindLength))
+		return fault.Invalid(ffdtype.KindTooLarge, "kind", p.Kind, fmt.Sprintf("at most %d bytes", leases.MaxKindLength))
 	}
 	if p.Tags == nil {
 		p.Tags = map[string]any{}
 	}
 	if _, err := json.Marshal(p.Tags); err != nil {
-		return fault.Invalid(fault.KindInvalidValue, "tags", fmt.Sprint(p.Tags), "must encode as a JSON object")
+		return fault.Invalid(ffdtype.KindInvalidValue, "tags", fmt.Sprint(p.Tags), "must encode as a JSON object")
 	}
 	return nil
 }
 
 // CreateFlow creates an open flow on its own partition. A repeat with the
 // same id returns the existing flow and alreadyExists = true.
-func CreateFlow(ctx context.Context, db store.DB, p CreateFlowParams) (f *store.Flow, alreadyExists bool, err error) {
+func CreateFlow(ctx context.Context, db store.DB, p CreateFlowParams) (f *ffdtype.Flow, alreadyExists bool, err error) {
 	if err := p.normalize(); err != nil {
 		return nil, false, err
 	}
@@ -66,7 +67,7 @@ func CreateFlow(ctx context.Context, db store.DB, p CreateFlowParams) (f *store.
 }
 
 // Get reads a flow without its groups.
-func Get(ctx context.Context, db store.DB, id uuid.UUID) (*store.Flow, error) {
+func Get(ctx context.Context, db store.DB, id uuid.UUID) (*ffdtype.Flow, error) {
 	f, err := store.GetFlow(ctx, db, id)
 	if err != nil {
 		return nil, flowErr("read", id, err)
@@ -78,13 +79,13 @@ func Get(ctx context.Context, db store.DB, id uuid.UUID) (*store.Flow, error) {
 // with what was being done.
 func flowErr(doing string, id uuid.UUID, err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return &fault.NotFoundError{Object: "flow", ID: id.String()}
+		return &ffdtype.NotFoundError{Object: "flow", ID: id.String()}
 	}
 	return fmt.Errorf("%s flow %s: %w", doing, id, err)
 }
 
 // Describe reads a flow with every edge group and its counters.
-func Describe(ctx context.Context, db store.DB, id uuid.UUID) (*store.Flow, error) {
+func Describe(ctx context.Context, db store.DB, id uuid.UUID) (*ffdtype.Flow, error) {
 	f, err := Get(ctx, db, id)
 	if err != nil {
 		return nil, err
@@ -103,15 +104,15 @@ const (
 
 // ListParams pages through flows in id (creation) order.
 type ListParams struct {
-	Namespace string          // default: every namespace
-	State     store.FlowState // default: every state
-	After     *uuid.UUID      // cursor: the previous page's Next
-	Limit     int             // 1..MaxListLimit; 0 means DefaultListLimit; more is a ValidationError
+	Namespace string            // default: every namespace
+	State     ffdtype.FlowState // default: every state
+	After     *uuid.UUID        // cursor: the previous page's Next
+	Limit     int               // 1..MaxListLimit; 0 means DefaultListLimit; more is a ValidationError
 }
 
 // ListPage is one page; Next is nil on the last.
 type ListPage struct {
-	Flows []*store.Flow
+	Flows []*ffdtype.Flow
 	Next  *uuid.UUID
 }
 
@@ -123,9 +124,9 @@ func List(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
 		}
 	}
 	switch p.State {
-	case "", store.FlowOpen, store.FlowCompleted, store.FlowFailed, store.FlowCancelled:
+	case "", ffdtype.FlowOpen, ffdtype.FlowCompleted, ffdtype.FlowFailed, ffdtype.FlowCancelled:
 	default:
-		return nil, fault.Invalid(fault.KindInvalidValue, "state", string(p.State), "want open, completed, failed or cancelled")
+		return nil, fault.Invalid(ffdtype.KindInvalidValue, "state", string(p.State), "want open, completed, failed or cancelled")
 	}
 	if err := bound.ListLimit.CheckOrZero("limit", p.Limit); err != nil {
 		return nil, err
@@ -149,13 +150,13 @@ func List(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
 
 // lockOpenFlow locks a flow (Locks.Flow) and reports why it cannot be
 // changed when it is missing or not open.
-func lockOpenFlow(ctx context.Context, locks *store.Locks, id uuid.UUID, mode store.LockMode) (*store.Flow, error) {
+func lockOpenFlow(ctx context.Context, locks *store.Locks, id uuid.UUID, mode store.LockMode) (*ffdtype.Flow, error) {
 	f, err := locks.Flow(ctx, id, mode)
 	if err != nil {
 		return nil, flowErr("lock", id, err)
 	}
-	if f.State != store.FlowOpen {
-		return nil, &fault.AlreadyTerminalError{Object: "flow", ID: id.String(), State: string(f.State)}
+	if f.State != ffdtype.FlowOpen {
+		return nil, &ffdtype.AlreadyTerminalError{Object: "flow", ID: id.String(), State: string(f.State)}
 	}
 	return f, nil
 }

@@ -9,11 +9,10 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
-	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -23,7 +22,7 @@ type fixture struct{ *testdb.Fixture }
 
 func setup(t *testing.T) *fixture { return &fixture{testdb.Checked(t, 3*time.Minute)} }
 
-func (f *fixture) flow() *store.Flow {
+func (f *fixture) flow() *ffdtype.Flow {
 	f.T.Helper()
 	fl, existed, err := flows.CreateFlow(f.Ctx, f.Pool, flows.CreateFlowParams{Kind: "test"})
 	if err != nil || existed {
@@ -34,7 +33,7 @@ func (f *fixture) flow() *store.Flow {
 
 // member creates a pending member in a lane of its own, so that tests can
 // claim exactly it.
-func (f *fixture) member(fl *store.Flow) ident.ExecutionID {
+func (f *fixture) member(fl *ffdtype.Flow) ident.ExecutionID {
 	f.T.Helper()
 	x, _, err := flows.CreateMember(f.Ctx, f.Pool, leases.Limits{}, fl.ID, leases.CreateParams{Lane: "m-" + uuid.NewString()})
 	if err != nil {
@@ -43,7 +42,7 @@ func (f *fixture) member(fl *store.Flow) ident.ExecutionID {
 	return x.ID
 }
 
-func (f *fixture) revision(fl *store.Flow) int64 {
+func (f *fixture) revision(fl *ffdtype.Flow) int64 {
 	f.T.Helper()
 	got, err := flows.Get(f.Ctx, f.Pool, fl.ID)
 	if err != nil {
@@ -52,7 +51,7 @@ func (f *fixture) revision(fl *store.Flow) int64 {
 	return got.GraphRevision
 }
 
-func (f *fixture) stage(fl *store.Flow, up, down ident.ExecutionID) *store.Edge {
+func (f *fixture) stage(fl *ffdtype.Flow, up, down ident.ExecutionID) *ffdtype.Edge {
 	f.T.Helper()
 	res, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: up, Downstream: down, ExpectedRevision: f.revision(fl)})
 	if err != nil {
@@ -61,7 +60,7 @@ func (f *fixture) stage(fl *store.Flow, up, down ident.ExecutionID) *store.Edge 
 	return res.Edge
 }
 
-func (f *fixture) link(fl *store.Flow, up, down ident.ExecutionID) *flows.ApplyResult {
+func (f *fixture) link(fl *ffdtype.Flow, up, down ident.ExecutionID) *ffdtype.ApplyResult {
 	f.T.Helper()
 	e := f.stage(fl, up, down)
 	res, err := flows.Apply(f.Ctx, f.Pool, fl.ID, e.ID)
@@ -93,7 +92,7 @@ func (f *fixture) runAndEnd(id ident.ExecutionID, succeed bool) {
 	}
 }
 
-func (f *fixture) state(id ident.ExecutionID) store.State {
+func (f *fixture) state(id ident.ExecutionID) ffdtype.State {
 	f.T.Helper()
 	x, err := leases.Get(f.Ctx, f.Pool, id)
 	if err != nil {
@@ -103,7 +102,7 @@ func (f *fixture) state(id ident.ExecutionID) store.State {
 }
 
 // graphRows counts what a refused graph change must not have written.
-func (f *fixture) graphRows(fl *store.Flow) string {
+func (f *fixture) graphRows(fl *ffdtype.Flow) string {
 	f.T.Helper()
 	var s string
 	err := f.Pool.QueryRow(f.Ctx, `SELECT (SELECT count(*) FROM ff_edge WHERE flow_id = $1) || '/' ||
@@ -120,7 +119,7 @@ func TestCreateFlowIdempotent(t *testing.T) {
 	f := setup(t)
 	id := ident.NewUUID()
 	a, existed, err := flows.CreateFlow(f.Ctx, f.Pool, flows.CreateFlowParams{ID: id, Namespace: "ns", Kind: "etl"})
-	if err != nil || existed || a.State != store.FlowOpen || a.Partition != ident.Partition(id) {
+	if err != nil || existed || a.State != ffdtype.FlowOpen || a.Partition != ident.Partition(id) {
 		t.Fatalf("create: %+v existed=%v err=%v", a, existed, err)
 	}
 	b, existed, err := flows.CreateFlow(f.Ctx, f.Pool, flows.CreateFlowParams{ID: id, Namespace: "ns", Kind: "etl"})
@@ -130,7 +129,7 @@ func TestCreateFlowIdempotent(t *testing.T) {
 	if n := f.Count(`SELECT count(*) FROM ff_flow`); n != 1 {
 		t.Fatalf("%d flows, want 1", n)
 	}
-	if _, _, err := flows.CreateFlow(f.Ctx, f.Pool, flows.CreateFlowParams{Namespace: "bad ns"}); !errors.Is(err, fault.ErrValidation) {
+	if _, _, err := flows.CreateFlow(f.Ctx, f.Pool, flows.CreateFlowParams{Namespace: "bad ns"}); !errors.Is(err, ffdtype.ErrValidation) {
 		t.Fatalf("bad namespace: %v", err)
 	}
 }
@@ -155,7 +154,7 @@ func TestAddExecution(t *testing.T) {
 	}
 	// A member of another flow on the same partition: only membership
 	// differs.
-	var twin *store.Flow
+	var twin *ffdtype.Flow
 	for {
 		twin = f.flow()
 		if twin.Partition == part {
@@ -166,14 +165,14 @@ func TestAddExecution(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ce *fault.ConflictError
+	var ce *ffdtype.ConflictError
 	if _, err := flows.AddExecution(f.Ctx, f.Pool, fl.ID, inTwin.ID); !errors.As(err, &ce) || ce.Existing != twin.ID {
 		t.Fatalf("member of another flow: %v, want a conflict carrying flow %s", err, twin.ID)
 	}
 	// Minted on another partition.
 	foreign := ident.NewExecutionIDIn((part + 1) % 256)
-	var ve *fault.ValidationError
-	if _, err := flows.AddExecution(f.Ctx, f.Pool, fl.ID, foreign); !errors.As(err, &ve) || ve.Kind != fault.KindNotMember {
+	var ve *ffdtype.ValidationError
+	if _, err := flows.AddExecution(f.Ctx, f.Pool, fl.ID, foreign); !errors.As(err, &ve) || ve.Kind != ffdtype.KindNotMember {
 		t.Fatalf("execution on another partition: %v, want a not_member validation error", err)
 	}
 	// Missing flow, missing execution.
@@ -182,21 +181,21 @@ func TestAddExecution(t *testing.T) {
 		missingFlow = ident.NewUUID()
 	}
 	another, _, _ := leases.Create(f.Ctx, f.Pool, leases.Limits{}, leases.CreateParams{Lane: "x", Partition: &part})
-	if _, err := flows.AddExecution(f.Ctx, f.Pool, missingFlow, another.ID); !errors.Is(err, fault.ErrNotFound) {
+	if _, err := flows.AddExecution(f.Ctx, f.Pool, missingFlow, another.ID); !errors.Is(err, ffdtype.ErrNotFound) {
 		t.Fatalf("missing flow: %v, want not found", err)
 	}
-	if _, err := flows.AddExecution(f.Ctx, f.Pool, fl.ID, ident.NewExecutionIDIn(part)); !errors.Is(err, fault.ErrNotFound) {
+	if _, err := flows.AddExecution(f.Ctx, f.Pool, fl.ID, ident.NewExecutionIDIn(part)); !errors.Is(err, ffdtype.ErrNotFound) {
 		t.Fatalf("missing execution: %v, want not found", err)
 	}
 	// Terminal flow.
-	if _, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, store.CancelFlowOnly, ""); err != nil {
+	if _, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, ffdtype.CancelFlowOnly, ""); err != nil {
 		t.Fatal(err)
 	}
-	var te *fault.AlreadyTerminalError
+	var te *ffdtype.AlreadyTerminalError
 	if _, err := flows.AddExecution(f.Ctx, f.Pool, fl.ID, another.ID); !errors.As(err, &te) || te.State != "cancelled" {
 		t.Fatalf("terminal flow: %v, want already terminal", err)
 	}
-	if _, _, err := flows.CreateMember(f.Ctx, f.Pool, leases.Limits{}, fl.ID, leases.CreateParams{Lane: "x"}); !errors.Is(err, fault.ErrAlreadyTerminal) {
+	if _, _, err := flows.CreateMember(f.Ctx, f.Pool, leases.Limits{}, fl.ID, leases.CreateParams{Lane: "x"}); !errors.Is(err, ffdtype.ErrAlreadyTerminal) {
 		t.Fatalf("create member of terminal flow: %v", err)
 	}
 }
@@ -213,10 +212,10 @@ func TestStageRefusals(t *testing.T) {
 		p    flows.StageParams
 		is   error
 	}{
-		{"stale revision", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: rev - 1}, fault.ErrStaleRevision},
-		{"self edge", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: a, ExpectedRevision: rev}, fault.ErrValidation},
-		{"non-member on partition", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: ident.NewExecutionIDIn(fl.Partition), ExpectedRevision: rev}, fault.ErrNotFound},
-		{"other partition", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: ident.NewExecutionIDIn((fl.Partition + 7) % 256), ExpectedRevision: rev}, fault.ErrValidation},
+		{"stale revision", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: rev - 1}, ffdtype.ErrStaleRevision},
+		{"self edge", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: a, ExpectedRevision: rev}, ffdtype.ErrValidation},
+		{"non-member on partition", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: ident.NewExecutionIDIn(fl.Partition), ExpectedRevision: rev}, ffdtype.ErrNotFound},
+		{"other partition", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: ident.NewExecutionIDIn((fl.Partition + 7) % 256), ExpectedRevision: rev}, ffdtype.ErrValidation},
 		{"missing flow", flows.StageParams{FlowID: ident.NewUUID(), Upstream: a, Downstream: b}, nil},
 	}
 	for _, tt := range tests {
@@ -225,7 +224,7 @@ func TestStageRefusals(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tt.name, err, tt.is)
 		}
 	}
-	var se *fault.StaleRevisionError
+	var se *ffdtype.StaleRevisionError
 	_, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: rev + 5})
 	if !errors.As(err, &se) || se.Current != rev || se.Expected != rev+5 {
 		t.Fatalf("stale: %v, want current %d", err, rev)
@@ -233,8 +232,8 @@ func TestStageRefusals(t *testing.T) {
 	// A solo execution on the flow's partition is not a member.
 	part := fl.Partition
 	solo, _, _ := leases.Create(f.Ctx, f.Pool, leases.Limits{}, leases.CreateParams{Lane: "x", Partition: &part})
-	var ve *fault.ValidationError
-	if _, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: solo.ID, ExpectedRevision: rev}); !errors.As(err, &ve) || ve.Kind != fault.KindNotMember {
+	var ve *ffdtype.ValidationError
+	if _, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: solo.ID, ExpectedRevision: rev}); !errors.As(err, &ve) || ve.Kind != ffdtype.KindNotMember {
 		t.Fatalf("non-member: %v, want not_member", err)
 	}
 	if got := f.graphRows(fl); got != before {
@@ -242,21 +241,21 @@ func TestStageRefusals(t *testing.T) {
 	}
 	// Duplicate: a conflict carrying the existing edge, by pair and by id.
 	e := f.stage(fl, a, b)
-	var ce *fault.ConflictError
+	var ce *ffdtype.ConflictError
 	_, err = flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: f.revision(fl)})
-	if !errors.As(err, &ce) || ce.Existing.(*store.Edge).ID != e.ID {
+	if !errors.As(err, &ce) || ce.Existing.(*ffdtype.Edge).ID != e.ID {
 		t.Fatalf("duplicate pair: %v, want a conflict carrying edge %s", err, e.ID)
 	}
 	c := f.member(fl)
 	_, err = flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, EdgeID: e.ID, Upstream: b, Downstream: c, ExpectedRevision: f.revision(fl)})
-	if !errors.As(err, &ce) || ce.Existing.(*store.Edge).ID != e.ID {
+	if !errors.As(err, &ce) || ce.Existing.(*ffdtype.Edge).ID != e.ID {
 		t.Fatalf("duplicate id: %v, want a conflict carrying edge %s", err, e.ID)
 	}
 	// Terminal flow.
-	if _, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, store.CancelFlowOnly, ""); err != nil {
+	if _, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, ffdtype.CancelFlowOnly, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: b, Downstream: c, ExpectedRevision: f.revision(fl)}); !errors.Is(err, fault.ErrAlreadyTerminal) {
+	if _, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: b, Downstream: c, ExpectedRevision: f.revision(fl)}); !errors.Is(err, ffdtype.ErrAlreadyTerminal) {
 		t.Fatalf("terminal flow: %v", err)
 	}
 }
@@ -272,8 +271,8 @@ func TestCycles(t *testing.T) {
 		f.stage(fl, b, c)
 		before := f.graphRows(fl)
 		_, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: c, Downstream: a, ExpectedRevision: f.revision(fl)})
-		var ve *fault.ValidationError
-		if !errors.As(err, &ve) || ve.Kind != fault.KindCycle {
+		var ve *ffdtype.ValidationError
+		if !errors.As(err, &ve) || ve.Kind != ffdtype.KindCycle {
 			t.Fatalf("closing a 3-cycle: %v, want a cycle error", err)
 		}
 		if got := f.graphRows(fl); got != before {
@@ -291,7 +290,7 @@ func TestCycles(t *testing.T) {
 		first, last := res.Executions["n0"].ID, res.Executions["n499"].ID
 		before := f.graphRows(fl)
 		_, err = flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: last, Downstream: first, ExpectedRevision: fl.GraphRevision})
-		if !errors.Is(err, fault.ErrValidation) {
+		if !errors.Is(err, ffdtype.ErrValidation) {
 			t.Fatalf("closing a 500-cycle: %v", err)
 		}
 		if got := f.graphRows(fl); got != before {
@@ -321,7 +320,7 @@ func TestCycles(t *testing.T) {
 							return
 						}
 						_, err = flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: p[0], Downstream: p[1], ExpectedRevision: rev.GraphRevision})
-						if !errors.Is(err, fault.ErrStaleRevision) {
+						if !errors.Is(err, ffdtype.ErrStaleRevision) {
 							errs[i] = err
 							return
 						}
@@ -331,11 +330,11 @@ func TestCycles(t *testing.T) {
 			wg.Wait()
 			ok := 0
 			for _, err := range errs {
-				var ve *fault.ValidationError
+				var ve *ffdtype.ValidationError
 				switch {
 				case err == nil:
 					ok++
-				case errors.As(err, &ve) && ve.Kind == fault.KindCycle:
+				case errors.As(err, &ve) && ve.Kind == ffdtype.KindCycle:
 				default:
 					t.Fatalf("round %d: unexpected error %v", round, err)
 				}
@@ -367,14 +366,14 @@ func TestApply(t *testing.T) {
 	fl := f.flow()
 	a, b, d := f.member(fl), f.member(fl), f.member(fl)
 	e1, e2 := f.stage(fl, a, d), f.stage(fl, b, d)
-	if f.state(d) != store.StatePending {
+	if f.state(d) != ffdtype.StatePending {
 		t.Fatal("staging alone must not block the downstream")
 	}
 	r1, err := flows.Apply(f.Ctx, f.Pool, fl.ID, e1.ID)
 	if err != nil || r1.AlreadyApplied || r1.Unsatisfied != 1 || r1.Group.Counts.Total != 1 {
 		t.Fatalf("apply e1: %+v %v; want unsatisfied 1", r1, err)
 	}
-	if f.state(d) != store.StateBlocked {
+	if f.state(d) != ffdtype.StateBlocked {
 		t.Fatalf("downstream %s after apply, want blocked", f.state(d))
 	}
 	r2, err := flows.Apply(f.Ctx, f.Pool, fl.ID, e2.ID)
@@ -385,7 +384,7 @@ func TestApply(t *testing.T) {
 	if err != nil || !again.AlreadyApplied || again.Group.Counts.Total != 2 {
 		t.Fatalf("apply e2 again: %+v %v; want already applied, total still 2", again, err)
 	}
-	if _, err := flows.Apply(f.Ctx, f.Pool, fl.ID, ident.NewUUID()); !errors.Is(err, fault.ErrNotFound) {
+	if _, err := flows.Apply(f.Ctx, f.Pool, fl.ID, ident.NewUUID()); !errors.Is(err, ffdtype.ErrNotFound) {
 		t.Fatalf("apply missing edge: %v", err)
 	}
 	// Refused for a running downstream.
@@ -396,10 +395,10 @@ func TestApply(t *testing.T) {
 		t.Fatalf("claim y: %v", err)
 	}
 	before := f.graphRows(fl)
-	if _, err := flows.Apply(f.Ctx, f.Pool, fl.ID, eRun.ID); !errors.Is(err, fault.ErrConflict) {
+	if _, err := flows.Apply(f.Ctx, f.Pool, fl.ID, eRun.ID); !errors.Is(err, ffdtype.ErrConflict) {
 		t.Fatalf("apply to running downstream: %v, want conflict", err)
 	}
-	if got := f.graphRows(fl); got != before || f.state(y) != store.StateRunning {
+	if got := f.graphRows(fl); got != before || f.state(y) != ffdtype.StateRunning {
 		t.Fatalf("refused apply changed something")
 	}
 }
@@ -413,21 +412,21 @@ func TestApplyRefusedForTerminalDownstreamAndDecidedGroup(t *testing.T) {
 	if _, err := leases.Cancel(f.Ctx, f.Pool, d, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := flows.Apply(f.Ctx, f.Pool, fl.ID, ed.ID); !errors.Is(err, fault.ErrAlreadyTerminal) {
+	if _, err := flows.Apply(f.Ctx, f.Pool, fl.ID, ed.ID); !errors.Is(err, ffdtype.ErrAlreadyTerminal) {
 		t.Fatalf("apply to cancelled downstream: %v", err)
 	}
 	// Decided group: any_of satisfied by a finished upstream, then another edge.
 	fl2 := f.flow()
 	u1, u2, down := f.member(fl2), f.member(fl2), f.member(fl2)
-	if _, err := flows.SetPolicy(f.Ctx, f.Pool, fl2.ID, down, store.Policy{Kind: store.AnyOf}); err != nil {
+	if _, err := flows.SetPolicy(f.Ctx, f.Pool, fl2.ID, down, ffdtype.Policy{Kind: ffdtype.AnyOf}); err != nil {
 		t.Fatal(err)
 	}
 	f.runAndEnd(u1, true)
 	e1, e2 := f.stage(fl2, u1, down), f.stage(fl2, u2, down)
-	if r, err := flows.Apply(f.Ctx, f.Pool, fl2.ID, e1.ID); err != nil || r.Group.Decision != store.Satisfied {
+	if r, err := flows.Apply(f.Ctx, f.Pool, fl2.ID, e1.ID); err != nil || r.Group.Decision != ffdtype.DecisionSatisfied {
 		t.Fatalf("apply from finished upstream: %+v %v", r, err)
 	}
-	var ce *fault.ConflictError
+	var ce *ffdtype.ConflictError
 	if _, err := flows.Apply(f.Ctx, f.Pool, fl2.ID, e2.ID); !errors.As(err, &ce) {
 		t.Fatalf("apply into a decided group: %v, want conflict", err)
 	}
@@ -439,17 +438,17 @@ func TestApplyToFinishedUpstream(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
-		policy   store.Policy
+		policy   ffdtype.Policy
 		succeed  bool
-		decision store.Decision
-		state    store.State
+		decision ffdtype.Decision
+		state    ffdtype.State
 	}{
-		{"all_of completed", store.Policy{Kind: store.AllOf}, true, store.Satisfied, store.StatePending},
-		{"all_of failed", store.Policy{Kind: store.AllOf}, false, store.Impossible, store.StateSkipped},
-		{"any_of completed", store.Policy{Kind: store.AnyOf}, true, store.Satisfied, store.StatePending},
-		{"any_of failed", store.Policy{Kind: store.AnyOf}, false, store.Impossible, store.StateSkipped},
-		{"quorum 1 completed", store.Policy{Kind: store.Quorum, K: 1}, true, store.Satisfied, store.StatePending},
-		{"quorum 1 failed", store.Policy{Kind: store.Quorum, K: 1}, false, store.Impossible, store.StateSkipped},
+		{"all_of completed", ffdtype.Policy{Kind: ffdtype.AllOf}, true, ffdtype.DecisionSatisfied, ffdtype.StatePending},
+		{"all_of failed", ffdtype.Policy{Kind: ffdtype.AllOf}, false, ffdtype.DecisionImpossible, ffdtype.StateSkipped},
+		{"any_of completed", ffdtype.Policy{Kind: ffdtype.AnyOf}, true, ffdtype.DecisionSatisfied, ffdtype.StatePending},
+		{"any_of failed", ffdtype.Policy{Kind: ffdtype.AnyOf}, false, ffdtype.DecisionImpossible, ffdtype.StateSkipped},
+		{"quorum 1 completed", ffdtype.Policy{Kind: ffdtype.Quorum, K: 1}, true, ffdtype.DecisionSatisfied, ffdtype.StatePending},
+		{"quorum 1 failed", ffdtype.Policy{Kind: ffdtype.Quorum, K: 1}, false, ffdtype.DecisionImpossible, ffdtype.StateSkipped},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -470,14 +469,14 @@ func TestApplyToFinishedUpstream(t *testing.T) {
 				t.Fatalf("downstream %s, want %s", got, tt.state)
 			}
 			edge, _ := flows.DescribeEdge(f.Ctx, f.Pool, fl.ID, e.ID)
-			want := store.OutcomeSuccess
+			want := ffdtype.OutcomeSuccess
 			if !tt.succeed {
-				want = store.OutcomeFailed
+				want = ffdtype.OutcomeFailed
 			}
-			if edge.State != store.EdgeResolved || edge.ResolvedOutcome != want {
+			if edge.State != ffdtype.EdgeResolved || edge.ResolvedOutcome != want {
 				t.Fatalf("edge %s %q, want resolved %s", edge.State, edge.ResolvedOutcome, want)
 			}
-			if tt.state == store.StateSkipped {
+			if tt.state == ffdtype.StateSkipped {
 				if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'skipped'`, down.UUID); n != 1 {
 					t.Fatalf("%d skipped events, want 1", n)
 				}
@@ -491,13 +490,13 @@ func TestSetPolicy(t *testing.T) {
 	f := setup(t)
 	fl := f.flow()
 	a, d := f.member(fl), f.member(fl)
-	bad := []store.Policy{{Kind: store.Quorum, K: 0}, {Kind: "most_of"}, {Kind: store.AllOf, K: 2}, {Kind: store.AnyOf, OnSatisfied: "explode"}, {Kind: store.AllOf, OnSatisfied: store.LetRun}}
+	bad := []ffdtype.Policy{{Kind: ffdtype.Quorum, K: 0}, {Kind: "most_of"}, {Kind: ffdtype.AllOf, K: 2}, {Kind: ffdtype.AnyOf, OnSatisfied: "explode"}, {Kind: ffdtype.AllOf, OnSatisfied: ffdtype.LetRun}}
 	for _, p := range bad {
-		if _, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, d, p); !errors.Is(err, fault.ErrValidation) {
+		if _, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, d, p); !errors.Is(err, ffdtype.ErrValidation) {
 			t.Errorf("policy %+v: %v, want validation error", p, err)
 		}
 	}
-	q := store.Policy{Kind: store.Quorum, K: 2, OnSatisfied: store.CancelRemaining}
+	q := ffdtype.Policy{Kind: ffdtype.Quorum, K: 2, OnSatisfied: ffdtype.CancelRemaining}
 	if already, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, d, q); err != nil || already {
 		t.Fatalf("set: %v %v", already, err)
 	}
@@ -505,18 +504,18 @@ func TestSetPolicy(t *testing.T) {
 		t.Fatalf("restate: %v %v; want a no-op success", already, err)
 	}
 	// Changing before any edge is staged is allowed.
-	if _, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, d, store.Policy{Kind: store.AnyOf}); err != nil {
+	if _, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, d, ffdtype.Policy{Kind: ffdtype.AnyOf}); err != nil {
 		t.Fatal(err)
 	}
 	f.stage(fl, a, d)
-	if _, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, d, q); !errors.Is(err, fault.ErrConflict) {
+	if _, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, d, q); !errors.Is(err, ffdtype.ErrConflict) {
 		t.Fatalf("set after staging: %v, want conflict", err)
 	}
-	if already, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, d, store.Policy{Kind: store.AnyOf}); err != nil || !already {
+	if already, err := flows.SetPolicy(f.Ctx, f.Pool, fl.ID, d, ffdtype.Policy{Kind: ffdtype.AnyOf}); err != nil || !already {
 		t.Fatalf("restate after staging: %v %v; want a no-op success", already, err)
 	}
 	desc, err := flows.Describe(f.Ctx, f.Pool, fl.ID)
-	if err != nil || len(desc.Groups) != 1 || desc.Groups[0].Policy.Kind != store.AnyOf || desc.Groups[0].Policy.OnSatisfied != store.LetRun {
+	if err != nil || len(desc.Groups) != 1 || desc.Groups[0].Policy.Kind != ffdtype.AnyOf || desc.Groups[0].Policy.OnSatisfied != ffdtype.LetRun {
 		t.Fatalf("describe: %+v %v", desc, err)
 	}
 }
@@ -546,10 +545,10 @@ func TestListsAndDescribe(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(ids) {
 		t.Fatalf("paged flows %v, want %v", got, ids)
 	}
-	if _, err := flows.List(f.Ctx, f.Pool, flows.ListParams{Limit: -1}); !errors.Is(err, fault.ErrValidation) {
+	if _, err := flows.List(f.Ctx, f.Pool, flows.ListParams{Limit: -1}); !errors.Is(err, ffdtype.ErrValidation) {
 		t.Fatalf("negative limit: %v", err)
 	}
-	if _, err := flows.List(f.Ctx, f.Pool, flows.ListParams{Limit: 1 << 30}); !errors.Is(err, fault.ErrValidation) {
+	if _, err := flows.List(f.Ctx, f.Pool, flows.ListParams{Limit: 1 << 30}); !errors.Is(err, ffdtype.ErrValidation) {
 		t.Fatalf("limit over the maximum: %v, want a ValidationError", err)
 	}
 	if page, err := flows.List(f.Ctx, f.Pool, flows.ListParams{Limit: flows.MaxListLimit}); err != nil || len(page.Flows) != 7 {
@@ -568,11 +567,11 @@ func TestListsAndDescribe(t *testing.T) {
 	if err != nil || len(in) != 2 || !(in[0].ID == eac.ID && in[1].ID == ebc.ID) {
 		t.Fatalf("incoming of c: %v %v", in, err)
 	}
-	if _, err := flows.ListEdges(f.Ctx, f.Pool, fl.ID, c, "sideways"); !errors.Is(err, fault.ErrValidation) {
+	if _, err := flows.ListEdges(f.Ctx, f.Pool, fl.ID, c, "sideways"); !errors.Is(err, ffdtype.ErrValidation) {
 		t.Fatalf("bad direction: %v", err)
 	}
 	e, err := flows.DescribeEdge(f.Ctx, f.Pool, fl.ID, eab.ID)
-	if err != nil || e.Upstream != a || e.Downstream != b || e.State != store.EdgeStaged || e.DependencyKind != flows.DefaultDependencyKind {
+	if err != nil || e.Upstream != a || e.Downstream != b || e.State != ffdtype.EdgeStaged || e.DependencyKind != flows.DefaultDependencyKind {
 		t.Fatalf("describe edge: %+v %v", e, err)
 	}
 	desc, err := flows.Describe(f.Ctx, f.Pool, fl.ID)

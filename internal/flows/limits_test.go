@@ -3,9 +3,9 @@ package flows_test
 import (
 	"testing"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
-	"github.com/flowfabric/ffd/internal/store"
 )
 
 // A payload accepted under a client's larger limit is rerun under a
@@ -42,7 +42,7 @@ func TestRerunKeepsWhatWasAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	fail("big-flow")
-	if fl, err := flows.Get(f.Ctx, f.Pool, sub.Flow.ID); err != nil || fl.State != store.FlowFailed {
+	if fl, err := flows.Get(f.Ctx, f.Pool, sub.Flow.ID); err != nil || fl.State != ffdtype.FlowFailed {
 		t.Fatalf("the flow after its one member failed: %+v, %v; want failed", fl, err)
 	}
 	if _, err := flows.RerunFlow(f.Ctx, f.Pool, leases.Limits{}, sub.Flow.ID); err != nil {

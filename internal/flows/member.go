@@ -8,17 +8,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
-
-// AddResult is what AddExecution did.
-type AddResult struct {
-	NodeCount     int
-	AlreadyMember bool // the execution was a member already; nothing changed
-}
 
 // AddExecution makes an existing execution a member of a flow
 // (add_execution_to_flow). It is idempotent for the same flow; it refuses
@@ -26,43 +21,43 @@ type AddResult struct {
 // (AlreadyTerminalError: it could never finish the flow), a terminal flow,
 // a missing flow or execution, and an execution minted on another
 // partition than the flow's (members share the flow's partition).
-func AddExecution(ctx context.Context, db store.DB, flowID uuid.UUID, id ident.ExecutionID) (*AddResult, error) {
+func AddExecution(ctx context.Context, db store.DB, flowID uuid.UUID, id ident.ExecutionID) (*ffdtype.AddResult, error) {
 	if err := leases.ValidateID("execution_id", id); err != nil {
 		return nil, err
 	}
 	if part := ident.Partition(flowID); id.Partition != part {
-		return nil, fault.Invalid(fault.KindNotMember, "execution_id", id.String(),
+		return nil, fault.Invalid(ffdtype.KindNotMember, "execution_id", id.String(),
 			fmt.Sprintf("minted on partition %d, but flow %s lives on partition %d; create members with the flow id so they are minted there", id.Partition, flowID, part))
 	}
-	var res *AddResult
+	var res *ffdtype.AddResult
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		locks := store.NewLocks(tx)
 		m, err := locks.Execution(ctx, id)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return &fault.NotFoundError{Object: "execution", ID: id.String()}
+			return &ffdtype.NotFoundError{Object: "execution", ID: id.String()}
 		}
 		if err != nil {
 			return err
 		}
 		if m.FlowID != nil && *m.FlowID != flowID {
-			return &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "already a member of flow " + m.FlowID.String(), Existing: *m.FlowID}
+			return &ffdtype.ConflictError{Object: "execution", ID: id.String(), Reason: "already a member of flow " + m.FlowID.String(), Existing: *m.FlowID}
 		}
 		f, err := lockOpenFlow(ctx, locks, flowID, store.ForUpdate)
 		if err != nil {
 			return err
 		}
 		if m.FlowID != nil {
-			res = &AddResult{NodeCount: f.NodeCount, AlreadyMember: true}
+			res = &ffdtype.AddResult{NodeCount: f.NodeCount, AlreadyMember: true}
 			return nil
 		}
 		// A finished execution would be a member that can never end the
 		// flow: the flow finishes when its last live member ends, and this
 		// one ended before it joined. Refuse rather than strand the flow.
 		if m.State.Terminal() {
-			return &fault.AlreadyTerminalError{Object: "execution", ID: id.String(), State: string(m.State)}
+			return &ffdtype.AlreadyTerminalError{Object: "execution", ID: id.String(), State: string(m.State)}
 		}
 		n, err := store.AddMember(ctx, tx, flowID, id)
-		res = &AddResult{NodeCount: n}
+		res = &ffdtype.AddResult{NodeCount: n}
 		return err
 	})
 	if err != nil {
@@ -73,7 +68,7 @@ func AddExecution(ctx context.Context, db store.DB, flowID uuid.UUID, id ident.E
 
 // CreateMember creates an execution minted on the flow's partition as a
 // member of the flow, in one transaction.
-func CreateMember(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.UUID, p leases.CreateParams) (x *store.Execution, existed bool, err error) {
+func CreateMember(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.UUID, p leases.CreateParams) (x *ffdtype.Execution, existed bool, err error) {
 	part := ident.Partition(flowID)
 	p.FlowID, p.Partition = &flowID, &part
 	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
@@ -82,14 +77,14 @@ func CreateMember(ctx context.Context, db store.DB, lim leases.Limits, flowID uu
 		}
 		x, existed, err = leases.Create(ctx, tx, lim, p)
 		if store.IsStepTaken(err) {
-			return &fault.ConflictError{Object: "step", ID: p.Step, Reason: "flow " + flowID.String() + " already has a member with this step name"}
+			return &ffdtype.ConflictError{Object: "step", ID: p.Step, Reason: "flow " + flowID.String() + " already has a member with this step name"}
 		}
 		if err != nil {
 			return err
 		}
 		if existed {
 			if x.FlowID == nil || *x.FlowID != flowID {
-				return &fault.ConflictError{Object: "execution", ID: x.ID.String(), Reason: "the idempotency key belongs to an execution outside this flow", Existing: x}
+				return &ffdtype.ConflictError{Object: "execution", ID: x.ID.String(), Reason: "the idempotency key belongs to an execution outside this flow", Existing: x}
 			}
 			return nil
 		}
@@ -105,11 +100,11 @@ func CreateMember(ctx context.Context, db store.DB, lim leases.Limits, flowID uu
 // (which already say what and why) as they are.
 func wrapOp(what string, err error) error {
 	var (
-		ve *fault.ValidationError
-		nf *fault.NotFoundError
-		ce *fault.ConflictError
-		se *fault.StaleRevisionError
-		te *fault.AlreadyTerminalError
+		ve *ffdtype.ValidationError
+		nf *ffdtype.NotFoundError
+		ce *ffdtype.ConflictError
+		se *ffdtype.StaleRevisionError
+		te *ffdtype.AlreadyTerminalError
 	)
 	if errors.As(err, &ve) || errors.As(err, &nf) || errors.As(err, &ce) || errors.As(err, &se) || errors.As(err, &te) {
 		return err

@@ -4,35 +4,35 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
-	"github.com/flowfabric/ffd/internal/store"
 )
 
 // NormalizePolicy fills the default kind (all_of) and OnSatisfied
 // (let_run) and validates.
-func NormalizePolicy(p *store.Policy) error {
+func NormalizePolicy(p *ffdtype.Policy) error {
 	switch p.Kind {
 	case "":
-		p.Kind = store.AllOf
-	case store.AllOf, store.AnyOf, store.Quorum:
+		p.Kind = ffdtype.AllOf
+	case ffdtype.AllOf, ffdtype.AnyOf, ffdtype.Quorum:
 	default:
-		return fault.Invalid(fault.KindInvalidValue, "policy", string(p.Kind), "want all_of, any_of or quorum")
+		return fault.Invalid(ffdtype.KindInvalidValue, "policy", string(p.Kind), "want all_of, any_of or quorum")
 	}
-	if p.Kind == store.Quorum {
+	if p.Kind == ffdtype.Quorum {
 		if p.K < 1 {
-			return fault.Invalid(fault.KindOutOfRange, "k", strconv.Itoa(p.K), "quorum needs k ≥ 1")
+			return fault.Invalid(ffdtype.KindOutOfRange, "k", strconv.Itoa(p.K), "quorum needs k ≥ 1")
 		}
 	} else if p.K != 0 {
-		return fault.Invalid(fault.KindInvalidValue, "k", strconv.Itoa(p.K), fmt.Sprintf("k applies to quorum only, not %s", p.Kind))
+		return fault.Invalid(ffdtype.KindInvalidValue, "k", strconv.Itoa(p.K), fmt.Sprintf("k applies to quorum only, not %s", p.Kind))
 	}
 	switch {
-	case p.Kind == store.AllOf && p.OnSatisfied != "":
-		return fault.Invalid(fault.KindInvalidValue, "on_satisfied", string(p.OnSatisfied), "all_of has no on_satisfied: nothing remains once all succeeded")
-	case p.Kind == store.AllOf:
+	case p.Kind == ffdtype.AllOf && p.OnSatisfied != "":
+		return fault.Invalid(ffdtype.KindInvalidValue, "on_satisfied", string(p.OnSatisfied), "all_of has no on_satisfied: nothing remains once all succeeded")
+	case p.Kind == ffdtype.AllOf:
 	case p.OnSatisfied == "":
-		p.OnSatisfied = store.LetRun
-	case p.OnSatisfied != store.CancelRemaining && p.OnSatisfied != store.LetRun:
-		return fault.Invalid(fault.KindInvalidValue, "on_satisfied", string(p.OnSatisfied), "want cancel_remaining or let_run")
+		p.OnSatisfied = ffdtype.LetRun
+	case p.OnSatisfied != ffdtype.CancelRemaining && p.OnSatisfied != ffdtype.LetRun:
+		return fault.Invalid(ffdtype.KindInvalidValue, "on_satisfied", string(p.OnSatisfied), "want cancel_remaining or let_run")
 	}
 	return nil
 }
@@ -46,33 +46,33 @@ func NormalizePolicy(p *store.Policy) error {
 // A group with no applied edge is pending. Satisfaction is tested first, so
 // counts that satisfy never also read as impossible. Callers evaluate only
 // undecided groups: a decision is final.
-func Evaluate(p store.Policy, c store.Counts) store.Decision {
+func Evaluate(p ffdtype.Policy, c ffdtype.Counts) ffdtype.Decision {
 	if c.Total <= 0 {
-		return store.Pending
+		return ffdtype.DecisionPending
 	}
 	resolvedBad := c.Fail + c.Skip
 	switch p.Kind {
-	case store.AnyOf:
+	case ffdtype.AnyOf:
 		if c.Success >= 1 {
-			return store.Satisfied
+			return ffdtype.DecisionSatisfied
 		}
 		if resolvedBad >= c.Total {
-			return store.Impossible
+			return ffdtype.DecisionImpossible
 		}
-	case store.Quorum:
+	case ffdtype.Quorum:
 		if c.Success >= p.K {
-			return store.Satisfied
+			return ffdtype.DecisionSatisfied
 		}
 		if c.Total-resolvedBad < p.K {
-			return store.Impossible
+			return ffdtype.DecisionImpossible
 		}
 	default: // all_of
 		if c.Success >= c.Total {
-			return store.Satisfied
+			return ffdtype.DecisionSatisfied
 		}
 		if resolvedBad > 0 {
-			return store.Impossible
+			return ffdtype.DecisionImpossible
 		}
 	}
-	return store.Pending
+	return ffdtype.DecisionPending
 }

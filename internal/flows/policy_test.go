@@ -3,38 +3,38 @@ package flows
 import (
 	"testing"
 
-	"github.com/flowfabric/ffd/internal/store"
+	"github.com/flowfabric/ffd/ffdtype"
 )
 
 func TestEvaluate(t *testing.T) {
 	t.Parallel()
-	allOf, anyOf := store.Policy{Kind: store.AllOf}, store.Policy{Kind: store.AnyOf, OnSatisfied: store.LetRun}
-	q2 := store.Policy{Kind: store.Quorum, K: 2, OnSatisfied: store.LetRun}
-	q3 := store.Policy{Kind: store.Quorum, K: 3, OnSatisfied: store.CancelRemaining}
+	allOf, anyOf := ffdtype.Policy{Kind: ffdtype.AllOf}, ffdtype.Policy{Kind: ffdtype.AnyOf, OnSatisfied: ffdtype.LetRun}
+	q2 := ffdtype.Policy{Kind: ffdtype.Quorum, K: 2, OnSatisfied: ffdtype.LetRun}
+	q3 := ffdtype.Policy{Kind: ffdtype.Quorum, K: 3, OnSatisfied: ffdtype.CancelRemaining}
 	tests := []struct {
-		p    store.Policy
-		c    store.Counts
-		want store.Decision
+		p    ffdtype.Policy
+		c    ffdtype.Counts
+		want ffdtype.Decision
 	}{
-		{allOf, store.Counts{Total: 0}, store.Pending},
-		{allOf, store.Counts{Total: 3, Success: 2}, store.Pending},
-		{allOf, store.Counts{Total: 3, Success: 3}, store.Satisfied},
-		{allOf, store.Counts{Total: 3, Success: 2, Fail: 1}, store.Impossible},
-		{allOf, store.Counts{Total: 3, Skip: 1}, store.Impossible},
-		{anyOf, store.Counts{Total: 3}, store.Pending},
-		{anyOf, store.Counts{Total: 3, Success: 1}, store.Satisfied},
-		{anyOf, store.Counts{Total: 3, Fail: 2}, store.Pending},
-		{anyOf, store.Counts{Total: 3, Fail: 2, Skip: 1}, store.Impossible},
-		{anyOf, store.Counts{Total: 3, Fail: 2, Success: 1}, store.Satisfied},
-		{q2, store.Counts{Total: 3, Success: 1}, store.Pending},
-		{q2, store.Counts{Total: 3, Success: 2}, store.Satisfied},
-		{q2, store.Counts{Total: 3, Success: 1, Fail: 1}, store.Pending},
-		{q2, store.Counts{Total: 3, Fail: 2}, store.Impossible},
-		{q2, store.Counts{Total: 3, Success: 1, Fail: 1, Skip: 1}, store.Impossible},
-		{q3, store.Counts{Total: 5, Fail: 2}, store.Pending},
-		{q3, store.Counts{Total: 5, Fail: 3}, store.Impossible},
-		{q3, store.Counts{Total: 5, Success: 3, Fail: 2}, store.Satisfied},
-		{q3, store.Counts{Total: 2}, store.Impossible},
+		{allOf, ffdtype.Counts{Total: 0}, ffdtype.DecisionPending},
+		{allOf, ffdtype.Counts{Total: 3, Success: 2}, ffdtype.DecisionPending},
+		{allOf, ffdtype.Counts{Total: 3, Success: 3}, ffdtype.DecisionSatisfied},
+		{allOf, ffdtype.Counts{Total: 3, Success: 2, Fail: 1}, ffdtype.DecisionImpossible},
+		{allOf, ffdtype.Counts{Total: 3, Skip: 1}, ffdtype.DecisionImpossible},
+		{anyOf, ffdtype.Counts{Total: 3}, ffdtype.DecisionPending},
+		{anyOf, ffdtype.Counts{Total: 3, Success: 1}, ffdtype.DecisionSatisfied},
+		{anyOf, ffdtype.Counts{Total: 3, Fail: 2}, ffdtype.DecisionPending},
+		{anyOf, ffdtype.Counts{Total: 3, Fail: 2, Skip: 1}, ffdtype.DecisionImpossible},
+		{anyOf, ffdtype.Counts{Total: 3, Fail: 2, Success: 1}, ffdtype.DecisionSatisfied},
+		{q2, ffdtype.Counts{Total: 3, Success: 1}, ffdtype.DecisionPending},
+		{q2, ffdtype.Counts{Total: 3, Success: 2}, ffdtype.DecisionSatisfied},
+		{q2, ffdtype.Counts{Total: 3, Success: 1, Fail: 1}, ffdtype.DecisionPending},
+		{q2, ffdtype.Counts{Total: 3, Fail: 2}, ffdtype.DecisionImpossible},
+		{q2, ffdtype.Counts{Total: 3, Success: 1, Fail: 1, Skip: 1}, ffdtype.DecisionImpossible},
+		{q3, ffdtype.Counts{Total: 5, Fail: 2}, ffdtype.DecisionPending},
+		{q3, ffdtype.Counts{Total: 5, Fail: 3}, ffdtype.DecisionImpossible},
+		{q3, ffdtype.Counts{Total: 5, Success: 3, Fail: 2}, ffdtype.DecisionSatisfied},
+		{q3, ffdtype.Counts{Total: 2}, ffdtype.DecisionImpossible},
 	}
 	for _, tt := range tests {
 		if got := Evaluate(tt.p, tt.c); got != tt.want {
@@ -53,11 +53,11 @@ func FuzzEvaluate(f *testing.F) {
 	f.Add(uint8(2), uint8(3), uint8(5), uint8(0), uint8(3), uint8(0), uint8(1))
 	f.Add(uint8(1), uint8(0), uint8(4), uint8(0), uint8(2), uint8(2), uint8(0))
 	f.Fuzz(func(t *testing.T, kind, k, total, success, fail, skip, more uint8) {
-		p := store.Policy{Kind: []store.PolicyKind{store.AllOf, store.AnyOf, store.Quorum}[kind%3]}
-		if p.Kind == store.Quorum {
+		p := ffdtype.Policy{Kind: []ffdtype.PolicyKind{ffdtype.AllOf, ffdtype.AnyOf, ffdtype.Quorum}[kind%3]}
+		if p.Kind == ffdtype.Quorum {
 			p.K = int(k%16) + 1
 		}
-		c := store.Counts{Total: int(total%32) + 1}
+		c := ffdtype.Counts{Total: int(total%32) + 1}
 		c.Success = int(success) % (c.Total + 1)
 		c.Fail = int(fail) % (c.Total - c.Success + 1)
 		c.Skip = int(skip) % (c.Total - c.Success - c.Fail + 1)
@@ -78,7 +78,7 @@ func FuzzEvaluate(f *testing.F) {
 				c.Skip++
 			}
 			next := Evaluate(p, c)
-			if d != store.Pending && next != d {
+			if d != ffdtype.DecisionPending && next != d {
 				t.Fatalf("%v: decided %s, then %s after one more resolution (%+v)", p, d, next, c)
 			}
 			d = next
@@ -86,11 +86,11 @@ func FuzzEvaluate(f *testing.F) {
 		if c.Success+c.Fail+c.Skip > c.Total {
 			t.Fatalf("counts exceed total: %+v", c)
 		}
-		if c.Success+c.Fail+c.Skip == c.Total && Evaluate(p, c) == store.Pending {
+		if c.Success+c.Fail+c.Skip == c.Total && Evaluate(p, c) == ffdtype.DecisionPending {
 			t.Fatalf("%v: every edge resolved (%+v) but still pending", p, c)
 		}
-		sat := (p.Kind == store.AllOf && c.Success == c.Total) || (p.Kind == store.AnyOf && c.Success >= 1) || (p.Kind == store.Quorum && c.Success >= p.K)
-		imp := (p.Kind == store.AllOf && c.Fail+c.Skip > 0) || (p.Kind == store.AnyOf && c.Fail+c.Skip == c.Total) || (p.Kind == store.Quorum && c.Total-c.Fail-c.Skip < p.K)
+		sat := (p.Kind == ffdtype.AllOf && c.Success == c.Total) || (p.Kind == ffdtype.AnyOf && c.Success >= 1) || (p.Kind == ffdtype.Quorum && c.Success >= p.K)
+		imp := (p.Kind == ffdtype.AllOf && c.Fail+c.Skip > 0) || (p.Kind == ffdtype.AnyOf && c.Fail+c.Skip == c.Total) || (p.Kind == ffdtype.Quorum && c.Total-c.Fail-c.Skip < p.K)
 		if sat && imp {
 			t.Fatalf("%v at %+v: both satisfied and impossible", p, c)
 		}

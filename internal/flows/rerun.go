@@ -6,7 +6,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
@@ -31,10 +31,10 @@ func RerunFlow(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.
 			return flowErr("lock", flowID, err)
 		}
 		switch old.State {
-		case store.FlowOpen:
-			return &fault.ConflictError{Object: "flow", ID: flowID.String(), Reason: "still open: wait for it to finish, or cancel it, before a rerun"}
-		case store.FlowCompleted:
-			return &fault.ConflictError{Object: "flow", ID: flowID.String(), Reason: "completed: every step succeeded, so there is nothing to rerun"}
+		case ffdtype.FlowOpen:
+			return &ffdtype.ConflictError{Object: "flow", ID: flowID.String(), Reason: "still open: wait for it to finish, or cancel it, before a rerun"}
+		case ffdtype.FlowCompleted:
+			return &ffdtype.ConflictError{Object: "flow", ID: flowID.String(), Reason: "completed: every step succeeded, so there is nothing to rerun"}
 		}
 		p, members, err := rerunPlan(ctx, tx, old)
 		if err != nil {
@@ -61,7 +61,7 @@ func RerunFlow(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.
 		if ferr != nil {
 			return nil, wrapOp("find the rerun of flow "+flowID.String(), ferr)
 		}
-		return nil, &fault.ConflictError{Object: "flow", ID: flowID.String(), Reason: "already rerun as flow " + again.ID.String() + "; rerun that one to try again", Existing: again}
+		return nil, &ffdtype.ConflictError{Object: "flow", ID: flowID.String(), Reason: "already rerun as flow " + again.ID.String() + "; rerun that one to try again", Existing: again}
 	}
 	if err != nil {
 		return nil, wrapOp("rerun flow "+flowID.String(), err)
@@ -73,7 +73,7 @@ func RerunFlow(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.
 // its step, or by its id when it has none), its applied and resolved
 // edges, its groups' policies. members maps each node's ref to the
 // execution it reruns.
-func rerunPlan(ctx context.Context, tx pgx.Tx, old *store.Flow) (SubmitParams, map[string]*store.Execution, error) {
+func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (SubmitParams, map[string]*ffdtype.Execution, error) {
 	xs, err := store.FlowMembers(ctx, tx, old.ID)
 	if err != nil {
 		return SubmitParams{}, nil, err
@@ -88,10 +88,10 @@ func rerunPlan(ctx context.Context, tx pgx.Tx, old *store.Flow) (SubmitParams, m
 	}
 	p := SubmitParams{Flow: CreateFlowParams{ID: ident.NewUUIDIn(ident.Partition(old.ID)), Namespace: old.Namespace, Kind: old.Kind, Tags: old.Tags}}
 	ref := make(map[uuid.UUID]string, len(xs))
-	members := make(map[string]*store.Execution, len(xs))
+	members := make(map[string]*ffdtype.Execution, len(xs))
 	for _, x := range xs {
 		if !x.State.Terminal() {
-			return SubmitParams{}, nil, &fault.ConflictError{Object: "flow", ID: old.ID.String(),
+			return SubmitParams{}, nil, &ffdtype.ConflictError{Object: "flow", ID: old.ID.String(),
 				Reason: "member " + x.ID.String() + " is still " + string(x.State) + " (the flow was cancelled flow_only): wait for it before a rerun"}
 		}
 		r := x.Step
@@ -102,13 +102,13 @@ func rerunPlan(ctx context.Context, tx pgx.Tx, old *store.Flow) (SubmitParams, m
 	}
 	indeg := map[string]int{}
 	for _, e := range edges {
-		if e.State == store.EdgeStaged {
+		if e.State == ffdtype.EdgeStaged {
 			continue // never part of the graph
 		}
 		p.Edges = append(p.Edges, SubmitEdge{From: ref[e.Upstream.UUID], To: ref[e.Downstream.UUID], DependencyKind: e.DependencyKind, DataPassingRef: e.DataPassingRef})
 		indeg[ref[e.Downstream.UUID]]++
 	}
-	policy := make(map[uuid.UUID]store.Policy, len(groups))
+	policy := make(map[uuid.UUID]ffdtype.Policy, len(groups))
 	for _, gr := range groups {
 		policy[gr.Downstream.UUID] = gr.Policy
 	}
@@ -123,7 +123,7 @@ func rerunPlan(ctx context.Context, tx pgx.Tx, old *store.Flow) (SubmitParams, m
 }
 
 // paramsOf is what an execution was created with, to create it again.
-func paramsOf(x *store.Execution) leases.CreateParams {
+func paramsOf(x *ffdtype.Execution) leases.CreateParams {
 	p := leases.CreateParams{Namespace: x.Namespace, Lane: x.Lane, Kind: x.Kind, Payload: x.Payload, Priority: x.Priority,
 		RequiredCapabilities: x.RequiredCapabilities, MaxAttempts: x.MaxAttempts, Retry: x.Retry, LeaseTTL: x.LeaseTTL,
 		AttemptTimeout: x.AttemptTimeout, Tags: x.Tags}
@@ -135,7 +135,7 @@ func paramsOf(x *store.Execution) leases.CreateParams {
 
 // linkRerun records the rerun (which fails on a second rerun of the same
 // flow) and carries the completed steps over.
-func linkRerun(ctx context.Context, tx pgx.Tx, oldID uuid.UUID, res *Submitted, p SubmitParams, members map[string]*store.Execution) error {
+func linkRerun(ctx context.Context, tx pgx.Tx, oldID uuid.UUID, res *Submitted, p SubmitParams, members map[string]*ffdtype.Execution) error {
 	if err := store.LinkFlowRerun(ctx, tx, res.Flow.ID, oldID); err != nil {
 		return err
 	}
@@ -145,7 +145,7 @@ func linkRerun(ctx context.Context, tx pgx.Tx, oldID uuid.UUID, res *Submitted, 
 		old, x := members[n.Ref], res.Executions[n.Ref]
 		pair := store.Carried{New: x.ID, Old: old.ID}
 		all = append(all, pair)
-		if old.State == store.StateCompleted {
+		if old.State == ffdtype.StateCompleted {
 			carried = append(carried, pair)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -15,8 +16,8 @@ import (
 type Decided struct {
 	FlowID     uuid.UUID
 	Downstream ident.ExecutionID
-	Decision   store.Decision
-	Policy     store.Policy
+	Decision   ffdtype.Decision
+	Policy     ffdtype.Policy
 }
 
 // ResolveResult says what a Resolve did, for the caller's metrics.
@@ -77,21 +78,21 @@ func plan(moved []store.Moved, res *ResolveResult) (store.DecisionEffects, []sto
 		res.ByOutcome["failed"] += m.Failed
 		res.ByOutcome["skipped"] += m.Skipped
 		g := m.Group
-		if g.Decision != store.Pending {
+		if g.Decision != ffdtype.DecisionPending {
 			continue // decided once; later resolutions only count
 		}
-		if g.Decision = Evaluate(g.Policy, g.Counts); g.Decision == store.Pending {
+		if g.Decision = Evaluate(g.Policy, g.Counts); g.Decision == ffdtype.DecisionPending {
 			continue
 		}
 		res.Decided = append(res.Decided, Decided{FlowID: g.FlowID, Downstream: g.Downstream, Decision: g.Decision, Policy: g.Policy})
 		effects.Decided = append(effects.Decided, g)
-		if g.Decision == store.Impossible {
-			skip = append(skip, store.Ending{ID: g.Downstream, State: store.StateSkipped, Error: "dependencies can no longer be satisfied"})
+		if g.Decision == ffdtype.DecisionImpossible {
+			skip = append(skip, store.Ending{ID: g.Downstream, State: ffdtype.StateSkipped, Error: "dependencies can no longer be satisfied"})
 			continue
 		}
 		effects.Ready = append(effects.Ready, g.Downstream)
 		res.Readied = append(res.Readied, g.Downstream)
-		if g.Policy.OnSatisfied == store.CancelRemaining {
+		if g.Policy.OnSatisfied == ffdtype.CancelRemaining {
 			effects.Cancel = append(effects.Cancel, g)
 		}
 	}

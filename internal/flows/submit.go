@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
@@ -25,7 +26,7 @@ type SubmitNode struct {
 	Params leases.CreateParams
 	// Policy joins the node's incoming edges; default all_of. Only for
 	// nodes with incoming edges.
-	Policy *store.Policy
+	Policy *ffdtype.Policy
 }
 
 // SubmitEdge makes To depend on From.
@@ -53,8 +54,8 @@ func (p SubmitParams) MaxPayload() int {
 
 // Submitted is the created flow and its executions by Ref.
 type Submitted struct {
-	Flow       *store.Flow
-	Executions map[string]*store.Execution
+	Flow       *ffdtype.Flow
+	Executions map[string]*ffdtype.Execution
 }
 
 // Submit creates a flow with all its executions, edges and policies in one
@@ -114,18 +115,18 @@ type graph struct {
 // edge ends, self and duplicate edges, and cycles.
 func graphOf(p SubmitParams) (*graph, error) {
 	if len(p.Nodes) == 0 || len(p.Nodes) > MaxSubmitNodes {
-		return nil, fault.Invalid(fault.KindOutOfRange, "nodes", fmt.Sprint(len(p.Nodes)), fmt.Sprintf("want 1..%d nodes", MaxSubmitNodes))
+		return nil, fault.Invalid(ffdtype.KindOutOfRange, "nodes", fmt.Sprint(len(p.Nodes)), fmt.Sprintf("want 1..%d nodes", MaxSubmitNodes))
 	}
 	if len(p.Edges) > MaxSubmitEdges {
-		return nil, fault.Invalid(fault.KindOutOfRange, "edges", fmt.Sprint(len(p.Edges)), fmt.Sprintf("want at most %d edges", MaxSubmitEdges))
+		return nil, fault.Invalid(ffdtype.KindOutOfRange, "edges", fmt.Sprint(len(p.Edges)), fmt.Sprintf("want at most %d edges", MaxSubmitEdges))
 	}
 	g := &graph{index: make(map[string]int, len(p.Nodes)), indeg: make([]int, len(p.Nodes)), out: make([][]int, len(p.Nodes))}
 	for i, n := range p.Nodes {
 		if n.Ref == "" || len(n.Ref) > leases.MaxNameLength {
-			return nil, fault.Invalid(fault.KindInvalidValue, "nodes.ref", n.Ref, "want 1 to 128 bytes")
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.ref", n.Ref, "want 1 to 128 bytes")
 		}
 		if _, dup := g.index[n.Ref]; dup {
-			return nil, fault.Invalid(fault.KindInvalidValue, "nodes.ref", n.Ref, "duplicate node ref")
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.ref", n.Ref, "duplicate node ref")
 		}
 		g.index[n.Ref] = i
 	}
@@ -133,24 +134,24 @@ func graphOf(p SubmitParams) (*graph, error) {
 	for _, e := range p.Edges {
 		from, ok := g.index[e.From]
 		if !ok {
-			return nil, fault.Invalid(fault.KindInvalidValue, "edges.from", e.From, "no node has this ref")
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "edges.from", e.From, "no node has this ref")
 		}
 		to, ok := g.index[e.To]
 		if !ok {
-			return nil, fault.Invalid(fault.KindInvalidValue, "edges.to", e.To, "no node has this ref")
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "edges.to", e.To, "no node has this ref")
 		}
 		if from == to {
-			return nil, fault.Invalid(fault.KindInvalidValue, "edges", e.From+" -> "+e.To, "an edge cannot join a node to itself")
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "edges", e.From+" -> "+e.To, "an edge cannot join a node to itself")
 		}
 		if pairs[[2]int{from, to}] {
-			return nil, fault.Invalid(fault.KindInvalidValue, "edges", e.From+" -> "+e.To, "duplicate edge")
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "edges", e.From+" -> "+e.To, "duplicate edge")
 		}
 		pairs[[2]int{from, to}] = true
 		g.indeg[to]++
 		g.out[from] = append(g.out[from], to)
 	}
 	if ref := cycleRef(p.Nodes, g.indeg, g.out); ref != "" {
-		return nil, fault.Invalid(fault.KindCycle, "edges", ref, "the edges form a cycle through this node")
+		return nil, fault.Invalid(ffdtype.KindCycle, "edges", ref, "the edges form a cycle through this node")
 	}
 	return g, nil
 }
@@ -158,36 +159,36 @@ func graphOf(p SubmitParams) (*graph, error) {
 // planNodes validates each node's policy and execution parameters and
 // returns the executions to create (in node order) and the join policy of
 // each node with incoming edges (nil for roots).
-func planNodes(p SubmitParams, g *graph, lim leases.Limits) ([]leases.CreateParams, []*store.Policy, error) {
+func planNodes(p SubmitParams, g *graph, lim leases.Limits) ([]leases.CreateParams, []*ffdtype.Policy, error) {
 	part := ident.Partition(p.Flow.ID)
 	params := make([]leases.CreateParams, len(p.Nodes))
-	policies := make([]*store.Policy, len(p.Nodes))
+	policies := make([]*ffdtype.Policy, len(p.Nodes))
 	for i, n := range p.Nodes {
 		if n.Policy != nil && g.indeg[i] == 0 {
-			return nil, nil, fault.Invalid(fault.KindInvalidValue, "nodes.policy", n.Ref, "a node without incoming edges has no join policy")
+			return nil, nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.policy", n.Ref, "a node without incoming edges has no join policy")
 		}
 		if g.indeg[i] > 0 {
-			pol := store.Policy{Kind: store.AllOf}
+			pol := ffdtype.Policy{Kind: ffdtype.AllOf}
 			if n.Policy != nil {
 				pol = *n.Policy
 			}
 			if err := NormalizePolicy(&pol); err != nil {
 				return nil, nil, refine(err, n.Ref)
 			}
-			if pol.Kind == store.Quorum && pol.K > g.indeg[i] {
-				return nil, nil, fault.Invalid(fault.KindOutOfRange, "k", fmt.Sprint(pol.K), fmt.Sprintf("node %s has %d incoming edges; a quorum of %d can never be met", n.Ref, g.indeg[i], pol.K))
+			if pol.Kind == ffdtype.Quorum && pol.K > g.indeg[i] {
+				return nil, nil, fault.Invalid(ffdtype.KindOutOfRange, "k", fmt.Sprint(pol.K), fmt.Sprintf("node %s has %d incoming edges; a quorum of %d can never be met", n.Ref, g.indeg[i], pol.K))
 			}
 			policies[i] = &pol
 		}
 		cp := n.Params
 		if cp.IdempotencyKey != "" {
-			return nil, nil, fault.Invalid(fault.KindInvalidValue, "idempotency_key", cp.IdempotencyKey, "node "+n.Ref+": use the flow id to make a submission idempotent")
+			return nil, nil, fault.Invalid(ffdtype.KindInvalidValue, "idempotency_key", cp.IdempotencyKey, "node "+n.Ref+": use the flow id to make a submission idempotent")
 		}
 		if cp.Namespace == "" {
 			cp.Namespace = p.Flow.Namespace
 		}
 		if cp.Step != "" && cp.Step != n.Ref {
-			return nil, nil, fault.Invalid(fault.KindInvalidValue, "nodes.params.step", cp.Step, "node "+n.Ref+": a submitted node's step is its ref; leave step empty")
+			return nil, nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.params.step", cp.Step, "node "+n.Ref+": a submitted node's step is its ref; leave step empty")
 		}
 		cp.FlowID, cp.Partition, cp.Blocked, cp.Step = &p.Flow.ID, &part, g.indeg[i] > 0, n.Ref
 		if err := cp.Normalize(lim); err != nil {
@@ -201,13 +202,13 @@ func planNodes(p SubmitParams, g *graph, lim leases.Limits) ([]leases.CreatePara
 // submit writes a planned submission: the flow, its executions, its
 // edges (applied) and groups, then the flow's size. Every row is new, so
 // it takes no lock but the new rows'.
-func submit(ctx context.Context, tx pgx.Tx, lim leases.Limits, p SubmitParams, g *graph, params []leases.CreateParams, policies []*store.Policy) (*Submitted, error) {
+func submit(ctx context.Context, tx pgx.Tx, lim leases.Limits, p SubmitParams, g *graph, params []leases.CreateParams, policies []*ffdtype.Policy) (*Submitted, error) {
 	f, exists, err := CreateFlow(ctx, tx, p.Flow)
 	if err != nil {
 		return nil, err
 	}
 	if exists {
-		return nil, &fault.ConflictError{Object: "flow", ID: f.ID.String(), Reason: "a flow with this id already exists", Existing: f}
+		return nil, &ffdtype.ConflictError{Object: "flow", ID: f.ID.String(), Reason: "a flow with this id already exists", Existing: f}
 	}
 	xs, err := leases.CreateMany(ctx, tx, lim, params)
 	if err != nil {
@@ -236,7 +237,7 @@ func submit(ctx context.Context, tx pgx.Tx, lim leases.Limits, p SubmitParams, g
 	if f, err = store.SetFlowSize(ctx, tx, f.ID, len(xs), len(edges)); err != nil {
 		return nil, fmt.Errorf("record the size of flow %s: %w", p.Flow.ID, err)
 	}
-	res := &Submitted{Flow: f, Executions: make(map[string]*store.Execution, len(xs))}
+	res := &Submitted{Flow: f, Executions: make(map[string]*ffdtype.Execution, len(xs))}
 	for i, x := range xs {
 		res.Executions[p.Nodes[i].Ref] = x
 	}
@@ -277,7 +278,7 @@ func cycleRef(nodes []SubmitNode, indeg []int, out [][]int) string {
 
 // refine prefixes a validation error's field with the node it is about.
 func refine(err error, ref string) error {
-	if ve, ok := err.(*fault.ValidationError); ok {
+	if ve, ok := err.(*ffdtype.ValidationError); ok {
 		c := *ve
 		c.Field = "nodes[" + ref + "]." + c.Field
 		return &c

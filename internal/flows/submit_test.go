@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
-	"github.com/flowfabric/ffd/internal/store"
 )
 
 func TestSubmitThousandNodes(t *testing.T) {
@@ -23,7 +22,7 @@ func TestSubmitThousandNodes(t *testing.T) {
 		p.Edges = append(p.Edges, flows.SubmitEdge{From: "root", To: ref}, flows.SubmitEdge{From: ref, To: "sink"})
 	}
 	p.Nodes = append(p.Nodes, flows.SubmitNode{Ref: "sink", Params: leases.CreateParams{Lane: "big"},
-		Policy: &store.Policy{Kind: store.Quorum, K: 500, OnSatisfied: store.CancelRemaining}})
+		Policy: &ffdtype.Policy{Kind: ffdtype.Quorum, K: 500, OnSatisfied: ffdtype.CancelRemaining}})
 	res, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, p)
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +30,7 @@ func TestSubmitThousandNodes(t *testing.T) {
 	if len(res.Executions) != 1000 || res.Flow.NodeCount != 1000 || res.Flow.EdgeCount != 1996 {
 		t.Fatalf("submitted %d executions, flow %+v", len(res.Executions), res.Flow)
 	}
-	if got := res.Executions["root"].State; got != store.StatePending {
+	if got := res.Executions["root"].State; got != ffdtype.StatePending {
 		t.Fatalf("root %s, want pending", got)
 	}
 	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND state = 'blocked'`, res.Flow.ID); n != 999 {
@@ -49,10 +48,10 @@ func TestSubmitThousandNodes(t *testing.T) {
 	}
 	for _, g := range desc.Groups {
 		if g.Downstream == res.Executions["sink"].ID {
-			if g.Policy.Kind != store.Quorum || g.Policy.K != 500 || g.Counts.Total != 998 {
+			if g.Policy.Kind != ffdtype.Quorum || g.Policy.K != 500 || g.Counts.Total != 998 {
 				t.Fatalf("sink group %+v", g)
 			}
-		} else if g.Policy.Kind != store.AllOf || g.Counts.Total != 1 {
+		} else if g.Policy.Kind != ffdtype.AllOf || g.Counts.Total != 1 {
 			t.Fatalf("middle group %+v", g)
 		}
 	}
@@ -71,35 +70,35 @@ func TestSubmitInvalidWritesNothing(t *testing.T) {
 	tests := []struct {
 		name   string
 		mutate func(*flows.SubmitParams)
-		kind   fault.ValidationKind
+		kind   ffdtype.ValidationKind
 	}{
-		{"cycle", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "c", To: "a"}) }, fault.KindCycle},
-		{"unknown node", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "a", To: "zz"}) }, fault.KindInvalidValue},
-		{"self edge", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "b", To: "b"}) }, fault.KindInvalidValue},
-		{"duplicate edge", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "a", To: "b"}) }, fault.KindInvalidValue},
-		{"duplicate ref", func(p *flows.SubmitParams) { p.Nodes = append(p.Nodes, node("a")) }, fault.KindInvalidValue},
-		{"empty ref", func(p *flows.SubmitParams) { p.Nodes = append(p.Nodes, node("")) }, fault.KindInvalidValue},
-		{"quorum k zero", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &store.Policy{Kind: store.Quorum} }, fault.KindOutOfRange},
-		{"quorum k over in-degree", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &store.Policy{Kind: store.Quorum, K: 2} }, fault.KindOutOfRange},
-		{"unknown policy", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &store.Policy{Kind: "most_of"} }, fault.KindInvalidValue},
-		{"policy on a root", func(p *flows.SubmitParams) { p.Nodes[0].Policy = &store.Policy{Kind: store.AnyOf} }, fault.KindInvalidValue},
-		{"bad lane", func(p *flows.SubmitParams) { p.Nodes[1].Params.Lane = "no spaces" }, fault.KindInvalidValue},
-		{"bad ttl", func(p *flows.SubmitParams) { p.Nodes[1].Params.LeaseTTL = -1 }, fault.KindOutOfRange},
-		{"no nodes", func(p *flows.SubmitParams) { p.Nodes, p.Edges = nil, nil }, fault.KindOutOfRange},
+		{"cycle", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "c", To: "a"}) }, ffdtype.KindCycle},
+		{"unknown node", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "a", To: "zz"}) }, ffdtype.KindInvalidValue},
+		{"self edge", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "b", To: "b"}) }, ffdtype.KindInvalidValue},
+		{"duplicate edge", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "a", To: "b"}) }, ffdtype.KindInvalidValue},
+		{"duplicate ref", func(p *flows.SubmitParams) { p.Nodes = append(p.Nodes, node("a")) }, ffdtype.KindInvalidValue},
+		{"empty ref", func(p *flows.SubmitParams) { p.Nodes = append(p.Nodes, node("")) }, ffdtype.KindInvalidValue},
+		{"quorum k zero", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &ffdtype.Policy{Kind: ffdtype.Quorum} }, ffdtype.KindOutOfRange},
+		{"quorum k over in-degree", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &ffdtype.Policy{Kind: ffdtype.Quorum, K: 2} }, ffdtype.KindOutOfRange},
+		{"unknown policy", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &ffdtype.Policy{Kind: "most_of"} }, ffdtype.KindInvalidValue},
+		{"policy on a root", func(p *flows.SubmitParams) { p.Nodes[0].Policy = &ffdtype.Policy{Kind: ffdtype.AnyOf} }, ffdtype.KindInvalidValue},
+		{"bad lane", func(p *flows.SubmitParams) { p.Nodes[1].Params.Lane = "no spaces" }, ffdtype.KindInvalidValue},
+		{"bad ttl", func(p *flows.SubmitParams) { p.Nodes[1].Params.LeaseTTL = -1 }, ffdtype.KindOutOfRange},
+		{"no nodes", func(p *flows.SubmitParams) { p.Nodes, p.Edges = nil, nil }, ffdtype.KindOutOfRange},
 		{"too many nodes", func(p *flows.SubmitParams) {
 			for i := range flows.MaxSubmitNodes {
 				p.Nodes = append(p.Nodes, node(fmt.Sprint("x", i)))
 			}
-		}, fault.KindOutOfRange},
+		}, ffdtype.KindOutOfRange},
 		{"too many edges", func(p *flows.SubmitParams) {
 			p.Edges = append(p.Edges, make([]flows.SubmitEdge, flows.MaxSubmitEdges)...)
-		}, fault.KindOutOfRange},
+		}, ffdtype.KindOutOfRange},
 	}
 	for _, tt := range tests {
 		p := base()
 		tt.mutate(&p)
 		_, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, p)
-		var ve *fault.ValidationError
+		var ve *ffdtype.ValidationError
 		if !errors.As(err, &ve) || ve.Kind != tt.kind {
 			t.Errorf("%s: %v, want a %s validation error", tt.name, err, tt.kind)
 		}
@@ -112,7 +111,7 @@ func TestSubmitInvalidWritesNothing(t *testing.T) {
 	}
 	again := base()
 	again.Flow.ID = ok.Flow.ID
-	if _, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, again); !errors.Is(err, fault.ErrConflict) {
+	if _, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, again); !errors.Is(err, ffdtype.ErrConflict) {
 		t.Fatalf("resubmitting a flow id: %v, want conflict", err)
 	}
 	if n := f.Count(`SELECT (SELECT count(*) FROM ff_flow) + (SELECT count(*) FROM ff_execution) + (SELECT count(*) FROM ff_edge) + (SELECT count(*) FROM ff_edge_group)`); n != 1+3+2+2 {

@@ -8,6 +8,6 @@
 // the partition of its own uuid, CRC-16/XMODEM over the 16 raw bytes mod 256;
 // a flow member takes its flow's partition.
 //
-// Parsing is strict: one spelling per id, anything else is a *ParseError
-// that quotes the input and matches ErrInvalid.
+// The id types and their strict parsing (one spelling per id) are
+// ffdtype's, where callers reach them too.
 package ident

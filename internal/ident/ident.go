@@ -1,42 +1,18 @@
 package ident
 
 import (
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/google/uuid"
 )
 
 // Partitions is the number of logical partitions ids are spread over.
-const Partitions = 256
+const Partitions = ffdtype.Partitions
 
-// ErrInvalid is matched (errors.Is) by every parse failure of this package.
-var ErrInvalid = errors.New("invalid identifier")
-
-// ParseError reports an identifier that is not of the accepted form; it
-// quotes the input so a caller can show it to the user.
-type ParseError struct {
-	Kind   string // "execution id", "flow id", "uuid"
-	Input  string
-	Reason string
-}
-
-func (e *ParseError) Error() string {
-	in := e.Input
-	if len(in) > maxQuoted {
-		// A message, and so a log line, stays short whatever came in.
-		in = strings.ToValidUTF8(in[:maxQuoted], "") + "…"
-	}
-	return fmt.Sprintf("invalid %s %q: %s", e.Kind, in, e.Reason)
-}
-
-// maxQuoted is the longest input a ParseError's message quotes whole.
-const maxQuoted = 100
-
-// Is makes errors.Is(err, ErrInvalid) true for every ParseError.
-func (e *ParseError) Is(target error) bool { return target == ErrInvalid }
+// ExecutionID is ffdtype's: ident mints them, ffdtype defines and parses
+// them.
+type ExecutionID = ffdtype.ExecutionID
 
 // CRC16 is CRC-16/XMODEM: polynomial 0x1021, init 0, no reflection, xorout 0.
 func CRC16(b []byte) uint16 {
@@ -106,14 +82,6 @@ func NewSoloExecutionIDIn(partition int16) ExecutionID {
 	return ExecutionID{Partition: partition, UUID: NewUUIDIn(partition)}
 }
 
-// ExecutionID is an execution's wire id `{fp:N}:<uuid>`. Partition N is the
-// flow's partition for a flow member and the uuid's own partition for a solo
-// execution, so a flow and all its members share one partition key.
-type ExecutionID struct {
-	Partition int16
-	UUID      uuid.UUID
-}
-
 // NewExecutionID mints a solo execution id: a fresh v7 uuid on its own
 // partition.
 func NewExecutionID() ExecutionID {
@@ -125,82 +93,4 @@ func NewExecutionID() ExecutionID {
 // member is minted on its flow's partition.
 func NewExecutionIDIn(partition int16) ExecutionID {
 	return ExecutionID{Partition: partition, UUID: NewUUID()}
-}
-
-// String renders the canonical wire form.
-func (id ExecutionID) String() string {
-	return "{fp:" + strconv.Itoa(int(id.Partition)) + "}:" + id.UUID.String()
-}
-
-// IsZero reports whether id is the zero value.
-func (id ExecutionID) IsZero() bool { return id == ExecutionID{} }
-
-// MarshalText renders the wire form, so ids read well in JSON.
-func (id ExecutionID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
-
-// UnmarshalText parses the wire form.
-func (id *ExecutionID) UnmarshalText(b []byte) error {
-	parsed, err := ParseExecutionID(string(b))
-	if err != nil {
-		return err
-	}
-	*id = parsed
-	return nil
-}
-
-// ParseExecutionID accepts exactly `{fp:N}:<uuid>` with N a decimal in
-// 0..255 without sign or leading zeros, and a hyphenated uuid in either
-// case (printed back lower-case).
-func ParseExecutionID(s string) (ExecutionID, error) {
-	fail := func(reason string) (ExecutionID, error) {
-		return ExecutionID{}, &ParseError{Kind: "execution id", Input: s, Reason: reason}
-	}
-	rest, ok := strings.CutPrefix(s, "{fp:")
-	if !ok {
-		return fail("want {fp:N}:<uuid>")
-	}
-	num, u, ok := strings.Cut(rest, "}:")
-	if !ok {
-		return fail("want {fp:N}:<uuid>")
-	}
-	if num == "" || len(num) > 3 || (len(num) > 1 && num[0] == '0') {
-		return fail("partition must be a decimal in 0..255")
-	}
-	for _, c := range num {
-		if c < '0' || c > '9' {
-			return fail("partition must be a decimal in 0..255")
-		}
-	}
-	n, _ := strconv.Atoi(num)
-	if n >= Partitions {
-		return fail("partition must be a decimal in 0..255")
-	}
-	parsed, err := parseCanonicalUUID(u)
-	if err != nil {
-		return fail(err.Error())
-	}
-	return ExecutionID{Partition: int16(n), UUID: parsed}, nil
-}
-
-// ParseUUID accepts the hyphenated form ffd prints, in either case (tools
-// that print uuids upper-case are common); ffd prints it lower-case, so
-// an id has one printed spelling. Braces, URNs and unhyphenated forms are
-// refused.
-func ParseUUID(kind, s string) (uuid.UUID, error) {
-	u, err := parseCanonicalUUID(s)
-	if err != nil {
-		return uuid.Nil, &ParseError{Kind: kind, Input: s, Reason: err.Error()}
-	}
-	return u, nil
-}
-
-func parseCanonicalUUID(s string) (uuid.UUID, error) {
-	if len(s) != 36 {
-		return uuid.Nil, errors.New("uuid must be 36 characters, hexadecimal and hyphenated")
-	}
-	u, err := uuid.Parse(s)
-	if err != nil || u.String() != strings.ToLower(s) {
-		return uuid.Nil, errors.New("uuid must be hexadecimal and hyphenated")
-	}
-	return u, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -23,13 +24,13 @@ type ClaimParams struct {
 // ValidateWorker checks a worker name.
 func ValidateWorker(w string) error {
 	if w == "" || len(w) > 256 {
-		return fault.Invalid(fault.KindInvalidValue, "worker", w, "want 1 to 256 bytes")
+		return fault.Invalid(ffdtype.KindInvalidValue, "worker", w, "want 1 to 256 bytes")
 	}
 	return nil
 }
 
 // Claim leases up to p.Max executions, in one statement.
-func Claim(ctx context.Context, db store.DB, p ClaimParams) ([]*store.Execution, error) {
+func Claim(ctx context.Context, db store.DB, p ClaimParams) ([]*ffdtype.Execution, error) {
 	if err := ValidateName("lane", p.Lane); err != nil {
 		return nil, err
 	}
@@ -40,7 +41,7 @@ func Claim(ctx context.Context, db store.DB, p ClaimParams) ([]*store.Execution,
 		return nil, err
 	}
 	if p.Max < 1 || p.Max > MaxClaimBatch {
-		return nil, fault.Invalid(fault.KindOutOfRange, "max", strconv.Itoa(p.Max), fmt.Sprintf("want 1..%d", MaxClaimBatch))
+		return nil, fault.Invalid(ffdtype.KindOutOfRange, "max", strconv.Itoa(p.Max), fmt.Sprintf("want 1..%d", MaxClaimBatch))
 	}
 	caps := p.Capabilities
 	if caps == nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
@@ -71,7 +72,7 @@ type CreateParams struct {
 	Priority             int
 	RequiredCapabilities []string
 	MaxAttempts          int
-	Retry                store.RetryPolicy
+	Retry                ffdtype.RetryPolicy
 	LeaseTTL             time.Duration
 	AttemptTimeout       time.Duration // 0: attempts may run as long as they heartbeat
 	Deadline             time.Duration // 0: none; else expires this long after creation
@@ -120,7 +121,7 @@ func (l Limits) AtLeast(n int) Limits {
 // ValidateName checks a lane or namespace.
 func ValidateName(field, v string) error {
 	if !validName(v) {
-		return fault.Invalid(fault.KindInvalidValue, field, v, "want 1 to 128 characters of A-Z a-z 0-9 _ . : -")
+		return fault.Invalid(ffdtype.KindInvalidValue, field, v, "want 1 to 128 characters of A-Z a-z 0-9 _ . : -")
 	}
 	return nil
 }
@@ -135,7 +136,7 @@ func (p *CreateParams) Normalize(lim Limits) error {
 		return err
 	}
 	if p.Lane == "" {
-		return fault.Invalid(fault.KindRequired, "lane", "", "a lane is required")
+		return fault.Invalid(ffdtype.KindRequired, "lane", "", "a lane is required")
 	}
 	if err := ValidateName("lane", p.Lane); err != nil {
 		return err
@@ -144,11 +145,11 @@ func (p *CreateParams) Normalize(lim Limits) error {
 		return err
 	}
 	if len(p.Payload) > lim.maxPayload() {
-		return fault.Invalid(fault.KindTooLarge, "payload", strconv.Itoa(len(p.Payload))+" bytes",
+		return fault.Invalid(ffdtype.KindTooLarge, "payload", strconv.Itoa(len(p.Payload))+" bytes",
 			fmt.Sprintf("at most %d bytes", lim.maxPayload()))
 	}
 	if p.Priority < -1<<31 || p.Priority > 1<<31-1 {
-		return fault.Invalid(fault.KindOutOfRange, "priority", strconv.Itoa(p.Priority), "want a 32-bit integer")
+		return fault.Invalid(ffdtype.KindOutOfRange, "priority", strconv.Itoa(p.Priority), "want a 32-bit integer")
 	}
 	if err := validateCapabilities("required_capabilities", p.RequiredCapabilities); err != nil {
 		return err
@@ -157,7 +158,7 @@ func (p *CreateParams) Normalize(lim Limits) error {
 		p.MaxAttempts = DefaultMaxAttempts
 	}
 	if p.MaxAttempts < 1 || p.MaxAttempts > MaxMaxAttempts {
-		return fault.Invalid(fault.KindOutOfRange, "max_attempts", strconv.Itoa(p.MaxAttempts), fmt.Sprintf("want 1..%d", MaxMaxAttempts))
+		return fault.Invalid(ffdtype.KindOutOfRange, "max_attempts", strconv.Itoa(p.MaxAttempts), fmt.Sprintf("want 1..%d", MaxMaxAttempts))
 	}
 	if err := normalizeRetry(&p.Retry); err != nil {
 		return err
@@ -166,16 +167,16 @@ func (p *CreateParams) Normalize(lim Limits) error {
 		p.LeaseTTL = DefaultLeaseTTL
 	}
 	if p.LeaseTTL < MinLeaseTTL || p.LeaseTTL > MaxLeaseTTL {
-		return fault.Invalid(fault.KindOutOfRange, "lease_ttl", p.LeaseTTL.String(), fmt.Sprintf("want %s..%s", MinLeaseTTL, MaxLeaseTTL))
+		return fault.Invalid(ffdtype.KindOutOfRange, "lease_ttl", p.LeaseTTL.String(), fmt.Sprintf("want %s..%s", MinLeaseTTL, MaxLeaseTTL))
 	}
 	if p.AttemptTimeout < 0 || p.AttemptTimeout > MaxAttemptTimeout || (p.AttemptTimeout > 0 && p.AttemptTimeout < time.Millisecond) {
-		return fault.Invalid(fault.KindOutOfRange, "attempt_timeout", p.AttemptTimeout.String(), fmt.Sprintf("want 0 (none) or 1ms..%s", MaxAttemptTimeout))
+		return fault.Invalid(ffdtype.KindOutOfRange, "attempt_timeout", p.AttemptTimeout.String(), fmt.Sprintf("want 0 (none) or 1ms..%s", MaxAttemptTimeout))
 	}
 	if p.Deadline < 0 || p.Deadline > MaxDeadline || (p.Deadline > 0 && p.Deadline < time.Millisecond) {
-		return fault.Invalid(fault.KindOutOfRange, "deadline", p.Deadline.String(), fmt.Sprintf("want 0 (none) or 1ms..%s", MaxDeadline))
+		return fault.Invalid(ffdtype.KindOutOfRange, "deadline", p.Deadline.String(), fmt.Sprintf("want 0 (none) or 1ms..%s", MaxDeadline))
 	}
 	if p.Delay < 0 || p.Delay > MaxDelay {
-		return fault.Invalid(fault.KindOutOfRange, "delay", p.Delay.String(), fmt.Sprintf("want 0..%s", MaxDelay))
+		return fault.Invalid(ffdtype.KindOutOfRange, "delay", p.Delay.String(), fmt.Sprintf("want 0..%s", MaxDelay))
 	}
 	if err := ValidateText("idempotency_key", p.IdempotencyKey, MaxIdempotencyKey); err != nil {
 		return err
@@ -188,7 +189,7 @@ func (p *CreateParams) Normalize(lim Limits) error {
 			return err
 		}
 		if p.FlowID == nil {
-			return fault.Invalid(fault.KindInvalidValue, "step", p.Step, "a step name is for a flow member: create it with CreateInFlow or SubmitFlow")
+			return fault.Invalid(ffdtype.KindInvalidValue, "step", p.Step, "a step name is for a flow member: create it with CreateInFlow or SubmitFlow")
 		}
 	}
 	return p.normalizeTags()
@@ -201,23 +202,23 @@ const MaxUniqueWindow = 366 * 24 * time.Hour
 func (p *CreateParams) validateUnique() error {
 	if p.UniqueKey == "" {
 		if p.UniqueWindow != 0 {
-			return fault.Invalid(fault.KindInvalidValue, "unique_window", p.UniqueWindow.String(), "a window needs a unique key")
+			return fault.Invalid(ffdtype.KindInvalidValue, "unique_window", p.UniqueWindow.String(), "a window needs a unique key")
 		}
 		return nil
 	}
 	if p.IdempotencyKey != "" {
-		return fault.Invalid(fault.KindInvalidValue, "unique_key", p.UniqueKey, "give an idempotency key or a unique key, not both")
+		return fault.Invalid(ffdtype.KindInvalidValue, "unique_key", p.UniqueKey, "give an idempotency key or a unique key, not both")
 	}
 	if p.FlowID != nil {
 		// A member lives on its flow's partition, and a unique key's
 		// holders must all live on the key's.
-		return fault.Invalid(fault.KindInvalidValue, "unique_key", p.UniqueKey, "a unique key is for a solo execution, not a flow member")
+		return fault.Invalid(ffdtype.KindInvalidValue, "unique_key", p.UniqueKey, "a unique key is for a solo execution, not a flow member")
 	}
 	if err := ValidateText("unique_key", p.UniqueKey, MaxIdempotencyKey); err != nil {
 		return err
 	}
 	if p.UniqueWindow != 0 && (p.UniqueWindow < time.Second || p.UniqueWindow > MaxUniqueWindow) {
-		return fault.Invalid(fault.KindOutOfRange, "unique_window", p.UniqueWindow.String(), "want 0 (while live) or 1s.."+MaxUniqueWindow.String())
+		return fault.Invalid(ffdtype.KindOutOfRange, "unique_window", p.UniqueWindow.String(), "want 0 (while live) or 1s.."+MaxUniqueWindow.String())
 	}
 	return nil
 }
@@ -241,10 +242,10 @@ func (p *CreateParams) normalizeTags() error {
 	}
 	b, err := json.Marshal(p.Tags)
 	if err != nil {
-		return fault.Invalid(fault.KindInvalidValue, "tags", fmt.Sprint(p.Tags), "must encode as a JSON object: "+err.Error())
+		return fault.Invalid(ffdtype.KindInvalidValue, "tags", fmt.Sprint(p.Tags), "must encode as a JSON object: "+err.Error())
 	}
 	if len(b) > MaxTagsBytes {
-		return fault.Invalid(fault.KindTooLarge, "tags", strconv.Itoa(len(b))+" bytes", fmt.Sprintf("at most %d bytes of JSON", MaxTagsBytes))
+		return fault.Invalid(ffdtype.KindTooLarge, "tags", strconv.Itoa(len(b))+" bytes", fmt.Sprintf("at most %d bytes of JSON", MaxTagsBytes))
 	}
 	if err := validateJSONText("tags", b); err != nil {
 		return err
@@ -256,11 +257,11 @@ func (p *CreateParams) normalizeTags() error {
 
 func validateCapabilities(field string, caps []string) error {
 	if len(caps) > MaxCapabilities {
-		return fault.Invalid(fault.KindTooLarge, field, strconv.Itoa(len(caps))+" capabilities", fmt.Sprintf("at most %d", MaxCapabilities))
+		return fault.Invalid(ffdtype.KindTooLarge, field, strconv.Itoa(len(caps))+" capabilities", fmt.Sprintf("at most %d", MaxCapabilities))
 	}
 	for _, c := range caps {
 		if c == "" || len(c) > maxCapabilityLength {
-			return fault.Invalid(fault.KindInvalidValue, field, c, fmt.Sprintf("each capability is 1 to %d bytes", maxCapabilityLength))
+			return fault.Invalid(ffdtype.KindInvalidValue, field, c, fmt.Sprintf("each capability is 1 to %d bytes", maxCapabilityLength))
 		}
 		if err := ValidateText(field, c, 0); err != nil {
 			return err
@@ -269,7 +270,7 @@ func validateCapabilities(field string, caps []string) error {
 	return nil
 }
 
-func normalizeRetry(r *store.RetryPolicy) error {
+func normalizeRetry(r *ffdtype.RetryPolicy) error {
 	if r.Base == 0 {
 		r.Base = DefaultBackoffBase
 	}
@@ -284,15 +285,15 @@ func normalizeRetry(r *store.RetryPolicy) error {
 	}
 	switch {
 	case r.Base < time.Millisecond || r.Base > MaxBackoff:
-		return fault.Invalid(fault.KindOutOfRange, "retry.base", r.Base.String(), fmt.Sprintf("want 1ms..%s", MaxBackoff))
+		return fault.Invalid(ffdtype.KindOutOfRange, "retry.base", r.Base.String(), fmt.Sprintf("want 1ms..%s", MaxBackoff))
 	case r.Max < r.Base || r.Max > MaxBackoff:
-		return fault.Invalid(fault.KindOutOfRange, "retry.max", r.Max.String(), fmt.Sprintf("want retry.base..%s", MaxBackoff))
+		return fault.Invalid(ffdtype.KindOutOfRange, "retry.max", r.Max.String(), fmt.Sprintf("want retry.base..%s", MaxBackoff))
 	// Written as negated ranges so that NaN, which fails every
 	// comparison, is refused too.
 	case !(r.Multiplier >= 1 && r.Multiplier <= MaxBackoffFactor):
-		return fault.Invalid(fault.KindOutOfRange, "retry.multiplier", strconv.FormatFloat(r.Multiplier, 'g', -1, 64), "want 1..100")
+		return fault.Invalid(ffdtype.KindOutOfRange, "retry.multiplier", strconv.FormatFloat(r.Multiplier, 'g', -1, 64), "want 1..100")
 	case !(r.Jitter >= 0 && r.Jitter <= 1):
-		return fault.Invalid(fault.KindOutOfRange, "retry.jitter", strconv.FormatFloat(r.Jitter, 'g', -1, 64), "want 0..1")
+		return fault.Invalid(ffdtype.KindOutOfRange, "retry.jitter", strconv.FormatFloat(r.Jitter, 'g', -1, 64), "want 0..1")
 	}
 	return nil
 }
@@ -301,7 +302,7 @@ func normalizeRetry(r *store.RetryPolicy) error {
 // for a flow member that waits on its group, blocked. With an idempotency
 // key already used in the namespace it returns the existing execution and
 // existed = true, writing nothing.
-func Create(ctx context.Context, db store.DB, lim Limits, p CreateParams) (x *store.Execution, existed bool, err error) {
+func Create(ctx context.Context, db store.DB, lim Limits, p CreateParams) (x *ffdtype.Execution, existed bool, err error) {
 	if err := p.Normalize(lim); err != nil {
 		return nil, false, err
 	}
@@ -311,7 +312,7 @@ func Create(ctx context.Context, db store.DB, lim Limits, p CreateParams) (x *st
 // CreateMany inserts executions in one statement and returns them in the
 // order of ps. Idempotency keys are refused: a batch that half exists is
 // not a thing a caller can reason about.
-func CreateMany(ctx context.Context, db store.DB, lim Limits, ps []CreateParams) ([]*store.Execution, error) {
+func CreateMany(ctx context.Context, db store.DB, lim Limits, ps []CreateParams) ([]*ffdtype.Execution, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
@@ -322,10 +323,10 @@ func CreateMany(ctx context.Context, db store.DB, lim Limits, ps []CreateParams)
 			return nil, fmt.Errorf("execution %d of %d: %w", i, len(ps), err)
 		}
 		if p.IdempotencyKey != "" {
-			return nil, fault.Invalid(fault.KindInvalidValue, "idempotency_key", p.IdempotencyKey, "not supported in a batch create")
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "idempotency_key", p.IdempotencyKey, "not supported in a batch create")
 		}
 		if p.UniqueKey != "" {
-			return nil, fault.Invalid(fault.KindInvalidValue, "unique_key", p.UniqueKey, "not supported in a batch create")
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "unique_key", p.UniqueKey, "not supported in a batch create")
 		}
 		rows[i] = newRow(p)
 	}
@@ -336,7 +337,7 @@ func CreateMany(ctx context.Context, db store.DB, lim Limits, ps []CreateParams)
 // right partition and every column's value.
 func newRow(p *CreateParams) store.NewExecution {
 	r := store.NewExecution{ID: ident.NewExecutionID(), FlowID: p.FlowID, Namespace: p.Namespace, Lane: p.Lane,
-		Kind: p.Kind, Priority: p.Priority, RequiredCapabilities: p.RequiredCapabilities, State: store.StatePending,
+		Kind: p.Kind, Priority: p.Priority, RequiredCapabilities: p.RequiredCapabilities, State: ffdtype.StatePending,
 		Delay: p.Delay, MaxAttempts: p.MaxAttempts, Retry: p.Retry, LeaseTTL: p.LeaseTTL,
 		AttemptTimeout: p.AttemptTimeout, Deadline: p.Deadline, Payload: p.Payload,
 		IdempotencyKey: p.IdempotencyKey, Tags: p.Tags, Step: p.Step}
@@ -355,7 +356,7 @@ func newRow(p *CreateParams) store.NewExecution {
 		r.ID = ident.NewSoloExecutionIDIn(*p.Partition)
 	}
 	if p.Blocked {
-		r.State = store.StateBlocked
+		r.State = ffdtype.StateBlocked
 	}
 	if r.RequiredCapabilities == nil {
 		r.RequiredCapabilities = []string{}

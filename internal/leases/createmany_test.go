@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -20,7 +21,7 @@ func TestCreateManyMatchesCreate(t *testing.T) {
 	for i := range 40 {
 		p := leases.CreateParams{Lane: fmt.Sprint("many-", i%3), Kind: fmt.Sprint("k", i), Priority: i % 5,
 			Payload: []byte(fmt.Sprint("payload ", i)), MaxAttempts: 1 + i%4,
-			Retry:    store.RetryPolicy{Base: time.Duration(1+i) * time.Millisecond, Max: time.Minute, Multiplier: 1.5, Jitter: 0.2},
+			Retry:    ffdtype.RetryPolicy{Base: time.Duration(1+i) * time.Millisecond, Max: time.Minute, Multiplier: 1.5, Jitter: 0.2},
 			LeaseTTL: time.Duration(10+i) * time.Second}
 		switch i % 4 {
 		case 0:
@@ -51,7 +52,7 @@ func TestCreateManyMatchesCreate(t *testing.T) {
 		if caps == nil {
 			caps = []string{}
 		}
-		wantState := store.StatePending
+		wantState := ffdtype.StatePending
 		switch {
 		case got.Kind != p.Kind || got.Lane != p.Lane || got.Priority != p.Priority || !bytes.Equal(got.Payload, p.Payload):
 			t.Errorf("row %d: kind %q lane %q priority %d payload %q; asked %q %q %d %q", i, got.Kind, got.Lane, got.Priority, got.Payload, p.Kind, p.Lane, p.Priority, p.Payload)
@@ -105,11 +106,11 @@ func TestCreateManyReturnsWhatItStored(t *testing.T) {
 					ps[i].Deadline = time.Hour
 					ps[i].AttemptTimeout = 3 * time.Second
 				case 3:
-					ps[i].Retry = store.RetryPolicy{Base: 2 * time.Second, Max: time.Hour, Multiplier: 3, Jitter: 0.5}
+					ps[i].Retry = ffdtype.RetryPolicy{Base: 2 * time.Second, Max: time.Hour, Multiplier: 3, Jitter: 0.5}
 					ps[i].LeaseTTL = 45 * time.Second
 				}
 			}
-			var xs []*store.Execution
+			var xs []*ffdtype.Execution
 			var err error
 			if tc.inTx {
 				tx, terr := f.Pool.Begin(f.Ctx)
@@ -149,7 +150,7 @@ func TestCreateManyReturnsWhatItStored(t *testing.T) {
 
 // comparable is x with its times in UTC (the clock's reading, not the
 // zone it was scanned in).
-func comparable(x *store.Execution) store.Execution {
+func comparable(x *ffdtype.Execution) ffdtype.Execution {
 	c := *x
 	utc := func(t *time.Time) *time.Time {
 		if t == nil {

@@ -12,7 +12,7 @@
 //
 // Fencing. lease_epoch grows on every ownership change: claim, expiry,
 // revoke, cancel. Renew, complete and fail name the epoch they hold and
-// match nothing once it moved on; the caller gets a *fault.LeaseLostError
+// match nothing once it moved on; the caller gets a *ffdtype.LeaseLostError
 // and nothing is written. Complete and fail are idempotent: repeating one
 // that already succeeded at the same epoch finds its attempt row (attempts
 // record the epoch they ran under) and returns the stored outcome.

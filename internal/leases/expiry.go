@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -97,7 +98,7 @@ func expireLocked(ctx context.Context, tx pgx.Tx, found []store.Lapsed) (Expired
 		if l.Attempt < l.MaxAttempts {
 			retry = append(retry, store.RequeueItem{ID: l.ID, Epoch: l.Epoch, Error: msg})
 		} else {
-			end = append(end, store.Ending{ID: l.ID, Epoch: l.Epoch, State: store.StateExpired, Error: msg})
+			end = append(end, store.Ending{ID: l.ID, Epoch: l.Epoch, State: ffdtype.StateExpired, Error: msg})
 		}
 	}
 	rq, err := store.Requeue(ctx, tx, store.RequeueTimedOut, false, retry)
@@ -142,7 +143,7 @@ func expireDeadlines(ctx context.Context, db store.DB, lock func(tx pgx.Tx) ([]i
 		}
 		end := make([]store.Ending, len(ids))
 		for i, id := range ids {
-			end[i] = store.Ending{ID: id, State: store.StateExpired, Error: errDeadline}
+			end[i] = store.Ending{ID: id, State: ffdtype.StateExpired, Error: errDeadline}
 		}
 		ended, err := store.Terminate(ctx, tx, end)
 		n = len(ended)

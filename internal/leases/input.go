@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 )
@@ -49,13 +50,13 @@ func CleanText(s string, max int) string {
 // bytes (max 0: no bound).
 func ValidateText(field, v string, max int) error {
 	if max > 0 && len(v) > max {
-		return fault.Invalid(fault.KindTooLarge, field, strconv.Itoa(len(v))+" bytes", fmt.Sprintf("at most %d bytes", max))
+		return fault.Invalid(ffdtype.KindTooLarge, field, strconv.Itoa(len(v))+" bytes", fmt.Sprintf("at most %d bytes", max))
 	}
 	if !utf8.ValidString(v) {
-		return fault.Invalid(fault.KindInvalidValue, field, strings.ToValidUTF8(v, "\uFFFD"), "must be valid UTF-8")
+		return fault.Invalid(ffdtype.KindInvalidValue, field, strings.ToValidUTF8(v, "\uFFFD"), "must be valid UTF-8")
 	}
 	if strings.IndexByte(v, 0) >= 0 {
-		return fault.Invalid(fault.KindInvalidValue, field, strings.ReplaceAll(v, "\x00", `\0`), "must not contain NUL bytes")
+		return fault.Invalid(ffdtype.KindInvalidValue, field, strings.ReplaceAll(v, "\x00", `\0`), "must not contain NUL bytes")
 	}
 	return nil
 }
@@ -64,7 +65,7 @@ func ValidateText(field, v string, max int) error {
 // escaped NUL character.
 func validateJSONText(field string, b []byte) error {
 	if bytes.Contains(b, []byte(`\u0000`)) {
-		return fault.Invalid(fault.KindInvalidValue, field, string(b), `must not contain NUL characters (\u0000)`)
+		return fault.Invalid(ffdtype.KindInvalidValue, field, string(b), `must not contain NUL characters (\u0000)`)
 	}
 	return nil
 }
@@ -73,10 +74,10 @@ func validateJSONText(field string, b []byte) error {
 // partition outside 0..255 or the nil uuid.
 func ValidateID(field string, id ident.ExecutionID) error {
 	if id.Partition < 0 || id.Partition >= ident.Partitions {
-		return fault.Invalid(fault.KindMalformedID, field, id.String(), fmt.Sprintf("partition %d is outside 0..%d", id.Partition, ident.Partitions-1))
+		return fault.Invalid(ffdtype.KindMalformedID, field, id.String(), fmt.Sprintf("partition %d is outside 0..%d", id.Partition, ident.Partitions-1))
 	}
 	if id.UUID == [16]byte{} {
-		return fault.Invalid(fault.KindMalformedID, field, id.String(), "the nil uuid is not an execution id")
+		return fault.Invalid(ffdtype.KindMalformedID, field, id.String(), "the nil uuid is not an execution id")
 	}
 	return nil
 }
@@ -89,7 +90,7 @@ func validateFence(id ident.ExecutionID, epoch int64) error {
 		return err
 	}
 	if epoch < 1 {
-		return fault.Invalid(fault.KindOutOfRange, "lease_epoch", strconv.FormatInt(epoch, 10),
+		return fault.Invalid(ffdtype.KindOutOfRange, "lease_epoch", strconv.FormatInt(epoch, 10),
 			"want the epoch of a held lease (1 or more; an execution that was never claimed has no lease to fence on)")
 	}
 	return nil

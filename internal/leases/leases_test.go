@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
@@ -21,7 +21,7 @@ type fixture struct{ *testdb.Fixture }
 
 func setup(t *testing.T) *fixture { return &fixture{testdb.Checked(t, 2*time.Minute)} }
 
-func (f *fixture) create(p leases.CreateParams) *store.Execution {
+func (f *fixture) create(p leases.CreateParams) *ffdtype.Execution {
 	f.T.Helper()
 	if p.Lane == "" {
 		p.Lane = "default"
@@ -33,7 +33,7 @@ func (f *fixture) create(p leases.CreateParams) *store.Execution {
 	return x
 }
 
-func (f *fixture) claim(lane string, n int, caps ...string) []*store.Execution {
+func (f *fixture) claim(lane string, n int, caps ...string) []*ffdtype.Execution {
 	f.T.Helper()
 	got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: lane, Worker: "w1/i1", Capabilities: caps, Max: n})
 	if err != nil {
@@ -42,7 +42,7 @@ func (f *fixture) claim(lane string, n int, caps ...string) []*store.Execution {
 	return got
 }
 
-func (f *fixture) claimOne(lane string) *store.Execution {
+func (f *fixture) claimOne(lane string) *ffdtype.Execution {
 	f.T.Helper()
 	got := f.claim(lane, 1)
 	if len(got) != 1 {
@@ -51,7 +51,7 @@ func (f *fixture) claimOne(lane string) *store.Execution {
 	return got[0]
 }
 
-func (f *fixture) get(id ident.ExecutionID) *store.Execution {
+func (f *fixture) get(id ident.ExecutionID) *ffdtype.Execution {
 	f.T.Helper()
 	x, err := leases.Get(f.Ctx, f.Pool, id)
 	if err != nil {
@@ -90,7 +90,7 @@ func TestCreateAndClaim(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	x := f.create(leases.CreateParams{Lane: "mail", Kind: "send", Payload: []byte(`{"to":"a"}`), Tags: map[string]any{"team": "growth"}})
-	if x.State != store.StatePending || x.Attempt != 0 || x.LeaseEpoch != 0 || x.StartedAt != nil {
+	if x.State != ffdtype.StatePending || x.Attempt != 0 || x.LeaseEpoch != 0 || x.StartedAt != nil {
 		t.Fatalf("new execution: %+v; want pending, attempt 0, epoch 0, no started_at", x)
 	}
 	if x.ID.Partition != ident.Partition(x.ID.UUID) {
@@ -98,7 +98,7 @@ func TestCreateAndClaim(t *testing.T) {
 	}
 	// Regression (original #356 area): the first claim sets state running.
 	c := f.claimOne("mail")
-	if c.ID != x.ID || c.State != store.StateRunning || c.Attempt != 1 || c.LeaseEpoch != 1 || c.LeaseOwner != "w1/i1" || c.StartedAt == nil || c.LeaseExpiresAt == nil {
+	if c.ID != x.ID || c.State != ffdtype.StateRunning || c.Attempt != 1 || c.LeaseEpoch != 1 || c.LeaseOwner != "w1/i1" || c.StartedAt == nil || c.LeaseExpiresAt == nil {
 		t.Fatalf("claimed: %+v; want running, attempt 1, epoch 1, owner w1/i1, started", c)
 	}
 	if string(c.Payload) != `{"to":"a"}` || c.Tags["team"] != "growth" {
@@ -120,11 +120,11 @@ func TestCreateAndClaim(t *testing.T) {
 		t.Fatalf("renew: %v, %v", exp, err)
 	}
 	out, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, c.ID, c.LeaseEpoch, []byte("done"))
-	if err != nil || out.State != store.StateCompleted || out.Repeated {
+	if err != nil || out.State != ffdtype.StateCompleted || out.Repeated {
 		t.Fatalf("complete: %+v, %v", out, err)
 	}
 	done := f.get(x.ID)
-	if done.State != store.StateCompleted || string(done.Result) != "done" || done.TerminalAt == nil || done.LeaseOwner != "" {
+	if done.State != ffdtype.StateCompleted || string(done.Result) != "done" || done.TerminalAt == nil || done.LeaseOwner != "" {
 		t.Fatalf("after complete: %+v", done)
 	}
 	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'success'`, x.ID.UUID); n != 1 {
@@ -164,7 +164,7 @@ func TestCompleteIdempotent(t *testing.T) {
 	}
 	before := f.snapshot(c.ID)
 	again, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, c.ID, c.LeaseEpoch, []byte("r2"))
-	if err != nil || !again.Repeated || again.State != store.StateCompleted || string(again.Result) != "r1" || again.Attempt != first.Attempt {
+	if err != nil || !again.Repeated || again.State != ffdtype.StateCompleted || string(again.Result) != "r1" || again.Attempt != first.Attempt {
 		t.Fatalf("repeated complete: %+v, %v; want the stored outcome r1", again, err)
 	}
 	if after := f.snapshot(c.ID); after != before {
@@ -174,7 +174,7 @@ func TestCompleteIdempotent(t *testing.T) {
 		t.Fatalf("%d completion events, want 1", n)
 	}
 	// Failing an execution this lease completed is a lost lease, not a retry.
-	if _, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "x", Retryable: true}); !errors.Is(err, fault.ErrLeaseLost) {
+	if _, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "x", Retryable: true}); !errors.Is(err, ffdtype.ErrLeaseLost) {
 		t.Fatalf("fail after complete: %v, want lease lost", err)
 	}
 }
@@ -185,12 +185,12 @@ func TestFailIdempotent(t *testing.T) {
 	f.create(leases.CreateParams{MaxAttempts: 1})
 	c := f.claimOne("default")
 	out, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "boom", Retryable: true})
-	if err != nil || out.State != store.StateFailed {
+	if err != nil || out.State != ffdtype.StateFailed {
 		t.Fatalf("fail on last attempt: %+v, %v; want failed", out, err)
 	}
 	before := f.snapshot(c.ID)
 	again, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "boom", Retryable: true})
-	if err != nil || !again.Repeated || again.State != store.StateFailed {
+	if err != nil || !again.Repeated || again.State != ffdtype.StateFailed {
 		t.Fatalf("repeated fail: %+v, %v", again, err)
 	}
 	if after := f.snapshot(c.ID); after != before {
@@ -227,25 +227,25 @@ func TestIdempotencyKey(t *testing.T) {
 // After expiry, revoke and cancel, the old holder can change nothing.
 func TestFencing(t *testing.T) {
 	t.Parallel()
-	takeAway := map[string]func(f *fixture, x *store.Execution){
-		"expiry": func(f *fixture, x *store.Execution) {
+	takeAway := map[string]func(f *fixture, x *ffdtype.Execution){
+		"expiry": func(f *fixture, x *ffdtype.Execution) {
 			f.lapse(x.ID)
 			res, _, err := leases.ExpireLapsed(f.Ctx, f.Pool, []store.LeaseRef{{ID: x.ID, Epoch: x.LeaseEpoch}})
 			if err != nil || res.LapsedRetried != 1 {
 				f.T.Fatalf("expire: %+v %v", res, err)
 			}
 		},
-		"revoke": func(f *fixture, x *store.Execution) {
+		"revoke": func(f *fixture, x *ffdtype.Execution) {
 			if _, err := leases.Revoke(f.Ctx, f.Pool, x.ID, "ops"); err != nil {
 				f.T.Fatal(err)
 			}
 		},
-		"cancel": func(f *fixture, x *store.Execution) {
+		"cancel": func(f *fixture, x *ffdtype.Execution) {
 			if _, err := leases.Cancel(f.Ctx, f.Pool, x.ID, "user asked", "alice"); err != nil {
 				f.T.Fatal(err)
 			}
 		},
-		"expiry then re-claim": func(f *fixture, x *store.Execution) {
+		"expiry then re-claim": func(f *fixture, x *ffdtype.Execution) {
 			f.lapse(x.ID)
 			if _, err := leases.SweepLapsed(f.Ctx, f.Pool, 10); err != nil {
 				f.T.Fatal(err)
@@ -268,18 +268,18 @@ func TestFencing(t *testing.T) {
 				t.Fatalf("epoch %d after %s, want > %d", after.LeaseEpoch, name, x.LeaseEpoch)
 			}
 			before := f.snapshot(x.ID)
-			if _, err := leases.Renew(f.Ctx, f.Pool, x.ID, x.LeaseEpoch); !errors.Is(err, fault.ErrLeaseLost) {
+			if _, err := leases.Renew(f.Ctx, f.Pool, x.ID, x.LeaseEpoch); !errors.Is(err, ffdtype.ErrLeaseLost) {
 				t.Errorf("renew by old holder: %v, want lease lost", err)
 			}
-			if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, x.ID, x.LeaseEpoch, []byte("late")); !errors.Is(err, fault.ErrLeaseLost) {
+			if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, x.ID, x.LeaseEpoch, []byte("late")); !errors.Is(err, ffdtype.ErrLeaseLost) {
 				t.Errorf("complete by old holder: %v, want lease lost", err)
 			}
 			for _, retry := range []bool{true, false} {
-				if _, err := leases.Fail(f.Ctx, f.Pool, x.ID, x.LeaseEpoch, leases.FailParams{Error: "late", Retryable: retry}); !errors.Is(err, fault.ErrLeaseLost) {
+				if _, err := leases.Fail(f.Ctx, f.Pool, x.ID, x.LeaseEpoch, leases.FailParams{Error: "late", Retryable: retry}); !errors.Is(err, ffdtype.ErrLeaseLost) {
 					t.Errorf("fail(retryable=%v) by old holder: %v, want lease lost", retry, err)
 				}
 			}
-			var lost *fault.LeaseLostError
+			var lost *ffdtype.LeaseLostError
 			_, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil)
 			if !errors.As(err, &lost) || lost.Epoch != x.LeaseEpoch || lost.CurrentEpoch != after.LeaseEpoch {
 				t.Errorf("lease lost error %v does not carry the epochs %d and %d", err, x.LeaseEpoch, after.LeaseEpoch)
@@ -296,7 +296,7 @@ func TestCancel(t *testing.T) {
 	f := setup(t)
 	pending := f.create(leases.CreateParams{Lane: "c"})
 	out, err := leases.Cancel(f.Ctx, f.Pool, pending.ID, "", "")
-	if err != nil || out.State != store.StateCancelled || out.Repeated {
+	if err != nil || out.State != ffdtype.StateCancelled || out.Repeated {
 		t.Fatalf("cancel pending: %+v %v", out, err)
 	}
 	got := f.get(pending.ID)
@@ -331,7 +331,7 @@ func TestCancel(t *testing.T) {
 	if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, done.ID, done.LeaseEpoch, nil); err != nil {
 		t.Fatal(err)
 	}
-	var term *fault.AlreadyTerminalError
+	var term *ffdtype.AlreadyTerminalError
 	if _, err := leases.Cancel(f.Ctx, f.Pool, done.ID, "", ""); !errors.As(err, &term) || term.State != "completed" {
 		t.Fatalf("cancel of completed: %v, want already terminal naming completed", err)
 	}
@@ -345,7 +345,7 @@ func TestRevoke(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	x := f.create(leases.CreateParams{Lane: "r"})
-	if _, err := leases.Revoke(f.Ctx, f.Pool, x.ID, ""); !errors.Is(err, fault.ErrConflict) {
+	if _, err := leases.Revoke(f.Ctx, f.Pool, x.ID, ""); !errors.Is(err, ffdtype.ErrConflict) {
 		t.Fatalf("revoke of pending: %v, want conflict", err)
 	}
 	c := f.claimOne("r")
@@ -354,7 +354,7 @@ func TestRevoke(t *testing.T) {
 		t.Fatalf("revoke: %+v %v", rq, err)
 	}
 	got := f.get(c.ID)
-	if got.State != store.StatePending || got.LeaseOwner != "" {
+	if got.State != ffdtype.StatePending || got.LeaseOwner != "" {
 		t.Fatalf("after revoke: %+v", got)
 	}
 	if n := f.Count(`SELECT count(*) FROM ff_attempt_all WHERE execution_id = $1 AND outcome = 'revoked'`, c.ID.UUID); n != 1 {
@@ -375,7 +375,7 @@ func TestRevoke(t *testing.T) {
 func TestRetries(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	x := f.create(leases.CreateParams{Lane: "retry", MaxAttempts: 3, Retry: store.RetryPolicy{Base: 10 * time.Second, Multiplier: 3, Jitter: 0.1, Max: time.Minute}})
+	x := f.create(leases.CreateParams{Lane: "retry", MaxAttempts: 3, Retry: ffdtype.RetryPolicy{Base: 10 * time.Second, Multiplier: 3, Jitter: 0.1, Max: time.Minute}})
 	firstStart := time.Time{}
 	for attempt := 1; attempt <= 3; attempt++ {
 		c := f.claimOne("retry")
@@ -392,7 +392,7 @@ func TestRetries(t *testing.T) {
 			t.Fatal(err)
 		}
 		if attempt == 3 {
-			if out.State != store.StateFailed {
+			if out.State != ffdtype.StateFailed {
 				t.Fatalf("last attempt: %+v, want failed", out)
 			}
 			break
@@ -400,7 +400,7 @@ func TestRetries(t *testing.T) {
 		// min(10s * 3^(n-1), 1m) ± 10%
 		base := min(10*time.Second*time.Duration(pow(3, attempt-1)), time.Minute)
 		lo, hi := dbNow.Add(base*9/10-time.Second), dbNow.Add(base*11/10+time.Second)
-		if out.State != store.StatePending || out.RunAt.Before(lo) || out.RunAt.After(hi) {
+		if out.State != ffdtype.StatePending || out.RunAt.Before(lo) || out.RunAt.After(hi) {
 			t.Fatalf("attempt %d: %v run_at %v, want pending within [%v, %v]", attempt, out.State, out.RunAt, lo, hi)
 		}
 		if got := f.claim("retry", 1); len(got) != 0 {
@@ -409,7 +409,7 @@ func TestRetries(t *testing.T) {
 		f.Exec(`UPDATE ff_execution SET run_at = now() WHERE execution_id = $1`, x.ID.UUID)
 	}
 	final := f.get(x.ID)
-	if final.State != store.StateFailed || final.Attempt != 3 || final.LastError != "boom 3" || !final.StartedAt.Equal(firstStart) {
+	if final.State != ffdtype.StateFailed || final.Attempt != 3 || final.LastError != "boom 3" || !final.StartedAt.Equal(firstStart) {
 		t.Fatalf("final: %+v", final)
 	}
 	if n := f.completionEvents(x.ID); n != 1 {
@@ -423,7 +423,7 @@ func TestRetries(t *testing.T) {
 	y := f.create(leases.CreateParams{Lane: "perm", MaxAttempts: 5})
 	c := f.claimOne("perm")
 	out, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "bad input"})
-	if err != nil || out.State != store.StateFailed || f.completionEvents(y.ID) != 1 {
+	if err != nil || out.State != ffdtype.StateFailed || f.completionEvents(y.ID) != 1 {
 		t.Fatalf("non-retryable fail: %+v %v", out, err)
 	}
 }
@@ -439,7 +439,7 @@ func pow(b, e int) int {
 func TestLapseRetriesThenExpires(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	x := f.create(leases.CreateParams{Lane: "lapse", MaxAttempts: 2, Retry: store.RetryPolicy{Base: time.Millisecond}})
+	x := f.create(leases.CreateParams{Lane: "lapse", MaxAttempts: 2, Retry: ffdtype.RetryPolicy{Base: time.Millisecond}})
 	c := f.claimOne("lapse")
 	f.lapse(c.ID)
 	res, err := leases.SweepLapsed(f.Ctx, f.Pool, 100)
@@ -461,7 +461,7 @@ func TestLapseRetriesThenExpires(t *testing.T) {
 		t.Fatalf("expire: %+v %v %v; want one attempt timeout ending the execution %s", res2, ended, err, c2.ID)
 	}
 	got := f.get(x.ID)
-	if got.State != store.StateExpired || got.LeaseEpoch != c2.LeaseEpoch+1 || got.LastError != "attempt timed out" {
+	if got.State != ffdtype.StateExpired || got.LeaseEpoch != c2.LeaseEpoch+1 || got.LastError != "attempt timed out" {
 		t.Fatalf("after last attempt timed out: %+v", got)
 	}
 	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = 'expired'`, x.ID.UUID); n != 1 {
@@ -485,7 +485,7 @@ func TestDeadline(t *testing.T) {
 		t.Fatalf("sweep deadlines: %d %v; want 2", n, err)
 	}
 	for _, id := range []ident.ExecutionID{pending.ID, running.ID} {
-		if got := f.get(id); got.State != store.StateExpired {
+		if got := f.get(id); got.State != ffdtype.StateExpired {
 			t.Fatalf("%s: %s, want expired", id, got.State)
 		}
 	}
@@ -595,7 +595,7 @@ func TestTransactionalCreateRollback(t *testing.T) {
 	if err := tx.Rollback(f.Ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := leases.Get(f.Ctx, f.Pool, x.ID); !errors.Is(err, fault.ErrNotFound) {
+	if _, err := leases.Get(f.Ctx, f.Pool, x.ID); !errors.Is(err, ffdtype.ErrNotFound) {
 		t.Fatalf("rolled-back execution found: %v", err)
 	}
 	if n := f.Count(`SELECT count(*) FROM ff_execution`); n != 0 {
@@ -626,17 +626,17 @@ func TestBadInput(t *testing.T) {
 		{"attempt timeout absurd", leases.CreateParams{Lane: "l", AttemptTimeout: 10000 * time.Hour}, "attempt_timeout"},
 		{"delay negative", leases.CreateParams{Lane: "l", Delay: -time.Second}, "delay"},
 		{"deadline negative", leases.CreateParams{Lane: "l", Deadline: -time.Second}, "deadline"},
-		{"backoff multiplier", leases.CreateParams{Lane: "l", Retry: store.RetryPolicy{Multiplier: 0.5}}, "retry.multiplier"},
-		{"backoff jitter", leases.CreateParams{Lane: "l", Retry: store.RetryPolicy{Jitter: 3}}, "retry.jitter"},
-		{"backoff max below base", leases.CreateParams{Lane: "l", Retry: store.RetryPolicy{Base: time.Minute, Max: time.Second}}, "retry.max"},
+		{"backoff multiplier", leases.CreateParams{Lane: "l", Retry: ffdtype.RetryPolicy{Multiplier: 0.5}}, "retry.multiplier"},
+		{"backoff jitter", leases.CreateParams{Lane: "l", Retry: ffdtype.RetryPolicy{Jitter: 3}}, "retry.jitter"},
+		{"backoff max below base", leases.CreateParams{Lane: "l", Retry: ffdtype.RetryPolicy{Base: time.Minute, Max: time.Second}}, "retry.max"},
 		{"empty capability", leases.CreateParams{Lane: "l", RequiredCapabilities: []string{""}}, "required_capabilities"},
 		{"idempotency key too long", leases.CreateParams{Lane: "l", IdempotencyKey: strings.Repeat("k", 513)}, "idempotency_key"},
 		{"tags not JSON", leases.CreateParams{Lane: "l", Tags: map[string]any{"f": func() {}}}, "tags"},
 	}
 	for _, tt := range tests {
 		_, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, tt.p)
-		var ve *fault.ValidationError
-		if !errors.As(err, &ve) || ve.Field != tt.field || !errors.Is(err, fault.ErrValidation) {
+		var ve *ffdtype.ValidationError
+		if !errors.As(err, &ve) || ve.Field != tt.field || !errors.Is(err, ffdtype.ErrValidation) {
 			t.Errorf("%s: got %v, want a validation error on %s", tt.name, err, tt.field)
 		}
 	}
@@ -652,22 +652,22 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, tt := range claims {
 		_, err := leases.Claim(f.Ctx, f.Pool, tt.p)
-		var ve *fault.ValidationError
+		var ve *ffdtype.ValidationError
 		if !errors.As(err, &ve) || ve.Field != tt.field {
 			t.Errorf("%s: got %v, want a validation error on %s", tt.name, err, tt.field)
 		}
 	}
-	if _, err := leases.List(f.Ctx, f.Pool, leases.ListParams{State: "waiting"}); !errors.Is(err, fault.ErrValidation) {
+	if _, err := leases.List(f.Ctx, f.Pool, leases.ListParams{State: "waiting"}); !errors.Is(err, ffdtype.ErrValidation) {
 		t.Errorf("list by unknown state: %v", err)
 	}
 	if n := f.Count(`SELECT (SELECT count(*) FROM ff_execution) + (SELECT count(*) FROM ff_lease_event)`); n != 0 {
 		t.Fatalf("bad input wrote %d rows", n)
 	}
 	missing := ident.NewExecutionID()
-	if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, missing, 1, nil); !errors.Is(err, fault.ErrNotFound) {
+	if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, missing, 1, nil); !errors.Is(err, ffdtype.ErrNotFound) {
 		t.Errorf("complete of a missing execution: %v, want not found", err)
 	}
-	if _, err := leases.Cancel(f.Ctx, f.Pool, missing, "", ""); !errors.Is(err, fault.ErrNotFound) {
+	if _, err := leases.Cancel(f.Ctx, f.Pool, missing, "", ""); !errors.Is(err, ffdtype.ErrNotFound) {
 		t.Errorf("cancel of a missing execution: %v, want not found", err)
 	}
 }
@@ -709,10 +709,10 @@ func TestList(t *testing.T) {
 		}
 	}
 	// A page larger than the maximum is refused, not silently shortened.
-	if _, err := leases.List(f.Ctx, f.Pool, leases.ListParams{State: store.StatePending, Limit: 100000}); !errors.Is(err, fault.ErrValidation) {
+	if _, err := leases.List(f.Ctx, f.Pool, leases.ListParams{State: ffdtype.StatePending, Limit: 100000}); !errors.Is(err, ffdtype.ErrValidation) {
 		t.Fatalf("list with a limit over the maximum: %v, want a ValidationError", err)
 	}
-	page, err := leases.List(f.Ctx, f.Pool, leases.ListParams{State: store.StatePending, Limit: leases.MaxListLimit})
+	page, err := leases.List(f.Ctx, f.Pool, leases.ListParams{State: ffdtype.StatePending, Limit: leases.MaxListLimit})
 	if err != nil || len(page.Executions) != 25 {
 		t.Fatalf("list pending with the largest limit: %d, %v", len(page.Executions), err)
 	}
@@ -780,12 +780,12 @@ func TestCompleteMany(t *testing.T) {
 	}
 	for i := range items {
 		if i == 2 {
-			if !errors.Is(errs[i], fault.ErrLeaseLost) {
+			if !errors.Is(errs[i], ffdtype.ErrLeaseLost) {
 				t.Fatalf("stale item: %v, want lease lost", errs[i])
 			}
 			continue
 		}
-		if errs[i] != nil || outs[i].State != store.StateCompleted {
+		if errs[i] != nil || outs[i].State != ffdtype.StateCompleted {
 			t.Fatalf("item %d: %+v %v", i, outs[i], errs[i])
 		}
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
@@ -21,7 +22,7 @@ const (
 type ListParams struct {
 	Namespace string
 	Lane      string
-	State     store.State
+	State     ffdtype.State
 	Kind      string
 	FlowID    *uuid.UUID
 	// After is the cursor: the last execution id of the previous page.
@@ -32,7 +33,7 @@ type ListParams struct {
 
 // ListPage is one page; Next is nil on the last page.
 type ListPage struct {
-	Executions []*store.Execution
+	Executions []*ffdtype.Execution
 	Next       *ident.ExecutionID
 }
 
@@ -46,7 +47,7 @@ func List(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
 		}
 	}
 	if p.State != "" && !p.State.Valid() {
-		return nil, fault.Invalid(fault.KindInvalidValue, "state", string(p.State), "want blocked, pending, running, completed, failed, cancelled, skipped or expired")
+		return nil, fault.Invalid(ffdtype.KindInvalidValue, "state", string(p.State), "want blocked, pending, running, completed, failed, cancelled, skipped or expired")
 	}
 	if err := bound.ListLimit.CheckOrZero("limit", p.Limit); err != nil {
 		return nil, err

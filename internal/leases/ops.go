@@ -10,24 +10,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
-
-// Outcome is what complete, fail and cancel did.
-type Outcome struct {
-	// State after the call: completed, failed, cancelled, or pending when a
-	// failure was retried.
-	State   store.State
-	Attempt int
-	Result  []byte    // completed
-	RunAt   time.Time // pending: when the retry becomes claimable
-	// Repeated is true when the call had already taken effect: nothing was
-	// written this time and the stored outcome is returned.
-	Repeated bool
-	EventID  int64 // completion event written by this call, 0 if none
-}
 
 // Renew extends a running lease by its TTL, fenced on epoch.
 func Renew(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64) (time.Time, error) {
@@ -47,21 +34,21 @@ func Renew(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64) 
 // Complete ends a running execution as completed with result, fenced on
 // epoch. Repeating a completion that succeeded returns its stored outcome
 // and writes nothing. result is bounded like a payload (lim).
-func Complete(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID, epoch int64, result []byte) (*Outcome, error) {
+func Complete(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID, epoch int64, result []byte) (*ffdtype.Ending, error) {
 	if err := validateCompletion(lim, id, epoch, result); err != nil {
 		return nil, err
 	}
 	if result == nil {
 		result = []byte{}
 	}
-	ended, err := store.Terminate(ctx, db, []store.Ending{{ID: id, Epoch: epoch, State: store.StateCompleted, Result: result}})
+	ended, err := store.Terminate(ctx, db, []store.Ending{{ID: id, Epoch: epoch, State: ffdtype.StateCompleted, Result: result}})
 	if err != nil {
 		return nil, err
 	}
 	if len(ended) == 1 {
-		return &Outcome{State: store.StateCompleted, Attempt: ended[0].Attempt, Result: result, EventID: ended[0].EventID}, nil
+		return &ffdtype.Ending{State: ffdtype.StateCompleted, Attempt: ended[0].Attempt, Result: result, EventID: ended[0].EventID}, nil
 	}
-	return repeatedOr(ctx, db, id, epoch, store.AttemptSucceeded)
+	return repeatedOr(ctx, db, id, epoch, ffdtype.AttemptSucceeded)
 }
 
 // FailParams describes a failed attempt.
@@ -76,7 +63,7 @@ type FailParams struct {
 // Fail ends a running attempt as failed, fenced on epoch: back to pending
 // after backoff when retryable with attempts left, else terminal failed.
 // Repeating a failure that took effect returns its stored outcome.
-func Fail(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, p FailParams) (*Outcome, error) {
+func Fail(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, p FailParams) (*ffdtype.Ending, error) {
 	if err := validateFence(id, epoch); err != nil {
 		return nil, err
 	}
@@ -97,40 +84,40 @@ func Fail(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, p
 			return nil, err
 		}
 		if len(rq) == 1 {
-			return &Outcome{State: store.StatePending, Attempt: rq[0].Attempt, RunAt: rq[0].RunAt}, nil
+			return &ffdtype.Ending{State: ffdtype.StatePending, Attempt: rq[0].Attempt, RunAt: rq[0].RunAt}, nil
 		}
 	}
-	ended, err := store.Terminate(ctx, db, []store.Ending{{ID: id, Epoch: epoch, State: store.StateFailed, Error: msg}})
+	ended, err := store.Terminate(ctx, db, []store.Ending{{ID: id, Epoch: epoch, State: ffdtype.StateFailed, Error: msg}})
 	if err != nil {
 		return nil, err
 	}
 	if len(ended) == 1 {
-		return &Outcome{State: store.StateFailed, Attempt: ended[0].Attempt, EventID: ended[0].EventID}, nil
+		return &ffdtype.Ending{State: ffdtype.StateFailed, Attempt: ended[0].Attempt, EventID: ended[0].EventID}, nil
 	}
-	return repeatedOr(ctx, db, id, epoch, store.AttemptFailed)
+	return repeatedOr(ctx, db, id, epoch, ffdtype.AttemptFailed)
 }
 
 // repeatedOr explains a fenced update that matched nothing: the same call
 // already took effect (the attempt run under epoch ended with want), or
 // the lease is lost, or the execution does not exist.
-func repeatedOr(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, want store.AttemptOutcome) (*Outcome, error) {
+func repeatedOr(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, want ffdtype.AttemptOutcome) (*ffdtype.Ending, error) {
 	r, err := store.ReadEpochAttempt(ctx, db, id, epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, &fault.NotFoundError{Object: "execution", ID: id.String()}
+		return nil, &ffdtype.NotFoundError{Object: "execution", ID: id.String()}
 	}
 	if err != nil {
 		return nil, wrap("read execution "+id.String(), err)
 	}
 	if r.Outcome != nil && *r.Outcome == want {
-		o := &Outcome{Repeated: true, Attempt: *r.OfEpoch}
+		o := &ffdtype.Ending{Repeated: true, Attempt: *r.OfEpoch}
 		switch {
-		case want == store.AttemptSucceeded:
-			o.State, o.Result = store.StateCompleted, r.Result
-		case r.State == store.StateFailed && r.Attempt == *r.OfEpoch:
-			o.State = store.StateFailed
+		case want == ffdtype.AttemptSucceeded:
+			o.State, o.Result = ffdtype.StateCompleted, r.Result
+		case r.State == ffdtype.StateFailed && r.Attempt == *r.OfEpoch:
+			o.State = ffdtype.StateFailed
 		default:
 			// That failure was retried; the execution has moved on since.
-			o.State, o.RunAt = store.StatePending, r.RunAt
+			o.State, o.RunAt = ffdtype.StatePending, r.RunAt
 		}
 		return o, nil
 	}
@@ -142,12 +129,12 @@ func repeatedOr(ctx context.Context, db store.DB, id ident.ExecutionID, epoch in
 func explainLost(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64) error {
 	f, err := store.ReadFence(ctx, db, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return &fault.NotFoundError{Object: "execution", ID: id.String()}
+		return &ffdtype.NotFoundError{Object: "execution", ID: id.String()}
 	}
 	if err != nil {
 		return wrap("read execution "+id.String(), err)
 	}
-	return &fault.LeaseLostError{ExecutionID: id.String(), Epoch: epoch, CurrentEpoch: f.Epoch, State: string(f.State)}
+	return &ffdtype.LeaseLostError{ExecutionID: id.String(), Epoch: epoch, CurrentEpoch: f.Epoch, State: string(f.State)}
 }
 
 // Default cancellation attribution.
@@ -158,8 +145,8 @@ const (
 
 // Cancel ends a non-terminal execution as cancelled; a running lease is
 // fenced. Cancelling a cancelled execution is a no-op success (Repeated);
-// any other terminal state is an *fault.AlreadyTerminalError.
-func Cancel(ctx context.Context, db store.DB, id ident.ExecutionID, reason, by string) (*Outcome, error) {
+// any other terminal state is an *ffdtype.AlreadyTerminalError.
+func Cancel(ctx context.Context, db store.DB, id ident.ExecutionID, reason, by string) (*ffdtype.Ending, error) {
 	if err := ValidateID("execution_id", id); err != nil {
 		return nil, err
 	}
@@ -175,26 +162,26 @@ func Cancel(ctx context.Context, db store.DB, id ident.ExecutionID, reason, by s
 	if by == "" {
 		by = DefaultCancelledBy
 	}
-	ended, err := store.Terminate(ctx, db, []store.Ending{{ID: id, State: store.StateCancelled, Reason: reason, By: by}})
+	ended, err := store.Terminate(ctx, db, []store.Ending{{ID: id, State: ffdtype.StateCancelled, Reason: reason, By: by}})
 	if err != nil {
 		return nil, err
 	}
 	if len(ended) == 1 {
-		return &Outcome{State: store.StateCancelled, Attempt: ended[0].Attempt, EventID: ended[0].EventID}, nil
+		return &ffdtype.Ending{State: ffdtype.StateCancelled, Attempt: ended[0].Attempt, EventID: ended[0].EventID}, nil
 	}
 	x, err := Get(ctx, db, id)
 	if err != nil {
 		return nil, err
 	}
-	if x.State == store.StateCancelled {
-		return &Outcome{State: store.StateCancelled, Attempt: x.Attempt, Repeated: true}, nil
+	if x.State == ffdtype.StateCancelled {
+		return &ffdtype.Ending{State: ffdtype.StateCancelled, Attempt: x.Attempt, Repeated: true}, nil
 	}
-	return nil, &fault.AlreadyTerminalError{Object: "execution", ID: id.String(), State: string(x.State)}
+	return nil, &ffdtype.AlreadyTerminalError{Object: "execution", ID: id.String(), State: string(x.State)}
 }
 
 // Revoke takes a running execution's lease away (operator action): back to
 // pending at once, epoch bumped so the holder is fenced, attempt revoked.
-func Revoke(ctx context.Context, db store.DB, id ident.ExecutionID, reason string) (*store.Requeued, error) {
+func Revoke(ctx context.Context, db store.DB, id ident.ExecutionID, reason string) (*ffdtype.Requeued, error) {
 	if err := ValidateID("execution_id", id); err != nil {
 		return nil, err
 	}
@@ -210,10 +197,10 @@ func Revoke(ctx context.Context, db store.DB, id ident.ExecutionID, reason strin
 			return nil, err
 		}
 		if x.State.Terminal() {
-			return nil, &fault.AlreadyTerminalError{Object: "execution", ID: id.String(), State: string(x.State)}
+			return nil, &ffdtype.AlreadyTerminalError{Object: "execution", ID: id.String(), State: string(x.State)}
 		}
-		if x.State != store.StateRunning {
-			return nil, &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "only a running execution can be revoked; it is " + string(x.State), Existing: x}
+		if x.State != ffdtype.StateRunning {
+			return nil, &ffdtype.ConflictError{Object: "execution", ID: id.String(), Reason: "only a running execution can be revoked; it is " + string(x.State), Existing: x}
 		}
 		rq, err := store.Requeue(ctx, db, store.RequeueRevoked, true, []store.RequeueItem{{ID: id, Epoch: x.LeaseEpoch, Error: reason}})
 		if err != nil {
@@ -224,34 +211,34 @@ func Revoke(ctx context.Context, db store.DB, id ident.ExecutionID, reason strin
 		}
 		// The lease changed hands between the read and the update; look again.
 	}
-	return nil, &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "lease kept changing hands; revoke again"}
+	return nil, &ffdtype.ConflictError{Object: "execution", ID: id.String(), Reason: "lease kept changing hands; revoke again"}
 }
 
 // GetByUUID reads the execution with this uuid, whatever its partition:
 // what a person pasting an id means. Several matches are refused.
-func GetByUUID(ctx context.Context, db store.DB, id uuid.UUID) (*store.Execution, error) {
+func GetByUUID(ctx context.Context, db store.DB, id uuid.UUID) (*ffdtype.Execution, error) {
 	xs, err := store.ExecutionsByUUID(ctx, db, id)
 	if err != nil {
 		return nil, wrap("read execution "+id.String(), err)
 	}
 	switch len(xs) {
 	case 0:
-		return nil, &fault.NotFoundError{Object: "execution", ID: id.String()}
+		return nil, &ffdtype.NotFoundError{Object: "execution", ID: id.String()}
 	case 1:
 		return xs[0], nil
 	}
-	return nil, fault.Invalid(fault.KindInvalidValue, "execution_id", id.String(),
+	return nil, fault.Invalid(ffdtype.KindInvalidValue, "execution_id", id.String(),
 		"ambiguous: executions on several partitions have this uuid; give the full {fp:N}:<uuid> id")
 }
 
 // Get reads one execution.
-func Get(ctx context.Context, db store.DB, id ident.ExecutionID) (*store.Execution, error) {
+func Get(ctx context.Context, db store.DB, id ident.ExecutionID) (*ffdtype.Execution, error) {
 	if err := ValidateID("execution_id", id); err != nil {
 		return nil, err
 	}
 	x, err := store.GetExecution(ctx, db, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, &fault.NotFoundError{Object: "execution", ID: id.String()}
+		return nil, &ffdtype.NotFoundError{Object: "execution", ID: id.String()}
 	}
 	if err != nil {
 		return nil, wrap("read execution "+id.String(), err)
@@ -274,8 +261,8 @@ type Completion struct {
 // lockTimeout, when positive, bounds how long the batch waits for any row
 // lock; past it the whole batch fails with SQLSTATE 55P03 (IsLockTimeout)
 // and nothing is written.
-func CompleteMany(ctx context.Context, db store.DB, lim Limits, items []Completion, lockTimeout time.Duration) ([]*Outcome, []error, error) {
-	outs, errs := make([]*Outcome, len(items)), make([]error, len(items))
+func CompleteMany(ctx context.Context, db store.DB, lim Limits, items []Completion, lockTimeout time.Duration) ([]*ffdtype.Ending, []error, error) {
+	outs, errs := make([]*ffdtype.Ending, len(items)), make([]error, len(items))
 	ends := make([]store.Ending, 0, len(items))
 	for i, it := range items {
 		if errs[i] = validateCompletion(lim, it.ID, it.Epoch, it.Result); errs[i] != nil {
@@ -285,7 +272,7 @@ func CompleteMany(ctx context.Context, db store.DB, lim Limits, items []Completi
 		if r == nil {
 			r = []byte{}
 		}
-		ends = append(ends, store.Ending{ID: it.ID, Epoch: it.Epoch, State: store.StateCompleted, Result: r})
+		ends = append(ends, store.Ending{ID: it.ID, Epoch: it.Epoch, State: ffdtype.StateCompleted, Result: r})
 	}
 	ended, err := store.TerminateWithin(ctx, db, ends, lockTimeout)
 	if err != nil {
@@ -300,13 +287,13 @@ func CompleteMany(ctx context.Context, db store.DB, lim Limits, items []Completi
 			continue
 		}
 		if e, ok := done[it.ID]; ok {
-			outs[i] = &Outcome{State: store.StateCompleted, Attempt: e.Attempt, Result: it.Result, EventID: e.EventID}
+			outs[i] = &ffdtype.Ending{State: ffdtype.StateCompleted, Attempt: e.Attempt, Result: it.Result, EventID: e.EventID}
 			if outs[i].Result == nil {
 				outs[i].Result = []byte{}
 			}
 			continue
 		}
-		outs[i], errs[i] = repeatedOr(ctx, db, it.ID, it.Epoch, store.AttemptSucceeded)
+		outs[i], errs[i] = repeatedOr(ctx, db, it.ID, it.Epoch, ffdtype.AttemptSucceeded)
 	}
 	return outs, errs, nil
 }
@@ -316,7 +303,7 @@ func validateCompletion(lim Limits, id ident.ExecutionID, epoch int64, result []
 		return err
 	}
 	if len(result) > lim.maxPayload() {
-		return fault.Invalid(fault.KindTooLarge, "result", strconv.Itoa(len(result))+" bytes",
+		return fault.Invalid(ffdtype.KindTooLarge, "result", strconv.Itoa(len(result))+" bytes",
 			fmt.Sprintf("at most %d bytes (the client's MaxPayloadBytes)", lim.maxPayload()))
 	}
 	return nil

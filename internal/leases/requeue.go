@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -33,7 +34,7 @@ func HandBack(ctx context.Context, db store.DB, held []Held, msg string) (requeu
 			return 0, 0, err
 		}
 		items[i] = store.RequeueItem{ID: h.ID, Epoch: h.Epoch, Error: msg}
-		ends[i] = store.Ending{ID: h.ID, Epoch: h.Epoch, State: store.StateFailed, Error: msg}
+		ends[i] = store.Ending{ID: h.ID, Epoch: h.Epoch, State: ffdtype.StateFailed, Error: msg}
 	}
 	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
 		rq, err := store.Requeue(ctx, tx, store.RequeueFailedNow, false, items)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -18,18 +18,18 @@ import (
 // that allows one rerun looks); the old one stays as it ended. An execution
 // is rerun at most once: a second call is a conflict carrying the rerun.
 // Flow members are rerun with their flow (flows.RerunFlow).
-func Rerun(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID) (*store.Execution, error) {
+func Rerun(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID) (*ffdtype.Execution, error) {
 	old, err := Get(ctx, db, id)
 	if err != nil {
 		return nil, err
 	}
 	switch {
 	case old.FlowID != nil:
-		return nil, &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "a member of flow " + old.FlowID.String() + ": rerun the flow"}
-	case old.State == store.StateCompleted:
-		return nil, &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "completed: nothing to rerun"}
+		return nil, &ffdtype.ConflictError{Object: "execution", ID: id.String(), Reason: "a member of flow " + old.FlowID.String() + ": rerun the flow"}
+	case old.State == ffdtype.StateCompleted:
+		return nil, &ffdtype.ConflictError{Object: "execution", ID: id.String(), Reason: "completed: nothing to rerun"}
 	case !old.State.Terminal():
-		return nil, &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "still " + string(old.State) + ": cancel it, or wait for it to end, before a rerun"}
+		return nil, &ffdtype.ConflictError{Object: "execution", ID: id.String(), Reason: "still " + string(old.State) + ": cancel it, or wait for it to end, before a rerun"}
 	}
 	p := CreateParams{Namespace: old.Namespace, Lane: old.Lane, Kind: old.Kind, Payload: old.Payload, Priority: old.Priority,
 		RequiredCapabilities: old.RequiredCapabilities, MaxAttempts: old.MaxAttempts, Retry: old.Retry, LeaseTTL: old.LeaseTTL,
@@ -38,7 +38,7 @@ func Rerun(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID) (
 		p.Deadline = old.DeadlineAt.Sub(old.CreatedAt)
 	}
 	lim = lim.AtLeast(len(old.Payload)) // accepted once: a smaller limit here must not refuse it
-	var x *store.Execution
+	var x *ffdtype.Execution
 	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
 		if x, _, err = Create(ctx, tx, lim, p); err != nil {
 			return err
@@ -50,10 +50,10 @@ func Rerun(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID) (
 		return nil
 	})
 	if store.IsRerunTaken(err) {
-		return nil, &fault.ConflictError{Object: "execution", ID: id.String(), Reason: "already rerun; rerun the rerun to try again"}
+		return nil, &ffdtype.ConflictError{Object: "execution", ID: id.String(), Reason: "already rerun; rerun the rerun to try again"}
 	}
 	if err != nil {
-		var ve *fault.ValidationError
+		var ve *ffdtype.ValidationError
 		if errors.As(err, &ve) {
 			return nil, err
 		}

@@ -7,8 +7,8 @@ package oracle
 import (
 	"math/rand/v2"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/flows"
-	"github.com/flowfabric/ffd/internal/store"
 )
 
 // DAG is a DAG over nodes 0..N-1 whose edges only go from a lower to a
@@ -18,7 +18,7 @@ type DAG struct {
 	// Preds lists each node's upstreams.
 	Preds [][]int
 	// Policies joins each node's upstreams; zero for a root.
-	Policies []store.Policy
+	Policies []ffdtype.Policy
 	// Succeeds says whether the node's handler succeeds when it runs.
 	Succeeds []bool
 }
@@ -28,7 +28,7 @@ type DAG struct {
 // with probability 0.8. With cancelRemaining, half the any_of and quorum
 // groups cancel their losing siblings.
 func Random(rng *rand.Rand, n int, cancelRemaining bool) *DAG {
-	d := &DAG{Preds: make([][]int, n), Policies: make([]store.Policy, n), Succeeds: make([]bool, n)}
+	d := &DAG{Preds: make([][]int, n), Policies: make([]ffdtype.Policy, n), Succeeds: make([]bool, n)}
 	for i := range n {
 		d.Succeeds[i] = rng.IntN(10) < 8
 		if i == 0 {
@@ -45,17 +45,17 @@ func Random(rng *rand.Rand, n int, cancelRemaining bool) *DAG {
 		if len(d.Preds[i]) == 0 {
 			continue
 		}
-		on := store.LetRun
+		on := ffdtype.LetRun
 		if cancelRemaining && rng.IntN(2) == 0 {
-			on = store.CancelRemaining
+			on = ffdtype.CancelRemaining
 		}
 		switch rng.IntN(3) {
 		case 0:
-			d.Policies[i] = store.Policy{Kind: store.AllOf}
+			d.Policies[i] = ffdtype.Policy{Kind: ffdtype.AllOf}
 		case 1:
-			d.Policies[i] = store.Policy{Kind: store.AnyOf, OnSatisfied: on}
+			d.Policies[i] = ffdtype.Policy{Kind: ffdtype.AnyOf, OnSatisfied: on}
 		default:
-			d.Policies[i] = store.Policy{Kind: store.Quorum, K: 1 + rng.IntN(len(d.Preds[i])), OnSatisfied: on}
+			d.Policies[i] = ffdtype.Policy{Kind: ffdtype.Quorum, K: 1 + rng.IntN(len(d.Preds[i])), OnSatisfied: on}
 		}
 	}
 	return d
@@ -66,7 +66,7 @@ func Random(rng *rand.Rand, n int, cancelRemaining bool) *DAG {
 // depends on which upstream finished first.
 func (d *DAG) Deterministic() bool {
 	for _, p := range d.Policies {
-		if p.OnSatisfied == store.CancelRemaining {
+		if p.OnSatisfied == ffdtype.CancelRemaining {
 			return false
 		}
 	}
@@ -76,32 +76,32 @@ func (d *DAG) Deterministic() bool {
 // Expected is the final state of every node the policies imply. With
 // let_run only it does not depend on the order of completions: each
 // group's verdict is a function of its upstreams' final outcomes.
-func (d *DAG) Expected() []store.State {
-	out := make([]store.State, len(d.Preds))
+func (d *DAG) Expected() []ffdtype.State {
+	out := make([]ffdtype.State, len(d.Preds))
 	for i := range out {
 		run := true
 		if len(d.Preds[i]) > 0 {
-			var c store.Counts
+			var c ffdtype.Counts
 			c.Total = len(d.Preds[i])
 			for _, p := range d.Preds[i] {
 				switch out[p] {
-				case store.StateCompleted:
+				case ffdtype.StateCompleted:
 					c.Success++
-				case store.StateSkipped:
+				case ffdtype.StateSkipped:
 					c.Skip++
 				default:
 					c.Fail++
 				}
 			}
-			run = flows.Evaluate(d.Policies[i], c) == store.Satisfied
+			run = flows.Evaluate(d.Policies[i], c) == ffdtype.DecisionSatisfied
 		}
 		switch {
 		case !run:
-			out[i] = store.StateSkipped
+			out[i] = ffdtype.StateSkipped
 		case d.Succeeds[i]:
-			out[i] = store.StateCompleted
+			out[i] = ffdtype.StateCompleted
 		default:
-			out[i] = store.StateFailed
+			out[i] = ffdtype.StateFailed
 		}
 	}
 	return out

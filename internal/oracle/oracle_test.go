@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/flowfabric/ffd/internal/store"
+	"github.com/flowfabric/ffd/ffdtype"
 )
 
 // A hand-built DAG: n0 fails, n1 succeeds; n2 = all_of(n0, n1) is skipped,
@@ -14,12 +14,12 @@ func TestExpected(t *testing.T) {
 	t.Parallel()
 	d := &DAG{
 		Preds: [][]int{nil, nil, {0, 1}, {0, 1}, {1, 3}, {2}},
-		Policies: []store.Policy{{}, {}, {Kind: store.AllOf}, {Kind: store.AnyOf},
-			{Kind: store.Quorum, K: 2}, {Kind: store.AllOf}},
+		Policies: []ffdtype.Policy{{}, {}, {Kind: ffdtype.AllOf}, {Kind: ffdtype.AnyOf},
+			{Kind: ffdtype.Quorum, K: 2}, {Kind: ffdtype.AllOf}},
 		Succeeds: []bool{false, true, true, true, false, true},
 	}
-	want := []store.State{store.StateFailed, store.StateCompleted, store.StateSkipped,
-		store.StateCompleted, store.StateFailed, store.StateSkipped}
+	want := []ffdtype.State{ffdtype.StateFailed, ffdtype.StateCompleted, ffdtype.StateSkipped,
+		ffdtype.StateCompleted, ffdtype.StateFailed, ffdtype.StateSkipped}
 	got := d.Expected()
 	for i := range want {
 		if got[i] != want[i] {
@@ -47,15 +47,15 @@ func TestRandomIsWellFormed(t *testing.T) {
 			}
 			pol := d.Policies[i]
 			if len(preds) == 0 {
-				if pol != (store.Policy{}) {
+				if pol != (ffdtype.Policy{}) {
 					t.Fatalf("seed %d: root n%d has policy %v", seed, i, pol)
 				}
 				continue
 			}
-			if pol.Kind == store.Quorum && (pol.K < 1 || pol.K > len(preds)) {
+			if pol.Kind == ffdtype.Quorum && (pol.K < 1 || pol.K > len(preds)) {
 				t.Fatalf("seed %d: n%d quorum %d of %d", seed, i, pol.K, len(preds))
 			}
-			if seed%2 == 1 && pol.OnSatisfied == store.CancelRemaining {
+			if seed%2 == 1 && pol.OnSatisfied == ffdtype.CancelRemaining {
 				t.Fatalf("seed %d: cancel_remaining drawn without being asked for", seed)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/listener"
@@ -125,7 +126,7 @@ func (cfg *ConsumeConfig) normalize() error {
 		return err
 	}
 	if cfg.Limit < 0 {
-		return fault.Invalid(fault.KindOutOfRange, "limit", strconv.Itoa(cfg.Limit), "want 0 (no limit) or more")
+		return fault.Invalid(ffdtype.KindOutOfRange, "limit", strconv.Itoa(cfg.Limit), "want 0 (no limit) or more")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -245,7 +246,7 @@ func ConsumeOnce(ctx context.Context, db store.DB, name string, batch int, h Han
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		cons, err := store.LockConsumer(ctx, tx, name)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return &fault.NotFoundError{Object: "consumer", ID: name}
+			return &ffdtype.NotFoundError{Object: "consumer", ID: name}
 		}
 		if err != nil {
 			return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
@@ -23,7 +24,7 @@ func Read(ctx context.Context, db store.DB, s store.Stream, after Cursor, limit 
 		return nil, err
 	}
 	if limit < 1 || limit > MaxBatch {
-		return nil, fault.Invalid(fault.KindOutOfRange, "limit", strconv.Itoa(limit), fmt.Sprintf("want 1..%d", MaxBatch))
+		return nil, fault.Invalid(ffdtype.KindOutOfRange, "limit", strconv.Itoa(limit), fmt.Sprintf("want 1..%d", MaxBatch))
 	}
 	return store.ReadEvents(ctx, db, s, after, limit)
 }
@@ -65,7 +66,7 @@ func Register(ctx context.Context, db store.DB, name string, s store.Stream, sta
 		return nil, err
 	}
 	if got.Stream != s {
-		return nil, &fault.ConflictError{Object: "consumer", ID: name, Reason: "registered for stream " + string(got.Stream), Existing: got}
+		return nil, &ffdtype.ConflictError{Object: "consumer", ID: name, Reason: "registered for stream " + string(got.Stream), Existing: got}
 	}
 	return got, nil
 }
@@ -74,7 +75,7 @@ func Register(ctx context.Context, db store.DB, name string, s store.Stream, sta
 func Get(ctx context.Context, db store.DB, name string) (*Consumer, error) {
 	c, err := store.GetConsumer(ctx, db, name)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, &fault.NotFoundError{Object: "consumer", ID: name}
+		return nil, &ffdtype.NotFoundError{Object: "consumer", ID: name}
 	}
 	return c, err
 }
@@ -91,7 +92,7 @@ func Ack(ctx context.Context, db store.DB, name string, c Cursor) error {
 		if _, err := Get(ctx, db, name); err != nil {
 			return err
 		}
-		return &fault.ConflictError{Object: "consumer", ID: name, Reason: "its cursor is already past " + fmt.Sprint(c)}
+		return &ffdtype.ConflictError{Object: "consumer", ID: name, Reason: "its cursor is already past " + fmt.Sprint(c)}
 	}
 	return nil
 }
@@ -103,7 +104,7 @@ func Drop(ctx context.Context, db store.DB, name string) error {
 		return err
 	}
 	if !found {
-		return &fault.NotFoundError{Object: "consumer", ID: name}
+		return &ffdtype.NotFoundError{Object: "consumer", ID: name}
 	}
 	return nil
 }

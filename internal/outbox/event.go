@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -11,7 +12,7 @@ func ParseStream(s string) (store.Stream, error) {
 	case store.StreamCompletion, store.StreamLease, store.StreamAll:
 		return store.Stream(s), nil
 	}
-	return "", fault.Invalid(fault.KindInvalidValue, "stream", s, "want completion, lease or all")
+	return "", fault.Invalid(ffdtype.KindInvalidValue, "stream", s, "want completion, lease or all")
 }
 
 // Event is one outbox row, of either table (store.Event).

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
@@ -124,7 +124,7 @@ func TestConsumeStopsOnPermanentErrors(t *testing.T) {
 	if err := outbox.Drop(f.Ctx, f.DB.Pool, "doomed"); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; !errors.Is(err, fault.ErrNotFound) {
+	if err := <-done; !errors.Is(err, ffdtype.ErrNotFound) {
 		t.Fatalf("Consume of a dropped consumer: %v, want not found", err)
 	}
 

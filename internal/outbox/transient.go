@@ -7,10 +7,9 @@ import (
 	"net"
 	"syscall"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
-
-	"github.com/flowfabric/ffd/internal/fault"
 )
 
 // HandlerError is an error returned by a consumer's handler: never
@@ -40,7 +39,7 @@ func Transient(err error) bool {
 	if errors.As(err, &he) || errors.Is(err, ErrWALLevel) {
 		return false
 	}
-	for _, sentinel := range []error{fault.ErrValidation, fault.ErrNotFound, fault.ErrConflict, fault.ErrStaleRevision, fault.ErrLeaseLost, fault.ErrAlreadyTerminal} {
+	for _, sentinel := range []error{ffdtype.ErrValidation, ffdtype.ErrNotFound, ffdtype.ErrConflict, ffdtype.ErrStaleRevision, ffdtype.ErrLeaseLost, ffdtype.ErrAlreadyTerminal} {
 		if errors.Is(err, sentinel) {
 			return false
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/session"
@@ -64,7 +65,7 @@ type WALConfig struct {
 
 func validSlot(s string) error {
 	if len(s) == 0 || len(s) > 63 || strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" {
-		return fault.Invalid(fault.KindInvalidValue, "slot", s, "want 1 to 63 of a-z 0-9 _ (a replication slot name)")
+		return fault.Invalid(ffdtype.KindInvalidValue, "slot", s, "want 1 to 63 of a-z 0-9 _ (a replication slot name)")
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
-	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
@@ -112,7 +112,7 @@ func fireTick(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedu
 		}
 		p.Flow.ID, p.Flow.Namespace, p.Flow.Tags = FlowID(s.Name, tick), s.Namespace, merge(p.Flow.Tags, tags)
 		_, err := flows.Submit(ctx, tx, lim.AtLeast(p.MaxPayload()), p)
-		var ce *fault.ConflictError
+		var ce *ffdtype.ConflictError
 		if errors.As(err, &ce) && ce.Object == "flow" {
 			return false, nil
 		}

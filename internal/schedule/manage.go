@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
@@ -41,12 +42,12 @@ func Create(ctx context.Context, db store.DB, lim leases.Limits, p Params) (*sto
 		return nil, err
 	}
 	if row.NextRunAt = spec.Next(now); row.NextRunAt.IsZero() {
-		return nil, fault.Invalid(fault.KindInvalidValue, "cron", p.Spec, "it never fires: no date matches")
+		return nil, fault.Invalid(ffdtype.KindInvalidValue, "cron", p.Spec, "it never fires: no date matches")
 	}
 	s, err := store.InsertSchedule(ctx, db, row)
 	if store.IsScheduleTaken(err) {
 		existing, _ := Get(ctx, db, p.Name)
-		return nil, &fault.ConflictError{Object: "schedule", ID: p.Name, Reason: "a schedule with this name exists; delete it first, or put it (PutSchedule, ffd schedule create --replace) to replace its definition", Existing: existing}
+		return nil, &ffdtype.ConflictError{Object: "schedule", ID: p.Name, Reason: "a schedule with this name exists; delete it first, or put it (PutSchedule, ffd schedule create --replace) to replace its definition", Existing: existing}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create schedule %s: %w", p.Name, err)
@@ -68,7 +69,7 @@ func Put(ctx context.Context, db store.DB, lim leases.Limits, p Params) (*store.
 		return nil, false, err
 	}
 	if row.NextRunAt = spec.Next(now); row.NextRunAt.IsZero() {
-		return nil, false, fault.Invalid(fault.KindInvalidValue, "cron", p.Spec, "it never fires: no date matches")
+		return nil, false, fault.Invalid(ffdtype.KindInvalidValue, "cron", p.Spec, "it never fires: no date matches")
 	}
 	return store.PutSchedule(ctx, db, row)
 }
@@ -99,7 +100,7 @@ func validate(lim leases.Limits, p Params) (store.Schedule, *Spec, error) {
 	var params any
 	switch {
 	case (p.Execution == nil) == (p.Flow == nil):
-		return store.Schedule{}, nil, fault.Invalid(fault.KindRequired, "target", "", "give an execution or a flow, not both")
+		return store.Schedule{}, nil, fault.Invalid(ffdtype.KindRequired, "target", "", "give an execution or a flow, not both")
 	case p.Execution != nil:
 		row.Target, params = TargetExecution, p.Execution
 		err = validExecution(lim, *p.Execution, p.Namespace)
@@ -118,7 +119,7 @@ func validate(lim leases.Limits, p Params) (store.Schedule, *Spec, error) {
 
 func validExecution(lim leases.Limits, p leases.CreateParams, ns string) error {
 	if p.IdempotencyKey != "" {
-		return fault.Invalid(fault.KindInvalidValue, "idempotency_key", p.IdempotencyKey, "a schedule keys each tick's execution itself")
+		return fault.Invalid(ffdtype.KindInvalidValue, "idempotency_key", p.IdempotencyKey, "a schedule keys each tick's execution itself")
 	}
 	p.Namespace = ns
 	return p.Normalize(lim)
@@ -126,7 +127,7 @@ func validExecution(lim leases.Limits, p leases.CreateParams, ns string) error {
 
 func validFlow(lim leases.Limits, p flows.SubmitParams, ns string) error {
 	if p.Flow.ID != uuid.Nil {
-		return fault.Invalid(fault.KindInvalidValue, "flow.id", p.Flow.ID.String(), "a schedule names each tick's flow itself")
+		return fault.Invalid(ffdtype.KindInvalidValue, "flow.id", p.Flow.ID.String(), "a schedule names each tick's flow itself")
 	}
 	p.Flow.Namespace = ns
 	return flows.Validate(p, lim)
@@ -136,7 +137,7 @@ func validFlow(lim leases.Limits, p flows.SubmitParams, ns string) error {
 func Get(ctx context.Context, db store.DB, name string) (*store.Schedule, error) {
 	s, err := store.GetSchedule(ctx, db, name)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, &fault.NotFoundError{Object: "schedule", ID: name}
+		return nil, &ffdtype.NotFoundError{Object: "schedule", ID: name}
 	}
 	return s, err
 }
@@ -148,7 +149,7 @@ func SetPaused(ctx context.Context, db store.DB, name string, paused bool) (*sto
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		s, err := store.LockSchedule(ctx, tx, name)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return &fault.NotFoundError{Object: "schedule", ID: name}
+			return &ffdtype.NotFoundError{Object: "schedule", ID: name}
 		}
 		if err != nil {
 			return err
@@ -182,7 +183,7 @@ func Delete(ctx context.Context, db store.DB, name string) error {
 		return err
 	}
 	if !ok {
-		return &fault.NotFoundError{Object: "schedule", ID: name}
+		return &ffdtype.NotFoundError{Object: "schedule", ID: name}
 	}
 	return nil
 }

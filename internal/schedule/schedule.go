@@ -16,6 +16,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 )
 
@@ -64,11 +65,11 @@ func Parse(spec, tz string) (*Spec, error) {
 	}
 	loc, err := time.LoadLocation(tz)
 	if err != nil {
-		return nil, fault.Invalid(fault.KindInvalidValue, "timezone", tz, "want an IANA time zone such as Europe/Paris")
+		return nil, fault.Invalid(ffdtype.KindInvalidValue, "timezone", tz, "want an IANA time zone such as Europe/Paris")
 	}
 	s, err := parser.Parse(spec)
 	if err != nil {
-		return nil, fault.Invalid(fault.KindInvalidValue, "cron", spec, "want five fields (minute hour day month weekday), six with seconds first, or @hourly, @daily, @every 5m...: "+err.Error())
+		return nil, fault.Invalid(ffdtype.KindInvalidValue, "cron", spec, "want five fields (minute hour day month weekday), six with seconds first, or @hourly, @daily, @every 5m...: "+err.Error())
 	}
 	return &Spec{sched: s, loc: loc}, nil
 }
@@ -129,7 +130,7 @@ func ValidMissed(m string) (string, error) {
 	case MissedLatest, MissedSkip, MissedAll:
 		return m, nil
 	}
-	return "", fault.Invalid(fault.KindInvalidValue, "missed", m, "want latest, skip or all")
+	return "", fault.Invalid(ffdtype.KindInvalidValue, "missed", m, "want latest, skip or all")
 }
 
 // Key is the idempotency key of the execution a tick creates.

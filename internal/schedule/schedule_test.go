@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/schedule"
@@ -125,13 +125,13 @@ func TestScheduleLifecycle(t *testing.T) {
 		{Name: "x", Spec: "@hourly", Timezone: "Nowhere/City", Execution: &leases.CreateParams{Lane: "l"}},
 	}
 	for _, p := range bad {
-		var ve *fault.ValidationError
+		var ve *ffdtype.ValidationError
 		if _, err := schedule.Create(f.Ctx, f.Pool, leases.Limits{}, p); !errors.As(err, &ve) {
 			t.Errorf("%+v: %v; want a ValidationError", p, err)
 		}
 	}
 	f.create(schedule.Params{Name: "tick", Spec: "@every 1s", Execution: &leases.CreateParams{Lane: "t"}})
-	var ce *fault.ConflictError
+	var ce *ffdtype.ConflictError
 	if _, err := schedule.Create(f.Ctx, f.Pool, leases.Limits{}, schedule.Params{Name: "tick", Spec: "@hourly", Execution: &leases.CreateParams{Lane: "t"}}); !errors.As(err, &ce) {
 		t.Fatalf("a second schedule named tick: %v; want a conflict", err)
 	}
@@ -149,7 +149,7 @@ func TestScheduleLifecycle(t *testing.T) {
 	if err := schedule.Delete(f.Ctx, f.Pool, "tick"); err != nil {
 		t.Fatal(err)
 	}
-	var nf *fault.NotFoundError
+	var nf *ffdtype.NotFoundError
 	if err := schedule.Delete(f.Ctx, f.Pool, "tick"); !errors.As(err, &nf) {
 		t.Fatalf("delete twice: %v; want NotFound", err)
 	}
@@ -193,7 +193,7 @@ func TestPutDeclaresASchedule(t *testing.T) {
 	if !changed || s.NextRunAt.Equal(moved) || s.NextRunAt.UTC().Hour() != 4 || !s.Paused {
 		t.Fatalf("a new spec: changed %v, next %v, paused %v; want the next 04:00, still paused", changed, s.NextRunAt, s.Paused)
 	}
-	var ve *fault.ValidationError
+	var ve *ffdtype.ValidationError
 	if _, _, err := schedule.Put(f.Ctx, f.Pool, leases.Limits{}, schedule.Params{Name: "nightly", Spec: "0 0 30 2 *", Execution: p.Execution}); !errors.As(err, &ve) {
 		t.Fatalf("an invalid put: %v; want a ValidationError", err)
 	}

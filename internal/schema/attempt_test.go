@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/schema"
@@ -49,7 +50,7 @@ func TestAttemptsWrittenBeforeTheDietStayReadable(t *testing.T) {
 	if _, err := schema.Up(ctx, db.Pool, 0); err != nil {
 		t.Fatal(err)
 	}
-	attempts := func(id ident.ExecutionID) []store.Attempt {
+	attempts := func(id ident.ExecutionID) []ffdtype.Attempt {
 		t.Helper()
 		as, err := store.ListAttempts(ctx, db.Pool, id)
 		if err != nil {
@@ -58,14 +59,14 @@ func TestAttemptsWrittenBeforeTheDietStayReadable(t *testing.T) {
 		return as
 	}
 	as := attempts(running)
-	if len(as) != 2 || *as[0].Outcome != "failed" || *as[0].Error != "boom" || as[1].Outcome != nil || as[1].Worker != "w/2" || as[1].LeaseEpoch != 2 {
+	if len(as) != 2 || as[0].Outcome != "failed" || as[0].Error != "boom" || as[1].Outcome != "" || as[1].Worker != "w/2" || as[1].LeaseEpoch != 2 {
 		t.Fatalf("the running execution's attempts after the upgrade: %+v; want attempt 1 failed and attempt 2 open under w/2 at epoch 2", as)
 	}
 	var rows int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM ff_attempt WHERE execution_id = $1`, running.UUID).Scan(&rows); err != nil || rows != 1 {
 		t.Fatalf("%d attempt rows of the running execution (%v), want 1: its open one moves onto the execution", rows, err)
 	}
-	if as := attempts(done); len(as) != 1 || *as[0].Outcome != "succeeded" {
+	if as := attempts(done); len(as) != 1 || as[0].Outcome != "succeeded" {
 		t.Fatalf("the completed execution's attempts: %+v; want its one succeeded row", as)
 	}
 	if err := store.CheckInvariants(ctx, db.Pool); err != nil {
@@ -74,7 +75,7 @@ func TestAttemptsWrittenBeforeTheDietStayReadable(t *testing.T) {
 	if _, err := leases.Complete(ctx, db.Pool, leases.Limits{}, running, 2, []byte("ok")); err != nil {
 		t.Fatal(err)
 	}
-	if as := attempts(running); len(as) != 2 || as[1].Outcome == nil || *as[1].Outcome != "succeeded" || as[1].EndedAt == nil {
+	if as := attempts(running); len(as) != 2 || as[1].Outcome != "succeeded" || as[1].EndedAt == nil {
 		t.Fatalf("after completing it: %+v; want attempt 2 succeeded", as)
 	}
 	if err := store.CheckInvariants(ctx, db.Pool); err != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/schema"
@@ -41,7 +42,7 @@ func TestKeysTakenBeforePlacementStayHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	create := func() (*store.Execution, bool) {
+	create := func() (*ffdtype.Execution, bool) {
 		t.Helper()
 		x, existed, err := leases.Create(ctx, db.Pool, leases.Limits{}, leases.CreateParams{Namespace: ns, Lane: "l", Kind: "k", IdempotencyKey: key})
 		if err != nil {

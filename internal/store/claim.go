@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -80,8 +81,8 @@ SELECT * FROM claimed ORDER BY priority DESC, run_at, execution_id`
 
 // Claim leases up to max due executions of lane that caps cover, for
 // worker, in one statement.
-func Claim(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*Execution, error) {
-	var out []*Execution
+func Claim(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*ffdtype.Execution, error) {
+	var out []*ffdtype.Execution
 	err := WithRetry(ctx, db, func() error {
 		var err error
 		out, err = claimGeneric(ctx, db, !inCallerTx(db), lane, caps, max, worker, false)
@@ -105,8 +106,8 @@ func Claim(ctx context.Context, db DB, lane string, caps []string, max int, work
 // claimCapped claims from a capped lane with its row locked, so claims in
 // the lane count their room one after the other: the count runs after the
 // lock is granted, on a snapshot that sees every claim committed before.
-func claimCapped(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*Execution, error) {
-	var out []*Execution
+func claimCapped(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*ffdtype.Execution, error) {
+	var out []*ffdtype.Execution
 	err := InTx(ctx, db, func(tx pgx.Tx) error {
 		var paused bool
 		var limit *int
@@ -136,11 +137,11 @@ func claimCapped(ctx context.Context, db DB, lane string, caps []string, max int
 // claim, one round trip), when own says the transaction is the claim's.
 // In a caller's transaction the setting would outlive the claim, so there
 // the claim is planned as Postgres chooses.
-func claimGeneric(ctx context.Context, db DB, own bool, lane string, caps []string, max int, worker string, locked bool) ([]*Execution, error) {
+func claimGeneric(ctx context.Context, db DB, own bool, lane string, caps []string, max int, worker string, locked bool) ([]*ffdtype.Execution, error) {
 	if !own {
 		return queryExecutions(db.Query(ctx, claimSQL, lane, caps, max, worker, locked))
 	}
-	var out []*Execution
+	var out []*ffdtype.Execution
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
 	b.Queue(claimSQL, lane, caps, max, worker, locked).Query(func(rows pgx.Rows) error {

@@ -6,12 +6,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 )
 
 // FlowStateCounts counts flows by state (in a namespace; "" for all).
-func FlowStateCounts(ctx context.Context, db DB, namespace string) (map[FlowState]int, error) {
-	out, err := countBy[FlowState](ctx, db, `SELECT state, count(*) FROM ff_flow
+func FlowStateCounts(ctx context.Context, db DB, namespace string) (map[ffdtype.FlowState]int, error) {
+	out, err := countBy[ffdtype.FlowState](ctx, db, `SELECT state, count(*) FROM ff_flow
 		WHERE $1::text IS NULL OR namespace = $1 GROUP BY state`, nullIfEmpty(namespace))
 	return out, wrap("count flows by state", err)
 }
@@ -147,7 +148,7 @@ func FlowProgressOf(ctx context.Context, db DB, ids []uuid.UUID) (map[uuid.UUID]
 			(array_agg(coalesce(e.step, e.execution_id::text) ORDER BY e.execution_id) FILTER (WHERE e.state = ANY($4)))[1:5]
 		FROM unnest($1::int2[], $2::uuid[]) AS f(partition_key, flow_id)
 		JOIN ff_execution e ON e.partition_key = f.partition_key AND e.flow_id = f.flow_id
-		GROUP BY e.flow_id`, parts, ids, terminalStates(), []State{StateFailed, StateExpired})
+		GROUP BY e.flow_id`, parts, ids, terminalStates(), []ffdtype.State{ffdtype.StateFailed, ffdtype.StateExpired})
 	if err != nil {
 		return nil, wrap("read flow progress", err)
 	}
@@ -164,9 +165,9 @@ func FlowProgressOf(ctx context.Context, db DB, ids []uuid.UUID) (map[uuid.UUID]
 }
 
 // terminalStates lists the terminal states, for a query's parameter.
-func terminalStates() []State {
-	var out []State
-	for _, s := range States {
+func terminalStates() []ffdtype.State {
+	var out []ffdtype.State
+	for _, s := range ffdtype.States {
 		if s.Terminal() {
 			out = append(out, s)
 		}
@@ -178,7 +179,7 @@ func terminalStates() []State {
 type Downstream struct {
 	Step  string
 	ID    ident.ExecutionID
-	State State
+	State ffdtype.State
 }
 
 // DownstreamsOf reads the steps up's edges lead to, by step name, in one

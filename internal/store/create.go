@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 )
 
@@ -26,10 +27,10 @@ type NewExecution struct {
 	Kind                 string
 	Priority             int
 	RequiredCapabilities []string
-	State                State         // pending or blocked
+	State                ffdtype.State // pending or blocked
 	Delay                time.Duration // run_at = now() + Delay
 	MaxAttempts          int
-	Retry                RetryPolicy
+	Retry                ffdtype.RetryPolicy
 	LeaseTTL             time.Duration
 	AttemptTimeout       time.Duration // 0: none
 	Deadline             time.Duration // 0: none; else deadline_at = now() + Deadline
@@ -88,7 +89,7 @@ LIMIT 1`
 // already used in the namespace it inserts nothing and returns the
 // execution holding the key, with existed = true. A row with a key must be
 // placed on the key's partition (ident.NewExecutionIDForKey).
-func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *Execution, existed bool, err error) {
+func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *ffdtype.Execution, existed bool, err error) {
 	args := []any{r.ID.Partition, r.ID.UUID, r.FlowID, r.Namespace, r.Lane, r.Kind, r.Priority,
 		r.RequiredCapabilities, string(r.State), micros(r.Delay), r.MaxAttempts, micros(r.Retry.Base),
 		micros(r.Retry.Max), r.Retry.Multiplier, r.Retry.Jitter, micros(r.LeaseTTL), micros(r.AttemptTimeout),
@@ -133,13 +134,13 @@ func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *Execution, 
 // churn on one key that can repeat, but each round means another creator
 // took the key and let it go, so it ends: with the new execution, with
 // the holder, or with ctx's error, never with "no holder".
-func insertUnique(ctx context.Context, db DB, r NewExecution, args []any) (*Execution, bool, error) {
+func insertUnique(ctx context.Context, db DB, r NewExecution, args []any) (*ffdtype.Execution, bool, error) {
 	backoff := time.Millisecond
 	for try := 1; ; try++ {
 		if h := uniqueRaceHook.Load(); h != nil {
 			h.beforeInsert(r.UniqueKey)
 		}
-		var x *Execution
+		var x *ffdtype.Execution
 		err := InTx(ctx, db, func(tx pgx.Tx) error {
 			var err error
 			x, err = oneExecution(tx.Query(ctx, insertExecutionSQL, args...))
@@ -191,7 +192,7 @@ func IsUniqueTaken(err error) bool {
 
 // UniqueHolder reads the execution holding a unique key (as stored) on
 // the key's partition, or pgx.ErrNoRows.
-func UniqueHolder(ctx context.Context, db DB, partition int16, namespace, key string) (*Execution, error) {
+func UniqueHolder(ctx context.Context, db DB, partition int16, namespace, key string) (*ffdtype.Execution, error) {
 	return oneExecution(db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e
 		WHERE e.partition_key = $3 AND e.namespace = $1 AND e.unique_key = $2
 			AND (NOT e.unique_while_live OR e.state IN ('blocked', 'pending', 'running'))
@@ -231,7 +232,7 @@ const CopyThreshold = 64
 // batches of CopyThreshold or more by COPY, smaller ones in one
 // statement. Idempotency and unique keys are ignored: the caller refuses
 // them.
-func InsertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Execution, error) {
+func InsertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype.Execution, error) {
 	if len(rs) >= CopyThreshold {
 		return copyExecutions(ctx, db, rs)
 	}
@@ -239,7 +240,7 @@ func InsertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Executi
 }
 
 // insertExecutions inserts rows in one statement.
-func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Execution, error) {
+func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype.Execution, error) {
 	n := len(rs)
 	var (
 		parts                     = make([]int16, n)
@@ -274,7 +275,7 @@ func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Executi
 		ttls[i], timeouts[i], deadlines[i] = micros(r.LeaseTTL), micros(r.AttemptTimeout), micros(r.Deadline)
 		payloads[i], steps[i] = r.Payload, r.Step
 	}
-	out := make([]*Execution, n)
+	out := make([]*ffdtype.Execution, n)
 	err := WithRetry(ctx, db, func() error {
 		rows, err := db.Query(ctx, insertManySQL, parts, ids, flowIDs, namespaces, lanes, kinds, priorities,
 			caps, states, delays, maxAttempts, bases, maxes, multipliers, jitters, ttls, timeouts, deadlines, payloads, tags, steps)
@@ -315,14 +316,14 @@ var copyColumns = []string{"partition_key", "execution_id", "flow_id", "namespac
 // from now()) is computed from that same now() here, so the rows are
 // those the statement would write, and the executions it returns are
 // built from what was written, without reading it back.
-func copyExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Execution, error) {
-	var out []*Execution
+func copyExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype.Execution, error) {
+	var out []*ffdtype.Execution
 	write := func(tx pgx.Tx) error {
 		var now time.Time
 		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 			return err
 		}
-		out = make([]*Execution, len(rs))
+		out = make([]*ffdtype.Execution, len(rs))
 		// Rows are built as COPY asks for them: pgx encodes them on a
 		// goroutine of its own while it sends what it has, so building
 		// a row overlaps with the server's work on the rows before it.
@@ -359,7 +360,7 @@ func copyExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*Execution
 
 // copyRow is r's COPY row and the execution it makes, at the database
 // time now.
-func (r *NewExecution) copyRow(now time.Time) (*Execution, []any, error) {
+func (r *NewExecution) copyRow(now time.Time) (*ffdtype.Execution, []any, error) {
 	tags := map[string]any{}
 	if len(r.Tags) > 0 {
 		// As the database will hand them back: through JSON (numbers as
@@ -377,10 +378,10 @@ func (r *NewExecution) copyRow(now time.Time) (*Execution, []any, error) {
 	interval := func(d time.Duration) pgtype.Interval {
 		return pgtype.Interval{Microseconds: micros(d), Valid: true}
 	}
-	x := &Execution{ID: r.ID, FlowID: r.FlowID, Namespace: r.Namespace, Lane: r.Lane, Kind: r.Kind,
+	x := &ffdtype.Execution{ID: r.ID, FlowID: r.FlowID, Namespace: r.Namespace, Lane: r.Lane, Kind: r.Kind,
 		Priority: r.Priority, RequiredCapabilities: r.RequiredCapabilities, State: r.State,
 		RunAt: now.Add(us(r.Delay)), MaxAttempts: r.MaxAttempts,
-		Retry:    RetryPolicy{Base: us(r.Retry.Base), Max: us(r.Retry.Max), Multiplier: r.Retry.Multiplier, Jitter: r.Retry.Jitter},
+		Retry:    ffdtype.RetryPolicy{Base: us(r.Retry.Base), Max: us(r.Retry.Max), Multiplier: r.Retry.Multiplier, Jitter: r.Retry.Jitter},
 		LeaseTTL: us(r.LeaseTTL), Payload: r.Payload, CreatedAt: now, Tags: tags, Step: r.Step}
 	if x.RequiredCapabilities == nil {
 		x.RequiredCapabilities = []string{}

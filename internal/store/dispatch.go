@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
@@ -16,7 +17,7 @@ type Dispatching struct {
 	Partition   int16
 	ExecutionID *uuid.UUID // nil for a flow's own event
 	FlowID      *uuid.UUID // nil for an execution outside any flow
-	Outcome     Outcome
+	Outcome     ffdtype.Outcome
 	// Age is the event's age at dispatch, from its insertion, by the
 	// database clock.
 	Age time.Duration

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
@@ -141,8 +142,8 @@ func TestInsertRefusesAKeyOffItsPartition(t *testing.T) {
 	const ns, key = "default", "order-1"
 	off := ident.NewExecutionIDIn((ident.KeyPartition(ns, key) + 1) % ident.Partitions)
 	for name, r := range map[string]store.NewExecution{
-		"idempotency key": {ID: off, Namespace: ns, Lane: "l", State: store.StatePending, IdempotencyKey: key},
-		"unique key":      {ID: off, Namespace: ns, Lane: "l", State: store.StatePending, UniqueKey: key, UniqueWhileLive: true},
+		"idempotency key": {ID: off, Namespace: ns, Lane: "l", State: ffdtype.StatePending, IdempotencyKey: key},
+		"unique key":      {ID: off, Namespace: ns, Lane: "l", State: ffdtype.StatePending, UniqueKey: key, UniqueWhileLive: true},
 	} {
 		if _, _, err := store.InsertExecution(ctx, db.Pool, r); err == nil || !strings.Contains(err.Error(), "want the key's") {
 			t.Errorf("%s off its partition: %v; want a refusal", name, err)

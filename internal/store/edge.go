@@ -8,23 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 )
-
-// Edge is one dependency edge.
-type Edge struct {
-	ID              uuid.UUID
-	FlowID          uuid.UUID
-	Upstream        ident.ExecutionID
-	Downstream      ident.ExecutionID
-	DependencyKind  string
-	DataPassingRef  string
-	State           EdgeState
-	ResolvedOutcome Outcome
-	CreatedAt       time.Time
-	AppliedAt       *time.Time
-	ResolvedAt      *time.Time
-}
 
 // edgeColumns is the select list of an Edge, for a row aliased e.
 const edgeColumns = `e.partition_key, e.flow_id, e.edge_id, e.upstream_id, e.downstream_id, e.dependency_kind,
@@ -32,26 +18,26 @@ const edgeColumns = `e.partition_key, e.flow_id, e.edge_id, e.upstream_id, e.dow
 
 // edgeRow is one row of edgeColumns, scanned by name.
 type edgeRow struct {
-	PartitionKey    int16      `db:"partition_key"`
-	FlowID          uuid.UUID  `db:"flow_id"`
-	EdgeID          uuid.UUID  `db:"edge_id"`
-	UpstreamID      uuid.UUID  `db:"upstream_id"`
-	DownstreamID    uuid.UUID  `db:"downstream_id"`
-	DependencyKind  string     `db:"dependency_kind"`
-	DataPassingRef  *string    `db:"data_passing_ref"`
-	State           EdgeState  `db:"state"`
-	ResolvedOutcome *string    `db:"resolved_outcome"`
-	CreatedAt       time.Time  `db:"created_at"`
-	AppliedAt       *time.Time `db:"applied_at"`
-	ResolvedAt      *time.Time `db:"resolved_at"`
+	PartitionKey    int16             `db:"partition_key"`
+	FlowID          uuid.UUID         `db:"flow_id"`
+	EdgeID          uuid.UUID         `db:"edge_id"`
+	UpstreamID      uuid.UUID         `db:"upstream_id"`
+	DownstreamID    uuid.UUID         `db:"downstream_id"`
+	DependencyKind  string            `db:"dependency_kind"`
+	DataPassingRef  *string           `db:"data_passing_ref"`
+	State           ffdtype.EdgeState `db:"state"`
+	ResolvedOutcome *string           `db:"resolved_outcome"`
+	CreatedAt       time.Time         `db:"created_at"`
+	AppliedAt       *time.Time        `db:"applied_at"`
+	ResolvedAt      *time.Time        `db:"resolved_at"`
 }
 
-func scanEdge(row pgx.CollectableRow) (*Edge, error) {
+func scanEdge(row pgx.CollectableRow) (*ffdtype.Edge, error) {
 	r, err := pgx.RowToAddrOfStructByName[edgeRow](row)
 	if err != nil {
 		return nil, err
 	}
-	return &Edge{
+	return &ffdtype.Edge{
 		ID:              r.EdgeID,
 		FlowID:          r.FlowID,
 		Upstream:        ident.ExecutionID{Partition: r.PartitionKey, UUID: r.UpstreamID},
@@ -59,14 +45,14 @@ func scanEdge(row pgx.CollectableRow) (*Edge, error) {
 		DependencyKind:  r.DependencyKind,
 		DataPassingRef:  deref(r.DataPassingRef),
 		State:           r.State,
-		ResolvedOutcome: Outcome(deref(r.ResolvedOutcome)),
+		ResolvedOutcome: ffdtype.Outcome(deref(r.ResolvedOutcome)),
 		CreatedAt:       r.CreatedAt,
 		AppliedAt:       r.AppliedAt,
 		ResolvedAt:      r.ResolvedAt,
 	}, nil
 }
 
-func oneEdge(rows pgx.Rows, err error) (*Edge, error) {
+func oneEdge(rows pgx.Rows, err error) (*ffdtype.Edge, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -74,14 +60,14 @@ func oneEdge(rows pgx.Rows, err error) (*Edge, error) {
 }
 
 // GetEdge reads one edge, or returns pgx.ErrNoRows.
-func GetEdge(ctx context.Context, db DB, flowID, edgeID uuid.UUID) (*Edge, error) {
+func GetEdge(ctx context.Context, db DB, flowID, edgeID uuid.UUID) (*ffdtype.Edge, error) {
 	return oneEdge(db.Query(ctx, `SELECT `+edgeColumns+` FROM ff_edge e
 		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.edge_id = $3`, ident.Partition(flowID), flowID, edgeID))
 }
 
 // FindEdge reads the edge with this id or between these two executions,
 // or returns pgx.ErrNoRows: staging either again is a duplicate.
-func FindEdge(ctx context.Context, db DB, flowID, edgeID uuid.UUID, up, down ident.ExecutionID) (*Edge, error) {
+func FindEdge(ctx context.Context, db DB, flowID, edgeID uuid.UUID, up, down ident.ExecutionID) (*ffdtype.Edge, error) {
 	return oneEdge(db.Query(ctx, `SELECT `+edgeColumns+` FROM ff_edge e
 		WHERE e.partition_key = $1 AND e.flow_id = $2
 			AND (e.edge_id = $3 OR (e.upstream_id = $4 AND e.downstream_id = $5))
@@ -89,19 +75,19 @@ func FindEdge(ctx context.Context, db DB, flowID, edgeID uuid.UUID, up, down ide
 }
 
 // EdgesInto lists the edges into one member of a flow, by edge id.
-func EdgesInto(ctx context.Context, db DB, flowID uuid.UUID, down ident.ExecutionID) ([]*Edge, error) {
+func EdgesInto(ctx context.Context, db DB, flowID uuid.UUID, down ident.ExecutionID) ([]*ffdtype.Edge, error) {
 	return edges(ctx, db, `SELECT `+edgeColumns+` FROM ff_edge e
 		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.downstream_id = $3 ORDER BY e.edge_id`, flowID, down)
 }
 
 // EdgesOutOf lists the edges out of one member of a flow, by edge id.
-func EdgesOutOf(ctx context.Context, db DB, flowID uuid.UUID, up ident.ExecutionID) ([]*Edge, error) {
+func EdgesOutOf(ctx context.Context, db DB, flowID uuid.UUID, up ident.ExecutionID) ([]*ffdtype.Edge, error) {
 	return edges(ctx, db, `SELECT `+edgeColumns+` FROM ff_edge e
 		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.upstream_id = $3 ORDER BY e.edge_id`, flowID, up)
 }
 
 // FlowEdges lists every edge of a flow, by edge id.
-func FlowEdges(ctx context.Context, db DB, flowID uuid.UUID) ([]*Edge, error) {
+func FlowEdges(ctx context.Context, db DB, flowID uuid.UUID) ([]*ffdtype.Edge, error) {
 	rows, err := db.Query(ctx, `SELECT `+edgeColumns+` FROM ff_edge e
 		WHERE e.partition_key = $1 AND e.flow_id = $2 ORDER BY e.edge_id`, ident.Partition(flowID), flowID)
 	if err != nil {
@@ -111,7 +97,7 @@ func FlowEdges(ctx context.Context, db DB, flowID uuid.UUID) ([]*Edge, error) {
 	return es, wrap("list the edges of flow "+flowID.String(), err)
 }
 
-func edges(ctx context.Context, db DB, sql string, flowID uuid.UUID, node ident.ExecutionID) ([]*Edge, error) {
+func edges(ctx context.Context, db DB, sql string, flowID uuid.UUID, node ident.ExecutionID) ([]*ffdtype.Edge, error) {
 	rows, err := db.Query(ctx, sql, ident.Partition(flowID), flowID, node.UUID)
 	if err != nil {
 		return nil, err
@@ -154,7 +140,7 @@ type NewEdge struct {
 }
 
 // InsertEdge stages one edge.
-func InsertEdge(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, e NewEdge) (*Edge, error) {
+func InsertEdge(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, e NewEdge) (*ffdtype.Edge, error) {
 	return oneEdge(tx.Query(ctx, `INSERT INTO ff_edge AS e (partition_key, flow_id, edge_id, upstream_id,
 			downstream_id, dependency_kind, data_passing_ref)
 		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+edgeColumns,
@@ -194,17 +180,9 @@ func ApplyEdge(ctx context.Context, tx pgx.Tx, flowID, edgeID uuid.UUID, down id
 	return err
 }
 
-// Upstream is one upstream of a flow member: its step, state and result.
-type Upstream struct {
-	Step   string
-	ID     ident.ExecutionID
-	State  State
-	Result []byte
-}
-
 // UpstreamsOf reads the upstreams of down (over its applied and resolved
 // edges), by step name, in one query on ff_edge_downstream.
-func UpstreamsOf(ctx context.Context, db DB, flowID uuid.UUID, down ident.ExecutionID) ([]Upstream, error) {
+func UpstreamsOf(ctx context.Context, db DB, flowID uuid.UUID, down ident.ExecutionID) ([]ffdtype.Upstream, error) {
 	rows, err := db.Query(ctx, `SELECT coalesce(u.step, ''), u.partition_key, u.execution_id, u.state, u.result
 		FROM ff_edge e JOIN ff_execution u ON u.partition_key = e.partition_key AND u.execution_id = e.upstream_id
 		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.downstream_id = $3 AND e.state <> 'staged'
@@ -212,8 +190,8 @@ func UpstreamsOf(ctx context.Context, db DB, flowID uuid.UUID, down ident.Execut
 	if err != nil {
 		return nil, wrap("read the upstreams of "+down.String(), err)
 	}
-	us, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Upstream, error) {
-		var u Upstream
+	us, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ffdtype.Upstream, error) {
+		var u ffdtype.Upstream
 		err := r.Scan(&u.Step, &u.ID.Partition, &u.ID.UUID, &u.State, &u.Result)
 		return u, err
 	})

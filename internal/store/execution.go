@@ -8,52 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 )
-
-// RetryPolicy is exponential backoff with a cap and jitter: attempt n that
-// fails waits min(Base·Multiplier^(n-1), Max), then ±Jitter of that.
-type RetryPolicy struct {
-	Base       time.Duration
-	Max        time.Duration
-	Multiplier float64
-	Jitter     float64
-}
-
-// Execution is one execution row.
-type Execution struct {
-	ID                   ident.ExecutionID
-	FlowID               *uuid.UUID
-	Namespace            string
-	Lane                 string
-	Kind                 string
-	Priority             int
-	RequiredCapabilities []string
-	State                State
-	RunAt                time.Time
-	Attempt              int
-	MaxAttempts          int
-	Retry                RetryPolicy
-	LeaseEpoch           int64
-	LeaseOwner           string
-	LeaseExpiresAt       *time.Time
-	LeaseTTL             time.Duration
-	AttemptTimeout       time.Duration
-	AttemptDeadlineAt    *time.Time
-	DeadlineAt           *time.Time
-	Payload              []byte
-	Result               []byte
-	LastError            string
-	IdempotencyKey       string
-	CreatedAt            time.Time
-	StartedAt            *time.Time
-	TerminalAt           *time.Time
-	CancellationReason   string
-	CancelledBy          string
-	Tags                 map[string]any
-	Step                 string     // a flow member's step name; "" when none
-	RerunOf              *uuid.UUID // the execution this one reruns
-}
 
 // execColumns is the select list of an Execution, for a row aliased e;
 // executionRow receives it by column name.
@@ -78,7 +35,7 @@ type executionRow struct {
 	Kind                 string         `db:"kind"`
 	Priority             int            `db:"priority"`
 	RequiredCapabilities []string       `db:"required_capabilities"`
-	State                State          `db:"state"`
+	State                ffdtype.State  `db:"state"`
 	RunAt                time.Time      `db:"run_at"`
 	Attempt              int            `db:"attempt"`
 	MaxAttempts          int            `db:"max_attempts"`
@@ -131,8 +88,8 @@ func uuidOrNil(u pgtype.UUID) *uuid.UUID {
 	return &id
 }
 
-func (r *executionRow) execution() *Execution {
-	x := &Execution{
+func (r *executionRow) execution() *ffdtype.Execution {
+	x := &ffdtype.Execution{
 		ID:                   ident.ExecutionID{Partition: r.PartitionKey, UUID: r.ExecutionID},
 		FlowID:               uuidOrNil(r.FlowID),
 		Namespace:            r.Namespace,
@@ -144,7 +101,7 @@ func (r *executionRow) execution() *Execution {
 		RunAt:                r.RunAt,
 		Attempt:              r.Attempt,
 		MaxAttempts:          r.MaxAttempts,
-		Retry: RetryPolicy{
+		Retry: ffdtype.RetryPolicy{
 			Base:       time.Duration(r.BackoffBaseUS) * time.Microsecond,
 			Max:        time.Duration(r.BackoffMaxUS) * time.Microsecond,
 			Multiplier: r.BackoffMultiplier,
@@ -177,7 +134,7 @@ func (r *executionRow) execution() *Execution {
 
 // scanExecution reads one Execution from rows positioned on a row of
 // execColumns.
-func scanExecution(row pgx.CollectableRow) (*Execution, error) {
+func scanExecution(row pgx.CollectableRow) (*ffdtype.Execution, error) {
 	var r executionRow
 	if err := row.Scan(r.dests()...); err != nil {
 		return nil, err
@@ -186,12 +143,12 @@ func scanExecution(row pgx.CollectableRow) (*Execution, error) {
 }
 
 // collectExecutions reads every row of rows (execColumns) and closes it.
-func collectExecutions(rows pgx.Rows) ([]*Execution, error) {
+func collectExecutions(rows pgx.Rows) ([]*ffdtype.Execution, error) {
 	return pgx.CollectRows(rows, scanExecution)
 }
 
 // queryExecutions reads every row of a query's result (execColumns).
-func queryExecutions(rows pgx.Rows, err error) ([]*Execution, error) {
+func queryExecutions(rows pgx.Rows, err error) ([]*ffdtype.Execution, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +157,7 @@ func queryExecutions(rows pgx.Rows, err error) ([]*Execution, error) {
 
 // oneExecution reads the single row of rows (execColumns), or
 // pgx.ErrNoRows.
-func oneExecution(rows pgx.Rows, err error) (*Execution, error) {
+func oneExecution(rows pgx.Rows, err error) (*ffdtype.Execution, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +181,7 @@ func nullIfEmpty(s string) *string {
 func micros(d time.Duration) int64 { return d.Microseconds() }
 
 // GetExecution reads one execution, or returns pgx.ErrNoRows.
-func GetExecution(ctx context.Context, db DB, id ident.ExecutionID) (*Execution, error) {
+func GetExecution(ctx context.Context, db DB, id ident.ExecutionID) (*ffdtype.Execution, error) {
 	return oneExecution(db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e
 		WHERE e.partition_key = $1 AND e.execution_id = $2`, id.Partition, id.UUID))
 }
@@ -232,7 +189,7 @@ func GetExecution(ctx context.Context, db DB, id ident.ExecutionID) (*Execution,
 // ExecutionsByUUID reads the executions with this uuid on any partition
 // (the primary key leads with the id, migration 00020): one, unless uuids
 // were minted twice.
-func ExecutionsByUUID(ctx context.Context, db DB, id uuid.UUID) ([]*Execution, error) {
+func ExecutionsByUUID(ctx context.Context, db DB, id uuid.UUID) ([]*ffdtype.Execution, error) {
 	rows, err := db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e WHERE e.execution_id = $1 LIMIT 2`, id)
 	if err != nil {
 		return nil, err
@@ -245,7 +202,7 @@ func ExecutionsByUUID(ctx context.Context, db DB, id uuid.UUID) ([]*Execution, e
 type ExecutionFilter struct {
 	Namespace string
 	Lane      string
-	State     State
+	State     ffdtype.State
 	Kind      string
 	FlowID    *uuid.UUID
 	// Search, when set, keeps the executions whose kind or step begins
@@ -259,7 +216,7 @@ type ExecutionFilter struct {
 // ListExecutions returns up to f.Limit executions in id order, or newest
 // first; each order is its own statement, reading the primary key (id first) in
 // its direction.
-func ListExecutions(ctx context.Context, db DB, f ExecutionFilter) ([]*Execution, error) {
+func ListExecutions(ctx context.Context, db DB, f ExecutionFilter) ([]*ffdtype.Execution, error) {
 	const where = `WHERE ($1::text IS NULL OR e.namespace = $1)
 			AND ($2::text IS NULL OR e.lane = $2)
 			AND ($3::text IS NULL OR e.state = $3)

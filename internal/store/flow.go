@@ -7,31 +7,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 )
-
-// Flow is one flow row, with its edge groups when described.
-type Flow struct {
-	ID                 uuid.UUID
-	Partition          int16
-	Namespace          string
-	Kind               string
-	State              FlowState
-	GraphRevision      int64
-	NodeCount          int
-	EdgeCount          int
-	CancellationPolicy CancelPolicy
-	CancelReason       string
-	CancelledMembers   []ident.ExecutionID
-	Tags               map[string]any
-	CreatedAt          time.Time
-	UpdatedAt          time.Time
-	TerminalAt         *time.Time
-	RerunOf            *uuid.UUID // the flow this one reruns
-	// Groups is filled by ListGroups' callers: every edge group, by
-	// downstream id.
-	Groups []EdgeGroup
-}
 
 // flowColumns is the select list of a Flow, for a row aliased f.
 const flowColumns = `f.partition_key, f.flow_id, f.namespace, f.kind, f.state, f.graph_revision, f.node_count,
@@ -40,30 +18,30 @@ const flowColumns = `f.partition_key, f.flow_id, f.namespace, f.kind, f.state, f
 
 // flowRow is one row of flowColumns, scanned by name.
 type flowRow struct {
-	PartitionKey       int16          `db:"partition_key"`
-	FlowID             uuid.UUID      `db:"flow_id"`
-	Namespace          string         `db:"namespace"`
-	Kind               string         `db:"kind"`
-	State              FlowState      `db:"state"`
-	GraphRevision      int64          `db:"graph_revision"`
-	NodeCount          int            `db:"node_count"`
-	EdgeCount          int            `db:"edge_count"`
-	CancellationPolicy *string        `db:"cancellation_policy"`
-	CancelReason       *string        `db:"cancel_reason"`
-	CancelledMembers   []uuid.UUID    `db:"cancelled_members"`
-	Tags               map[string]any `db:"tags"`
-	CreatedAt          time.Time      `db:"created_at"`
-	UpdatedAt          time.Time      `db:"updated_at"`
-	TerminalAt         *time.Time     `db:"terminal_at"`
-	RerunOf            *uuid.UUID     `db:"rerun_of"`
+	PartitionKey       int16             `db:"partition_key"`
+	FlowID             uuid.UUID         `db:"flow_id"`
+	Namespace          string            `db:"namespace"`
+	Kind               string            `db:"kind"`
+	State              ffdtype.FlowState `db:"state"`
+	GraphRevision      int64             `db:"graph_revision"`
+	NodeCount          int               `db:"node_count"`
+	EdgeCount          int               `db:"edge_count"`
+	CancellationPolicy *string           `db:"cancellation_policy"`
+	CancelReason       *string           `db:"cancel_reason"`
+	CancelledMembers   []uuid.UUID       `db:"cancelled_members"`
+	Tags               map[string]any    `db:"tags"`
+	CreatedAt          time.Time         `db:"created_at"`
+	UpdatedAt          time.Time         `db:"updated_at"`
+	TerminalAt         *time.Time        `db:"terminal_at"`
+	RerunOf            *uuid.UUID        `db:"rerun_of"`
 }
 
-func scanFlow(row pgx.CollectableRow) (*Flow, error) {
+func scanFlow(row pgx.CollectableRow) (*ffdtype.Flow, error) {
 	r, err := pgx.RowToAddrOfStructByName[flowRow](row)
 	if err != nil {
 		return nil, err
 	}
-	return &Flow{
+	return &ffdtype.Flow{
 		ID:                 r.FlowID,
 		Partition:          r.PartitionKey,
 		Namespace:          r.Namespace,
@@ -72,7 +50,7 @@ func scanFlow(row pgx.CollectableRow) (*Flow, error) {
 		GraphRevision:      r.GraphRevision,
 		NodeCount:          r.NodeCount,
 		EdgeCount:          r.EdgeCount,
-		CancellationPolicy: CancelPolicy(deref(r.CancellationPolicy)),
+		CancellationPolicy: ffdtype.CancelPolicy(deref(r.CancellationPolicy)),
 		CancelReason:       deref(r.CancelReason),
 		CancelledMembers:   idsOn(r.PartitionKey, r.CancelledMembers),
 		Tags:               r.Tags,
@@ -84,7 +62,7 @@ func scanFlow(row pgx.CollectableRow) (*Flow, error) {
 }
 
 // oneFlow reads the single row of rows (flowColumns), or pgx.ErrNoRows.
-func oneFlow(rows pgx.Rows, err error) (*Flow, error) {
+func oneFlow(rows pgx.Rows, err error) (*ffdtype.Flow, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +89,7 @@ type NewFlow struct {
 
 // InsertFlow inserts an open flow on its id's partition, or returns
 // pgx.ErrNoRows when a flow with that id exists.
-func InsertFlow(ctx context.Context, db DB, f NewFlow) (*Flow, error) {
+func InsertFlow(ctx context.Context, db DB, f NewFlow) (*ffdtype.Flow, error) {
 	return oneFlow(db.Query(ctx, `INSERT INTO ff_flow AS f (partition_key, flow_id, namespace, kind, tags)
 		VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (partition_key, flow_id) DO NOTHING
@@ -119,7 +97,7 @@ func InsertFlow(ctx context.Context, db DB, f NewFlow) (*Flow, error) {
 }
 
 // GetFlow reads a flow without its groups, or returns pgx.ErrNoRows.
-func GetFlow(ctx context.Context, db DB, id uuid.UUID) (*Flow, error) {
+func GetFlow(ctx context.Context, db DB, id uuid.UUID) (*ffdtype.Flow, error) {
 	return oneFlow(db.Query(ctx, `SELECT `+flowColumns+` FROM ff_flow f
 		WHERE f.partition_key = $1 AND f.flow_id = $2`, ident.Partition(id), id))
 }
@@ -127,7 +105,7 @@ func GetFlow(ctx context.Context, db DB, id uuid.UUID) (*Flow, error) {
 // FlowFilter selects flows for ListFlows; zero fields do not filter.
 type FlowFilter struct {
 	Namespace string
-	State     FlowState
+	State     ffdtype.FlowState
 	Kind      string     // "": any; else the kind, or its prefix when it ends in *
 	From, To  *time.Time // created at or after From, before To; nil: unbounded
 	After     *uuid.UUID // keyset cursor: ids after this one (before it when Newest)
@@ -138,7 +116,7 @@ type FlowFilter struct {
 // ListFlows reads flows in id (creation) order, or newest first. Each
 // order is its own statement so that each reads ff_flow_id in its
 // direction and stops at the page.
-func ListFlows(ctx context.Context, db DB, f FlowFilter) ([]*Flow, error) {
+func ListFlows(ctx context.Context, db DB, f FlowFilter) ([]*ffdtype.Flow, error) {
 	const where = `WHERE ($1::text IS NULL OR f.namespace = $1) AND ($2::text IS NULL OR f.state = $2)
 			AND ($5::text IS NULL OR f.kind = $5 OR (right($5, 1) = '*' AND f.kind LIKE replace(rtrim($5, '*'), '%', '') || '%'))
 			AND ($6::timestamptz IS NULL OR f.created_at >= $6) AND ($7::timestamptz IS NULL OR f.created_at < $7)`
@@ -159,7 +137,7 @@ func ListFlows(ctx context.Context, db DB, f FlowFilter) ([]*Flow, error) {
 
 // SetFlowSize records the size of a freshly submitted flow: its node and
 // edge counts, and a graph revision that counts both.
-func SetFlowSize(ctx context.Context, tx pgx.Tx, id uuid.UUID, nodes, edges int) (*Flow, error) {
+func SetFlowSize(ctx context.Context, tx pgx.Tx, id uuid.UUID, nodes, edges int) (*ffdtype.Flow, error) {
 	return oneFlow(tx.Query(ctx, `UPDATE ff_flow f SET node_count = $3::int, edge_count = $4::int,
 			graph_revision = $3::int + $4::int, updated_at = now()
 		WHERE partition_key = $1 AND flow_id = $2 RETURNING `+flowColumns, ident.Partition(id), id, nodes, edges))
@@ -200,7 +178,7 @@ func CountNewMember(ctx context.Context, tx pgx.Tx, flowID uuid.UUID) error {
 // members it cancels, and writes the flow's `cancelled` completion event,
 // in one statement. Ending the members is the caller's next step
 // (Terminate).
-func CancelFlow(ctx context.Context, tx pgx.Tx, id uuid.UUID, policy CancelPolicy, reason string, members []uuid.UUID) error {
+func CancelFlow(ctx context.Context, tx pgx.Tx, id uuid.UUID, policy ffdtype.CancelPolicy, reason string, members []uuid.UUID) error {
 	if members == nil {
 		members = []uuid.UUID{}
 	}
@@ -211,6 +189,6 @@ func CancelFlow(ctx context.Context, tx pgx.Tx, id uuid.UUID, policy CancelPolic
 			RETURNING partition_key, flow_id, namespace)
 		INSERT INTO ff_completion_event (partition_key, flow_id, outcome, namespace, dispatched_at)
 		SELECT partition_key, flow_id, $6, namespace, now() FROM f`,
-		ident.Partition(id), id, string(policy), reason, members, string(OutcomeCancelled))
+		ident.Partition(id), id, string(policy), reason, members, string(ffdtype.OutcomeCancelled))
 	return err
 }

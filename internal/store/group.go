@@ -9,61 +9,22 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 )
 
-// Policy is a downstream's join policy.
-type Policy struct {
-	Kind        PolicyKind
-	K           int         // quorum only, ≥ 1
-	OnSatisfied OnSatisfied // any_of and quorum; default let_run
-}
-
-// columns are the policy's nullable columns: k for a quorum only,
+// policyColumns are the policy's nullable columns: k for a quorum only,
 // on_satisfied for any_of and quorum only.
-func (p Policy) columns() (k *int, onSatisfied *string) {
-	if p.Kind == Quorum {
+func policyColumns(p ffdtype.Policy) (k *int, onSatisfied *string) {
+	if p.Kind == ffdtype.Quorum {
 		kk := p.K
 		k = &kk
 	}
-	if p.Kind != AllOf {
+	if p.Kind != ffdtype.AllOf {
 		s := string(p.OnSatisfied)
 		onSatisfied = &s
 	}
 	return k, onSatisfied
-}
-
-// Counts are a group's counters: applied edges and resolved ones by
-// upstream outcome.
-type Counts struct {
-	Total, Success, Fail, Skip int
-}
-
-// EdgeGroup is a downstream's join state.
-type EdgeGroup struct {
-	FlowID        uuid.UUID
-	Downstream    ident.ExecutionID
-	Policy        Policy
-	Counts        Counts
-	Decision      Decision
-	DecidedAt     *time.Time
-	CancelMembers []ident.ExecutionID
-}
-
-// Unsatisfied is how many more successes the group needs (0 once it has
-// them or has decided).
-func (g EdgeGroup) Unsatisfied() int {
-	if g.Decision != Pending {
-		return 0
-	}
-	need := g.Counts.Total
-	switch g.Policy.Kind {
-	case AnyOf:
-		need = 1
-	case Quorum:
-		need = g.Policy.K
-	}
-	return max(0, need-g.Counts.Success)
 }
 
 // groupColumns is the select list of an EdgeGroup, for a row aliased g.
@@ -72,22 +33,22 @@ const groupColumns = `g.partition_key, g.flow_id, g.downstream_id, g.policy, g.k
 
 // groupRow is one row of groupColumns, scanned by name.
 type groupRow struct {
-	PartitionKey  int16       `db:"partition_key"`
-	FlowID        uuid.UUID   `db:"flow_id"`
-	DownstreamID  uuid.UUID   `db:"downstream_id"`
-	Policy        PolicyKind  `db:"policy"`
-	K             *int        `db:"k"`
-	OnSatisfied   *string     `db:"on_satisfied"`
-	Total         int         `db:"total"`
-	SuccessCount  int         `db:"success_count"`
-	FailCount     int         `db:"fail_count"`
-	SkipCount     int         `db:"skip_count"`
-	Decision      Decision    `db:"decision"`
-	DecidedAt     *time.Time  `db:"decided_at"`
-	CancelMembers []uuid.UUID `db:"cancel_members"`
+	PartitionKey  int16              `db:"partition_key"`
+	FlowID        uuid.UUID          `db:"flow_id"`
+	DownstreamID  uuid.UUID          `db:"downstream_id"`
+	Policy        ffdtype.PolicyKind `db:"policy"`
+	K             *int               `db:"k"`
+	OnSatisfied   *string            `db:"on_satisfied"`
+	Total         int                `db:"total"`
+	SuccessCount  int                `db:"success_count"`
+	FailCount     int                `db:"fail_count"`
+	SkipCount     int                `db:"skip_count"`
+	Decision      ffdtype.Decision   `db:"decision"`
+	DecidedAt     *time.Time         `db:"decided_at"`
+	CancelMembers []uuid.UUID        `db:"cancel_members"`
 }
 
-func scanGroup(row pgx.CollectableRow) (*EdgeGroup, error) {
+func scanGroup(row pgx.CollectableRow) (*ffdtype.EdgeGroup, error) {
 	r, err := pgx.RowToAddrOfStructByName[groupRow](row)
 	if err != nil {
 		return nil, err
@@ -95,12 +56,12 @@ func scanGroup(row pgx.CollectableRow) (*EdgeGroup, error) {
 	return r.group()
 }
 
-func (r *groupRow) group() (*EdgeGroup, error) {
-	g := &EdgeGroup{
+func (r *groupRow) group() (*ffdtype.EdgeGroup, error) {
+	g := &ffdtype.EdgeGroup{
 		FlowID:        r.FlowID,
 		Downstream:    ident.ExecutionID{Partition: r.PartitionKey, UUID: r.DownstreamID},
-		Policy:        Policy{Kind: r.Policy, OnSatisfied: OnSatisfied(deref(r.OnSatisfied))},
-		Counts:        Counts{Total: r.Total, Success: r.SuccessCount, Fail: r.FailCount, Skip: r.SkipCount},
+		Policy:        ffdtype.Policy{Kind: r.Policy, OnSatisfied: ffdtype.OnSatisfied(deref(r.OnSatisfied))},
+		Counts:        ffdtype.Counts{Total: r.Total, Success: r.SuccessCount, Fail: r.FailCount, Skip: r.SkipCount},
 		Decision:      r.Decision,
 		DecidedAt:     r.DecidedAt,
 		CancelMembers: idsOn(r.PartitionKey, r.CancelMembers),
@@ -111,7 +72,7 @@ func (r *groupRow) group() (*EdgeGroup, error) {
 	return g, nil
 }
 
-func oneGroup(rows pgx.Rows, err error) (*EdgeGroup, error) {
+func oneGroup(rows pgx.Rows, err error) (*ffdtype.EdgeGroup, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -119,22 +80,22 @@ func oneGroup(rows pgx.Rows, err error) (*EdgeGroup, error) {
 }
 
 // GetGroup reads one edge group, or returns pgx.ErrNoRows.
-func GetGroup(ctx context.Context, db DB, flowID uuid.UUID, down ident.ExecutionID) (*EdgeGroup, error) {
+func GetGroup(ctx context.Context, db DB, flowID uuid.UUID, down ident.ExecutionID) (*ffdtype.EdgeGroup, error) {
 	return oneGroup(db.Query(ctx, `SELECT `+groupColumns+` FROM ff_edge_group g
 		WHERE g.partition_key = $1 AND g.flow_id = $2 AND g.downstream_id = $3`, ident.Partition(flowID), flowID, down.UUID))
 }
 
 // ListGroups reads every edge group of a flow, by downstream id.
-func ListGroups(ctx context.Context, db DB, flowID uuid.UUID) ([]EdgeGroup, error) {
+func ListGroups(ctx context.Context, db DB, flowID uuid.UUID) ([]ffdtype.EdgeGroup, error) {
 	rows, err := db.Query(ctx, `SELECT `+groupColumns+` FROM ff_edge_group g
 		WHERE g.partition_key = $1 AND g.flow_id = $2 ORDER BY g.downstream_id`, ident.Partition(flowID), flowID)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (EdgeGroup, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ffdtype.EdgeGroup, error) {
 		g, err := scanGroup(r)
 		if err != nil {
-			return EdgeGroup{}, err
+			return ffdtype.EdgeGroup{}, err
 		}
 		return *g, nil
 	})
@@ -144,7 +105,7 @@ func ListGroups(ctx context.Context, db DB, flowID uuid.UUID) ([]EdgeGroup, erro
 // and its number of (already applied) incoming edges.
 type NewGroup struct {
 	Downstream ident.ExecutionID
-	Policy     Policy
+	Policy     ffdtype.Policy
 	Total      int
 }
 
@@ -154,7 +115,7 @@ func InsertGroups(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, gs []NewGrou
 	downs, kinds, ks, ons, totals := make([]pgtype.UUID, n), make([]string, n), make([]*int, n), make([]*string, n), make([]int, n)
 	for i, g := range gs {
 		downs[i], kinds[i], totals[i] = pgUUID(g.Downstream.UUID), string(g.Policy.Kind), g.Total
-		ks[i], ons[i] = g.Policy.columns()
+		ks[i], ons[i] = policyColumns(g.Policy)
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO ff_edge_group (partition_key, flow_id, downstream_id, policy, k, on_satisfied, total)
 		SELECT $1, $2, i.down, i.policy, i.k, i.on_satisfied, i.total
@@ -164,8 +125,8 @@ func InsertGroups(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, gs []NewGrou
 }
 
 // SetGroupPolicy replaces the policy of a group the caller holds locked.
-func SetGroupPolicy(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, down ident.ExecutionID, p Policy) error {
-	k, on := p.columns()
+func SetGroupPolicy(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, down ident.ExecutionID, p ffdtype.Policy) error {
+	k, on := policyColumns(p)
 	_, err := tx.Exec(ctx, `UPDATE ff_edge_group SET policy = $4, k = $5, on_satisfied = $6
 		WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`,
 		ident.Partition(flowID), flowID, down.UUID, string(p.Kind), k, on)
@@ -176,7 +137,7 @@ func SetGroupPolicy(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, down ident
 // outgoing edges from.
 type Resolution struct {
 	Upstream ident.ExecutionID
-	Outcome  Outcome
+	Outcome  ffdtype.Outcome
 	EdgeID   *uuid.UUID // only this edge (apply); nil: every applied edge
 }
 
@@ -192,7 +153,7 @@ func resolutionArrays(rs []Resolution) (parts []int16, ups []pgtype.UUID, outcom
 // Moved is a group whose counters a ResolveEdges moved: its state after the
 // move, and how many of its edges resolved, by outcome class.
 type Moved struct {
-	Group                    EdgeGroup
+	Group                    ffdtype.EdgeGroup
 	Resolved                 int
 	Success, Failed, Skipped int
 }
@@ -261,9 +222,9 @@ RETURNING ` + groupColumns + `,
 // satisfied cancel_remaining groups queued for sibling cancellation.
 // Impossible downstreams are skipped through Terminate, separately.
 type DecisionEffects struct {
-	Decided []EdgeGroup         // with their new Decision
+	Decided []ffdtype.EdgeGroup // with their new Decision
 	Ready   []ident.ExecutionID // blocked downstreams to make pending
-	Cancel  []EdgeGroup         // satisfied cancel_remaining groups
+	Cancel  []ffdtype.EdgeGroup // satisfied cancel_remaining groups
 }
 
 // RecordDecisions makes the decisions take effect in one round trip: the

@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/flowfabric/ffd/ffdtype"
 )
 
 // check is one invariant as a query returning the rows that violate it.
@@ -126,9 +128,9 @@ func CheckQuiescent(ctx context.Context, db DB) error {
 
 func run(ctx context.Context, db DB, checks []check) error {
 	var states, outcomes []string
-	for _, st := range States {
+	for _, st := range ffdtype.States {
 		if st.Terminal() {
-			states, outcomes = append(states, string(st)), append(outcomes, string(OutcomeOf(st)))
+			states, outcomes = append(states, string(st)), append(outcomes, string(ffdtype.OutcomeOf(st)))
 		}
 	}
 	var errs []error

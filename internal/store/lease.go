@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 )
 
@@ -41,8 +42,8 @@ func Renew(ctx context.Context, db DB, id ident.ExecutionID, epoch int64) (expir
 
 // Fence is an execution's state and current lease epoch.
 type Fence struct {
-	State State `db:"state"`
-	Epoch int64 `db:"lease_epoch"`
+	State ffdtype.State `db:"state"`
+	Epoch int64         `db:"lease_epoch"`
 }
 
 // ReadFence reads id's state and epoch, or returns pgx.ErrNoRows.
@@ -57,14 +58,14 @@ func ReadFence(ctx context.Context, db DB, id ident.ExecutionID) (Fence, error) 
 
 // EpochAttempt is an execution and the attempt it ran under one epoch.
 type EpochAttempt struct {
-	State   State     `db:"state"`
-	Attempt int       `db:"attempt"` // the execution's current attempt
-	Result  []byte    `db:"result"`
-	RunAt   time.Time `db:"run_at"`
+	State   ffdtype.State `db:"state"`
+	Attempt int           `db:"attempt"` // the execution's current attempt
+	Result  []byte        `db:"result"`
+	RunAt   time.Time     `db:"run_at"`
 	// OfEpoch and Outcome are the attempt run under the epoch asked for;
 	// nil when there was none.
-	OfEpoch *int            `db:"attempt_of_epoch"`
-	Outcome *AttemptOutcome `db:"outcome"`
+	OfEpoch *int                    `db:"attempt_of_epoch"`
+	Outcome *ffdtype.AttemptOutcome `db:"outcome"`
 }
 
 // ReadEpochAttempt reads id and the attempt it ran at epoch, or returns

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 )
 
@@ -62,7 +63,7 @@ func (l *Locks) take(r rank) error {
 // with, a missing group is created (created reports it; a creation rolled
 // back with the transaction leaves nothing); without, a missing group is
 // pgx.ErrNoRows.
-func (l *Locks) Group(ctx context.Context, flowID uuid.UUID, down ident.ExecutionID, create *Policy) (g *EdgeGroup, created bool, err error) {
+func (l *Locks) Group(ctx context.Context, flowID uuid.UUID, down ident.ExecutionID, create *ffdtype.Policy) (g *ffdtype.EdgeGroup, created bool, err error) {
 	if err := l.take(rankGroup); err != nil {
 		return nil, false, err
 	}
@@ -70,7 +71,7 @@ func (l *Locks) Group(ctx context.Context, flowID uuid.UUID, down ident.Executio
 	if create != nil {
 		// The insert locks a row it creates; ON CONFLICT leaves an
 		// existing one to the SELECT below.
-		k, on := create.columns()
+		k, on := policyColumns(*create)
 		err = l.tx.QueryRow(ctx, `INSERT INTO ff_edge_group (partition_key, flow_id, downstream_id, policy, k, on_satisfied)
 			VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (partition_key, flow_id, downstream_id) DO NOTHING
@@ -104,11 +105,11 @@ func (l *Locks) GroupsResolving(ctx context.Context, rs []Resolution) error {
 }
 
 // Edge locks one edge and returns its state, or pgx.ErrNoRows.
-func (l *Locks) Edge(ctx context.Context, flowID, edgeID uuid.UUID) (EdgeState, error) {
+func (l *Locks) Edge(ctx context.Context, flowID, edgeID uuid.UUID) (ffdtype.EdgeState, error) {
 	if err := l.take(rankEdge); err != nil {
 		return "", err
 	}
-	var s EdgeState
+	var s ffdtype.EdgeState
 	err := l.tx.QueryRow(ctx, `SELECT state FROM ff_edge WHERE partition_key = $1 AND flow_id = $2 AND edge_id = $3
 		FOR NO KEY UPDATE`, ident.Partition(flowID), flowID, edgeID).Scan(&s)
 	return s, err
@@ -116,7 +117,7 @@ func (l *Locks) Edge(ctx context.Context, flowID, edgeID uuid.UUID) (EdgeState, 
 
 // Executions locks executions of one partition in id order and returns
 // their states; an id without a row is absent from the map.
-func (l *Locks) Executions(ctx context.Context, part int16, ids ...uuid.UUID) (map[uuid.UUID]State, error) {
+func (l *Locks) Executions(ctx context.Context, part int16, ids ...uuid.UUID) (map[uuid.UUID]ffdtype.State, error) {
 	if err := l.take(rankExecution); err != nil {
 		return nil, err
 	}
@@ -125,9 +126,9 @@ func (l *Locks) Executions(ctx context.Context, part int16, ids ...uuid.UUID) (m
 	if err != nil {
 		return nil, err
 	}
-	states := make(map[uuid.UUID]State, len(ids))
+	states := make(map[uuid.UUID]ffdtype.State, len(ids))
 	var id uuid.UUID
-	var s State
+	var s ffdtype.State
 	_, err = pgx.ForEachRow(rows, []any{&id, &s}, func() error {
 		states[id] = s
 		return nil
@@ -138,7 +139,7 @@ func (l *Locks) Executions(ctx context.Context, part int16, ids ...uuid.UUID) (m
 // Membership is an execution's flow and state.
 type Membership struct {
 	FlowID *uuid.UUID
-	State  State
+	State  ffdtype.State
 }
 
 // Execution locks one execution and returns its flow and state, or
@@ -155,7 +156,7 @@ func (l *Locks) Execution(ctx context.Context, id ident.ExecutionID) (Membership
 
 // Members locks the members of a flow in one of the given states, in id
 // order, and returns their ids.
-func (l *Locks) Members(ctx context.Context, flowID uuid.UUID, states []State) ([]uuid.UUID, error) {
+func (l *Locks) Members(ctx context.Context, flowID uuid.UUID, states []ffdtype.State) ([]uuid.UUID, error) {
 	if err := l.take(rankExecution); err != nil {
 		return nil, err
 	}
@@ -181,7 +182,7 @@ const (
 )
 
 // Flow locks a flow and returns it, or pgx.ErrNoRows.
-func (l *Locks) Flow(ctx context.Context, id uuid.UUID, mode LockMode) (*Flow, error) {
+func (l *Locks) Flow(ctx context.Context, id uuid.UUID, mode LockMode) (*ffdtype.Flow, error) {
 	if err := l.take(rankFlow); err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 )
 
@@ -40,7 +41,7 @@ func durations(ctx context.Context, db DB, what, sql string, args ...any) ([]tim
 }
 
 // CountInLanes counts the executions of the lanes in state s.
-func CountInLanes(ctx context.Context, db DB, s State, lanes ...string) (int, error) {
+func CountInLanes(ctx context.Context, db DB, s ffdtype.State, lanes ...string) (int, error) {
 	return count(ctx, db, "count executions by lane", `SELECT count(*) FROM ff_execution
 		WHERE lane = ANY($1) AND state = $2`, lanes, s)
 }
@@ -75,8 +76,8 @@ func CompletedFlows(ctx context.Context, db DB, namespace string) (int, error) {
 }
 
 // ReadFlowState reads a flow's state.
-func ReadFlowState(ctx context.Context, db DB, partition int16, flowID uuid.UUID) (FlowState, error) {
-	var s FlowState
+func ReadFlowState(ctx context.Context, db DB, partition int16, flowID uuid.UUID) (ffdtype.FlowState, error) {
+	var s ffdtype.FlowState
 	err := db.QueryRow(ctx, `SELECT state FROM ff_flow WHERE partition_key = $1 AND flow_id = $2`,
 		partition, flowID).Scan(&s)
 	return s, wrap("read flow state", err)

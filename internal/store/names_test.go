@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
@@ -56,16 +57,16 @@ func TestNamesMatchTheSchema(t *testing.T) {
 		table, column string
 		want          []string
 	}{
-		{"ff_execution", "state", strs(store.States)},
-		{"ff_attempt", "outcome", strs(store.AttemptOutcomes)},
+		{"ff_execution", "state", strs(ffdtype.States)},
+		{"ff_attempt", "outcome", strs(ffdtype.AttemptOutcomes)},
 		{"ff_lease_event", "event_type", strs(store.LeaseEventTypes)},
-		{"ff_flow", "state", strs(store.FlowStates)},
-		{"ff_flow", "cancellation_policy", strs(store.CancelPolicies)},
-		{"ff_edge", "state", strs(store.EdgeStates)},
-		{"ff_edge", "resolved_outcome", strs(store.ExecutionOutcomes)},
-		{"ff_edge_group", "policy", strs(store.PolicyKinds)},
-		{"ff_edge_group", "on_satisfied", strs(store.OnSatisfieds)},
-		{"ff_edge_group", "decision", strs(store.Decisions)},
+		{"ff_flow", "state", strs(ffdtype.FlowStates)},
+		{"ff_flow", "cancellation_policy", strs(ffdtype.CancelPolicies)},
+		{"ff_edge", "state", strs(ffdtype.EdgeStates)},
+		{"ff_edge", "resolved_outcome", strs(ffdtype.ExecutionOutcomes)},
+		{"ff_edge_group", "policy", strs(ffdtype.PolicyKinds)},
+		{"ff_edge_group", "on_satisfied", strs(ffdtype.OnSatisfieds)},
+		{"ff_edge_group", "decision", strs(ffdtype.Decisions)},
 		{"ff_outbox_consumer", "stream", strs(store.Streams)},
 	}
 	for _, c := range cases {
@@ -86,7 +87,7 @@ func TestNamesMatchTheSchema(t *testing.T) {
 	if len(lists) != 2 {
 		t.Fatalf("ff_completion_event_outcome: want two value lists, got %q", def)
 	}
-	for i, want := range [][]string{strs(store.ExecutionOutcomes), strs(store.FlowOutcomes)} {
+	for i, want := range [][]string{strs(ffdtype.ExecutionOutcomes), strs(ffdtype.FlowOutcomes)} {
 		var got []string
 		for _, m := range quoted.FindAllStringSubmatch(lists[i][1], -1) {
 			got = append(got, m[1])
@@ -134,33 +135,33 @@ func TestChannelsMatchTheTriggers(t *testing.T) {
 // The mappings cover every terminal state and name only known values.
 func TestMappings(t *testing.T) {
 	t.Parallel()
-	for _, s := range store.States {
-		o, a, l := store.OutcomeOf(s), store.AttemptOutcomeOf(s), store.LeaseEndOf(s)
+	for _, s := range ffdtype.States {
+		o, a, l := ffdtype.OutcomeOf(s), store.AttemptOutcomeOf(s), store.LeaseEndOf(s)
 		if !s.Terminal() {
 			if o != "" {
 				t.Errorf("OutcomeOf(%s) = %q, want none for a live state", s, o)
 			}
 			continue
 		}
-		if !slices.Contains(store.ExecutionOutcomes, o) {
+		if !slices.Contains(ffdtype.ExecutionOutcomes, o) {
 			t.Errorf("OutcomeOf(%s) = %q, not an execution outcome", s, o)
 		}
-		if !slices.Contains(store.AttemptOutcomes, a) {
+		if !slices.Contains(ffdtype.AttemptOutcomes, a) {
 			t.Errorf("AttemptOutcomeOf(%s) = %q, not an attempt outcome", s, a)
 		}
 		if !slices.Contains(store.LeaseEventTypes, l) {
 			t.Errorf("LeaseEndOf(%s) = %q, not a lease event type", s, l)
 		}
 	}
-	want := map[store.State]string{
-		store.StateCompleted: "success/succeeded/released",
-		store.StateFailed:    "failed/failed/released",
-		store.StateCancelled: "cancelled/cancelled/revoked",
-		store.StateExpired:   "expired/timed_out/expired",
-		store.StateSkipped:   "skipped/timed_out/released",
+	want := map[ffdtype.State]string{
+		ffdtype.StateCompleted: "success/succeeded/released",
+		ffdtype.StateFailed:    "failed/failed/released",
+		ffdtype.StateCancelled: "cancelled/cancelled/revoked",
+		ffdtype.StateExpired:   "expired/timed_out/expired",
+		ffdtype.StateSkipped:   "skipped/timed_out/released",
 	}
 	for s, w := range want {
-		if got := fmt.Sprintf("%s/%s/%s", store.OutcomeOf(s), store.AttemptOutcomeOf(s), store.LeaseEndOf(s)); got != w {
+		if got := fmt.Sprintf("%s/%s/%s", ffdtype.OutcomeOf(s), store.AttemptOutcomeOf(s), store.LeaseEndOf(s)); got != w {
 			t.Errorf("%s maps to %s, want %s", s, got, w)
 		}
 	}
@@ -182,10 +183,10 @@ func TestHeldAttemptsReadAsTheMappingSays(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	db := testdb.New(t)
-	for _, s := range []store.State{store.StateCompleted, store.StateFailed, store.StateCancelled, store.StateExpired} {
+	for _, s := range []ffdtype.State{ffdtype.StateCompleted, ffdtype.StateFailed, ffdtype.StateCancelled, ffdtype.StateExpired} {
 		// Ended while running at epoch 3; a lease taken away was bumped.
 		epoch := 3
-		if s == store.StateCancelled || s == store.StateExpired {
+		if s == ffdtype.StateCancelled || s == ffdtype.StateExpired {
 			epoch = 4
 		}
 		var outcome, errText *string
@@ -204,7 +205,7 @@ func TestHeldAttemptsReadAsTheMappingSays(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
-		wantErr := map[store.State]string{store.StateFailed: "the error", store.StateExpired: "the error", store.StateCancelled: "the reason"}[s]
+		wantErr := map[ffdtype.State]string{ffdtype.StateFailed: "the error", ffdtype.StateExpired: "the error", ffdtype.StateCancelled: "the reason"}[s]
 		if outcome == nil || *outcome != string(store.AttemptOutcomeOf(s)) || gotEpoch != 3 || (wantErr == "") != (errText == nil) || errText != nil && *errText != wantErr {
 			t.Errorf("%s: held attempt reads outcome %v error %v epoch %d; want %s, %q, 3", s, deref(outcome), deref(errText), gotEpoch, store.AttemptOutcomeOf(s), wantErr)
 		}

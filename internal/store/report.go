@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
@@ -10,8 +11,8 @@ import (
 // FlowEventCounts counts a flow's outbox rows: its steps' completion
 // events by outcome (not the flow's own event, whose outcome is the flow's
 // state) and its steps' lease events by type.
-func FlowEventCounts(ctx context.Context, db DB, flowID uuid.UUID) (completions map[Outcome]int, leases map[LeaseEventType]int, err error) {
-	completions, err = countBy[Outcome](ctx, db, `SELECT outcome, count(*) FROM ff_completion_event
+func FlowEventCounts(ctx context.Context, db DB, flowID uuid.UUID) (completions map[ffdtype.Outcome]int, leases map[LeaseEventType]int, err error) {
+	completions, err = countBy[ffdtype.Outcome](ctx, db, `SELECT outcome, count(*) FROM ff_completion_event
 		WHERE flow_id = $1 AND execution_id IS NOT NULL GROUP BY outcome`, flowID)
 	if err != nil {
 		return nil, nil, wrap("count the flow's completion events", err)
@@ -39,9 +40,9 @@ func countBy[K ~string](ctx context.Context, db DB, sql string, args ...any) (ma
 
 // LaneDepth is how many live executions of a lane are in one state.
 type LaneDepth struct {
-	Lane  string `db:"lane"`
-	State State  `db:"state"`
-	Count int64  `db:"count"`
+	Lane  string        `db:"lane"`
+	State ffdtype.State `db:"state"`
+	Count int64         `db:"count"`
 }
 
 // LiveByLane counts the live executions (blocked, pending, running) of
@@ -108,9 +109,9 @@ func EventIDs(ctx context.Context, db DB) (completion, lease []int64, err error)
 
 // MemberState is a flow member's kind and state.
 type MemberState struct {
-	FlowID string `db:"flow_id"`
-	Kind   string `db:"kind"`
-	State  State  `db:"state"`
+	FlowID string        `db:"flow_id"`
+	Kind   string        `db:"kind"`
+	State  ffdtype.State `db:"state"`
 }
 
 // FlowMemberStates returns the kind and state of every flow member.

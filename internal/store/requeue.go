@@ -3,31 +3,31 @@ package store
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 )
 
 // RequeueKind is how a running attempt ends without ending the execution.
 type RequeueKind struct {
-	attemptOutcome AttemptOutcome // on the attempt's ff_attempt row
-	leaseEvent     LeaseEventType // on ff_lease_event; "" for none
-	bumpEpoch      bool           // the holder is fenced (it did not give the lease up itself)
-	backoff        bool           // run_at after backoff, else now
+	attemptOutcome ffdtype.AttemptOutcome // on the attempt's ff_attempt row
+	leaseEvent     LeaseEventType         // on ff_lease_event; "" for none
+	bumpEpoch      bool                   // the holder is fenced (it did not give the lease up itself)
+	backoff        bool                   // run_at after backoff, else now
 }
 
 var (
 	// The holder failed and a retry is allowed. It gave the lease up
 	// itself: no lease event (the attempt row says it all).
-	RequeueFailed = RequeueKind{AttemptFailed, "", false, true}
+	RequeueFailed = RequeueKind{ffdtype.AttemptFailed, "", false, true}
 	// The holder failed but asked for an immediate retry (worker shutdown).
-	RequeueFailedNow = RequeueKind{AttemptFailed, "", false, false}
+	RequeueFailedNow = RequeueKind{ffdtype.AttemptFailed, "", false, false}
 	// The lease lapsed or the attempt ran out of time; attempts remain.
-	RequeueTimedOut = RequeueKind{AttemptTimedOut, LeaseExpired, true, true}
+	RequeueTimedOut = RequeueKind{ffdtype.AttemptTimedOut, LeaseExpired, true, true}
 	// An operator took the lease away.
-	RequeueRevoked = RequeueKind{AttemptRevoked, LeaseRevoked, true, false}
+	RequeueRevoked = RequeueKind{ffdtype.AttemptRevoked, LeaseRevoked, true, false}
 )
 
 // backoffSQL is run_at after a failed attempt, computed in the database from
@@ -86,14 +86,6 @@ WITH input AS (
 )
 SELECT partition_key, execution_id, attempt, lease_epoch, run_at FROM upd LEFT JOIN due ON true`
 
-// Requeued is one execution put back to pending.
-type Requeued struct {
-	ID         ident.ExecutionID
-	Attempt    int
-	LeaseEpoch int64
-	RunAt      time.Time
-}
-
 // RequeueItem is one lease to end: an execution at an epoch.
 type RequeueItem struct {
 	ID    ident.ExecutionID
@@ -104,7 +96,7 @@ type RequeueItem struct {
 // Requeue puts running executions back to pending, fenced on their epoch.
 // Unless force is set, only those with attempts left are requeued; the
 // caller ends the others through Terminate.
-func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []RequeueItem) ([]Requeued, error) {
+func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []RequeueItem) ([]ffdtype.Requeued, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
@@ -113,7 +105,7 @@ func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []R
 	for i, it := range items {
 		parts[i], ids[i], epochs[i], errs[i] = it.ID.Partition, pgUUID(it.ID.UUID), it.Epoch, nullIfEmpty(it.Error)
 	}
-	var out []Requeued
+	var out []ffdtype.Requeued
 	err := WithRetry(ctx, db, func() error {
 		out = out[:0]
 		rows, err := db.Query(ctx, requeueSQL, parts, ids, epochs, errs,
@@ -123,7 +115,7 @@ func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []R
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var r Requeued
+			var r ffdtype.Requeued
 			if err := rows.Scan(&r.ID.Partition, &r.ID.UUID, &r.Attempt, &r.LeaseEpoch, &r.RunAt); err != nil {
 				return err
 			}

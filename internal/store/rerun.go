@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 )
 
@@ -22,7 +23,7 @@ func IsRerunTaken(err error) bool {
 
 // FindRerun returns the flow that reruns flow id (on id's partition), or
 // pgx.ErrNoRows.
-func FindRerun(ctx context.Context, db DB, id uuid.UUID) (*Flow, error) {
+func FindRerun(ctx context.Context, db DB, id uuid.UUID) (*ffdtype.Flow, error) {
 	return oneFlow(db.Query(ctx, `SELECT `+flowColumns+` FROM ff_flow f WHERE f.partition_key = $2 AND f.rerun_of = $1`, id, ident.Partition(id)))
 }
 
@@ -33,7 +34,7 @@ func LinkFlowRerun(ctx context.Context, tx pgx.Tx, id, of uuid.UUID) error {
 }
 
 // FlowMembers reads every member of a flow, by id.
-func FlowMembers(ctx context.Context, db DB, flowID uuid.UUID) ([]*Execution, error) {
+func FlowMembers(ctx context.Context, db DB, flowID uuid.UUID) ([]*ffdtype.Execution, error) {
 	rows, err := db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e
 		WHERE e.partition_key = $1 AND e.flow_id = $2 ORDER BY e.execution_id`, ident.Partition(flowID), flowID)
 	if err != nil {

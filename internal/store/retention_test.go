@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/ident"
@@ -48,9 +49,9 @@ func (f retention) finished(ns, key string, age time.Duration) ident.ExecutionID
 		id.Partition = ident.KeyPartition(ns, key) // where keyed rows live
 	}
 	x, _, err := store.InsertExecution(f.Ctx, f.Pool, store.NewExecution{
-		ID: id, Namespace: ns, Lane: lane, State: store.StatePending,
+		ID: id, Namespace: ns, Lane: lane, State: ffdtype.StatePending,
 		MaxAttempts: 1, LeaseTTL: time.Minute, RequiredCapabilities: []string{}, Payload: []byte{}, IdempotencyKey: key,
-		Retry: store.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}, Tags: map[string]any{},
+		Retry: ffdtype.RetryPolicy{Base: time.Second, Max: time.Second, Multiplier: 1}, Tags: map[string]any{},
 	})
 	if err != nil {
 		f.T.Fatal(err)

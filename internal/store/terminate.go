@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 )
 
@@ -19,18 +20,18 @@ type Ending struct {
 	// at exactly this epoch (complete, fail, lease expiry); when zero any
 	// non-terminal state will do (cancel, skip, deadline).
 	Epoch  int64
-	State  State  // completed, failed, cancelled, skipped or expired
-	Result []byte // completed only
-	Error  string // failed, expired: recorded on the attempt and as last_error
-	Reason string // cancelled: cancellation_reason
-	By     string // cancelled: cancelled_by
+	State  ffdtype.State // completed, failed, cancelled, skipped or expired
+	Result []byte        // completed only
+	Error  string        // failed, expired: recorded on the attempt and as last_error
+	Reason string        // cancelled: cancellation_reason
+	By     string        // cancelled: cancelled_by
 }
 
 // Ended is one execution Terminate ended.
 type Ended struct {
 	ID         ident.ExecutionID
 	FlowID     *uuid.UUID
-	State      State
+	State      ffdtype.State
 	Attempt    int
 	LeaseEpoch int64 // after the ending (bumped when a running lease was fenced)
 	WasRunning bool
@@ -168,7 +169,7 @@ func TerminateWithin(ctx context.Context, db DB, ends []Ending, lockTimeout time
 		}
 		parts[i], ids[i], epochs[i], states[i], results[i] = e.ID.Partition, pgUUID(e.ID.UUID), e.Epoch, string(e.State), e.Result
 		errs[i], reasons[i], bys[i] = nullIfEmpty(e.Error), nullIfEmpty(e.Reason), nullIfEmpty(e.By)
-		outcomes[i] = string(OutcomeOf(e.State))
+		outcomes[i] = string(ffdtype.OutcomeOf(e.State))
 		leaseEnds[i] = string(LeaseEndOf(e.State))
 	}
 	// One round trip: the statements go as one pipelined batch, which
@@ -193,7 +194,7 @@ func TerminateWithin(ctx context.Context, db DB, ends []Ending, lockTimeout time
 				if err := rows.Scan(&e.ID.Partition, &e.ID.UUID, &e.FlowID, &state, &e.Attempt, &e.LeaseEpoch, &e.WasRunning, &e.EventID); err != nil {
 					return err
 				}
-				e.State = State(state)
+				e.State = ffdtype.State(state)
 				out = append(out, e)
 			}
 			return rows.Err()

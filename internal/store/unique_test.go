@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
@@ -40,15 +41,15 @@ func TestUniqueKeyUnderChurnReturnsAnExecution(t *testing.T) {
 		}
 		// ...and its execution ends before this create reads the holder.
 		churned++
-		if ended, err := store.Terminate(ctx, db.Pool, []store.Ending{{ID: holder, State: store.StateCancelled, Reason: "churn", By: "test"}}); err != nil || len(ended) != 1 {
+		if ended, err := store.Terminate(ctx, db.Pool, []store.Ending{{ID: holder, State: ffdtype.StateCancelled, Reason: "churn", By: "test"}}); err != nil || len(ended) != 1 {
 			t.Errorf("end the holder: %v (%d ended)", err, len(ended))
 		}
 	})
 	defer store.SetUniqueRaceHook(nil, nil)
 	id := ident.NewSoloExecutionIDIn(part)
 	x, existed, err := store.InsertExecution(ctx, db.Pool, store.NewExecution{ID: id, Namespace: ns, Lane: "l",
-		State: store.StatePending, MaxAttempts: 1, LeaseTTL: time.Minute, Payload: []byte{},
-		Retry:     store.RetryPolicy{Base: time.Second, Max: time.Minute, Multiplier: 2},
+		State: ffdtype.StatePending, MaxAttempts: 1, LeaseTTL: time.Minute, Payload: []byte{},
+		Retry:     ffdtype.RetryPolicy{Base: time.Second, Max: time.Minute, Multiplier: 2},
 		UniqueKey: key, UniqueWhileLive: true, RequiredCapabilities: []string{}, Tags: map[string]any{}})
 	if err != nil {
 		t.Fatalf("create under churn: %v; want the new execution", err)

@@ -1,0 +1,115 @@
+package ffd
+
+import "github.com/flowfabric/ffd/ffdtype"
+
+// The rows the API hands out, the vocabulary they are written in and
+// execution ids are declared once, in package ffdtype, which the store
+// below the API builds directly; these names are the same types (see
+// ffdtype for their fields), so that a program needs only this package.
+type (
+	ExecutionID    = ffdtype.ExecutionID
+	Execution      = ffdtype.Execution
+	RetryPolicy    = ffdtype.RetryPolicy
+	State          = ffdtype.State
+	Outcome        = ffdtype.Outcome
+	Ending         = ffdtype.Ending
+	Requeued       = ffdtype.Requeued
+	Attempt        = ffdtype.Attempt
+	AttemptOutcome = ffdtype.AttemptOutcome
+	Upstream       = ffdtype.Upstream
+	Flow           = ffdtype.Flow
+	FlowState      = ffdtype.FlowState
+	CancelPolicy   = ffdtype.CancelPolicy
+	Edge           = ffdtype.Edge
+	EdgeState      = ffdtype.EdgeState
+	EdgeGroup      = ffdtype.EdgeGroup
+	Policy         = ffdtype.Policy
+	PolicyKind     = ffdtype.PolicyKind
+	OnSatisfied    = ffdtype.OnSatisfied
+	Decision       = ffdtype.Decision
+	Counts         = ffdtype.Counts
+	Lane           = ffdtype.Lane
+)
+
+// Execution states (docs/design.md section 3).
+const (
+	StateBlocked   = ffdtype.StateBlocked
+	StatePending   = ffdtype.StatePending
+	StateRunning   = ffdtype.StateRunning
+	StateCompleted = ffdtype.StateCompleted
+	StateFailed    = ffdtype.StateFailed
+	StateCancelled = ffdtype.StateCancelled
+	StateSkipped   = ffdtype.StateSkipped
+	StateExpired   = ffdtype.StateExpired
+)
+
+// Outcomes: how an execution or a flow ended (completion events,
+// resolved edges).
+const (
+	OutcomeSuccess   = ffdtype.OutcomeSuccess
+	OutcomeFailed    = ffdtype.OutcomeFailed
+	OutcomeCancelled = ffdtype.OutcomeCancelled
+	OutcomeExpired   = ffdtype.OutcomeExpired
+	OutcomeSkipped   = ffdtype.OutcomeSkipped
+	OutcomeCompleted = ffdtype.OutcomeCompleted
+)
+
+// Attempt outcomes: how one attempt ended.
+const (
+	AttemptSucceeded = ffdtype.AttemptSucceeded
+	AttemptFailed    = ffdtype.AttemptFailed
+	AttemptTimedOut  = ffdtype.AttemptTimedOut
+	AttemptCancelled = ffdtype.AttemptCancelled
+	AttemptRevoked   = ffdtype.AttemptRevoked
+)
+
+// Flow states.
+const (
+	FlowOpen      = ffdtype.FlowOpen
+	FlowCompleted = ffdtype.FlowCompleted
+	FlowFailed    = ffdtype.FlowFailed
+	FlowCancelled = ffdtype.FlowCancelled
+)
+
+// Cancel policies (CancelFlow).
+const (
+	CancelFlowOnly = ffdtype.CancelFlowOnly
+	CancelAll      = ffdtype.CancelAll
+	CancelPending  = ffdtype.CancelPending
+)
+
+// Edge states.
+const (
+	EdgeStaged   = ffdtype.EdgeStaged
+	EdgeApplied  = ffdtype.EdgeApplied
+	EdgeResolved = ffdtype.EdgeResolved
+)
+
+// Join policies and what satisfied any_of and quorum groups do with the
+// upstreams still live.
+const (
+	AllOf           = ffdtype.AllOf
+	AnyOf           = ffdtype.AnyOf
+	Quorum          = ffdtype.Quorum
+	CancelRemaining = ffdtype.CancelRemaining
+	LetRun          = ffdtype.LetRun
+)
+
+// Edge group decisions.
+const (
+	DecisionPending    = ffdtype.DecisionPending
+	DecisionSatisfied  = ffdtype.DecisionSatisfied
+	DecisionImpossible = ffdtype.DecisionImpossible
+)
+
+// ParseExecutionID parses the wire form `{fp:N}:<uuid>`; anything else is
+// a *ValidationError quoting the input.
+func ParseExecutionID(s string) (ExecutionID, error) { return ffdtype.ParseExecutionID(s) }
+
+// What the flow-building calls did.
+type (
+	AddResult        = ffdtype.AddResult
+	StageResult      = ffdtype.StageResult
+	ApplyResult      = ffdtype.ApplyResult
+	CancelFlowResult = ffdtype.CancelFlowResult
+)
