@@ -16,7 +16,6 @@ import (
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -175,7 +174,7 @@ func (c *Client) claim(ctx context.Context, db store.DB, p ClaimParams) ([]*Exec
 	if p.Max == 0 {
 		p.Max = 1
 	}
-	xs, err := leases.Claim(ctx, db, leases.ClaimParams{Lane: p.Lane, Worker: p.Worker, Capabilities: p.Capabilities, Max: p.Max})
+	xs, err := leases.Claim(ctx, db, ffdtype.ClaimParams{Lane: p.Lane, Worker: p.Worker, Capabilities: p.Capabilities, Max: p.Max})
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +199,7 @@ type RenewResult struct {
 }
 
 func (c *Client) renew(ctx context.Context, db store.DB, id ExecutionID, epoch int64) (*RenewResult, error) {
-	exp, err := leases.Renew(ctx, db, ident.ExecutionID(id), epoch)
+	exp, err := leases.Renew(ctx, db, id, epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -213,51 +212,51 @@ func (c *Client) renew(ctx context.Context, db store.DB, id ExecutionID, epoch i
 // ValidationError, never an unfenced completion. result is at most
 // Config.MaxPayloadBytes.
 func (c *Client) Complete(ctx context.Context, id ExecutionID, epoch int64, result []byte) (*Ending, error) {
-	return leases.Complete(ctx, c.pool, c.limits, ident.ExecutionID(id), epoch, result)
+	return leases.Complete(ctx, c.pool, c.limits, id, epoch, result)
 }
 
 // CompleteTx is Complete inside tx.
 func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, id ExecutionID, epoch int64, result []byte) (*Ending, error) {
-	return leases.Complete(ctx, tx, c.limits, ident.ExecutionID(id), epoch, result)
+	return leases.Complete(ctx, tx, c.limits, id, epoch, result)
 }
 
 // Fail ends the attempt held at epoch as failed: retried after backoff when
 // p.Retryable and attempts remain, else the execution fails.
 func (c *Client) Fail(ctx context.Context, id ExecutionID, epoch int64, p FailParams) (*Ending, error) {
-	return leases.Fail(ctx, c.pool, ident.ExecutionID(id), epoch, leases.FailParams(p))
+	return leases.Fail(ctx, c.pool, id, epoch, p)
 }
 
 // FailTx is Fail inside tx.
 func (c *Client) FailTx(ctx context.Context, tx pgx.Tx, id ExecutionID, epoch int64, p FailParams) (*Ending, error) {
-	return leases.Fail(ctx, tx, ident.ExecutionID(id), epoch, leases.FailParams(p))
+	return leases.Fail(ctx, tx, id, epoch, p)
 }
 
 // Cancel cancels a non-terminal execution (fencing a running one). A
 // repeat is a no-op success; other terminal states give an
 // *AlreadyTerminalError.
 func (c *Client) Cancel(ctx context.Context, id ExecutionID, reason, by string) (*Ending, error) {
-	return leases.Cancel(ctx, c.pool, ident.ExecutionID(id), reason, by)
+	return leases.Cancel(ctx, c.pool, id, reason, by)
 }
 
 // CancelTx is Cancel inside tx.
 func (c *Client) CancelTx(ctx context.Context, tx pgx.Tx, id ExecutionID, reason, by string) (*Ending, error) {
-	return leases.Cancel(ctx, tx, ident.ExecutionID(id), reason, by)
+	return leases.Cancel(ctx, tx, id, reason, by)
 }
 
 // Revoke takes the lease of a running execution away (operator action):
 // it is pending again at once and its holder is fenced.
 func (c *Client) Revoke(ctx context.Context, id ExecutionID, reason string) (*Requeued, error) {
-	return leases.Revoke(ctx, c.pool, ident.ExecutionID(id), reason)
+	return leases.Revoke(ctx, c.pool, id, reason)
 }
 
 // RevokeTx is Revoke inside tx.
 func (c *Client) RevokeTx(ctx context.Context, tx pgx.Tx, id ExecutionID, reason string) (*Requeued, error) {
-	return leases.Revoke(ctx, tx, ident.ExecutionID(id), reason)
+	return leases.Revoke(ctx, tx, id, reason)
 }
 
 // Get reads one execution.
 func (c *Client) Get(ctx context.Context, id ExecutionID) (*Execution, error) {
-	return leases.Get(ctx, c.pool, ident.ExecutionID(id))
+	return leases.Get(ctx, c.pool, id)
 }
 
 // GetByUUID reads the execution with this uuid whatever its partition:
@@ -271,7 +270,7 @@ func (c *Client) GetByUUID(ctx context.Context, id uuid.UUID) (*Execution, error
 
 // GetTx is Get inside tx.
 func (c *Client) GetTx(ctx context.Context, tx pgx.Tx, id ExecutionID) (*Execution, error) {
-	return leases.Get(ctx, tx, ident.ExecutionID(id))
+	return leases.Get(ctx, tx, id)
 }
 
 // List pages through executions in creation order.
@@ -285,33 +284,7 @@ func (c *Client) ListTx(ctx context.Context, tx pgx.Tx, p ListParams) (*ListPage
 }
 
 func (c *Client) list(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
-	lp := leases.ListParams{Namespace: p.Namespace, Lane: p.Lane, State: ffdtype.State(p.State), Kind: p.Kind, FlowID: p.FlowID, Limit: p.Limit}
-	if p.After != nil {
-		after := ident.ExecutionID(*p.After)
-		lp.After = &after
-	}
-	page, err := leases.List(ctx, db, lp)
-	if err != nil {
-		return nil, err
-	}
-	out := &ListPage{Executions: page.Executions}
-	if page.Next != nil {
-		next := ExecutionID(*page.Next)
-		out.Next = &next
-	}
-	return out, nil
+	return leases.List(ctx, db, p)
 }
 
-func oneExecution(x *ffdtype.Execution, err error) (*Execution, error) {
-	if err != nil {
-		return nil, err
-	}
-	return x, nil
-}
 
-func requeuedOf(r *ffdtype.Requeued, err error) (*Requeued, error) {
-	if err != nil {
-		return nil, err
-	}
-	return &Requeued{ID: ExecutionID(r.ID), Attempt: r.Attempt, LeaseEpoch: r.LeaseEpoch, RunAt: r.RunAt}, nil
-}

@@ -10,7 +10,6 @@ import (
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
-	"github.com/google/uuid"
 )
 
 // Defaults.
@@ -120,51 +119,6 @@ type CreateResult struct {
 	// unique key is held: nothing was created and Execution is the
 	// earlier one.
 	Existed bool
-}
-
-// ClaimParams asks for due executions of one lane.
-type ClaimParams struct {
-	Lane string
-	// Worker identifies the claimer, "id/instance"; recorded on the lease.
-	Worker string
-	// Capabilities the claimer has.
-	Capabilities []string
-	// Max executions to claim at once, 1..1000. Default 1.
-	Max int
-}
-
-// FailParams describes a failed attempt.
-type FailParams struct {
-	// Error is the attempt's error, at most MaxErrorBytes.
-	Error string
-	// Retryable retries when attempts remain; false ends the execution now.
-	Retryable bool
-	// Immediate makes a retry claimable at once instead of after backoff
-	// (a worker shutting down hands its work back this way).
-	Immediate bool
-}
-
-// ListParams filters List; zero fields do not filter.
-type ListParams struct {
-	// Namespace, Lane, State and Kind select executions; empty: any.
-	Namespace string
-	Lane      string
-	State     State
-	Kind      string
-	// FlowID selects a flow's members.
-	FlowID *uuid.UUID
-	// After is the cursor: the previous page's Next.
-	After *ExecutionID
-	// Limit is 1..1000; 0 means 100.
-	Limit int
-}
-
-// ListPage is one page of List; pass Next as the next call's After.
-type ListPage struct {
-	// Executions in id (creation) order.
-	Executions []*Execution
-	// Next is nil on the last page.
-	Next *ExecutionID
 }
 
 // Attempts lists an execution's attempts, oldest first: who ran it, under

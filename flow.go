@@ -9,27 +9,9 @@ import (
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/flows"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
-
-// CreateFlowParams describes a new flow.
-type CreateFlowParams struct {
-	// ID: default a fresh v7 uuid. Creating an existing id again is
-	// idempotent and reports AlreadyExists.
-	ID uuid.UUID
-	// Namespace: default the client's.
-	Namespace string
-	// Kind is a free label.
-	Kind string
-	// Tags are free-form metadata, a JSON object.
-	Tags map[string]any
-}
-
-func (p CreateFlowParams) internal() flows.CreateFlowParams {
-	return flows.CreateFlowParams{ID: p.ID, Namespace: p.Namespace, Kind: p.Kind, Tags: p.Tags}
-}
 
 // StageEdgeParams describes an edge to stage.
 type StageEdgeParams struct {
@@ -47,22 +29,6 @@ type StageEdgeParams struct {
 	DependencyKind string
 	// DataPassingRef: a free reference, at most 1024 bytes.
 	DataPassingRef string
-}
-
-// ListFlowsParams pages through flows; zero fields do not filter.
-type ListFlowsParams struct {
-	Namespace string
-	State     FlowState
-	// After is the cursor: the previous page's Next.
-	After *uuid.UUID
-	// Limit is 1..1000; 0 means 100.
-	Limit int
-}
-
-// ListFlowsPage is one page of flows; Next is nil on the last.
-type ListFlowsPage struct {
-	Flows []*Flow
-	Next  *uuid.UUID
 }
 
 // EdgeDirection selects incoming or outgoing edges.
@@ -95,7 +61,7 @@ func (c *Client) createFlow(ctx context.Context, db store.DB, p CreateFlowParams
 	if p.Namespace == "" {
 		p.Namespace = c.cfg.Namespace
 	}
-	f, exists, err := flows.CreateFlow(ctx, db, p.internal())
+	f, exists, err := flows.CreateFlow(ctx, db, p)
 	if err != nil {
 		return nil, err
 	}
@@ -130,12 +96,12 @@ func (c *Client) createInFlow(ctx context.Context, db store.DB, flowID uuid.UUID
 // AddExecutionToFlow makes an existing execution (minted on the flow's
 // partition) a member; idempotent for the same flow.
 func (c *Client) AddExecutionToFlow(ctx context.Context, flowID uuid.UUID, id ExecutionID) (*AddResult, error) {
-	return flows.AddExecution(ctx, c.pool, flowID, ident.ExecutionID(id))
+	return flows.AddExecution(ctx, c.pool, flowID, id)
 }
 
 // AddExecutionToFlowTx is AddExecutionToFlow inside tx.
 func (c *Client) AddExecutionToFlowTx(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, id ExecutionID) (*AddResult, error) {
-	return flows.AddExecution(ctx, tx, flowID, ident.ExecutionID(id))
+	return flows.AddExecution(ctx, tx, flowID, id)
 }
 
 // StageEdge stages a dependency edge, compare-and-set on the flow's graph
@@ -164,12 +130,12 @@ func (c *Client) ApplyEdgeTx(ctx context.Context, tx pgx.Tx, flowID, edgeID uuid
 // SetEdgeGroupPolicy sets a downstream's join policy before its first
 // edge is staged; restating the same policy is a no-op (alreadySet).
 func (c *Client) SetEdgeGroupPolicy(ctx context.Context, flowID uuid.UUID, downstream ExecutionID, p Policy) (alreadySet bool, err error) {
-	return flows.SetPolicy(ctx, c.pool, flowID, ident.ExecutionID(downstream), p)
+	return flows.SetPolicy(ctx, c.pool, flowID, downstream, p)
 }
 
 // SetEdgeGroupPolicyTx is SetEdgeGroupPolicy inside tx.
 func (c *Client) SetEdgeGroupPolicyTx(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, downstream ExecutionID, p Policy) (bool, error) {
-	return flows.SetPolicy(ctx, tx, flowID, ident.ExecutionID(downstream), p)
+	return flows.SetPolicy(ctx, tx, flowID, downstream, p)
 }
 
 // DescribeFlow reads a flow with its edge groups.
@@ -200,12 +166,12 @@ func (c *Client) FlowEdges(ctx context.Context, flowID uuid.UUID) ([]*Edge, erro
 
 // ListEdges lists the edges into or out of one member.
 func (c *Client) ListEdges(ctx context.Context, flowID uuid.UUID, node ExecutionID, dir EdgeDirection) ([]*Edge, error) {
-	return flows.ListEdges(ctx, c.pool, flowID, ident.ExecutionID(node), flows.Direction(dir))
+	return flows.ListEdges(ctx, c.pool, flowID, node, flows.Direction(dir))
 }
 
 // ListEdgesTx is ListEdges inside tx.
 func (c *Client) ListEdgesTx(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, node ExecutionID, dir EdgeDirection) ([]*Edge, error) {
-	return flows.ListEdges(ctx, tx, flowID, ident.ExecutionID(node), flows.Direction(dir))
+	return flows.ListEdges(ctx, tx, flowID, node, flows.Direction(dir))
 }
 
 // DescribeEdge reads one edge.
@@ -298,7 +264,7 @@ func (p SubmitFlowParams) internal(c *Client) (flows.SubmitParams, error) {
 	if p.Flow.Namespace == "" {
 		p.Flow.Namespace = c.cfg.Namespace
 	}
-	sp := flows.SubmitParams{Flow: p.Flow.internal(), Edges: make([]flows.SubmitEdge, len(p.Edges)), Nodes: make([]flows.SubmitNode, len(p.Nodes))}
+	sp := flows.SubmitParams{Flow: p.Flow, Edges: make([]flows.SubmitEdge, len(p.Edges)), Nodes: make([]flows.SubmitNode, len(p.Nodes))}
 	for i, e := range p.Edges {
 		sp.Edges[i] = flows.SubmitEdge(e)
 	}
@@ -345,22 +311,14 @@ func (c *Client) RerunFlow(ctx context.Context, flowID uuid.UUID) (*SubmittedFlo
 // *ConflictError for a live or completed execution, a flow member (rerun
 // its flow), or a second rerun of the same execution.
 func (c *Client) RerunExecution(ctx context.Context, id ExecutionID) (*Execution, error) {
-	return leases.Rerun(ctx, c.pool, c.limits, ident.ExecutionID(id))
+	return leases.Rerun(ctx, c.pool, c.limits, id)
 }
 
 func (p StageEdgeParams) internal() flows.StageParams {
-	return flows.StageParams{FlowID: p.FlowID, EdgeID: p.EdgeID, Upstream: ident.ExecutionID(p.Upstream), Downstream: ident.ExecutionID(p.Downstream),
+	return flows.StageParams{FlowID: p.FlowID, EdgeID: p.EdgeID, Upstream: p.Upstream, Downstream: p.Downstream,
 		ExpectedRevision: p.ExpectedRevision, DependencyKind: p.DependencyKind, DataPassingRef: p.DataPassingRef}
 }
 
 func listFlows(ctx context.Context, db store.DB, p ListFlowsParams) (*ListFlowsPage, error) {
-	page, err := flows.List(ctx, db, flows.ListParams{Namespace: p.Namespace, State: ffdtype.FlowState(p.State), After: p.After, Limit: p.Limit})
-	if err != nil {
-		return nil, err
-	}
-	out := &ListFlowsPage{Flows: make([]*Flow, len(page.Flows)), Next: page.Next}
-	for i, f := range page.Flows {
-		out.Flows[i] = f
-	}
-	return out, nil
+	return flows.List(ctx, db, p)
 }

@@ -113,3 +113,14 @@ type (
 	ApplyResult      = ffdtype.ApplyResult
 	CancelFlowResult = ffdtype.CancelFlowResult
 )
+
+// Parameters the machinery takes as they are, and the pages it returns.
+type (
+	ClaimParams      = ffdtype.ClaimParams
+	FailParams       = ffdtype.FailParams
+	ListParams       = ffdtype.ListParams
+	ListPage         = ffdtype.ListPage
+	CreateFlowParams = ffdtype.CreateFlowParams
+	ListFlowsParams  = ffdtype.ListFlowsParams
+	ListFlowsPage    = ffdtype.ListFlowsPage
+)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -22,15 +21,7 @@ func (j *Job) Upstreams(ctx context.Context) ([]Upstream, error) {
 	if j.client == nil {
 		return nil, errors.New("ffd: Upstreams needs a Job handed to a handler by a Worker")
 	}
-	us, err := store.UpstreamsOf(ctx, j.client.pool, *j.FlowID, ident.ExecutionID(j.ID))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Upstream, len(us))
-	for i, u := range us {
-		out[i] = Upstream{Step: u.Step, ID: ExecutionID(u.ID), State: State(u.State), Result: u.Result}
-	}
-	return out, nil
+	return store.UpstreamsOf(ctx, j.client.pool, *j.FlowID, j.ID)
 }
 
 // UpstreamResults decodes the JSON results of the job's completed

@@ -23,7 +23,6 @@ import (
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/listener"
 	"github.com/flowfabric/ffd/internal/logging"
@@ -356,7 +355,7 @@ func (w *Worker) handBack(ctx context.Context) {
 		}
 		j.handedIn = true
 		j.cancel(ErrWorkerStopped)
-		held = append(held, leases.Held{ID: ident.ExecutionID(j.x.ID), Epoch: j.x.LeaseEpoch})
+		held = append(held, leases.Held{ID: j.x.ID, Epoch: j.x.LeaseEpoch})
 		jobs = append(jobs, j)
 	}
 	w.mu.Unlock()
@@ -725,7 +724,7 @@ func (w *Worker) recheckLeases(ctx context.Context) {
 	w.mu.Lock()
 	held := make([]store.LeaseRef, 0, len(w.active))
 	for id, j := range w.active {
-		held = append(held, store.LeaseRef{ID: ident.ExecutionID(id), Epoch: j.x.LeaseEpoch})
+		held = append(held, store.LeaseRef{ID: id, Epoch: j.x.LeaseEpoch})
 	}
 	w.mu.Unlock()
 	if len(held) == 0 {
@@ -854,7 +853,7 @@ func (w *Worker) runCompleter(ctx context.Context) {
 func (w *Worker) commit(ctx context.Context, batch []*completion) {
 	items := make([]leases.Completion, len(batch))
 	for i, c := range batch {
-		items[i] = leases.Completion{ID: ident.ExecutionID(c.x.ID), Epoch: c.x.LeaseEpoch, Result: c.result}
+		items[i] = leases.Completion{ID: c.x.ID, Epoch: c.x.LeaseEpoch, Result: c.result}
 	}
 	cctx, cancel := context.WithTimeout(ctx, finishTimeout)
 	start := time.Now()
@@ -883,7 +882,7 @@ func (w *Worker) completeAlone(ctx context.Context, c *completion) {
 	ctx, cancel := context.WithTimeout(ctx, finishTimeout)
 	defer cancel()
 	backoff := 50 * time.Millisecond
-	item := []leases.Completion{{ID: ident.ExecutionID(c.x.ID), Epoch: c.x.LeaseEpoch, Result: c.result}}
+	item := []leases.Completion{{ID: c.x.ID, Epoch: c.x.LeaseEpoch, Result: c.result}}
 	for {
 		_, errs, err := leases.CompleteMany(ctx, w.client.pool, w.client.limits, item, w.cfg.CompletionLockTimeout)
 		if err == nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -135,7 +136,7 @@ func (e *Env) preload(ctx context.Context, n int) error {
 // finish claims and completes n pending executions of a lane.
 func finish(ctx context.Context, e *Env, lane string, n int) error {
 	for n > 0 {
-		xs, err := leases.Claim(ctx, e.Pool, leases.ClaimParams{Lane: lane, Worker: "bench/preload", Max: min(n, leases.MaxClaimBatch)})
+		xs, err := leases.Claim(ctx, e.Pool, ffdtype.ClaimParams{Lane: lane, Worker: "bench/preload", Max: min(n, leases.MaxClaimBatch)})
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
@@ -114,7 +115,7 @@ func submitFans(ctx context.Context, c *ffd.Client, p Params, lane string) error
 // finishRoots claims and completes every root of the round, 500 at a time.
 func finishRoots(ctx context.Context, env *Env, p Params, lane string) error {
 	for done := 0; done < p.Flows; {
-		xs, err := leases.Claim(ctx, env.Pool, leases.ClaimParams{Lane: lane + ".root", Worker: "bench/roots", Max: 500})
+		xs, err := leases.Claim(ctx, env.Pool, ffdtype.ClaimParams{Lane: lane + ".root", Worker: "bench/roots", Max: 500})
 		if err != nil {
 			return err
 		}

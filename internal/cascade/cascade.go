@@ -294,9 +294,9 @@ func (d *Dispatcher) cancelOneGroup(ctx context.Context) (found bool, cancelled 
 		if err != nil {
 			return fmt.Errorf("read siblings of %s: %w", down, err)
 		}
-		ends := make([]store.Ending, len(g.CancelMembers))
+		ends := make([]store.Termination, len(g.CancelMembers))
 		for i, m := range g.CancelMembers {
-			ends[i] = store.Ending{ID: m, State: ffdtype.StateCancelled, Reason: SiblingCancelReason, By: SiblingCancelledBy}
+			ends[i] = store.Termination{ID: m, State: ffdtype.StateCancelled, Reason: SiblingCancelReason, By: SiblingCancelledBy}
 		}
 		ended, err := store.Terminate(ctx, tx, ends)
 		if err != nil {

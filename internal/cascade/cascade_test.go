@@ -75,7 +75,7 @@ func (f *fixture) submit(policies map[string]ffdtype.Policy, edges ...string) *d
 // claim leases a node (it must be pending and due).
 func (f *fixture) claim(g *dag, ref string) *ffdtype.Execution {
 	f.T.Helper()
-	got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: g.x[ref].Lane, Worker: "w/1", Max: 1})
+	got, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: g.x[ref].Lane, Worker: "w/1", Max: 1})
 	if err != nil || len(got) != 1 {
 		f.T.Fatalf("claim %s: %v (%d claimed; state %s)", ref, err, len(got), f.state(g, ref))
 	}
@@ -88,7 +88,7 @@ func (f *fixture) finish(x *ffdtype.Execution, ok bool) {
 	if ok {
 		_, err = leases.Complete(f.Ctx, f.Pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil)
 	} else {
-		_, err = leases.Fail(f.Ctx, f.Pool, x.ID, x.LeaseEpoch, leases.FailParams{Error: "no"})
+		_, err = leases.Fail(f.Ctx, f.Pool, x.ID, x.LeaseEpoch, ffdtype.FailParams{Error: "no"})
 	}
 	if err != nil {
 		f.T.Fatal(err)
@@ -447,7 +447,7 @@ func TestSoloAndFlowEventsAreBornDispatched(t *testing.T) {
 	if _, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, leases.CreateParams{Lane: "solo"}); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: "solo", Worker: "w/1", Max: 1})
+	got, _ := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: "solo", Worker: "w/1", Max: 1})
 	f.finish(got[0], true)
 	if n := f.Count(`SELECT count(*) FROM ff_completion_event WHERE flow_id IS NULL AND dispatched_at IS NOT NULL`); n != 1 {
 		t.Fatalf("%d solo events born dispatched, want 1", n)

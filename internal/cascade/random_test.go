@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/oracle"
@@ -61,7 +62,7 @@ func TestRandomDAGs(t *testing.T) {
 								return
 							default:
 							}
-							got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: lane, Worker: fmt.Sprintf("w%d/1", w), Max: 1 + wrng.IntN(4)})
+							got, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: lane, Worker: fmt.Sprintf("w%d/1", w), Max: 1 + wrng.IntN(4)})
 							if err != nil {
 								t.Error(err)
 								return
@@ -75,7 +76,7 @@ func TestRandomDAGs(t *testing.T) {
 								if x.Kind == "true" {
 									_, err = leases.Complete(f.Ctx, f.Pool, leases.Limits{}, x.ID, x.LeaseEpoch, nil)
 								} else {
-									_, err = leases.Fail(f.Ctx, f.Pool, x.ID, x.LeaseEpoch, leases.FailParams{Error: "planned"})
+									_, err = leases.Fail(f.Ctx, f.Pool, x.ID, x.LeaseEpoch, ffdtype.FailParams{Error: "planned"})
 								}
 								// A sibling cancelled under us is fenced: that is
 								// the point, not a failure of the test.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/console"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
@@ -51,7 +52,7 @@ func setup(t *testing.T) (*testdb.Fixture, string, *flows.Submitted) {
 	t.Helper()
 	f := testdb.Checked(t, 3*time.Minute)
 	sub, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, flows.SubmitParams{
-		Flow:  flows.CreateFlowParams{Kind: "report"},
+		Flow:  ffdtype.CreateFlowParams{Kind: "report"},
 		Nodes: []flows.SubmitNode{{Ref: "gather", Params: leases.CreateParams{Lane: "console", Kind: "gather"}}, {Ref: "render", Params: leases.CreateParams{Lane: "console", Kind: "render"}}},
 		Edges: []flows.SubmitEdge{{From: "gather", To: "render"}},
 	})
@@ -115,7 +116,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 
 	// Finish gather in the database; the page must follow by itself.
-	xs, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: "console", Worker: "w/1", Max: 1})
+	xs, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: "console", Worker: "w/1", Max: 1})
 	if err != nil || len(xs) != 1 {
 		t.Fatalf("claim: %v %v", xs, err)
 	}
@@ -254,7 +255,7 @@ func TestConsolePagesRead(t *testing.T) {
 	if err := store.InsertConsumer(f.Ctx, f.Pool, "audit", store.StreamCompletion, store.Cursor{}); err != nil {
 		t.Fatal(err)
 	}
-	xs, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: "console", Worker: "w/1", Max: 1})
+	xs, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: "console", Worker: "w/1", Max: 1})
 	if err != nil || len(xs) != 1 {
 		t.Fatalf("claim: %v %v", xs, err)
 	}

@@ -182,7 +182,7 @@ func TestConsoleErrors(t *testing.T) {
 	if code != http.StatusConflict || !strings.Contains(body, "still open") {
 		t.Errorf("rerun of an open flow: %d %q; want 409 saying it is still open", code, body)
 	}
-	xs, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: "console", Worker: "w/1", Max: 1})
+	xs, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: "console", Worker: "w/1", Max: 1})
 	if err != nil || len(xs) != 1 {
 		t.Fatalf("claim: %v %v", xs, err)
 	}
@@ -253,7 +253,7 @@ var dag20 = []struct {
 
 func submitDAG20(t *testing.T, f *testdb.Fixture) *flows.Submitted {
 	t.Helper()
-	p := flows.SubmitParams{Flow: flows.CreateFlowParams{Kind: "release"}}
+	p := flows.SubmitParams{Flow: ffdtype.CreateFlowParams{Kind: "release"}}
 	for _, n := range dag20 {
 		p.Nodes = append(p.Nodes, flows.SubmitNode{Ref: n.step, Params: leases.CreateParams{Lane: "dag-" + n.step, Kind: n.step}})
 		for _, u := range n.ups {
@@ -282,12 +282,12 @@ func runStep(t *testing.T, f *testdb.Fixture, sub *flows.Submitted, step string,
 			break
 		}
 	}
-	xs, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: "dag-" + step, Worker: "w/1", Max: 1})
+	xs, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: "dag-" + step, Worker: "w/1", Max: 1})
 	if err != nil || len(xs) != 1 || xs[0].ID != sub.Executions[step].ID {
 		t.Fatalf("claim step %s: %v, %v", step, xs, err)
 	}
 	if fail != "" {
-		_, err = leases.Fail(f.Ctx, f.Pool, xs[0].ID, xs[0].LeaseEpoch, leases.FailParams{Error: fail})
+		_, err = leases.Fail(f.Ctx, f.Pool, xs[0].ID, xs[0].LeaseEpoch, ffdtype.FailParams{Error: fail})
 	} else {
 		_, err = leases.Complete(f.Ctx, f.Pool, leases.Limits{}, xs[0].ID, xs[0].LeaseEpoch, nil)
 	}

@@ -47,7 +47,7 @@ func TestComponentsRunAlone(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			xs, err := leases.Claim(ctx, db.Pool, leases.ClaimParams{Lane: "alone", Worker: "w/1", Max: 1})
+			xs, err := leases.Claim(ctx, db.Pool, ffdtype.ClaimParams{Lane: "alone", Worker: "w/1", Max: 1})
 			if err != nil || len(xs) != 1 {
 				t.Fatalf("claim the root: %v, %d claimed", err, len(xs))
 			}

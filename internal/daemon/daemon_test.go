@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
@@ -486,7 +487,7 @@ func TestSystemdAndReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	xs, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: "gauge-done", Worker: "w/1", Max: 1})
+	xs, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: "gauge-done", Worker: "w/1", Max: 1})
 	if err != nil || len(xs) != 1 || xs[0].ID.UUID != done.Execution.ID.UUID {
 		t.Fatalf("claim: %v %v", xs, err)
 	}

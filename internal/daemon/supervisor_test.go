@@ -66,7 +66,7 @@ func TestOneNotificationPerStatement(t *testing.T) {
 	if got := collect(); len(got) != 1 || len(got["ff_ready"]) != 1 || got["ff_ready"][0] != "batch" {
 		t.Fatalf("a batch create notified %v, want one ff_ready for lane batch", got)
 	}
-	xs, err := leases.Claim(f.Ctx, f.DB.Pool, leases.ClaimParams{Lane: "batch", Worker: "w/1", Max: 50})
+	xs, err := leases.Claim(f.Ctx, f.DB.Pool, ffdtype.ClaimParams{Lane: "batch", Worker: "w/1", Max: 50})
 	if err != nil || len(xs) != 50 {
 		t.Fatalf("claimed %d of 50: %v", len(xs), err)
 	}
@@ -100,14 +100,14 @@ func TestOneNotificationPerStatement(t *testing.T) {
 	if _, err := leases.CreateMany(f.Ctx, f.DB.Pool, leases.Limits{}, more); err != nil {
 		t.Fatal(err)
 	}
-	xs, err = leases.Claim(f.Ctx, f.DB.Pool, leases.ClaimParams{Lane: "batch", Worker: "w/1", Max: 10})
+	xs, err = leases.Claim(f.Ctx, f.DB.Pool, ffdtype.ClaimParams{Lane: "batch", Worker: "w/1", Max: 10})
 	if err != nil || len(xs) != 10 {
 		t.Fatalf("claimed %d of 10: %v", len(xs), err)
 	}
 	collect()
-	ends := make([]store.Ending, len(xs))
+	ends := make([]store.Termination, len(xs))
 	for i, x := range xs {
-		ends[i] = store.Ending{ID: x.ID, State: ffdtype.StateCancelled, Reason: "r", By: "b"}
+		ends[i] = store.Termination{ID: x.ID, State: ffdtype.StateCancelled, Reason: "r", By: "b"}
 	}
 	if _, err := store.Terminate(f.Ctx, f.DB.Pool, ends); err != nil {
 		t.Fatal(err)

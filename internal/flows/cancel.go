@@ -76,11 +76,11 @@ func cancelFlow(ctx context.Context, tx pgx.Tx, f *ffdtype.Flow, policy ffdtype.
 	if err := store.CancelFlow(ctx, tx, f.ID, policy, reason, members); err != nil {
 		return nil, err
 	}
-	ends := make([]store.Ending, len(members))
+	ends := make([]store.Termination, len(members))
 	ids := make([]ident.ExecutionID, len(members))
 	for i, m := range members {
 		ids[i] = ident.ExecutionID{Partition: f.Partition, UUID: m}
-		ends[i] = store.Ending{ID: ids[i], State: ffdtype.StateCancelled, Reason: reason, By: FlowCancelledBy}
+		ends[i] = store.Termination{ID: ids[i], State: ffdtype.StateCancelled, Reason: reason, By: FlowCancelledBy}
 	}
 	// Terminate locks the members again (held already: no wait) and
 	// then their flow, which this transaction holds too.

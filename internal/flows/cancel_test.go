@@ -26,15 +26,15 @@ func (f *fixture) everyState() (*ffdtype.Flow, map[string]ident.ExecutionID, int
 	f.runAndEnd(m["failed"], false)
 	// retrying: one failed attempt, back to pending after backoff.
 	x, _ := leases.Get(f.Ctx, f.Pool, m["retrying"])
-	got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
+	got, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
 	if err != nil || len(got) != 1 {
 		f.T.Fatal(err)
 	}
-	if out, err := leases.Fail(f.Ctx, f.Pool, got[0].ID, got[0].LeaseEpoch, leases.FailParams{Error: "flaky", Retryable: true}); err != nil || out.State != ffdtype.StatePending {
+	if out, err := leases.Fail(f.Ctx, f.Pool, got[0].ID, got[0].LeaseEpoch, ffdtype.FailParams{Error: "flaky", Retryable: true}); err != nil || out.State != ffdtype.StatePending {
 		f.T.Fatalf("retrying member: %+v %v", out, err)
 	}
 	x, _ = leases.Get(f.Ctx, f.Pool, m["running"])
-	got, err = leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
+	got, err = leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
 	if err != nil || len(got) != 1 {
 		f.T.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestFlowCompletion(t *testing.T) {
 	claimed := map[ident.ExecutionID]int64{}
 	for _, id := range ids {
 		x, _ := leases.Get(f.Ctx, f.Pool, id)
-		got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
+		got, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
 		if err != nil || len(got) != 1 {
 			t.Fatal(err)
 		}

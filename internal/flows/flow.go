@@ -17,17 +17,8 @@ import (
 	"github.com/flowfabric/ffd/internal/store"
 )
 
-// CreateFlowParams describes a new flow.
-type CreateFlowParams struct {
-	// ID: default a fresh v7 uuid. Creating an existing id again is
-	// idempotent and reports AlreadyExists.
-	ID        uuid.UUID
-	Namespace string
-	Kind      string
-	Tags      map[string]any
-}
-
-func (p *CreateFlowParams) normalize() error {
+// normalizeFlow fills p's defaults and checks it.
+func normalizeFlow(p *ffdtype.CreateFlowParams) error {
 	if p.ID == uuid.Nil {
 		p.ID = ident.NewUUID()
 	}
@@ -51,8 +42,8 @@ func (p *CreateFlowParams) normalize() error {
 
 // CreateFlow creates an open flow on its own partition. A repeat with the
 // same id returns the existing flow and alreadyExists = true.
-func CreateFlow(ctx context.Context, db store.DB, p CreateFlowParams) (f *ffdtype.Flow, alreadyExists bool, err error) {
-	if err := p.normalize(); err != nil {
+func CreateFlow(ctx context.Context, db store.DB, p ffdtype.CreateFlowParams) (f *ffdtype.Flow, alreadyExists bool, err error) {
+	if err := normalizeFlow(&p); err != nil {
 		return nil, false, err
 	}
 	f, err = store.InsertFlow(ctx, db, store.NewFlow{ID: p.ID, Namespace: p.Namespace, Kind: p.Kind, Tags: p.Tags})
@@ -102,22 +93,8 @@ const (
 	MaxListLimit     = bound.MaxListLimit
 )
 
-// ListParams pages through flows in id (creation) order.
-type ListParams struct {
-	Namespace string            // default: every namespace
-	State     ffdtype.FlowState // default: every state
-	After     *uuid.UUID        // cursor: the previous page's Next
-	Limit     int               // 1..MaxListLimit; 0 means DefaultListLimit; more is a ValidationError
-}
-
-// ListPage is one page; Next is nil on the last.
-type ListPage struct {
-	Flows []*ffdtype.Flow
-	Next  *uuid.UUID
-}
-
 // List pages through flows by keyset on the flow id.
-func List(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
+func List(ctx context.Context, db store.DB, p ffdtype.ListFlowsParams) (*ffdtype.ListFlowsPage, error) {
 	if p.Namespace != "" {
 		if err := leases.ValidateName("namespace", p.Namespace); err != nil {
 			return nil, err
@@ -139,7 +116,7 @@ func List(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list flows: %w", err)
 	}
-	page := &ListPage{Flows: flows}
+	page := &ffdtype.ListFlowsPage{Flows: flows}
 	if len(flows) > limit {
 		page.Flows = flows[:limit]
 		next := flows[limit-1].ID

@@ -24,7 +24,7 @@ func setup(t *testing.T) *fixture { return &fixture{testdb.Checked(t, 3*time.Min
 
 func (f *fixture) flow() *ffdtype.Flow {
 	f.T.Helper()
-	fl, existed, err := flows.CreateFlow(f.Ctx, f.Pool, flows.CreateFlowParams{Kind: "test"})
+	fl, existed, err := flows.CreateFlow(f.Ctx, f.Pool, ffdtype.CreateFlowParams{Kind: "test"})
 	if err != nil || existed {
 		f.T.Fatalf("create flow: %v (existed %v)", err, existed)
 	}
@@ -78,14 +78,14 @@ func (f *fixture) runAndEnd(id ident.ExecutionID, succeed bool) {
 	if err != nil {
 		f.T.Fatal(err)
 	}
-	got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
+	got, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})
 	if err != nil || len(got) != 1 || got[0].ID != id {
 		f.T.Fatalf("claim %s: %v (%d claimed)", id, err, len(got))
 	}
 	if succeed {
 		_, err = leases.Complete(f.Ctx, f.Pool, leases.Limits{}, id, got[0].LeaseEpoch, nil)
 	} else {
-		_, err = leases.Fail(f.Ctx, f.Pool, id, got[0].LeaseEpoch, leases.FailParams{Error: "no"})
+		_, err = leases.Fail(f.Ctx, f.Pool, id, got[0].LeaseEpoch, ffdtype.FailParams{Error: "no"})
 	}
 	if err != nil {
 		f.T.Fatal(err)
@@ -118,18 +118,18 @@ func TestCreateFlowIdempotent(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	id := ident.NewUUID()
-	a, existed, err := flows.CreateFlow(f.Ctx, f.Pool, flows.CreateFlowParams{ID: id, Namespace: "ns", Kind: "etl"})
+	a, existed, err := flows.CreateFlow(f.Ctx, f.Pool, ffdtype.CreateFlowParams{ID: id, Namespace: "ns", Kind: "etl"})
 	if err != nil || existed || a.State != ffdtype.FlowOpen || a.Partition != ident.Partition(id) {
 		t.Fatalf("create: %+v existed=%v err=%v", a, existed, err)
 	}
-	b, existed, err := flows.CreateFlow(f.Ctx, f.Pool, flows.CreateFlowParams{ID: id, Namespace: "ns", Kind: "etl"})
+	b, existed, err := flows.CreateFlow(f.Ctx, f.Pool, ffdtype.CreateFlowParams{ID: id, Namespace: "ns", Kind: "etl"})
 	if err != nil || !existed || b.ID != id || !b.CreatedAt.Equal(a.CreatedAt) {
 		t.Fatalf("repeat: existed=%v err=%v", existed, err)
 	}
 	if n := f.Count(`SELECT count(*) FROM ff_flow`); n != 1 {
 		t.Fatalf("%d flows, want 1", n)
 	}
-	if _, _, err := flows.CreateFlow(f.Ctx, f.Pool, flows.CreateFlowParams{Namespace: "bad ns"}); !errors.Is(err, ffdtype.ErrValidation) {
+	if _, _, err := flows.CreateFlow(f.Ctx, f.Pool, ffdtype.CreateFlowParams{Namespace: "bad ns"}); !errors.Is(err, ffdtype.ErrValidation) {
 		t.Fatalf("bad namespace: %v", err)
 	}
 }
@@ -391,7 +391,7 @@ func TestApply(t *testing.T) {
 	x, y := f.member(fl), f.member(fl)
 	eRun := f.stage(fl, x, y)
 	yx, _ := leases.Get(f.Ctx, f.Pool, y)
-	if got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: yx.Lane, Worker: "w/1", Max: 1}); err != nil || len(got) != 1 {
+	if got, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: yx.Lane, Worker: "w/1", Max: 1}); err != nil || len(got) != 1 {
 		t.Fatalf("claim y: %v", err)
 	}
 	before := f.graphRows(fl)
@@ -530,7 +530,7 @@ func TestListsAndDescribe(t *testing.T) {
 	var got []uuid.UUID
 	var after *uuid.UUID
 	for {
-		page, err := flows.List(f.Ctx, f.Pool, flows.ListParams{After: after, Limit: 3})
+		page, err := flows.List(f.Ctx, f.Pool, ffdtype.ListFlowsParams{After: after, Limit: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -545,13 +545,13 @@ func TestListsAndDescribe(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(ids) {
 		t.Fatalf("paged flows %v, want %v", got, ids)
 	}
-	if _, err := flows.List(f.Ctx, f.Pool, flows.ListParams{Limit: -1}); !errors.Is(err, ffdtype.ErrValidation) {
+	if _, err := flows.List(f.Ctx, f.Pool, ffdtype.ListFlowsParams{Limit: -1}); !errors.Is(err, ffdtype.ErrValidation) {
 		t.Fatalf("negative limit: %v", err)
 	}
-	if _, err := flows.List(f.Ctx, f.Pool, flows.ListParams{Limit: 1 << 30}); !errors.Is(err, ffdtype.ErrValidation) {
+	if _, err := flows.List(f.Ctx, f.Pool, ffdtype.ListFlowsParams{Limit: 1 << 30}); !errors.Is(err, ffdtype.ErrValidation) {
 		t.Fatalf("limit over the maximum: %v, want a ValidationError", err)
 	}
-	if page, err := flows.List(f.Ctx, f.Pool, flows.ListParams{Limit: flows.MaxListLimit}); err != nil || len(page.Flows) != 7 {
+	if page, err := flows.List(f.Ctx, f.Pool, ffdtype.ListFlowsParams{Limit: flows.MaxListLimit}); err != nil || len(page.Flows) != 7 {
 		t.Fatalf("largest limit: %v", err)
 	}
 

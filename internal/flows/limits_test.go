@@ -18,11 +18,11 @@ func TestRerunKeepsWhatWasAccepted(t *testing.T) {
 	lim := leases.Limits{MaxPayloadBytes: 2 * leases.DefaultMaxPayloadBytes}
 	fail := func(lane string) {
 		t.Helper()
-		got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: lane, Worker: "w/1", Max: 1})
+		got, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: lane, Worker: "w/1", Max: 1})
 		if err != nil || len(got) != 1 {
 			t.Fatalf("claim from %s: %v, %d claimed", lane, err, len(got))
 		}
-		if _, err := leases.Fail(f.Ctx, f.Pool, got[0].ID, got[0].LeaseEpoch, leases.FailParams{Error: "down"}); err != nil {
+		if _, err := leases.Fail(f.Ctx, f.Pool, got[0].ID, got[0].LeaseEpoch, ffdtype.FailParams{Error: "down"}); err != nil {
 			t.Fatal(err)
 		}
 	}

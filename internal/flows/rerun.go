@@ -86,7 +86,7 @@ func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (SubmitParams,
 	if err != nil {
 		return SubmitParams{}, nil, err
 	}
-	p := SubmitParams{Flow: CreateFlowParams{ID: ident.NewUUIDIn(ident.Partition(old.ID)), Namespace: old.Namespace, Kind: old.Kind, Tags: old.Tags}}
+	p := SubmitParams{Flow: ffdtype.CreateFlowParams{ID: ident.NewUUIDIn(ident.Partition(old.ID)), Namespace: old.Namespace, Kind: old.Kind, Tags: old.Tags}}
 	ref := make(map[uuid.UUID]string, len(xs))
 	members := make(map[string]*ffdtype.Execution, len(xs))
 	for _, x := range xs {

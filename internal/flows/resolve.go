@@ -69,9 +69,9 @@ func Resolve(ctx context.Context, tx pgx.Tx, rs []store.Resolution) (*ResolveRes
 
 // plan counts the resolutions into res and decides the groups that moved:
 // the decisions to record, and the downstreams to skip.
-func plan(moved []store.Moved, res *ResolveResult) (store.DecisionEffects, []store.Ending) {
+func plan(moved []store.Moved, res *ResolveResult) (store.DecisionEffects, []store.Termination) {
 	var effects store.DecisionEffects
-	var skip []store.Ending
+	var skip []store.Termination
 	for _, m := range moved {
 		res.EdgesResolved += m.Resolved
 		res.ByOutcome["success"] += m.Success
@@ -87,7 +87,7 @@ func plan(moved []store.Moved, res *ResolveResult) (store.DecisionEffects, []sto
 		res.Decided = append(res.Decided, Decided{FlowID: g.FlowID, Downstream: g.Downstream, Decision: g.Decision, Policy: g.Policy})
 		effects.Decided = append(effects.Decided, g)
 		if g.Decision == ffdtype.DecisionImpossible {
-			skip = append(skip, store.Ending{ID: g.Downstream, State: ffdtype.StateSkipped, Error: "dependencies can no longer be satisfied"})
+			skip = append(skip, store.Termination{ID: g.Downstream, State: ffdtype.StateSkipped, Error: "dependencies can no longer be satisfied"})
 			continue
 		}
 		effects.Ready = append(effects.Ready, g.Downstream)

@@ -38,7 +38,7 @@ type SubmitEdge struct {
 
 // SubmitParams is a whole DAG.
 type SubmitParams struct {
-	Flow  CreateFlowParams
+	Flow  ffdtype.CreateFlowParams
 	Nodes []SubmitNode
 	Edges []SubmitEdge
 }
@@ -67,7 +67,7 @@ type Submitted struct {
 // It validates the graph (graphOf), plans every row (planNodes), and only
 // then writes (submit).
 func Submit(ctx context.Context, db store.DB, lim leases.Limits, p SubmitParams) (*Submitted, error) {
-	if err := p.Flow.normalize(); err != nil {
+	if err := normalizeFlow(&p.Flow); err != nil {
 		return nil, err
 	}
 	g, err := graphOf(p)
@@ -92,7 +92,7 @@ func Submit(ctx context.Context, db store.DB, lim leases.Limits, p SubmitParams)
 // Validate checks a submission as Submit would, without writing: for a
 // submission stored to be made later (a schedule's).
 func Validate(p SubmitParams, lim leases.Limits) error {
-	if err := p.Flow.normalize(); err != nil {
+	if err := normalizeFlow(&p.Flow); err != nil {
 		return err
 	}
 	g, err := graphOf(p)

@@ -14,7 +14,7 @@ func TestSubmitThousandNodes(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	// A root fanning out to 998 middles that join into a sink, plus policies.
-	p := flows.SubmitParams{Flow: flows.CreateFlowParams{Kind: "big"}}
+	p := flows.SubmitParams{Flow: ffdtype.CreateFlowParams{Kind: "big"}}
 	p.Nodes = append(p.Nodes, flows.SubmitNode{Ref: "root", Params: leases.CreateParams{Lane: "big"}})
 	for i := range 998 {
 		ref := fmt.Sprint("m", i)

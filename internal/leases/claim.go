@@ -13,14 +13,6 @@ import (
 // MaxClaimBatch bounds how many executions one claim may take.
 const MaxClaimBatch = 1000
 
-// ClaimParams asks for up to Max due executions of Lane.
-type ClaimParams struct {
-	Lane         string
-	Worker       string   // "worker-id/instance", recorded as lease_owner and on the attempt
-	Capabilities []string // the worker's; an execution is claimable when it requires a subset
-	Max          int      // 1..MaxClaimBatch
-}
-
 // ValidateWorker checks a worker name.
 func ValidateWorker(w string) error {
 	if w == "" || len(w) > 256 {
@@ -30,7 +22,7 @@ func ValidateWorker(w string) error {
 }
 
 // Claim leases up to p.Max executions, in one statement.
-func Claim(ctx context.Context, db store.DB, p ClaimParams) ([]*ffdtype.Execution, error) {
+func Claim(ctx context.Context, db store.DB, p ffdtype.ClaimParams) ([]*ffdtype.Execution, error) {
 	if err := ValidateName("lane", p.Lane); err != nil {
 		return nil, err
 	}

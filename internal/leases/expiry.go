@@ -78,7 +78,7 @@ func expireSelected(ctx context.Context, db store.DB, lock func(tx pgx.Tx) ([]st
 
 func expireLocked(ctx context.Context, tx pgx.Tx, found []store.Lapsed) (Expired, error) {
 	var retry []store.RequeueItem
-	var end []store.Ending
+	var end []store.Termination
 	var res Expired
 	for _, l := range found {
 		msg := errAttemptTimeout
@@ -98,7 +98,7 @@ func expireLocked(ctx context.Context, tx pgx.Tx, found []store.Lapsed) (Expired
 		if l.Attempt < l.MaxAttempts {
 			retry = append(retry, store.RequeueItem{ID: l.ID, Epoch: l.Epoch, Error: msg})
 		} else {
-			end = append(end, store.Ending{ID: l.ID, Epoch: l.Epoch, State: ffdtype.StateExpired, Error: msg})
+			end = append(end, store.Termination{ID: l.ID, Epoch: l.Epoch, State: ffdtype.StateExpired, Error: msg})
 		}
 	}
 	rq, err := store.Requeue(ctx, tx, store.RequeueTimedOut, false, retry)
@@ -141,9 +141,9 @@ func expireDeadlines(ctx context.Context, db store.DB, lock func(tx pgx.Tx) ([]i
 		if err != nil {
 			return err
 		}
-		end := make([]store.Ending, len(ids))
+		end := make([]store.Termination, len(ids))
 		for i, id := range ids {
-			end[i] = store.Ending{ID: id, State: ffdtype.StateExpired, Error: errDeadline}
+			end[i] = store.Termination{ID: id, State: ffdtype.StateExpired, Error: errDeadline}
 		}
 		ended, err := store.Terminate(ctx, tx, end)
 		n = len(ended)

@@ -35,7 +35,7 @@ func (f *fixture) create(p leases.CreateParams) *ffdtype.Execution {
 
 func (f *fixture) claim(lane string, n int, caps ...string) []*ffdtype.Execution {
 	f.T.Helper()
-	got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: lane, Worker: "w1/i1", Capabilities: caps, Max: n})
+	got, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: lane, Worker: "w1/i1", Capabilities: caps, Max: n})
 	if err != nil {
 		f.T.Fatalf("claim: %v", err)
 	}
@@ -174,7 +174,7 @@ func TestCompleteIdempotent(t *testing.T) {
 		t.Fatalf("%d completion events, want 1", n)
 	}
 	// Failing an execution this lease completed is a lost lease, not a retry.
-	if _, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "x", Retryable: true}); !errors.Is(err, ffdtype.ErrLeaseLost) {
+	if _, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, ffdtype.FailParams{Error: "x", Retryable: true}); !errors.Is(err, ffdtype.ErrLeaseLost) {
 		t.Fatalf("fail after complete: %v, want lease lost", err)
 	}
 }
@@ -184,12 +184,12 @@ func TestFailIdempotent(t *testing.T) {
 	f := setup(t)
 	f.create(leases.CreateParams{MaxAttempts: 1})
 	c := f.claimOne("default")
-	out, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "boom", Retryable: true})
+	out, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, ffdtype.FailParams{Error: "boom", Retryable: true})
 	if err != nil || out.State != ffdtype.StateFailed {
 		t.Fatalf("fail on last attempt: %+v, %v; want failed", out, err)
 	}
 	before := f.snapshot(c.ID)
-	again, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "boom", Retryable: true})
+	again, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, ffdtype.FailParams{Error: "boom", Retryable: true})
 	if err != nil || !again.Repeated || again.State != ffdtype.StateFailed {
 		t.Fatalf("repeated fail: %+v, %v", again, err)
 	}
@@ -275,7 +275,7 @@ func TestFencing(t *testing.T) {
 				t.Errorf("complete by old holder: %v, want lease lost", err)
 			}
 			for _, retry := range []bool{true, false} {
-				if _, err := leases.Fail(f.Ctx, f.Pool, x.ID, x.LeaseEpoch, leases.FailParams{Error: "late", Retryable: retry}); !errors.Is(err, ffdtype.ErrLeaseLost) {
+				if _, err := leases.Fail(f.Ctx, f.Pool, x.ID, x.LeaseEpoch, ffdtype.FailParams{Error: "late", Retryable: retry}); !errors.Is(err, ffdtype.ErrLeaseLost) {
 					t.Errorf("fail(retryable=%v) by old holder: %v, want lease lost", retry, err)
 				}
 			}
@@ -387,7 +387,7 @@ func TestRetries(t *testing.T) {
 		}
 		var dbNow time.Time
 		f.Pool.QueryRow(f.Ctx, `SELECT now()`).Scan(&dbNow)
-		out, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: fmt.Sprint("boom ", attempt), Retryable: true})
+		out, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, ffdtype.FailParams{Error: fmt.Sprint("boom ", attempt), Retryable: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -422,7 +422,7 @@ func TestRetries(t *testing.T) {
 	// Not retryable: failed at once, attempts left or not.
 	y := f.create(leases.CreateParams{Lane: "perm", MaxAttempts: 5})
 	c := f.claimOne("perm")
-	out, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, leases.FailParams{Error: "bad input"})
+	out, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, ffdtype.FailParams{Error: "bad input"})
 	if err != nil || out.State != ffdtype.StateFailed || f.completionEvents(y.ID) != 1 {
 		t.Fatalf("non-retryable fail: %+v %v", out, err)
 	}
@@ -541,7 +541,7 @@ func TestConcurrentClaims(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: "busy", Worker: fmt.Sprintf("w%d/1", w), Max: 25})
+				got, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: "busy", Worker: fmt.Sprintf("w%d/1", w), Max: 25})
 				if err != nil {
 					errs <- err
 					return
@@ -642,13 +642,13 @@ func TestBadInput(t *testing.T) {
 	}
 	claims := []struct {
 		name  string
-		p     leases.ClaimParams
+		p     ffdtype.ClaimParams
 		field string
 	}{
-		{"claim zero", leases.ClaimParams{Lane: "l", Worker: "w", Max: 0}, "max"},
-		{"claim too many", leases.ClaimParams{Lane: "l", Worker: "w", Max: 5000}, "max"},
-		{"claim no worker", leases.ClaimParams{Lane: "l", Max: 1}, "worker"},
-		{"claim bad lane", leases.ClaimParams{Lane: "", Worker: "w", Max: 1}, "lane"},
+		{"claim zero", ffdtype.ClaimParams{Lane: "l", Worker: "w", Max: 0}, "max"},
+		{"claim too many", ffdtype.ClaimParams{Lane: "l", Worker: "w", Max: 5000}, "max"},
+		{"claim no worker", ffdtype.ClaimParams{Lane: "l", Max: 1}, "worker"},
+		{"claim bad lane", ffdtype.ClaimParams{Lane: "", Worker: "w", Max: 1}, "lane"},
 	}
 	for _, tt := range claims {
 		_, err := leases.Claim(f.Ctx, f.Pool, tt.p)
@@ -657,7 +657,7 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%s: got %v, want a validation error on %s", tt.name, err, tt.field)
 		}
 	}
-	if _, err := leases.List(f.Ctx, f.Pool, leases.ListParams{State: "waiting"}); !errors.Is(err, ffdtype.ErrValidation) {
+	if _, err := leases.List(f.Ctx, f.Pool, ffdtype.ListParams{State: "waiting"}); !errors.Is(err, ffdtype.ErrValidation) {
 		t.Errorf("list by unknown state: %v", err)
 	}
 	if n := f.Count(`SELECT (SELECT count(*) FROM ff_execution) + (SELECT count(*) FROM ff_lease_event)`); n != 0 {
@@ -687,7 +687,7 @@ func TestList(t *testing.T) {
 	var after *ident.ExecutionID
 	pages := 0
 	for {
-		page, err := leases.List(f.Ctx, f.Pool, leases.ListParams{Lane: "even", After: after, Limit: 5})
+		page, err := leases.List(f.Ctx, f.Pool, ffdtype.ListParams{Lane: "even", After: after, Limit: 5})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -709,10 +709,10 @@ func TestList(t *testing.T) {
 		}
 	}
 	// A page larger than the maximum is refused, not silently shortened.
-	if _, err := leases.List(f.Ctx, f.Pool, leases.ListParams{State: ffdtype.StatePending, Limit: 100000}); !errors.Is(err, ffdtype.ErrValidation) {
+	if _, err := leases.List(f.Ctx, f.Pool, ffdtype.ListParams{State: ffdtype.StatePending, Limit: 100000}); !errors.Is(err, ffdtype.ErrValidation) {
 		t.Fatalf("list with a limit over the maximum: %v, want a ValidationError", err)
 	}
-	page, err := leases.List(f.Ctx, f.Pool, leases.ListParams{State: ffdtype.StatePending, Limit: leases.MaxListLimit})
+	page, err := leases.List(f.Ctx, f.Pool, ffdtype.ListParams{State: ffdtype.StatePending, Limit: leases.MaxListLimit})
 	if err != nil || len(page.Executions) != 25 {
 		t.Fatalf("list pending with the largest limit: %d, %v", len(page.Executions), err)
 	}
@@ -734,7 +734,7 @@ func TestCancelRacesClaim(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				got, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: "race", Worker: fmt.Sprintf("w%d/1", w), Max: 3})
+				got, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: "race", Worker: fmt.Sprintf("w%d/1", w), Max: 3})
 				if err != nil {
 					t.Error(err)
 					return

@@ -8,7 +8,6 @@ import (
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/fault"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -18,29 +17,10 @@ const (
 	MaxListLimit     = bound.MaxListLimit
 )
 
-// ListParams filters a listing; zero fields do not filter.
-type ListParams struct {
-	Namespace string
-	Lane      string
-	State     ffdtype.State
-	Kind      string
-	FlowID    *uuid.UUID
-	// After is the cursor: the last execution id of the previous page.
-	After *ident.ExecutionID
-	// Limit is 1..MaxListLimit; 0 means DefaultListLimit; more is a ValidationError.
-	Limit int
-}
-
-// ListPage is one page; Next is nil on the last page.
-type ListPage struct {
-	Executions []*ffdtype.Execution
-	Next       *ident.ExecutionID
-}
-
 // List pages through executions in id order (creation order, ids being
 // time-ordered), by keyset: each page starts after the previous one's last
 // id, so pages stay stable while rows are added.
-func List(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
+func List(ctx context.Context, db store.DB, p ffdtype.ListParams) (*ffdtype.ListPage, error) {
 	if p.Lane != "" {
 		if err := ValidateName("lane", p.Lane); err != nil {
 			return nil, err
@@ -65,7 +45,7 @@ func List(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
 	if err != nil {
 		return nil, err
 	}
-	page := &ListPage{Executions: xs}
+	page := &ffdtype.ListPage{Executions: xs}
 	if len(page.Executions) > limit {
 		page.Executions = page.Executions[:limit]
 		next := page.Executions[limit-1].ID

@@ -41,7 +41,7 @@ func Complete(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID
 	if result == nil {
 		result = []byte{}
 	}
-	ended, err := store.Terminate(ctx, db, []store.Ending{{ID: id, Epoch: epoch, State: ffdtype.StateCompleted, Result: result}})
+	ended, err := store.Terminate(ctx, db, []store.Termination{{ID: id, Epoch: epoch, State: ffdtype.StateCompleted, Result: result}})
 	if err != nil {
 		return nil, err
 	}
@@ -51,19 +51,10 @@ func Complete(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID
 	return repeatedOr(ctx, db, id, epoch, ffdtype.AttemptSucceeded)
 }
 
-// FailParams describes a failed attempt.
-type FailParams struct {
-	Error     string
-	Retryable bool // retry when attempts remain; false ends the execution now
-	// Immediate makes a retry claimable at once instead of after backoff
-	// (a worker shutting down hands its work back this way).
-	Immediate bool
-}
-
 // Fail ends a running attempt as failed, fenced on epoch: back to pending
 // after backoff when retryable with attempts left, else terminal failed.
 // Repeating a failure that took effect returns its stored outcome.
-func Fail(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, p FailParams) (*ffdtype.Ending, error) {
+func Fail(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, p ffdtype.FailParams) (*ffdtype.Ending, error) {
 	if err := validateFence(id, epoch); err != nil {
 		return nil, err
 	}
@@ -87,7 +78,7 @@ func Fail(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, p
 			return &ffdtype.Ending{State: ffdtype.StatePending, Attempt: rq[0].Attempt, RunAt: rq[0].RunAt}, nil
 		}
 	}
-	ended, err := store.Terminate(ctx, db, []store.Ending{{ID: id, Epoch: epoch, State: ffdtype.StateFailed, Error: msg}})
+	ended, err := store.Terminate(ctx, db, []store.Termination{{ID: id, Epoch: epoch, State: ffdtype.StateFailed, Error: msg}})
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +153,7 @@ func Cancel(ctx context.Context, db store.DB, id ident.ExecutionID, reason, by s
 	if by == "" {
 		by = DefaultCancelledBy
 	}
-	ended, err := store.Terminate(ctx, db, []store.Ending{{ID: id, State: ffdtype.StateCancelled, Reason: reason, By: by}})
+	ended, err := store.Terminate(ctx, db, []store.Termination{{ID: id, State: ffdtype.StateCancelled, Reason: reason, By: by}})
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +254,7 @@ type Completion struct {
 // and nothing is written.
 func CompleteMany(ctx context.Context, db store.DB, lim Limits, items []Completion, lockTimeout time.Duration) ([]*ffdtype.Ending, []error, error) {
 	outs, errs := make([]*ffdtype.Ending, len(items)), make([]error, len(items))
-	ends := make([]store.Ending, 0, len(items))
+	ends := make([]store.Termination, 0, len(items))
 	for i, it := range items {
 		if errs[i] = validateCompletion(lim, it.ID, it.Epoch, it.Result); errs[i] != nil {
 			continue
@@ -272,7 +263,7 @@ func CompleteMany(ctx context.Context, db store.DB, lim Limits, items []Completi
 		if r == nil {
 			r = []byte{}
 		}
-		ends = append(ends, store.Ending{ID: it.ID, Epoch: it.Epoch, State: ffdtype.StateCompleted, Result: r})
+		ends = append(ends, store.Termination{ID: it.ID, Epoch: it.Epoch, State: ffdtype.StateCompleted, Result: r})
 	}
 	ended, err := store.TerminateWithin(ctx, db, ends, lockTimeout)
 	if err != nil {

@@ -28,13 +28,13 @@ func HandBack(ctx context.Context, db store.DB, held []Held, msg string) (requeu
 	}
 	msg = CleanText(msg, MaxErrorBytes)
 	items := make([]store.RequeueItem, len(held))
-	ends := make([]store.Ending, len(held))
+	ends := make([]store.Termination, len(held))
 	for i, h := range held {
 		if err := validateFence(h.ID, h.Epoch); err != nil {
 			return 0, 0, err
 		}
 		items[i] = store.RequeueItem{ID: h.ID, Epoch: h.Epoch, Error: msg}
-		ends[i] = store.Ending{ID: h.ID, Epoch: h.Epoch, State: ffdtype.StateFailed, Error: msg}
+		ends[i] = store.Termination{ID: h.ID, Epoch: h.Epoch, State: ffdtype.StateFailed, Error: msg}
 	}
 	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
 		rq, err := store.Requeue(ctx, tx, store.RequeueFailedNow, false, items)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/pgserver"
@@ -23,7 +24,7 @@ func runOne(t *testing.T, ctx context.Context, db *pgxpool.Pool, lane string) {
 	if _, _, err := leases.Create(ctx, db, leases.Limits{}, leases.CreateParams{Lane: lane}); err != nil {
 		t.Fatal(err)
 	}
-	xs, err := leases.Claim(ctx, db, leases.ClaimParams{Lane: lane, Worker: "w/1", Max: 1})
+	xs, err := leases.Claim(ctx, db, ffdtype.ClaimParams{Lane: lane, Worker: "w/1", Max: 1})
 	if err != nil || len(xs) != 1 {
 		t.Fatalf("claim: %v %v", xs, err)
 	}

@@ -94,22 +94,20 @@ func fireOne(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedul
 // (a tick can only be planned twice if a transaction was retried).
 func fireTick(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedule, tick time.Time) (bool, error) {
 	tags := map[string]any{"ffd_schedule": s.Name, "ffd_tick": tick.UTC().Format(time.RFC3339Nano)}
-	switch s.Target {
-	case TargetExecution:
-		var p leases.CreateParams
-		if err := decode(s.Params, &p); err != nil {
-			return false, err
-		}
+	ep, fp, err := decodeParams(s.Params, s.Target)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case ep != nil:
+		p := *ep
 		p.Namespace, p.IdempotencyKey, p.Tags = s.Namespace, Key(s.Name, tick), merge(p.Tags, tags)
 		// The payload was accepted when the schedule was stored, by a
 		// client whose limit may be larger than the daemon's.
 		_, existed, err := leases.Create(ctx, tx, lim.AtLeast(len(p.Payload)), p)
 		return !existed, err
-	case TargetFlow:
-		var p flows.SubmitParams
-		if err := decode(s.Params, &p); err != nil {
-			return false, err
-		}
+	default:
+		p := *fp
 		p.Flow.ID, p.Flow.Namespace, p.Flow.Tags = FlowID(s.Name, tick), s.Namespace, merge(p.Flow.Tags, tags)
 		_, err := flows.Submit(ctx, tx, lim.AtLeast(p.MaxPayload()), p)
 		var ce *ffdtype.ConflictError
@@ -118,7 +116,6 @@ func fireTick(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedu
 		}
 		return err == nil, err
 	}
-	return false, fmt.Errorf("unknown target %q", s.Target)
 }
 
 func merge(a, b map[string]any) map[string]any {

@@ -2,7 +2,6 @@ package schedule
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -97,22 +96,22 @@ func validate(lim leases.Limits, p Params) (store.Schedule, *Spec, error) {
 	if row.Timezone == "" {
 		row.Timezone = "UTC"
 	}
-	var params any
 	switch {
 	case (p.Execution == nil) == (p.Flow == nil):
 		return store.Schedule{}, nil, fault.Invalid(ffdtype.KindRequired, "target", "", "give an execution or a flow, not both")
 	case p.Execution != nil:
-		row.Target, params = TargetExecution, p.Execution
-		err = validExecution(lim, *p.Execution, p.Namespace)
+		row.Target = TargetExecution
+		if err = validExecution(lim, *p.Execution, p.Namespace); err == nil {
+			row.Params, err = encodeExecution(*p.Execution)
+		}
 	default:
-		row.Target, params = TargetFlow, p.Flow
-		err = validFlow(lim, *p.Flow, p.Namespace)
+		row.Target = TargetFlow
+		if err = validFlow(lim, *p.Flow, p.Namespace); err == nil {
+			row.Params, err = encodeFlow(*p.Flow)
+		}
 	}
 	if err != nil {
 		return store.Schedule{}, nil, err
-	}
-	if row.Params, err = json.Marshal(params); err != nil {
-		return store.Schedule{}, nil, fmt.Errorf("encode the schedule's params: %w", err)
 	}
 	return row, spec, nil
 }

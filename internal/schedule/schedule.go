@@ -10,7 +10,6 @@
 package schedule
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -140,11 +139,3 @@ func Key(name string, tick time.Time) string {
 
 // KeyPrefix is the prefix of every Key of a schedule.
 func KeyPrefix(name string) string { return "ffd-schedule:" + name + ":" }
-
-// decode reads stored params.
-func decode(raw json.RawMessage, into any) error {
-	if err := json.Unmarshal(raw, into); err != nil {
-		return fmt.Errorf("decode the schedule's params: %w", err)
-	}
-	return nil
-}

@@ -90,7 +90,7 @@ func TestFlowTicksAreIdempotent(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.create(schedule.Params{Name: "nightly", Spec: "@every 1m", Flow: &flows.SubmitParams{
-		Flow:  flows.CreateFlowParams{Kind: "report"},
+		Flow:  ffdtype.CreateFlowParams{Kind: "report"},
 		Nodes: []flows.SubmitNode{{Ref: "gather", Params: leases.CreateParams{Lane: "reports"}}, {Ref: "send", Params: leases.CreateParams{Lane: "reports"}}},
 		Edges: []flows.SubmitEdge{{From: "gather", To: "send"}},
 	}})

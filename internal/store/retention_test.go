@@ -56,7 +56,7 @@ func (f retention) finished(ns, key string, age time.Duration) ident.ExecutionID
 	if err != nil {
 		f.T.Fatal(err)
 	}
-	claimed, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: lane, Worker: "w/1", Max: 1})
+	claimed, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: lane, Worker: "w/1", Max: 1})
 	if err != nil || len(claimed) != 1 {
 		f.T.Fatalf("claim: %v %v", claimed, err)
 	}
@@ -126,7 +126,7 @@ func TestRetentionDeletesFinishedFlows(t *testing.T) {
 	d := cascade.New(f.Pool, nil)
 	run := func(lane string) *flows.Submitted {
 		sub, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, flows.SubmitParams{
-			Flow:  flows.CreateFlowParams{Kind: "ret"},
+			Flow:  ffdtype.CreateFlowParams{Kind: "ret"},
 			Nodes: []flows.SubmitNode{{Ref: "a", Params: leases.CreateParams{Lane: lane}}, {Ref: "b", Params: leases.CreateParams{Lane: lane}}},
 			Edges: []flows.SubmitEdge{{From: "a", To: "b"}},
 		})
@@ -134,7 +134,7 @@ func TestRetentionDeletesFinishedFlows(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 2 {
-			xs, err := leases.Claim(f.Ctx, f.Pool, leases.ClaimParams{Lane: lane, Worker: "w/1", Max: 1})
+			xs, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: lane, Worker: "w/1", Max: 1})
 			if err != nil || len(xs) != 1 {
 				return sub // b is blocked until the dispatch: the caller decides
 			}

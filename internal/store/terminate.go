@@ -13,8 +13,8 @@ import (
 	"github.com/flowfabric/ffd/internal/ident"
 )
 
-// Ending asks Terminate to end one execution.
-type Ending struct {
+// Termination asks Terminate to end one execution.
+type Termination struct {
 	ID ident.ExecutionID
 	// Epoch fences the ending: when non-zero the execution must be running
 	// at exactly this epoch (complete, fail, lease expiry); when zero any
@@ -147,14 +147,14 @@ const (
 // Ending.Epoch), in one statement, and returns those it ended; the others
 // it leaves untouched, for the caller to explain. It is the only writer of
 // execution completion events.
-func Terminate(ctx context.Context, db DB, ends []Ending) ([]Ended, error) {
+func Terminate(ctx context.Context, db DB, ends []Termination) ([]Ended, error) {
 	return TerminateWithin(ctx, db, ends, 0)
 }
 
 // TerminateWithin is Terminate whose row-lock waits are bounded by lockTimeout
 // (0: the session's lock_timeout), for callers that would rather retry a
 // contended item on its own than wait with a whole batch behind it.
-func TerminateWithin(ctx context.Context, db DB, ends []Ending, lockTimeout time.Duration) ([]Ended, error) {
+func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout time.Duration) ([]Ended, error) {
 	if len(ends) == 0 {
 		return nil, nil
 	}

@@ -41,7 +41,7 @@ func TestUniqueKeyUnderChurnReturnsAnExecution(t *testing.T) {
 		}
 		// ...and its execution ends before this create reads the holder.
 		churned++
-		if ended, err := store.Terminate(ctx, db.Pool, []store.Ending{{ID: holder, State: ffdtype.StateCancelled, Reason: "churn", By: "test"}}); err != nil || len(ended) != 1 {
+		if ended, err := store.Terminate(ctx, db.Pool, []store.Termination{{ID: holder, State: ffdtype.StateCancelled, Reason: "churn", By: "test"}}); err != nil || len(ended) != 1 {
 			t.Errorf("end the holder: %v (%d ended)", err, len(ended))
 		}
 	})
