@@ -286,5 +286,3 @@ func (c *Client) ListTx(ctx context.Context, tx pgx.Tx, p ListParams) (*ListPage
 func (c *Client) list(ctx context.Context, db store.DB, p ListParams) (*ListPage, error) {
 	return leases.List(ctx, db, p)
 }
-
-
