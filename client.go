@@ -66,10 +66,7 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if cfg != nil {
 		c.cfg = *cfg
 	}
-	if c.cfg.Namespace == "" {
-		c.cfg.Namespace = DefaultNamespace
-	}
-	if err := leases.ValidateName("namespace", c.cfg.Namespace); err != nil {
+	if err := leases.NormalizeNamespace(&c.cfg.Namespace); err != nil {
 		return nil, err
 	}
 	if c.cfg.MaxPayloadBytes < 0 || c.cfg.MaxPayloadBytes > MaxMaxPayloadBytes {
@@ -114,7 +111,11 @@ func (c *Client) create(ctx context.Context, db store.DB, p CreateParams) (*Crea
 		return nil, err
 	}
 	c.tracing.inject(ctx, &ip)
-	x, existed, err := leases.Create(ctx, db, c.limits, ip)
+	n, err := ip.Normalize(c.limits)
+	if err != nil {
+		return nil, err
+	}
+	x, existed, err := leases.Insert(ctx, db, n)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +154,11 @@ func (c *Client) createMany(ctx context.Context, db store.DB, ps []CreateParams)
 		c.tracing.inject(ctx, &ip)
 		ips[i] = ip
 	}
-	xs, err := leases.CreateMany(ctx, db, c.limits, ips)
+	ns, err := leases.NormalizeAll(c.limits, ips)
+	if err != nil {
+		return nil, err
+	}
+	xs, err := leases.InsertMany(ctx, db, ns)
 	if err != nil {
 		return nil, err
 	}

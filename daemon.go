@@ -16,11 +16,11 @@ import (
 
 // Defaults of DaemonConfig (the same as `ffd run`'s).
 const (
-	DefaultDaemonCascadeWorkers = 4
-	DefaultDaemonSweepInterval  = time.Second
-	DefaultDaemonStopTimeout    = 30 * time.Second
-	DefaultOutboxRetention      = 7 * 24 * time.Hour
-	DefaultExecutionRetention   = 30 * 24 * time.Hour
+	DefaultDaemonCascadeWorkers = daemon.DefaultCascadeWorkers
+	DefaultDaemonSweepInterval  = daemon.DefaultSweepInterval
+	DefaultDaemonStopTimeout    = daemon.DefaultStopTimeout
+	DefaultOutboxRetention      = daemon.DefaultOutboxRetention
+	DefaultExecutionRetention   = daemon.DefaultExecutionRetention
 	// KeepForever, as a retention, deletes nothing (any negative age
 	// does the same).
 	KeepForever time.Duration = -1

@@ -32,14 +32,14 @@ import (
 
 // Worker defaults.
 const (
-	DefaultConcurrency  = 10
-	DefaultPollInterval = time.Second
+	DefaultConcurrency  = bound.DefaultConcurrency
+	DefaultPollInterval = bound.DefaultPollInterval
 	// DefaultHandBackTimeout bounds the one statement that hands unfinished
 	// executions back when Stop's context ends.
-	DefaultHandBackTimeout = 2 * time.Second
+	DefaultHandBackTimeout = bound.DefaultHandBackTimeout
 	// DefaultCompletionLockTimeout bounds how long a batch of completions
 	// waits for a row lock before it is split up.
-	DefaultCompletionLockTimeout = 2 * time.Second
+	DefaultCompletionLockTimeout = bound.DefaultCompletionLockTimeout
 	// finishTimeout bounds the complete/fail call after a handler returns,
 	// independent of the handler's context.
 	finishTimeout = 30 * time.Second
@@ -186,10 +186,10 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		return nil, fault.Invalid(ffdtype.KindRequired, "handler", "nil", "a handler (Handler or Kinds) is required")
 	}
 	for _, err := range []error{
-		bound.Concurrency.Fill("Concurrency", &cfg.Concurrency, DefaultConcurrency),
-		bound.PollInterval.Fill("PollInterval", &cfg.PollInterval, DefaultPollInterval),
-		bound.HandBackTimeout.Fill("HandBackTimeout", &cfg.HandBackTimeout, DefaultHandBackTimeout),
-		bound.LockTimeout.Fill("CompletionLockTimeout", &cfg.CompletionLockTimeout, DefaultCompletionLockTimeout),
+		bound.Concurrency.Fill("Concurrency", &cfg.Concurrency),
+		bound.PollInterval.Fill("PollInterval", &cfg.PollInterval),
+		bound.HandBackTimeout.Fill("HandBackTimeout", &cfg.HandBackTimeout),
+		bound.CompletionLockTimeout.Fill("CompletionLockTimeout", &cfg.CompletionLockTimeout),
 	} {
 		if err != nil {
 			return nil, err

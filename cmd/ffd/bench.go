@@ -23,32 +23,32 @@ import (
 
 // BenchCmd is `ffd bench`.
 type BenchCmd struct {
-	Scenario      string        `name:"scenario" required:"" enum:"throughput,curve,history,memory,enqueue,chain,hop,fanout,big-flow,cancel-flow,recovery,cancel-running,daemons" help:"throughput, curve, history, memory, enqueue, chain, hop, fanout, big-flow, cancel-flow, recovery, cancel-running or daemons."`
+	Scenario      string        `name:"scenario" required:"" enum:"${bench_scenarios}" help:"One of ${enum}."`
 	JSON          bool          `name:"json" help:"Print the report as JSON (schema in docs/benchmarks.md)."`
-	Executions    int           `name:"executions" default:"20000" help:"throughput, enqueue: executions."`
-	Creates       int           `name:"creates" default:"1000" help:"enqueue: single Create calls timed one by one."`
-	Workers       int           `name:"workers" default:"100" help:"throughput: worker concurrency."`
-	Flows         int           `name:"flows" default:"200" help:"chain: flows."`
-	ChainLength   int           `name:"chain-length" default:"10" help:"chain: nodes per chain."`
-	ChainWorkers  int           `name:"chain-workers" default:"16" help:"chain, hop: worker concurrency."`
-	HopChains     int           `name:"hop-chains" default:"4" help:"hop: chains at a time (the workers stay mostly idle)."`
-	HopLength     int           `name:"hop-length" default:"25" help:"hop: nodes per chain."`
-	FanWidth      int           `name:"fan-width" default:"1000" help:"fanout: middles and siblings."`
-	Repeats       int           `name:"repeats" default:"20" help:"fanout, cancel-flow: repeats per measurement."`
-	FlowSizes     []int         `name:"flow-sizes" default:"10,100,1000" help:"cancel-flow: member counts."`
-	Leases        int           `name:"leases" default:"1000" help:"recovery: leases of vanished workers."`
-	LeaseTTL      time.Duration `name:"lease-ttl" default:"2s" help:"recovery: their TTL."`
-	Burst         int           `name:"burst" default:"10000" help:"recovery: completions while the listener is killed."`
-	Cancels       int           `name:"cancels" default:"200" help:"cancel-running: running executions cancelled one by one."`
-	SweepInterval time.Duration `name:"sweep-interval" default:"1s" help:"The in-process daemon's sweep interval."`
-	WorkerCurve   []int         `name:"worker-curve" default:"1,10,100,400" help:"curve: worker concurrencies."`
-	DaemonCurve   []int         `name:"daemon-curve" default:"1,2,4" help:"daemons: numbers of daemons dispatching."`
-	DaemonFan     int           `name:"daemon-fan" default:"50" help:"daemons: middles per flow (hops per root event)."`
-	Preload       int           `name:"preload" default:"1000000" help:"history: finished executions already in the tables."`
-	BigFlowSizes  []int         `name:"big-flow-sizes" default:"100,10000" help:"big-flow: fan-out widths of 1 -> N -> 1."`
-	MemoryRounds  int           `name:"memory-rounds" default:"5" help:"memory: rounds of --executions through a daemon and a --workers worker process."`
+	Executions    int           `name:"executions" default:"${bench_executions}" help:"throughput, enqueue: executions."`
+	Creates       int           `name:"creates" default:"${bench_creates}" help:"enqueue: single Create calls timed one by one."`
+	Workers       int           `name:"workers" default:"${bench_workers}" help:"throughput: worker concurrency."`
+	Flows         int           `name:"flows" default:"${bench_flows}" help:"chain: flows."`
+	ChainLength   int           `name:"chain-length" default:"${bench_chain_length}" help:"chain: nodes per chain."`
+	ChainWorkers  int           `name:"chain-workers" default:"${bench_chain_workers}" help:"chain, hop: worker concurrency."`
+	HopChains     int           `name:"hop-chains" default:"${bench_hop_chains}" help:"hop: chains at a time (the workers stay mostly idle)."`
+	HopLength     int           `name:"hop-length" default:"${bench_hop_length}" help:"hop: nodes per chain."`
+	FanWidth      int           `name:"fan-width" default:"${bench_fan_width}" help:"fanout: middles and siblings."`
+	Repeats       int           `name:"repeats" default:"${bench_repeats}" help:"fanout, cancel-flow: repeats per measurement."`
+	FlowSizes     []int         `name:"flow-sizes" default:"${bench_flow_sizes}" help:"cancel-flow: member counts."`
+	Leases        int           `name:"leases" default:"${bench_leases}" help:"recovery: leases of vanished workers."`
+	LeaseTTL      time.Duration `name:"lease-ttl" default:"${bench_lease_ttl}" help:"recovery: their TTL."`
+	Burst         int           `name:"burst" default:"${bench_burst}" help:"recovery: completions while the listener is killed."`
+	Cancels       int           `name:"cancels" default:"${bench_cancels}" help:"cancel-running: running executions cancelled one by one."`
+	SweepInterval time.Duration `name:"sweep-interval" default:"${bench_sweep_interval}" help:"The in-process daemon's sweep interval."`
+	WorkerCurve   []int         `name:"worker-curve" default:"${bench_worker_curve}" help:"curve: worker concurrencies."`
+	DaemonCurve   []int         `name:"daemon-curve" default:"${bench_daemon_curve}" help:"daemons: numbers of daemons dispatching."`
+	DaemonFan     int           `name:"daemon-fan" default:"${bench_daemon_fan}" help:"daemons: middles per flow (hops per root event)."`
+	Preload       int           `name:"preload" default:"${bench_preload}" help:"history: finished executions already in the tables."`
+	BigFlowSizes  []int         `name:"big-flow-sizes" default:"${bench_big_flow_sizes}" help:"big-flow: fan-out widths of 1 -> N -> 1."`
+	MemoryRounds  int           `name:"memory-rounds" default:"${bench_memory_rounds}" help:"memory: rounds of --executions through a daemon and a --workers worker process."`
 	Peer          string        `name:"peer" type:"path" help:"Compare with this peer program (bench/peers/river built; bench/compare.sh builds it): throughput, curve or enqueue, each side in fresh databases, alternately."`
-	Rounds        int           `name:"rounds" default:"5" help:"history, and with --peer: alternating rounds of both sides."`
+	Rounds        int           `name:"rounds" default:"${bench_rounds}" help:"history, and with --peer: alternating rounds of both sides."`
 	CPUProfile    string        `name:"cpu-profile" type:"path" help:"Write a CPU profile of this process (pprof format: go tool pprof) to this file, to see where ffd's own time goes."`
 }
 

@@ -24,7 +24,7 @@ import (
 // DemoCmd runs a realistic DAG end to end.
 type DemoCmd struct {
 	JSON    bool          `name:"json" help:"Print the final report as JSON (no live progress)."`
-	Timeout time.Duration `name:"timeout" default:"2m" help:"Give up (and exit non-zero) after this long."`
+	Timeout time.Duration `name:"timeout" default:"${demo_timeout}" help:"Give up (and exit non-zero) after this long."`
 }
 
 // demoNode is one step of the demo DAG with the state its design implies.

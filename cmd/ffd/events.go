@@ -25,7 +25,7 @@ type EventsCmd struct {
 
 // EventsTailCmd prints events.
 type EventsTailCmd struct {
-	Stream    string        `name:"stream" default:"all" enum:"completion,lease,all" help:"completion, lease or all."`
+	Stream    string        `name:"stream" default:"${outbox_stream}" enum:"completion,lease,all" help:"completion, lease or all."`
 	Consumer  string        `name:"consumer" help:"Durable named consumer: resumes after its cursor and acknowledges what it printed. Without it the cursor is ephemeral."`
 	FromStart bool          `name:"from-start" xor:"start" help:"Start at the oldest retained event (the default for a new cursor)."`
 	FromNow   bool          `name:"from-now" xor:"start" help:"Start after everything committed so far."`
@@ -33,7 +33,7 @@ type EventsTailCmd struct {
 	WAL       bool          `name:"wal" help:"Follow the WAL stream (logical replication, commit order) instead of the cursor."`
 	Slot      string        `name:"slot" help:"Replication slot of the WAL consumer (with --wal); created on first use."`
 	Limit     int           `name:"limit" help:"Stop after this many events (0: no limit)."`
-	Poll      time.Duration `name:"poll-interval" default:"1s" help:"Fallback poll interval when following."`
+	Poll      time.Duration `name:"poll-interval" default:"${consumer_poll_interval}" help:"Fallback poll interval when following."`
 }
 
 // Run prints events.

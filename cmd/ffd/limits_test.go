@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/daemon"
+	"github.com/flowfabric/ffd/internal/outbox"
+	"github.com/flowfabric/ffd/internal/session"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -73,8 +77,8 @@ func TestDaemonAcceptsTheCLIBounds(t *testing.T) {
 		f := DaemonFlags{
 			PoolMaxConns: int32(pick(bound.PoolMaxConns)), CascadeWorkers: pick(bound.CascadeWorkers),
 			SiblingWorkers: pick(bound.SiblingWorkers), QueueSize: pick(bound.QueueSize), SweepBatch: pick(bound.SweepBatch),
-			SweepInterval: bound.SweepInterval.Max, StopTimeout: bound.StopTimeout.Min, Retention: retention{age: bound.Retention.Max},
-			ExecutionRetention: retention{keep: true}, NamespaceRetention: namespaceRetentions{"audit": {keep: true}, "scratch": {age: bound.Retention.Min}},
+			SweepInterval: bound.SweepInterval.Max, StopTimeout: bound.StopTimeout.Min, Retention: retention{age: bound.OutboxRetention.Max},
+			ExecutionRetention: retention{keep: true}, NamespaceRetention: namespaceRetentions{"audit": {keep: true}, "scratch": {age: bound.OutboxRetention.Min}},
 			ConsumerIdle: bound.ConsumerIdleLimit.Max,
 		}
 		if err := f.Validate(); err != nil {
@@ -85,10 +89,10 @@ func TestDaemonAcceptsTheCLIBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		// forever reaches the daemon as its "keep" (0); ages as they are.
-		if cfg.Retention != bound.Retention.Max || cfg.ExecutionRetention != 0 ||
-			cfg.NamespaceRetention["audit"] != 0 || cfg.NamespaceRetention["scratch"] != bound.Retention.Min {
+		if cfg.Retention != bound.OutboxRetention.Max || cfg.ExecutionRetention != 0 ||
+			cfg.NamespaceRetention["audit"] != 0 || cfg.NamespaceRetention["scratch"] != bound.OutboxRetention.Min {
 			t.Errorf("retentions reached the daemon as %v, %v, %v; want %v, 0 (forever), audit 0 and scratch %v",
-				cfg.Retention, cfg.ExecutionRetention, cfg.NamespaceRetention, bound.Retention.Max, bound.Retention.Min)
+				cfg.Retention, cfg.ExecutionRetention, cfg.NamespaceRetention, bound.OutboxRetention.Max, bound.OutboxRetention.Min)
 		}
 		if _, err := daemon.New(cfg); err != nil {
 			t.Errorf("the daemon refused flags the CLI accepts: %v", err)
@@ -104,5 +108,52 @@ func TestDaemonAcceptsTheCLIBounds(t *testing.T) {
 	cfg.QueueSize = bound.QueueSize.Max + 1
 	if _, err := daemon.New(cfg); err == nil || !strings.Contains(err.Error(), "QueueSize") || !strings.Contains(err.Error(), fmt.Sprint(bound.QueueSize.Max)) {
 		t.Errorf("QueueSize past the bound: want a refusal naming QueueSize and the range, got %v", err)
+	}
+}
+
+// A flag left alone takes the library's default, not one of its own:
+// `ffd run` and `ffd migrate` with no flags configure what a program
+// that leaves every Config field zero gets.
+func TestFlagDefaultsAreTheLibrarys(t *testing.T) {
+	t.Parallel()
+	var cli CLI
+	parser, err := kong.New(&cli, flagVars())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parser.Parse([]string{"run"}); err != nil {
+		t.Fatal(err)
+	}
+	g, f := cli.Globals, cli.Run.DaemonFlags
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"--cascade-workers", f.CascadeWorkers, daemon.DefaultCascadeWorkers},
+		{"--sibling-workers", f.SiblingWorkers, daemon.DefaultSiblingWorkers},
+		{"--queue-size", f.QueueSize, daemon.DefaultQueueSize},
+		{"--sweep-batch", f.SweepBatch, daemon.DefaultSweepBatch},
+		{"--sweep-interval", f.SweepInterval, time.Duration(daemon.DefaultSweepInterval)},
+		{"--stop-timeout", f.StopTimeout, time.Duration(daemon.DefaultStopTimeout)},
+		{"--retention", f.Retention.age, time.Duration(daemon.DefaultOutboxRetention)},
+		{"--execution-retention", f.ExecutionRetention.age, time.Duration(daemon.DefaultExecutionRetention)},
+		{"--consumer-idle-limit", f.ConsumerIdle, time.Duration(outbox.DefaultIdleConsumerAge)},
+		{"--pool-max-conns", int(f.PoolMaxConns), bound.DefaultPoolMaxConns},
+		{"--idle-in-transaction-timeout", g.IdleInTxTimeout, time.Duration(session.DefaultIdleInTransactionTimeout)},
+		{"--lock-timeout", g.LockTimeout, time.Duration(session.DefaultLockTimeout)},
+		{"--tcp-keepalive-idle", g.KeepaliveIdle, time.Duration(session.DefaultKeepaliveIdle)},
+		{"--tcp-keepalive-interval", g.KeepaliveInterval, time.Duration(session.DefaultKeepaliveInterval)},
+		{"--tcp-keepalive-count", g.KeepaliveCount, session.DefaultKeepaliveCount},
+		{"--connect-timeout", g.ConnectTimeout, time.Duration(session.DefaultConnectTimeout)},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s defaults to %v; want the library's %v", c.name, c.got, c.want)
+		}
+	}
+	if _, err := parser.Parse([]string{"migrate", "up"}); err != nil {
+		t.Fatal(err)
+	}
+	if cli.Migrate.Up.LockWait != bound.DefaultMigrateLockWait {
+		t.Errorf("migrate --lock-wait defaults to %v; want %v", cli.Migrate.Up.LockWait, bound.DefaultMigrateLockWait)
 	}
 }

@@ -25,10 +25,13 @@ import (
 
 	"github.com/flowfabric/ffd/internal/bench"
 	"github.com/flowfabric/ffd/internal/bound"
+	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/logging"
 	"github.com/flowfabric/ffd/internal/outbox"
+	"github.com/flowfabric/ffd/internal/schedule"
 	"github.com/flowfabric/ffd/internal/schema"
 	"github.com/flowfabric/ffd/internal/session"
+	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/version"
 )
 
@@ -39,12 +42,12 @@ type Globals struct {
 	LogFormat   string `name:"log-format" env:"FFD_LOG_FORMAT" default:"auto" enum:"auto,json,console" help:"Log format: json, console, or auto (console on a terminal, else json)."`
 
 	// The session guard of every connection (internal/session).
-	IdleInTxTimeout   time.Duration `name:"idle-in-transaction-timeout" env:"FFD_IDLE_IN_TRANSACTION_TIMEOUT" default:"15s" help:"The server disconnects an ffd session idle inside a transaction this long, releasing its locks (0: never)."`
-	LockTimeout       time.Duration `name:"lock-timeout" env:"FFD_LOCK_TIMEOUT" default:"10s" help:"Longest wait of one statement for a lock (0: forever)."`
-	KeepaliveIdle     time.Duration `name:"tcp-keepalive-idle" env:"FFD_TCP_KEEPALIVE_IDLE" default:"15s" help:"Silence before the first TCP keepalive probe, both ends (0: the OS default)."`
-	KeepaliveInterval time.Duration `name:"tcp-keepalive-interval" env:"FFD_TCP_KEEPALIVE_INTERVAL" default:"5s" help:"Time between TCP keepalive probes (0: the OS default)."`
-	KeepaliveCount    int           `name:"tcp-keepalive-count" env:"FFD_TCP_KEEPALIVE_COUNT" default:"3" help:"Unanswered probes that end a connection (0: the OS default)."`
-	ConnectTimeout    time.Duration `name:"connect-timeout" env:"FFD_CONNECT_TIMEOUT" default:"10s" help:"Longest wait to establish a connection (0: none)."`
+	IdleInTxTimeout   time.Duration `name:"idle-in-transaction-timeout" env:"FFD_IDLE_IN_TRANSACTION_TIMEOUT" default:"${idle_in_transaction_timeout}" help:"The server disconnects an ffd session idle inside a transaction this long, releasing its locks (0: never)."`
+	LockTimeout       time.Duration `name:"lock-timeout" env:"FFD_LOCK_TIMEOUT" default:"${lock_timeout}" help:"Longest wait of one statement for a lock (0: forever)."`
+	KeepaliveIdle     time.Duration `name:"tcp-keepalive-idle" env:"FFD_TCP_KEEPALIVE_IDLE" default:"${keepalive_idle}" help:"Silence before the first TCP keepalive probe, both ends (0: the OS default)."`
+	KeepaliveInterval time.Duration `name:"tcp-keepalive-interval" env:"FFD_TCP_KEEPALIVE_INTERVAL" default:"${keepalive_interval}" help:"Time between TCP keepalive probes (0: the OS default)."`
+	KeepaliveCount    int           `name:"tcp-keepalive-count" env:"FFD_TCP_KEEPALIVE_COUNT" default:"${keepalive_count}" help:"Unanswered probes that end a connection (0: the OS default)."`
+	ConnectTimeout    time.Duration `name:"connect-timeout" env:"FFD_CONNECT_TIMEOUT" default:"${connect_timeout}" help:"Longest wait to establish a connection (0: none)."`
 
 	// The connection budget of a command (ffd run has --pool-max-conns).
 	MaxConns int32 `name:"max-conns" env:"FFD_MAX_CONNS" default:"0" help:"Most pooled connections of a command other than run (console, events tail, exec, flow...); 0: pool_max_conns in the URL, else pgx's default (the larger of 4 and the CPU count)."`
@@ -97,6 +100,23 @@ func main() {
 	os.Exit(code)
 }
 
+// flagVars are what flags' `default:"${name}"` tags read: every setting's
+// default as internal/bound holds it (the library's own), so the CLI
+// never spells a default of its own.
+func flagVars() kong.Vars {
+	v := kong.Vars{
+		"dev_port": strconv.Itoa(DefaultDevPort), "version": version.Get().String(),
+		"admin_addr": daemon.DefaultAdminAddr, "outbox_stream": string(store.StreamAll),
+		"schedule_timezone": schedule.DefaultTimezone, "schedule_missed": schedule.MissedLatest,
+	}
+	for _, vars := range []map[string]string{bound.Vars(), bench.Vars()} {
+		for name, def := range vars {
+			v[name] = def
+		}
+	}
+	return v
+}
+
 // run parses args and runs the command; it returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var cli CLI
@@ -108,7 +128,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		kong.Help(help),
 		kong.Exit(func(code int) { exitCode = code; panic(exitSentinel{}) }),
 		kong.BindTo(ctx, (*context.Context)(nil)),
-		kong.Vars{"dev_port": strconv.Itoa(DefaultDevPort), "version": version.Get().String()},
+		flagVars(),
 	)
 	if err != nil {
 		fmt.Fprintln(stderr, "ffd:", err)

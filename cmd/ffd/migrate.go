@@ -22,7 +22,7 @@ type MigrateCmd struct {
 
 // MigrateUpCmd applies pending migrations.
 type MigrateUpCmd struct {
-	LockWait time.Duration `name:"lock-wait" env:"FFD_MIGRATE_LOCK_WAIT" default:"10m" help:"How long to wait for another migrator to finish."`
+	LockWait time.Duration `name:"lock-wait" env:"FFD_MIGRATE_LOCK_WAIT" default:"${migrate_lock_wait}" help:"How long to wait for another migrator to finish."`
 }
 
 // Run applies the migrations.

@@ -55,9 +55,9 @@ func (r retention) check(name string) error {
 	if r.keep || r.age == 0 {
 		return nil
 	}
-	if r.age < bound.Retention.Min || r.age > bound.Retention.Max {
+	if r.age < bound.OutboxRetention.Min || r.age > bound.OutboxRetention.Max {
 		return fault.Invalid(ffdtype.KindOutOfRange, name, r.age.String(),
-			fmt.Sprintf("want %s..%s, or forever", bound.Retention.Min, bound.Retention.Max))
+			fmt.Sprintf("want %s..%s, or forever", bound.OutboxRetention.Min, bound.OutboxRetention.Max))
 	}
 	return nil
 }

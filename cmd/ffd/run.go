@@ -24,19 +24,19 @@ type RunCmd struct {
 // them too.
 type DaemonFlags struct {
 	ListenerURL    string        `name:"listener-url" env:"FFD_LISTENER_URL" help:"Connection URL for the dedicated LISTEN connection (default: the database URL). Point it past any transaction pooler."`
-	AdminAddr      string        `name:"admin-addr" env:"FFD_ADMIN_ADDR" default:"127.0.0.1:9464" help:"Address of /healthz, /readyz and /metrics; empty disables."`
-	PoolMaxConns   int32         `name:"pool-max-conns" env:"FFD_POOL_MAX_CONNS" default:"10" help:"Maximum pooled connections for work."`
-	CascadeWorkers int           `name:"cascade-workers" env:"FFD_CASCADE_WORKERS" default:"4" help:"Workers dispatching completion events."`
-	SiblingWorkers int           `name:"sibling-workers" env:"FFD_SIBLING_WORKERS" default:"1" help:"Workers cancelling losing siblings."`
-	QueueSize      int           `name:"queue-size" env:"FFD_QUEUE_SIZE" default:"10000" help:"Bound of each worker queue; hints beyond it are dropped and swept up."`
-	SweepInterval  time.Duration `name:"sweep-interval" env:"FFD_SWEEP_INTERVAL" default:"1s" help:"Period of the fallback sweep (jittered ±10%)."`
-	SweepBatch     int           `name:"sweep-batch" env:"FFD_SWEEP_BATCH" default:"500" help:"Rows each sweep batch takes."`
-	StopTimeout    time.Duration `name:"stop-timeout" env:"FFD_STOP_TIMEOUT" default:"30s" help:"How long a graceful stop may take."`
-	Retention      retention     `name:"retention" env:"FFD_RETENTION" default:"168h" help:"Delete outbox events older than this once dispatched and consumed by every named consumer; forever keeps them."`
+	AdminAddr      string        `name:"admin-addr" env:"FFD_ADMIN_ADDR" default:"${admin_addr}" help:"Address of /healthz, /readyz and /metrics; empty disables."`
+	PoolMaxConns   int32         `name:"pool-max-conns" env:"FFD_POOL_MAX_CONNS" default:"${pool_max_conns}" help:"Maximum pooled connections for work."`
+	CascadeWorkers int           `name:"cascade-workers" env:"FFD_CASCADE_WORKERS" default:"${cascade_workers}" help:"Workers dispatching completion events."`
+	SiblingWorkers int           `name:"sibling-workers" env:"FFD_SIBLING_WORKERS" default:"${sibling_workers}" help:"Workers cancelling losing siblings."`
+	QueueSize      int           `name:"queue-size" env:"FFD_QUEUE_SIZE" default:"${queue_size}" help:"Bound of each worker queue; hints beyond it are dropped and swept up."`
+	SweepInterval  time.Duration `name:"sweep-interval" env:"FFD_SWEEP_INTERVAL" default:"${sweep_interval}" help:"Period of the fallback sweep (jittered ±10%)."`
+	SweepBatch     int           `name:"sweep-batch" env:"FFD_SWEEP_BATCH" default:"${sweep_batch}" help:"Rows each sweep batch takes."`
+	StopTimeout    time.Duration `name:"stop-timeout" env:"FFD_STOP_TIMEOUT" default:"${stop_timeout}" help:"How long a graceful stop may take."`
+	Retention      retention     `name:"retention" env:"FFD_RETENTION" default:"${outbox_retention}" help:"Delete outbox events older than this once dispatched and consumed by every named consumer; forever keeps them."`
 	Console        bool          `name:"console" env:"FFD_CONSOLE" help:"Serve the web console on the admin address too."`
-	ConsumerIdle   time.Duration `name:"consumer-idle-limit" env:"FFD_CONSUMER_IDLE_LIMIT" default:"24h" help:"Report named consumers idle this long while events wait for them."`
+	ConsumerIdle   time.Duration `name:"consumer-idle-limit" env:"FFD_CONSUMER_IDLE_LIMIT" default:"${consumer_idle_limit}" help:"Report named consumers idle this long while events wait for them."`
 	// Retention of finished work (internal/store.Ages).
-	ExecutionRetention retention           `name:"execution-retention" env:"FFD_EXECUTION_RETENTION" default:"720h" help:"Delete finished executions, and finished flows with their members, edges and groups, this long after they finished; forever keeps them."`
+	ExecutionRetention retention           `name:"execution-retention" env:"FFD_EXECUTION_RETENTION" default:"${execution_retention}" help:"Delete finished executions, and finished flows with their members, edges and groups, this long after they finished; forever keeps them."`
 	NamespaceRetention namespaceRetentions `name:"namespace-retention" env:"FFD_NAMESPACE_RETENTION" placeholder:"NS=AGE;..." help:"Per-namespace overrides of --execution-retention, as namespace=age;... (an age, or forever)."`
 }
 

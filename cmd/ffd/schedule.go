@@ -25,8 +25,8 @@ type ScheduleCreateCmd struct {
 	output
 	Name      string `arg:"" help:"Schedule name."`
 	Cron      string `name:"cron" required:"" help:"When: five fields (minute hour day month weekday), six with seconds first, or @hourly, @daily, @every 10m."`
-	Timezone  string `name:"timezone" default:"UTC" help:"IANA time zone the cron spec is read in."`
-	Missed    string `name:"missed" default:"latest" enum:"latest,skip,all" help:"Ticks missed while no daemon ran: latest (fire once), skip, all."`
+	Timezone  string `name:"timezone" default:"${schedule_timezone}" help:"IANA time zone the cron spec is read in."`
+	Missed    string `name:"missed" default:"${schedule_missed}" enum:"latest,skip,all" help:"Ticks missed while no daemon ran: latest (fire once), skip, all."`
 	Namespace string `name:"namespace" help:"Namespace of what it creates (default: default)."`
 	Lane      string `name:"lane" help:"Each tick creates an execution in this lane."`
 	Kind      string `name:"kind" help:"The execution's kind."`

@@ -9,8 +9,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"runtime"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,58 +23,113 @@ import (
 	"github.com/flowfabric/ffd/internal/store"
 )
 
-// Scenarios lists the scenario names.
-var Scenarios = []string{"throughput", "curve", "history", "memory", "enqueue", "chain", "hop", "fanout", "big-flow", "cancel-flow", "recovery", "cancel-running", "daemons"}
-
-// scenarios runs each scenario by name.
-var scenarios = map[string]func(context.Context, *Env, Params, *Report) error{
-	"throughput": throughput, "curve": curve, "history": history, "memory": memory,
-	"enqueue": enqueue, "chain": chain, "hop": hop, "fanout": fanout, "big-flow": bigFlow,
-	"cancel-flow": cancelFlow, "recovery": recovery, "cancel-running": cancelRunning, "daemons": daemons,
+// scenario is one benchmark: the name users give it, what it runs, and
+// whether the peer program has an equivalent (ffd bench --peer).
+type scenario struct {
+	name     string
+	run      func(context.Context, *Env, Params, *Report) error
+	compared bool
 }
 
-// Params are every scenario's sizes; zero values take the defaults.
+// table is every scenario, once; the lists below and the CLI's choices
+// are read from it.
+var table = []scenario{
+	{"throughput", throughput, true}, {"curve", curve, true}, {"history", history, false}, {"memory", memory, false},
+	{"enqueue", enqueue, true}, {"chain", chain, false}, {"hop", hop, false}, {"fanout", fanout, false},
+	{"big-flow", bigFlow, false}, {"cancel-flow", cancelFlow, false}, {"recovery", recovery, false},
+	{"cancel-running", cancelRunning, false}, {"daemons", daemons, false},
+}
+
+// Scenarios lists the scenario names; CompareScenarios those with a peer
+// equivalent.
+var Scenarios, CompareScenarios = func() (all, compared []string) {
+	for _, s := range table {
+		all = append(all, s.name)
+		if s.compared {
+			compared = append(compared, s.name)
+		}
+	}
+	return all, compared
+}()
+
+func find(name string) (scenario, bool) {
+	for _, s := range table {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return scenario{}, false
+}
+
+// Params are every scenario's sizes; zero values take the defaults of
+// Params.defaults (ffd bench --help shows them).
 type Params struct {
 	// throughput, enqueue
-	Executions int `json:"executions,omitempty"` // default 20000
-	Workers    int `json:"workers,omitempty"`    // default 100
+	Executions int `json:"executions,omitempty"`
+	Workers    int `json:"workers,omitempty"` // default 100
 	// enqueue: single Create calls timed one by one
-	Creates int `json:"creates,omitempty"` // default 1000
+	Creates int `json:"creates,omitempty"`
 	// chain
-	Flows       int `json:"flows,omitempty"`        // default 200
-	ChainLength int `json:"chain_length,omitempty"` // default 10
+	Flows       int `json:"flows,omitempty"` // default 200
+	ChainLength int `json:"chain_length,omitempty"`
 	ChainWorker int `json:"chain_workers,omitempty"`
 	// hop: the chain scenario with idle workers, a few chains at a time
-	HopChains int `json:"hop_chains,omitempty"` // default 4
-	HopLength int `json:"hop_length,omitempty"` // default 25
+	HopChains int `json:"hop_chains,omitempty"`
+	HopLength int `json:"hop_length,omitempty"`
 	// fanout
-	FanWidth int `json:"fan_width,omitempty"` // default 1000
-	Repeats  int `json:"repeats,omitempty"`   // default 20
+	FanWidth int `json:"fan_width,omitempty"`
+	Repeats  int `json:"repeats,omitempty"` // default 20
 	// cancel-flow
-	FlowSizes []int `json:"flow_sizes,omitempty"` // default 10, 100, 1000
+	FlowSizes []int `json:"flow_sizes,omitempty"`
 	// recovery
-	Leases        int           `json:"leases,omitempty"`         // default 1000
-	LeaseTTL      time.Duration `json:"lease_ttl,omitempty"`      // default 2s
-	Burst         int           `json:"burst,omitempty"`          // default 10000
-	SweepInterval time.Duration `json:"sweep_interval,omitempty"` // default 1s
+	Leases        int           `json:"leases,omitempty"`    // default 1000
+	LeaseTTL      time.Duration `json:"lease_ttl,omitempty"` // default 2s
+	Burst         int           `json:"burst,omitempty"`     // default 10000
+	SweepInterval time.Duration `json:"sweep_interval,omitempty"`
 	// cancel-running
-	Cancels int `json:"cancels,omitempty"` // default 200
+	Cancels int `json:"cancels,omitempty"`
 	// curve: throughput at each worker concurrency (Executions each,
 	// fewer below 100 workers: 200 per worker, at least 2,000)
-	WorkerCurve []int `json:"worker_curve,omitempty"` // default 1, 10, 100, 400
+	WorkerCurve []int `json:"worker_curve,omitempty"`
 	// history: finished executions already in the tables
-	Preload int `json:"preload,omitempty"` // default 1000000
+	Preload int `json:"preload,omitempty"`
 	// history, and comparisons with a peer: alternating rounds of each side
-	Rounds int `json:"rounds,omitempty"` // default 5
+	Rounds int `json:"rounds,omitempty"`
 	// big-flow: fan-out widths of 1 -> N -> 1
-	BigFlowSizes []int `json:"big_flow_sizes,omitempty"` // default 100, 10000
+	BigFlowSizes []int `json:"big_flow_sizes,omitempty"`
 	// memory: rounds of Executions executions through a daemon and a
 	// Workers-slot worker, each an OS process of its own
-	MemoryRounds int `json:"memory_rounds,omitempty"` // default 5
+	MemoryRounds int `json:"memory_rounds,omitempty"`
 	// daemons: Flows root -> DaemonFan flows, their roots finished, then
 	// dispatched by each number of daemons in DaemonCurve
-	DaemonFan   int   `json:"daemon_fan,omitempty"`   // default 50
-	DaemonCurve []int `json:"daemon_curve,omitempty"` // default 1, 2, 4
+	DaemonFan   int   `json:"daemon_fan,omitempty"` // default 50
+	DaemonCurve []int `json:"daemon_curve,omitempty"`
+}
+
+// Vars are the defaults of Params for the CLI's flags, by the name a
+// flag's `default:"${bench_<json name>}"` tag gives, and the scenario
+// names (bench_scenarios, for its enum): the CLI spells none of its own.
+func Vars() map[string]string {
+	var p Params
+	p.defaults()
+	out := map[string]string{"bench_scenarios": strings.Join(Scenarios, ",")}
+	v, t := reflect.ValueOf(p), reflect.TypeOf(p)
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		switch f := v.Field(i).Interface().(type) {
+		case int:
+			out["bench_"+name] = strconv.Itoa(f)
+		case time.Duration:
+			out["bench_"+name] = f.String()
+		case []int:
+			s := make([]string, len(f))
+			for j, n := range f {
+				s[j] = strconv.Itoa(n)
+			}
+			out["bench_"+name] = strings.Join(s, ",")
+		}
+	}
+	return out
 }
 
 func (p *Params) defaults() {
@@ -180,11 +238,11 @@ func Run(ctx context.Context, env *Env, scenario string, p Params) (*Report, err
 		return nil, err
 	}
 	start := time.Now()
-	run, ok := scenarios[scenario]
+	s, ok := find(scenario)
 	if !ok {
 		return nil, fmt.Errorf("unknown scenario %q: want one of %v", scenario, Scenarios)
 	}
-	err = run(ctx, env, p, r)
+	err = s.run(ctx, env, p, r)
 	r.DurationMS = time.Since(start).Milliseconds()
 	if err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", scenario, err)

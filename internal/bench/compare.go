@@ -12,9 +12,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// CompareScenarios are the scenarios with a peer equivalent.
-var CompareScenarios = []string{"throughput", "curve", "enqueue"}
-
 // Comparison is ffd against a peer (bench/peers/river) on one cluster:
 // each round runs both sides, in fresh databases of their own, ffd first
 // in even rounds and the peer first in odd ones.

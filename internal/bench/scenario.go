@@ -32,8 +32,12 @@ func (e *Env) createMany(ctx context.Context, p leases.CreateParams, n int) erro
 		for i := range ps {
 			ps[i] = p
 		}
-		err := store.InTx(ctx, e.Pool, func(tx pgx.Tx) error {
-			_, err := leases.CreateMany(ctx, tx, leases.Limits{}, ps)
+		ns, err := leases.NormalizeAll(leases.Limits{}, ps)
+		if err != nil {
+			return err
+		}
+		err = store.InTx(ctx, e.Pool, func(tx pgx.Tx) error {
+			_, err := leases.InsertMany(ctx, tx, ns)
 			return err
 		})
 		if err != nil {

@@ -31,30 +31,33 @@ import (
 	"github.com/flowfabric/ffd/internal/schema"
 )
 
-// Defaults for Config.
+// Defaults for Config: internal/bound's, which `ffd run`'s flags take too.
 const (
-	DefaultCascadeWorkers = 4
-	DefaultSiblingWorkers = 1
-	DefaultQueueSize      = 10000
-	DefaultSweepInterval  = time.Second
-	DefaultSweepBatch     = 500
-	DefaultDispatchGrace  = 500 * time.Millisecond
+	DefaultCascadeWorkers = bound.DefaultCascadeWorkers
+	DefaultSiblingWorkers = bound.DefaultSiblingWorkers
+	DefaultQueueSize      = bound.DefaultQueueSize
+	DefaultSweepInterval  = bound.DefaultSweepInterval
+	DefaultSweepBatch     = bound.DefaultSweepBatch
+	DefaultDispatchGrace  = bound.DefaultDispatchGrace
 	// DefaultDispatchLockTimeout bounds each lock wait of a cascade
 	// transaction (Config.DispatchLockTimeout).
-	DefaultDispatchLockTimeout = 2 * time.Second
-	DefaultStopTimeout         = 30 * time.Second
+	DefaultDispatchLockTimeout = bound.DefaultDispatchLockTimeout
+	DefaultStopTimeout         = bound.DefaultStopTimeout
 	DefaultAdminAddr           = "127.0.0.1:9464"
-	DefaultSampleInterval      = 15 * time.Second
+	DefaultSampleInterval      = bound.DefaultSampleInterval
 	// DefaultStatisticsInterval is how often the daemon looks for tables
 	// whose planner statistics say they are nearly empty while they fill
 	// (Config.StatisticsInterval).
-	DefaultStatisticsInterval = 2 * time.Second
+	DefaultStatisticsInterval = bound.DefaultStatisticsInterval
 	DefaultTimerLimit         = 1000
-	DefaultRetentionInterval  = time.Minute
-	DefaultScheduleInterval   = time.Second
+	DefaultRetentionInterval  = bound.DefaultRetentionInterval
+	DefaultScheduleInterval   = bound.DefaultScheduleInterval
+	// DefaultOutboxRetention is how long `ffd run` and embedded daemons
+	// keep dispatched, consumed outbox events.
+	DefaultOutboxRetention = bound.DefaultOutboxRetention
 	// DefaultExecutionRetention is how long `ffd run` and embedded
 	// daemons keep finished executions and flows.
-	DefaultExecutionRetention = 30 * 24 * time.Hour
+	DefaultExecutionRetention = bound.DefaultExecutionRetention
 	// DefaultRetentionBatch bounds the rows one retention statement
 	// deletes, so that each holds its locks briefly.
 	DefaultRetentionBatch = 500
@@ -105,7 +108,7 @@ type Config struct {
 	StatisticsInterval time.Duration
 	// Retention deletes outbox events older than this that are dispatched
 	// and behind every registered consumer; 0 disables it. Default 0 (the
-	// CLI defaults it to outbox.DefaultRetention).
+	// CLI defaults it to DefaultOutboxRetention).
 	Retention time.Duration
 	// RetentionInterval is how often retention runs. Default
 	// DefaultRetentionInterval (1 min).
@@ -147,36 +150,36 @@ func (c *Config) normalize() error {
 		c.ListenConnConfig = c.Pool.Config().ConnConfig
 	}
 	for _, err := range []error{
-		bound.CascadeWorkers.Fill("CascadeWorkers", &c.CascadeWorkers, DefaultCascadeWorkers),
-		bound.SiblingWorkers.Fill("SiblingWorkers", &c.SiblingWorkers, DefaultSiblingWorkers),
-		bound.QueueSize.Fill("QueueSize", &c.QueueSize, DefaultQueueSize),
-		bound.SweepBatch.Fill("SweepBatch", &c.SweepBatch, DefaultSweepBatch),
-		bound.SweepInterval.Fill("SweepInterval", &c.SweepInterval, DefaultSweepInterval),
-		bound.DispatchGrace.Fill("DispatchGrace", &c.DispatchGrace, DefaultDispatchGrace),
-		bound.LockTimeout.Fill("DispatchLockTimeout", &c.DispatchLockTimeout, DefaultDispatchLockTimeout),
-		bound.StopTimeout.Fill("StopTimeout", &c.StopTimeout, DefaultStopTimeout),
-		bound.SampleInterval.Fill("SampleInterval", &c.SampleInterval, DefaultSampleInterval),
-		bound.SampleInterval.Fill("StatisticsInterval", &c.StatisticsInterval, DefaultStatisticsInterval),
-		bound.RetentionInterval.Fill("RetentionInterval", &c.RetentionInterval, DefaultRetentionInterval),
-		bound.SweepInterval.Fill("ScheduleInterval", &c.ScheduleInterval, DefaultScheduleInterval),
-		bound.ConsumerIdleLimit.Fill("ConsumerIdleLimit", &c.ConsumerIdleLimit, outbox.DefaultIdleConsumerAge),
+		bound.CascadeWorkers.Fill("CascadeWorkers", &c.CascadeWorkers),
+		bound.SiblingWorkers.Fill("SiblingWorkers", &c.SiblingWorkers),
+		bound.QueueSize.Fill("QueueSize", &c.QueueSize),
+		bound.SweepBatch.Fill("SweepBatch", &c.SweepBatch),
+		bound.SweepInterval.Fill("SweepInterval", &c.SweepInterval),
+		bound.DispatchGrace.Fill("DispatchGrace", &c.DispatchGrace),
+		bound.DispatchLockTimeout.Fill("DispatchLockTimeout", &c.DispatchLockTimeout),
+		bound.StopTimeout.Fill("StopTimeout", &c.StopTimeout),
+		bound.SampleInterval.Fill("SampleInterval", &c.SampleInterval),
+		bound.StatisticsInterval.Fill("StatisticsInterval", &c.StatisticsInterval),
+		bound.RetentionInterval.Fill("RetentionInterval", &c.RetentionInterval),
+		bound.ScheduleInterval.Fill("ScheduleInterval", &c.ScheduleInterval),
+		bound.ConsumerIdleLimit.Fill("ConsumerIdleLimit", &c.ConsumerIdleLimit),
 	} {
 		if err != nil {
 			return err
 		}
 	}
-	if err := bound.Retention.Check("ExecutionRetention", c.ExecutionRetention); err != nil {
+	if err := bound.ExecutionRetention.Check("ExecutionRetention", c.ExecutionRetention); err != nil {
 		return err
 	}
 	for ns, age := range c.NamespaceRetention {
 		if err := leases.ValidateName("NamespaceRetention", ns); err != nil {
 			return err
 		}
-		if err := bound.Retention.Check("NamespaceRetention["+ns+"]", age); err != nil {
+		if err := bound.ExecutionRetention.Check("NamespaceRetention["+ns+"]", age); err != nil {
 			return err
 		}
 	}
-	if err := bound.Retention.Check("Retention", c.Retention); err != nil {
+	if err := bound.OutboxRetention.Check("Retention", c.Retention); err != nil {
 		return err
 	}
 	if c.Logger == nil {

@@ -22,10 +22,7 @@ func normalizeFlow(p *ffdtype.CreateFlowParams) error {
 	if p.ID == uuid.Nil {
 		p.ID = ident.NewUUID()
 	}
-	if p.Namespace == "" {
-		p.Namespace = leases.DefaultNamespace
-	}
-	if err := leases.ValidateName("namespace", p.Namespace); err != nil {
+	if err := leases.NormalizeNamespace(&p.Namespace); err != nil {
 		return err
 	}
 	if len(p.Kind) > leases.MaxKindLength {

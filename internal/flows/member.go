@@ -71,11 +71,15 @@ func AddExecution(ctx context.Context, db store.DB, flowID uuid.UUID, id ident.E
 func CreateMember(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.UUID, p leases.CreateParams) (x *ffdtype.Execution, existed bool, err error) {
 	part := ident.Partition(flowID)
 	p.FlowID, p.Partition = &flowID, &part
+	n, err := p.Normalize(lim)
+	if err != nil {
+		return nil, false, err
+	}
 	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
 		if _, err := lockOpenFlow(ctx, store.NewLocks(tx), flowID, store.ForUpdate); err != nil {
 			return err
 		}
-		x, existed, err = leases.Create(ctx, tx, lim, p)
+		x, existed, err = leases.Insert(ctx, tx, n)
 		if store.IsStepTaken(err) {
 			return &ffdtype.ConflictError{Object: "step", ID: p.Step, Reason: "flow " + flowID.String() + " already has a member with this step name"}
 		}

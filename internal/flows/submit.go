@@ -159,9 +159,9 @@ func graphOf(p SubmitParams) (*graph, error) {
 // planNodes validates each node's policy and execution parameters and
 // returns the executions to create (in node order) and the join policy of
 // each node with incoming edges (nil for roots).
-func planNodes(p SubmitParams, g *graph, lim leases.Limits) ([]leases.CreateParams, []*ffdtype.Policy, error) {
+func planNodes(p SubmitParams, g *graph, lim leases.Limits) ([]leases.Normalized, []*ffdtype.Policy, error) {
 	part := ident.Partition(p.Flow.ID)
-	params := make([]leases.CreateParams, len(p.Nodes))
+	params := make([]leases.Normalized, len(p.Nodes))
 	policies := make([]*ffdtype.Policy, len(p.Nodes))
 	for i, n := range p.Nodes {
 		if n.Policy != nil && g.indeg[i] == 0 {
@@ -191,10 +191,11 @@ func planNodes(p SubmitParams, g *graph, lim leases.Limits) ([]leases.CreatePara
 			return nil, nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.params.step", cp.Step, "node "+n.Ref+": a submitted node's step is its ref; leave step empty")
 		}
 		cp.FlowID, cp.Partition, cp.Blocked, cp.Step = &p.Flow.ID, &part, g.indeg[i] > 0, n.Ref
-		if err := cp.Normalize(lim); err != nil {
+		norm, err := cp.Normalize(lim)
+		if err != nil {
 			return nil, nil, refine(err, n.Ref)
 		}
-		params[i] = cp
+		params[i] = norm
 	}
 	return params, policies, nil
 }
@@ -202,7 +203,7 @@ func planNodes(p SubmitParams, g *graph, lim leases.Limits) ([]leases.CreatePara
 // submit writes a planned submission: the flow, its executions, its
 // edges (applied) and groups, then the flow's size. Every row is new, so
 // it takes no lock but the new rows'.
-func submit(ctx context.Context, tx pgx.Tx, lim leases.Limits, p SubmitParams, g *graph, params []leases.CreateParams, policies []*ffdtype.Policy) (*Submitted, error) {
+func submit(ctx context.Context, tx pgx.Tx, lim leases.Limits, p SubmitParams, g *graph, params []leases.Normalized, policies []*ffdtype.Policy) (*Submitted, error) {
 	f, exists, err := CreateFlow(ctx, tx, p.Flow)
 	if err != nil {
 		return nil, err
@@ -210,7 +211,7 @@ func submit(ctx context.Context, tx pgx.Tx, lim leases.Limits, p SubmitParams, g
 	if exists {
 		return nil, &ffdtype.ConflictError{Object: "flow", ID: f.ID.String(), Reason: "a flow with this id already exists", Existing: f}
 	}
-	xs, err := leases.CreateMany(ctx, tx, lim, params)
+	xs, err := leases.InsertMany(ctx, tx, params)
 	if err != nil {
 		return nil, err
 	}

@@ -118,6 +118,16 @@ func (l Limits) AtLeast(n int) Limits {
 	return l
 }
 
+// NormalizeNamespace is ns, or DefaultNamespace when ns is empty, checked:
+// the one place the namespace default is applied, for executions, flows,
+// schedules and a client's own.
+func NormalizeNamespace(ns *string) error {
+	if *ns == "" {
+		*ns = DefaultNamespace
+	}
+	return ValidateName("namespace", *ns)
+}
+
 // ValidateName checks a lane or namespace.
 func ValidateName(field, v string) error {
 	if !validName(v) {
@@ -126,13 +136,40 @@ func ValidateName(field, v string) error {
 	return nil
 }
 
-// Normalize fills defaults and validates; it touches no database, so bad
-// input writes nothing. Normalizing twice is harmless.
-func (p *CreateParams) Normalize(lim Limits) error {
-	if p.Namespace == "" {
-		p.Namespace = DefaultNamespace
+// Normalized is CreateParams with its defaults filled and every field
+// checked: what Normalize returns, and the only thing the insert path
+// (Insert, InsertMany) takes. So each execution is checked exactly once
+// however it comes in (a client, a flow submission, a schedule's tick, a
+// rerun), and nothing unchecked reaches an insert.
+type Normalized struct{ p CreateParams }
+
+// Params are the normalized parameters, for reading.
+func (n Normalized) Params() CreateParams { return n.p }
+
+// Normalize fills p's defaults and checks it; it touches no database, so
+// bad input writes nothing.
+func (p CreateParams) Normalize(lim Limits) (Normalized, error) {
+	if err := p.normalize(lim); err != nil {
+		return Normalized{}, err
 	}
-	if err := ValidateName("namespace", p.Namespace); err != nil {
+	return Normalized{p: p}, nil
+}
+
+// NormalizeAll normalizes a batch, naming the first bad one.
+func NormalizeAll(lim Limits, ps []CreateParams) ([]Normalized, error) {
+	ns := make([]Normalized, len(ps))
+	for i, p := range ps {
+		n, err := p.Normalize(lim)
+		if err != nil {
+			return nil, fmt.Errorf("execution %d of %d: %w", i, len(ps), err)
+		}
+		ns[i] = n
+	}
+	return ns, nil
+}
+
+func (p *CreateParams) normalize(lim Limits) error {
+	if err := NormalizeNamespace(&p.Namespace); err != nil {
 		return err
 	}
 	if p.Lane == "" {
@@ -303,25 +340,37 @@ func normalizeRetry(r *ffdtype.RetryPolicy) error {
 // key already used in the namespace it returns the existing execution and
 // existed = true, writing nothing.
 func Create(ctx context.Context, db store.DB, lim Limits, p CreateParams) (x *ffdtype.Execution, existed bool, err error) {
-	if err := p.Normalize(lim); err != nil {
+	n, err := p.Normalize(lim)
+	if err != nil {
 		return nil, false, err
 	}
-	return store.InsertExecution(ctx, db, newRow(&p))
+	return Insert(ctx, db, n)
+}
+
+// Insert is Create of params already normalized.
+func Insert(ctx context.Context, db store.DB, n Normalized) (x *ffdtype.Execution, existed bool, err error) {
+	return store.InsertExecution(ctx, db, newRow(&n.p))
 }
 
 // CreateMany inserts executions in one statement and returns them in the
 // order of ps. Idempotency keys are refused: a batch that half exists is
 // not a thing a caller can reason about.
 func CreateMany(ctx context.Context, db store.DB, lim Limits, ps []CreateParams) ([]*ffdtype.Execution, error) {
-	if len(ps) == 0 {
+	ns, err := NormalizeAll(lim, ps)
+	if err != nil {
+		return nil, err
+	}
+	return InsertMany(ctx, db, ns)
+}
+
+// InsertMany is CreateMany of params already normalized.
+func InsertMany(ctx context.Context, db store.DB, ns []Normalized) ([]*ffdtype.Execution, error) {
+	if len(ns) == 0 {
 		return nil, nil
 	}
-	rows := make([]store.NewExecution, len(ps))
-	for i := range ps {
-		p := &ps[i]
-		if err := p.Normalize(lim); err != nil {
-			return nil, fmt.Errorf("execution %d of %d: %w", i, len(ps), err)
-		}
+	rows := make([]store.NewExecution, len(ns))
+	for i := range ns {
+		p := &ns[i].p
 		if p.IdempotencyKey != "" {
 			return nil, fault.Invalid(ffdtype.KindInvalidValue, "idempotency_key", p.IdempotencyKey, "not supported in a batch create")
 		}

@@ -38,9 +38,13 @@ func Rerun(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID) (
 		p.Deadline = old.DeadlineAt.Sub(old.CreatedAt)
 	}
 	lim = lim.AtLeast(len(old.Payload)) // accepted once: a smaller limit here must not refuse it
+	n, err := p.Normalize(lim)
+	if err != nil {
+		return nil, err
+	}
 	var x *ffdtype.Execution
 	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
-		if x, _, err = Create(ctx, tx, lim, p); err != nil {
+		if x, _, err = Insert(ctx, tx, n); err != nil {
 			return err
 		}
 		if err := store.LinkRerunMembers(ctx, tx, []store.Carried{{New: x.ID, Old: old.ID}}); err != nil {

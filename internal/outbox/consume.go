@@ -20,8 +20,8 @@ import (
 
 // Consumer defaults.
 const (
-	DefaultBatch        = 100
-	DefaultPollInterval = time.Second
+	DefaultBatch        = bound.DefaultConsumerBatch
+	DefaultPollInterval = bound.DefaultConsumerPollInterval
 )
 
 // Handler processes a batch inside tx, the transaction that will also
@@ -119,10 +119,10 @@ func (cfg *ConsumeConfig) normalize() error {
 	if cfg.Stream == "" {
 		cfg.Stream = store.StreamAll
 	}
-	if err := bound.ConsumerBatch.Fill("Batch", &cfg.Batch, DefaultBatch); err != nil {
+	if err := bound.ConsumerBatch.Fill("Batch", &cfg.Batch); err != nil {
 		return err
 	}
-	if err := bound.PollInterval.Fill("PollInterval", &cfg.PollInterval, DefaultPollInterval); err != nil {
+	if err := bound.ConsumerPollInterval.Fill("PollInterval", &cfg.PollInterval); err != nil {
 		return err
 	}
 	if cfg.Limit < 0 {

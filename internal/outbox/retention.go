@@ -4,14 +4,15 @@ import (
 	"context"
 	"time"
 
+	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Retention defaults.
 const (
-	DefaultRetention       = 7 * 24 * time.Hour
+	DefaultRetention       = bound.DefaultOutboxRetention
 	DefaultRetentionBatch  = 1000
-	DefaultIdleConsumerAge = 24 * time.Hour
+	DefaultIdleConsumerAge = bound.DefaultConsumerIdleLimit
 	maxRetentionBatches    = 100
 )
 

@@ -104,7 +104,11 @@ func fireTick(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedu
 		p.Namespace, p.IdempotencyKey, p.Tags = s.Namespace, Key(s.Name, tick), merge(p.Tags, tags)
 		// The payload was accepted when the schedule was stored, by a
 		// client whose limit may be larger than the daemon's.
-		_, existed, err := leases.Create(ctx, tx, lim.AtLeast(len(p.Payload)), p)
+		n, err := p.Normalize(lim.AtLeast(len(p.Payload)))
+		if err != nil {
+			return false, err
+		}
+		_, existed, err := leases.Insert(ctx, tx, n)
 		return !existed, err
 	default:
 		p := *fp

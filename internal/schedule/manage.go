@@ -78,10 +78,7 @@ func validate(lim leases.Limits, p Params) (store.Schedule, *Spec, error) {
 	if err := leases.ValidateName("name", p.Name); err != nil {
 		return store.Schedule{}, nil, err
 	}
-	if p.Namespace == "" {
-		p.Namespace = leases.DefaultNamespace
-	}
-	if err := leases.ValidateName("namespace", p.Namespace); err != nil {
+	if err := leases.NormalizeNamespace(&p.Namespace); err != nil {
 		return store.Schedule{}, nil, err
 	}
 	spec, err := Parse(p.Spec, p.Timezone)
@@ -94,7 +91,7 @@ func validate(lim leases.Limits, p Params) (store.Schedule, *Spec, error) {
 	}
 	row := store.Schedule{Name: p.Name, Namespace: p.Namespace, Spec: p.Spec, Timezone: p.Timezone, Missed: missed, Paused: p.Paused}
 	if row.Timezone == "" {
-		row.Timezone = "UTC"
+		row.Timezone = DefaultTimezone
 	}
 	switch {
 	case (p.Execution == nil) == (p.Flow == nil):
@@ -121,7 +118,8 @@ func validExecution(lim leases.Limits, p leases.CreateParams, ns string) error {
 		return fault.Invalid(ffdtype.KindInvalidValue, "idempotency_key", p.IdempotencyKey, "a schedule keys each tick's execution itself")
 	}
 	p.Namespace = ns
-	return p.Normalize(lim)
+	_, err := p.Normalize(lim)
+	return err
 }
 
 func validFlow(lim leases.Limits, p flows.SubmitParams, ns string) error {

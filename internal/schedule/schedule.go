@@ -57,10 +57,14 @@ type Spec struct {
 	loc   *time.Location
 }
 
-// Parse checks a cron spec and an IANA time zone ("" is UTC).
+// DefaultTimezone is the zone a schedule's spec is read in when it names
+// none.
+const DefaultTimezone = "UTC"
+
+// Parse checks a cron spec and an IANA time zone ("" is DefaultTimezone).
 func Parse(spec, tz string) (*Spec, error) {
 	if tz == "" {
-		tz = "UTC"
+		tz = DefaultTimezone
 	}
 	loc, err := time.LoadLocation(tz)
 	if err != nil {

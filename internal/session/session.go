@@ -35,12 +35,12 @@ import (
 
 // Defaults.
 const (
-	DefaultIdleInTransactionTimeout = 15 * time.Second
-	DefaultLockTimeout              = 10 * time.Second
-	DefaultKeepaliveIdle            = 15 * time.Second
-	DefaultKeepaliveInterval        = 5 * time.Second
-	DefaultKeepaliveCount           = 3
-	DefaultConnectTimeout           = 10 * time.Second
+	DefaultIdleInTransactionTimeout = bound.DefaultIdleInTransactionTimeout
+	DefaultLockTimeout              = bound.DefaultLockTimeout
+	DefaultKeepaliveIdle            = bound.DefaultKeepaliveIdle
+	DefaultKeepaliveInterval        = bound.DefaultKeepaliveInterval
+	DefaultKeepaliveCount           = bound.DefaultKeepaliveCount
+	DefaultConnectTimeout           = bound.DefaultConnectTimeout
 )
 
 // Config is the guard. The zero value is not the defaults: use Default, or
