@@ -83,6 +83,7 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 	defer pool.Close()
 	env := bench.NewEnv(pool, url, g.log)
 	env.NewDatabase = c.newDatabase(g, pool, cfg)
+	env.ChildArgs = []string{"bench-child"}
 	params := bench.Params{Executions: c.Executions, Workers: c.Workers, Flows: c.Flows,
 		ChainLength: c.ChainLength, ChainWorker: c.ChainWorkers, FanWidth: c.FanWidth, Repeats: c.Repeats, FlowSizes: c.FlowSizes,
 		Leases: c.Leases, LeaseTTL: c.LeaseTTL, Burst: c.Burst, SweepInterval: c.SweepInterval, Cancels: c.Cancels, Creates: c.Creates,
@@ -266,5 +267,19 @@ func (c *BenchCmd) printComparison(g *Globals, cmp *bench.Comparison) error {
 				"", s["ffd_db_us_per_execution"], s["peer_db_us_per_execution"], s["ratio_db_us_per_execution"])
 		}
 	}
+	return nil
+}
+
+// BenchChildCmd is `ffd bench-child` (hidden): the memory scenario's
+// daemon or worker process, its role and settings in the environment
+// the bench set (bench.EnvRole).
+type BenchChildCmd struct{}
+
+// Run runs the child until SIGTERM; it exits the process.
+func (c *BenchChildCmd) Run() error {
+	if os.Getenv(bench.EnvRole) == "" {
+		return fmt.Errorf("bench-child is started by ffd bench, with %s set", bench.EnvRole)
+	}
+	bench.RoleMain()
 	return nil
 }

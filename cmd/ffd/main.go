@@ -83,7 +83,10 @@ type CLI struct {
 	Dev      DevCmd      `cmd:"" help:"Run a private PostgreSQL and the daemon for development until interrupted."`
 	Demo     DemoCmd     `cmd:"" help:"Run a realistic DAG end to end on a private PostgreSQL and report."`
 	Bench    BenchCmd    `cmd:"" help:"Measure ffd on the anchor scenarios (docs/benchmarks.md)."`
-	Ver      VersionCmd  `cmd:"" name:"version" help:"Print the version, commit and platform of this build."`
+	// BenchChild is a process `ffd bench --scenario memory` starts, not
+	// a command for people.
+	BenchChild BenchChildCmd `cmd:"" name:"bench-child" hidden:""`
+	Ver        VersionCmd    `cmd:"" name:"version" help:"Print the version, commit and platform of this build."`
 
 	Completion CompletionCmd `cmd:"" help:"Print shell completion code: eval \"$(ffd completion bash)\" (docs/operations.md)."`
 }
@@ -93,7 +96,6 @@ type CLI struct {
 var errNoDatabase = errors.New("no database configured: pass --database-url or set FFD_DATABASE_URL")
 
 func main() {
-	bench.RoleMain() // `ffd bench --scenario memory` runs its daemon and worker as this binary
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -217,6 +217,12 @@ type Env struct {
 	// scenarios that compare two (history); nil when the run cannot create
 	// databases. drop removes it.
 	NewDatabase func(ctx context.Context) (pool *pgxpool.Pool, url string, drop func(), err error)
+	// ChildArgs are the arguments that make this binary run a bench child
+	// process (the memory scenario's daemon and worker, which read their
+	// role from the environment): `ffd bench-child` for the ffd binary.
+	// Default none, for a binary whose main calls RoleMain first (a test
+	// binary's TestMain).
+	ChildArgs []string
 }
 
 // NewEnv prepares a run over pool, in a namespace of its own.

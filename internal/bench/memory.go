@@ -27,8 +27,9 @@ import (
 
 // The memory scenario runs the daemon and the worker as processes of their
 // own, so that each one's resident set can be read from outside. They are
-// the bench's own binary (ffd, or a test binary) started with EnvRole set;
-// such a binary calls RoleMain first thing.
+// the bench's own binary started with Env.ChildArgs and EnvRole set: ffd's
+// hidden `bench-child` command, or a test binary whose TestMain calls
+// RoleMain first thing.
 const (
 	EnvRole        = "FFD_BENCH_ROLE" // RoleDaemon or RoleWorker
 	RoleDaemon     = "daemon"
@@ -110,13 +111,13 @@ type child struct {
 	done   chan error
 }
 
-func startChild(role string, env []string) (*child, error) {
+func startChild(role string, args, env []string) (*child, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find the bench's own binary: %w", err)
 	}
 	c := &child{role: role, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
-	c.cmd = exec.Command(self)
+	c.cmd = exec.Command(self, args...)
 	c.cmd.Env = append(os.Environ(), append(env, EnvRole+"="+role)...)
 	c.cmd.Stderr = c.stderr
 	c.cmd.SysProcAttr = childAttr()
@@ -207,7 +208,7 @@ func memory(ctx context.Context, env *Env, p Params, r *Report) error {
 		}
 	}()
 	for _, role := range []string{RoleDaemon, RoleWorker} {
-		k, err := startChild(role, common)
+		k, err := startChild(role, env.ChildArgs, common)
 		if err != nil {
 			return err
 		}
