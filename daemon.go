@@ -127,9 +127,11 @@ func (d *Daemon) Run(ctx context.Context) error { return d.d.Run(ctx) }
 func (d *Daemon) Start(ctx context.Context) error { return d.d.Start(ctx) }
 
 // Stop stops a daemon started with Start and waits for it (up to
-// DaemonConfig.StopTimeout for work under way). Stopping a daemon that is
-// not running is a no-op.
-func (d *Daemon) Stop() error { return d.d.Stop() }
+// DaemonConfig.StopTimeout for work under way), or until ctx ends: then
+// it returns ctx's error, and the daemon still stops within its
+// StopTimeout. Stopping a daemon that is not running is a no-op. Worker
+// and Daemon share this shape: Start(ctx), then Stop(ctx).
+func (d *Daemon) Stop(ctx context.Context) error { return d.d.Stop(ctx) }
 
 // Ready reports whether the daemon is ready: schema checked, listening,
 // first sweep done, and the database answering.

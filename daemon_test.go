@@ -44,7 +44,7 @@ func TestEmbeddedDaemonRunsAFlow(t *testing.T) {
 	if err := d.Start(f.Ctx); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	defer d.Stop()
+	defer d.Stop(context.Background())
 	if !d.Ready() {
 		t.Fatal("Start returned before the daemon was ready")
 	}
@@ -58,7 +58,7 @@ func TestEmbeddedDaemonRunsAFlow(t *testing.T) {
 	if got := counter(t, d.Registry(), "ffd_events_dispatched_total"); got < 2 {
 		t.Fatalf("ffd_events_dispatched_total = %v, want at least the two upstream events", got)
 	}
-	if err := d.Stop(); err != nil {
+	if err := d.Stop(context.Background()); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	if d.Ready() {
@@ -135,7 +135,7 @@ func (f *fixture) startDaemon() *ffd.Daemon {
 	if err := d.Start(f.Ctx); err != nil {
 		f.T.Fatalf("start the daemon: %v", err)
 	}
-	f.T.Cleanup(func() { _ = d.Stop() })
+	f.T.Cleanup(func() { _ = d.Stop(context.Background()) })
 	return d
 }
 

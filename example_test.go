@@ -116,7 +116,7 @@ func ExampleNewDaemon() {
 	if err := daemon.Start(ctx); err != nil {
 		panic(err)
 	}
-	defer daemon.Stop()
+	defer daemon.Stop(context.Background())
 
 	worker, err := ffd.NewWorker(client, ffd.WorkerConfig{
 		Lanes:   []string{"reports"},
@@ -218,7 +218,7 @@ func ExampleUpstreamResults() {
 	if err := daemon.Start(ctx); err != nil {
 		panic(err)
 	}
-	defer daemon.Stop()
+	defer daemon.Stop(context.Background())
 
 	type count struct {
 		Words int `json:"words"`
@@ -280,7 +280,7 @@ func ExampleClient_CreateSchedule() {
 	if err := daemon.Start(ctx); err != nil {
 		panic(err)
 	}
-	defer daemon.Stop()
+	defer daemon.Stop(context.Background())
 
 	s, err := client.CreateSchedule(ctx, ffd.ScheduleParams{
 		Name:      "heartbeat",

@@ -49,7 +49,7 @@ func (db *DB) RunFlow(t testing.TB, flowID uuid.UUID, worker ffd.WorkerConfig) *
 	if err := d.Start(ctx); err != nil {
 		t.Fatalf("ffdtest: start the daemon: %v", err)
 	}
-	defer d.Stop()
+	defer d.Stop(context.Background())
 	w, err := ffd.NewWorker(db.Client, worker)
 	if err != nil {
 		t.Fatalf("ffdtest: worker: %v", err)

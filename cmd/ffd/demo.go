@@ -182,7 +182,7 @@ func startDemoDaemon(ctx context.Context, g *Globals, pool *pgxpool.Pool) (stop 
 		return nil, fmt.Errorf("start the daemon: %w", err)
 	}
 	return func() {
-		if err := d.Stop(); err != nil {
+		if err := d.Stop(context.Background()); err != nil {
 			g.log.Warn("daemon stopped with an error", zap.Error(err))
 		}
 	}, nil

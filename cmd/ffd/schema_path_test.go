@@ -66,7 +66,7 @@ func TestFfdLivesInTheSearchPathSchema(t *testing.T) {
 	if err := d.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer d.Stop()
+	defer d.Stop(context.Background())
 	w, err := ffd.NewWorker(client, ffd.WorkerConfig{Lanes: []string{"app"}, PollInterval: 50 * time.Millisecond,
 		Handler: func(context.Context, *ffd.Job) ([]byte, error) { return []byte(`{}`), nil }})
 	if err != nil {

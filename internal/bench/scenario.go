@@ -69,7 +69,7 @@ func (e *Env) startDaemonOn(ctx context.Context, pool *pgxpool.Pool, sweep time.
 		return nil, fmt.Errorf("start the daemon: %w", err)
 	}
 	stop := func() {
-		if err := d.Stop(); err != nil {
+		if err := d.Stop(context.Background()); err != nil {
 			e.Log.Warn("daemon stopped with an error", zap.Error(err))
 		}
 	}

@@ -45,7 +45,8 @@ func (h *hub) subscribe() (<-chan struct{}, func()) {
 			h.log.Warn("console live updates off", zap.Error(err))
 		} else {
 			h.n = n
-			n.Start(context.Background())
+			_ = n.Start(context.Background()) // returns at once; never fails
+
 		}
 	}
 	return ch, func() { h.unsubscribe(ch) }
@@ -60,7 +61,7 @@ func (h *hub) unsubscribe(ch chan struct{}) {
 	}
 	h.mu.Unlock()
 	if stop != nil {
-		stop.Stop()
+		_ = stop.Stop(context.Background())
 	}
 }
 
@@ -83,6 +84,6 @@ func (h *hub) close() {
 	h.n = nil
 	h.mu.Unlock()
 	if n != nil {
-		n.Stop()
+		_ = n.Stop(context.Background())
 	}
 }

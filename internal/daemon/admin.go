@@ -56,18 +56,19 @@ func (a *adminServer) Start(context.Context) error {
 // Addr is the address it listens on (the port resolved).
 func (a *adminServer) Addr() string { return a.ln.Addr().String() }
 
-// Stop stops serving (in-flight requests get 2 s) and returns once the
-// listener is closed and Serve has returned: a stopped daemon answers
-// nothing, not even /healthz.
-func (a *adminServer) Stop() {
+// Stop stops serving (in-flight requests get until ctx ends) and returns
+// once the listener is closed and Serve has returned: a stopped daemon
+// answers nothing, not even /healthz. It returns ctx's error when
+// requests had to be cut.
+func (a *adminServer) Stop(ctx context.Context) error {
 	if a.srv == nil {
-		return
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := a.srv.Shutdown(ctx); err != nil {
+	err := a.srv.Shutdown(ctx)
+	if err != nil {
 		a.srv.Close() //nolint:errcheck // forced: the graceful window is over
 	}
 	<-a.served
 	a.srv = nil
+	return err
 }

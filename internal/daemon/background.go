@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 )
 
 // background is the state of a daemon started with Start.
@@ -32,40 +31,48 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.bg.cancel, d.bg.done = cancel, done
 	d.bg.mu.Unlock()
 	go func() { done <- d.Run(runCtx) }()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !d.Ready() {
-		select {
-		case err := <-done:
-			done <- err // for Stop
-			_ = d.Stop()
-			switch {
-			case err != nil:
-				return err
-			case ctx.Err() != nil:
-				return ctx.Err() // Run returns nil when stopped while starting
-			}
-			return errors.New("daemon: stopped before it was ready")
-		case <-ctx.Done():
-			_ = d.Stop()
-			return ctx.Err()
-		case <-tick.C:
+	select {
+	case <-d.becameReady:
+		return nil
+	case err := <-done:
+		done <- err // for Stop
+		_ = d.Stop(context.Background())
+		switch {
+		case err != nil:
+			return err
+		case ctx.Err() != nil:
+			return ctx.Err() // Run returns nil when stopped while starting
 		}
+		return errors.New("daemon: stopped before it was ready")
+	case <-ctx.Done():
+		_ = d.Stop(context.Background())
+		return ctx.Err()
 	}
-	return nil
 }
 
 // Stop ends a daemon started with Start and waits for it: work under way
-// gets up to Config.StopTimeout to finish. It returns Run's error.
-// Stopping a daemon that was not started is a no-op.
-func (d *Daemon) Stop() error {
+// gets up to Config.StopTimeout to finish. It returns Run's error, or
+// ctx's when ctx ends first (the daemon still stops, within its
+// StopTimeout, and a later Stop waits for it again). Stopping a daemon
+// that was not started is a no-op.
+func (d *Daemon) Stop(ctx context.Context) error {
 	d.bg.mu.Lock()
 	cancel, done := d.bg.cancel, d.bg.done
-	d.bg.cancel, d.bg.done = nil, nil
 	d.bg.mu.Unlock()
 	if done == nil {
 		return nil
 	}
 	cancel()
-	return <-done
+	select {
+	case err := <-done:
+		done <- err // for any other Stop waiting
+		d.bg.mu.Lock()
+		if d.bg.done == done {
+			d.bg.cancel, d.bg.done = nil, nil
+		}
+		d.bg.mu.Unlock()
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -76,8 +76,8 @@ func TestComponentsRunAlone(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			c.Stop()
-			c.Stop() // a second Stop is a no-op
+			c.Stop(context.Background())
+			c.Stop(context.Background()) // a second Stop is a no-op
 		})
 	}
 }

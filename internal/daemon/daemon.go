@@ -213,10 +213,12 @@ func newFanout(m *Metrics, size int) *listener.Fanout {
 	return listener.NewFanout(size, func(queue string) { m.droppedHints.WithLabelValues(queue).Inc() })
 }
 
-// component is a part of the daemon with the start-stop lifecycle.
+// component is a part of the daemon, with the lifecycle every ffd
+// component has: Start(ctx) returns once it runs; Stop(ctx) returns once
+// it has stopped, or with ctx's error when ctx ends first.
 type component interface {
-	Start(ctx context.Context)
-	Stop()
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
 }
 
 // Daemon is one running ffd daemon.
@@ -233,8 +235,14 @@ type Daemon struct {
 	firstConnect chan struct{}
 	connectOnce  sync.Once
 	ready        atomic.Bool
-	bg           background // Start and Stop
+	becameReady  chan struct{} // closed when the daemon is first ready
+	readyOnce    sync.Once
+	bg           background    // Start and Stop
 }
+
+// adminStopTimeout is how long the admin server's in-flight requests get
+// when the daemon stops.
+const adminStopTimeout = 2 * time.Second
 
 // ListenApplicationName is the application_name of the daemon's LISTEN
 // connection, to find it in pg_stat_activity.
@@ -250,7 +258,7 @@ func New(cfg Config) (*Daemon, error) {
 		fanout: newFanout(cfg.Metrics, cfg.QueueSize)}
 	e.cascade.SetLockTimeout(cfg.DispatchLockTimeout)
 	e.due = &dueLanes{e: e}
-	d := &Daemon{e: e, sweeper: &sweeper{e: e}, watchdog: &watchdog{e: e}, firstConnect: make(chan struct{})}
+	d := &Daemon{e: e, sweeper: &sweeper{e: e}, watchdog: &watchdog{e: e}, firstConnect: make(chan struct{}), becameReady: make(chan struct{})}
 	d.workers = []component{&cascadePool{e: e}, &siblingPool{e: e}, newTimerWorker(e), d.sweeper, d.watchdog, &sampler{e: e}, &statistician{e: e}, &retainer{e: e}, &scheduler{e: e}}
 	if cfg.AdminAddr != "" {
 		d.admin = &adminServer{addr: cfg.AdminAddr, ready: d.Ready, m: cfg.Metrics, extra: cfg.Console}
@@ -307,13 +315,20 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if err := d.admin.Start(ctx); err != nil {
 			return err
 		}
-		// Whichever way Run returns, the admin server is gone by then.
-		defer d.admin.Stop()
+		// Whichever way Run returns, the admin server is gone by then
+		// (in-flight requests get 2 s).
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), adminStopTimeout)
+			defer cancel()
+			_ = d.admin.Stop(sctx)
+		}()
 		d.e.log.Info("admin server listening", zap.String("addr", d.admin.Addr()))
 	}
 	if d.listener != nil {
-		d.listener.Start(ctx)
-		defer d.listener.Stop()
+		if err := d.listener.Start(ctx); err != nil {
+			return err
+		}
+		defer func() { _ = d.listener.Stop(context.WithoutCancel(ctx)) }()
 	} else {
 		d.connectOnce.Do(func() { close(d.firstConnect) })
 	}
@@ -325,10 +340,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// The first sweep, then READY.
 	d.sweeper.sweep(work, true)
 	d.ready.Store(true)
+	d.readyOnce.Do(func() { close(d.becameReady) })
 	d.e.cfg.Supervisor.Notify("READY=1\nSTATUS=ready: listening and sweeping")
 	d.e.log.Info("ffd daemon ready", zap.Int("cascade_workers", d.e.cfg.CascadeWorkers), zap.Duration("sweep_interval", d.e.cfg.SweepInterval), zap.Bool("listen", d.listener != nil))
 	for _, c := range d.workers {
-		c.Start(ctx)
+		if err := c.Start(ctx); err != nil {
+			d.stop(stopWork)
+			return err
+		}
 	}
 	<-ctx.Done()
 	d.stop(stopWork)
@@ -365,22 +384,23 @@ func (d *Daemon) stop(stopWork context.CancelFunc) {
 	d.e.log.Info("stopping: no new work; finishing in-flight transactions", zap.Duration("stop_timeout", d.e.cfg.StopTimeout))
 	d.e.cfg.Supervisor.Notify("STOPPING=1\nSTATUS=stopping")
 	d.ready.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), d.e.cfg.StopTimeout)
+	defer cancel()
 	if d.listener != nil {
-		d.listener.Stop()
+		_ = d.listener.Stop(ctx)
 	}
-	done := make(chan struct{})
-	go func() {
+	stopAll := func(ctx context.Context) error {
 		for i := len(d.workers) - 1; i >= 0; i-- {
-			d.workers[i].Stop()
+			if err := d.workers[i].Stop(ctx); err != nil {
+				return err
+			}
 		}
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(d.e.cfg.StopTimeout):
+		return nil
+	}
+	if stopAll(ctx) != nil {
 		d.e.log.Warn("stop timeout reached; cancelling in-flight work (it rolls back and the next daemon redoes it)")
 		stopWork()
-		<-done
+		_ = stopAll(context.Background()) // prompt: their work is cancelled
 	}
 	d.e.log.Info("ffd daemon stopped")
 }

@@ -81,7 +81,7 @@ func (f *fixture) startDaemon(cfg daemon.Config) *daemon.Daemon {
 		f.T.Fatalf("start the daemon: %v", err)
 	}
 	f.T.Cleanup(func() {
-		if err := d.Stop(); err != nil {
+		if err := d.Stop(context.Background()); err != nil {
 			f.T.Errorf("daemon: %v", err)
 		}
 	})
@@ -417,7 +417,7 @@ func TestGracefulStopMidLoad(t *testing.T) {
 	})
 	start := time.Now()
 	stopped := make(chan error, 1)
-	go func() { stopped <- d.Stop() }()
+	go func() { stopped <- d.Stop(context.Background()) }()
 	select {
 	case err := <-stopped:
 		if err != nil {
@@ -561,7 +561,7 @@ func TestSystemdAndReadiness(t *testing.T) {
 	away(true)
 	f.DB.Pool.Reset() // the test's own connections were ended too
 	f.WaitFor("/readyz to recover", func() bool { return get("/readyz") == 200 })
-	if err := d.Stop(); err != nil {
+	if err := d.Stop(context.Background()); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
 	expectMsg(t, msgs, "STOPPING=1")

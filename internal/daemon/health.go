@@ -22,13 +22,13 @@ type watchdog struct {
 
 // Start pings every 5 s, or twice per systemd watchdog interval when
 // that is shorter.
-func (w *watchdog) Start(ctx context.Context) {
+func (w *watchdog) Start(ctx context.Context) error {
 	w.interval = w.e.cfg.Supervisor.WatchdogInterval()
 	period := 5 * time.Second
 	if w.interval > 0 {
 		period = min(period, w.interval/2)
 	}
-	w.start(ctx, every(period, false, func(ctx context.Context) { w.check(ctx, period) }))
+	return w.start(ctx, every(period, false, func(ctx context.Context) { w.check(ctx, period) }))
 }
 
 // check pings the database once, waiting at most timeout.
@@ -58,8 +58,8 @@ type sampler struct {
 }
 
 // Start samples at once and then every SampleInterval.
-func (s *sampler) Start(ctx context.Context) {
-	s.start(ctx, every(s.e.cfg.SampleInterval, true, func(context.Context) { s.sample(s.e.work) }))
+func (s *sampler) Start(ctx context.Context) error {
+	return s.start(ctx, every(s.e.cfg.SampleInterval, true, func(context.Context) { s.sample(s.e.work) }))
 }
 
 func (s *sampler) sample(ctx context.Context) {

@@ -163,13 +163,13 @@ func TestStartAndStop(t *testing.T) {
 	if err := d.Start(f.Ctx); !errors.Is(err, daemon.ErrStarted) {
 		t.Fatalf("second Start: %v, want ErrStarted", err)
 	}
-	if err := d.Stop(); err != nil {
+	if err := d.Stop(context.Background()); err != nil {
 		t.Fatalf("Stop: %v, want nil", err)
 	}
 	if d.Ready() {
 		t.Fatal("ready after Stop")
 	}
-	if err := d.Stop(); err != nil {
+	if err := d.Stop(context.Background()); err != nil {
 		t.Fatalf("second Stop: %v, want a no-op", err)
 	}
 
@@ -196,7 +196,7 @@ func TestStartAndStop(t *testing.T) {
 	if err := waiting.Start(f.Ctx); err != nil {
 		t.Fatalf("Start after an abandoned Start: %v", err)
 	}
-	if err := waiting.Stop(); err != nil {
+	if err := waiting.Stop(context.Background()); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 }

@@ -21,8 +21,8 @@ type cascadePool struct {
 }
 
 // Start launches Config.CascadeWorkers workers.
-func (p *cascadePool) Start(ctx context.Context) {
-	p.start(ctx, times(p.e.cfg.CascadeWorkers, p.work)...)
+func (p *cascadePool) Start(ctx context.Context) error {
+	return p.start(ctx, times(p.e.cfg.CascadeWorkers, p.work)...)
 }
 
 func (p *cascadePool) work(ctx context.Context) {
@@ -91,8 +91,8 @@ type siblingPool struct {
 }
 
 // Start launches Config.SiblingWorkers workers.
-func (p *siblingPool) Start(ctx context.Context) {
-	p.start(ctx, times(p.e.cfg.SiblingWorkers, p.work)...)
+func (p *siblingPool) Start(ctx context.Context) error {
+	return p.start(ctx, times(p.e.cfg.SiblingWorkers, p.work)...)
 }
 
 func (p *siblingPool) work(ctx context.Context) {

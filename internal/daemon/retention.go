@@ -18,8 +18,8 @@ type retainer struct {
 }
 
 // Start runs retention every RetentionInterval.
-func (r *retainer) Start(ctx context.Context) {
-	r.start(ctx, every(r.e.cfg.RetentionInterval, false, func(context.Context) { r.retain(r.e.work) }))
+func (r *retainer) Start(ctx context.Context) error {
+	return r.start(ctx, every(r.e.cfg.RetentionInterval, false, func(context.Context) { r.retain(r.e.work) }))
 }
 
 func (r *retainer) retain(ctx context.Context) {

@@ -8,31 +8,35 @@ import (
 	"github.com/sourcegraph/conc"
 )
 
-// runner gives a component the start-stop lifecycle: Start launches its
-// loops and returns; Stop cancels them and returns once they have all
-// ended. Loops stop taking new work when their context ends; work already
+// runner gives a component the lifecycle of every ffd component:
+// Start(ctx) launches its loops and returns; Stop(ctx) cancels them and
+// returns once they have all ended, or with ctx's error when ctx ends
+// first (a later Stop waits again). Loops stop taking new work when their context ends; work already
 // taken runs on the daemon's work context, which outlives a stop by up to
 // Config.StopTimeout, so that in-flight transactions finish instead of
 // being cut.
 type runner struct {
 	mu     sync.Mutex
 	cancel context.CancelFunc
-	loops  *conc.WaitGroup
+	done   chan struct{} // closed once the loops have ended
 }
 
 // start runs each loop in a goroutine of its own. Starting a running
 // component is a no-op.
-func (r *runner) start(ctx context.Context, loops ...func(ctx context.Context)) {
+func (r *runner) start(ctx context.Context, loops ...func(ctx context.Context)) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.loops != nil {
-		return
+	if r.done != nil {
+		return nil
 	}
 	ctx, r.cancel = context.WithCancel(ctx)
-	r.loops = &conc.WaitGroup{}
+	var wg conc.WaitGroup
 	for _, loop := range loops {
-		r.loops.Go(func() { loop(ctx) })
+		wg.Go(func() { loop(ctx) })
 	}
+	r.done = make(chan struct{})
+	go func(done chan struct{}) { wg.Wait(); close(done) }(r.done)
+	return nil
 }
 
 // every returns a loop that calls fn every interval (after the first
@@ -65,16 +69,25 @@ func times(n int, loop func(ctx context.Context)) []func(ctx context.Context) {
 }
 
 // Stop cancels the component's loops and waits for them, and so for the
-// work they have taken. Stopping a component that is not running is a
-// no-op.
-func (r *runner) Stop() {
+// work they have taken, until ctx ends. Stopping a component that is not
+// running is a no-op.
+func (r *runner) Stop(ctx context.Context) error {
 	r.mu.Lock()
-	cancel, loops := r.cancel, r.loops
-	r.cancel, r.loops = nil, nil
+	cancel, done := r.cancel, r.done
 	r.mu.Unlock()
-	if loops == nil {
-		return
+	if done == nil {
+		return nil
 	}
 	cancel()
-	loops.Wait()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	r.mu.Lock()
+	if r.done == done {
+		r.cancel, r.done = nil, nil
+	}
+	r.mu.Unlock()
+	return nil
 }

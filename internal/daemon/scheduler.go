@@ -20,8 +20,8 @@ type scheduler struct {
 }
 
 // Start fires at once and then every ScheduleInterval.
-func (s *scheduler) Start(ctx context.Context) {
-	s.start(ctx, every(s.e.cfg.ScheduleInterval, true, func(context.Context) { s.fire(s.e.work) }))
+func (s *scheduler) Start(ctx context.Context) error {
+	return s.start(ctx, every(s.e.cfg.ScheduleInterval, true, func(context.Context) { s.fire(s.e.work) }))
 }
 
 func (s *scheduler) fire(ctx context.Context) {

@@ -30,8 +30,8 @@ type statistician struct {
 }
 
 // Start checks every StatisticsInterval.
-func (s *statistician) Start(ctx context.Context) {
-	s.start(ctx, every(s.e.cfg.StatisticsInterval, false, func(context.Context) { s.check(s.e.work) }))
+func (s *statistician) Start(ctx context.Context) error {
+	return s.start(ctx, every(s.e.cfg.StatisticsInterval, false, func(context.Context) { s.check(s.e.work) }))
 }
 
 // check refreshes the stale tables' statistics, if any.

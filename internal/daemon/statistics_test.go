@@ -82,7 +82,7 @@ func TestDaemonRefreshesStaleStatistics(t *testing.T) {
 	if got := counterValue(t, m, "ffd_statistics_refreshed_total"); got != 1 {
 		t.Fatalf("ffd_statistics_refreshed_total = %v, want 1 (statistics once fresh are not refreshed again)", got)
 	}
-	if err := d.Stop(); err != nil {
+	if err := d.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 

@@ -24,7 +24,7 @@ type sweeper struct {
 }
 
 // Start runs the sweep loop.
-func (s *sweeper) Start(ctx context.Context) { s.start(ctx, s.loop) }
+func (s *sweeper) Start(ctx context.Context) error { return s.start(ctx, s.loop) }
 
 func (s *sweeper) loop(ctx context.Context) {
 	for {

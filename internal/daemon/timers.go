@@ -46,7 +46,7 @@ func newTimerWorker(e *env) *timerWorker {
 }
 
 // Start runs the worker.
-func (w *timerWorker) Start(ctx context.Context) { w.start(ctx, w.run) }
+func (w *timerWorker) Start(ctx context.Context) error { return w.start(ctx, w.run) }
 
 func (w *timerWorker) run(ctx context.Context) {
 	workCtx := w.e.work

@@ -12,8 +12,9 @@
 // re-checks its leases and claims (a worker) or reads (a consumer).
 // Notifications go to Handle, which must not block.
 //
-// It follows the start-stop pattern of every component: Start returns once
-// the loop runs, Stop ends it and returns once it has ended.
+// It follows the lifecycle of every ffd component: Start(ctx) returns once
+// the loop runs, Stop(ctx) ends it and returns once it has ended (or when
+// ctx does).
 package listener
 
 import (
@@ -139,12 +140,13 @@ func (n *Listener) Connected() bool { return n.connected.Load() }
 func (n *Listener) Reconnects() int64 { return n.reconnects.Load() }
 
 // Start runs the loop in the background until Stop or until ctx ends. A
-// second Start while running is a no-op.
-func (n *Listener) Start(ctx context.Context) {
+// second Start while running is a no-op. It returns at once; the first
+// connect is reported to OnConnect.
+func (n *Listener) Start(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.done != nil {
-		return
+		return nil
 	}
 	ctx, n.stop = context.WithCancel(ctx)
 	n.done = make(chan struct{})
@@ -152,20 +154,28 @@ func (n *Listener) Start(ctx context.Context) {
 		defer close(done)
 		n.run(ctx)
 	}(n.done)
+	return nil
 }
 
 // Stop ends the loop and returns once it has ended and its connection is
-// closed. Stopping a listener that is not running is a no-op.
-func (n *Listener) Stop() {
+// closed, or ctx's error when ctx ends first (the loop still ends, at
+// once: only a connection closing in the background can outlast Stop).
+// Stopping a listener that is not running is a no-op.
+func (n *Listener) Stop(ctx context.Context) error {
 	n.mu.Lock()
 	stop, done := n.stop, n.done
 	n.stop, n.done = nil, nil
 	n.mu.Unlock()
 	if done == nil {
-		return
+		return nil
 	}
 	stop()
-	<-done
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (n *Listener) run(ctx context.Context) {

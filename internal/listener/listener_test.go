@@ -102,7 +102,7 @@ func TestListenerDeliversReconnectsAndStops(t *testing.T) {
 	}
 	f.expect(listener.Ready, "lane-b")
 
-	n.Stop()
+	n.Stop(context.Background())
 	if n.Connected() {
 		t.Fatal("connected after Stop")
 	}
@@ -113,7 +113,7 @@ func TestListenerDeliversReconnectsAndStops(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	n.Stop() // a second Stop is a no-op
+	n.Stop(context.Background()) // a second Stop is a no-op
 }
 
 // Stop while the database is unreachable returns promptly: the loop waits
@@ -134,7 +134,7 @@ func TestListenerStopsWhileReconnecting(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	stopped := make(chan struct{})
-	go func() { n.Stop(); close(stopped) }()
+	go func() { n.Stop(context.Background()); close(stopped) }()
 	select {
 	case <-stopped:
 	case <-time.After(time.Minute):

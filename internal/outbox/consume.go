@@ -106,8 +106,10 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 		if err != nil {
 			return err
 		}
-		n.Start(ctx)
-		defer n.Stop()
+		if err := n.Start(ctx); err != nil {
+			return err
+		}
+		defer func() { _ = n.Stop(context.WithoutCancel(ctx)) }()
 	}
 	return c.loop(ctx, log, wake)
 }

@@ -1,0 +1,279 @@
+package ffd
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/sourcegraph/conc"
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/internal/listener"
+	"github.com/flowfabric/ffd/internal/logging"
+	"github.com/flowfabric/ffd/internal/session"
+)
+
+// WorkerApplicationName is the application_name of a worker's LISTEN
+// connection, to find it in pg_stat_activity.
+const WorkerApplicationName = "ffd-worker"
+
+// claimer is the worker's first part: the claim loop. It claims into the
+// executor's free slots, lanes taking turns, whenever ff_ready names one
+// of its lanes, a run ends, or the jittered poll interval passes; and it
+// owns the worker's LISTEN connection, handing ff_revoke to the executor.
+// While LISTEN is down it polls, and asks the database at each poll which
+// held leases are gone (a revoke sent meanwhile reached nobody).
+type claimer struct {
+	client *Client
+	cfg    *WorkerConfig
+	name   string
+	log    *zap.Logger
+	exec   *executor
+
+	wake chan struct{}
+	// listening is closed once the first LISTEN has succeeded (or failed:
+	// the claimer then polls); no claim is made before, so that no lease
+	// is held while its ff_revoke could go unheard.
+	listening     chan struct{}
+	listeningOnce sync.Once
+	// listenDown is set while the LISTEN connection is down.
+	listenDown atomic.Bool
+	// more: the last claim filled every slot, so there is likely more due
+	// work; a run that ends then claims again at once.
+	more atomic.Bool
+
+	mu       sync.Mutex
+	stop     context.CancelFunc
+	stopping chan struct{} // closed by Stop: claim nothing more
+	loops    *conc.WaitGroup
+}
+
+// newClaimer builds the claim loop of a worker named name over exec.
+func newClaimer(client *Client, cfg *WorkerConfig, name string, log *zap.Logger, exec *executor) *claimer {
+	c := &claimer{client: client, cfg: cfg, name: name, log: log, exec: exec,
+		wake: make(chan struct{}, 1), listening: make(chan struct{}), stopping: make(chan struct{})}
+	exec.onDone = func() {
+		if c.more.Load() {
+			c.signal()
+		}
+	}
+	return c
+}
+
+// Start runs the listen and claim loops until Stop; ctx's values reach
+// the claims, its cancellation ends the loops too. A second Start is a
+// no-op.
+func (c *claimer) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loops != nil {
+		return nil
+	}
+	ctx, c.stop = context.WithCancel(ctx)
+	c.loops = &conc.WaitGroup{}
+	c.loops.Go(func() { c.listen(ctx) })
+	c.loops.Go(func() { c.fetch(ctx) })
+	c.loops.Go(func() { c.client.stall.watch(ctx, c.client) })
+	c.signal()
+	return nil
+}
+
+// Stop stops claiming at once (a claim in flight is cancelled) and
+// returns once the loops have ended, or ctx's error when ctx ends first.
+func (c *claimer) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	loops := c.loops
+	if loops != nil {
+		select {
+		case <-c.stopping:
+		default:
+			close(c.stopping)
+			c.stop()
+		}
+	}
+	c.mu.Unlock()
+	if loops == nil {
+		return nil
+	}
+	ended := make(chan struct{})
+	go func() { loops.Wait(); close(ended) }()
+	select {
+	case <-ended:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *claimer) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fetch claims while there are free slots and due work; it sleeps until a
+// notification, a finished run, or the jittered poll interval.
+func (c *claimer) fetch(ctx context.Context) {
+	select {
+	case <-c.listening:
+	case <-c.stopping:
+		return
+	}
+	next := 0
+	for {
+		if c.listenDown.Load() {
+			// Revocations sent while the LISTEN connection is down reach
+			// nobody: ask, once a poll, which held leases are gone.
+			c.exec.RecheckLeases(ctx)
+		}
+		c.claimFree(ctx, &next)
+		timer := time.NewTimer(jitter(c.cfg.PollInterval))
+		select {
+		case <-c.stopping:
+			timer.Stop()
+			return
+		case <-c.wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+func (c *claimer) claimFree(ctx context.Context, next *int) {
+	for {
+		select {
+		case <-c.stopping:
+			return
+		default:
+		}
+		free := c.exec.Free()
+		if free <= 0 {
+			return
+		}
+		// Lanes take turns so a busy lane cannot starve the others.
+		claimed := 0
+		for range c.cfg.Lanes {
+			lane := c.cfg.Lanes[*next%len(c.cfg.Lanes)]
+			*next++
+			xs, err := c.client.Claim(ctx, ClaimParams{Lane: lane, Worker: c.name, Capabilities: c.cfg.Capabilities, Max: free - claimed})
+			c.cfg.Metrics.claimed(len(xs))
+			if err != nil {
+				if ctx.Err() == nil {
+					c.log.Warn("claim failed; retrying at the next poll", zap.String(logging.FieldLane, lane), zap.Error(err))
+				}
+				return
+			}
+			for _, x := range xs {
+				c.exec.Run(x)
+			}
+			claimed += len(xs)
+			if claimed == free {
+				break
+			}
+		}
+		c.more.Store(claimed == free)
+		if claimed < free {
+			return
+		}
+	}
+}
+
+// listen wakes the claim loop on ff_ready for the worker's lanes and
+// hands ff_revoke to the executor, through a listener on a connection of
+// its own; after every (re)connect it has the executor re-check the
+// leases it holds and claims, since notifications sent meanwhile are
+// lost. It returns when ctx ends or the claimer stops.
+func (c *claimer) listen(ctx context.Context) {
+	if c.cfg.PollOnly {
+		c.listeningOnce.Do(func() { close(c.listening) })
+		return
+	}
+	cfg := c.client.pool.Config().ConnConfig.Copy()
+	if c.cfg.ListenConnConfig != nil {
+		cfg = c.cfg.ListenConnConfig.Copy()
+	}
+	if !session.Guarded(&cfg.Config) {
+		// The application's pool has no guard of its own; this connection
+		// is ffd's, so it gets ffd's.
+		session.Default().Apply(cfg)
+	}
+	l, err := listener.New(listener.Config{
+		ConnConfig:      cfg,
+		ApplicationName: WorkerApplicationName,
+		Topics:          []listener.Topic{listener.Ready, listener.Revoke},
+		Handle:          c.notified,
+		OnConnect: func(ctx context.Context, _ bool) {
+			c.listenDown.Store(false)
+			c.listeningOnce.Do(func() { close(c.listening) })
+			// A lease taken away while no LISTEN was active sent its
+			// ff_revoke to nobody: ask the database about every lease
+			// held, once, now that later revokes will be heard.
+			c.exec.RecheckLeases(ctx)
+			c.signal()
+		},
+		OnDisconnect: func(error) {
+			// Poll meanwhile, and re-check held leases at each poll.
+			c.listenDown.Store(true)
+			c.listeningOnce.Do(func() { close(c.listening) })
+		},
+		Logger: c.log.Named("listener"),
+	})
+	if err != nil {
+		c.log.Error("worker listener; polling only", zap.Error(err))
+		c.listeningOnce.Do(func() { close(c.listening) })
+		return
+	}
+	if err := l.Start(ctx); err != nil {
+		c.log.Error("worker listener; polling only", zap.Error(err))
+		c.listeningOnce.Do(func() { close(c.listening) })
+		return
+	}
+	defer func() { _ = l.Stop(context.WithoutCancel(ctx)) }()
+	select {
+	case <-ctx.Done():
+	case <-c.stopping:
+	}
+}
+
+// notified handles one notification; it must not block.
+func (c *claimer) notified(n listener.Notification) {
+	switch n.Topic {
+	case listener.Ready:
+		if slices.Contains(c.cfg.Lanes, n.Payload) {
+			c.signal()
+		}
+	case listener.Revoke:
+		// "partition:uuid:epoch", the epoch being the one the lease was
+		// held at.
+		if id, epoch, ok := parseRevoke(n.Payload); ok {
+			c.exec.Revoke(id, epoch)
+		}
+	}
+}
+
+func parseRevoke(s string) (ExecutionID, int64, bool) {
+	part, rest, ok1 := strings.Cut(s, ":")
+	u, ep, ok2 := strings.Cut(rest, ":")
+	if !ok1 || !ok2 {
+		return ExecutionID{}, 0, false
+	}
+	p, err1 := strconv.ParseInt(part, 10, 16)
+	id, err2 := uuid.Parse(u)
+	epoch, err3 := strconv.ParseInt(ep, 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return ExecutionID{}, 0, false
+	}
+	return ExecutionID{Partition: int16(p), UUID: id}, epoch, true
+}
+
+// jitter spreads d by ±10% so that many workers do not poll in step.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.9 + 0.2*rand.Float64()))
+}

@@ -1,0 +1,215 @@
+package ffd
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/sourcegraph/conc"
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+// maxCompletionBatch bounds one group commit of completions.
+const maxCompletionBatch = 500
+
+// completion is a handler's result waiting for the completer.
+type completion struct {
+	x      *Execution
+	result []byte
+	done   func(error) // called once, when the result is recorded or refused
+}
+
+// completer is the worker's third part: it records handlers' results in
+// batches, one transaction for whatever is waiting (group commit), each
+// result still fenced on its own lease epoch, and tells each handler's
+// finisher how its result fared. The executor hands it results; nothing
+// else writes a success.
+type completer struct {
+	client      *Client
+	lockTimeout time.Duration
+	metrics     *WorkerMetrics
+	log         *zap.Logger
+
+	queue chan *completion
+
+	mu    sync.Mutex
+	ctx   context.Context // every database call; cut by Stop's deadline
+	abort context.CancelFunc
+	quit  chan struct{} // closed by Stop: flush and end
+	done  chan struct{} // closed once the batch loop and lone retries end
+	wg    conc.WaitGroup
+}
+
+// newCompleter builds a completer whose queue holds capacity results.
+func newCompleter(client *Client, lockTimeout time.Duration, metrics *WorkerMetrics, log *zap.Logger, capacity int) *completer {
+	return &completer{client: client, lockTimeout: lockTimeout, metrics: metrics, log: log,
+		queue: make(chan *completion, max(capacity, maxCompletionBatch)), quit: make(chan struct{})}
+}
+
+// Start runs the batch loop; ctx's values reach the database calls, its
+// cancellation does not (Stop does). A second Start is a no-op.
+func (c *completer) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done != nil {
+		return nil
+	}
+	c.ctx, c.abort = context.WithCancel(context.WithoutCancel(ctx))
+	c.done = make(chan struct{})
+	c.wg.Go(c.run)
+	go func(done chan struct{}) { c.wg.Wait(); close(done) }(c.done)
+	return nil
+}
+
+// Stop records what is queued and returns once every result is recorded
+// or refused. When ctx ends first, the calls still waiting are cut (their
+// results are refused with the context's error) and Stop returns ctx's
+// error once they have returned. A result handed over while Stop flushes
+// is recorded on the caller's goroutine; one handed over after Stop has
+// returned is refused with context.Canceled: nothing the completer does
+// outlives its Stop (the execution's lease lapses and it is retried).
+func (c *completer) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	done, abort := c.done, c.abort
+	select {
+	case <-c.quit:
+	default:
+		close(c.quit)
+	}
+	c.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		abort()
+		<-done
+	}
+	abort()
+	return err
+}
+
+// Complete hands a result over and returns once it is queued; when the
+// queue is full (the completer is behind by a whole batch, or a whole
+// worker's concurrency if that is more) it waits, holding the handler's
+// slot, so that a slow database slows claims rather than piling results
+// up in memory. A queue of one batch lets the next batch gather while
+// one commits.
+func (c *completer) Complete(x *Execution, result []byte, done func(error)) {
+	item := &completion{x: x, result: result, done: done}
+	select {
+	case <-c.quit: // stopped: no batch loop any more
+		c.completeNow(item)
+		return
+	default:
+	}
+	select {
+	case c.queue <- item:
+	case <-c.quit:
+		c.completeNow(item)
+	case <-c.ctx.Done(): // Stop's deadline came while the queue was full
+		item.done(c.ctx.Err())
+	}
+}
+
+// completeNow records one result on the caller's goroutine, once the
+// batch loop is gone.
+func (c *completer) completeNow(item *completion) {
+	ctx, cancel := context.WithTimeout(c.ctx, finishTimeout)
+	defer cancel()
+	_, err := c.client.Complete(ctx, item.x.ID, item.x.LeaseEpoch, item.result)
+	item.done(err)
+}
+
+// run commits batches until quit, then flushes everything still queued.
+func (c *completer) run() {
+	batch := make([]*completion, 0, maxCompletionBatch)
+	for {
+		batch = batch[:0]
+		quitting := false
+		select {
+		case item := <-c.queue:
+			batch = append(batch, item)
+		case <-c.quit:
+			quitting = true
+		}
+	fill:
+		for len(batch) < maxCompletionBatch {
+			select {
+			case item := <-c.queue:
+				batch = append(batch, item)
+			default:
+				break fill
+			}
+		}
+		if len(batch) > 0 {
+			c.commit(batch)
+		}
+		if quitting && len(c.queue) == 0 {
+			return
+		}
+	}
+}
+
+// commit completes a batch in one transaction. A batch that waited too
+// long for a row lock is split: each completion is retried on its own, in
+// the background, so the loop goes back to new completions at once and
+// only the completion behind the lock keeps waiting.
+func (c *completer) commit(batch []*completion) {
+	items := make([]leases.Completion, len(batch))
+	for i, item := range batch {
+		items[i] = leases.Completion{ID: item.x.ID, Epoch: item.x.LeaseEpoch, Result: item.result}
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, finishTimeout)
+	start := time.Now()
+	_, errs, err := leases.CompleteMany(ctx, c.client.pool, c.client.limits, items, c.lockTimeout)
+	c.metrics.committed(time.Since(start))
+	cancel()
+	if store.IsLockTimeout(err) {
+		c.log.Warn("completion batch waited too long for a lock; completing each on its own", zap.Int("completions", len(batch)))
+		for _, item := range batch {
+			c.wg.Go(func() { c.completeAlone(item) })
+		}
+		return
+	}
+	for i, item := range batch {
+		if err != nil {
+			item.done(err)
+		} else {
+			item.done(errs[i])
+		}
+	}
+}
+
+// completeAlone retries one completion, waiting out lock timeouts with
+// backoff, for at most finishTimeout.
+func (c *completer) completeAlone(item *completion) {
+	ctx, cancel := context.WithTimeout(c.ctx, finishTimeout)
+	defer cancel()
+	backoff := 50 * time.Millisecond
+	one := []leases.Completion{{ID: item.x.ID, Epoch: item.x.LeaseEpoch, Result: item.result}}
+	for {
+		_, errs, err := leases.CompleteMany(ctx, c.client.pool, c.client.limits, one, c.lockTimeout)
+		if err == nil {
+			item.done(errs[0])
+			return
+		}
+		if !store.IsLockTimeout(err) {
+			item.done(err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			item.done(err)
+			return
+		case <-time.After(jitter(backoff)):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}

@@ -1,0 +1,344 @@
+package ffd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sourcegraph/conc/panics"
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+// finishTimeout bounds the complete/fail call after a handler returns,
+// independent of the handler's context.
+const finishTimeout = 30 * time.Second
+
+// executor is the worker's second part: it runs each claimed execution's
+// handler under a heartbeat that renews the lease, cancels a handler
+// whose lease is taken away (Revoke, or a heartbeat that is fenced), and
+// records how each run ended: a success through the completer, a failure
+// itself. It knows which leases the worker holds (Held, Free).
+type executor struct {
+	client *Client
+	cfg    *WorkerConfig
+	log    *zap.Logger
+	done   *completer
+	// onDone runs after each execution's run has ended, so that the claim
+	// loop can claim into the freed slot.
+	onDone func()
+
+	mu     sync.Mutex
+	ctx    context.Context // the runs' base; cut by abort
+	abort  context.CancelFunc
+	active map[ExecutionID]*runningJob
+	jobs   sync.WaitGroup // handlers, with their heartbeats
+}
+
+type runningJob struct {
+	x        *Execution
+	cancel   context.CancelCauseFunc
+	handedIn bool // Stop already failed it back; the handler's result is moot
+}
+
+// newExecutor builds an executor that records successes through done.
+func newExecutor(client *Client, cfg *WorkerConfig, log *zap.Logger, done *completer) *executor {
+	return &executor{client: client, cfg: cfg, log: log, done: done, onDone: func() {},
+		active: map[ExecutionID]*runningJob{}}
+}
+
+// Start sets the context runs are based on: its values reach handlers and
+// database calls, its cancellation does not (Stop's deadline does).
+func (e *executor) Start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ctx == nil {
+		e.ctx, e.abort = context.WithCancel(context.WithoutCancel(ctx))
+	}
+	return nil
+}
+
+// Stop waits for running handlers until ctx ends. It returns nil when
+// every handler finished, ctx's error otherwise: the handlers still
+// running are left to HandBack. It starts nothing new; Run after Stop is
+// the caller's mistake.
+func (e *executor) Stop(ctx context.Context) error {
+	finished := make(chan struct{})
+	go func() { e.jobs.Wait(); close(finished) }()
+	select {
+	case <-finished:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Abort cuts every database call the executor still makes: the worker's
+// Stop has reached its deadline.
+func (e *executor) Abort() {
+	e.mu.Lock()
+	abort := e.abort
+	e.mu.Unlock()
+	if abort != nil {
+		abort()
+	}
+}
+
+// Free is how many more executions the worker may run now.
+func (e *executor) Free() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cfg.Concurrency - len(e.active)
+}
+
+// Run runs x's handler in a goroutine of its own.
+func (e *executor) Run(x *Execution) {
+	ctx, cancel := context.WithCancelCause(e.ctx)
+	j := &runningJob{x: x, cancel: cancel}
+	e.mu.Lock()
+	e.active[x.ID] = j
+	e.mu.Unlock()
+	e.jobs.Add(1)
+	go func() {
+		defer e.jobs.Done()
+		defer cancel(nil)
+		e.execute(ctx, j)
+		e.mu.Lock()
+		delete(e.active, x.ID)
+		e.mu.Unlock()
+		e.onDone()
+	}()
+}
+
+// Held lists the leases of the executions running now.
+func (e *executor) Held() []store.LeaseRef {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	held := make([]store.LeaseRef, 0, len(e.active))
+	for id, j := range e.active {
+		held = append(held, store.LeaseRef{ID: id, Epoch: j.x.LeaseEpoch})
+	}
+	return held
+}
+
+// Revoke cancels the handler holding id's lease at epoch, if it still
+// runs: the lease was taken away (cancelled, expired, revoked by an
+// operator, or lost to a sibling), and the handler stops at once rather
+// than at its next heartbeat.
+func (e *executor) Revoke(id ExecutionID, epoch int64) {
+	e.mu.Lock()
+	j := e.active[id]
+	e.mu.Unlock()
+	if j == nil || j.x.LeaseEpoch != epoch {
+		return
+	}
+	e.log.Info("lease revoked; cancelling handler", e.jobFields(j.x)...)
+	j.cancel(ErrLeaseLost)
+}
+
+// RecheckLeases cancels the handler of every lease held that the
+// database says is gone: for when ff_revoke notifications may have been
+// missed. A failure is logged; the heartbeat still finds the loss.
+func (e *executor) RecheckLeases(ctx context.Context) {
+	held := e.Held()
+	if len(held) == 0 {
+		return
+	}
+	lost, err := store.LostLeases(ctx, e.client.pool, held)
+	if err != nil {
+		e.log.Warn("check held leases after reconnecting; heartbeats will", zap.Error(err))
+		return
+	}
+	for _, l := range lost {
+		e.Revoke(l.ID, l.Epoch)
+	}
+}
+
+// HandBack cancels every running handler (cause ErrWorkerStopped) and
+// gives its lease back, all in one statement: pending again with no
+// backoff, or failed when it has no attempt left.
+func (e *executor) HandBack(ctx context.Context) {
+	e.mu.Lock()
+	var held []leases.Held
+	var jobs []*runningJob
+	for _, j := range e.active {
+		if j.handedIn {
+			continue
+		}
+		j.handedIn = true
+		j.cancel(ErrWorkerStopped)
+		held = append(held, leases.Held{ID: j.x.ID, Epoch: j.x.LeaseEpoch})
+		jobs = append(jobs, j)
+	}
+	e.mu.Unlock()
+	if len(held) == 0 {
+		return
+	}
+	requeued, failed, err := leases.HandBack(ctx, e.client.pool, held, "worker stopped before the handler finished")
+	if err != nil {
+		// The leases lapse after their TTL and the sweep retries them.
+		e.log.Error("hand back executions on stop; they will be retried when their leases lapse", zap.Int("executions", len(held)), zap.Error(err))
+		return
+	}
+	e.log.Info("executions handed back on stop", zap.Int("requeued", requeued), zap.Int("failed", failed), zap.Int("lease_moved_on", len(held)-requeued-failed))
+	for _, j := range jobs {
+		if ce := e.log.Check(zap.DebugLevel, "execution handed back"); ce != nil {
+			ce.Write(e.jobFields(j.x)...)
+		}
+	}
+}
+
+func (e *executor) jobFields(x *Execution, more ...zap.Field) []zap.Field {
+	return jobFields(x, more...)
+}
+
+func (e *executor) execute(ctx context.Context, j *runningJob) {
+	x := j.x
+	if ce := e.log.Check(zap.DebugLevel, "execution claimed"); ce != nil {
+		ce.Write(e.jobFields(x)...)
+	}
+	ctx, span := e.client.tracing.start(ctx, x)
+	start := time.Now()
+	e.cfg.Metrics.running(x.Lane, 1)
+	result, herr := e.runHandler(ctx, j)
+	e.cfg.Metrics.running(x.Lane, -1)
+	e.finish(ctx, j, result, herr, func(outcome string) {
+		e.cfg.Metrics.handled(x.Lane, x.Kind, outcome, time.Since(start))
+		span.end(outcome, herr)
+	})
+}
+
+// runHandler runs the handler while heartbeating its lease; a panic is
+// the handler's error.
+func (e *executor) runHandler(ctx context.Context, j *runningJob) (result []byte, herr error) {
+	x := j.x
+	hbDone := make(chan struct{})
+	hbStopped := make(chan struct{})
+	go func() {
+		defer close(hbStopped)
+		e.heartbeat(ctx, j, hbDone)
+	}()
+	var pc panics.Catcher
+	pc.Try(func() { result, herr = e.cfg.Handler(ctx, &Job{Execution: x, client: e.client}) })
+	close(hbDone)
+	<-hbStopped
+	if r := pc.Recovered(); r != nil {
+		herr = fmt.Errorf("handler panicked: %v", r.Value)
+		e.log.Error("handler panicked", e.jobFields(x, zap.Any("panic", r.Value), zap.String("stack", string(r.Stack)))...)
+	}
+	return result, herr
+}
+
+// finish records the handler's outcome and reports which it was (stopped,
+// lease_lost, completed, retried or failed). A success is handed to the
+// completer and reported when its batch commits: the handler's slot is
+// free at once, so the worker claims again while the result is written.
+func (e *executor) finish(ctx context.Context, j *runningJob, result []byte, herr error, report func(outcome string)) {
+	x := j.x
+	e.mu.Lock()
+	handedIn := j.handedIn
+	e.mu.Unlock()
+	if handedIn {
+		report(HandlerStopped)
+		return
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
+		// Expected when the engine cancels a losing sibling or an operator
+		// revokes: the lease moved on and the result would be refused.
+		e.log.Info("lease lost; handler result dropped", e.jobFields(x)...)
+		report(HandlerLeaseLost)
+		return
+	}
+	if herr == nil {
+		e.done.Complete(x, result, func(err error) {
+			e.logFinish(x, "completed", err)
+			if errors.Is(err, ErrLeaseLost) {
+				report(HandlerLeaseLost)
+				return
+			}
+			report(HandlerCompleted)
+		})
+		return
+	}
+	report(e.fail(j, herr))
+}
+
+// fail records a handler's error: retried or failed.
+func (e *executor) fail(j *runningJob, herr error) string {
+	x := j.x
+	// The handler's context may be cancelled (lease lost is handled by
+	// finish; a cancelled parent is not ours to obey here): record the
+	// outcome on the executor's own context, which only Stop's deadline
+	// cuts.
+	fctx, cancel := context.WithTimeout(e.ctx, finishTimeout)
+	defer cancel()
+	var perm *PermanentError
+	retry := !errors.As(herr, &perm)
+	out, err := e.client.Fail(fctx, x.ID, x.LeaseEpoch, FailParams{Error: leases.CleanText(herr.Error(), MaxErrorBytes), Retryable: retry})
+	state := "failed"
+	if out != nil {
+		state = string(out.State)
+	}
+	if err != nil {
+		e.logFinish(x, state, err, zap.NamedError("handler_error", herr))
+		if errors.Is(err, ErrLeaseLost) {
+			return HandlerLeaseLost
+		}
+		return HandlerFailed
+	}
+	// The handler's error is the application's to see: the worker
+	// recorded it, and says whether the execution will be retried.
+	e.log.Warn("handler failed", e.jobFields(x, zap.String("state", state), zap.Bool("retrying", state == string(StatePending)),
+		zap.NamedError("handler_error", herr))...)
+	if state == string(StatePending) {
+		return HandlerRetried
+	}
+	return HandlerFailed
+}
+
+func (e *executor) logFinish(x *Execution, state string, err error, more ...zap.Field) {
+	switch {
+	case err == nil:
+		if ce := e.log.Check(zap.DebugLevel, "execution "+state); ce != nil {
+			ce.Write(e.jobFields(x, more...)...)
+		}
+	case errors.Is(err, ErrLeaseLost):
+		e.log.Warn("lease lost before the result was recorded", e.jobFields(x, append(more, zap.Error(err))...)...)
+	default:
+		// The lease will lapse and the execution be retried.
+		e.log.Error("record execution result", e.jobFields(x, append(more, zap.Error(err))...)...)
+	}
+}
+
+// heartbeat renews the lease every third of its TTL until done; a fenced
+// renewal cancels the handler with ErrLeaseLost.
+func (e *executor) heartbeat(ctx context.Context, j *runningJob, done <-chan struct{}) {
+	interval := max(j.x.LeaseTTL/3, 10*time.Millisecond)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, interval)
+		_, err := e.client.Renew(rctx, j.x.ID, j.x.LeaseEpoch)
+		cancel()
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
+			e.log.Info("heartbeat fenced; cancelling handler", e.jobFields(j.x, zap.Error(err))...)
+			j.cancel(ErrLeaseLost)
+			return
+		default:
+			e.log.Warn("heartbeat failed; will retry", e.jobFields(j.x, zap.Error(err))...)
+		}
+	}
+}
