@@ -237,7 +237,7 @@ type Daemon struct {
 	ready        atomic.Bool
 	becameReady  chan struct{} // closed when the daemon is first ready
 	readyOnce    sync.Once
-	bg           background    // Start and Stop
+	bg           background // Start and Stop
 }
 
 // adminStopTimeout is how long the admin server's in-flight requests get
