@@ -106,12 +106,9 @@ func (c *Client) CreateTx(ctx context.Context, tx pgx.Tx, p CreateParams) (*Crea
 }
 
 func (c *Client) create(ctx context.Context, db store.DB, p CreateParams) (*CreateResult, error) {
-	ip, err := p.internal(c)
-	if err != nil {
-		return nil, err
-	}
+	ip := c.withNamespace(p)
 	c.tracing.inject(ctx, &ip)
-	n, err := ip.Normalize(c.limits)
+	n, err := leases.Normalize(ip, leases.Placement{}, c.limits)
 	if err != nil {
 		return nil, err
 	}
@@ -145,14 +142,10 @@ func (c *Client) createMany(ctx context.Context, db store.DB, ps []CreateParams)
 	if len(ps) > MaxCreateMany {
 		return nil, fault.Invalid(ffdtype.KindTooLarge, "executions", strconv.Itoa(len(ps)), fmt.Sprintf("at most %d per CreateMany", MaxCreateMany))
 	}
-	ips := make([]leases.CreateParams, len(ps))
+	ips := make([]ffdtype.CreateParams, len(ps))
 	for i, p := range ps {
-		ip, err := p.internal(c)
-		if err != nil {
-			return nil, fmt.Errorf("execution %d of %d: %w", i, len(ps), err)
-		}
-		c.tracing.inject(ctx, &ip)
-		ips[i] = ip
+		ips[i] = c.withNamespace(p)
+		c.tracing.inject(ctx, &ips[i])
 	}
 	ns, err := leases.NormalizeAll(c.limits, ips)
 	if err != nil {

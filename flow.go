@@ -2,6 +2,7 @@ package ffd
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -81,10 +82,7 @@ func (c *Client) CreateInFlowTx(ctx context.Context, tx pgx.Tx, flowID uuid.UUID
 }
 
 func (c *Client) createInFlow(ctx context.Context, db store.DB, flowID uuid.UUID, p CreateParams) (*CreateResult, error) {
-	ip, err := p.internal(c)
-	if err != nil {
-		return nil, err
-	}
+	ip := c.withNamespace(p)
 	c.tracing.inject(ctx, &ip)
 	x, existed, err := flows.CreateMember(ctx, db, c.limits, flowID, ip)
 	if err != nil {
@@ -195,31 +193,6 @@ func (c *Client) CancelFlowTx(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, 
 	return flows.Cancel(ctx, tx, flowID, ffdtype.CancelPolicy(policy), reason)
 }
 
-// SubmitNode is one execution of a submitted DAG, named by Ref.
-type SubmitNode struct {
-	Ref    string
-	Params CreateParams
-	// Policy joins the node's incoming edges; default all_of.
-	Policy *Policy
-}
-
-// SubmitEdge makes To depend on From.
-type SubmitEdge struct {
-	// From and To are node Refs.
-	From, To string
-	// DependencyKind: default "success_only".
-	DependencyKind string
-	// DataPassingRef is a free reference.
-	DataPassingRef string
-}
-
-// SubmitFlowParams is a whole DAG.
-type SubmitFlowParams struct {
-	Flow  CreateFlowParams
-	Nodes []SubmitNode
-	Edges []SubmitEdge
-}
-
 // SubmittedFlow is the created flow and its executions by Ref.
 type SubmittedFlow struct {
 	Flow       *Flow
@@ -250,36 +223,27 @@ func (c *Client) SubmitFlowTx(ctx context.Context, tx pgx.Tx, p SubmitFlowParams
 }
 
 func (c *Client) submitFlow(ctx context.Context, db store.DB, p SubmitFlowParams) (*SubmittedFlow, error) {
-	sp, err := p.internal(c)
-	if err != nil {
-		return nil, err
-	}
+	sp := c.inNamespace(p)
 	for i := range sp.Nodes {
 		c.tracing.inject(ctx, &sp.Nodes[i].Params)
 	}
 	return submittedOf(flows.Submit(ctx, db, c.limits, sp))
 }
 
-func (p SubmitFlowParams) internal(c *Client) (flows.SubmitParams, error) {
+// inNamespace is p with the client's namespace where the flow names none,
+// and the flow's where a node names none; its nodes are p's copied, so
+// that what the call sets on them is not the caller's to see.
+func (c *Client) inNamespace(p SubmitFlowParams) SubmitFlowParams {
 	if p.Flow.Namespace == "" {
 		p.Flow.Namespace = c.cfg.Namespace
 	}
-	sp := flows.SubmitParams{Flow: p.Flow, Edges: make([]flows.SubmitEdge, len(p.Edges)), Nodes: make([]flows.SubmitNode, len(p.Nodes))}
-	for i, e := range p.Edges {
-		sp.Edges[i] = flows.SubmitEdge(e)
-	}
-	for i, n := range p.Nodes {
-		if n.Params.Namespace == "" {
-			n.Params.Namespace = p.Flow.Namespace
+	p.Nodes = slices.Clone(p.Nodes)
+	for i := range p.Nodes {
+		if p.Nodes[i].Params.Namespace == "" {
+			p.Nodes[i].Params.Namespace = p.Flow.Namespace
 		}
-		ip, err := n.Params.internal(c)
-		if err != nil {
-			return flows.SubmitParams{}, err
-		}
-		sp.Nodes[i] = flows.SubmitNode{Ref: n.Ref, Params: ip}
-		sp.Nodes[i].Policy = n.Policy
 	}
-	return sp, nil
+	return p
 }
 
 func submittedOf(sub *flows.Submitted, err error) (*SubmittedFlow, error) {

@@ -84,11 +84,7 @@ func scheduleOf(s *store.Schedule, err error) (*Schedule, error) {
 // a tick will create is validated now. A name in use is a
 // *ConflictError carrying the existing schedule.
 func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) (*Schedule, error) {
-	sp, err := c.scheduleParams(p)
-	if err != nil {
-		return nil, err
-	}
-	return scheduleOf(schedule.Create(ctx, c.pool, c.limits, sp))
+	return scheduleOf(schedule.Create(ctx, c.pool, c.limits, c.scheduleParams(p)))
 }
 
 // PutSchedule creates a schedule, or replaces the definition of the one
@@ -99,16 +95,12 @@ func (c *Client) CreateSchedule(ctx context.Context, p ScheduleParams) (*Schedul
 // new schedule), when it last fired and how often. A definition equal
 // to the stored one writes nothing. Validation is CreateSchedule's.
 func (c *Client) PutSchedule(ctx context.Context, p ScheduleParams) (*Schedule, error) {
-	sp, err := c.scheduleParams(p)
-	if err != nil {
-		return nil, err
-	}
-	s, _, err := schedule.Put(ctx, c.pool, c.limits, sp)
+	s, _, err := schedule.Put(ctx, c.pool, c.limits, c.scheduleParams(p))
 	return scheduleOf(s, err)
 }
 
 // scheduleParams converts p for internal/schedule.
-func (c *Client) scheduleParams(p ScheduleParams) (schedule.Params, error) {
+func (c *Client) scheduleParams(p ScheduleParams) schedule.Params {
 	if p.Namespace == "" {
 		p.Namespace = c.cfg.Namespace
 	}
@@ -116,22 +108,15 @@ func (c *Client) scheduleParams(p ScheduleParams) (schedule.Params, error) {
 	if p.Execution != nil {
 		ep := *p.Execution
 		ep.Namespace = p.Namespace
-		ip, err := ep.internal(c)
-		if err != nil {
-			return schedule.Params{}, err
-		}
-		sp.Execution = &ip
+		sp.Execution = &ep
 	}
 	if p.Flow != nil {
 		fp := *p.Flow
 		fp.Flow.Namespace = p.Namespace
-		ip, err := fp.internal(c)
-		if err != nil {
-			return schedule.Params{}, err
-		}
-		sp.Flow = &ip
+		fp = c.inNamespace(fp)
+		sp.Flow = &fp
 	}
-	return sp, nil
+	return sp
 }
 
 // ListSchedules lists every schedule, by name.

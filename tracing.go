@@ -3,12 +3,11 @@ package ffd
 import (
 	"context"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/flowfabric/ffd/internal/leases"
 )
 
 // TraceTag is the tag under which an execution carries the trace context
@@ -32,7 +31,7 @@ func newTracing(tp trace.TracerProvider) tracing {
 
 // inject records ctx's span context in p's tags, so that the handler's
 // span continues the trace that enqueued the execution.
-func (t tracing) inject(ctx context.Context, p *leases.CreateParams) {
+func (t tracing) inject(ctx context.Context, p *ffdtype.CreateParams) {
 	if t.tracer == nil || !trace.SpanContextFromContext(ctx).IsValid() {
 		return
 	}

@@ -123,4 +123,8 @@ type (
 	CreateFlowParams = ffdtype.CreateFlowParams
 	ListFlowsParams  = ffdtype.ListFlowsParams
 	ListFlowsPage    = ffdtype.ListFlowsPage
+	CreateParams     = ffdtype.CreateParams
+	SubmitNode       = ffdtype.SubmitNode
+	SubmitEdge       = ffdtype.SubmitEdge
+	SubmitFlowParams = ffdtype.SubmitFlowParams
 )

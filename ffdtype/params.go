@@ -1,10 +1,14 @@
 package ffdtype
 
-import "github.com/google/uuid"
+import (
+	"time"
 
-// The parameters of the calls whose machinery takes them as the caller
-// gave them; the ones the API reads and turns into something else first
-// (CreateParams, SubmitFlowParams) are package ffd's.
+	"github.com/google/uuid"
+)
+
+// The parameters of the API's calls, as callers give them; the machinery
+// takes them as they are and normalizes each once (defaults filled,
+// every field checked) before anything is written.
 
 // ClaimParams asks for due executions of one lane.
 type ClaimParams struct {
@@ -78,4 +82,81 @@ type ListFlowsParams struct {
 type ListFlowsPage struct {
 	Flows []*Flow
 	Next  *uuid.UUID
+}
+
+// CreateParams describes a new execution. Only Lane is required.
+type CreateParams struct {
+	// Lane is the queue workers claim from: 1-128 of [A-Za-z0-9_.:-].
+	Lane string
+	// Namespace scopes idempotency keys. Default: the client's namespace.
+	Namespace string
+	// Kind is an application-defined type name, for handlers and queries.
+	Kind string
+	// Payload is the input, at most the client's MaxPayloadBytes.
+	Payload []byte
+	// JSON, when non-nil, is encoded as the payload (Payload must be empty).
+	JSON any
+	// Priority: higher is claimed first. Default 0.
+	Priority int
+	// RequiredCapabilities must all be among a worker's capabilities.
+	RequiredCapabilities []string
+	// MaxAttempts: default DefaultMaxAttempts; 1..1000.
+	MaxAttempts int
+	// Retry is the backoff between attempts.
+	Retry RetryPolicy
+	// LeaseTTL: a claim or heartbeat keeps the lease this long. Default
+	// DefaultLeaseTTL; 1 s..24 h.
+	LeaseTTL time.Duration
+	// AttemptTimeout ends an attempt that runs longer, heartbeats or not.
+	// Default 0: none.
+	AttemptTimeout time.Duration
+	// Deadline expires the execution if it has not finished this long after
+	// creation. Default 0: none.
+	Deadline time.Duration
+	// Delay makes the execution claimable this long after creation.
+	Delay time.Duration
+	// IdempotencyKey: a second create with the same key in the namespace
+	// returns the first execution instead of creating another, forever
+	// (until retention deletes it).
+	IdempotencyKey string
+	// UniqueKey makes the create unique by key in the namespace for a
+	// while: as long as an execution with the key is live (blocked,
+	// pending or running) when UniqueWindow is 0, or within the current
+	// window of UniqueWindow (windows are aligned to the Unix epoch). A
+	// refused create returns the holder with Existed = true. At most 512
+	// bytes; not with IdempotencyKey, not in CreateMany or SubmitFlow.
+	UniqueKey string
+	// UniqueWindow is 0 (unique while live) or 1 s..366 days.
+	UniqueWindow time.Duration
+	// Tags are free-form metadata, stored as a JSON object.
+	Tags map[string]any
+	// Step names a flow member within its flow (at most 128 bytes, unique
+	// in the flow: a taken name is a *ConflictError). Only for
+	// CreateInFlow; SubmitFlow sets it to each node's Ref.
+	Step string
+}
+
+// SubmitNode is one execution of a submitted DAG, named by Ref.
+type SubmitNode struct {
+	Ref    string
+	Params CreateParams
+	// Policy joins the node's incoming edges; default all_of.
+	Policy *Policy
+}
+
+// SubmitEdge makes To depend on From.
+type SubmitEdge struct {
+	// From and To are node Refs.
+	From, To string
+	// DependencyKind: default "success_only".
+	DependencyKind string
+	// DataPassingRef is a free reference.
+	DataPassingRef string
+}
+
+// SubmitFlowParams is a whole DAG.
+type SubmitFlowParams struct {
+	Flow  CreateFlowParams
+	Nodes []SubmitNode
+	Edges []SubmitEdge
 }

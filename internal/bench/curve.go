@@ -105,7 +105,7 @@ func (e *Env) preload(ctx context.Context, n int) error {
 			}
 			for done := 0; done < share; {
 				batch := min(leases.MaxClaimBatch, share-done)
-				if err := e.createMany(ctx, leases.CreateParams{Lane: lane}, batch); err != nil {
+				if err := e.createMany(ctx, ffdtype.CreateParams{Lane: lane}, batch); err != nil {
 					errs <- err
 					return
 				}

@@ -21,7 +21,6 @@ import (
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/daemon"
-	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -216,7 +215,7 @@ func memory(ctx context.Context, env *Env, p Params, r *Report) error {
 	}
 	rounds := map[string][]float64{RoleDaemon: nil, RoleWorker: nil}
 	for round := range p.MemoryRounds {
-		if err := env.createMany(ctx, leases.CreateParams{Lane: lane}, p.Executions); err != nil {
+		if err := env.createMany(ctx, ffdtype.CreateParams{Lane: lane}, p.Executions); err != nil {
 			return err
 		}
 		err := pollUntil(ctx, fmt.Sprintf("round %d to complete", round+1), 10*time.Minute, 100*time.Millisecond, func() (bool, error) {

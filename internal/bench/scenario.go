@@ -24,11 +24,11 @@ func (e *Env) client() (*ffd.Client, error) {
 	return ffd.NewClient(e.Pool, &ffd.Config{Namespace: e.Namespace})
 }
 
-func (e *Env) createMany(ctx context.Context, p leases.CreateParams, n int) error {
+func (e *Env) createMany(ctx context.Context, p ffdtype.CreateParams, n int) error {
 	p.Namespace = e.Namespace
 	for done := 0; done < n; {
 		k := min(1000, n-done)
-		ps := make([]leases.CreateParams, k)
+		ps := make([]ffdtype.CreateParams, k)
 		for i := range ps {
 			ps[i] = p
 		}
@@ -220,7 +220,7 @@ func (f workFigures) into(m map[string]any) {
 func (e *Env) work(ctx context.Context, name string, n, workers int, sweep time.Duration) (workFigures, error) {
 	f := workFigures{Worker: workers, N: n}
 	lane := e.lane(name)
-	if err := e.createMany(ctx, leases.CreateParams{Lane: lane}, n); err != nil {
+	if err := e.createMany(ctx, ffdtype.CreateParams{Lane: lane}, n); err != nil {
 		return f, err
 	}
 	d, err := e.startDaemon(ctx, sweep)
@@ -551,7 +551,7 @@ func recovery(ctx context.Context, env *Env, p Params, r *Report) error {
 		return err
 	}
 	lane := env.lane("recovery")
-	if err := env.createMany(ctx, leases.CreateParams{Lane: lane, LeaseTTL: p.LeaseTTL, Retry: ffdtype.RetryPolicy{Base: time.Millisecond, Max: time.Millisecond}}, p.Leases); err != nil {
+	if err := env.createMany(ctx, ffdtype.CreateParams{Lane: lane, LeaseTTL: p.LeaseTTL, Retry: ffdtype.RetryPolicy{Base: time.Millisecond, Max: time.Millisecond}}, p.Leases); err != nil {
 		return err
 	}
 	d, err := env.startDaemon(ctx, p.SweepInterval)
@@ -594,7 +594,7 @@ func recovery(ctx context.Context, env *Env, p Params, r *Report) error {
 // the listener is back every event is dispatched.
 func burstWhileListenerKilled(ctx context.Context, env *Env, c *ffd.Client, d *runningDaemon, p Params, r *Report) error {
 	burst := env.lane("burst")
-	if err := env.createMany(ctx, leases.CreateParams{Lane: burst}, p.Burst); err != nil {
+	if err := env.createMany(ctx, ffdtype.CreateParams{Lane: burst}, p.Burst); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup

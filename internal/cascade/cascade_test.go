@@ -43,14 +43,14 @@ type dag struct {
 // submit builds a DAG from "a->b" edge strings, each node in its own lane.
 func (f *fixture) submit(policies map[string]ffdtype.Policy, edges ...string) *dag {
 	f.T.Helper()
-	p := flows.SubmitParams{}
+	p := ffdtype.SubmitFlowParams{}
 	seen := map[string]bool{}
 	addNode := func(ref string) {
 		if seen[ref] {
 			return
 		}
 		seen[ref] = true
-		n := flows.SubmitNode{Ref: ref, Params: leases.CreateParams{Lane: "n-" + uuid.NewString()[:8], MaxAttempts: 1}}
+		n := ffdtype.SubmitNode{Ref: ref, Params: ffdtype.CreateParams{Lane: "n-" + uuid.NewString()[:8], MaxAttempts: 1}}
 		if pol, ok := policies[ref]; ok {
 			n.Policy = &pol
 		}
@@ -63,7 +63,7 @@ func (f *fixture) submit(policies map[string]ffdtype.Policy, edges ...string) *d
 		}
 		addNode(from)
 		addNode(to)
-		p.Edges = append(p.Edges, flows.SubmitEdge{From: from, To: to})
+		p.Edges = append(p.Edges, ffdtype.SubmitEdge{From: from, To: to})
 	}
 	res, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, p)
 	if err != nil {
@@ -444,7 +444,7 @@ func TestCrashMidSiblingCancel(t *testing.T) {
 func TestSoloAndFlowEventsAreBornDispatched(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, leases.CreateParams{Lane: "solo"}); err != nil {
+	if _, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, ffdtype.CreateParams{Lane: "solo"}); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: "solo", Worker: "w/1", Max: 1})

@@ -16,17 +16,17 @@ import (
 )
 
 // spec submits d with each node's outcome as its kind.
-func spec(d *oracle.DAG, lane string) flows.SubmitParams {
-	p := flows.SubmitParams{}
+func spec(d *oracle.DAG, lane string) ffdtype.SubmitFlowParams {
+	p := ffdtype.SubmitFlowParams{}
 	for i := range d.Preds {
-		node := flows.SubmitNode{Ref: fmt.Sprint("n", i), Params: leases.CreateParams{Lane: lane, MaxAttempts: 1, Kind: fmt.Sprint(d.Succeeds[i])}}
+		node := ffdtype.SubmitNode{Ref: fmt.Sprint("n", i), Params: ffdtype.CreateParams{Lane: lane, MaxAttempts: 1, Kind: fmt.Sprint(d.Succeeds[i])}}
 		if len(d.Preds[i]) > 0 {
 			pol := d.Policies[i]
 			node.Policy = &pol
 		}
 		p.Nodes = append(p.Nodes, node)
 		for _, pr := range d.Preds[i] {
-			p.Edges = append(p.Edges, flows.SubmitEdge{From: fmt.Sprint("n", pr), To: fmt.Sprint("n", i)})
+			p.Edges = append(p.Edges, ffdtype.SubmitEdge{From: fmt.Sprint("n", pr), To: fmt.Sprint("n", i)})
 		}
 	}
 	return p

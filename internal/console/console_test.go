@@ -51,10 +51,10 @@ func browser(t *testing.T) context.Context {
 func setup(t *testing.T) (*testdb.Fixture, string, *flows.Submitted) {
 	t.Helper()
 	f := testdb.Checked(t, 3*time.Minute)
-	sub, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, flows.SubmitParams{
+	sub, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, ffdtype.SubmitFlowParams{
 		Flow:  ffdtype.CreateFlowParams{Kind: "report"},
-		Nodes: []flows.SubmitNode{{Ref: "gather", Params: leases.CreateParams{Lane: "console", Kind: "gather"}}, {Ref: "render", Params: leases.CreateParams{Lane: "console", Kind: "render"}}},
-		Edges: []flows.SubmitEdge{{From: "gather", To: "render"}},
+		Nodes: []ffdtype.SubmitNode{{Ref: "gather", Params: ffdtype.CreateParams{Lane: "console", Kind: "gather"}}, {Ref: "render", Params: ffdtype.CreateParams{Lane: "console", Kind: "render"}}},
+		Edges: []ffdtype.SubmitEdge{{From: "gather", To: "render"}},
 	})
 	if err != nil {
 		t.Fatal(err)

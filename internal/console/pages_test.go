@@ -253,11 +253,11 @@ var dag20 = []struct {
 
 func submitDAG20(t *testing.T, f *testdb.Fixture) *flows.Submitted {
 	t.Helper()
-	p := flows.SubmitParams{Flow: ffdtype.CreateFlowParams{Kind: "release"}}
+	p := ffdtype.SubmitFlowParams{Flow: ffdtype.CreateFlowParams{Kind: "release"}}
 	for _, n := range dag20 {
-		p.Nodes = append(p.Nodes, flows.SubmitNode{Ref: n.step, Params: leases.CreateParams{Lane: "dag-" + n.step, Kind: n.step}})
+		p.Nodes = append(p.Nodes, ffdtype.SubmitNode{Ref: n.step, Params: ffdtype.CreateParams{Lane: "dag-" + n.step, Kind: n.step}})
 		for _, u := range n.ups {
-			p.Edges = append(p.Edges, flows.SubmitEdge{From: u, To: n.step})
+			p.Edges = append(p.Edges, ffdtype.SubmitEdge{From: u, To: n.step})
 		}
 	}
 	sub, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, p)

@@ -40,9 +40,9 @@ func TestComponentsRunAlone(t *testing.T) {
 			e := &env{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, fanout: newFanout(cfg.Metrics, 10), work: ctx}
 			e.cascade, e.due = cascade.New(cfg.Pool, cfg.Metrics), &dueLanes{e: e, since: time.Now().Add(-time.Minute)}
 
-			sub, err := flows.Submit(ctx, db.Pool, leases.Limits{}, flows.SubmitParams{
-				Nodes: []flows.SubmitNode{{Ref: "a", Params: leases.CreateParams{Lane: "alone"}}, {Ref: "b", Params: leases.CreateParams{Lane: "alone"}}},
-				Edges: []flows.SubmitEdge{{From: "a", To: "b"}},
+			sub, err := flows.Submit(ctx, db.Pool, leases.Limits{}, ffdtype.SubmitFlowParams{
+				Nodes: []ffdtype.SubmitNode{{Ref: "a", Params: ffdtype.CreateParams{Lane: "alone"}}, {Ref: "b", Params: ffdtype.CreateParams{Lane: "alone"}}},
+				Edges: []ffdtype.SubmitEdge{{From: "a", To: "b"}},
 			})
 			if err != nil {
 				t.Fatal(err)

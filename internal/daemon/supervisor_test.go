@@ -53,11 +53,11 @@ func TestOneNotificationPerStatement(t *testing.T) {
 	}
 	// A batch create wakes each lane with claimable work once; delayed
 	// executions wake nobody.
-	ps := make([]leases.CreateParams, 60)
+	ps := make([]ffdtype.CreateParams, 60)
 	for i := range ps {
-		ps[i] = leases.CreateParams{Lane: "batch"}
+		ps[i] = ffdtype.CreateParams{Lane: "batch"}
 		if i >= 50 {
-			ps[i] = leases.CreateParams{Lane: "later", Delay: time.Hour}
+			ps[i] = ffdtype.CreateParams{Lane: "later", Delay: time.Hour}
 		}
 	}
 	if _, err := leases.CreateMany(f.Ctx, f.DB.Pool, leases.Limits{}, ps); err != nil {
@@ -93,9 +93,9 @@ func TestOneNotificationPerStatement(t *testing.T) {
 	}
 	// Leases taken away write one lease event each, and one notification
 	// per statement covers them.
-	more := make([]leases.CreateParams, 10)
+	more := make([]ffdtype.CreateParams, 10)
 	for i := range more {
-		more[i] = leases.CreateParams{Lane: "batch"}
+		more[i] = ffdtype.CreateParams{Lane: "batch"}
 	}
 	if _, err := leases.CreateMany(f.Ctx, f.DB.Pool, leases.Limits{}, more); err != nil {
 		t.Fatal(err)

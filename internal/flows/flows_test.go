@@ -35,11 +35,26 @@ func (f *fixture) flow() *ffdtype.Flow {
 // claim exactly it.
 func (f *fixture) member(fl *ffdtype.Flow) ident.ExecutionID {
 	f.T.Helper()
-	x, _, err := flows.CreateMember(f.Ctx, f.Pool, leases.Limits{}, fl.ID, leases.CreateParams{Lane: "m-" + uuid.NewString()})
+	x, _, err := flows.CreateMember(f.Ctx, f.Pool, leases.Limits{}, fl.ID, ffdtype.CreateParams{Lane: "m-" + uuid.NewString()})
 	if err != nil {
 		f.T.Fatalf("create member: %v", err)
 	}
 	return x.ID
+}
+
+// soloOn creates a solo execution minted on partition part (as a rerun
+// is), outside any flow.
+func (f *fixture) soloOn(part int16) *ffdtype.Execution {
+	f.T.Helper()
+	n, err := leases.Normalize(ffdtype.CreateParams{Lane: "x"}, leases.Placement{Partition: &part}, leases.Limits{})
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	x, _, err := leases.Insert(f.Ctx, f.Pool, n)
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	return x
 }
 
 func (f *fixture) revision(fl *ffdtype.Flow) int64 {
@@ -140,10 +155,7 @@ func TestAddExecution(t *testing.T) {
 	fl := f.flow()
 	// A solo execution minted on the flow's partition can join.
 	part := fl.Partition
-	solo, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, leases.CreateParams{Lane: "x", Partition: &part})
-	if err != nil {
-		t.Fatal(err)
-	}
+	solo := f.soloOn(part)
 	res, err := flows.AddExecution(f.Ctx, f.Pool, fl.ID, solo.ID)
 	if err != nil || res.AlreadyMember || res.NodeCount != 1 {
 		t.Fatalf("add: %+v %v", res, err)
@@ -161,7 +173,7 @@ func TestAddExecution(t *testing.T) {
 			break
 		}
 	}
-	inTwin, _, err := flows.CreateMember(f.Ctx, f.Pool, leases.Limits{}, twin.ID, leases.CreateParams{Lane: "x"})
+	inTwin, _, err := flows.CreateMember(f.Ctx, f.Pool, leases.Limits{}, twin.ID, ffdtype.CreateParams{Lane: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +192,7 @@ func TestAddExecution(t *testing.T) {
 	for ident.Partition(missingFlow) != part {
 		missingFlow = ident.NewUUID()
 	}
-	another, _, _ := leases.Create(f.Ctx, f.Pool, leases.Limits{}, leases.CreateParams{Lane: "x", Partition: &part})
+	another := f.soloOn(part)
 	if _, err := flows.AddExecution(f.Ctx, f.Pool, missingFlow, another.ID); !errors.Is(err, ffdtype.ErrNotFound) {
 		t.Fatalf("missing flow: %v, want not found", err)
 	}
@@ -195,7 +207,7 @@ func TestAddExecution(t *testing.T) {
 	if _, err := flows.AddExecution(f.Ctx, f.Pool, fl.ID, another.ID); !errors.As(err, &te) || te.State != "cancelled" {
 		t.Fatalf("terminal flow: %v, want already terminal", err)
 	}
-	if _, _, err := flows.CreateMember(f.Ctx, f.Pool, leases.Limits{}, fl.ID, leases.CreateParams{Lane: "x"}); !errors.Is(err, ffdtype.ErrAlreadyTerminal) {
+	if _, _, err := flows.CreateMember(f.Ctx, f.Pool, leases.Limits{}, fl.ID, ffdtype.CreateParams{Lane: "x"}); !errors.Is(err, ffdtype.ErrAlreadyTerminal) {
 		t.Fatalf("create member of terminal flow: %v", err)
 	}
 }
@@ -231,7 +243,7 @@ func TestStageRefusals(t *testing.T) {
 	}
 	// A solo execution on the flow's partition is not a member.
 	part := fl.Partition
-	solo, _, _ := leases.Create(f.Ctx, f.Pool, leases.Limits{}, leases.CreateParams{Lane: "x", Partition: &part})
+	solo := f.soloOn(part)
 	var ve *ffdtype.ValidationError
 	if _, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: solo.ID, ExpectedRevision: rev}); !errors.As(err, &ve) || ve.Kind != ffdtype.KindNotMember {
 		t.Fatalf("non-member: %v, want not_member", err)
@@ -349,12 +361,12 @@ func TestCycles(t *testing.T) {
 	})
 }
 
-func chainSpec(n int) flows.SubmitParams {
-	p := flows.SubmitParams{}
+func chainSpec(n int) ffdtype.SubmitFlowParams {
+	p := ffdtype.SubmitFlowParams{}
 	for i := range n {
-		p.Nodes = append(p.Nodes, flows.SubmitNode{Ref: fmt.Sprint("n", i), Params: leases.CreateParams{Lane: "chain"}})
+		p.Nodes = append(p.Nodes, ffdtype.SubmitNode{Ref: fmt.Sprint("n", i), Params: ffdtype.CreateParams{Lane: "chain"}})
 		if i > 0 {
-			p.Edges = append(p.Edges, flows.SubmitEdge{From: fmt.Sprint("n", i-1), To: fmt.Sprint("n", i)})
+			p.Edges = append(p.Edges, ffdtype.SubmitEdge{From: fmt.Sprint("n", i-1), To: fmt.Sprint("n", i)})
 		}
 	}
 	return p

@@ -27,7 +27,7 @@ func TestRerunKeepsWhatWasAccepted(t *testing.T) {
 		}
 	}
 
-	x, _, err := leases.Create(f.Ctx, f.Pool, lim, leases.CreateParams{Lane: "big-solo", Payload: big})
+	x, _, err := leases.Create(f.Ctx, f.Pool, lim, ffdtype.CreateParams{Lane: "big-solo", Payload: big})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestRerunKeepsWhatWasAccepted(t *testing.T) {
 		t.Fatalf("rerun under the default limit: %v; want the execution created with its %d-byte payload", err, len(big))
 	}
 
-	sub, err := flows.Submit(f.Ctx, f.Pool, lim, flows.SubmitParams{Nodes: []flows.SubmitNode{{Ref: "a", Params: leases.CreateParams{Lane: "big-flow", Payload: big}}}})
+	sub, err := flows.Submit(f.Ctx, f.Pool, lim, ffdtype.SubmitFlowParams{Nodes: []ffdtype.SubmitNode{{Ref: "a", Params: ffdtype.CreateParams{Lane: "big-flow", Payload: big}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

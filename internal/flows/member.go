@@ -68,10 +68,9 @@ func AddExecution(ctx context.Context, db store.DB, flowID uuid.UUID, id ident.E
 
 // CreateMember creates an execution minted on the flow's partition as a
 // member of the flow, in one transaction.
-func CreateMember(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.UUID, p leases.CreateParams) (x *ffdtype.Execution, existed bool, err error) {
+func CreateMember(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.UUID, p ffdtype.CreateParams) (x *ffdtype.Execution, existed bool, err error) {
 	part := ident.Partition(flowID)
-	p.FlowID, p.Partition = &flowID, &part
-	n, err := p.Normalize(lim)
+	n, err := leases.Normalize(p, leases.Placement{FlowID: &flowID, Partition: &part}, lim)
 	if err != nil {
 		return nil, false, err
 	}

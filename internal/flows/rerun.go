@@ -46,7 +46,7 @@ func RerunFlow(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.
 		}
 		// The members' payloads were accepted once: a smaller limit here
 		// (the console's, say) must not refuse them.
-		lim := lim.AtLeast(p.MaxPayload())
+		lim := lim.AtLeast(MaxPayload(p))
 		params, groups, err := planNodes(p, g, lim)
 		if err != nil {
 			return err
@@ -73,25 +73,25 @@ func RerunFlow(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.
 // its step, or by its id when it has none), its applied and resolved
 // edges, its groups' policies. members maps each node's ref to the
 // execution it reruns.
-func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (SubmitParams, map[string]*ffdtype.Execution, error) {
+func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (ffdtype.SubmitFlowParams, map[string]*ffdtype.Execution, error) {
 	xs, err := store.FlowMembers(ctx, tx, old.ID)
 	if err != nil {
-		return SubmitParams{}, nil, err
+		return ffdtype.SubmitFlowParams{}, nil, err
 	}
 	edges, err := store.FlowEdges(ctx, tx, old.ID)
 	if err != nil {
-		return SubmitParams{}, nil, err
+		return ffdtype.SubmitFlowParams{}, nil, err
 	}
 	groups, err := store.ListGroups(ctx, tx, old.ID)
 	if err != nil {
-		return SubmitParams{}, nil, err
+		return ffdtype.SubmitFlowParams{}, nil, err
 	}
-	p := SubmitParams{Flow: ffdtype.CreateFlowParams{ID: ident.NewUUIDIn(ident.Partition(old.ID)), Namespace: old.Namespace, Kind: old.Kind, Tags: old.Tags}}
+	p := ffdtype.SubmitFlowParams{Flow: ffdtype.CreateFlowParams{ID: ident.NewUUIDIn(ident.Partition(old.ID)), Namespace: old.Namespace, Kind: old.Kind, Tags: old.Tags}}
 	ref := make(map[uuid.UUID]string, len(xs))
 	members := make(map[string]*ffdtype.Execution, len(xs))
 	for _, x := range xs {
 		if !x.State.Terminal() {
-			return SubmitParams{}, nil, &ffdtype.ConflictError{Object: "flow", ID: old.ID.String(),
+			return ffdtype.SubmitFlowParams{}, nil, &ffdtype.ConflictError{Object: "flow", ID: old.ID.String(),
 				Reason: "member " + x.ID.String() + " is still " + string(x.State) + " (the flow was cancelled flow_only): wait for it before a rerun"}
 		}
 		r := x.Step
@@ -105,7 +105,7 @@ func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (SubmitParams,
 		if e.State == ffdtype.EdgeStaged {
 			continue // never part of the graph
 		}
-		p.Edges = append(p.Edges, SubmitEdge{From: ref[e.Upstream.UUID], To: ref[e.Downstream.UUID], DependencyKind: e.DependencyKind, DataPassingRef: e.DataPassingRef})
+		p.Edges = append(p.Edges, ffdtype.SubmitEdge{From: ref[e.Upstream.UUID], To: ref[e.Downstream.UUID], DependencyKind: e.DependencyKind, DataPassingRef: e.DataPassingRef})
 		indeg[ref[e.Downstream.UUID]]++
 	}
 	policy := make(map[uuid.UUID]ffdtype.Policy, len(groups))
@@ -113,7 +113,7 @@ func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (SubmitParams,
 		policy[gr.Downstream.UUID] = gr.Policy
 	}
 	for _, x := range xs {
-		n := SubmitNode{Ref: ref[x.ID.UUID], Params: paramsOf(x)}
+		n := ffdtype.SubmitNode{Ref: ref[x.ID.UUID], Params: paramsOf(x)}
 		if pol, ok := policy[x.ID.UUID]; ok && indeg[n.Ref] > 0 {
 			n.Policy = &pol
 		}
@@ -123,8 +123,8 @@ func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (SubmitParams,
 }
 
 // paramsOf is what an execution was created with, to create it again.
-func paramsOf(x *ffdtype.Execution) leases.CreateParams {
-	p := leases.CreateParams{Namespace: x.Namespace, Lane: x.Lane, Kind: x.Kind, Payload: x.Payload, Priority: x.Priority,
+func paramsOf(x *ffdtype.Execution) ffdtype.CreateParams {
+	p := ffdtype.CreateParams{Namespace: x.Namespace, Lane: x.Lane, Kind: x.Kind, Payload: x.Payload, Priority: x.Priority,
 		RequiredCapabilities: x.RequiredCapabilities, MaxAttempts: x.MaxAttempts, Retry: x.Retry, LeaseTTL: x.LeaseTTL,
 		AttemptTimeout: x.AttemptTimeout, Tags: x.Tags}
 	if x.DeadlineAt != nil {
@@ -135,7 +135,7 @@ func paramsOf(x *ffdtype.Execution) leases.CreateParams {
 
 // linkRerun records the rerun (which fails on a second rerun of the same
 // flow) and carries the completed steps over.
-func linkRerun(ctx context.Context, tx pgx.Tx, oldID uuid.UUID, res *Submitted, p SubmitParams, members map[string]*ffdtype.Execution) error {
+func linkRerun(ctx context.Context, tx pgx.Tx, oldID uuid.UUID, res *Submitted, p ffdtype.SubmitFlowParams, members map[string]*ffdtype.Execution) error {
 	if err := store.LinkFlowRerun(ctx, tx, res.Flow.ID, oldID); err != nil {
 		return err
 	}

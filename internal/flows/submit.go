@@ -20,31 +20,8 @@ const (
 	MaxSubmitEdges = 200000
 )
 
-// SubmitNode is one execution of a submitted DAG, named by Ref.
-type SubmitNode struct {
-	Ref    string
-	Params leases.CreateParams
-	// Policy joins the node's incoming edges; default all_of. Only for
-	// nodes with incoming edges.
-	Policy *ffdtype.Policy
-}
-
-// SubmitEdge makes To depend on From.
-type SubmitEdge struct {
-	From, To       string
-	DependencyKind string
-	DataPassingRef string
-}
-
-// SubmitParams is a whole DAG.
-type SubmitParams struct {
-	Flow  ffdtype.CreateFlowParams
-	Nodes []SubmitNode
-	Edges []SubmitEdge
-}
-
 // MaxPayload is the size of the largest payload among p's nodes.
-func (p SubmitParams) MaxPayload() int {
+func MaxPayload(p ffdtype.SubmitFlowParams) int {
 	n := 0
 	for _, node := range p.Nodes {
 		n = max(n, len(node.Params.Payload))
@@ -66,7 +43,7 @@ type Submitted struct {
 //
 // It validates the graph (graphOf), plans every row (planNodes), and only
 // then writes (submit).
-func Submit(ctx context.Context, db store.DB, lim leases.Limits, p SubmitParams) (*Submitted, error) {
+func Submit(ctx context.Context, db store.DB, lim leases.Limits, p ffdtype.SubmitFlowParams) (*Submitted, error) {
 	if err := normalizeFlow(&p.Flow); err != nil {
 		return nil, err
 	}
@@ -91,7 +68,7 @@ func Submit(ctx context.Context, db store.DB, lim leases.Limits, p SubmitParams)
 
 // Validate checks a submission as Submit would, without writing: for a
 // submission stored to be made later (a schedule's).
-func Validate(p SubmitParams, lim leases.Limits) error {
+func Validate(p ffdtype.SubmitFlowParams, lim leases.Limits) error {
 	if err := normalizeFlow(&p.Flow); err != nil {
 		return err
 	}
@@ -113,7 +90,7 @@ type graph struct {
 
 // graphOf validates the nodes and edges of a submission: sizes, refs,
 // edge ends, self and duplicate edges, and cycles.
-func graphOf(p SubmitParams) (*graph, error) {
+func graphOf(p ffdtype.SubmitFlowParams) (*graph, error) {
 	if len(p.Nodes) == 0 || len(p.Nodes) > MaxSubmitNodes {
 		return nil, fault.Invalid(ffdtype.KindOutOfRange, "nodes", fmt.Sprint(len(p.Nodes)), fmt.Sprintf("want 1..%d nodes", MaxSubmitNodes))
 	}
@@ -159,7 +136,7 @@ func graphOf(p SubmitParams) (*graph, error) {
 // planNodes validates each node's policy and execution parameters and
 // returns the executions to create (in node order) and the join policy of
 // each node with incoming edges (nil for roots).
-func planNodes(p SubmitParams, g *graph, lim leases.Limits) ([]leases.Normalized, []*ffdtype.Policy, error) {
+func planNodes(p ffdtype.SubmitFlowParams, g *graph, lim leases.Limits) ([]leases.Normalized, []*ffdtype.Policy, error) {
 	part := ident.Partition(p.Flow.ID)
 	params := make([]leases.Normalized, len(p.Nodes))
 	policies := make([]*ffdtype.Policy, len(p.Nodes))
@@ -190,8 +167,8 @@ func planNodes(p SubmitParams, g *graph, lim leases.Limits) ([]leases.Normalized
 		if cp.Step != "" && cp.Step != n.Ref {
 			return nil, nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.params.step", cp.Step, "node "+n.Ref+": a submitted node's step is its ref; leave step empty")
 		}
-		cp.FlowID, cp.Partition, cp.Blocked, cp.Step = &p.Flow.ID, &part, g.indeg[i] > 0, n.Ref
-		norm, err := cp.Normalize(lim)
+		cp.Step = n.Ref
+		norm, err := leases.Normalize(cp, leases.Placement{FlowID: &p.Flow.ID, Partition: &part, Blocked: g.indeg[i] > 0}, lim)
 		if err != nil {
 			return nil, nil, refine(err, n.Ref)
 		}
@@ -203,7 +180,7 @@ func planNodes(p SubmitParams, g *graph, lim leases.Limits) ([]leases.Normalized
 // submit writes a planned submission: the flow, its executions, its
 // edges (applied) and groups, then the flow's size. Every row is new, so
 // it takes no lock but the new rows'.
-func submit(ctx context.Context, tx pgx.Tx, lim leases.Limits, p SubmitParams, g *graph, params []leases.Normalized, policies []*ffdtype.Policy) (*Submitted, error) {
+func submit(ctx context.Context, tx pgx.Tx, lim leases.Limits, p ffdtype.SubmitFlowParams, g *graph, params []leases.Normalized, policies []*ffdtype.Policy) (*Submitted, error) {
 	f, exists, err := CreateFlow(ctx, tx, p.Flow)
 	if err != nil {
 		return nil, err
@@ -247,7 +224,7 @@ func submit(ctx context.Context, tx pgx.Tx, lim leases.Limits, p SubmitParams, g
 
 // cycleRef returns a node on a cycle (Kahn's algorithm leaves exactly the
 // nodes on or behind cycles), or "" for a DAG.
-func cycleRef(nodes []SubmitNode, indeg []int, out [][]int) string {
+func cycleRef(nodes []ffdtype.SubmitNode, indeg []int, out [][]int) string {
 	deg := append([]int(nil), indeg...)
 	queue := make([]int, 0, len(nodes))
 	for i, d := range deg {

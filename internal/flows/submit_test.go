@@ -14,14 +14,14 @@ func TestSubmitThousandNodes(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	// A root fanning out to 998 middles that join into a sink, plus policies.
-	p := flows.SubmitParams{Flow: ffdtype.CreateFlowParams{Kind: "big"}}
-	p.Nodes = append(p.Nodes, flows.SubmitNode{Ref: "root", Params: leases.CreateParams{Lane: "big"}})
+	p := ffdtype.SubmitFlowParams{Flow: ffdtype.CreateFlowParams{Kind: "big"}}
+	p.Nodes = append(p.Nodes, ffdtype.SubmitNode{Ref: "root", Params: ffdtype.CreateParams{Lane: "big"}})
 	for i := range 998 {
 		ref := fmt.Sprint("m", i)
-		p.Nodes = append(p.Nodes, flows.SubmitNode{Ref: ref, Params: leases.CreateParams{Lane: "big", Priority: i % 3}})
-		p.Edges = append(p.Edges, flows.SubmitEdge{From: "root", To: ref}, flows.SubmitEdge{From: ref, To: "sink"})
+		p.Nodes = append(p.Nodes, ffdtype.SubmitNode{Ref: ref, Params: ffdtype.CreateParams{Lane: "big", Priority: i % 3}})
+		p.Edges = append(p.Edges, ffdtype.SubmitEdge{From: "root", To: ref}, ffdtype.SubmitEdge{From: ref, To: "sink"})
 	}
-	p.Nodes = append(p.Nodes, flows.SubmitNode{Ref: "sink", Params: leases.CreateParams{Lane: "big"},
+	p.Nodes = append(p.Nodes, ffdtype.SubmitNode{Ref: "sink", Params: ffdtype.CreateParams{Lane: "big"},
 		Policy: &ffdtype.Policy{Kind: ffdtype.Quorum, K: 500, OnSatisfied: ffdtype.CancelRemaining}})
 	res, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, p)
 	if err != nil {
@@ -60,38 +60,38 @@ func TestSubmitThousandNodes(t *testing.T) {
 func TestSubmitInvalidWritesNothing(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	node := func(ref string) flows.SubmitNode {
-		return flows.SubmitNode{Ref: ref, Params: leases.CreateParams{Lane: "s"}}
+	node := func(ref string) ffdtype.SubmitNode {
+		return ffdtype.SubmitNode{Ref: ref, Params: ffdtype.CreateParams{Lane: "s"}}
 	}
-	base := func() flows.SubmitParams {
-		return flows.SubmitParams{Nodes: []flows.SubmitNode{node("a"), node("b"), node("c")},
-			Edges: []flows.SubmitEdge{{From: "a", To: "b"}, {From: "b", To: "c"}}}
+	base := func() ffdtype.SubmitFlowParams {
+		return ffdtype.SubmitFlowParams{Nodes: []ffdtype.SubmitNode{node("a"), node("b"), node("c")},
+			Edges: []ffdtype.SubmitEdge{{From: "a", To: "b"}, {From: "b", To: "c"}}}
 	}
 	tests := []struct {
 		name   string
-		mutate func(*flows.SubmitParams)
+		mutate func(*ffdtype.SubmitFlowParams)
 		kind   ffdtype.ValidationKind
 	}{
-		{"cycle", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "c", To: "a"}) }, ffdtype.KindCycle},
-		{"unknown node", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "a", To: "zz"}) }, ffdtype.KindInvalidValue},
-		{"self edge", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "b", To: "b"}) }, ffdtype.KindInvalidValue},
-		{"duplicate edge", func(p *flows.SubmitParams) { p.Edges = append(p.Edges, flows.SubmitEdge{From: "a", To: "b"}) }, ffdtype.KindInvalidValue},
-		{"duplicate ref", func(p *flows.SubmitParams) { p.Nodes = append(p.Nodes, node("a")) }, ffdtype.KindInvalidValue},
-		{"empty ref", func(p *flows.SubmitParams) { p.Nodes = append(p.Nodes, node("")) }, ffdtype.KindInvalidValue},
-		{"quorum k zero", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &ffdtype.Policy{Kind: ffdtype.Quorum} }, ffdtype.KindOutOfRange},
-		{"quorum k over in-degree", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &ffdtype.Policy{Kind: ffdtype.Quorum, K: 2} }, ffdtype.KindOutOfRange},
-		{"unknown policy", func(p *flows.SubmitParams) { p.Nodes[2].Policy = &ffdtype.Policy{Kind: "most_of"} }, ffdtype.KindInvalidValue},
-		{"policy on a root", func(p *flows.SubmitParams) { p.Nodes[0].Policy = &ffdtype.Policy{Kind: ffdtype.AnyOf} }, ffdtype.KindInvalidValue},
-		{"bad lane", func(p *flows.SubmitParams) { p.Nodes[1].Params.Lane = "no spaces" }, ffdtype.KindInvalidValue},
-		{"bad ttl", func(p *flows.SubmitParams) { p.Nodes[1].Params.LeaseTTL = -1 }, ffdtype.KindOutOfRange},
-		{"no nodes", func(p *flows.SubmitParams) { p.Nodes, p.Edges = nil, nil }, ffdtype.KindOutOfRange},
-		{"too many nodes", func(p *flows.SubmitParams) {
+		{"cycle", func(p *ffdtype.SubmitFlowParams) { p.Edges = append(p.Edges, ffdtype.SubmitEdge{From: "c", To: "a"}) }, ffdtype.KindCycle},
+		{"unknown node", func(p *ffdtype.SubmitFlowParams) { p.Edges = append(p.Edges, ffdtype.SubmitEdge{From: "a", To: "zz"}) }, ffdtype.KindInvalidValue},
+		{"self edge", func(p *ffdtype.SubmitFlowParams) { p.Edges = append(p.Edges, ffdtype.SubmitEdge{From: "b", To: "b"}) }, ffdtype.KindInvalidValue},
+		{"duplicate edge", func(p *ffdtype.SubmitFlowParams) { p.Edges = append(p.Edges, ffdtype.SubmitEdge{From: "a", To: "b"}) }, ffdtype.KindInvalidValue},
+		{"duplicate ref", func(p *ffdtype.SubmitFlowParams) { p.Nodes = append(p.Nodes, node("a")) }, ffdtype.KindInvalidValue},
+		{"empty ref", func(p *ffdtype.SubmitFlowParams) { p.Nodes = append(p.Nodes, node("")) }, ffdtype.KindInvalidValue},
+		{"quorum k zero", func(p *ffdtype.SubmitFlowParams) { p.Nodes[2].Policy = &ffdtype.Policy{Kind: ffdtype.Quorum} }, ffdtype.KindOutOfRange},
+		{"quorum k over in-degree", func(p *ffdtype.SubmitFlowParams) { p.Nodes[2].Policy = &ffdtype.Policy{Kind: ffdtype.Quorum, K: 2} }, ffdtype.KindOutOfRange},
+		{"unknown policy", func(p *ffdtype.SubmitFlowParams) { p.Nodes[2].Policy = &ffdtype.Policy{Kind: "most_of"} }, ffdtype.KindInvalidValue},
+		{"policy on a root", func(p *ffdtype.SubmitFlowParams) { p.Nodes[0].Policy = &ffdtype.Policy{Kind: ffdtype.AnyOf} }, ffdtype.KindInvalidValue},
+		{"bad lane", func(p *ffdtype.SubmitFlowParams) { p.Nodes[1].Params.Lane = "no spaces" }, ffdtype.KindInvalidValue},
+		{"bad ttl", func(p *ffdtype.SubmitFlowParams) { p.Nodes[1].Params.LeaseTTL = -1 }, ffdtype.KindOutOfRange},
+		{"no nodes", func(p *ffdtype.SubmitFlowParams) { p.Nodes, p.Edges = nil, nil }, ffdtype.KindOutOfRange},
+		{"too many nodes", func(p *ffdtype.SubmitFlowParams) {
 			for i := range flows.MaxSubmitNodes {
 				p.Nodes = append(p.Nodes, node(fmt.Sprint("x", i)))
 			}
 		}, ffdtype.KindOutOfRange},
-		{"too many edges", func(p *flows.SubmitParams) {
-			p.Edges = append(p.Edges, make([]flows.SubmitEdge, flows.MaxSubmitEdges)...)
+		{"too many edges", func(p *ffdtype.SubmitFlowParams) {
+			p.Edges = append(p.Edges, make([]ffdtype.SubmitEdge, flows.MaxSubmitEdges)...)
 		}, ffdtype.KindOutOfRange},
 	}
 	for _, tt := range tests {

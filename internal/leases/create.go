@@ -62,34 +62,11 @@ func validName(v string) bool {
 	return true
 }
 
-// CreateParams describes a new execution. Zero values take the defaults
-// above.
-type CreateParams struct {
-	Namespace            string
-	Lane                 string
-	Kind                 string
-	Payload              []byte
-	Priority             int
-	RequiredCapabilities []string
-	MaxAttempts          int
-	Retry                ffdtype.RetryPolicy
-	LeaseTTL             time.Duration
-	AttemptTimeout       time.Duration // 0: attempts may run as long as they heartbeat
-	Deadline             time.Duration // 0: none; else expires this long after creation
-	Delay                time.Duration // claimable this long after creation
-	IdempotencyKey       string
-	Tags                 map[string]any
-	// Step names a flow member within its flow (unique there); flow
-	// members only.
-	Step string
-	// UniqueKey holds while the execution is live (UniqueWindow 0) or for
-	// the current UniqueWindow.
-	UniqueKey    string
-	UniqueWindow time.Duration
-
-	// Set by flow operations: the execution is minted on the flow's
-	// partition, and starts blocked when it waits on an edge group. A
-	// solo execution with Partition set (a rerun) is minted there too.
+// Placement is what only the machinery sets on a new execution: a flow
+// member is minted on its flow's partition, and starts blocked when it
+// waits on an edge group; a solo execution with Partition set (a rerun)
+// is minted there too.
+type Placement struct {
 	FlowID    *uuid.UUID
 	Partition *int16
 	Blocked   bool
@@ -141,25 +118,30 @@ func ValidateName(field, v string) error {
 // (Insert, InsertMany) takes. So each execution is checked exactly once
 // however it comes in (a client, a flow submission, a schedule's tick, a
 // rerun), and nothing unchecked reaches an insert.
-type Normalized struct{ p CreateParams }
-
-// Params are the normalized parameters, for reading.
-func (n Normalized) Params() CreateParams { return n.p }
-
-// Normalize fills p's defaults and checks it; it touches no database, so
-// bad input writes nothing.
-func (p CreateParams) Normalize(lim Limits) (Normalized, error) {
-	if err := p.normalize(lim); err != nil {
-		return Normalized{}, err
-	}
-	return Normalized{p: p}, nil
+type Normalized struct {
+	p     ffdtype.CreateParams
+	place Placement
 }
 
-// NormalizeAll normalizes a batch, naming the first bad one.
-func NormalizeAll(lim Limits, ps []CreateParams) ([]Normalized, error) {
+// Params are the normalized parameters, for reading.
+func (n Normalized) Params() ffdtype.CreateParams { return n.p }
+
+// Normalize fills p's defaults and checks it, placed as place says; it
+// touches no database, so bad input writes nothing. A JSON value becomes
+// the payload (EncodePayload).
+func Normalize(p ffdtype.CreateParams, place Placement, lim Limits) (Normalized, error) {
+	if err := normalize(&p, place, lim); err != nil {
+		return Normalized{}, err
+	}
+	return Normalized{p: p, place: place}, nil
+}
+
+// NormalizeAll normalizes a batch of solo executions, naming the first bad
+// one.
+func NormalizeAll(lim Limits, ps []ffdtype.CreateParams) ([]Normalized, error) {
 	ns := make([]Normalized, len(ps))
 	for i, p := range ps {
-		n, err := p.Normalize(lim)
+		n, err := Normalize(p, Placement{}, lim)
 		if err != nil {
 			return nil, fmt.Errorf("execution %d of %d: %w", i, len(ps), err)
 		}
@@ -168,7 +150,27 @@ func NormalizeAll(lim Limits, ps []CreateParams) ([]Normalized, error) {
 	return ns, nil
 }
 
-func (p *CreateParams) normalize(lim Limits) error {
+// EncodePayload turns p.JSON, when set, into p.Payload (the two are
+// exclusive), so that what is stored, and what a schedule keeps, is bytes.
+func EncodePayload(p *ffdtype.CreateParams) error {
+	if p.JSON == nil {
+		return nil
+	}
+	if len(p.Payload) > 0 {
+		return fault.Invalid(ffdtype.KindInvalidValue, "payload", fmt.Sprintf("%d bytes", len(p.Payload)), "set Payload or JSON, not both")
+	}
+	b, err := json.Marshal(p.JSON)
+	if err != nil {
+		return fault.Invalid(ffdtype.KindInvalidValue, "payload", fmt.Sprintf("%T", p.JSON), "JSON encoding failed: "+err.Error())
+	}
+	p.Payload, p.JSON = b, nil
+	return nil
+}
+
+func normalize(p *ffdtype.CreateParams, place Placement, lim Limits) error {
+	if err := EncodePayload(p); err != nil {
+		return err
+	}
 	if err := NormalizeNamespace(&p.Namespace); err != nil {
 		return err
 	}
@@ -218,25 +220,25 @@ func (p *CreateParams) normalize(lim Limits) error {
 	if err := ValidateText("idempotency_key", p.IdempotencyKey, MaxIdempotencyKey); err != nil {
 		return err
 	}
-	if err := p.validateUnique(); err != nil {
+	if err := validateUnique(p, place); err != nil {
 		return err
 	}
 	if p.Step != "" {
 		if err := ValidateText("step", p.Step, MaxNameLength); err != nil {
 			return err
 		}
-		if p.FlowID == nil {
+		if place.FlowID == nil {
 			return fault.Invalid(ffdtype.KindInvalidValue, "step", p.Step, "a step name is for a flow member: create it with CreateInFlow or SubmitFlow")
 		}
 	}
-	return p.normalizeTags()
+	return normalizeTags(p)
 }
 
 // MaxUniqueWindow bounds CreateParams.UniqueWindow.
 const MaxUniqueWindow = 366 * 24 * time.Hour
 
 // validateUnique checks the unique key and its window.
-func (p *CreateParams) validateUnique() error {
+func validateUnique(p *ffdtype.CreateParams, place Placement) error {
 	if p.UniqueKey == "" {
 		if p.UniqueWindow != 0 {
 			return fault.Invalid(ffdtype.KindInvalidValue, "unique_window", p.UniqueWindow.String(), "a window needs a unique key")
@@ -246,7 +248,7 @@ func (p *CreateParams) validateUnique() error {
 	if p.IdempotencyKey != "" {
 		return fault.Invalid(ffdtype.KindInvalidValue, "unique_key", p.UniqueKey, "give an idempotency key or a unique key, not both")
 	}
-	if p.FlowID != nil {
+	if place.FlowID != nil {
 		// A member lives on its flow's partition, and a unique key's
 		// holders must all live on the key's.
 		return fault.Invalid(ffdtype.KindInvalidValue, "unique_key", p.UniqueKey, "a unique key is for a solo execution, not a flow member")
@@ -261,7 +263,7 @@ func (p *CreateParams) validateUnique() error {
 }
 
 // uniqueKey is the key as stored: with its window's start when windowed.
-func (p *CreateParams) uniqueKey(now time.Time) (key string, whileLive bool) {
+func uniqueKey(p *ffdtype.CreateParams, now time.Time) (key string, whileLive bool) {
 	if p.UniqueKey == "" || p.UniqueWindow == 0 {
 		return p.UniqueKey, true
 	}
@@ -272,7 +274,7 @@ func (p *CreateParams) uniqueKey(now time.Time) (key string, whileLive bool) {
 
 // normalizeTags checks the tags encode as a JSON object of bounded size,
 // exactly as given; nil becomes the empty object.
-func (p *CreateParams) normalizeTags() error {
+func normalizeTags(p *ffdtype.CreateParams) error {
 	if p.Tags == nil {
 		p.Tags = map[string]any{}
 		return nil
@@ -339,8 +341,8 @@ func normalizeRetry(r *ffdtype.RetryPolicy) error {
 // for a flow member that waits on its group, blocked. With an idempotency
 // key already used in the namespace it returns the existing execution and
 // existed = true, writing nothing.
-func Create(ctx context.Context, db store.DB, lim Limits, p CreateParams) (x *ffdtype.Execution, existed bool, err error) {
-	n, err := p.Normalize(lim)
+func Create(ctx context.Context, db store.DB, lim Limits, p ffdtype.CreateParams) (x *ffdtype.Execution, existed bool, err error) {
+	n, err := Normalize(p, Placement{}, lim)
 	if err != nil {
 		return nil, false, err
 	}
@@ -349,13 +351,13 @@ func Create(ctx context.Context, db store.DB, lim Limits, p CreateParams) (x *ff
 
 // Insert is Create of params already normalized.
 func Insert(ctx context.Context, db store.DB, n Normalized) (x *ffdtype.Execution, existed bool, err error) {
-	return store.InsertExecution(ctx, db, newRow(&n.p))
+	return store.InsertExecution(ctx, db, newRow(&n))
 }
 
 // CreateMany inserts executions in one statement and returns them in the
 // order of ps. Idempotency keys are refused: a batch that half exists is
 // not a thing a caller can reason about.
-func CreateMany(ctx context.Context, db store.DB, lim Limits, ps []CreateParams) ([]*ffdtype.Execution, error) {
+func CreateMany(ctx context.Context, db store.DB, lim Limits, ps []ffdtype.CreateParams) ([]*ffdtype.Execution, error) {
 	ns, err := NormalizeAll(lim, ps)
 	if err != nil {
 		return nil, err
@@ -377,34 +379,35 @@ func InsertMany(ctx context.Context, db store.DB, ns []Normalized) ([]*ffdtype.E
 		if p.UniqueKey != "" {
 			return nil, fault.Invalid(ffdtype.KindInvalidValue, "unique_key", p.UniqueKey, "not supported in a batch create")
 		}
-		rows[i] = newRow(p)
+		rows[i] = newRow(&ns[i])
 	}
 	return store.InsertExecutions(ctx, db, rows)
 }
 
 // newRow is the row to insert for normalized params: a fresh id on the
 // right partition and every column's value.
-func newRow(p *CreateParams) store.NewExecution {
-	r := store.NewExecution{ID: ident.NewExecutionID(), FlowID: p.FlowID, Namespace: p.Namespace, Lane: p.Lane,
+func newRow(n *Normalized) store.NewExecution {
+	p, place := &n.p, n.place
+	r := store.NewExecution{ID: ident.NewExecutionID(), FlowID: place.FlowID, Namespace: p.Namespace, Lane: p.Lane,
 		Kind: p.Kind, Priority: p.Priority, RequiredCapabilities: p.RequiredCapabilities, State: ffdtype.StatePending,
 		Delay: p.Delay, MaxAttempts: p.MaxAttempts, Retry: p.Retry, LeaseTTL: p.LeaseTTL,
 		AttemptTimeout: p.AttemptTimeout, Deadline: p.Deadline, Payload: p.Payload,
 		IdempotencyKey: p.IdempotencyKey, Tags: p.Tags, Step: p.Step}
-	r.UniqueKey, r.UniqueWhileLive = p.uniqueKey(time.Now())
+	r.UniqueKey, r.UniqueWhileLive = uniqueKey(p, time.Now())
 	// Placement: a flow member on its flow's partition; a solo execution
 	// with a key on the key's, where the key's unique index looks; a rerun
 	// on its original's (Partition set without a flow).
 	switch {
-	case p.FlowID != nil && p.Partition != nil:
-		r.ID = ident.NewExecutionIDIn(*p.Partition)
+	case place.FlowID != nil && place.Partition != nil:
+		r.ID = ident.NewExecutionIDIn(*place.Partition)
 	case r.IdempotencyKey != "":
 		r.ID = ident.NewExecutionIDForKey(r.Namespace, r.IdempotencyKey)
 	case r.UniqueKey != "":
 		r.ID = ident.NewExecutionIDForKey(r.Namespace, r.UniqueKey)
-	case p.Partition != nil:
-		r.ID = ident.NewSoloExecutionIDIn(*p.Partition)
+	case place.Partition != nil:
+		r.ID = ident.NewSoloExecutionIDIn(*place.Partition)
 	}
-	if p.Blocked {
+	if place.Blocked {
 		r.State = ffdtype.StateBlocked
 	}
 	if r.RequiredCapabilities == nil {

@@ -17,9 +17,9 @@ import (
 func TestCreateManyMatchesCreate(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	var ps []leases.CreateParams
+	var ps []ffdtype.CreateParams
 	for i := range 40 {
-		p := leases.CreateParams{Lane: fmt.Sprint("many-", i%3), Kind: fmt.Sprint("k", i), Priority: i % 5,
+		p := ffdtype.CreateParams{Lane: fmt.Sprint("many-", i%3), Kind: fmt.Sprint("k", i), Priority: i % 5,
 			Payload: []byte(fmt.Sprint("payload ", i)), MaxAttempts: 1 + i%4,
 			Retry:    ffdtype.RetryPolicy{Base: time.Duration(1+i) * time.Millisecond, Max: time.Minute, Multiplier: 1.5, Jitter: 0.2},
 			LeaseTTL: time.Duration(10+i) * time.Second}
@@ -70,7 +70,7 @@ func TestCreateManyMatchesCreate(t *testing.T) {
 			t.Errorf("row %d: returned %s, stored %s", i, x.ID, got.ID)
 		}
 	}
-	if _, err := leases.CreateMany(f.Ctx, f.Pool, leases.Limits{}, []leases.CreateParams{{Lane: "many-0"}, {Lane: ""}}); err == nil {
+	if _, err := leases.CreateMany(f.Ctx, f.Pool, leases.Limits{}, []ffdtype.CreateParams{{Lane: "many-0"}, {Lane: ""}}); err == nil {
 		t.Fatal("a batch with an invalid row was accepted")
 	}
 	var n int
@@ -92,9 +92,9 @@ func TestCreateManyReturnsWhatItStored(t *testing.T) {
 		inTx bool
 	}{{10, false}, {store.CopyThreshold - 1, false}, {store.CopyThreshold, false}, {300, false}, {200, true}} {
 		t.Run(fmt.Sprintf("%d rows, caller tx %v", tc.n, tc.inTx), func(t *testing.T) {
-			ps := make([]leases.CreateParams, tc.n)
+			ps := make([]ffdtype.CreateParams, tc.n)
 			for i := range ps {
-				ps[i] = leases.CreateParams{Lane: fmt.Sprint("stored-", i%2), Kind: fmt.Sprint("k", i%7), Priority: i % 3,
+				ps[i] = ffdtype.CreateParams{Lane: fmt.Sprint("stored-", i%2), Kind: fmt.Sprint("k", i%7), Priority: i % 3,
 					Payload: []byte(fmt.Sprintf(`{"i":%d}`, i)), MaxAttempts: 1 + i%5, Step: ""}
 				switch i % 5 {
 				case 0:

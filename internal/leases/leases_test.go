@@ -21,7 +21,7 @@ type fixture struct{ *testdb.Fixture }
 
 func setup(t *testing.T) *fixture { return &fixture{testdb.Checked(t, 2*time.Minute)} }
 
-func (f *fixture) create(p leases.CreateParams) *ffdtype.Execution {
+func (f *fixture) create(p ffdtype.CreateParams) *ffdtype.Execution {
 	f.T.Helper()
 	if p.Lane == "" {
 		p.Lane = "default"
@@ -89,7 +89,7 @@ func (f *fixture) lapse(id ident.ExecutionID) {
 func TestCreateAndClaim(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	x := f.create(leases.CreateParams{Lane: "mail", Kind: "send", Payload: []byte(`{"to":"a"}`), Tags: map[string]any{"team": "growth"}})
+	x := f.create(ffdtype.CreateParams{Lane: "mail", Kind: "send", Payload: []byte(`{"to":"a"}`), Tags: map[string]any{"team": "growth"}})
 	if x.State != ffdtype.StatePending || x.Attempt != 0 || x.LeaseEpoch != 0 || x.StartedAt != nil {
 		t.Fatalf("new execution: %+v; want pending, attempt 0, epoch 0, no started_at", x)
 	}
@@ -143,7 +143,7 @@ func TestCreateAndClaim(t *testing.T) {
 func TestDelayedNotClaimable(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	x := f.create(leases.CreateParams{Lane: "later", Delay: time.Hour})
+	x := f.create(ffdtype.CreateParams{Lane: "later", Delay: time.Hour})
 	if got := f.claim("later", 1); len(got) != 0 {
 		t.Fatalf("claimed an execution delayed by an hour")
 	}
@@ -156,7 +156,7 @@ func TestDelayedNotClaimable(t *testing.T) {
 func TestCompleteIdempotent(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.create(leases.CreateParams{})
+	f.create(ffdtype.CreateParams{})
 	c := f.claimOne("default")
 	first, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, c.ID, c.LeaseEpoch, []byte("r1"))
 	if err != nil {
@@ -182,7 +182,7 @@ func TestCompleteIdempotent(t *testing.T) {
 func TestFailIdempotent(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.create(leases.CreateParams{MaxAttempts: 1})
+	f.create(ffdtype.CreateParams{MaxAttempts: 1})
 	c := f.claimOne("default")
 	out, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, ffdtype.FailParams{Error: "boom", Retryable: true})
 	if err != nil || out.State != ffdtype.StateFailed {
@@ -204,7 +204,7 @@ func TestFailIdempotent(t *testing.T) {
 func TestIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	p := leases.CreateParams{Lane: "l", IdempotencyKey: "order-42"}
+	p := ffdtype.CreateParams{Lane: "l", IdempotencyKey: "order-42"}
 	a, existedA, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, p)
 	if err != nil || existedA {
 		t.Fatalf("first create: existed=%v err=%v", existedA, err)
@@ -260,7 +260,7 @@ func TestFencing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
-			f.create(leases.CreateParams{Lane: "fence"})
+			f.create(ffdtype.CreateParams{Lane: "fence"})
 			x := f.claimOne("fence")
 			take(f, x)
 			after := f.get(x.ID)
@@ -294,7 +294,7 @@ func TestFencing(t *testing.T) {
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	pending := f.create(leases.CreateParams{Lane: "c"})
+	pending := f.create(ffdtype.CreateParams{Lane: "c"})
 	out, err := leases.Cancel(f.Ctx, f.Pool, pending.ID, "", "")
 	if err != nil || out.State != ffdtype.StateCancelled || out.Repeated {
 		t.Fatalf("cancel pending: %+v %v", out, err)
@@ -311,7 +311,7 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("%d completion events after two cancels, want 1", n)
 	}
 
-	f.create(leases.CreateParams{Lane: "c"})
+	f.create(ffdtype.CreateParams{Lane: "c"})
 	running := f.claimOne("c")
 	if _, err := leases.Cancel(f.Ctx, f.Pool, running.ID, "stop", "ops"); err != nil {
 		t.Fatal(err)
@@ -326,7 +326,7 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("cancel of running: %d cancelled events, want 1", n)
 	}
 
-	f.create(leases.CreateParams{Lane: "c"})
+	f.create(ffdtype.CreateParams{Lane: "c"})
 	done := f.claimOne("c")
 	if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, done.ID, done.LeaseEpoch, nil); err != nil {
 		t.Fatal(err)
@@ -344,7 +344,7 @@ func TestCancel(t *testing.T) {
 func TestRevoke(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	x := f.create(leases.CreateParams{Lane: "r"})
+	x := f.create(ffdtype.CreateParams{Lane: "r"})
 	if _, err := leases.Revoke(f.Ctx, f.Pool, x.ID, ""); !errors.Is(err, ffdtype.ErrConflict) {
 		t.Fatalf("revoke of pending: %v, want conflict", err)
 	}
@@ -375,7 +375,7 @@ func TestRevoke(t *testing.T) {
 func TestRetries(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	x := f.create(leases.CreateParams{Lane: "retry", MaxAttempts: 3, Retry: ffdtype.RetryPolicy{Base: 10 * time.Second, Multiplier: 3, Jitter: 0.1, Max: time.Minute}})
+	x := f.create(ffdtype.CreateParams{Lane: "retry", MaxAttempts: 3, Retry: ffdtype.RetryPolicy{Base: 10 * time.Second, Multiplier: 3, Jitter: 0.1, Max: time.Minute}})
 	firstStart := time.Time{}
 	for attempt := 1; attempt <= 3; attempt++ {
 		c := f.claimOne("retry")
@@ -420,7 +420,7 @@ func TestRetries(t *testing.T) {
 	}
 
 	// Not retryable: failed at once, attempts left or not.
-	y := f.create(leases.CreateParams{Lane: "perm", MaxAttempts: 5})
+	y := f.create(ffdtype.CreateParams{Lane: "perm", MaxAttempts: 5})
 	c := f.claimOne("perm")
 	out, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, ffdtype.FailParams{Error: "bad input"})
 	if err != nil || out.State != ffdtype.StateFailed || f.completionEvents(y.ID) != 1 {
@@ -439,7 +439,7 @@ func pow(b, e int) int {
 func TestLapseRetriesThenExpires(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	x := f.create(leases.CreateParams{Lane: "lapse", MaxAttempts: 2, Retry: ffdtype.RetryPolicy{Base: time.Millisecond}})
+	x := f.create(ffdtype.CreateParams{Lane: "lapse", MaxAttempts: 2, Retry: ffdtype.RetryPolicy{Base: time.Millisecond}})
 	c := f.claimOne("lapse")
 	f.lapse(c.ID)
 	res, err := leases.SweepLapsed(f.Ctx, f.Pool, 100)
@@ -475,10 +475,10 @@ func TestLapseRetriesThenExpires(t *testing.T) {
 func TestDeadline(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	pending := f.create(leases.CreateParams{Lane: "dl", Deadline: time.Hour})
-	f.create(leases.CreateParams{Lane: "dl", Deadline: time.Hour})
+	pending := f.create(ffdtype.CreateParams{Lane: "dl", Deadline: time.Hour})
+	f.create(ffdtype.CreateParams{Lane: "dl", Deadline: time.Hour})
 	running := f.claim("dl", 2)[1]
-	f.create(leases.CreateParams{Lane: "dl"}) // no deadline: untouched
+	f.create(ffdtype.CreateParams{Lane: "dl"}) // no deadline: untouched
 	f.Exec(`UPDATE ff_execution SET deadline_at = now() - interval '1 second' WHERE deadline_at IS NOT NULL`)
 	n, err := leases.SweepDeadlines(f.Ctx, f.Pool, 100)
 	if err != nil || n != 2 {
@@ -497,9 +497,9 @@ func TestDeadline(t *testing.T) {
 func TestPriorityThenRunAt(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	low := f.create(leases.CreateParams{Lane: "o", Priority: 1})
-	highLate := f.create(leases.CreateParams{Lane: "o", Priority: 5})
-	highEarly := f.create(leases.CreateParams{Lane: "o", Priority: 5})
+	low := f.create(ffdtype.CreateParams{Lane: "o", Priority: 1})
+	highLate := f.create(ffdtype.CreateParams{Lane: "o", Priority: 5})
+	highEarly := f.create(ffdtype.CreateParams{Lane: "o", Priority: 5})
 	f.Exec(`UPDATE ff_execution SET run_at = now() - interval '1 minute' WHERE execution_id = $1`, highEarly.ID.UUID)
 	got := f.claim("o", 3)
 	want := []ident.ExecutionID{highEarly.ID, highLate.ID, low.ID}
@@ -514,9 +514,9 @@ func TestCapabilities(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	// The head of the lane needs a capability nobody has.
-	f.create(leases.CreateParams{Lane: "gpu", Priority: 100, RequiredCapabilities: []string{"gpu", "a100"}})
-	plain := f.create(leases.CreateParams{Lane: "gpu"})
-	partial := f.create(leases.CreateParams{Lane: "gpu", Priority: 50, RequiredCapabilities: []string{"gpu"}})
+	f.create(ffdtype.CreateParams{Lane: "gpu", Priority: 100, RequiredCapabilities: []string{"gpu", "a100"}})
+	plain := f.create(ffdtype.CreateParams{Lane: "gpu"})
+	partial := f.create(ffdtype.CreateParams{Lane: "gpu", Priority: 50, RequiredCapabilities: []string{"gpu"}})
 	got := f.claim("gpu", 10, "gpu", "cpu")
 	if len(got) != 2 || got[0].ID != partial.ID || got[1].ID != plain.ID {
 		t.Fatalf("claimed %d executions; want the gpu one then the plain one past the unmatchable head", len(got))
@@ -588,7 +588,7 @@ func TestTransactionalCreateRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x, _, err := leases.Create(f.Ctx, tx, leases.Limits{}, leases.CreateParams{Lane: "tx"})
+	x, _, err := leases.Create(f.Ctx, tx, leases.Limits{}, ffdtype.CreateParams{Lane: "tx"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -609,29 +609,29 @@ func TestBadInput(t *testing.T) {
 	big := make([]byte, leases.DefaultMaxPayloadBytes+1)
 	tests := []struct {
 		name  string
-		p     leases.CreateParams
+		p     ffdtype.CreateParams
 		field string
 	}{
-		{"no lane", leases.CreateParams{}, "lane"},
-		{"lane with space", leases.CreateParams{Lane: "a b"}, "lane"},
-		{"lane too long", leases.CreateParams{Lane: strings.Repeat("x", 129)}, "lane"},
-		{"namespace", leases.CreateParams{Lane: "l", Namespace: "ns/1"}, "namespace"},
-		{"payload too large", leases.CreateParams{Lane: "l", Payload: big}, "payload"},
-		{"max attempts negative", leases.CreateParams{Lane: "l", MaxAttempts: -1}, "max_attempts"},
-		{"max attempts absurd", leases.CreateParams{Lane: "l", MaxAttempts: 1_000_000}, "max_attempts"},
-		{"ttl negative", leases.CreateParams{Lane: "l", LeaseTTL: -time.Second}, "lease_ttl"},
-		{"ttl too short", leases.CreateParams{Lane: "l", LeaseTTL: time.Millisecond}, "lease_ttl"},
-		{"ttl absurd", leases.CreateParams{Lane: "l", LeaseTTL: 1000 * time.Hour}, "lease_ttl"},
-		{"attempt timeout negative", leases.CreateParams{Lane: "l", AttemptTimeout: -1}, "attempt_timeout"},
-		{"attempt timeout absurd", leases.CreateParams{Lane: "l", AttemptTimeout: 10000 * time.Hour}, "attempt_timeout"},
-		{"delay negative", leases.CreateParams{Lane: "l", Delay: -time.Second}, "delay"},
-		{"deadline negative", leases.CreateParams{Lane: "l", Deadline: -time.Second}, "deadline"},
-		{"backoff multiplier", leases.CreateParams{Lane: "l", Retry: ffdtype.RetryPolicy{Multiplier: 0.5}}, "retry.multiplier"},
-		{"backoff jitter", leases.CreateParams{Lane: "l", Retry: ffdtype.RetryPolicy{Jitter: 3}}, "retry.jitter"},
-		{"backoff max below base", leases.CreateParams{Lane: "l", Retry: ffdtype.RetryPolicy{Base: time.Minute, Max: time.Second}}, "retry.max"},
-		{"empty capability", leases.CreateParams{Lane: "l", RequiredCapabilities: []string{""}}, "required_capabilities"},
-		{"idempotency key too long", leases.CreateParams{Lane: "l", IdempotencyKey: strings.Repeat("k", 513)}, "idempotency_key"},
-		{"tags not JSON", leases.CreateParams{Lane: "l", Tags: map[string]any{"f": func() {}}}, "tags"},
+		{"no lane", ffdtype.CreateParams{}, "lane"},
+		{"lane with space", ffdtype.CreateParams{Lane: "a b"}, "lane"},
+		{"lane too long", ffdtype.CreateParams{Lane: strings.Repeat("x", 129)}, "lane"},
+		{"namespace", ffdtype.CreateParams{Lane: "l", Namespace: "ns/1"}, "namespace"},
+		{"payload too large", ffdtype.CreateParams{Lane: "l", Payload: big}, "payload"},
+		{"max attempts negative", ffdtype.CreateParams{Lane: "l", MaxAttempts: -1}, "max_attempts"},
+		{"max attempts absurd", ffdtype.CreateParams{Lane: "l", MaxAttempts: 1_000_000}, "max_attempts"},
+		{"ttl negative", ffdtype.CreateParams{Lane: "l", LeaseTTL: -time.Second}, "lease_ttl"},
+		{"ttl too short", ffdtype.CreateParams{Lane: "l", LeaseTTL: time.Millisecond}, "lease_ttl"},
+		{"ttl absurd", ffdtype.CreateParams{Lane: "l", LeaseTTL: 1000 * time.Hour}, "lease_ttl"},
+		{"attempt timeout negative", ffdtype.CreateParams{Lane: "l", AttemptTimeout: -1}, "attempt_timeout"},
+		{"attempt timeout absurd", ffdtype.CreateParams{Lane: "l", AttemptTimeout: 10000 * time.Hour}, "attempt_timeout"},
+		{"delay negative", ffdtype.CreateParams{Lane: "l", Delay: -time.Second}, "delay"},
+		{"deadline negative", ffdtype.CreateParams{Lane: "l", Deadline: -time.Second}, "deadline"},
+		{"backoff multiplier", ffdtype.CreateParams{Lane: "l", Retry: ffdtype.RetryPolicy{Multiplier: 0.5}}, "retry.multiplier"},
+		{"backoff jitter", ffdtype.CreateParams{Lane: "l", Retry: ffdtype.RetryPolicy{Jitter: 3}}, "retry.jitter"},
+		{"backoff max below base", ffdtype.CreateParams{Lane: "l", Retry: ffdtype.RetryPolicy{Base: time.Minute, Max: time.Second}}, "retry.max"},
+		{"empty capability", ffdtype.CreateParams{Lane: "l", RequiredCapabilities: []string{""}}, "required_capabilities"},
+		{"idempotency key too long", ffdtype.CreateParams{Lane: "l", IdempotencyKey: strings.Repeat("k", 513)}, "idempotency_key"},
+		{"tags not JSON", ffdtype.CreateParams{Lane: "l", Tags: map[string]any{"f": func() {}}}, "tags"},
 	}
 	for _, tt := range tests {
 		_, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, tt.p)
@@ -681,7 +681,7 @@ func TestList(t *testing.T) {
 		if i%2 == 1 {
 			lane = "odd"
 		}
-		ids = append(ids, f.create(leases.CreateParams{Lane: lane}).ID)
+		ids = append(ids, f.create(ffdtype.CreateParams{Lane: lane}).ID)
 	}
 	var got []ident.ExecutionID
 	var after *ident.ExecutionID
@@ -726,7 +726,7 @@ func TestCancelRacesClaim(t *testing.T) {
 	const n = 300
 	var ids []ident.ExecutionID
 	for range n {
-		ids = append(ids, f.create(leases.CreateParams{Lane: "race"}).ID)
+		ids = append(ids, f.create(ffdtype.CreateParams{Lane: "race"}).ID)
 	}
 	var wg sync.WaitGroup
 	for w := range 4 {
@@ -766,7 +766,7 @@ func TestCompleteMany(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	for range 5 {
-		f.create(leases.CreateParams{Lane: "many"})
+		f.create(ffdtype.CreateParams{Lane: "many"})
 	}
 	xs := f.claim("many", 5)
 	items := make([]leases.Completion, len(xs))

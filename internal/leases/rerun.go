@@ -31,14 +31,15 @@ func Rerun(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID) (
 	case !old.State.Terminal():
 		return nil, &ffdtype.ConflictError{Object: "execution", ID: id.String(), Reason: "still " + string(old.State) + ": cancel it, or wait for it to end, before a rerun"}
 	}
-	p := CreateParams{Namespace: old.Namespace, Lane: old.Lane, Kind: old.Kind, Payload: old.Payload, Priority: old.Priority,
+	p := ffdtype.CreateParams{Namespace: old.Namespace, Lane: old.Lane, Kind: old.Kind, Payload: old.Payload, Priority: old.Priority,
 		RequiredCapabilities: old.RequiredCapabilities, MaxAttempts: old.MaxAttempts, Retry: old.Retry, LeaseTTL: old.LeaseTTL,
-		AttemptTimeout: old.AttemptTimeout, Tags: old.Tags, Partition: &old.ID.Partition}
+		AttemptTimeout: old.AttemptTimeout, Tags: old.Tags}
 	if old.DeadlineAt != nil {
 		p.Deadline = old.DeadlineAt.Sub(old.CreatedAt)
 	}
 	lim = lim.AtLeast(len(old.Payload)) // accepted once: a smaller limit here must not refuse it
-	n, err := p.Normalize(lim)
+	// Minted beside its original, on the same partition.
+	n, err := Normalize(p, Placement{Partition: &old.ID.Partition}, lim)
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ import (
 // completion event.
 func runOne(t *testing.T, ctx context.Context, db *pgxpool.Pool, lane string) {
 	t.Helper()
-	if _, _, err := leases.Create(ctx, db, leases.Limits{}, leases.CreateParams{Lane: lane}); err != nil {
+	if _, _, err := leases.Create(ctx, db, leases.Limits{}, ffdtype.CreateParams{Lane: lane}); err != nil {
 		t.Fatal(err)
 	}
 	xs, err := leases.Claim(ctx, db, ffdtype.ClaimParams{Lane: lane, Worker: "w/1", Max: 1})

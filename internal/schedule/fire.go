@@ -104,7 +104,7 @@ func fireTick(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedu
 		p.Namespace, p.IdempotencyKey, p.Tags = s.Namespace, Key(s.Name, tick), merge(p.Tags, tags)
 		// The payload was accepted when the schedule was stored, by a
 		// client whose limit may be larger than the daemon's.
-		n, err := p.Normalize(lim.AtLeast(len(p.Payload)))
+		n, err := leases.Normalize(p, leases.Placement{}, lim.AtLeast(len(p.Payload)))
 		if err != nil {
 			return false, err
 		}
@@ -113,7 +113,7 @@ func fireTick(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedu
 	default:
 		p := *fp
 		p.Flow.ID, p.Flow.Namespace, p.Flow.Tags = FlowID(s.Name, tick), s.Namespace, merge(p.Flow.Tags, tags)
-		_, err := flows.Submit(ctx, tx, lim.AtLeast(p.MaxPayload()), p)
+		_, err := flows.Submit(ctx, tx, lim.AtLeast(flows.MaxPayload(p)), p)
 		var ce *ffdtype.ConflictError
 		if errors.As(err, &ce) && ce.Object == "flow" {
 			return false, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -24,8 +25,8 @@ type Params struct {
 	Timezone  string // IANA; default UTC
 	Missed    string // default MissedLatest
 	Paused    bool
-	Execution *leases.CreateParams
-	Flow      *flows.SubmitParams
+	Execution *ffdtype.CreateParams
+	Flow      *ffdtype.SubmitFlowParams
 }
 
 // Create validates a schedule, everything a tick will create included,
@@ -98,13 +99,27 @@ func validate(lim leases.Limits, p Params) (store.Schedule, *Spec, error) {
 		return store.Schedule{}, nil, fault.Invalid(ffdtype.KindRequired, "target", "", "give an execution or a flow, not both")
 	case p.Execution != nil:
 		row.Target = TargetExecution
-		if err = validExecution(lim, *p.Execution, p.Namespace); err == nil {
-			row.Params, err = encodeExecution(*p.Execution)
+		x := *p.Execution
+		if err = leases.EncodePayload(&x); err == nil {
+			err = validExecution(lim, x, p.Namespace)
+		}
+		if err == nil {
+			row.Params, err = encodeExecution(x)
 		}
 	default:
 		row.Target = TargetFlow
-		if err = validFlow(lim, *p.Flow, p.Namespace); err == nil {
-			row.Params, err = encodeFlow(*p.Flow)
+		f := *p.Flow
+		f.Nodes = slices.Clone(f.Nodes)
+		for i := range f.Nodes {
+			if err = leases.EncodePayload(&f.Nodes[i].Params); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = validFlow(lim, f, p.Namespace)
+		}
+		if err == nil {
+			row.Params, err = encodeFlow(f)
 		}
 	}
 	if err != nil {
@@ -113,16 +128,16 @@ func validate(lim leases.Limits, p Params) (store.Schedule, *Spec, error) {
 	return row, spec, nil
 }
 
-func validExecution(lim leases.Limits, p leases.CreateParams, ns string) error {
+func validExecution(lim leases.Limits, p ffdtype.CreateParams, ns string) error {
 	if p.IdempotencyKey != "" {
 		return fault.Invalid(ffdtype.KindInvalidValue, "idempotency_key", p.IdempotencyKey, "a schedule keys each tick's execution itself")
 	}
 	p.Namespace = ns
-	_, err := p.Normalize(lim)
+	_, err := leases.Normalize(p, leases.Placement{}, lim)
 	return err
 }
 
-func validFlow(lim leases.Limits, p flows.SubmitParams, ns string) error {
+func validFlow(lim leases.Limits, p ffdtype.SubmitFlowParams, ns string) error {
 	if p.Flow.ID != uuid.Nil {
 		return fault.Invalid(ffdtype.KindInvalidValue, "flow.id", p.Flow.ID.String(), "a schedule names each tick's flow itself")
 	}

@@ -69,7 +69,7 @@ func TestMissedTicksFollowThePolicy(t *testing.T) {
 	want := map[string]int{schedule.MissedLatest: 1, schedule.MissedAll: 3, schedule.MissedSkip: 0}
 	for missed := range want {
 		f.create(schedule.Params{Name: "m-" + missed, Spec: "@every 5m", Missed: missed,
-			Execution: &leases.CreateParams{Lane: "sched-" + missed}})
+			Execution: &ffdtype.CreateParams{Lane: "sched-" + missed}})
 		f.dueAgo("m-"+missed, 12*time.Minute)
 	}
 	f.fire()
@@ -89,10 +89,10 @@ func TestMissedTicksFollowThePolicy(t *testing.T) {
 func TestFlowTicksAreIdempotent(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.create(schedule.Params{Name: "nightly", Spec: "@every 1m", Flow: &flows.SubmitParams{
+	f.create(schedule.Params{Name: "nightly", Spec: "@every 1m", Flow: &ffdtype.SubmitFlowParams{
 		Flow:  ffdtype.CreateFlowParams{Kind: "report"},
-		Nodes: []flows.SubmitNode{{Ref: "gather", Params: leases.CreateParams{Lane: "reports"}}, {Ref: "send", Params: leases.CreateParams{Lane: "reports"}}},
-		Edges: []flows.SubmitEdge{{From: "gather", To: "send"}},
+		Nodes: []ffdtype.SubmitNode{{Ref: "gather", Params: ffdtype.CreateParams{Lane: "reports"}}, {Ref: "send", Params: ffdtype.CreateParams{Lane: "reports"}}},
+		Edges: []ffdtype.SubmitEdge{{From: "gather", To: "send"}},
 	}})
 	tick := f.dueAgo("nightly", 5*time.Second)
 	if res := f.fire(); res.Ticks != 1 {
@@ -117,12 +117,12 @@ func TestScheduleLifecycle(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	bad := []schedule.Params{
-		{Name: "x", Spec: "0 0 30 2 *", Execution: &leases.CreateParams{Lane: "l"}},                   // February 30th
-		{Name: "x", Spec: "@hourly", Execution: &leases.CreateParams{Lane: "bad lane"}},               // invalid execution
-		{Name: "x", Spec: "@hourly", Execution: &leases.CreateParams{Lane: "l", IdempotencyKey: "k"}}, // keyed by the schedule
+		{Name: "x", Spec: "0 0 30 2 *", Execution: &ffdtype.CreateParams{Lane: "l"}},                   // February 30th
+		{Name: "x", Spec: "@hourly", Execution: &ffdtype.CreateParams{Lane: "bad lane"}},               // invalid execution
+		{Name: "x", Spec: "@hourly", Execution: &ffdtype.CreateParams{Lane: "l", IdempotencyKey: "k"}}, // keyed by the schedule
 		{Name: "x", Spec: "@hourly"}, // no target
-		{Name: "bad name", Spec: "@hourly", Execution: &leases.CreateParams{Lane: "l"}},
-		{Name: "x", Spec: "@hourly", Timezone: "Nowhere/City", Execution: &leases.CreateParams{Lane: "l"}},
+		{Name: "bad name", Spec: "@hourly", Execution: &ffdtype.CreateParams{Lane: "l"}},
+		{Name: "x", Spec: "@hourly", Timezone: "Nowhere/City", Execution: &ffdtype.CreateParams{Lane: "l"}},
 	}
 	for _, p := range bad {
 		var ve *ffdtype.ValidationError
@@ -130,9 +130,9 @@ func TestScheduleLifecycle(t *testing.T) {
 			t.Errorf("%+v: %v; want a ValidationError", p, err)
 		}
 	}
-	f.create(schedule.Params{Name: "tick", Spec: "@every 1s", Execution: &leases.CreateParams{Lane: "t"}})
+	f.create(schedule.Params{Name: "tick", Spec: "@every 1s", Execution: &ffdtype.CreateParams{Lane: "t"}})
 	var ce *ffdtype.ConflictError
-	if _, err := schedule.Create(f.Ctx, f.Pool, leases.Limits{}, schedule.Params{Name: "tick", Spec: "@hourly", Execution: &leases.CreateParams{Lane: "t"}}); !errors.As(err, &ce) {
+	if _, err := schedule.Create(f.Ctx, f.Pool, leases.Limits{}, schedule.Params{Name: "tick", Spec: "@hourly", Execution: &ffdtype.CreateParams{Lane: "t"}}); !errors.As(err, &ce) {
 		t.Fatalf("a second schedule named tick: %v; want a conflict", err)
 	}
 	if _, err := schedule.SetPaused(f.Ctx, f.Pool, "tick", true); err != nil {
@@ -170,7 +170,7 @@ func TestPutDeclaresASchedule(t *testing.T) {
 		}
 		return s, changed
 	}
-	p := schedule.Params{Name: "nightly", Spec: "0 3 * * *", Execution: &leases.CreateParams{Lane: "n", Payload: []byte(`{"v":1}`)}}
+	p := schedule.Params{Name: "nightly", Spec: "0 3 * * *", Execution: &ffdtype.CreateParams{Lane: "n", Payload: []byte(`{"v":1}`)}}
 	first, changed := put(p)
 	if !changed {
 		t.Fatal("the first put reports no change")
@@ -183,7 +183,7 @@ func TestPutDeclaresASchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	moved := f.dueAgo("nightly", 0) // a tick that no longer matches "0 3 * * *": kept only if the spec is unchanged
-	p.Execution = &leases.CreateParams{Lane: "n", Payload: []byte(`{"v":2}`)}
+	p.Execution = &ffdtype.CreateParams{Lane: "n", Payload: []byte(`{"v":2}`)}
 	s, changed := put(p)
 	if !changed || !s.Paused || !s.NextRunAt.Equal(moved) || !strings.Contains(string(s.Params), base64.StdEncoding.EncodeToString([]byte(`{"v":2}`))) {
 		t.Fatalf("a new payload: changed %v, paused %v, next %v (want %v), params %s", changed, s.Paused, s.NextRunAt, moved, s.Params)
@@ -211,12 +211,12 @@ func TestTicksKeepWhatTheirScheduleAccepted(t *testing.T) {
 	big := make([]byte, leases.DefaultMaxPayloadBytes+1000)
 	lim := leases.Limits{MaxPayloadBytes: 2 * leases.DefaultMaxPayloadBytes}
 	if _, err := schedule.Create(f.Ctx, f.Pool, leases.Limits{}, schedule.Params{Name: "small-limit", Spec: "@every 1m",
-		Execution: &leases.CreateParams{Lane: "big", Payload: big}}); err == nil {
+		Execution: &ffdtype.CreateParams{Lane: "big", Payload: big}}); err == nil {
 		t.Fatal("a schedule with a payload over the default limit was stored under the default limit")
 	}
 	for _, p := range []schedule.Params{
-		{Name: "big-execution", Spec: "@every 1m", Execution: &leases.CreateParams{Lane: "big", Payload: big}},
-		{Name: "big-flow", Spec: "@every 1m", Flow: &flows.SubmitParams{Nodes: []flows.SubmitNode{{Ref: "a", Params: leases.CreateParams{Lane: "big", Payload: big}}}}},
+		{Name: "big-execution", Spec: "@every 1m", Execution: &ffdtype.CreateParams{Lane: "big", Payload: big}},
+		{Name: "big-flow", Spec: "@every 1m", Flow: &ffdtype.SubmitFlowParams{Nodes: []ffdtype.SubmitNode{{Ref: "a", Params: ffdtype.CreateParams{Lane: "big", Payload: big}}}}},
 	} {
 		if _, err := schedule.Create(f.Ctx, f.Pool, lim, p); err != nil {
 			t.Fatalf("create %s under a 2 MiB limit: %v", p.Name, err)

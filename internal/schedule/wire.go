@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/flows"
-	"github.com/flowfabric/ffd/internal/leases"
 )
 
 // What a schedule stores of its target (ff_schedule.params) is a
@@ -89,7 +87,7 @@ type wireEdge struct {
 func us(d time.Duration) int64   { return d.Microseconds() }
 func dur(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
-func executionToWire(p leases.CreateParams) wireExecution {
+func executionToWire(p ffdtype.CreateParams) wireExecution {
 	w := wireExecution{
 		Lane: p.Lane, Kind: p.Kind, Payload: p.Payload, Priority: p.Priority,
 		RequiredCapabilities: p.RequiredCapabilities, MaxAttempts: p.MaxAttempts,
@@ -102,8 +100,8 @@ func executionToWire(p leases.CreateParams) wireExecution {
 	return w
 }
 
-func (w wireExecution) params() leases.CreateParams {
-	p := leases.CreateParams{
+func (w wireExecution) params() ffdtype.CreateParams {
+	p := ffdtype.CreateParams{
 		Lane: w.Lane, Kind: w.Kind, Payload: w.Payload, Priority: w.Priority,
 		RequiredCapabilities: w.RequiredCapabilities, MaxAttempts: w.MaxAttempts,
 		LeaseTTL: dur(w.LeaseTTLUS), AttemptTimeout: dur(w.AttemptTimeoutUS), Deadline: dur(w.DeadlineUS), Delay: dur(w.DelayUS),
@@ -115,7 +113,7 @@ func (w wireExecution) params() leases.CreateParams {
 	return p
 }
 
-func flowToWire(p flows.SubmitParams) *wireFlow {
+func flowToWire(p ffdtype.SubmitFlowParams) *wireFlow {
 	w := &wireFlow{Kind: p.Flow.Kind, Tags: p.Flow.Tags, Nodes: make([]wireNode, len(p.Nodes))}
 	for i, n := range p.Nodes {
 		w.Nodes[i] = wireNode{Ref: n.Ref, Execution: executionToWire(n.Params)}
@@ -129,35 +127,35 @@ func flowToWire(p flows.SubmitParams) *wireFlow {
 	return w
 }
 
-func (w *wireFlow) params() flows.SubmitParams {
-	p := flows.SubmitParams{Flow: ffdtype.CreateFlowParams{Kind: w.Kind, Tags: w.Tags}, Nodes: make([]flows.SubmitNode, len(w.Nodes))}
+func (w *wireFlow) params() ffdtype.SubmitFlowParams {
+	p := ffdtype.SubmitFlowParams{Flow: ffdtype.CreateFlowParams{Kind: w.Kind, Tags: w.Tags}, Nodes: make([]ffdtype.SubmitNode, len(w.Nodes))}
 	for i, n := range w.Nodes {
-		p.Nodes[i] = flows.SubmitNode{Ref: n.Ref, Params: n.Execution.params()}
+		p.Nodes[i] = ffdtype.SubmitNode{Ref: n.Ref, Params: n.Execution.params()}
 		if n.Policy != nil {
 			p.Nodes[i].Policy = &ffdtype.Policy{Kind: ffdtype.PolicyKind(n.Policy.Kind), K: n.Policy.K, OnSatisfied: ffdtype.OnSatisfied(n.Policy.OnSatisfied)}
 		}
 	}
 	for _, e := range w.Edges {
-		p.Edges = append(p.Edges, flows.SubmitEdge{From: e.From, To: e.To, DependencyKind: e.DependencyKind, DataPassingRef: e.DataPassingRef})
+		p.Edges = append(p.Edges, ffdtype.SubmitEdge{From: e.From, To: e.To, DependencyKind: e.DependencyKind, DataPassingRef: e.DataPassingRef})
 	}
 	return p
 }
 
 // encodeExecution and encodeFlow are the stored params of a schedule's
 // target.
-func encodeExecution(p leases.CreateParams) (json.RawMessage, error) {
+func encodeExecution(p ffdtype.CreateParams) (json.RawMessage, error) {
 	w := executionToWire(p)
 	return json.Marshal(wireParams{Version: WireVersion, Execution: &w})
 }
 
-func encodeFlow(p flows.SubmitParams) (json.RawMessage, error) {
+func encodeFlow(p ffdtype.SubmitFlowParams) (json.RawMessage, error) {
 	return json.Marshal(wireParams{Version: WireVersion, Flow: flowToWire(p)})
 }
 
 // decodeParams reads stored params of the given target; a version this
 // ffd does not know, or params without the target, is an error naming
 // what was found.
-func decodeParams(raw json.RawMessage, target string) (*leases.CreateParams, *flows.SubmitParams, error) {
+func decodeParams(raw json.RawMessage, target string) (*ffdtype.CreateParams, *ffdtype.SubmitFlowParams, error) {
 	var w wireParams
 	if err := json.Unmarshal(raw, &w); err != nil {
 		return nil, nil, fmt.Errorf("decode the schedule's params: %w", err)

@@ -9,27 +9,25 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/flows"
-	"github.com/flowfabric/ffd/internal/leases"
 )
 
 // The params a v1 row holds, as the golden files spell them.
 var (
-	wantExecution = leases.CreateParams{
+	wantExecution = ffdtype.CreateParams{
 		Lane: "reports", Kind: "nightly", Payload: []byte(`{"day":1}`), Priority: 5,
 		RequiredCapabilities: []string{"gpu"}, MaxAttempts: 4,
 		Retry:    ffdtype.RetryPolicy{Base: 2 * time.Second, Max: time.Minute, Multiplier: 3, Jitter: 0.2},
 		LeaseTTL: 45 * time.Second, AttemptTimeout: 10 * time.Minute, Deadline: time.Hour, Delay: 1500 * time.Millisecond,
 		Tags: map[string]any{"team": "data", "none": nil}, UniqueKey: "nightly", UniqueWindow: 24 * time.Hour,
 	}
-	wantFlow = flows.SubmitParams{
+	wantFlow = ffdtype.SubmitFlowParams{
 		Flow: ffdtype.CreateFlowParams{Kind: "etl", Tags: map[string]any{"team": "data"}},
-		Nodes: []flows.SubmitNode{
-			{Ref: "extract", Params: leases.CreateParams{Lane: "io"}},
-			{Ref: "load", Params: leases.CreateParams{Lane: "db", MaxAttempts: 2},
+		Nodes: []ffdtype.SubmitNode{
+			{Ref: "extract", Params: ffdtype.CreateParams{Lane: "io"}},
+			{Ref: "load", Params: ffdtype.CreateParams{Lane: "db", MaxAttempts: 2},
 				Policy: &ffdtype.Policy{Kind: ffdtype.Quorum, K: 1, OnSatisfied: ffdtype.CancelRemaining}},
 		},
-		Edges: []flows.SubmitEdge{{From: "extract", To: "load", DataPassingRef: "rows"}},
+		Edges: []ffdtype.SubmitEdge{{From: "extract", To: "load", DataPassingRef: "rows"}},
 	}
 )
 
@@ -45,7 +43,7 @@ func golden(t *testing.T, name string) json.RawMessage {
 // A stored row is read by its wire names, not by the Go structs' field
 // names: the golden rows decode to the params they stand for, and those
 // params encode back to the same JSON. Renaming a field of
-// leases.CreateParams or flows.SubmitParams cannot change either side
+// ffdtype.CreateParams or ffdtype.SubmitFlowParams cannot change either side
 // without this test (or the compiler, in wire.go) saying so.
 func TestStoredParamsAreTheWireFormat(t *testing.T) {
 	t.Parallel()

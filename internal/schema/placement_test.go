@@ -44,7 +44,7 @@ func TestKeysTakenBeforePlacementStayHeld(t *testing.T) {
 
 	create := func() (*ffdtype.Execution, bool) {
 		t.Helper()
-		x, existed, err := leases.Create(ctx, db.Pool, leases.Limits{}, leases.CreateParams{Namespace: ns, Lane: "l", Kind: "k", IdempotencyKey: key})
+		x, existed, err := leases.Create(ctx, db.Pool, leases.Limits{}, ffdtype.CreateParams{Namespace: ns, Lane: "l", Kind: "k", IdempotencyKey: key})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,8 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flowfabric/ffd/internal/flows"
-	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/schema"
 	"github.com/flowfabric/ffd/migrations"
 )
@@ -46,8 +45,8 @@ func TestScheduleParamsMigrateToTheWireFormat(t *testing.T) {
 		}
 	}
 	// What the structs of before read from the rows as stored.
-	var beforeExec leases.CreateParams
-	var beforeFlow flows.SubmitParams
+	var beforeExec ffdtype.CreateParams
+	var beforeFlow ffdtype.SubmitFlowParams
 	if err := json.Unmarshal([]byte(exec), &beforeExec); err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func TestRetentionDeletesFinishedExecutions(t *testing.T) {
 	recent := f.finished("default", "", 2*day)
 	kept := f.finished("audit", "", 400*day)
 	short := f.finished("scratch", "", 2*day)
-	live, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, leases.CreateParams{Lane: "live"})
+	live, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, ffdtype.CreateParams{Lane: "live"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestRetentionDeletesFinishedExecutions(t *testing.T) {
 	if n := f.Count(`SELECT count(*) FROM ff_attempt WHERE execution_id = ANY($1)`, []uuid.UUID{old1.UUID, old2.UUID, short.UUID}); n != 0 {
 		t.Fatalf("%d attempts of deleted executions left", n)
 	}
-	again, existed, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, leases.CreateParams{Lane: "again", IdempotencyKey: "invoice-1"})
+	again, existed, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, ffdtype.CreateParams{Lane: "again", IdempotencyKey: "invoice-1"})
 	if err != nil || existed || again.ID == old1 {
 		t.Fatalf("reuse of a deleted execution's key: %v, existed %v, %v; want a new execution", again, existed, err)
 	}
@@ -125,10 +125,10 @@ func TestRetentionDeletesFinishedFlows(t *testing.T) {
 	f := retention{testdb.Checked(t, 2*time.Minute)}
 	d := cascade.New(f.Pool, nil)
 	run := func(lane string) *flows.Submitted {
-		sub, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, flows.SubmitParams{
+		sub, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, ffdtype.SubmitFlowParams{
 			Flow:  ffdtype.CreateFlowParams{Kind: "ret"},
-			Nodes: []flows.SubmitNode{{Ref: "a", Params: leases.CreateParams{Lane: lane}}, {Ref: "b", Params: leases.CreateParams{Lane: lane}}},
-			Edges: []flows.SubmitEdge{{From: "a", To: "b"}},
+			Nodes: []ffdtype.SubmitNode{{Ref: "a", Params: ffdtype.CreateParams{Lane: lane}}, {Ref: "b", Params: ffdtype.CreateParams{Lane: lane}}},
+			Edges: []ffdtype.SubmitEdge{{From: "a", To: "b"}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -156,7 +156,7 @@ func TestRetentionDeletesFinishedFlows(t *testing.T) {
 	freshMember := run("fresh")
 	age(freshMember.Flow.ID, 40*day, 0)
 	f.Exec(`UPDATE ff_execution SET terminal_at = now() WHERE flow_id = $1`, freshMember.Flow.ID)
-	open, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, flows.SubmitParams{Nodes: []flows.SubmitNode{{Ref: "a", Params: leases.CreateParams{Lane: "open"}}}})
+	open, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, ffdtype.SubmitFlowParams{Nodes: []ffdtype.SubmitNode{{Ref: "a", Params: ffdtype.CreateParams{Lane: "open"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
