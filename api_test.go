@@ -19,7 +19,6 @@ import (
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/schedule"
-	"github.com/flowfabric/ffd/internal/store"
 )
 
 // The API's exported aliases all name ffdtype, the public leaf where
@@ -136,7 +135,7 @@ func TestPublicNamesMatchTheStore(t *testing.T) {
 	same("on_satisfied", strs(ffd.CancelRemaining, ffd.LetRun), strs(ffdtype.OnSatisfieds...))
 	same("decisions", strs(ffd.DecisionPending, ffd.DecisionSatisfied, ffd.DecisionImpossible), strs(ffdtype.Decisions...))
 	same("cancel policies", strs(ffd.CancelFlowOnly, ffd.CancelAll, ffd.CancelPending), strs(ffdtype.CancelPolicies...))
-	same("streams", strs(ffd.StreamCompletion, ffd.StreamLease, ffd.StreamAll), strs(store.Streams...))
+	same("streams", strs(ffd.StreamCompletion, ffd.StreamLease, ffd.StreamAll), strs(ffdtype.OutboxStreams...))
 	same("missed-tick policies", strs(ffd.MissedLatest, ffd.MissedSkip, ffd.MissedAll), []string{schedule.MissedLatest, schedule.MissedSkip, schedule.MissedAll})
 }
 

@@ -3,40 +3,14 @@ package ffd
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/session"
 )
-
-// SessionConfig bounds what a stuck connection can do to everyone else:
-// idle_in_transaction_session_timeout, lock_timeout, TCP keepalives on
-// both ends and a connect timeout, sent as startup parameters. See
-// docs/operations.md ("Session guard") for why each matters.
-type SessionConfig struct {
-	// IdleInTransactionTimeout disconnects a session idle inside a
-	// transaction this long. Default DefaultIdleInTransactionTimeout
-	// (15 s); 0: no limit.
-	IdleInTransactionTimeout time.Duration
-	// LockTimeout bounds one statement's wait for a lock. Default
-	// DefaultLockTimeout (10 s); 0: wait forever.
-	LockTimeout time.Duration
-	// KeepaliveIdle is the silence before the first TCP keepalive probe.
-	// Default DefaultKeepaliveIdle (15 s); 0: the operating system's.
-	KeepaliveIdle time.Duration
-	// KeepaliveInterval is the time between probes. Default
-	// DefaultKeepaliveInterval (5 s); 0: the operating system's.
-	KeepaliveInterval time.Duration
-	// KeepaliveCount is how many unanswered probes end the connection.
-	// Default DefaultKeepaliveCount (3); 0: the operating system's.
-	KeepaliveCount int
-	// ConnectTimeout bounds establishing a connection. Default
-	// DefaultConnectTimeout (10 s); 0: no limit.
-	ConnectTimeout time.Duration
-}
 
 // Session guard defaults (DefaultSessionConfig).
 const (
@@ -48,8 +22,11 @@ const (
 	DefaultConnectTimeout           = session.DefaultConnectTimeout
 )
 
+// SessionConfig is the session guard (ffdtype.SessionConfig).
+type SessionConfig = ffdtype.SessionConfig
+
 // DefaultSessionConfig is the guard ffd's own connections use.
-func DefaultSessionConfig() SessionConfig { return SessionConfig(session.Default()) }
+func DefaultSessionConfig() SessionConfig { return session.Default() }
 
 // ConfigurePool puts the session guard s (nil: DefaultSessionConfig) on
 // every connection of cfg. Build the pool you hand to NewClient this way:
@@ -59,12 +36,12 @@ func DefaultSessionConfig() SessionConfig { return SessionConfig(session.Default
 func ConfigurePool(cfg *pgxpool.Config, s *SessionConfig) error {
 	guard := session.Default()
 	if s != nil {
-		guard = session.Config(*s)
+		guard = *s
 	}
-	if err := guard.Validate(); err != nil {
+	if err := session.Validate(guard); err != nil {
 		return err
 	}
-	guard.ApplyPool(cfg)
+	session.ApplyPool(guard, cfg)
 	return nil
 }
 

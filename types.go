@@ -128,3 +128,24 @@ type (
 	SubmitEdge       = ffdtype.SubmitEdge
 	SubmitFlowParams = ffdtype.SubmitFlowParams
 )
+
+// The outbox: streams, events, cursors and named consumers.
+type (
+	OutboxStream   = ffdtype.OutboxStream
+	OutboxEvent    = ffdtype.OutboxEvent
+	OutboxCursor   = ffdtype.OutboxCursor
+	OutboxStart    = ffdtype.OutboxStart
+	OutboxConsumer = ffdtype.OutboxConsumer
+	OutboxHandler  = ffdtype.OutboxHandler
+	WALHandler     = ffdtype.WALHandler
+	WALConfig      = ffdtype.WALConfig
+)
+
+// Outbox streams, and where a new consumer starts.
+const (
+	StreamCompletion = ffdtype.StreamCompletion
+	StreamLease      = ffdtype.StreamLease
+	StreamAll        = ffdtype.StreamAll
+	FromStart        = ffdtype.FromStart
+	FromNow          = ffdtype.FromNow
+)

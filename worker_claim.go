@@ -202,7 +202,7 @@ func (c *claimer) listen(ctx context.Context) {
 	if !session.Guarded(&cfg.Config) {
 		// The application's pool has no guard of its own; this connection
 		// is ffd's, so it gets ffd's.
-		session.Default().Apply(cfg)
+		session.Apply(session.Default(), cfg)
 	}
 	l, err := listener.New(listener.Config{
 		ConnConfig:      cfg,

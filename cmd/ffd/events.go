@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/outbox"
-	"github.com/flowfabric/ffd/internal/store"
 )
 
 // EventsCmd groups the outbox commands.
@@ -61,9 +61,9 @@ func (c *EventsTailCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
-	start := outbox.FromStart
+	start := ffdtype.FromStart
 	if c.FromNow {
-		start = outbox.FromNow
+		start = ffdtype.FromNow
 	}
 	// The library's consumer does the work: a named consumer acknowledges
 	// what was printed, an ephemeral cursor lives in memory; following, a
@@ -72,11 +72,11 @@ func (c *EventsTailCmd) Run(ctx context.Context, g *Globals) error {
 	return outbox.Consume(ctx, outbox.ConsumeConfig{
 		Pool: pool, Name: c.Consumer, Stream: stream, Start: start, Limit: c.Limit, Once: !c.Follow,
 		PollInterval: c.Poll, Logger: g.log,
-		Handler: func(_ context.Context, _ pgx.Tx, ev []outbox.Event) error { return out.write(ev) },
+		Handler: func(_ context.Context, _ pgx.Tx, ev []ffdtype.OutboxEvent) error { return out.write(ev) },
 	})
 }
 
-func (c *EventsTailCmd) wal(ctx context.Context, g *Globals, stream store.Stream, out *jsonLines) error {
+func (c *EventsTailCmd) wal(ctx context.Context, g *Globals, stream ffdtype.OutboxStream, out *jsonLines) error {
 	if c.Slot == "" {
 		return errors.New("--wal needs --slot NAME: the replication slot that keeps this consumer's position")
 	}
@@ -88,10 +88,10 @@ func (c *EventsTailCmd) wal(ctx context.Context, g *Globals, stream store.Stream
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	handler := func(_ context.Context, ev []outbox.Event) error {
-		var keep []outbox.Event
+	handler := func(_ context.Context, ev []ffdtype.OutboxEvent) error {
+		var keep []ffdtype.OutboxEvent
 		for _, e := range ev {
-			if stream == store.StreamAll || e.Stream == stream {
+			if stream == ffdtype.StreamAll || e.Stream == stream {
 				keep = append(keep, e)
 			}
 		}
@@ -113,7 +113,7 @@ func (c *EventsTailCmd) wal(ctx context.Context, g *Globals, stream store.Stream
 	retry := outbox.NewBackoff()
 	for {
 		started := false
-		err := outbox.StreamWAL(ctx, outbox.WALConfig{ConnString: g.DatabaseURL, Slot: c.Slot, Logger: g.log, Handler: handler,
+		err := outbox.StreamWAL(ctx, ffdtype.WALConfig{ConnString: g.DatabaseURL, Slot: c.Slot, Logger: g.log, Handler: handler,
 			Session: &guard, OnStart: func() { started = true }})
 		if ctx.Err() != nil {
 			return nil
@@ -138,7 +138,7 @@ type jsonLines struct {
 	n   int
 }
 
-func (j *jsonLines) write(ev []outbox.Event) error {
+func (j *jsonLines) write(ev []ffdtype.OutboxEvent) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for _, e := range ev {

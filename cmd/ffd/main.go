@@ -23,6 +23,7 @@ import (
 	"github.com/willabides/kongplete"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/bench"
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/daemon"
@@ -31,7 +32,6 @@ import (
 	"github.com/flowfabric/ffd/internal/schedule"
 	"github.com/flowfabric/ffd/internal/schema"
 	"github.com/flowfabric/ffd/internal/session"
-	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/version"
 )
 
@@ -108,7 +108,7 @@ func main() {
 func flagVars() kong.Vars {
 	v := kong.Vars{
 		"dev_port": strconv.Itoa(DefaultDevPort), "version": version.Get().String(),
-		"admin_addr": daemon.DefaultAdminAddr, "outbox_stream": string(store.StreamAll),
+		"admin_addr": daemon.DefaultAdminAddr, "outbox_stream": string(ffdtype.StreamAll),
 		"schedule_timezone": schedule.DefaultTimezone, "schedule_missed": schedule.MissedLatest,
 	}
 	for _, vars := range []map[string]string{bound.Vars(), bench.Vars()} {
@@ -225,8 +225,8 @@ func (g *Globals) Validate() error {
 }
 
 // session is the guard every connection of this command carries.
-func (g *Globals) session() session.Config {
-	return session.Config{
+func (g *Globals) session() ffdtype.SessionConfig {
+	return ffdtype.SessionConfig{
 		IdleInTransactionTimeout: g.IdleInTxTimeout, LockTimeout: g.LockTimeout,
 		KeepaliveIdle: g.KeepaliveIdle, KeepaliveInterval: g.KeepaliveInterval, KeepaliveCount: g.KeepaliveCount,
 		ConnectTimeout: g.ConnectTimeout,
@@ -240,7 +240,7 @@ func (g *Globals) poolConfig(url string) (*pgxpool.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database URL: %w", err)
 	}
-	g.session().ApplyPool(cfg)
+	session.ApplyPool(g.session(), cfg)
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "ffd"
 	}

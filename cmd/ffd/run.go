@@ -13,6 +13,7 @@ import (
 	"github.com/flowfabric/ffd/internal/console"
 	"github.com/flowfabric/ffd/internal/daemon"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/session"
 )
 
 // RunCmd is `ffd run`: the daemon.
@@ -83,7 +84,7 @@ func (f *DaemonFlags) config(ctx context.Context, g *Globals, databaseURL string
 		if listen, err = pgx.ParseConfig(f.ListenerURL); err != nil {
 			return daemon.Config{}, nil, fmt.Errorf("listener URL: %w", err)
 		}
-		g.session().Apply(listen)
+		session.Apply(g.session(), listen)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -36,10 +37,10 @@ func (h *harness) verifyConsumers(ctx context.Context) {
 		return
 	}
 	for _, id := range completions {
-		want[eventKey{string(store.StreamCompletion), id}] = true
+		want[eventKey{string(ffdtype.StreamCompletion), id}] = true
 	}
 	for _, id := range leases {
-		want[eventKey{string(store.StreamLease), id}] = true
+		want[eventKey{string(ffdtype.StreamLease), id}] = true
 	}
 	for _, p := range []*proc{h.cursor, h.wal} {
 		deadline := time.Now().Add(catchUpTimeout)

@@ -252,7 +252,7 @@ func TestConsolePagesRead(t *testing.T) {
 	if code, _ := get(t, base+"/flows?from=yesterday"); code != http.StatusBadRequest {
 		t.Errorf("a bad date: %d, want 400", code)
 	}
-	if err := store.InsertConsumer(f.Ctx, f.Pool, "audit", store.StreamCompletion, store.Cursor{}); err != nil {
+	if err := store.InsertConsumer(f.Ctx, f.Pool, "audit", ffdtype.StreamCompletion, ffdtype.OutboxCursor{}); err != nil {
 		t.Fatal(err)
 	}
 	xs, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: "console", Worker: "w/1", Max: 1})

@@ -480,7 +480,7 @@ func TestSystemdAndReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A named consumer one event behind, for the consumer gauges.
-	if err := store.InsertConsumer(f.Ctx, f.Pool, "audit", store.StreamCompletion, store.Cursor{}); err != nil {
+	if err := store.InsertConsumer(f.Ctx, f.Pool, "audit", ffdtype.StreamCompletion, ffdtype.OutboxCursor{}); err != nil {
 		t.Fatal(err)
 	}
 	done, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "gauge-done"})

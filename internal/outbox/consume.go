@@ -24,11 +24,6 @@ const (
 	DefaultPollInterval = bound.DefaultConsumerPollInterval
 )
 
-// Handler processes a batch inside tx, the transaction that will also
-// advance the consumer's cursor past the batch. Returning an error rolls
-// both back: the batch is delivered again.
-type Handler func(ctx context.Context, tx pgx.Tx, events []Event) error
-
 // ConsumeConfig configures Consume.
 type ConsumeConfig struct {
 	// Pool to read and ack on. Required.
@@ -38,9 +33,9 @@ type ConsumeConfig struct {
 	// cursor, kept in memory from Start.
 	Name string
 	// Stream: completion, lease or all. Default all.
-	Stream store.Stream
+	Stream ffdtype.OutboxStream
 	// Start is where a new cursor begins. Default FromStart.
-	Start Start
+	Start ffdtype.OutboxStart
 	// Batch bounds the events per handler call. Default DefaultBatch.
 	Batch int
 	// Limit stops Consume once it has delivered this many events. Default
@@ -54,7 +49,7 @@ type ConsumeConfig struct {
 	// ±10%). Default DefaultPollInterval.
 	PollInterval time.Duration
 	// Handler is called for each non-empty batch. Required.
-	Handler Handler
+	Handler ffdtype.OutboxHandler
 	// NoListen polls only. Default false: a listener wakes the consumer.
 	NoListen bool
 	// Logger: default none.
@@ -119,7 +114,7 @@ func (cfg *ConsumeConfig) normalize() error {
 		return errors.New("outbox: Consume needs a pool and a handler")
 	}
 	if cfg.Stream == "" {
-		cfg.Stream = store.StreamAll
+		cfg.Stream = ffdtype.StreamAll
 	}
 	if err := bound.ConsumerBatch.Fill("Batch", &cfg.Batch); err != nil {
 		return err
@@ -140,7 +135,7 @@ func (cfg *ConsumeConfig) normalize() error {
 // lives in the database) and how much it delivered.
 type consumer struct {
 	cfg       ConsumeConfig
-	cursor    Cursor
+	cursor    ffdtype.OutboxCursor
 	delivered int
 }
 
@@ -150,7 +145,7 @@ func (c *consumer) place(ctx context.Context) (err error) {
 	switch {
 	case c.cfg.Name != "":
 		_, err = Register(ctx, c.cfg.Pool, c.cfg.Name, c.cfg.Stream, c.cfg.Start)
-	case c.cfg.Start == FromNow:
+	case c.cfg.Start == ffdtype.FromNow:
 		c.cursor, err = store.Horizon(ctx, c.cfg.Pool)
 	}
 	return err
@@ -207,7 +202,7 @@ func (c *consumer) step(ctx context.Context, batch int) (int, error) {
 	if c.cfg.Name != "" {
 		return ConsumeOnce(ctx, c.cfg.Pool, c.cfg.Name, batch, c.cfg.Handler)
 	}
-	var events []Event
+	var events []ffdtype.OutboxEvent
 	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
 		var err error
 		if events, err = Read(ctx, tx, c.cfg.Stream, c.cursor, batch); err != nil || len(events) == 0 {
@@ -228,11 +223,11 @@ func (c *consumer) step(ctx context.Context, batch int) (int, error) {
 }
 
 // TopicsOf is the listener topics that announce events of a stream.
-func TopicsOf(s store.Stream) []listener.Topic {
+func TopicsOf(s ffdtype.OutboxStream) []listener.Topic {
 	switch s {
-	case store.StreamCompletion:
+	case ffdtype.StreamCompletion:
 		return []listener.Topic{listener.Completion}
-	case store.StreamLease:
+	case ffdtype.StreamLease:
 		return []listener.Topic{listener.Lease}
 	}
 	return []listener.Topic{listener.Completion, listener.Lease}
@@ -243,7 +238,7 @@ func TopicsOf(s store.Stream) []listener.Topic {
 // events it delivered. The consumer's row is locked for the transaction,
 // so two processes running the same consumer take turns instead of
 // delivering a batch twice.
-func ConsumeOnce(ctx context.Context, db store.DB, name string, batch int, h Handler) (int, error) {
+func ConsumeOnce(ctx context.Context, db store.DB, name string, batch int, h ffdtype.OutboxHandler) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		cons, err := store.LockConsumer(ctx, tx, name)

@@ -19,7 +19,7 @@ const MaxBatch = 10000
 
 // Read returns up to limit committed events after cursor, in (txid,
 // event_id) order: the protocol of docs/design.md section 7.
-func Read(ctx context.Context, db store.DB, s store.Stream, after Cursor, limit int) ([]Event, error) {
+func Read(ctx context.Context, db store.DB, s ffdtype.OutboxStream, after ffdtype.OutboxCursor, limit int) ([]ffdtype.OutboxEvent, error) {
 	if _, err := ParseStream(string(s)); err != nil {
 		return nil, err
 	}
@@ -29,30 +29,18 @@ func Read(ctx context.Context, db store.DB, s store.Stream, after Cursor, limit 
 	return store.ReadEvents(ctx, db, s, after, limit)
 }
 
-// Start positions for a new cursor.
-type Start int
-
-// Starts.
-const (
-	FromStart Start = iota // every retained event
-	FromNow                // only events of transactions after now
-)
-
-// Consumer is a named consumer's row.
-type Consumer = store.Consumer
-
 // Register creates a named consumer at start, or returns the existing one
 // (whose cursor is kept: a restart resumes right after it). Registering an
 // existing name for another stream is a conflict.
-func Register(ctx context.Context, db store.DB, name string, s store.Stream, start Start) (*Consumer, error) {
+func Register(ctx context.Context, db store.DB, name string, s ffdtype.OutboxStream, start ffdtype.OutboxStart) (*ffdtype.OutboxConsumer, error) {
 	if err := leases.ValidateName("consumer", name); err != nil {
 		return nil, err
 	}
 	if _, err := ParseStream(string(s)); err != nil {
 		return nil, err
 	}
-	c := Cursor{}
-	if start == FromNow {
+	c := ffdtype.OutboxCursor{}
+	if start == ffdtype.FromNow {
 		var err error
 		if c, err = store.Horizon(ctx, db); err != nil {
 			return nil, err
@@ -72,7 +60,7 @@ func Register(ctx context.Context, db store.DB, name string, s store.Stream, sta
 }
 
 // Get reads a named consumer.
-func Get(ctx context.Context, db store.DB, name string) (*Consumer, error) {
+func Get(ctx context.Context, db store.DB, name string) (*ffdtype.OutboxConsumer, error) {
 	c, err := store.GetConsumer(ctx, db, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &ffdtype.NotFoundError{Object: "consumer", ID: name}
@@ -83,7 +71,7 @@ func Get(ctx context.Context, db store.DB, name string) (*Consumer, error) {
 // Ack moves a consumer's cursor forward to c, in db (pass the transaction
 // that did the consumer's work for exactly-once processing). A cursor
 // never moves back.
-func Ack(ctx context.Context, db store.DB, name string, c Cursor) error {
+func Ack(ctx context.Context, db store.DB, name string, c ffdtype.OutboxCursor) error {
 	moved, err := store.AdvanceConsumer(ctx, db, name, c)
 	if err != nil {
 		return err

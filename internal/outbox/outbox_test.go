@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
@@ -36,7 +37,7 @@ func insertEvent(ctx context.Context, q interface {
 	return id, err
 }
 
-func (f *fixture) read(s store.Stream, after outbox.Cursor) []outbox.Event {
+func (f *fixture) read(s ffdtype.OutboxStream, after ffdtype.OutboxCursor) []ffdtype.OutboxEvent {
 	f.T.Helper()
 	ev, err := outbox.Read(f.Ctx, f.DB.Pool, s, after, 1000)
 	if err != nil {
@@ -47,7 +48,7 @@ func (f *fixture) read(s store.Stream, after outbox.Cursor) []outbox.Event {
 
 // readUntil reads from after until n events are visible (other tests'
 // transactions can hold the cluster-wide horizon back briefly).
-func (f *fixture) readUntil(s store.Stream, after outbox.Cursor, n int) []outbox.Event {
+func (f *fixture) readUntil(s ffdtype.OutboxStream, after ffdtype.OutboxCursor, n int) []ffdtype.OutboxEvent {
 	f.T.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -61,7 +62,7 @@ func (f *fixture) readUntil(s store.Stream, after outbox.Cursor, n int) []outbox
 
 // consumeN runs ConsumeOnce (batches of batch) until n events went
 // through h or the wait runs out.
-func (f *fixture) consumeN(name string, batch, n int, h outbox.Handler) int {
+func (f *fixture) consumeN(name string, batch, n int, h ffdtype.OutboxHandler) int {
 	f.T.Helper()
 	total := 0
 	deadline := time.Now().Add(30 * time.Second)
@@ -78,7 +79,7 @@ func (f *fixture) consumeN(name string, batch, n int, h outbox.Handler) int {
 	return total
 }
 
-func ids(ev []outbox.Event) []int64 {
+func ids(ev []ffdtype.OutboxEvent) []int64 {
 	out := make([]int64, len(ev))
 	for i, e := range ev {
 		out[i] = e.EventID
@@ -108,7 +109,7 @@ func TestOutOfOrderCommits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := f.read(store.StreamCompletion, outbox.Cursor{}); len(got) != 0 {
+			if got := f.read(ffdtype.StreamCompletion, ffdtype.OutboxCursor{}); len(got) != 0 {
 				t.Fatalf("while A is open the reader got %v; want nothing (B must wait behind A)", ids(got))
 			}
 			if commitA {
@@ -124,12 +125,12 @@ func TestOutOfOrderCommits(t *testing.T) {
 			}
 			// The horizon is cluster-wide: a transaction open in another
 			// test's database also holds events back, for a moment.
-			got := f.readUntil(store.StreamCompletion, outbox.Cursor{}, len(want))
+			got := f.readUntil(ffdtype.StreamCompletion, ffdtype.OutboxCursor{}, len(want))
 			if fmt.Sprint(ids(got)) != fmt.Sprint(want) {
 				t.Fatalf("after A ended: got %v, want %v", ids(got), want)
 			}
 			// Exactly once: reading after the last position yields nothing.
-			if more := f.read(store.StreamCompletion, got[len(got)-1].Position()); len(more) != 0 {
+			if more := f.read(ffdtype.StreamCompletion, got[len(got)-1].Position()); len(more) != 0 {
 				t.Fatalf("re-read after the cursor returned %v", ids(more))
 			}
 		})
@@ -151,13 +152,13 @@ func TestStressConsumers(t *testing.T) {
 	const writers, perWriter = 16, 40
 	names := []string{"billing", "audit", "dash"}
 	for _, n := range names {
-		if _, err := outbox.Register(f.Ctx, pool, n, store.StreamAll, outbox.FromStart); err != nil {
+		if _, err := outbox.Register(f.Ctx, pool, n, ffdtype.StreamAll, ffdtype.FromStart); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var mu sync.Mutex
 	written := map[int64]bool{}
-	seen := map[string][]outbox.Event{}
+	seen := map[string][]ffdtype.OutboxEvent{}
 	var wg sync.WaitGroup
 	done := make(chan struct{})
 	for w := range writers {
@@ -213,7 +214,7 @@ func TestStressConsumers(t *testing.T) {
 		go func() {
 			defer cw.Done()
 			for {
-				n, err := outbox.ConsumeOnce(f.Ctx, pool, name, 1+rand.IntN(50), func(ctx context.Context, tx pgx.Tx, ev []outbox.Event) error {
+				n, err := outbox.ConsumeOnce(f.Ctx, pool, name, 1+rand.IntN(50), func(ctx context.Context, tx pgx.Tx, ev []ffdtype.OutboxEvent) error {
 					mu.Lock()
 					seen[name] = append(seen[name], ev...)
 					mu.Unlock()
@@ -285,10 +286,10 @@ func TestRestartAndTransactionalAck(t *testing.T) {
 		}
 		all = append(all, id)
 	}
-	if _, err := outbox.Register(f.Ctx, f.DB.Pool, "ledger", store.StreamCompletion, outbox.FromStart); err != nil {
+	if _, err := outbox.Register(f.Ctx, f.DB.Pool, "ledger", ffdtype.StreamCompletion, ffdtype.FromStart); err != nil {
 		t.Fatal(err)
 	}
-	write := func(ctx context.Context, tx pgx.Tx, ev []outbox.Event) error {
+	write := func(ctx context.Context, tx pgx.Tx, ev []ffdtype.OutboxEvent) error {
 		for _, e := range ev {
 			if _, err := tx.Exec(ctx, `INSERT INTO ledger VALUES ($1)`, e.EventID); err != nil {
 				return err
@@ -301,7 +302,7 @@ func TestRestartAndTransactionalAck(t *testing.T) {
 	}
 	// The handler fails mid-batch: its writes and the ack roll back.
 	boom := errors.New("downstream unavailable")
-	if _, err := outbox.ConsumeOnce(f.Ctx, f.DB.Pool, "ledger", 4, func(ctx context.Context, tx pgx.Tx, ev []outbox.Event) error {
+	if _, err := outbox.ConsumeOnce(f.Ctx, f.DB.Pool, "ledger", 4, func(ctx context.Context, tx pgx.Tx, ev []ffdtype.OutboxEvent) error {
 		if err := write(ctx, tx, ev[:2]); err != nil {
 			return err
 		}
@@ -348,11 +349,11 @@ func TestRestartAndTransactionalAck(t *testing.T) {
 		t.Fatalf("cursor %+v %v", c, err)
 	}
 	// Registering again keeps the cursor; another stream is a conflict.
-	again, err := outbox.Register(f.Ctx, f.DB.Pool, "ledger", store.StreamCompletion, outbox.FromStart)
+	again, err := outbox.Register(f.Ctx, f.DB.Pool, "ledger", ffdtype.StreamCompletion, ffdtype.FromStart)
 	if err != nil || again.Cursor != c.Cursor {
 		t.Fatalf("re-register moved the cursor: %+v %v", again, err)
 	}
-	if _, err := outbox.Register(f.Ctx, f.DB.Pool, "ledger", store.StreamLease, outbox.FromStart); err == nil {
+	if _, err := outbox.Register(f.Ctx, f.DB.Pool, "ledger", ffdtype.StreamLease, ffdtype.FromStart); err == nil {
 		t.Fatal("re-register for another stream succeeded")
 	}
 }
@@ -366,10 +367,10 @@ func TestFromNow(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait until the old event is below the (cluster-wide) horizon.
-	if got := f.readUntil(store.StreamCompletion, outbox.Cursor{}, 1); len(got) != 1 {
+	if got := f.readUntil(ffdtype.StreamCompletion, ffdtype.OutboxCursor{}, 1); len(got) != 1 {
 		t.Fatal("the first event never became readable")
 	}
-	if _, err := outbox.Register(f.Ctx, f.DB.Pool, "late", store.StreamAll, outbox.FromNow); err != nil {
+	if _, err := outbox.Register(f.Ctx, f.DB.Pool, "late", ffdtype.StreamAll, ffdtype.FromNow); err != nil {
 		t.Fatal(err)
 	}
 	id, err := insertEvent(f.Ctx, f.DB.Pool)
@@ -377,7 +378,7 @@ func TestFromNow(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []int64
-	f.consumeN("late", 10, 1, func(_ context.Context, _ pgx.Tx, ev []outbox.Event) error {
+	f.consumeN("late", 10, 1, func(_ context.Context, _ pgx.Tx, ev []ffdtype.OutboxEvent) error {
 		got = append(got, ids(ev)...)
 		return nil
 	})
@@ -409,10 +410,10 @@ func TestRetention(t *testing.T) {
 	exec(`UPDATE ff_lease_event SET occurred_at = now() - interval '30 days'`)
 	exec(`UPDATE ff_completion_event SET dispatched_at = now() WHERE event_id IN (SELECT event_id FROM ff_completion_event ORDER BY event_id LIMIT 4)`)
 	// A consumer that has read two completion events.
-	if _, err := outbox.Register(f.Ctx, f.DB.Pool, "slow", store.StreamCompletion, outbox.FromStart); err != nil {
+	if _, err := outbox.Register(f.Ctx, f.DB.Pool, "slow", ffdtype.StreamCompletion, ffdtype.FromStart); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.consumeN("slow", 2, 2, func(context.Context, pgx.Tx, []outbox.Event) error { return nil }); n != 2 {
+	if n := f.consumeN("slow", 2, 2, func(context.Context, pgx.Tx, []ffdtype.OutboxEvent) error { return nil }); n != 2 {
 		t.Fatalf("consumer read %d, want 2", n)
 	}
 	r, err := outbox.Retain(f.Ctx, f.DB.Pool, 7*24*time.Hour, 1)
@@ -444,16 +445,16 @@ func TestRetention(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, err := outbox.Read(f.Ctx, f.DB.Pool, "everything", outbox.Cursor{}, 10); err == nil {
+	if _, err := outbox.Read(f.Ctx, f.DB.Pool, "everything", ffdtype.OutboxCursor{}, 10); err == nil {
 		t.Error("unknown stream accepted")
 	}
-	if _, err := outbox.Read(f.Ctx, f.DB.Pool, store.StreamAll, outbox.Cursor{}, 0); err == nil {
+	if _, err := outbox.Read(f.Ctx, f.DB.Pool, ffdtype.StreamAll, ffdtype.OutboxCursor{}, 0); err == nil {
 		t.Error("limit 0 accepted")
 	}
-	if _, err := outbox.Register(f.Ctx, f.DB.Pool, "bad name", store.StreamAll, outbox.FromStart); err == nil {
+	if _, err := outbox.Register(f.Ctx, f.DB.Pool, "bad name", ffdtype.StreamAll, ffdtype.FromStart); err == nil {
 		t.Error("bad consumer name accepted")
 	}
-	if err := outbox.StreamWAL(f.Ctx, outbox.WALConfig{ConnString: f.DB.URL, Slot: "Bad-Slot", Handler: func(context.Context, []outbox.Event) error { return nil }}); err == nil || !strings.Contains(err.Error(), "Bad-Slot") {
+	if err := outbox.StreamWAL(f.Ctx, ffdtype.WALConfig{ConnString: f.DB.URL, Slot: "Bad-Slot", Handler: func(context.Context, []ffdtype.OutboxEvent) error { return nil }}); err == nil || !strings.Contains(err.Error(), "Bad-Slot") {
 		t.Errorf("bad slot name: %v", err)
 	}
 }
@@ -470,8 +471,8 @@ func TestConsumerWakesOnBornDispatchedEvents(t *testing.T) {
 	ctx, cancel := context.WithCancel(f.Ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- outbox.Consume(ctx, outbox.ConsumeConfig{Pool: f.DB.Pool, Name: "wake", Stream: store.StreamCompletion, PollInterval: time.Hour,
-			Handler: func(_ context.Context, _ pgx.Tx, ev []outbox.Event) error {
+		done <- outbox.Consume(ctx, outbox.ConsumeConfig{Pool: f.DB.Pool, Name: "wake", Stream: ffdtype.StreamCompletion, PollInterval: time.Hour,
+			Handler: func(_ context.Context, _ pgx.Tx, ev []ffdtype.OutboxEvent) error {
 				for _, e := range ev {
 					got <- e.EventID
 				}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/outbox"
-	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -51,8 +50,8 @@ func TestConsumeSurvivesTerminatedBackends(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- outbox.Consume(ctx, outbox.ConsumeConfig{Pool: pool, Name: "under-fire", Stream: store.StreamCompletion, Batch: 7,
-			PollInterval: 20 * time.Millisecond, Handler: func(_ context.Context, _ pgx.Tx, ev []outbox.Event) error {
+		done <- outbox.Consume(ctx, outbox.ConsumeConfig{Pool: pool, Name: "under-fire", Stream: ffdtype.StreamCompletion, Batch: 7,
+			PollInterval: 20 * time.Millisecond, Handler: func(_ context.Context, _ pgx.Tx, ev []ffdtype.OutboxEvent) error {
 				mu.Lock()
 				defer mu.Unlock()
 				for _, e := range ev {
@@ -113,7 +112,7 @@ func TestConsumeStopsOnPermanentErrors(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- outbox.Consume(ctx, outbox.ConsumeConfig{Pool: f.DB.Pool, Name: "doomed", PollInterval: 20 * time.Millisecond,
-			Handler: func(context.Context, pgx.Tx, []outbox.Event) error { return nil }})
+			Handler: func(context.Context, pgx.Tx, []ffdtype.OutboxEvent) error { return nil }})
 	}()
 	for {
 		if _, err := outbox.Get(f.Ctx, f.DB.Pool, "doomed"); err == nil {
@@ -133,7 +132,7 @@ func TestConsumeStopsOnPermanentErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer missing.Close()
-	err = outbox.Consume(ctx, outbox.ConsumeConfig{Pool: missing, Name: "c", Handler: func(context.Context, pgx.Tx, []outbox.Event) error { return nil }})
+	err = outbox.Consume(ctx, outbox.ConsumeConfig{Pool: missing, Name: "c", Handler: func(context.Context, pgx.Tx, []ffdtype.OutboxEvent) error { return nil }})
 	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "no_such_database") {
 		t.Fatalf("Consume on a missing database: %v (context %v), want the server's refusal at once", err, ctx.Err())
 	}

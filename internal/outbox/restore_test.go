@@ -13,7 +13,6 @@ import (
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/pgserver"
-	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -38,7 +37,7 @@ func drain(t *testing.T, ctx context.Context, db *pgxpool.Pool, name string) int
 	t.Helper()
 	total := 0
 	for {
-		n, err := outbox.ConsumeOnce(ctx, db, name, 100, func(context.Context, pgx.Tx, []outbox.Event) error { return nil })
+		n, err := outbox.ConsumeOnce(ctx, db, name, 100, func(context.Context, pgx.Tx, []ffdtype.OutboxEvent) error { return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +63,7 @@ func TestLogicalRestoreProcedureKeepsConsumersReading(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := outbox.Register(ctx, f.Pool, "audit", store.StreamAll, outbox.FromStart); err != nil {
+	if _, err := outbox.Register(ctx, f.Pool, "audit", ffdtype.StreamAll, ffdtype.FromStart); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {

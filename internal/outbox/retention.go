@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -33,11 +34,11 @@ func Retain(ctx context.Context, db store.DB, window time.Duration, batch int) (
 		batch = DefaultRetentionBatch
 	}
 	for _, t := range []struct {
-		stream store.Stream
+		stream ffdtype.OutboxStream
 		n      *int
 	}{
-		{store.StreamCompletion, &r.Completion},
-		{store.StreamLease, &r.Lease},
+		{ffdtype.StreamCompletion, &r.Completion},
+		{ffdtype.StreamLease, &r.Lease},
 	} {
 		for range maxRetentionBatches {
 			n, err := store.DeleteRetained(ctx, db, t.stream, window, batch)

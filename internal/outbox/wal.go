@@ -33,36 +33,6 @@ const DefaultStatusInterval = 10 * time.Second
 // ErrWALLevel is matched when the server cannot do logical decoding.
 var ErrWALLevel = errors.New("wal_level is not logical")
 
-// WALHandler receives the events of one committed transaction, in commit
-// order. When it returns nil the transaction is acknowledged; the slot
-// then never delivers it again. An error stops the stream; the
-// transaction is delivered again on the next start.
-type WALHandler func(ctx context.Context, events []Event) error
-
-// WALConfig configures StreamWAL.
-type WALConfig struct {
-	// ConnString connects to the database (a normal URL or DSN; the
-	// replication parameter is added). Required.
-	ConnString string
-	// Slot is the logical replication slot, created on first use; one per
-	// consumer. Required: 1-63 of [a-z0-9_].
-	Slot string
-	// Handler is called once per committed transaction. Required.
-	Handler WALHandler
-	// StatusInterval: standby status updates when idle. Default 10 s.
-	StatusInterval time.Duration
-	// OnStart, when set, is called once streaming has started: the slot
-	// exists and is consistent, so every transaction committed from now on
-	// will be delivered. (A new slot holds only what commits after it was
-	// created; read older events with the cursor protocol.)
-	OnStart func()
-	// Session is the connection's guard (keepalives above all: a stream
-	// that is idle must still notice a vanished server). Default
-	// session.Default().
-	Session *session.Config
-	Logger  *zap.Logger
-}
-
 func validSlot(s string) error {
 	if len(s) == 0 || len(s) > 63 || strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" {
 		return fault.Invalid(ffdtype.KindInvalidValue, "slot", s, "want 1 to 63 of a-z 0-9 _ (a replication slot name)")
@@ -70,7 +40,7 @@ func validSlot(s string) error {
 	return nil
 }
 
-func replicationConn(ctx context.Context, connString string, guard *session.Config) (*pgconn.PgConn, error) {
+func replicationConn(ctx context.Context, connString string, guard *ffdtype.SessionConfig) (*pgconn.PgConn, error) {
 	cfg, err := pgconn.ParseConfig(connString)
 	if err != nil {
 		return nil, fmt.Errorf("replication connection: %w", err)
@@ -79,7 +49,7 @@ func replicationConn(ctx context.Context, connString string, guard *session.Conf
 	if guard != nil {
 		g = *guard
 	}
-	g.ApplyConn(cfg)
+	session.ApplyConn(g, cfg)
 	cfg.RuntimeParams["replication"] = "database"
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -137,7 +107,7 @@ func DropSlot(ctx context.Context, connString, slot string) error {
 // ctx ends (returning nil), the handler fails or the connection drops
 // (returning the error; call it again to resume: nothing acknowledged is
 // lost, nothing unacknowledged is skipped).
-func StreamWAL(ctx context.Context, cfg WALConfig) error {
+func StreamWAL(ctx context.Context, cfg ffdtype.WALConfig) error {
 	if cfg.Handler == nil {
 		return errors.New("outbox: StreamWAL needs a handler")
 	}
@@ -151,7 +121,7 @@ func StreamWAL(ctx context.Context, cfg WALConfig) error {
 		cfg.Logger = zap.NewNop()
 	}
 	if cfg.Session != nil {
-		if err := cfg.Session.Validate(); err != nil {
+		if err := session.Validate(*cfg.Session); err != nil {
 			return err
 		}
 	}
@@ -181,12 +151,12 @@ func StreamWAL(ctx context.Context, cfg WALConfig) error {
 }
 
 type walStream struct {
-	cfg       WALConfig
+	cfg       ffdtype.WALConfig
 	conn      *pgconn.PgConn
 	relations map[uint32]*pglogrepl.RelationMessage
 	types     *pgtype.Map
 	acked     pglogrepl.LSN
-	pending   []Event
+	pending   []ffdtype.OutboxEvent
 }
 
 func (s *walStream) status(ctx context.Context) error {
@@ -280,13 +250,13 @@ func (s *walStream) handle(ctx context.Context, data []byte) error {
 	return nil
 }
 
-func (s *walStream) decode(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (Event, error) {
-	var e Event
+func (s *walStream) decode(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (ffdtype.OutboxEvent, error) {
+	var e ffdtype.OutboxEvent
 	switch rel.RelationName {
 	case "ff_completion_event":
-		e.Stream = store.StreamCompletion
+		e.Stream = ffdtype.StreamCompletion
 	case "ff_lease_event":
-		e.Stream = store.StreamLease
+		e.Stream = ffdtype.StreamLease
 	default:
 		return e, fmt.Errorf("WAL insert into unexpected table %s", rel.RelationName)
 	}

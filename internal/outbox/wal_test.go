@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/pgserver"
 	"github.com/flowfabric/ffd/internal/schema"
@@ -55,9 +56,9 @@ func (f *fixture) stream(slot string, into *walRun) *walRun {
 	into.stop, into.done, into.started = cancel, make(chan error, 1), make(chan struct{})
 	started := into.started
 	go func() {
-		into.done <- outbox.StreamWAL(ctx, outbox.WALConfig{ConnString: f.DB.URL, Slot: slot, StatusInterval: 100 * time.Millisecond,
+		into.done <- outbox.StreamWAL(ctx, ffdtype.WALConfig{ConnString: f.DB.URL, Slot: slot, StatusInterval: 100 * time.Millisecond,
 			OnStart: func() { close(started) },
-			Handler: func(_ context.Context, ev []outbox.Event) error {
+			Handler: func(_ context.Context, ev []ffdtype.OutboxEvent) error {
 				into.mu.Lock()
 				defer into.mu.Unlock()
 				into.txs = append(into.txs, ids(ev))
@@ -279,8 +280,8 @@ func TestWALLevelRequired(t *testing.T) {
 	if _, err := schema.Up(ctx, pool, 0); err != nil {
 		t.Fatal(err)
 	}
-	err = outbox.StreamWAL(ctx, outbox.WALConfig{ConnString: srv.URL("postgres"), Slot: "never",
-		Handler: func(context.Context, []outbox.Event) error { return nil }})
+	err = outbox.StreamWAL(ctx, ffdtype.WALConfig{ConnString: srv.URL("postgres"), Slot: "never",
+		Handler: func(context.Context, []ffdtype.OutboxEvent) error { return nil }})
 	if !errors.Is(err, outbox.ErrWALLevel) || !strings.Contains(err.Error(), "wal_level = logical") {
 		t.Fatalf("StreamWAL on wal_level=replica: %v; want an error naming wal_level = logical", err)
 	}

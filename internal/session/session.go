@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/bound"
 )
 
@@ -43,34 +44,9 @@ const (
 	DefaultConnectTimeout           = bound.DefaultConnectTimeout
 )
 
-// Config is the guard. The zero value is not the defaults: use Default, or
-// set each field (0 disables a timeout, or leaves a keepalive setting to
-// the operating system).
-type Config struct {
-	// IdleInTransactionTimeout disconnects a session idle inside a
-	// transaction this long. Default DefaultIdleInTransactionTimeout
-	// (15 s); 0: no limit.
-	IdleInTransactionTimeout time.Duration
-	// LockTimeout bounds one statement's wait for a lock. Default
-	// DefaultLockTimeout (10 s); 0: wait forever.
-	LockTimeout time.Duration
-	// KeepaliveIdle is the silence before the first TCP keepalive probe.
-	// Default DefaultKeepaliveIdle (15 s); 0: the operating system's.
-	KeepaliveIdle time.Duration
-	// KeepaliveInterval is the time between probes. Default
-	// DefaultKeepaliveInterval (5 s); 0: the operating system's.
-	KeepaliveInterval time.Duration
-	// KeepaliveCount is how many unanswered probes end the connection.
-	// Default DefaultKeepaliveCount (3); 0: the operating system's.
-	KeepaliveCount int
-	// ConnectTimeout bounds establishing a connection. Default
-	// DefaultConnectTimeout (10 s); 0: no limit.
-	ConnectTimeout time.Duration
-}
-
 // Default is the guard ffd uses unless told otherwise.
-func Default() Config {
-	return Config{
+func Default() ffdtype.SessionConfig {
+	return ffdtype.SessionConfig{
 		IdleInTransactionTimeout: DefaultIdleInTransactionTimeout,
 		LockTimeout:              DefaultLockTimeout,
 		KeepaliveIdle:            DefaultKeepaliveIdle,
@@ -82,7 +58,7 @@ func Default() Config {
 
 // Validate checks every field against internal/bound; field names are the
 // Go ones (the CLI checks its flags under their own names).
-func (c Config) Validate() error {
+func Validate(c ffdtype.SessionConfig) error {
 	for _, err := range []error{
 		bound.IdleInTransactionTimeout.Check("IdleInTransactionTimeout", c.IdleInTransactionTimeout),
 		bound.LockTimeout.Check("LockTimeout", c.LockTimeout),
@@ -103,7 +79,7 @@ func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(),
 
 // ApplyConn sets the guard on a pgconn configuration (the WAL stream's
 // replication connection uses one directly).
-func (c Config) ApplyConn(cfg *pgconn.Config) {
+func ApplyConn(c ffdtype.SessionConfig, cfg *pgconn.Config) {
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
 	}
@@ -140,10 +116,10 @@ func (c Config) ApplyConn(cfg *pgconn.Config) {
 }
 
 // Apply sets the guard on a connection configuration.
-func (c Config) Apply(cfg *pgx.ConnConfig) { c.ApplyConn(&cfg.Config) }
+func Apply(c ffdtype.SessionConfig, cfg *pgx.ConnConfig) { ApplyConn(c, &cfg.Config) }
 
 // ApplyPool sets the guard on every connection of a pool configuration.
-func (c Config) ApplyPool(cfg *pgxpool.Config) { c.Apply(cfg.ConnConfig) }
+func ApplyPool(c ffdtype.SessionConfig, cfg *pgxpool.Config) { Apply(c, cfg.ConnConfig) }
 
 // Guarded reports whether a configuration already carries a guard (set by
 // Apply or by hand), so that a connection ffd derives from a caller's

@@ -56,19 +56,6 @@ func LeaseEndOf(s ffdtype.State) LeaseEventType {
 	return LeaseReleased
 }
 
-// Stream selects an outbox (ff_outbox_consumer.stream).
-type Stream string
-
-// Streams.
-const (
-	StreamCompletion Stream = "completion"
-	StreamLease      Stream = "lease"
-	StreamAll        Stream = "all"
-)
-
-// Streams lists every stream.
-var Streams = []Stream{StreamCompletion, StreamLease, StreamAll}
-
 // Notification channels the schema's triggers send on (docs/schema.md,
 // Notifications). Payloads are hints: nothing relies on one arriving.
 const (

@@ -67,7 +67,7 @@ func TestNamesMatchTheSchema(t *testing.T) {
 		{"ff_edge_group", "policy", strs(ffdtype.PolicyKinds)},
 		{"ff_edge_group", "on_satisfied", strs(ffdtype.OnSatisfieds)},
 		{"ff_edge_group", "decision", strs(ffdtype.Decisions)},
-		{"ff_outbox_consumer", "stream", strs(store.Streams)},
+		{"ff_outbox_consumer", "stream", strs(ffdtype.OutboxStreams)},
 	}
 	for _, c := range cases {
 		got := checkOn(c.table, c.column)

@@ -11,46 +11,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 )
-
-// Event is one outbox row, of either table. JSON names are the schema's
-// and are stable (docs/consumers.md).
-type Event struct {
-	Stream       Stream    `json:"stream"`
-	EventID      int64     `json:"event_id"`
-	TxID         uint64    `json:"txid"`
-	PartitionKey int16     `json:"partition_key"`
-	ExecutionID  string    `json:"execution_id,omitempty"` // {fp:N}:<uuid>; empty for a flow's own event
-	FlowID       string    `json:"flow_id,omitempty"`
-	OccurredAt   time.Time `json:"occurred_at"`
-	Attempt      int       `json:"attempt"`
-	// Completion events.
-	Outcome      string     `json:"outcome,omitempty"`
-	Step         string     `json:"step,omitempty"` // a flow member's step name
-	Namespace    string     `json:"namespace,omitempty"`
-	DispatchedAt *time.Time `json:"dispatched_at,omitempty"`
-	// Lease events.
-	EventType      string     `json:"event_type,omitempty"`
-	LeaseEpoch     int64      `json:"lease_epoch,omitempty"`
-	Worker         string     `json:"worker,omitempty"`
-	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
-}
-
-// Cursor is a position in the (txid, event_id) order: everything at or
-// before it has been consumed.
-type Cursor struct {
-	TxID    uint64 `json:"txid"`
-	EventID int64  `json:"event_id"`
-}
-
-// Less orders cursors.
-func (c Cursor) Less(o Cursor) bool {
-	return c.TxID < o.TxID || (c.TxID == o.TxID && c.EventID < o.EventID)
-}
-
-// Position is the cursor just at e.
-func (e Event) Position() Cursor { return Cursor{TxID: e.TxID, EventID: e.EventID} }
 
 func execIDString(part int16, u *uuid.UUID) string {
 	if u == nil {
@@ -100,12 +63,12 @@ const (
 // ReadEvents returns up to limit committed events of stream s after the
 // cursor, in (txid, event_id) order: the protocol of docs/design.md
 // section 7.
-func ReadEvents(ctx context.Context, db DB, s Stream, after Cursor, limit int) ([]Event, error) {
+func ReadEvents(ctx context.Context, db DB, s ffdtype.OutboxStream, after ffdtype.OutboxCursor, limit int) ([]ffdtype.OutboxEvent, error) {
 	q := readAllSQL
 	switch s {
-	case StreamCompletion:
+	case ffdtype.StreamCompletion:
 		q = readCompletionSQL
-	case StreamLease:
+	case ffdtype.StreamLease:
 		q = readLeaseSQL
 	}
 	rows, err := db.Query(ctx, q, strconv.FormatUint(after.TxID, 10), after.EventID, limit)
@@ -119,9 +82,9 @@ func ReadEvents(ctx context.Context, db DB, s Stream, after Cursor, limit int) (
 	return events, nil
 }
 
-func scanEvent(r pgx.CollectableRow) (Event, error) {
+func scanEvent(r pgx.CollectableRow) (ffdtype.OutboxEvent, error) {
 	var (
-		e                           Event
+		e                           ffdtype.OutboxEvent
 		stream, txid                string
 		exec, flow                  *uuid.UUID
 		outcome, ns, evType, worker *string
@@ -133,7 +96,7 @@ func scanEvent(r pgx.CollectableRow) (Event, error) {
 	if err != nil {
 		return e, err
 	}
-	e.Stream = Stream(stream)
+	e.Stream = ffdtype.OutboxStream(stream)
 	if e.TxID, err = ParseTxID(txid); err != nil {
 		return e, err
 	}
@@ -151,27 +114,20 @@ func scanEvent(r pgx.CollectableRow) (Event, error) {
 
 // Horizon is the cursor below which every transaction has ended: starting
 // there skips everything committed so far and nothing committed later.
-func Horizon(ctx context.Context, db DB) (Cursor, error) {
+func Horizon(ctx context.Context, db DB) (ffdtype.OutboxCursor, error) {
 	var s string
 	if err := db.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`).Scan(&s); err != nil {
-		return Cursor{}, fmt.Errorf("read transaction horizon: %w", err)
+		return ffdtype.OutboxCursor{}, fmt.Errorf("read transaction horizon: %w", err)
 	}
 	xmin, err := ParseTxID(s)
 	if err != nil {
-		return Cursor{}, err
+		return ffdtype.OutboxCursor{}, err
 	}
-	return Cursor{TxID: xmin - 1, EventID: math.MaxInt64}, nil
-}
-
-// Consumer is a named consumer's row (ff_outbox_consumer).
-type Consumer struct {
-	Name   string
-	Stream Stream
-	Cursor Cursor
+	return ffdtype.OutboxCursor{TxID: xmin - 1, EventID: math.MaxInt64}, nil
 }
 
 // InsertConsumer registers a named consumer at c unless the name exists.
-func InsertConsumer(ctx context.Context, db DB, name string, s Stream, c Cursor) error {
+func InsertConsumer(ctx context.Context, db DB, name string, s ffdtype.OutboxStream, c ffdtype.OutboxCursor) error {
 	_, err := db.Exec(ctx, `INSERT INTO ff_outbox_consumer (name, stream, cursor_txid, cursor_event_id)
 		VALUES ($1, $2, $3::text::xid8, $4) ON CONFLICT (name) DO NOTHING`,
 		name, string(s), strconv.FormatUint(c.TxID, 10), c.EventID)
@@ -179,7 +135,7 @@ func InsertConsumer(ctx context.Context, db DB, name string, s Stream, c Cursor)
 }
 
 // GetConsumer reads a named consumer, or returns pgx.ErrNoRows.
-func GetConsumer(ctx context.Context, db DB, name string) (*Consumer, error) {
+func GetConsumer(ctx context.Context, db DB, name string) (*ffdtype.OutboxConsumer, error) {
 	return getConsumer(ctx, db, `SELECT name, stream, cursor_txid::text, cursor_event_id
 		FROM ff_outbox_consumer WHERE name = $1`, name)
 }
@@ -187,13 +143,13 @@ func GetConsumer(ctx context.Context, db DB, name string) (*Consumer, error) {
 // LockConsumer reads a named consumer and locks its row for the caller's
 // transaction, so two processes running one consumer take turns; or
 // returns pgx.ErrNoRows.
-func LockConsumer(ctx context.Context, tx pgx.Tx, name string) (*Consumer, error) {
+func LockConsumer(ctx context.Context, tx pgx.Tx, name string) (*ffdtype.OutboxConsumer, error) {
 	return getConsumer(ctx, tx, `SELECT name, stream, cursor_txid::text, cursor_event_id
 		FROM ff_outbox_consumer WHERE name = $1 FOR NO KEY UPDATE`, name)
 }
 
-func getConsumer(ctx context.Context, db DB, sql, name string) (*Consumer, error) {
-	var c Consumer
+func getConsumer(ctx context.Context, db DB, sql, name string) (*ffdtype.OutboxConsumer, error) {
+	var c ffdtype.OutboxConsumer
 	var stream, txid string
 	if err := db.QueryRow(ctx, sql, name).Scan(&c.Name, &stream, &txid, &c.Cursor.EventID); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -201,7 +157,7 @@ func getConsumer(ctx context.Context, db DB, sql, name string) (*Consumer, error
 		}
 		return nil, wrap("read consumer "+name, err)
 	}
-	c.Stream = Stream(stream)
+	c.Stream = ffdtype.OutboxStream(stream)
 	var err error
 	c.Cursor.TxID, err = ParseTxID(txid)
 	return &c, err
@@ -216,7 +172,7 @@ func TouchConsumer(ctx context.Context, db DB, name string) error {
 // AdvanceConsumer moves a consumer's cursor forward to c; moved is false
 // when the consumer does not exist or its cursor is already past c (a
 // cursor never moves back).
-func AdvanceConsumer(ctx context.Context, db DB, name string, c Cursor) (moved bool, err error) {
+func AdvanceConsumer(ctx context.Context, db DB, name string, c ffdtype.OutboxCursor) (moved bool, err error) {
 	tag, err := db.Exec(ctx, `UPDATE ff_outbox_consumer SET cursor_txid = $2::text::xid8, cursor_event_id = $3,
 			updated_at = now(), last_read_at = now()
 		WHERE name = $1 AND (cursor_txid, cursor_event_id) <= ($2::text::xid8, $3)`,
@@ -262,9 +218,9 @@ DELETE FROM ff_lease_event WHERE (partition_key, event_id) IN (
 
 // DeleteRetained deletes one batch of at most batch events of stream s
 // (completion or lease) past the window, and returns how many it deleted.
-func DeleteRetained(ctx context.Context, db DB, s Stream, window time.Duration, batch int) (int, error) {
+func DeleteRetained(ctx context.Context, db DB, s ffdtype.OutboxStream, window time.Duration, batch int) (int, error) {
 	q := retainCompletionSQL
-	if s == StreamLease {
+	if s == ffdtype.StreamLease {
 		q = retainLeaseSQL
 	}
 	tag, err := db.Exec(ctx, q, window.Microseconds(), batch)
@@ -277,7 +233,7 @@ func DeleteRetained(ctx context.Context, db DB, s Stream, window time.Duration, 
 // IdleConsumer is a consumer holding retention back.
 type IdleConsumer struct {
 	Name   string
-	Stream Stream
+	Stream ffdtype.OutboxStream
 	Idle   time.Duration
 }
 
@@ -302,7 +258,7 @@ func IdleConsumers(ctx context.Context, db DB, limit time.Duration) ([]IdleConsu
 		var stream string
 		var secs float64
 		err := r.Scan(&c.Name, &stream, &secs)
-		c.Stream, c.Idle = Stream(stream), time.Duration(secs*float64(time.Second))
+		c.Stream, c.Idle = ffdtype.OutboxStream(stream), time.Duration(secs*float64(time.Second))
 		return c, err
 	})
 	return out, wrap("read idle consumers", err)

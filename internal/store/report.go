@@ -94,10 +94,10 @@ func EventIDs(ctx context.Context, db DB) (completion, lease []int64, err error)
 	if err != nil {
 		return nil, nil, wrap("read event ids", err)
 	}
-	var stream Stream
+	var stream ffdtype.OutboxStream
 	var id int64
 	_, err = pgx.ForEachRow(rows, []any{&stream, &id}, func() error {
-		if stream == StreamCompletion {
+		if stream == ffdtype.StreamCompletion {
 			completion = append(completion, id)
 		} else {
 			lease = append(lease, id)
