@@ -2,26 +2,9 @@ package ffd
 
 import (
 	"context"
-	"time"
 
 	"github.com/flowfabric/ffd/internal/schedule"
 	"github.com/flowfabric/ffd/internal/store"
-)
-
-// MissedPolicy is what the daemon does with ticks that came due while no
-// daemon ran.
-type MissedPolicy string
-
-// Missed-tick policies. A tick the daemon reaches within a minute of its
-// time is on time and always fires; the policy decides about older ones.
-const (
-	// MissedLatest fires the most recent due tick once, standing for
-	// every tick missed. The default.
-	MissedLatest MissedPolicy = "latest"
-	// MissedSkip drops missed ticks.
-	MissedSkip MissedPolicy = "skip"
-	// MissedAll fires every missed tick, the latest 100 at most per pass.
-	MissedAll MissedPolicy = "all"
 )
 
 // ScheduleParams is a schedule to create. Each tick creates Execution or
@@ -49,34 +32,11 @@ type ScheduleParams struct {
 	Flow *SubmitFlowParams
 }
 
-// Schedule is a stored schedule.
-type Schedule struct {
-	// Name, Namespace, Cron, Timezone and Missed are as created.
-	Name      string
-	Namespace string
-	Cron      string
-	Timezone  string
-	Missed    MissedPolicy
-	// Target is "execution" or "flow".
-	Target string
-	// Paused schedules fire nothing.
-	Paused bool
-	// NextRunAt is its next tick.
-	NextRunAt time.Time
-	// LastRunAt is when it last fired; nil before.
-	LastRunAt *time.Time
-	// Fired counts the ticks it fired.
-	Fired int64
-	// CreatedAt is its creation time.
-	CreatedAt time.Time
-}
-
-func scheduleOf(s *store.Schedule, err error) (*Schedule, error) {
+func scheduleOf(s *store.ScheduleRow, err error) (*Schedule, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Schedule{Name: s.Name, Namespace: s.Namespace, Cron: s.Spec, Timezone: s.Timezone, Missed: MissedPolicy(s.Missed),
-		Target: s.Target, Paused: s.Paused, NextRunAt: s.NextRunAt, LastRunAt: s.LastRunAt, Fired: s.Fired, CreatedAt: s.CreatedAt}, nil
+	return &s.Schedule, nil
 }
 
 // CreateSchedule stores a schedule, due at its first tick after now.

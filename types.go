@@ -149,3 +149,16 @@ const (
 	FromStart        = ffdtype.FromStart
 	FromNow          = ffdtype.FromNow
 )
+
+// Schedules and their missed-tick policies.
+type (
+	Schedule     = ffdtype.Schedule
+	MissedPolicy = ffdtype.MissedPolicy
+)
+
+// Missed-tick policies.
+const (
+	MissedLatest = ffdtype.MissedLatest
+	MissedSkip   = ffdtype.MissedSkip
+	MissedAll    = ffdtype.MissedAll
+)

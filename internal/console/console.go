@@ -534,7 +534,7 @@ func (c *Console) schedules(w http.ResponseWriter, r *http.Request) {
 	}
 	c.render(w, r, "schedules", struct {
 		page
-		Schedules []*store.Schedule
+		Schedules []*store.ScheduleRow
 	}{c.page(w, r, "Schedules"), ss})
 }
 

@@ -500,8 +500,8 @@ func TestConsoleOperatorPages(t *testing.T) {
 	if empty := textAt(t, ctx, base+"/schedules", "#empty"); !strings.Contains(empty, "ffd schedule create") {
 		t.Errorf("an empty schedules page says %q", empty)
 	}
-	if _, err := store.InsertSchedule(f.Ctx, f.Pool, store.Schedule{Name: "nightly", Namespace: "default", Spec: "0 3 * * *", Timezone: "UTC",
-		Target: "execution", Params: []byte(`{"lane":"dag","kind":"report"}`), Missed: "latest", NextRunAt: time.Now().Add(time.Hour)}); err != nil {
+	if _, err := store.InsertSchedule(f.Ctx, f.Pool, store.ScheduleRow{Schedule: ffdtype.Schedule{Name: "nightly", Namespace: "default", Cron: "0 3 * * *", Timezone: "UTC",
+		Target: "execution", Missed: "latest", NextRunAt: time.Now().Add(time.Hour)}, Params: []byte(`{"v":1,"execution":{"lane":"dag","kind":"report"}}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if s := textAt(t, ctx, base+"/schedules", "#schedules"); !strings.Contains(s, "nightly") || !strings.Contains(s, "0 3 * * *") {

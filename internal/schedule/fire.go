@@ -65,14 +65,14 @@ func Fire(ctx context.Context, db store.DB, lim leases.Limits, limit int, log *z
 }
 
 // fireOne fires one schedule's due ticks in a savepoint and advances it.
-func fireOne(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedule, now time.Time) (int, error) {
-	spec, err := Parse(s.Spec, s.Timezone)
+func fireOne(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.ScheduleRow, now time.Time) (int, error) {
+	spec, err := Parse(s.Cron, s.Timezone)
 	if err != nil {
 		return 0, err
 	}
-	ticks, after := spec.Plan(s.NextRunAt, now, s.Missed)
+	ticks, after := spec.Plan(s.NextRunAt, now, string(s.Missed))
 	if after.IsZero() {
-		return 0, fmt.Errorf("%q has no tick after %s", s.Spec, now.UTC().Format(time.RFC3339))
+		return 0, fmt.Errorf("%q has no tick after %s", s.Cron, now.UTC().Format(time.RFC3339))
 	}
 	fired := 0
 	err = store.InTx(ctx, tx, func(sp pgx.Tx) error {
@@ -92,7 +92,7 @@ func fireOne(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedul
 
 // fireTick creates what one tick asks for; false when it already exists
 // (a tick can only be planned twice if a transaction was retried).
-func fireTick(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedule, tick time.Time) (bool, error) {
+func fireTick(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.ScheduleRow, tick time.Time) (bool, error) {
 	tags := map[string]any{"ffd_schedule": s.Name, "ffd_tick": tick.UTC().Format(time.RFC3339Nano)}
 	ep, fp, err := decodeParams(s.Params, s.Target)
 	if err != nil {

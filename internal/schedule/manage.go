@@ -32,7 +32,7 @@ type Params struct {
 // Create validates a schedule, everything a tick will create included,
 // and stores it, due at its first tick after now. A name in use is a
 // conflict carrying the existing schedule.
-func Create(ctx context.Context, db store.DB, lim leases.Limits, p Params) (*store.Schedule, error) {
+func Create(ctx context.Context, db store.DB, lim leases.Limits, p Params) (*store.ScheduleRow, error) {
 	row, spec, err := validate(lim, p)
 	if err != nil {
 		return nil, err
@@ -59,7 +59,7 @@ func Create(ctx context.Context, db store.DB, lim leases.Limits, p Params) (*sto
 // definition of the schedule of that name (store.PutSchedule says what a
 // replacement keeps). changed is false when the stored definition was
 // already p's.
-func Put(ctx context.Context, db store.DB, lim leases.Limits, p Params) (*store.Schedule, bool, error) {
+func Put(ctx context.Context, db store.DB, lim leases.Limits, p Params) (*store.ScheduleRow, bool, error) {
 	row, spec, err := validate(lim, p)
 	if err != nil {
 		return nil, false, err
@@ -75,28 +75,28 @@ func Put(ctx context.Context, db store.DB, lim leases.Limits, p Params) (*store.
 }
 
 // validate checks p and builds its row.
-func validate(lim leases.Limits, p Params) (store.Schedule, *Spec, error) {
+func validate(lim leases.Limits, p Params) (store.ScheduleRow, *Spec, error) {
 	if err := leases.ValidateName("name", p.Name); err != nil {
-		return store.Schedule{}, nil, err
+		return store.ScheduleRow{}, nil, err
 	}
 	if err := leases.NormalizeNamespace(&p.Namespace); err != nil {
-		return store.Schedule{}, nil, err
+		return store.ScheduleRow{}, nil, err
 	}
 	spec, err := Parse(p.Spec, p.Timezone)
 	if err != nil {
-		return store.Schedule{}, nil, err
+		return store.ScheduleRow{}, nil, err
 	}
 	missed, err := ValidMissed(p.Missed)
 	if err != nil {
-		return store.Schedule{}, nil, err
+		return store.ScheduleRow{}, nil, err
 	}
-	row := store.Schedule{Name: p.Name, Namespace: p.Namespace, Spec: p.Spec, Timezone: p.Timezone, Missed: missed, Paused: p.Paused}
+	row := store.ScheduleRow{Schedule: ffdtype.Schedule{Name: p.Name, Namespace: p.Namespace, Cron: p.Spec, Timezone: p.Timezone, Missed: ffdtype.MissedPolicy(missed), Paused: p.Paused}}
 	if row.Timezone == "" {
 		row.Timezone = DefaultTimezone
 	}
 	switch {
 	case (p.Execution == nil) == (p.Flow == nil):
-		return store.Schedule{}, nil, fault.Invalid(ffdtype.KindRequired, "target", "", "give an execution or a flow, not both")
+		return store.ScheduleRow{}, nil, fault.Invalid(ffdtype.KindRequired, "target", "", "give an execution or a flow, not both")
 	case p.Execution != nil:
 		row.Target = TargetExecution
 		x := *p.Execution
@@ -123,7 +123,7 @@ func validate(lim leases.Limits, p Params) (store.Schedule, *Spec, error) {
 		}
 	}
 	if err != nil {
-		return store.Schedule{}, nil, err
+		return store.ScheduleRow{}, nil, err
 	}
 	return row, spec, nil
 }
@@ -146,7 +146,7 @@ func validFlow(lim leases.Limits, p ffdtype.SubmitFlowParams, ns string) error {
 }
 
 // Get reads one schedule.
-func Get(ctx context.Context, db store.DB, name string) (*store.Schedule, error) {
+func Get(ctx context.Context, db store.DB, name string) (*store.ScheduleRow, error) {
 	s, err := store.GetSchedule(ctx, db, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &ffdtype.NotFoundError{Object: "schedule", ID: name}
@@ -156,8 +156,8 @@ func Get(ctx context.Context, db store.DB, name string) (*store.Schedule, error)
 
 // SetPaused pauses or resumes a schedule. Resuming makes it due at its
 // first tick after now: ticks that passed while it was paused never fire.
-func SetPaused(ctx context.Context, db store.DB, name string, paused bool) (*store.Schedule, error) {
-	var out *store.Schedule
+func SetPaused(ctx context.Context, db store.DB, name string, paused bool) (*store.ScheduleRow, error) {
+	var out *store.ScheduleRow
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		s, err := store.LockSchedule(ctx, tx, name)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -168,7 +168,7 @@ func SetPaused(ctx context.Context, db store.DB, name string, paused bool) (*sto
 		}
 		next := s.NextRunAt
 		if !paused && s.Paused {
-			spec, err := Parse(s.Spec, s.Timezone)
+			spec, err := Parse(s.Cron, s.Timezone)
 			if err != nil {
 				return err
 			}

@@ -23,7 +23,7 @@ type fixture struct{ *testdb.Fixture }
 
 func setup(t *testing.T) fixture { return fixture{testdb.Checked(t, 2*time.Minute)} }
 
-func (f fixture) create(p schedule.Params) *store.Schedule {
+func (f fixture) create(p schedule.Params) *store.ScheduleRow {
 	f.T.Helper()
 	s, err := schedule.Create(f.Ctx, f.Pool, leases.Limits{}, p)
 	if err != nil {
@@ -162,7 +162,7 @@ func TestScheduleLifecycle(t *testing.T) {
 func TestPutDeclaresASchedule(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	put := func(p schedule.Params) (*store.Schedule, bool) {
+	put := func(p schedule.Params) (*store.ScheduleRow, bool) {
 		t.Helper()
 		s, changed, err := schedule.Put(f.Ctx, f.Pool, leases.Limits{}, p)
 		if err != nil {

@@ -6,35 +6,32 @@ import (
 	"errors"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Schedule is one row of ff_schedule.
-type Schedule struct {
-	Name      string          `db:"name"`
-	Namespace string          `db:"namespace"`
-	Spec      string          `db:"spec"`
-	Timezone  string          `db:"timezone"`
-	Target    string          `db:"target"` // execution or flow
-	Params    json.RawMessage `db:"params"`
-	Missed    string          `db:"missed"` // latest, skip or all
-	Paused    bool            `db:"paused"`
-	NextRunAt time.Time       `db:"next_run_at"`
-	LastRunAt *time.Time      `db:"last_run_at"`
-	Fired     int64           `db:"fired"`
-	CreatedAt time.Time       `db:"created_at"`
-	UpdatedAt time.Time       `db:"updated_at"`
+// ScheduleRow is one row of ff_schedule: the schedule callers see, and
+// what its ticks create (Params, in the schedule wire format).
+type ScheduleRow struct {
+	ffdtype.Schedule
+	Params    json.RawMessage
+	UpdatedAt time.Time
 }
 
 const scheduleColumns = `name, namespace, spec, timezone, target, params, missed, paused, next_run_at, last_run_at,
 	fired, created_at, updated_at`
 
-func collectSchedules(rows pgx.Rows, err error) ([]*Schedule, error) {
+func collectSchedules(rows pgx.Rows, err error) ([]*ScheduleRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Schedule])
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ScheduleRow, error) {
+		var s ScheduleRow
+		err := row.Scan(&s.Name, &s.Namespace, &s.Cron, &s.Timezone, &s.Target, &s.Params, &s.Missed, &s.Paused,
+			&s.NextRunAt, &s.LastRunAt, &s.Fired, &s.CreatedAt, &s.UpdatedAt)
+		return &s, err
+	})
 }
 
 // IsScheduleTaken reports an insert of a schedule whose name exists.
@@ -44,10 +41,10 @@ func IsScheduleTaken(err error) bool {
 }
 
 // InsertSchedule inserts a schedule.
-func InsertSchedule(ctx context.Context, db DB, s Schedule) (*Schedule, error) {
+func InsertSchedule(ctx context.Context, db DB, s ScheduleRow) (*ScheduleRow, error) {
 	xs, err := collectSchedules(db.Query(ctx, `INSERT INTO ff_schedule (name, namespace, spec, timezone, target, params, missed, paused, next_run_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING `+scheduleColumns,
-		s.Name, s.Namespace, s.Spec, s.Timezone, s.Target, s.Params, s.Missed, s.Paused, s.NextRunAt))
+		s.Name, s.Namespace, s.Cron, s.Timezone, s.Target, s.Params, s.Missed, s.Paused, s.NextRunAt))
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +57,7 @@ func InsertSchedule(ctx context.Context, db DB, s Schedule) (*Schedule, error) {
 // it is paused, when it last fired and how often (an operator's pause
 // survives an application that declares its schedules at every start).
 // An unchanged definition writes nothing. changed is false then.
-func PutSchedule(ctx context.Context, db DB, s Schedule) (sched *Schedule, changed bool, err error) {
+func PutSchedule(ctx context.Context, db DB, s ScheduleRow) (sched *ScheduleRow, changed bool, err error) {
 	xs, err := collectSchedules(db.Query(ctx, `INSERT INTO ff_schedule AS o (name, namespace, spec, timezone, target, params, missed, paused, next_run_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 		ON CONFLICT (name) DO UPDATE SET namespace = excluded.namespace, spec = excluded.spec, timezone = excluded.timezone,
@@ -69,7 +66,7 @@ func PutSchedule(ctx context.Context, db DB, s Schedule) (sched *Schedule, chang
 		WHERE (o.namespace, o.spec, o.timezone, o.target, o.params, o.missed)
 			IS DISTINCT FROM (excluded.namespace, excluded.spec, excluded.timezone, excluded.target, excluded.params, excluded.missed)
 		RETURNING `+scheduleColumns,
-		s.Name, s.Namespace, s.Spec, s.Timezone, s.Target, s.Params, s.Missed, s.Paused, s.NextRunAt))
+		s.Name, s.Namespace, s.Cron, s.Timezone, s.Target, s.Params, s.Missed, s.Paused, s.NextRunAt))
 	if err != nil {
 		return nil, false, wrap("put schedule "+s.Name, err)
 	}
@@ -81,13 +78,13 @@ func PutSchedule(ctx context.Context, db DB, s Schedule) (sched *Schedule, chang
 }
 
 // ListSchedules reads every schedule, by name.
-func ListSchedules(ctx context.Context, db DB) ([]*Schedule, error) {
+func ListSchedules(ctx context.Context, db DB) ([]*ScheduleRow, error) {
 	xs, err := collectSchedules(db.Query(ctx, `SELECT `+scheduleColumns+` FROM ff_schedule ORDER BY name`))
 	return xs, wrap("list schedules", err)
 }
 
 // LockSchedule reads one schedule under a row lock, or pgx.ErrNoRows.
-func LockSchedule(ctx context.Context, tx pgx.Tx, name string) (*Schedule, error) {
+func LockSchedule(ctx context.Context, tx pgx.Tx, name string) (*ScheduleRow, error) {
 	xs, err := collectSchedules(tx.Query(ctx, `SELECT `+scheduleColumns+` FROM ff_schedule WHERE name = $1 FOR UPDATE`, name))
 	if err != nil {
 		return nil, err
@@ -100,7 +97,7 @@ func LockSchedule(ctx context.Context, tx pgx.Tx, name string) (*Schedule, error
 
 // LockDueSchedules locks up to limit unpaused schedules due at or before
 // now, skipping those another daemon holds.
-func LockDueSchedules(ctx context.Context, tx pgx.Tx, limit int) ([]*Schedule, error) {
+func LockDueSchedules(ctx context.Context, tx pgx.Tx, limit int) ([]*ScheduleRow, error) {
 	xs, err := collectSchedules(tx.Query(ctx, `SELECT `+scheduleColumns+` FROM ff_schedule
 		WHERE NOT paused AND next_run_at <= clock_timestamp()
 		ORDER BY next_run_at LIMIT $1 FOR UPDATE SKIP LOCKED`, limit))
@@ -152,7 +149,7 @@ func Now(ctx context.Context, db DB) (time.Time, error) {
 }
 
 // GetSchedule reads one schedule, or pgx.ErrNoRows.
-func GetSchedule(ctx context.Context, db DB, name string) (*Schedule, error) {
+func GetSchedule(ctx context.Context, db DB, name string) (*ScheduleRow, error) {
 	xs, err := collectSchedules(db.Query(ctx, `SELECT `+scheduleColumns+` FROM ff_schedule WHERE name = $1`, name))
 	if err != nil {
 		return nil, wrap("read schedule "+name, err)
