@@ -8,7 +8,6 @@ import (
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -66,7 +65,7 @@ func bigFlow(ctx context.Context, env *Env, p Params, r *Report) error {
 				return err
 			}
 			root := sub.Executions["root"].ID
-			span, err := store.FlowSpan(ctx, env.Pool, f, ident.ExecutionID(root))
+			span, err := store.FlowSpan(ctx, env.Pool, f, ffdtype.ExecutionID(root))
 			if err != nil {
 				return err
 			}

@@ -10,7 +10,6 @@ import (
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/daemon"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -124,7 +123,7 @@ func finishRoots(ctx context.Context, env *Env, p Params, lane string) error {
 		}
 		items := make([]leases.Completion, len(xs))
 		for i, x := range xs {
-			items[i] = leases.Completion{ID: ident.ExecutionID(x.ID), Epoch: x.LeaseEpoch}
+			items[i] = leases.Completion{ID: ffdtype.ExecutionID(x.ID), Epoch: x.LeaseEpoch}
 		}
 		if _, _, err := leases.CompleteMany(ctx, env.Pool, leases.Limits{}, items, 0); err != nil {
 			return err

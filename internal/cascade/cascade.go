@@ -11,7 +11,6 @@ import (
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/flows"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -192,7 +191,7 @@ func (d *Dispatcher) dispatchOnce(ctx context.Context, take func(pgx.Tx) ([]stor
 			delays = append(delays, e.Age)
 			res.Age = max(res.Age, e.Age)
 			if e.ExecutionID != nil && e.FlowID != nil {
-				rs = append(rs, store.Resolution{Upstream: ident.ExecutionID{Partition: e.Partition, UUID: *e.ExecutionID}, Outcome: e.Outcome})
+				rs = append(rs, store.Resolution{Upstream: ffdtype.ExecutionID{Partition: e.Partition, UUID: *e.ExecutionID}, Outcome: e.Outcome})
 			}
 		}
 		if len(rs) > 0 {
@@ -246,7 +245,7 @@ const (
 // next group is taken, so that a held flow delays only its own groups;
 // such groups are reported, after the others, as a *HeldError.
 func (d *Dispatcher) CancelSiblings(ctx context.Context, maxGroups int) (groups, cancelled int, err error) {
-	held := map[ident.ExecutionID]bool{}
+	held := map[ffdtype.ExecutionID]bool{}
 	for range maxGroups {
 		found, n, down, err := d.cancelOneGroup(ctx)
 		if errors.As(err, new(*HeldError)) {
@@ -274,7 +273,7 @@ func (d *Dispatcher) CancelSiblings(ctx context.Context, maxGroups int) (groups,
 	return groups, cancelled, nil
 }
 
-func (d *Dispatcher) cancelOneGroup(ctx context.Context) (found bool, cancelled int, down ident.ExecutionID, err error) {
+func (d *Dispatcher) cancelOneGroup(ctx context.Context) (found bool, cancelled int, down ffdtype.ExecutionID, err error) {
 	var flowID uuid.UUID
 	err = store.InTx(ctx, d.db, func(tx pgx.Tx) error {
 		found, cancelled = false, 0

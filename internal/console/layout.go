@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/ident"
 )
 
 // Geometry of a drawn flow, in SVG units.
@@ -74,7 +73,7 @@ type slot struct {
 
 func layout(members []*ffdtype.Execution, edges []*ffdtype.Edge, groups []ffdtype.EdgeGroup, now time.Time) *graph {
 	g := &graph{}
-	byID := make(map[ident.ExecutionID]*slot, len(members))
+	byID := make(map[ffdtype.ExecutionID]*slot, len(members))
 	for _, x := range members {
 		name := x.Step
 		if name == "" {
@@ -201,14 +200,14 @@ func edgePath(chain []*slot) string {
 
 // assignLayers sets each slot's layer to its longest distance from a
 // root (Kahn's order; a flow is acyclic).
-func assignLayers(byID map[ident.ExecutionID]*slot, edges []*ffdtype.Edge) {
-	indeg := map[ident.ExecutionID]int{}
-	out := map[ident.ExecutionID][]ident.ExecutionID{}
+func assignLayers(byID map[ffdtype.ExecutionID]*slot, edges []*ffdtype.Edge) {
+	indeg := map[ffdtype.ExecutionID]int{}
+	out := map[ffdtype.ExecutionID][]ffdtype.ExecutionID{}
 	for _, e := range edges {
 		indeg[e.Downstream]++
 		out[e.Upstream] = append(out[e.Upstream], e.Downstream)
 	}
-	var queue []ident.ExecutionID
+	var queue []ffdtype.ExecutionID
 	for id := range byID {
 		if indeg[id] == 0 {
 			queue = append(queue, id)

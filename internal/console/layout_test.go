@@ -14,7 +14,7 @@ import (
 
 // dag builds members and edges from step names and "up>down" pairs.
 func dag(steps []string, pairs [][2]string) ([]*ffdtype.Execution, []*ffdtype.Edge) {
-	ids := map[string]ident.ExecutionID{}
+	ids := map[string]ffdtype.ExecutionID{}
 	var xs []*ffdtype.Execution
 	for _, s := range steps {
 		id := ident.NewExecutionIDIn(0)

@@ -7,7 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/logging"
 	"github.com/flowfabric/ffd/internal/store"
@@ -37,7 +37,7 @@ type timerWorker struct {
 // keeps one timer per thing, at its newest time.
 type timerKey struct {
 	kind  store.TimerKind
-	id    ident.ExecutionID
+	id    ffdtype.ExecutionID
 	epoch int64
 }
 

@@ -9,7 +9,6 @@ import (
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -77,9 +76,9 @@ func cancelFlow(ctx context.Context, tx pgx.Tx, f *ffdtype.Flow, policy ffdtype.
 		return nil, err
 	}
 	ends := make([]store.Termination, len(members))
-	ids := make([]ident.ExecutionID, len(members))
+	ids := make([]ffdtype.ExecutionID, len(members))
 	for i, m := range members {
-		ids[i] = ident.ExecutionID{Partition: f.Partition, UUID: m}
+		ids[i] = ffdtype.ExecutionID{Partition: f.Partition, UUID: m}
 		ends[i] = store.Termination{ID: ids[i], State: ffdtype.StateCancelled, Reason: reason, By: FlowCancelledBy}
 	}
 	// Terminate locks the members again (held already: no wait) and

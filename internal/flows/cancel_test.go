@@ -14,10 +14,10 @@ import (
 
 // everyState builds a flow with a member in every state and returns them
 // by state name, and the running member's lease epoch.
-func (f *fixture) everyState() (*ffdtype.Flow, map[string]ident.ExecutionID, int64) {
+func (f *fixture) everyState() (*ffdtype.Flow, map[string]ffdtype.ExecutionID, int64) {
 	f.T.Helper()
 	fl := f.flow()
-	m := map[string]ident.ExecutionID{}
+	m := map[string]ffdtype.ExecutionID{}
 	for _, name := range []string{"blocker", "blocked", "pending", "running", "completed", "failed", "retrying"} {
 		m[name] = f.member(fl)
 	}
@@ -64,7 +64,7 @@ func TestCancelFlow(t *testing.T) {
 			if err != nil || res.Repeated || res.Policy != tt.policy {
 				t.Fatalf("cancel: %+v %v", res, err)
 			}
-			want := map[ident.ExecutionID]bool{}
+			want := map[ffdtype.ExecutionID]bool{}
 			for _, name := range tt.cancelled {
 				want[m[name]] = true
 			}
@@ -127,7 +127,7 @@ func TestCancelFlow(t *testing.T) {
 	}
 }
 
-func sorted(ids []ident.ExecutionID) []string {
+func sorted(ids []ffdtype.ExecutionID) []string {
 	out := make([]string, len(ids))
 	for i, id := range ids {
 		out[i] = id.String()
@@ -199,11 +199,11 @@ func TestFlowCompletion(t *testing.T) {
 
 	// Members ending concurrently: the last one to commit finishes the flow.
 	race := f.flow()
-	var ids []ident.ExecutionID
+	var ids []ffdtype.ExecutionID
 	for range 20 {
 		ids = append(ids, f.member(race))
 	}
-	claimed := map[ident.ExecutionID]int64{}
+	claimed := map[ffdtype.ExecutionID]int64{}
 	for _, id := range ids {
 		x, _ := leases.Get(f.Ctx, f.Pool, id)
 		got, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: x.Lane, Worker: "w/1", Max: 1})

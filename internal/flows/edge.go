@@ -21,8 +21,8 @@ const DefaultDependencyKind = "success_only"
 type StageParams struct {
 	FlowID     uuid.UUID
 	EdgeID     uuid.UUID // default: a fresh v7 uuid
-	Upstream   ident.ExecutionID
-	Downstream ident.ExecutionID
+	Upstream   ffdtype.ExecutionID
+	Downstream ffdtype.ExecutionID
 	// ExpectedRevision is the flow's graph_revision the caller saw; the
 	// stage fails with a stale-revision error when it moved on.
 	ExpectedRevision int64
@@ -39,7 +39,7 @@ func Stage(ctx context.Context, db store.DB, p StageParams) (*ffdtype.StageResul
 		return nil, fault.Invalid(ffdtype.KindInvalidValue, "downstream_id", p.Downstream.String(), "an edge cannot join an execution to itself")
 	}
 	part := ident.Partition(p.FlowID)
-	for field, id := range map[string]ident.ExecutionID{"upstream_id": p.Upstream, "downstream_id": p.Downstream} {
+	for field, id := range map[string]ffdtype.ExecutionID{"upstream_id": p.Upstream, "downstream_id": p.Downstream} {
 		if id.Partition != part {
 			return nil, fault.Invalid(ffdtype.KindNotMember, field, id.String(), "not a member of flow "+p.FlowID.String()+" (another partition)")
 		}
@@ -111,7 +111,7 @@ func stageOnFlow(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, expected int6
 	}
 }
 
-func checkMembers(ctx context.Context, db store.DB, flowID uuid.UUID, ids ...ident.ExecutionID) error {
+func checkMembers(ctx context.Context, db store.DB, flowID uuid.UUID, ids ...ffdtype.ExecutionID) error {
 	for _, id := range ids {
 		member, err := store.ExecutionFlow(ctx, db, id)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -179,7 +179,7 @@ func Apply(ctx context.Context, db store.DB, flowID, edgeID uuid.UUID) (*ffdtype
 }
 
 // applicable refuses an edge into a downstream that is running or done.
-func applicable(down ident.ExecutionID, s ffdtype.State) error {
+func applicable(down ffdtype.ExecutionID, s ffdtype.State) error {
 	switch {
 	case s.Terminal():
 		return &ffdtype.AlreadyTerminalError{Object: "execution", ID: down.String(), State: string(s)}
@@ -214,7 +214,7 @@ func applyEdge(ctx context.Context, tx pgx.Tx, edge *ffdtype.Edge, up ffdtype.St
 // SetPolicy sets the join policy of a downstream (set_edge_group_policy).
 // Allowed only before the first edge into that downstream is staged;
 // restating the policy it has is a no-op success (alreadySet).
-func SetPolicy(ctx context.Context, db store.DB, flowID uuid.UUID, downstream ident.ExecutionID, p ffdtype.Policy) (alreadySet bool, err error) {
+func SetPolicy(ctx context.Context, db store.DB, flowID uuid.UUID, downstream ffdtype.ExecutionID, p ffdtype.Policy) (alreadySet bool, err error) {
 	if err := NormalizePolicy(&p); err != nil {
 		return false, err
 	}
@@ -282,7 +282,7 @@ const (
 
 // ListEdges lists the edges into (Incoming) or out of (Outgoing) one
 // member, by edge id.
-func ListEdges(ctx context.Context, db store.DB, flowID uuid.UUID, node ident.ExecutionID, dir Direction) ([]*ffdtype.Edge, error) {
+func ListEdges(ctx context.Context, db store.DB, flowID uuid.UUID, node ffdtype.ExecutionID, dir Direction) ([]*ffdtype.Edge, error) {
 	var edges []*ffdtype.Edge
 	var err error
 	switch dir {

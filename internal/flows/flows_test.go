@@ -33,7 +33,7 @@ func (f *fixture) flow() *ffdtype.Flow {
 
 // member creates a pending member in a lane of its own, so that tests can
 // claim exactly it.
-func (f *fixture) member(fl *ffdtype.Flow) ident.ExecutionID {
+func (f *fixture) member(fl *ffdtype.Flow) ffdtype.ExecutionID {
 	f.T.Helper()
 	x, _, err := flows.CreateMember(f.Ctx, f.Pool, leases.Limits{}, fl.ID, ffdtype.CreateParams{Lane: "m-" + uuid.NewString()})
 	if err != nil {
@@ -66,7 +66,7 @@ func (f *fixture) revision(fl *ffdtype.Flow) int64 {
 	return got.GraphRevision
 }
 
-func (f *fixture) stage(fl *ffdtype.Flow, up, down ident.ExecutionID) *ffdtype.Edge {
+func (f *fixture) stage(fl *ffdtype.Flow, up, down ffdtype.ExecutionID) *ffdtype.Edge {
 	f.T.Helper()
 	res, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: up, Downstream: down, ExpectedRevision: f.revision(fl)})
 	if err != nil {
@@ -75,7 +75,7 @@ func (f *fixture) stage(fl *ffdtype.Flow, up, down ident.ExecutionID) *ffdtype.E
 	return res.Edge
 }
 
-func (f *fixture) link(fl *ffdtype.Flow, up, down ident.ExecutionID) *ffdtype.ApplyResult {
+func (f *fixture) link(fl *ffdtype.Flow, up, down ffdtype.ExecutionID) *ffdtype.ApplyResult {
 	f.T.Helper()
 	e := f.stage(fl, up, down)
 	res, err := flows.Apply(f.Ctx, f.Pool, fl.ID, e.ID)
@@ -87,7 +87,7 @@ func (f *fixture) link(fl *ffdtype.Flow, up, down ident.ExecutionID) *ffdtype.Ap
 
 // runAndEnd claims id (it must be the only due execution of its lane) and
 // completes or fails it.
-func (f *fixture) runAndEnd(id ident.ExecutionID, succeed bool) {
+func (f *fixture) runAndEnd(id ffdtype.ExecutionID, succeed bool) {
 	f.T.Helper()
 	x, err := leases.Get(f.Ctx, f.Pool, id)
 	if err != nil {
@@ -107,7 +107,7 @@ func (f *fixture) runAndEnd(id ident.ExecutionID, succeed bool) {
 	}
 }
 
-func (f *fixture) state(id ident.ExecutionID) ffdtype.State {
+func (f *fixture) state(id ffdtype.ExecutionID) ffdtype.State {
 	f.T.Helper()
 	x, err := leases.Get(f.Ctx, f.Pool, id)
 	if err != nil {
@@ -319,7 +319,7 @@ func TestCycles(t *testing.T) {
 			// b -> c and c -> a are each fine; together they close a cycle.
 			var wg sync.WaitGroup
 			errs := make([]error, 2)
-			pairs := [][2]ident.ExecutionID{{b, c}, {c, a}}
+			pairs := [][2]ffdtype.ExecutionID{{b, c}, {c, a}}
 			for i, p := range pairs {
 				wg.Add(1)
 				go func() {

@@ -21,7 +21,7 @@ import (
 // (AlreadyTerminalError: it could never finish the flow), a terminal flow,
 // a missing flow or execution, and an execution minted on another
 // partition than the flow's (members share the flow's partition).
-func AddExecution(ctx context.Context, db store.DB, flowID uuid.UUID, id ident.ExecutionID) (*ffdtype.AddResult, error) {
+func AddExecution(ctx context.Context, db store.DB, flowID uuid.UUID, id ffdtype.ExecutionID) (*ffdtype.AddResult, error) {
 	if err := leases.ValidateID("execution_id", id); err != nil {
 		return nil, err
 	}

@@ -8,14 +8,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Decided is a group that decided during a Resolve.
 type Decided struct {
 	FlowID     uuid.UUID
-	Downstream ident.ExecutionID
+	Downstream ffdtype.ExecutionID
 	Decision   ffdtype.Decision
 	Policy     ffdtype.Policy
 }
@@ -25,9 +24,9 @@ type ResolveResult struct {
 	EdgesResolved int
 	ByOutcome     map[string]int
 	Decided       []Decided
-	CancelGroups  int                 // cancel_remaining groups queued for sibling cancellation
-	Skipped       []store.Ended       // downstreams skipped (their completion events written)
-	Readied       []ident.ExecutionID // downstreams made pending
+	CancelGroups  int                   // cancel_remaining groups queued for sibling cancellation
+	Skipped       []store.Ended         // downstreams skipped (their completion events written)
+	Readied       []ffdtype.ExecutionID // downstreams made pending
 }
 
 // Resolve resolves the applied outgoing edges of the given upstreams from

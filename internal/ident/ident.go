@@ -10,10 +10,6 @@ import (
 // Partitions is the number of logical partitions ids are spread over.
 const Partitions = ffdtype.Partitions
 
-// ExecutionID is ffdtype's: ident mints them, ffdtype defines and parses
-// them.
-type ExecutionID = ffdtype.ExecutionID
-
 // CRC16 is CRC-16/XMODEM: polynomial 0x1021, init 0, no reflection, xorout 0.
 func CRC16(b []byte) uint16 {
 	var crc uint16
@@ -72,25 +68,25 @@ func KeyPartition(namespace, key string) int16 {
 }
 
 // NewExecutionIDForKey mints a solo execution id on its key's partition.
-func NewExecutionIDForKey(namespace, key string) ExecutionID {
+func NewExecutionIDForKey(namespace, key string) ffdtype.ExecutionID {
 	return NewSoloExecutionIDIn(KeyPartition(namespace, key))
 }
 
 // NewSoloExecutionIDIn mints a solo execution id on partition, its uuid's
 // own (a rerun beside its original).
-func NewSoloExecutionIDIn(partition int16) ExecutionID {
-	return ExecutionID{Partition: partition, UUID: NewUUIDIn(partition)}
+func NewSoloExecutionIDIn(partition int16) ffdtype.ExecutionID {
+	return ffdtype.ExecutionID{Partition: partition, UUID: NewUUIDIn(partition)}
 }
 
 // NewExecutionID mints a solo execution id: a fresh v7 uuid on its own
 // partition.
-func NewExecutionID() ExecutionID {
+func NewExecutionID() ffdtype.ExecutionID {
 	u := NewUUID()
-	return ExecutionID{Partition: Partition(u), UUID: u}
+	return ffdtype.ExecutionID{Partition: Partition(u), UUID: u}
 }
 
 // NewExecutionIDIn mints an execution id on the given partition, as a flow
 // member is minted on its flow's partition.
-func NewExecutionIDIn(partition int16) ExecutionID {
-	return ExecutionID{Partition: partition, UUID: NewUUID()}
+func NewExecutionIDIn(partition int16) ffdtype.ExecutionID {
+	return ffdtype.ExecutionID{Partition: partition, UUID: NewUUID()}
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -33,8 +32,8 @@ type Expired struct {
 // retried after backoff when attempts remain, else expired. It reports
 // what it did, and the executions it ended or retried (nothing for a lease
 // renewed or moved on since).
-func ExpireLapsed(ctx context.Context, db store.DB, held []store.LeaseRef) (Expired, []ident.ExecutionID, error) {
-	var ended []ident.ExecutionID
+func ExpireLapsed(ctx context.Context, db store.DB, held []store.LeaseRef) (Expired, []ffdtype.ExecutionID, error) {
+	var ended []ffdtype.ExecutionID
 	res, err := expireSelected(ctx, db, func(tx pgx.Tx) ([]store.Lapsed, error) {
 		found, err := store.LockLapsed(ctx, tx, held)
 		ended = ended[:0]
@@ -119,8 +118,8 @@ func expireLocked(ctx context.Context, tx pgx.Tx, found []store.Lapsed) (Expired
 
 // ExpireDeadline ends one execution as expired if it is not terminal and
 // its deadline has passed (re-checked under the row lock).
-func ExpireDeadline(ctx context.Context, db store.DB, id ident.ExecutionID) (bool, error) {
-	n, err := expireDeadlines(ctx, db, func(tx pgx.Tx) ([]ident.ExecutionID, error) {
+func ExpireDeadline(ctx context.Context, db store.DB, id ffdtype.ExecutionID) (bool, error) {
+	n, err := expireDeadlines(ctx, db, func(tx pgx.Tx) ([]ffdtype.ExecutionID, error) {
 		return store.LockDeadlinePassed(ctx, tx, id)
 	})
 	return n > 0, wrap("expire deadline of "+id.String(), err)
@@ -128,13 +127,13 @@ func ExpireDeadline(ctx context.Context, db store.DB, id ident.ExecutionID) (boo
 
 // SweepDeadlines ends up to limit executions whose deadline has passed.
 func SweepDeadlines(ctx context.Context, db store.DB, limit int) (int, error) {
-	n, err := expireDeadlines(ctx, db, func(tx pgx.Tx) ([]ident.ExecutionID, error) {
+	n, err := expireDeadlines(ctx, db, func(tx pgx.Tx) ([]ffdtype.ExecutionID, error) {
 		return store.LockDeadlinesPassed(ctx, tx, limit)
 	})
 	return n, wrap("sweep deadlines", err)
 }
 
-func expireDeadlines(ctx context.Context, db store.DB, lock func(tx pgx.Tx) ([]ident.ExecutionID, error)) (int, error) {
+func expireDeadlines(ctx context.Context, db store.DB, lock func(tx pgx.Tx) ([]ffdtype.ExecutionID, error)) (int, error) {
 	var n int
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		ids, err := lock(tx)

@@ -72,7 +72,7 @@ func validateJSONText(field string, b []byte) error {
 
 // ValidateID refuses an execution id that no parse would produce: a
 // partition outside 0..255 or the nil uuid.
-func ValidateID(field string, id ident.ExecutionID) error {
+func ValidateID(field string, id ffdtype.ExecutionID) error {
 	if id.Partition < 0 || id.Partition >= ident.Partitions {
 		return fault.Invalid(ffdtype.KindMalformedID, field, id.String(), fmt.Sprintf("partition %d is outside 0..%d", id.Partition, ident.Partitions-1))
 	}
@@ -85,7 +85,7 @@ func ValidateID(field string, id ident.ExecutionID) error {
 // validateFence checks the arguments of a fenced call. Epochs start at 1
 // with the first claim; 0 is what an unclaimed execution reports, so a
 // caller passing it is not holding a lease and must not be let through.
-func validateFence(id ident.ExecutionID, epoch int64) error {
+func validateFence(id ffdtype.ExecutionID, epoch int64) error {
 	if err := ValidateID("execution_id", id); err != nil {
 		return err
 	}

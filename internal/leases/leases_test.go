@@ -51,7 +51,7 @@ func (f *fixture) claimOne(lane string) *ffdtype.Execution {
 	return got[0]
 }
 
-func (f *fixture) get(id ident.ExecutionID) *ffdtype.Execution {
+func (f *fixture) get(id ffdtype.ExecutionID) *ffdtype.Execution {
 	f.T.Helper()
 	x, err := leases.Get(f.Ctx, f.Pool, id)
 	if err != nil {
@@ -62,7 +62,7 @@ func (f *fixture) get(id ident.ExecutionID) *ffdtype.Execution {
 
 // snapshot renders everything the database holds about one execution, so
 // that "changed nothing" can be checked exactly.
-func (f *fixture) snapshot(id ident.ExecutionID) string {
+func (f *fixture) snapshot(id ffdtype.ExecutionID) string {
 	f.T.Helper()
 	var s string
 	err := f.Pool.QueryRow(f.Ctx, `SELECT
@@ -77,12 +77,12 @@ func (f *fixture) snapshot(id ident.ExecutionID) string {
 	return s
 }
 
-func (f *fixture) completionEvents(id ident.ExecutionID) int {
+func (f *fixture) completionEvents(id ffdtype.ExecutionID) int {
 	return f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id = $1`, id.UUID)
 }
 
 // lapse makes a running lease look expired, as if its TTL had passed.
-func (f *fixture) lapse(id ident.ExecutionID) {
+func (f *fixture) lapse(id ffdtype.ExecutionID) {
 	f.Exec(`UPDATE ff_execution SET lease_expires_at = now() - interval '1 second' WHERE execution_id = $1`, id.UUID)
 }
 
@@ -484,7 +484,7 @@ func TestDeadline(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("sweep deadlines: %d %v; want 2", n, err)
 	}
-	for _, id := range []ident.ExecutionID{pending.ID, running.ID} {
+	for _, id := range []ffdtype.ExecutionID{pending.ID, running.ID} {
 		if got := f.get(id); got.State != ffdtype.StateExpired {
 			t.Fatalf("%s: %s, want expired", id, got.State)
 		}
@@ -502,7 +502,7 @@ func TestPriorityThenRunAt(t *testing.T) {
 	highEarly := f.create(ffdtype.CreateParams{Lane: "o", Priority: 5})
 	f.Exec(`UPDATE ff_execution SET run_at = now() - interval '1 minute' WHERE execution_id = $1`, highEarly.ID.UUID)
 	got := f.claim("o", 3)
-	want := []ident.ExecutionID{highEarly.ID, highLate.ID, low.ID}
+	want := []ffdtype.ExecutionID{highEarly.ID, highLate.ID, low.ID}
 	for i := range want {
 		if got[i].ID != want[i] {
 			t.Fatalf("claim order position %d: %s, want %s", i, got[i].ID, want[i])
@@ -532,7 +532,7 @@ func TestConcurrentClaims(t *testing.T) {
 		SELECT 0, gen_random_uuid(), 'busy', 'pending' FROM generate_series(1, $1)`, total)
 	var (
 		mu   sync.Mutex
-		seen = map[ident.ExecutionID]int{}
+		seen = map[ffdtype.ExecutionID]int{}
 		wg   sync.WaitGroup
 		errs = make(chan error, 8)
 	)
@@ -675,7 +675,7 @@ func TestBadInput(t *testing.T) {
 func TestList(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	var ids []ident.ExecutionID
+	var ids []ffdtype.ExecutionID
 	for i := range 25 {
 		lane := "even"
 		if i%2 == 1 {
@@ -683,8 +683,8 @@ func TestList(t *testing.T) {
 		}
 		ids = append(ids, f.create(ffdtype.CreateParams{Lane: lane}).ID)
 	}
-	var got []ident.ExecutionID
-	var after *ident.ExecutionID
+	var got []ffdtype.ExecutionID
+	var after *ffdtype.ExecutionID
 	pages := 0
 	for {
 		page, err := leases.List(f.Ctx, f.Pool, ffdtype.ListParams{Lane: "even", After: after, Limit: 5})
@@ -724,7 +724,7 @@ func TestCancelRacesClaim(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	const n = 300
-	var ids []ident.ExecutionID
+	var ids []ffdtype.ExecutionID
 	for range n {
 		ids = append(ids, f.create(ffdtype.CreateParams{Lane: "race"}).ID)
 	}

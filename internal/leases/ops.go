@@ -12,12 +12,11 @@ import (
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Renew extends a running lease by its TTL, fenced on epoch.
-func Renew(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64) (time.Time, error) {
+func Renew(ctx context.Context, db store.DB, id ffdtype.ExecutionID, epoch int64) (time.Time, error) {
 	if err := validateFence(id, epoch); err != nil {
 		return time.Time{}, err
 	}
@@ -34,7 +33,7 @@ func Renew(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64) 
 // Complete ends a running execution as completed with result, fenced on
 // epoch. Repeating a completion that succeeded returns its stored outcome
 // and writes nothing. result is bounded like a payload (lim).
-func Complete(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID, epoch int64, result []byte) (*ffdtype.Ending, error) {
+func Complete(ctx context.Context, db store.DB, lim Limits, id ffdtype.ExecutionID, epoch int64, result []byte) (*ffdtype.Ending, error) {
 	if err := validateCompletion(lim, id, epoch, result); err != nil {
 		return nil, err
 	}
@@ -54,7 +53,7 @@ func Complete(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID
 // Fail ends a running attempt as failed, fenced on epoch: back to pending
 // after backoff when retryable with attempts left, else terminal failed.
 // Repeating a failure that took effect returns its stored outcome.
-func Fail(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, p ffdtype.FailParams) (*ffdtype.Ending, error) {
+func Fail(ctx context.Context, db store.DB, id ffdtype.ExecutionID, epoch int64, p ffdtype.FailParams) (*ffdtype.Ending, error) {
 	if err := validateFence(id, epoch); err != nil {
 		return nil, err
 	}
@@ -91,7 +90,7 @@ func Fail(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, p
 // repeatedOr explains a fenced update that matched nothing: the same call
 // already took effect (the attempt run under epoch ended with want), or
 // the lease is lost, or the execution does not exist.
-func repeatedOr(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64, want ffdtype.AttemptOutcome) (*ffdtype.Ending, error) {
+func repeatedOr(ctx context.Context, db store.DB, id ffdtype.ExecutionID, epoch int64, want ffdtype.AttemptOutcome) (*ffdtype.Ending, error) {
 	r, err := store.ReadEpochAttempt(ctx, db, id, epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &ffdtype.NotFoundError{Object: "execution", ID: id.String()}
@@ -117,7 +116,7 @@ func repeatedOr(ctx context.Context, db store.DB, id ident.ExecutionID, epoch in
 
 // explainLost builds the lease-lost (or not-found) error for a fenced
 // operation that matched nothing.
-func explainLost(ctx context.Context, db store.DB, id ident.ExecutionID, epoch int64) error {
+func explainLost(ctx context.Context, db store.DB, id ffdtype.ExecutionID, epoch int64) error {
 	f, err := store.ReadFence(ctx, db, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &ffdtype.NotFoundError{Object: "execution", ID: id.String()}
@@ -137,7 +136,7 @@ const (
 // Cancel ends a non-terminal execution as cancelled; a running lease is
 // fenced. Cancelling a cancelled execution is a no-op success (Repeated);
 // any other terminal state is an *ffdtype.AlreadyTerminalError.
-func Cancel(ctx context.Context, db store.DB, id ident.ExecutionID, reason, by string) (*ffdtype.Ending, error) {
+func Cancel(ctx context.Context, db store.DB, id ffdtype.ExecutionID, reason, by string) (*ffdtype.Ending, error) {
 	if err := ValidateID("execution_id", id); err != nil {
 		return nil, err
 	}
@@ -172,7 +171,7 @@ func Cancel(ctx context.Context, db store.DB, id ident.ExecutionID, reason, by s
 
 // Revoke takes a running execution's lease away (operator action): back to
 // pending at once, epoch bumped so the holder is fenced, attempt revoked.
-func Revoke(ctx context.Context, db store.DB, id ident.ExecutionID, reason string) (*ffdtype.Requeued, error) {
+func Revoke(ctx context.Context, db store.DB, id ffdtype.ExecutionID, reason string) (*ffdtype.Requeued, error) {
 	if err := ValidateID("execution_id", id); err != nil {
 		return nil, err
 	}
@@ -223,7 +222,7 @@ func GetByUUID(ctx context.Context, db store.DB, id uuid.UUID) (*ffdtype.Executi
 }
 
 // Get reads one execution.
-func Get(ctx context.Context, db store.DB, id ident.ExecutionID) (*ffdtype.Execution, error) {
+func Get(ctx context.Context, db store.DB, id ffdtype.ExecutionID) (*ffdtype.Execution, error) {
 	if err := ValidateID("execution_id", id); err != nil {
 		return nil, err
 	}
@@ -239,7 +238,7 @@ func Get(ctx context.Context, db store.DB, id ident.ExecutionID) (*ffdtype.Execu
 
 // Completion is one fenced completion of a batch.
 type Completion struct {
-	ID     ident.ExecutionID
+	ID     ffdtype.ExecutionID
 	Epoch  int64
 	Result []byte
 }
@@ -269,7 +268,7 @@ func CompleteMany(ctx context.Context, db store.DB, lim Limits, items []Completi
 	if err != nil {
 		return nil, nil, err
 	}
-	done := make(map[ident.ExecutionID]store.Ended, len(ended))
+	done := make(map[ffdtype.ExecutionID]store.Ended, len(ended))
 	for _, e := range ended {
 		done[e.ID] = e
 	}
@@ -289,7 +288,7 @@ func CompleteMany(ctx context.Context, db store.DB, lim Limits, items []Completi
 	return outs, errs, nil
 }
 
-func validateCompletion(lim Limits, id ident.ExecutionID, epoch int64, result []byte) error {
+func validateCompletion(lim Limits, id ffdtype.ExecutionID, epoch int64, result []byte) error {
 	if err := validateFence(id, epoch); err != nil {
 		return err
 	}

@@ -7,13 +7,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Held names a lease: an execution and the epoch its holder claimed it at.
 type Held struct {
-	ID    ident.ExecutionID
+	ID    ffdtype.ExecutionID
 	Epoch int64
 }
 
@@ -44,7 +43,7 @@ func HandBack(ctx context.Context, db store.DB, held []Held, msg string) (requeu
 		// Terminate is fenced on the epoch, which requeue left unchanged:
 		// drop what was just requeued (now pending) so only the exhausted
 		// ones are failed.
-		back := make(map[ident.ExecutionID]bool, len(rq))
+		back := make(map[ffdtype.ExecutionID]bool, len(rq))
 		for _, r := range rq {
 			back[r.ID] = true
 		}

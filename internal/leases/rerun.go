@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -18,7 +17,7 @@ import (
 // that allows one rerun looks); the old one stays as it ended. An execution
 // is rerun at most once: a second call is a conflict carrying the rerun.
 // Flow members are rerun with their flow (flows.RerunFlow).
-func Rerun(ctx context.Context, db store.DB, lim Limits, id ident.ExecutionID) (*ffdtype.Execution, error) {
+func Rerun(ctx context.Context, db store.DB, lim Limits, id ffdtype.ExecutionID) (*ffdtype.Execution, error) {
 	old, err := Get(ctx, db, id)
 	if err != nil {
 		return nil, err

@@ -17,7 +17,6 @@ import (
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
-	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/session"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -314,7 +313,7 @@ func (s *walStream) decode(rel *pglogrepl.RelationMessage, tuple *pglogrepl.Tupl
 		}
 	}
 	if exec != nil {
-		e.ExecutionID = ident.ExecutionID{Partition: e.PartitionKey, UUID: *exec}.String()
+		e.ExecutionID = ffdtype.ExecutionID{Partition: e.PartitionKey, UUID: *exec}.String()
 	}
 	return e, nil
 }

@@ -23,7 +23,7 @@ func TestAttemptsWrittenBeforeTheDietStayReadable(t *testing.T) {
 	ctx, db := migratedTo(t, 17)
 	running, done := ident.NewExecutionID(), ident.NewExecutionID()
 	for _, w := range []struct {
-		id  ident.ExecutionID
+		id  ffdtype.ExecutionID
 		sql string
 	}{
 		// Running its second attempt, at epoch 2; the first failed.
@@ -50,7 +50,7 @@ func TestAttemptsWrittenBeforeTheDietStayReadable(t *testing.T) {
 	if _, err := schema.Up(ctx, db.Pool, 0); err != nil {
 		t.Fatal(err)
 	}
-	attempts := func(id ident.ExecutionID) []ffdtype.Attempt {
+	attempts := func(id ffdtype.ExecutionID) []ffdtype.Attempt {
 		t.Helper()
 		as, err := store.ListAttempts(ctx, db.Pool, id)
 		if err != nil {

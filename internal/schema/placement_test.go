@@ -22,13 +22,13 @@ func TestKeysTakenBeforePlacementStayHeld(t *testing.T) {
 	// As release 0.1 placed it: on its uuid's partition, which is not the
 	// key's. Three days old, so that retention may take it.
 	const ns, key = "default", "order-42"
-	oldID := func() ident.ExecutionID {
+	oldID := func() ffdtype.ExecutionID {
 		u := ident.NewUUID()
 		ms := time.Now().Add(-72 * time.Hour).UnixMilli()
 		for i := range 6 {
 			u[i] = byte(ms >> (40 - 8*i))
 		}
-		return ident.ExecutionID{Partition: ident.Partition(u), UUID: u}
+		return ffdtype.ExecutionID{Partition: ident.Partition(u), UUID: u}
 	}
 	old := oldID()
 	for old.Partition == ident.KeyPartition(ns, key) {

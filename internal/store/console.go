@@ -178,13 +178,13 @@ func terminalStates() []ffdtype.State {
 // Downstream is one step an execution's edges lead to.
 type Downstream struct {
 	Step  string
-	ID    ident.ExecutionID
+	ID    ffdtype.ExecutionID
 	State ffdtype.State
 }
 
 // DownstreamsOf reads the steps up's edges lead to, by step name, in one
 // query on the upstream's edges.
-func DownstreamsOf(ctx context.Context, db DB, flowID uuid.UUID, up ident.ExecutionID) ([]Downstream, error) {
+func DownstreamsOf(ctx context.Context, db DB, flowID uuid.UUID, up ffdtype.ExecutionID) ([]Downstream, error) {
 	rows, err := db.Query(ctx, `SELECT coalesce(d.step, ''), d.partition_key, d.execution_id, d.state
 		FROM ff_edge e JOIN ff_execution d ON d.partition_key = e.partition_key AND d.execution_id = e.downstream_id
 		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.upstream_id = $3

@@ -20,7 +20,7 @@ import (
 // NewExecution is one execution to insert, every column's value decided
 // (ids minted, defaults applied, input validated) by the caller.
 type NewExecution struct {
-	ID                   ident.ExecutionID
+	ID                   ffdtype.ExecutionID
 	FlowID               *uuid.UUID
 	Namespace            string
 	Lane                 string

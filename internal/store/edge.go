@@ -40,8 +40,8 @@ func scanEdge(row pgx.CollectableRow) (*ffdtype.Edge, error) {
 	return &ffdtype.Edge{
 		ID:              r.EdgeID,
 		FlowID:          r.FlowID,
-		Upstream:        ident.ExecutionID{Partition: r.PartitionKey, UUID: r.UpstreamID},
-		Downstream:      ident.ExecutionID{Partition: r.PartitionKey, UUID: r.DownstreamID},
+		Upstream:        ffdtype.ExecutionID{Partition: r.PartitionKey, UUID: r.UpstreamID},
+		Downstream:      ffdtype.ExecutionID{Partition: r.PartitionKey, UUID: r.DownstreamID},
 		DependencyKind:  r.DependencyKind,
 		DataPassingRef:  deref(r.DataPassingRef),
 		State:           r.State,
@@ -67,7 +67,7 @@ func GetEdge(ctx context.Context, db DB, flowID, edgeID uuid.UUID) (*ffdtype.Edg
 
 // FindEdge reads the edge with this id or between these two executions,
 // or returns pgx.ErrNoRows: staging either again is a duplicate.
-func FindEdge(ctx context.Context, db DB, flowID, edgeID uuid.UUID, up, down ident.ExecutionID) (*ffdtype.Edge, error) {
+func FindEdge(ctx context.Context, db DB, flowID, edgeID uuid.UUID, up, down ffdtype.ExecutionID) (*ffdtype.Edge, error) {
 	return oneEdge(db.Query(ctx, `SELECT `+edgeColumns+` FROM ff_edge e
 		WHERE e.partition_key = $1 AND e.flow_id = $2
 			AND (e.edge_id = $3 OR (e.upstream_id = $4 AND e.downstream_id = $5))
@@ -75,13 +75,13 @@ func FindEdge(ctx context.Context, db DB, flowID, edgeID uuid.UUID, up, down ide
 }
 
 // EdgesInto lists the edges into one member of a flow, by edge id.
-func EdgesInto(ctx context.Context, db DB, flowID uuid.UUID, down ident.ExecutionID) ([]*ffdtype.Edge, error) {
+func EdgesInto(ctx context.Context, db DB, flowID uuid.UUID, down ffdtype.ExecutionID) ([]*ffdtype.Edge, error) {
 	return edges(ctx, db, `SELECT `+edgeColumns+` FROM ff_edge e
 		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.downstream_id = $3 ORDER BY e.edge_id`, flowID, down)
 }
 
 // EdgesOutOf lists the edges out of one member of a flow, by edge id.
-func EdgesOutOf(ctx context.Context, db DB, flowID uuid.UUID, up ident.ExecutionID) ([]*ffdtype.Edge, error) {
+func EdgesOutOf(ctx context.Context, db DB, flowID uuid.UUID, up ffdtype.ExecutionID) ([]*ffdtype.Edge, error) {
 	return edges(ctx, db, `SELECT `+edgeColumns+` FROM ff_edge e
 		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.upstream_id = $3 ORDER BY e.edge_id`, flowID, up)
 }
@@ -97,7 +97,7 @@ func FlowEdges(ctx context.Context, db DB, flowID uuid.UUID) ([]*ffdtype.Edge, e
 	return es, wrap("list the edges of flow "+flowID.String(), err)
 }
 
-func edges(ctx context.Context, db DB, sql string, flowID uuid.UUID, node ident.ExecutionID) ([]*ffdtype.Edge, error) {
+func edges(ctx context.Context, db DB, sql string, flowID uuid.UUID, node ffdtype.ExecutionID) ([]*ffdtype.Edge, error) {
 	rows, err := db.Query(ctx, sql, ident.Partition(flowID), flowID, node.UUID)
 	if err != nil {
 		return nil, err
@@ -106,7 +106,7 @@ func edges(ctx context.Context, db DB, sql string, flowID uuid.UUID, node ident.
 }
 
 // HasEdgesInto reports whether any edge into the downstream is staged.
-func HasEdgesInto(ctx context.Context, db DB, flowID uuid.UUID, down ident.ExecutionID) (bool, error) {
+func HasEdgesInto(ctx context.Context, db DB, flowID uuid.UUID, down ffdtype.ExecutionID) (bool, error) {
 	var staged bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ff_edge
 		WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3)`,
@@ -118,7 +118,7 @@ func HasEdgesInto(ctx context.Context, db DB, flowID uuid.UUID, down ident.Execu
 // edges: an edge to → from would then close a cycle. The caller holds the
 // flow locked (StageOnFlow), so no edge commits between this statement's
 // snapshot and its own insert.
-func Reaches(ctx context.Context, db DB, flowID uuid.UUID, from, to ident.ExecutionID) (bool, error) {
+func Reaches(ctx context.Context, db DB, flowID uuid.UUID, from, to ffdtype.ExecutionID) (bool, error) {
 	var found bool
 	err := db.QueryRow(ctx, `WITH RECURSIVE reach(id) AS (
 			SELECT $3::uuid
@@ -133,8 +133,8 @@ func Reaches(ctx context.Context, db DB, flowID uuid.UUID, from, to ident.Execut
 // NewEdge is an edge to insert.
 type NewEdge struct {
 	ID             uuid.UUID
-	Upstream       ident.ExecutionID
-	Downstream     ident.ExecutionID
+	Upstream       ffdtype.ExecutionID
+	Downstream     ffdtype.ExecutionID
 	DependencyKind string
 	DataPassingRef string
 }
@@ -166,7 +166,7 @@ func InsertAppliedEdges(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, es []N
 // ApplyEdge applies a staged edge whose group, edge row and executions the
 // caller holds (Locks): the edge becomes applied, its group counts it, and
 // a pending downstream becomes blocked, in one statement.
-func ApplyEdge(ctx context.Context, tx pgx.Tx, flowID, edgeID uuid.UUID, down ident.ExecutionID) error {
+func ApplyEdge(ctx context.Context, tx pgx.Tx, flowID, edgeID uuid.UUID, down ffdtype.ExecutionID) error {
 	_, err := tx.Exec(ctx, `WITH e AS (
 			UPDATE ff_edge SET state = 'applied', applied_at = now()
 			WHERE partition_key = $1 AND flow_id = $2 AND edge_id = $3
@@ -182,7 +182,7 @@ func ApplyEdge(ctx context.Context, tx pgx.Tx, flowID, edgeID uuid.UUID, down id
 
 // UpstreamsOf reads the upstreams of down (over its applied and resolved
 // edges), by step name, in one query on ff_edge_downstream.
-func UpstreamsOf(ctx context.Context, db DB, flowID uuid.UUID, down ident.ExecutionID) ([]ffdtype.Upstream, error) {
+func UpstreamsOf(ctx context.Context, db DB, flowID uuid.UUID, down ffdtype.ExecutionID) ([]ffdtype.Upstream, error) {
 	rows, err := db.Query(ctx, `SELECT coalesce(u.step, ''), u.partition_key, u.execution_id, u.state, u.result
 		FROM ff_edge e JOIN ff_execution u ON u.partition_key = e.partition_key AND u.execution_id = e.upstream_id
 		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.downstream_id = $3 AND e.state <> 'staged'

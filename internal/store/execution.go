@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/ident"
 )
 
 // execColumns is the select list of an Execution, for a row aliased e;
@@ -90,7 +89,7 @@ func uuidOrNil(u pgtype.UUID) *uuid.UUID {
 
 func (r *executionRow) execution() *ffdtype.Execution {
 	x := &ffdtype.Execution{
-		ID:                   ident.ExecutionID{Partition: r.PartitionKey, UUID: r.ExecutionID},
+		ID:                   ffdtype.ExecutionID{Partition: r.PartitionKey, UUID: r.ExecutionID},
 		FlowID:               uuidOrNil(r.FlowID),
 		Namespace:            r.Namespace,
 		Lane:                 r.Lane,
@@ -181,7 +180,7 @@ func nullIfEmpty(s string) *string {
 func micros(d time.Duration) int64 { return d.Microseconds() }
 
 // GetExecution reads one execution, or returns pgx.ErrNoRows.
-func GetExecution(ctx context.Context, db DB, id ident.ExecutionID) (*ffdtype.Execution, error) {
+func GetExecution(ctx context.Context, db DB, id ffdtype.ExecutionID) (*ffdtype.Execution, error) {
 	return oneExecution(db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e
 		WHERE e.partition_key = $1 AND e.execution_id = $2`, id.Partition, id.UUID))
 }
@@ -242,7 +241,7 @@ func ListExecutions(ctx context.Context, db DB, f ExecutionFilter) ([]*ffdtype.E
 
 // ExecutionFlow reads the flow an execution belongs to (nil outside any
 // flow), or returns pgx.ErrNoRows.
-func ExecutionFlow(ctx context.Context, db DB, id ident.ExecutionID) (*uuid.UUID, error) {
+func ExecutionFlow(ctx context.Context, db DB, id ffdtype.ExecutionID) (*uuid.UUID, error) {
 	var flowID *uuid.UUID
 	err := db.QueryRow(ctx, `SELECT flow_id FROM ff_execution WHERE partition_key = $1 AND execution_id = $2`,
 		id.Partition, id.UUID).Scan(&flowID)

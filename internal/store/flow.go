@@ -71,10 +71,10 @@ func oneFlow(rows pgx.Rows, err error) (*ffdtype.Flow, error) {
 
 // idsOn makes execution ids of uuids on one partition (a flow's members
 // share its partition).
-func idsOn(part int16, us []uuid.UUID) []ident.ExecutionID {
-	out := make([]ident.ExecutionID, len(us))
+func idsOn(part int16, us []uuid.UUID) []ffdtype.ExecutionID {
+	out := make([]ffdtype.ExecutionID, len(us))
 	for i, u := range us {
-		out[i] = ident.ExecutionID{Partition: part, UUID: u}
+		out[i] = ffdtype.ExecutionID{Partition: part, UUID: u}
 	}
 	return out
 }
@@ -158,7 +158,7 @@ func StageOnFlow(ctx context.Context, tx pgx.Tx, id uuid.UUID, expected int64) (
 // AddMember makes an existing execution a member of a flow and counts it,
 // in one statement, and returns the flow's new node count. The caller
 // holds both rows locked (Locks.Execution, then Locks.Flow).
-func AddMember(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, id ident.ExecutionID) (nodes int, err error) {
+func AddMember(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, id ffdtype.ExecutionID) (nodes int, err error) {
 	err = tx.QueryRow(ctx, `WITH x AS (
 			UPDATE ff_execution SET flow_id = $3 WHERE partition_key = $1 AND execution_id = $2
 		)

@@ -59,7 +59,7 @@ func scanGroup(row pgx.CollectableRow) (*ffdtype.EdgeGroup, error) {
 func (r *groupRow) group() (*ffdtype.EdgeGroup, error) {
 	g := &ffdtype.EdgeGroup{
 		FlowID:        r.FlowID,
-		Downstream:    ident.ExecutionID{Partition: r.PartitionKey, UUID: r.DownstreamID},
+		Downstream:    ffdtype.ExecutionID{Partition: r.PartitionKey, UUID: r.DownstreamID},
 		Policy:        ffdtype.Policy{Kind: r.Policy, OnSatisfied: ffdtype.OnSatisfied(deref(r.OnSatisfied))},
 		Counts:        ffdtype.Counts{Total: r.Total, Success: r.SuccessCount, Fail: r.FailCount, Skip: r.SkipCount},
 		Decision:      r.Decision,
@@ -80,7 +80,7 @@ func oneGroup(rows pgx.Rows, err error) (*ffdtype.EdgeGroup, error) {
 }
 
 // GetGroup reads one edge group, or returns pgx.ErrNoRows.
-func GetGroup(ctx context.Context, db DB, flowID uuid.UUID, down ident.ExecutionID) (*ffdtype.EdgeGroup, error) {
+func GetGroup(ctx context.Context, db DB, flowID uuid.UUID, down ffdtype.ExecutionID) (*ffdtype.EdgeGroup, error) {
 	return oneGroup(db.Query(ctx, `SELECT `+groupColumns+` FROM ff_edge_group g
 		WHERE g.partition_key = $1 AND g.flow_id = $2 AND g.downstream_id = $3`, ident.Partition(flowID), flowID, down.UUID))
 }
@@ -104,7 +104,7 @@ func ListGroups(ctx context.Context, db DB, flowID uuid.UUID) ([]ffdtype.EdgeGro
 // NewGroup is the edge group of a submitted flow's downstream: its policy
 // and its number of (already applied) incoming edges.
 type NewGroup struct {
-	Downstream ident.ExecutionID
+	Downstream ffdtype.ExecutionID
 	Policy     ffdtype.Policy
 	Total      int
 }
@@ -125,7 +125,7 @@ func InsertGroups(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, gs []NewGrou
 }
 
 // SetGroupPolicy replaces the policy of a group the caller holds locked.
-func SetGroupPolicy(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, down ident.ExecutionID, p ffdtype.Policy) error {
+func SetGroupPolicy(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, down ffdtype.ExecutionID, p ffdtype.Policy) error {
 	k, on := policyColumns(p)
 	_, err := tx.Exec(ctx, `UPDATE ff_edge_group SET policy = $4, k = $5, on_satisfied = $6
 		WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`,
@@ -136,7 +136,7 @@ func SetGroupPolicy(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, down ident
 // Resolution is an upstream's terminal outcome to resolve its applied
 // outgoing edges from.
 type Resolution struct {
-	Upstream ident.ExecutionID
+	Upstream ffdtype.ExecutionID
 	Outcome  ffdtype.Outcome
 	EdgeID   *uuid.UUID // only this edge (apply); nil: every applied edge
 }
@@ -222,9 +222,9 @@ RETURNING ` + groupColumns + `,
 // satisfied cancel_remaining groups queued for sibling cancellation.
 // Impossible downstreams are skipped through Terminate, separately.
 type DecisionEffects struct {
-	Decided []ffdtype.EdgeGroup // with their new Decision
-	Ready   []ident.ExecutionID // blocked downstreams to make pending
-	Cancel  []ffdtype.EdgeGroup // satisfied cancel_remaining groups
+	Decided []ffdtype.EdgeGroup   // with their new Decision
+	Ready   []ffdtype.ExecutionID // blocked downstreams to make pending
+	Cancel  []ffdtype.EdgeGroup   // satisfied cancel_remaining groups
 }
 
 // RecordDecisions makes the decisions take effect in one round trip: the
@@ -299,7 +299,7 @@ ON CONFLICT DO NOTHING`
 // The statement also sets the transaction's lock_timeout to lockTimeout
 // (0: the session's), like TakeEvents, so that the group's siblings are
 // waited for at most that long.
-func TakeCancelGroup(ctx context.Context, tx pgx.Tx, lockTimeout time.Duration) (flowID uuid.UUID, down ident.ExecutionID, err error) {
+func TakeCancelGroup(ctx context.Context, tx pgx.Tx, lockTimeout time.Duration) (flowID uuid.UUID, down ffdtype.ExecutionID, err error) {
 	err = tx.QueryRow(ctx, `WITH wait AS (`+setLockTimeout("$1")+`)
 		SELECT g.partition_key, g.flow_id, g.downstream_id FROM ff_pending_cancel_group g, wait
 		ORDER BY g.enqueued_at LIMIT 1 FOR UPDATE OF g SKIP LOCKED`, millisOrNull(lockTimeout)).Scan(&down.Partition, &flowID, &down.UUID)
@@ -309,7 +309,7 @@ func TakeCancelGroup(ctx context.Context, tx pgx.Tx, lockTimeout time.Duration) 
 // RequeueCancelGroup moves a pending cancel group to the back of the
 // queue: its siblings are held by another transaction, and the groups
 // behind it should not wait for them.
-func RequeueCancelGroup(ctx context.Context, db DB, flowID uuid.UUID, down ident.ExecutionID) error {
+func RequeueCancelGroup(ctx context.Context, db DB, flowID uuid.UUID, down ffdtype.ExecutionID) error {
 	_, err := db.Exec(ctx, `UPDATE ff_pending_cancel_group SET enqueued_at = clock_timestamp()
 		WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`, down.Partition, flowID, down.UUID)
 	return wrap("requeue cancel group "+down.String(), err)
@@ -317,7 +317,7 @@ func RequeueCancelGroup(ctx context.Context, db DB, flowID uuid.UUID, down ident
 
 // DoneCancelGroup clears a group's recorded siblings and removes it from
 // the queue, in one statement, once its siblings are cancelled.
-func DoneCancelGroup(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, down ident.ExecutionID) error {
+func DoneCancelGroup(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, down ffdtype.ExecutionID) error {
 	_, err := tx.Exec(ctx, `WITH g AS (
 			UPDATE ff_edge_group SET cancel_members = '{}'
 			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/ident"
 )
 
 // renewSQL extends a running lease by its TTL, fenced on the epoch, and
@@ -27,7 +26,7 @@ SELECT lease_expires_at FROM upd`
 
 // Renew extends the lease of id held at epoch and returns its new expiry;
 // held is false when id does not run at that epoch (nothing was written).
-func Renew(ctx context.Context, db DB, id ident.ExecutionID, epoch int64) (expires time.Time, held bool, err error) {
+func Renew(ctx context.Context, db DB, id ffdtype.ExecutionID, epoch int64) (expires time.Time, held bool, err error) {
 	err = WithRetry(ctx, db, func() error {
 		return db.QueryRow(ctx, renewSQL, id.Partition, id.UUID, epoch, LeaseRenewed).Scan(&expires)
 	})
@@ -47,7 +46,7 @@ type Fence struct {
 }
 
 // ReadFence reads id's state and epoch, or returns pgx.ErrNoRows.
-func ReadFence(ctx context.Context, db DB, id ident.ExecutionID) (Fence, error) {
+func ReadFence(ctx context.Context, db DB, id ffdtype.ExecutionID) (Fence, error) {
 	rows, err := db.Query(ctx, `SELECT state, lease_epoch FROM ff_execution
 		WHERE partition_key = $1 AND execution_id = $2`, id.Partition, id.UUID)
 	if err != nil {
@@ -70,7 +69,7 @@ type EpochAttempt struct {
 
 // ReadEpochAttempt reads id and the attempt it ran at epoch, or returns
 // pgx.ErrNoRows when id does not exist.
-func ReadEpochAttempt(ctx context.Context, db DB, id ident.ExecutionID, epoch int64) (EpochAttempt, error) {
+func ReadEpochAttempt(ctx context.Context, db DB, id ffdtype.ExecutionID, epoch int64) (EpochAttempt, error) {
 	rows, err := db.Query(ctx, `
 		SELECT e.state, e.attempt, e.result, e.run_at, a.attempt AS attempt_of_epoch, a.outcome
 		FROM ff_execution e
@@ -86,7 +85,7 @@ func ReadEpochAttempt(ctx context.Context, db DB, id ident.ExecutionID, epoch in
 // Lapsed is a running execution whose lease lapsed or whose attempt ran
 // out of time, locked by the current transaction.
 type Lapsed struct {
-	ID          ident.ExecutionID
+	ID          ffdtype.ExecutionID
 	Epoch       int64
 	Attempt     int
 	MaxAttempts int
@@ -136,7 +135,7 @@ func collectLapsed(rows pgx.Rows, err error) ([]Lapsed, error) {
 
 // LockDeadlinePassed locks id if it is live and its deadline has passed
 // (skipping it when another transaction holds it).
-func LockDeadlinePassed(ctx context.Context, tx pgx.Tx, id ident.ExecutionID) ([]ident.ExecutionID, error) {
+func LockDeadlinePassed(ctx context.Context, tx pgx.Tx, id ffdtype.ExecutionID) ([]ffdtype.ExecutionID, error) {
 	return collectIDs(tx.Query(ctx, `SELECT partition_key, execution_id FROM ff_execution
 		WHERE deadline_at <= now() AND state IN ('blocked', 'pending', 'running')
 			AND partition_key = $1 AND execution_id = $2
@@ -145,19 +144,19 @@ func LockDeadlinePassed(ctx context.Context, tx pgx.Tx, id ident.ExecutionID) ([
 
 // LockDeadlinesPassed locks up to limit live executions whose deadline has
 // passed, skipping rows other sweepers hold.
-func LockDeadlinesPassed(ctx context.Context, tx pgx.Tx, limit int) ([]ident.ExecutionID, error) {
+func LockDeadlinesPassed(ctx context.Context, tx pgx.Tx, limit int) ([]ffdtype.ExecutionID, error) {
 	return collectIDs(tx.Query(ctx, `SELECT partition_key, execution_id FROM ff_execution
 		WHERE deadline_at <= now() AND state IN ('blocked', 'pending', 'running')
 		ORDER BY partition_key, execution_id LIMIT $1
 		FOR NO KEY UPDATE SKIP LOCKED`, limit))
 }
 
-func collectIDs(rows pgx.Rows, err error) ([]ident.ExecutionID, error) {
+func collectIDs(rows pgx.Rows, err error) ([]ffdtype.ExecutionID, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ident.ExecutionID, error) {
-		var id ident.ExecutionID
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ffdtype.ExecutionID, error) {
+		var id ffdtype.ExecutionID
 		return id, r.Scan(&id.Partition, &id.UUID)
 	})
 }

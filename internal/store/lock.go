@@ -63,7 +63,7 @@ func (l *Locks) take(r rank) error {
 // with, a missing group is created (created reports it; a creation rolled
 // back with the transaction leaves nothing); without, a missing group is
 // pgx.ErrNoRows.
-func (l *Locks) Group(ctx context.Context, flowID uuid.UUID, down ident.ExecutionID, create *ffdtype.Policy) (g *ffdtype.EdgeGroup, created bool, err error) {
+func (l *Locks) Group(ctx context.Context, flowID uuid.UUID, down ffdtype.ExecutionID, create *ffdtype.Policy) (g *ffdtype.EdgeGroup, created bool, err error) {
 	if err := l.take(rankGroup); err != nil {
 		return nil, false, err
 	}
@@ -144,7 +144,7 @@ type Membership struct {
 
 // Execution locks one execution and returns its flow and state, or
 // pgx.ErrNoRows.
-func (l *Locks) Execution(ctx context.Context, id ident.ExecutionID) (Membership, error) {
+func (l *Locks) Execution(ctx context.Context, id ffdtype.ExecutionID) (Membership, error) {
 	if err := l.take(rankExecution); err != nil {
 		return Membership{}, err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
@@ -20,7 +21,7 @@ func TestLocksRefuseTheWrongOrder(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
 	flowID := ident.NewUUID()
-	down := ident.ExecutionID{Partition: ident.Partition(flowID), UUID: ident.NewUUID()}
+	down := ffdtype.ExecutionID{Partition: ident.Partition(flowID), UUID: ident.NewUUID()}
 	group := func(l *store.Locks) error {
 		_, _, err := l.Group(ctx, flowID, down, nil)
 		return err

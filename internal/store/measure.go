@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/ident"
 )
 
 // The reads `ffd bench` measures with. They run after (or beside) a
@@ -84,7 +83,7 @@ func ReadFlowState(ctx context.Context, db DB, partition int16, flowID uuid.UUID
 }
 
 // FlowSpan is from the first attempt of root to the end of its flow.
-func FlowSpan(ctx context.Context, db DB, flowID uuid.UUID, root ident.ExecutionID) (time.Duration, error) {
+func FlowSpan(ctx context.Context, db DB, flowID uuid.UUID, root ffdtype.ExecutionID) (time.Duration, error) {
 	return micro(ctx, db, "read the flow's span", `SELECT extract(epoch FROM f.terminal_at - a.started_at) * 1e6
 		FROM ff_flow f, ff_attempt_all a
 		WHERE f.partition_key = $1 AND f.flow_id = $2 AND a.partition_key = $1 AND a.execution_id = $3 AND a.attempt = 1`,
@@ -150,7 +149,7 @@ func ReadyDelays(ctx context.Context, db DB, namespace string) ([]time.Duration,
 
 // JoinDelay is from the last completion among join's upstreams in
 // upstreamLane to join becoming claimable.
-func JoinDelay(ctx context.Context, db DB, join ident.ExecutionID, upstreamLane string) (time.Duration, error) {
+func JoinDelay(ctx context.Context, db DB, join ffdtype.ExecutionID, upstreamLane string) (time.Duration, error) {
 	return micro(ctx, db, "read the join's delay", `SELECT extract(epoch FROM j.run_at - (SELECT max(c.occurred_at) FROM ff_completion_event c
 			JOIN ff_execution m ON m.partition_key = c.partition_key AND m.execution_id = c.execution_id
 			WHERE m.flow_id = j.flow_id AND m.lane = $2)) * 1e6
@@ -167,7 +166,7 @@ func FencedCancellations(ctx context.Context, db DB, lane string, epoch int64) (
 
 // CancelSpread is from winner's completion event to the last cancellation
 // in lane.
-func CancelSpread(ctx context.Context, db DB, lane string, winner ident.ExecutionID) (time.Duration, error) {
+func CancelSpread(ctx context.Context, db DB, lane string, winner ffdtype.ExecutionID) (time.Duration, error) {
 	return micro(ctx, db, "read the cancellation spread", `SELECT extract(epoch FROM
 			(SELECT max(terminal_at) FROM ff_execution WHERE lane = $1 AND state = 'cancelled')
 			- (SELECT occurred_at FROM ff_completion_event WHERE partition_key = $2 AND execution_id = $3)) * 1e6`,

@@ -12,14 +12,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/ident"
 )
 
 func execIDString(part int16, u *uuid.UUID) string {
 	if u == nil {
 		return ""
 	}
-	return ident.ExecutionID{Partition: part, UUID: *u}.String()
+	return ffdtype.ExecutionID{Partition: part, UUID: *u}.String()
 }
 
 // ParseTxID parses a transaction id (xid8) as Postgres prints it.

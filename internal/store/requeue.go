@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/ident"
 )
 
 // RequeueKind is how a running attempt ends without ending the execution.
@@ -88,7 +87,7 @@ SELECT partition_key, execution_id, attempt, lease_epoch, run_at FROM upd LEFT J
 
 // RequeueItem is one lease to end: an execution at an epoch.
 type RequeueItem struct {
-	ID    ident.ExecutionID
+	ID    ffdtype.ExecutionID
 	Epoch int64
 	Error string
 }

@@ -46,7 +46,7 @@ func FlowMembers(ctx context.Context, db DB, flowID uuid.UUID) ([]*ffdtype.Execu
 
 // Carried pairs an execution of a rerun with the one it reruns.
 type Carried struct {
-	New, Old ident.ExecutionID
+	New, Old ffdtype.ExecutionID
 }
 
 // LinkRerunMembers records, for each pair, that New reruns Old.

@@ -40,11 +40,11 @@ type retention struct {
 
 // finished creates a solo execution as if created `age` ago, runs it to
 // completion, and dates its end `age` ago.
-func (f retention) finished(ns, key string, age time.Duration) ident.ExecutionID {
+func (f retention) finished(ns, key string, age time.Duration) ffdtype.ExecutionID {
 	f.T.Helper()
 	u := v7At(f.T, time.Now().Add(-age))
 	lane := "ret_" + u.String()[:8]
-	id := ident.ExecutionID{Partition: ident.Partition(u), UUID: u}
+	id := ffdtype.ExecutionID{Partition: ident.Partition(u), UUID: u}
 	if key != "" {
 		id.Partition = ident.KeyPartition(ns, key) // where keyed rows live
 	}
@@ -67,7 +67,7 @@ func (f retention) finished(ns, key string, age time.Duration) ident.ExecutionID
 	return x.ID
 }
 
-func (f retention) exists(id ident.ExecutionID) bool {
+func (f retention) exists(id ffdtype.ExecutionID) bool {
 	return f.Count(`SELECT count(*) FROM ff_execution WHERE execution_id = $1`, id.UUID) == 1
 }
 
@@ -100,7 +100,7 @@ func TestRetentionDeletesFinishedExecutions(t *testing.T) {
 	if n, _ := store.DeleteFinishedExecutions(f.Ctx, f.Pool, ages, 2); n != 0 {
 		t.Fatalf("third batch deleted %d, want 0", n)
 	}
-	for id, want := range map[ident.ExecutionID]bool{old1: false, old2: false, short: false, recent: true, kept: true, live.ID: true} {
+	for id, want := range map[ffdtype.ExecutionID]bool{old1: false, old2: false, short: false, recent: true, kept: true, live.ID: true} {
 		if f.exists(id) != want {
 			t.Errorf("execution %s exists = %v, want %v", id, !want, want)
 		}

@@ -10,12 +10,11 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/ident"
 )
 
 // Termination asks Terminate to end one execution.
 type Termination struct {
-	ID ident.ExecutionID
+	ID ffdtype.ExecutionID
 	// Epoch fences the ending: when non-zero the execution must be running
 	// at exactly this epoch (complete, fail, lease expiry); when zero any
 	// non-terminal state will do (cancel, skip, deadline).
@@ -29,7 +28,7 @@ type Termination struct {
 
 // Ended is one execution Terminate ended.
 type Ended struct {
-	ID         ident.ExecutionID
+	ID         ffdtype.ExecutionID
 	FlowID     *uuid.UUID
 	State      ffdtype.State
 	Attempt    int

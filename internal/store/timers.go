@@ -4,10 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/flowfabric/ffd/internal/ident"
 )
 
 // TimerKind says what a Timer acts on when it fires.
@@ -26,7 +25,7 @@ const (
 // Timer is a moment at which the daemon's timeout worker must act.
 type Timer struct {
 	Kind  TimerKind
-	ID    ident.ExecutionID
+	ID    ffdtype.ExecutionID
 	Epoch int64 // TimerLease: the lease it concerns
 	At    time.Time
 	Lane  string
@@ -66,7 +65,7 @@ func UpcomingTimers(ctx context.Context, db DB, limit int) ([]Timer, error) {
 
 // LeaseRef names one lease: an execution at an epoch.
 type LeaseRef struct {
-	ID    ident.ExecutionID
+	ID    ffdtype.ExecutionID
 	Epoch int64
 }
 
@@ -107,7 +106,7 @@ func TimersForLeaseEvents(ctx context.Context, db DB, eventIDs []int64) ([]Timer
 	var timers []Timer
 	var ended []LeaseRef
 	for rows.Next() {
-		var id ident.ExecutionID
+		var id ffdtype.ExecutionID
 		var epoch, eventEpoch int64
 		var held bool
 		var at *time.Time

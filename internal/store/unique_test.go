@@ -24,7 +24,7 @@ func TestUniqueKeyUnderChurnReturnsAnExecution(t *testing.T) {
 	const ns, key, rounds = "default", "sync:account-7", 8
 	part := ident.KeyPartition(ns, key)
 	churned := 0
-	var holder ident.ExecutionID
+	var holder ffdtype.ExecutionID
 	store.SetUniqueRaceHook(func(k string) {
 		if k != key || churned >= rounds {
 			return
