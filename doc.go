@@ -23,4 +23,10 @@
 // ErrValidation, ErrConflict, ErrStaleRevision, ErrLeaseLost and
 // ErrAlreadyTerminal, and with errors.As for details (*ValidationError
 // names the field and value).
+//
+// The rows, vocabulary, ids, parameters and errors are declared once, in
+// package ffdtype, and are the same types here (ffd.Execution is
+// ffdtype.Execution): code that must not import ffd itself can use
+// ffdtype alone. Worker and Daemon share one lifecycle: Start(ctx), then
+// Stop(ctx), which returns once they have stopped or ctx has ended.
 package ffd
