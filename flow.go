@@ -14,24 +14,6 @@ import (
 	"github.com/flowfabric/ffd/internal/store"
 )
 
-// StageEdgeParams describes an edge to stage.
-type StageEdgeParams struct {
-	// FlowID is the flow of both ends.
-	FlowID uuid.UUID
-	// EdgeID: default a fresh v7 uuid.
-	EdgeID uuid.UUID
-	// Upstream must finish before Downstream can run.
-	Upstream   ExecutionID
-	Downstream ExecutionID
-	// ExpectedRevision is the flow's GraphRevision the caller saw; the
-	// stage fails with a *StaleRevisionError when it moved on.
-	ExpectedRevision int64
-	// DependencyKind: default "success_only"; at most 64 bytes.
-	DependencyKind string
-	// DataPassingRef: a free reference, at most 1024 bytes.
-	DataPassingRef string
-}
-
 // EdgeDirection selects incoming or outgoing edges.
 type EdgeDirection string
 
@@ -106,12 +88,12 @@ func (c *Client) AddExecutionToFlowTx(ctx context.Context, tx pgx.Tx, flowID uui
 // revision; it refuses self edges, non-members, duplicates, terminal flows
 // and cycles.
 func (c *Client) StageEdge(ctx context.Context, p StageEdgeParams) (*StageResult, error) {
-	return flows.Stage(ctx, c.pool, p.internal())
+	return flows.Stage(ctx, c.pool, p)
 }
 
 // StageEdgeTx is StageEdge inside tx.
 func (c *Client) StageEdgeTx(ctx context.Context, tx pgx.Tx, p StageEdgeParams) (*StageResult, error) {
-	return flows.Stage(ctx, tx, p.internal())
+	return flows.Stage(ctx, tx, p)
 }
 
 // ApplyEdge counts a staged edge into its downstream's group and blocks
@@ -193,12 +175,6 @@ func (c *Client) CancelFlowTx(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, 
 	return flows.Cancel(ctx, tx, flowID, ffdtype.CancelPolicy(policy), reason)
 }
 
-// SubmittedFlow is the created flow and its executions by Ref.
-type SubmittedFlow struct {
-	Flow       *Flow
-	Executions map[string]*Execution
-}
-
 // Bounds of one SubmitFlow.
 const (
 	MaxSubmitNodes = flows.MaxSubmitNodes // 100,000
@@ -227,7 +203,7 @@ func (c *Client) submitFlow(ctx context.Context, db store.DB, p SubmitFlowParams
 	for i := range sp.Nodes {
 		c.tracing.inject(ctx, &sp.Nodes[i].Params)
 	}
-	return submittedOf(flows.Submit(ctx, db, c.limits, sp))
+	return flows.Submit(ctx, db, c.limits, sp)
 }
 
 // inNamespace is p with the client's namespace where the flow names none,
@@ -246,17 +222,6 @@ func (c *Client) inNamespace(p SubmitFlowParams) SubmitFlowParams {
 	return p
 }
 
-func submittedOf(sub *flows.Submitted, err error) (*SubmittedFlow, error) {
-	if err != nil {
-		return nil, err
-	}
-	out := &SubmittedFlow{Flow: sub.Flow, Executions: make(map[string]*Execution, len(sub.Executions))}
-	for ref, x := range sub.Executions {
-		out.Executions[ref] = x
-	}
-	return out, nil
-}
-
 // RerunFlow reruns a failed or cancelled flow as a new flow (its RerunOf
 // names the old one) with the same steps, edges and policies. Steps that
 // completed are carried over, completed at once with their old results
@@ -266,7 +231,7 @@ func submittedOf(sub *flows.Submitted, err error) (*SubmittedFlow, error) {
 // second call is a *ConflictError whose Existing is the rerun (rerun that
 // one to try again); an open or completed flow is a *ConflictError too.
 func (c *Client) RerunFlow(ctx context.Context, flowID uuid.UUID) (*SubmittedFlow, error) {
-	return submittedOf(flows.RerunFlow(ctx, c.pool, c.limits, flowID))
+	return flows.RerunFlow(ctx, c.pool, c.limits, flowID)
 }
 
 // RerunExecution creates a new execution from a failed, expired or
@@ -276,11 +241,6 @@ func (c *Client) RerunFlow(ctx context.Context, flowID uuid.UUID) (*SubmittedFlo
 // its flow), or a second rerun of the same execution.
 func (c *Client) RerunExecution(ctx context.Context, id ExecutionID) (*Execution, error) {
 	return leases.Rerun(ctx, c.pool, c.limits, id)
-}
-
-func (p StageEdgeParams) internal() flows.StageParams {
-	return flows.StageParams{FlowID: p.FlowID, EdgeID: p.EdgeID, Upstream: p.Upstream, Downstream: p.Downstream,
-		ExpectedRevision: p.ExpectedRevision, DependencyKind: p.DependencyKind, DataPassingRef: p.DataPassingRef}
 }
 
 func listFlows(ctx context.Context, db store.DB, p ListFlowsParams) (*ListFlowsPage, error) {

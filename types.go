@@ -127,6 +127,8 @@ type (
 	SubmitNode       = ffdtype.SubmitNode
 	SubmitEdge       = ffdtype.SubmitEdge
 	SubmitFlowParams = ffdtype.SubmitFlowParams
+	StageEdgeParams  = ffdtype.StageEdgeParams
+	SubmittedFlow    = ffdtype.SubmittedFlow
 )
 
 // The outbox: streams, events, cursors and named consumers.

@@ -160,3 +160,27 @@ type SubmitFlowParams struct {
 	Nodes []SubmitNode
 	Edges []SubmitEdge
 }
+
+// StageEdgeParams describes an edge to stage.
+type StageEdgeParams struct {
+	// FlowID is the flow of both ends.
+	FlowID uuid.UUID
+	// EdgeID: default a fresh v7 uuid.
+	EdgeID uuid.UUID
+	// Upstream must finish before Downstream can run.
+	Upstream   ExecutionID
+	Downstream ExecutionID
+	// ExpectedRevision is the flow's GraphRevision the caller saw; the
+	// stage fails with a *StaleRevisionError when it moved on.
+	ExpectedRevision int64
+	// DependencyKind: default "success_only"; at most 64 bytes.
+	DependencyKind string
+	// DataPassingRef: a free reference, at most 1024 bytes.
+	DataPassingRef string
+}
+
+// SubmittedFlow is the created flow and its executions by Ref.
+type SubmittedFlow struct {
+	Flow       *Flow
+	Executions map[string]*Execution
+}

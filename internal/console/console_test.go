@@ -48,7 +48,7 @@ func browser(t *testing.T) context.Context {
 }
 
 // setup serves a console over a database holding one two-step flow.
-func setup(t *testing.T) (*testdb.Fixture, string, *flows.Submitted) {
+func setup(t *testing.T) (*testdb.Fixture, string, *ffdtype.SubmittedFlow) {
 	t.Helper()
 	f := testdb.Checked(t, 3*time.Minute)
 	sub, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, ffdtype.SubmitFlowParams{

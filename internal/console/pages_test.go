@@ -251,7 +251,7 @@ var dag20 = []struct {
 	{"finalize", []string{"report", "audit", "billing", "publish"}},
 }
 
-func submitDAG20(t *testing.T, f *testdb.Fixture) *flows.Submitted {
+func submitDAG20(t *testing.T, f *testdb.Fixture) *ffdtype.SubmittedFlow {
 	t.Helper()
 	p := ffdtype.SubmitFlowParams{Flow: ffdtype.CreateFlowParams{Kind: "release"}}
 	for _, n := range dag20 {
@@ -270,7 +270,7 @@ func submitDAG20(t *testing.T, f *testdb.Fixture) *flows.Submitted {
 // runStep dispatches what earlier steps' ends decided (as the daemon
 // would), then claims the named step (it must be pending) and completes
 // it, or fails it for good.
-func runStep(t *testing.T, f *testdb.Fixture, sub *flows.Submitted, step string, fail string) {
+func runStep(t *testing.T, f *testdb.Fixture, sub *ffdtype.SubmittedFlow, step string, fail string) {
 	t.Helper()
 	d := cascade.New(f.Pool, nil)
 	for {

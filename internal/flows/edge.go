@@ -17,24 +17,11 @@ import (
 // DefaultDependencyKind is an edge's kind unless given.
 const DefaultDependencyKind = "success_only"
 
-// StageParams describes an edge to stage.
-type StageParams struct {
-	FlowID     uuid.UUID
-	EdgeID     uuid.UUID // default: a fresh v7 uuid
-	Upstream   ffdtype.ExecutionID
-	Downstream ffdtype.ExecutionID
-	// ExpectedRevision is the flow's graph_revision the caller saw; the
-	// stage fails with a stale-revision error when it moved on.
-	ExpectedRevision int64
-	DependencyKind   string // default DefaultDependencyKind
-	DataPassingRef   string
-}
-
 // Stage stages a dependency edge (stage_dependency_edge): compare-and-set
 // on the flow's graph revision; refuses self edges, executions outside the
 // flow, terminal flows, duplicates (a conflict carrying the existing edge)
 // and edges that would close a cycle. A refusal writes nothing.
-func Stage(ctx context.Context, db store.DB, p StageParams) (*ffdtype.StageResult, error) {
+func Stage(ctx context.Context, db store.DB, p ffdtype.StageEdgeParams) (*ffdtype.StageResult, error) {
 	if p.Upstream == p.Downstream {
 		return nil, fault.Invalid(ffdtype.KindInvalidValue, "downstream_id", p.Downstream.String(), "an edge cannot join an execution to itself")
 	}

@@ -68,7 +68,7 @@ func (f *fixture) revision(fl *ffdtype.Flow) int64 {
 
 func (f *fixture) stage(fl *ffdtype.Flow, up, down ffdtype.ExecutionID) *ffdtype.Edge {
 	f.T.Helper()
-	res, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: up, Downstream: down, ExpectedRevision: f.revision(fl)})
+	res, err := flows.Stage(f.Ctx, f.Pool, ffdtype.StageEdgeParams{FlowID: fl.ID, Upstream: up, Downstream: down, ExpectedRevision: f.revision(fl)})
 	if err != nil {
 		f.T.Fatalf("stage %s -> %s: %v", up, down, err)
 	}
@@ -221,14 +221,14 @@ func TestStageRefusals(t *testing.T) {
 	before := f.graphRows(fl)
 	tests := []struct {
 		name string
-		p    flows.StageParams
+		p    ffdtype.StageEdgeParams
 		is   error
 	}{
-		{"stale revision", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: rev - 1}, ffdtype.ErrStaleRevision},
-		{"self edge", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: a, ExpectedRevision: rev}, ffdtype.ErrValidation},
-		{"non-member on partition", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: ident.NewExecutionIDIn(fl.Partition), ExpectedRevision: rev}, ffdtype.ErrNotFound},
-		{"other partition", flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: ident.NewExecutionIDIn((fl.Partition + 7) % 256), ExpectedRevision: rev}, ffdtype.ErrValidation},
-		{"missing flow", flows.StageParams{FlowID: ident.NewUUID(), Upstream: a, Downstream: b}, nil},
+		{"stale revision", ffdtype.StageEdgeParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: rev - 1}, ffdtype.ErrStaleRevision},
+		{"self edge", ffdtype.StageEdgeParams{FlowID: fl.ID, Upstream: a, Downstream: a, ExpectedRevision: rev}, ffdtype.ErrValidation},
+		{"non-member on partition", ffdtype.StageEdgeParams{FlowID: fl.ID, Upstream: a, Downstream: ident.NewExecutionIDIn(fl.Partition), ExpectedRevision: rev}, ffdtype.ErrNotFound},
+		{"other partition", ffdtype.StageEdgeParams{FlowID: fl.ID, Upstream: a, Downstream: ident.NewExecutionIDIn((fl.Partition + 7) % 256), ExpectedRevision: rev}, ffdtype.ErrValidation},
+		{"missing flow", ffdtype.StageEdgeParams{FlowID: ident.NewUUID(), Upstream: a, Downstream: b}, nil},
 	}
 	for _, tt := range tests {
 		_, err := flows.Stage(f.Ctx, f.Pool, tt.p)
@@ -237,7 +237,7 @@ func TestStageRefusals(t *testing.T) {
 		}
 	}
 	var se *ffdtype.StaleRevisionError
-	_, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: rev + 5})
+	_, err := flows.Stage(f.Ctx, f.Pool, ffdtype.StageEdgeParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: rev + 5})
 	if !errors.As(err, &se) || se.Current != rev || se.Expected != rev+5 {
 		t.Fatalf("stale: %v, want current %d", err, rev)
 	}
@@ -245,7 +245,7 @@ func TestStageRefusals(t *testing.T) {
 	part := fl.Partition
 	solo := f.soloOn(part)
 	var ve *ffdtype.ValidationError
-	if _, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: solo.ID, ExpectedRevision: rev}); !errors.As(err, &ve) || ve.Kind != ffdtype.KindNotMember {
+	if _, err := flows.Stage(f.Ctx, f.Pool, ffdtype.StageEdgeParams{FlowID: fl.ID, Upstream: a, Downstream: solo.ID, ExpectedRevision: rev}); !errors.As(err, &ve) || ve.Kind != ffdtype.KindNotMember {
 		t.Fatalf("non-member: %v, want not_member", err)
 	}
 	if got := f.graphRows(fl); got != before {
@@ -254,12 +254,12 @@ func TestStageRefusals(t *testing.T) {
 	// Duplicate: a conflict carrying the existing edge, by pair and by id.
 	e := f.stage(fl, a, b)
 	var ce *ffdtype.ConflictError
-	_, err = flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: f.revision(fl)})
+	_, err = flows.Stage(f.Ctx, f.Pool, ffdtype.StageEdgeParams{FlowID: fl.ID, Upstream: a, Downstream: b, ExpectedRevision: f.revision(fl)})
 	if !errors.As(err, &ce) || ce.Existing.(*ffdtype.Edge).ID != e.ID {
 		t.Fatalf("duplicate pair: %v, want a conflict carrying edge %s", err, e.ID)
 	}
 	c := f.member(fl)
-	_, err = flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, EdgeID: e.ID, Upstream: b, Downstream: c, ExpectedRevision: f.revision(fl)})
+	_, err = flows.Stage(f.Ctx, f.Pool, ffdtype.StageEdgeParams{FlowID: fl.ID, EdgeID: e.ID, Upstream: b, Downstream: c, ExpectedRevision: f.revision(fl)})
 	if !errors.As(err, &ce) || ce.Existing.(*ffdtype.Edge).ID != e.ID {
 		t.Fatalf("duplicate id: %v, want a conflict carrying edge %s", err, e.ID)
 	}
@@ -267,7 +267,7 @@ func TestStageRefusals(t *testing.T) {
 	if _, err := flows.Cancel(f.Ctx, f.Pool, fl.ID, ffdtype.CancelFlowOnly, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: b, Downstream: c, ExpectedRevision: f.revision(fl)}); !errors.Is(err, ffdtype.ErrAlreadyTerminal) {
+	if _, err := flows.Stage(f.Ctx, f.Pool, ffdtype.StageEdgeParams{FlowID: fl.ID, Upstream: b, Downstream: c, ExpectedRevision: f.revision(fl)}); !errors.Is(err, ffdtype.ErrAlreadyTerminal) {
 		t.Fatalf("terminal flow: %v", err)
 	}
 }
@@ -282,7 +282,7 @@ func TestCycles(t *testing.T) {
 		f.stage(fl, a, b)
 		f.stage(fl, b, c)
 		before := f.graphRows(fl)
-		_, err := flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: c, Downstream: a, ExpectedRevision: f.revision(fl)})
+		_, err := flows.Stage(f.Ctx, f.Pool, ffdtype.StageEdgeParams{FlowID: fl.ID, Upstream: c, Downstream: a, ExpectedRevision: f.revision(fl)})
 		var ve *ffdtype.ValidationError
 		if !errors.As(err, &ve) || ve.Kind != ffdtype.KindCycle {
 			t.Fatalf("closing a 3-cycle: %v, want a cycle error", err)
@@ -301,7 +301,7 @@ func TestCycles(t *testing.T) {
 		fl := res.Flow
 		first, last := res.Executions["n0"].ID, res.Executions["n499"].ID
 		before := f.graphRows(fl)
-		_, err = flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: last, Downstream: first, ExpectedRevision: fl.GraphRevision})
+		_, err = flows.Stage(f.Ctx, f.Pool, ffdtype.StageEdgeParams{FlowID: fl.ID, Upstream: last, Downstream: first, ExpectedRevision: fl.GraphRevision})
 		if !errors.Is(err, ffdtype.ErrValidation) {
 			t.Fatalf("closing a 500-cycle: %v", err)
 		}
@@ -331,7 +331,7 @@ func TestCycles(t *testing.T) {
 							errs[i] = err
 							return
 						}
-						_, err = flows.Stage(f.Ctx, f.Pool, flows.StageParams{FlowID: fl.ID, Upstream: p[0], Downstream: p[1], ExpectedRevision: rev.GraphRevision})
+						_, err = flows.Stage(f.Ctx, f.Pool, ffdtype.StageEdgeParams{FlowID: fl.ID, Upstream: p[0], Downstream: p[1], ExpectedRevision: rev.GraphRevision})
 						if !errors.Is(err, ffdtype.ErrStaleRevision) {
 							errs[i] = err
 							return

@@ -23,8 +23,8 @@ import (
 // skipped, cancelled) runs again. The old flow and its history stay as
 // they are. A flow is rerun at most once (a second call is a conflict
 // carrying the rerun); to try again, rerun the rerun.
-func RerunFlow(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.UUID) (*Submitted, error) {
-	var res *Submitted
+func RerunFlow(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.UUID) (*ffdtype.SubmittedFlow, error) {
+	var res *ffdtype.SubmittedFlow
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		old, err := store.NewLocks(tx).Flow(ctx, flowID, store.ForShare)
 		if err != nil {
@@ -135,7 +135,7 @@ func paramsOf(x *ffdtype.Execution) ffdtype.CreateParams {
 
 // linkRerun records the rerun (which fails on a second rerun of the same
 // flow) and carries the completed steps over.
-func linkRerun(ctx context.Context, tx pgx.Tx, oldID uuid.UUID, res *Submitted, p ffdtype.SubmitFlowParams, members map[string]*ffdtype.Execution) error {
+func linkRerun(ctx context.Context, tx pgx.Tx, oldID uuid.UUID, res *ffdtype.SubmittedFlow, p ffdtype.SubmitFlowParams, members map[string]*ffdtype.Execution) error {
 	if err := store.LinkFlowRerun(ctx, tx, res.Flow.ID, oldID); err != nil {
 		return err
 	}

@@ -29,12 +29,6 @@ func MaxPayload(p ffdtype.SubmitFlowParams) int {
 	return n
 }
 
-// Submitted is the created flow and its executions by Ref.
-type Submitted struct {
-	Flow       *ffdtype.Flow
-	Executions map[string]*ffdtype.Execution
-}
-
 // Submit creates a flow with all its executions, edges and policies in one
 // transaction (submit_flow): roots start pending, the others blocked with
 // their edges already applied. Any invalid part (unknown or duplicate ref,
@@ -43,7 +37,7 @@ type Submitted struct {
 //
 // It validates the graph (graphOf), plans every row (planNodes), and only
 // then writes (submit).
-func Submit(ctx context.Context, db store.DB, lim leases.Limits, p ffdtype.SubmitFlowParams) (*Submitted, error) {
+func Submit(ctx context.Context, db store.DB, lim leases.Limits, p ffdtype.SubmitFlowParams) (*ffdtype.SubmittedFlow, error) {
 	if err := normalizeFlow(&p.Flow); err != nil {
 		return nil, err
 	}
@@ -55,7 +49,7 @@ func Submit(ctx context.Context, db store.DB, lim leases.Limits, p ffdtype.Submi
 	if err != nil {
 		return nil, err
 	}
-	var res *Submitted
+	var res *ffdtype.SubmittedFlow
 	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
 		res, err = submit(ctx, tx, lim, p, g, params, groups)
 		return err
@@ -180,7 +174,7 @@ func planNodes(p ffdtype.SubmitFlowParams, g *graph, lim leases.Limits) ([]lease
 // submit writes a planned submission: the flow, its executions, its
 // edges (applied) and groups, then the flow's size. Every row is new, so
 // it takes no lock but the new rows'.
-func submit(ctx context.Context, tx pgx.Tx, lim leases.Limits, p ffdtype.SubmitFlowParams, g *graph, params []leases.Normalized, policies []*ffdtype.Policy) (*Submitted, error) {
+func submit(ctx context.Context, tx pgx.Tx, lim leases.Limits, p ffdtype.SubmitFlowParams, g *graph, params []leases.Normalized, policies []*ffdtype.Policy) (*ffdtype.SubmittedFlow, error) {
 	f, exists, err := CreateFlow(ctx, tx, p.Flow)
 	if err != nil {
 		return nil, err
@@ -215,7 +209,7 @@ func submit(ctx context.Context, tx pgx.Tx, lim leases.Limits, p ffdtype.SubmitF
 	if f, err = store.SetFlowSize(ctx, tx, f.ID, len(xs), len(edges)); err != nil {
 		return nil, fmt.Errorf("record the size of flow %s: %w", p.Flow.ID, err)
 	}
-	res := &Submitted{Flow: f, Executions: make(map[string]*ffdtype.Execution, len(xs))}
+	res := &ffdtype.SubmittedFlow{Flow: f, Executions: make(map[string]*ffdtype.Execution, len(xs))}
 	for i, x := range xs {
 		res.Executions[p.Nodes[i].Ref] = x
 	}

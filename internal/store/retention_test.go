@@ -124,7 +124,7 @@ func TestRetentionDeletesFinishedFlows(t *testing.T) {
 	t.Parallel()
 	f := retention{testdb.Checked(t, 2*time.Minute)}
 	d := cascade.New(f.Pool, nil)
-	run := func(lane string) *flows.Submitted {
+	run := func(lane string) *ffdtype.SubmittedFlow {
 		sub, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, ffdtype.SubmitFlowParams{
 			Flow:  ffdtype.CreateFlowParams{Kind: "ret"},
 			Nodes: []ffdtype.SubmitNode{{Ref: "a", Params: ffdtype.CreateParams{Lane: lane}}, {Ref: "b", Params: ffdtype.CreateParams{Lane: lane}}},
