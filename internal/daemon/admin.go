@@ -11,15 +11,16 @@ import (
 )
 
 // adminServer serves /healthz (the process is up), /readyz (ready:
-// database answering, LISTEN up, first sweep done) and /metrics.
+// database answering, LISTEN up, first sweep done, no sweep step failing;
+// a 503 says which is not) and /metrics.
 type adminServer struct {
-	addr   string
-	ready  func() bool
-	m      *Metrics
-	extra  http.Handler // the console, when enabled: served at /
-	srv    *http.Server
-	ln     net.Listener
-	served chan struct{} // closed when Serve has returned
+	addr     string
+	notReady func() string
+	m        *Metrics
+	extra    http.Handler // the console, when enabled: served at /
+	srv      *http.Server
+	ln       net.Listener
+	served   chan struct{} // closed when Serve has returned
 }
 
 // Start listens on the address and serves in the background; it fails
@@ -30,8 +31,8 @@ func (a *adminServer) Start(context.Context) error {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !a.ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+		if why := a.notReady(); why != "" {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")

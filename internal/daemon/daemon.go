@@ -15,6 +15,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,7 +263,7 @@ func New(cfg Config) (*Daemon, error) {
 	d := &Daemon{e: e, sweeper: &sweeper{e: e}, watchdog: &watchdog{e: e}, firstConnect: make(chan struct{}), becameReady: make(chan struct{})}
 	d.workers = []component{&cascadePool{e: e}, &siblingPool{e: e}, newTimerWorker(e), d.sweeper, d.watchdog, &sampler{e: e}, &statistician{e: e}, &retainer{e: e}, &scheduler{e: e}}
 	if cfg.AdminAddr != "" {
-		d.admin = &adminServer{addr: cfg.AdminAddr, ready: d.Ready, m: cfg.Metrics, extra: cfg.Console}
+		d.admin = &adminServer{addr: cfg.AdminAddr, notReady: d.NotReady, m: cfg.Metrics, extra: cfg.Console}
 	}
 	if !cfg.DisableListen {
 		l, err := listener.New(listener.Config{
@@ -291,9 +293,25 @@ func New(cfg Config) (*Daemon, error) {
 func (d *Daemon) Metrics() *Metrics { return d.e.m }
 
 // Ready reports whether the daemon is ready: schema checked, LISTEN up
-// (unless disabled), first sweep done, and the database answering.
-func (d *Daemon) Ready() bool {
-	return d.ready.Load() && d.watchdog.dbOK.Load() && (d.listener == nil || d.listener.Connected())
+// (unless disabled), first sweep done, the database answering, and no
+// sweep step failing.
+func (d *Daemon) Ready() bool { return d.NotReady() == "" }
+
+// NotReady says why the daemon is not ready, "" when it is: what /readyz
+// answers with its 503.
+func (d *Daemon) NotReady() string {
+	switch {
+	case !d.ready.Load():
+		return "starting or stopping"
+	case !d.watchdog.dbOK.Load():
+		return "the database does not answer"
+	case d.listener != nil && !d.listener.Connected():
+		return "LISTEN is down"
+	}
+	if failing := d.sweeper.Failing(); len(failing) > 0 {
+		return "sweep steps failing " + strconv.Itoa(sweepFailLimit) + " sweeps in a row: " + strings.Join(failing, ", ")
+	}
+	return ""
 }
 
 // Run runs the daemon until ctx ends, then stops gracefully: it stops

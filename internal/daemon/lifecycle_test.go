@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -235,4 +236,69 @@ func (f *fixture) refusedPool() *pgxpool.Pool {
 	}
 	f.T.Cleanup(pool.Close)
 	return pool
+}
+
+// A database that answers pings but refuses one of the sweep's steps (a
+// table the daemon cannot reach; on a read-only replica, every step) does
+// not leave the daemon looking healthy: after three failed sweeps in a
+// row /readyz answers 503 naming the step, ffd_sweep_failing_steps is 1,
+// and both recover with the step.
+func TestFailingSweepStepIsNotReady(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	addr := freeAddr(t)
+	m := daemon.NewMetrics()
+	d, err := daemon.New(daemon.Config{Pool: f.pool(4), AdminAddr: addr, SweepInterval: 50 * time.Millisecond, Metrics: m, Supervisor: daemon.NopSupervisor{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(f.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop(context.Background())
+	readyz := func() (int, string) {
+		c := http.Client{Timeout: time.Second}
+		resp, err := c.Get("http://" + addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !ok(); {
+			if time.Now().After(deadline) {
+				code, body := readyz()
+				t.Fatalf("%s: not after 30 s (readyz %d %q)", what, code, body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if code, _ := readyz(); code != http.StatusOK {
+		t.Fatalf("readyz %d once started, want 200", code)
+	}
+	// The sweep's dispatch step reads ff_completion_event: take it away.
+	if _, err := f.Pool.Exec(f.Ctx, `ALTER TABLE ff_completion_event RENAME TO ff_completion_event_away`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a failing dispatch step makes the daemon not ready", func() bool { return !d.Ready() })
+	code, body := readyz()
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "dispatch") {
+		t.Errorf("readyz with the dispatch step failing: %d %q; want 503 naming dispatch", code, body)
+	}
+	if got := gaugeValue(t, m, "ffd_sweep_failing_steps"); got != 1 {
+		t.Errorf("ffd_sweep_failing_steps = %v, want 1", got)
+	}
+	if got := labelValue(t, m, "ffd_sweep_errors_total", "step", "dispatch"); got < 3 {
+		t.Errorf("ffd_sweep_errors_total{step=dispatch} = %v, want at least 3", got)
+	}
+	if _, err := f.Pool.Exec(f.Ctx, `ALTER TABLE ff_completion_event_away RENAME TO ff_completion_event`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the daemon is ready again once the step succeeds", d.Ready)
+	if got := gaugeValue(t, m, "ffd_sweep_failing_steps"); got != 0 {
+		t.Errorf("ffd_sweep_failing_steps = %v after recovery, want 0", got)
+	}
 }

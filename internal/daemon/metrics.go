@@ -27,6 +27,8 @@ type Metrics struct {
 	leaseChecks       prometheus.Counter
 	deadlinesExpired  prometheus.Counter
 	sweepFound        *prometheus.CounterVec
+	sweepErrors       *prometheus.CounterVec
+	sweepFailing      prometheus.Gauge
 	reconnects        prometheus.Counter
 	droppedHints      *prometheus.CounterVec
 	executions        *prometheus.GaugeVec
@@ -91,6 +93,11 @@ func NewMetrics() *Metrics {
 		sweepFound: counterVec("ffd_sweep_found_total",
 			"Work the fallback sweep found that notifications should have delivered, by kind.",
 			"kind"),
+		sweepErrors: counterVec("ffd_sweep_errors_total",
+			"Failed steps of the fallback sweep, by step.",
+			"step"),
+		sweepFailing: gauge("ffd_sweep_failing_steps",
+			"Sweep steps that have failed three sweeps in a row; the daemon is not ready while it is above 0."),
 		reconnects: counter("ffd_listener_reconnects_total",
 			"Reconnects of the LISTEN connection."),
 		droppedHints: counterVec("ffd_dropped_hints_total",
@@ -124,7 +131,7 @@ func NewMetrics() *Metrics {
 			"kind"),
 	}
 	with.NewGaugeFunc(prometheus.GaugeOpts{Name: "ffd_daemon_ready",
-		Help: "1 while the daemon is ready (schema checked, LISTEN up, first sweep done, database answering), else 0."},
+		Help: "1 while the daemon is ready (schema checked, LISTEN up, first sweep done, database answering, no sweep step failing), else 0."},
 		func() float64 {
 			if f := m.readyFn.Load(); f != nil && (*f)() {
 				return 1
@@ -154,6 +161,7 @@ func (m *Metrics) zeroLabels() {
 		{m.leasesExpired, [][]string{{"lease_lapsed", "retried"}, {"lease_lapsed", "expired"}, {"attempt_timeout", "retried"}, {"attempt_timeout", "expired"}}},
 		{m.leaseTimers, [][]string{{"checked"}, {"ended"}}},
 		{m.sweepFound, [][]string{{"completion_event"}, {"cancel_group"}, {"lapsed_lease"}, {"deadline"}}},
+		{m.sweepErrors, [][]string{{stepDispatch}, {stepCancelSiblings}, {stepLapsedLeases}, {stepDeadlines}, {stepDueLanes}}},
 		{m.droppedHints, [][]string{{"cascade"}, {"timeout"}}},
 		{m.outboxDeleted, [][]string{{"completion"}, {"lease"}}},
 		{m.retentionDeleted, [][]string{{"execution"}, {"flow"}}},

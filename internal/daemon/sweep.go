@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -17,10 +18,46 @@ import (
 // sweeper finds everything notifications should have delivered, every
 // SweepInterval (jittered) and at once when asked (after a reconnect, or
 // when a notification was too wide to expand).
+//
+// It keeps count of each step's failures in a row: a step that has failed
+// sweepFailLimit sweeps running is failing, and the daemon is not ready
+// while any is (a database that answers pings but refuses the daemon's
+// statements, a primary demoted to a read-only replica, a schema the
+// daemon cannot run on, must not look healthy).
 type sweeper struct {
 	runner
 	e  *env
 	mu sync.Mutex // one sweep at a time
+
+	// failures counts each step's failures in a row; guarded by mu.
+	failures map[string]int
+	// failing lists the failing steps, for Ready and /readyz.
+	failing atomic.Pointer[[]string]
+}
+
+// Sweep steps, as logs and ffd_sweep_errors_total name them.
+const (
+	stepDispatch       = "dispatch"
+	stepCancelSiblings = "cancel_siblings"
+	stepLapsedLeases   = "lapsed_leases"
+	stepDeadlines      = "deadlines"
+	stepDueLanes       = "due_lanes"
+)
+
+var sweepSteps = []string{stepDispatch, stepCancelSiblings, stepLapsedLeases, stepDeadlines, stepDueLanes}
+
+// sweepFailLimit is how many sweeps in a row a step may fail before it
+// is failing: one failure is a blip (a restart, a lock timeout), three
+// are a state.
+const sweepFailLimit = 3
+
+// Failing lists the sweep steps that have failed sweepFailLimit sweeps in
+// a row; empty when all is well.
+func (s *sweeper) Failing() []string {
+	if f := s.failing.Load(); f != nil {
+		return *f
+	}
+	return nil
 }
 
 // Start runs the sweep loop.
@@ -54,13 +91,49 @@ func (s *sweeper) sweep(ctx context.Context, full bool) {
 	if full {
 		grace = 0
 	}
-	s.dispatch(ctx, grace)
-	s.cancelSiblings(ctx)
-	s.expire(ctx)
-	s.e.due.notify(ctx)
+	errs := map[string]error{
+		stepDispatch:       s.dispatch(ctx, grace),
+		stepCancelSiblings: s.cancelSiblings(ctx),
+	}
+	errs[stepLapsedLeases], errs[stepDeadlines] = s.expire(ctx)
+	errs[stepDueLanes] = s.e.due.notify(ctx)
+	if ctx.Err() == nil { // a stop is not a failure
+		s.record(errs)
+	}
 }
 
-func (s *sweeper) dispatch(ctx context.Context, grace time.Duration) {
+// record counts each step's failures in a row and says when a step starts
+// or stops failing.
+func (s *sweeper) record(errs map[string]error) {
+	if s.failures == nil {
+		s.failures = map[string]int{}
+	}
+	var failing []string
+	for _, step := range sweepSteps {
+		err := errs[step]
+		was := s.failures[step] >= sweepFailLimit
+		if err == nil {
+			if was {
+				s.e.log.Info("sweep step succeeds again", zap.String("step", step))
+			}
+			s.failures[step] = 0
+			continue
+		}
+		s.e.m.sweepErrors.WithLabelValues(step).Inc()
+		s.failures[step]++
+		if s.failures[step] >= sweepFailLimit {
+			failing = append(failing, step)
+			if !was {
+				s.e.log.Error("sweep step failing; the daemon is not ready until it succeeds",
+					zap.String("step", step), zap.Int("sweeps_in_a_row", s.failures[step]), zap.Error(err))
+			}
+		}
+	}
+	s.e.m.sweepFailing.Set(float64(len(failing)))
+	s.failing.Store(&failing)
+}
+
+func (s *sweeper) dispatch(ctx context.Context, grace time.Duration) error {
 	for range 100 { // bounded: a huge backlog is worked over several sweeps
 		res, err := s.e.cascade.DispatchBatch(ctx, s.e.cfg.SweepBatch, grace)
 		var held *cascade.HeldError
@@ -70,23 +143,24 @@ func (s *sweeper) dispatch(ctx context.Context, grace time.Duration) {
 			if res.Events > 0 {
 				s.e.m.sweepFound.WithLabelValues("completion_event").Add(float64(res.Events))
 			}
-			return // the held ones come first in every batch: try again next sweep
+			return nil // the held ones come first in every batch: try again next sweep
 		}
 		if err != nil {
 			s.e.log.Error("sweep: dispatch failed", zap.Error(err))
-			return
+			return err
 		}
 		if res.Events > 0 {
 			s.e.m.sweepFound.WithLabelValues("completion_event").Add(float64(res.Events))
 			s.e.log.Debug("sweep dispatched events", zap.Int("events", res.Events))
 		}
 		if res.Events < s.e.cfg.SweepBatch {
-			return
+			return nil
 		}
 	}
+	return nil
 }
 
-func (s *sweeper) cancelSiblings(ctx context.Context) {
+func (s *sweeper) cancelSiblings(ctx context.Context) error {
 	groups, n, err := s.e.cascade.CancelSiblings(ctx, s.e.cfg.SweepBatch)
 	var held *cascade.HeldError
 	if errors.As(err, &held) {
@@ -99,10 +173,12 @@ func (s *sweeper) cancelSiblings(ctx context.Context) {
 		s.e.m.sweepFound.WithLabelValues("cancel_group").Add(float64(groups))
 		s.e.log.Info("sweep cancelled siblings", zap.Int("groups", groups), zap.Int("cancelled", n))
 	}
+	return err
 }
 
-func (s *sweeper) expire(ctx context.Context) {
+func (s *sweeper) expire(ctx context.Context) (lapsedErr, deadlineErr error) {
 	exp, err := leases.SweepLapsed(ctx, s.e.cfg.Pool, s.e.cfg.SweepBatch)
+	lapsedErr = err
 	if err != nil {
 		s.e.log.Error("sweep: lease expiry failed", zap.Error(err))
 	} else if exp.Retried+exp.Terminated > 0 {
@@ -111,6 +187,7 @@ func (s *sweeper) expire(ctx context.Context) {
 		s.e.log.Info("sweep expired leases", zap.Int("retried", exp.Retried), zap.Int("expired", exp.Terminated))
 	}
 	dl, err := leases.SweepDeadlines(ctx, s.e.cfg.Pool, s.e.cfg.SweepBatch)
+	deadlineErr = err
 	if err != nil {
 		s.e.log.Error("sweep: deadline expiry failed", zap.Error(err))
 	} else if dl > 0 {
@@ -118,6 +195,7 @@ func (s *sweeper) expire(ctx context.Context) {
 		s.e.m.deadlinesExpired.Add(float64(dl))
 		s.e.log.Info("sweep expired deadlines", zap.Int("expired", dl))
 	}
+	return lapsedErr, deadlineErr
 }
 
 // dueLanes sends ff_ready for lanes whose delayed executions came due
@@ -131,17 +209,18 @@ type dueLanes struct {
 
 // notify sends ff_ready for the lanes that came due, and moves the
 // watermark on when it succeeded.
-func (d *dueLanes) notify(ctx context.Context) {
+func (d *dueLanes) notify(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	lanes, next, err := store.NotifyDueLanes(ctx, d.e.cfg.Pool, d.since)
 	if err != nil {
 		d.e.log.Warn("due lanes: notify failed; the next sweep retries", zap.Error(err))
-		return
+		return err
 	}
 	d.since = next
 	if len(lanes) > 0 {
 		d.e.m.readyNotified.Add(float64(len(lanes)))
 		d.e.log.Debug("sent ff_ready for due lanes", zap.Strings("lanes", lanes))
 	}
+	return nil
 }
