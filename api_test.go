@@ -10,6 +10,7 @@ import (
 	"go/token"
 	"go/types"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,56 @@ func TestExportedAliasesNameFfdtype(t *testing.T) {
 						t.Errorf("%s: exported alias %s names %s; an alias must name the ffdtype type of the same name", fset.Position(ts.Pos()), ts.Name, types.ExprString(ts.Type))
 					}
 				}
+			}
+		}
+	}
+}
+
+// exportedTypes are the exported type names declared in the non-test Go
+// files of dir, aliases included, by name and position.
+func exportedTypes(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, pkg := range pkgs {
+		for _, f := range pkg.Files {
+			for _, d := range f.Decls {
+				if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.TYPE {
+					for _, s := range g.Specs {
+						if ts := s.(*ast.TypeSpec); ts.Name.IsExported() {
+							out[ts.Name.Name] = fset.Position(ts.Pos()).String()
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// No type a caller sees is declared again under internal/: a same-named
+// exported type there is a twin to keep in step by hand, and the reason
+// ffdtype exists. The two names below are shared on purpose: the
+// internal Configs configure their own components (none repeats
+// ffd.Config), and ffd.Daemon wraps internal/daemon's.
+func TestNoInternalTwinOfAPublicType(t *testing.T) {
+	t.Parallel()
+	public := exportedTypes(t, ".")
+	for name := range exportedTypes(t, "ffdtype") {
+		public[name] = "ffdtype"
+	}
+	dirs, err := filepath.Glob("internal/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range dirs {
+		for name, at := range exportedTypes(t, dir) {
+			if _, twin := public[name]; twin && name != "Config" && name != "Daemon" {
+				t.Errorf("%s declares %s again; use ffdtype.%s", at, name, name)
 			}
 		}
 	}

@@ -106,13 +106,7 @@ func (c *Client) CreateTx(ctx context.Context, tx pgx.Tx, p CreateParams) (*Crea
 }
 
 func (c *Client) create(ctx context.Context, db store.DB, p CreateParams) (*CreateResult, error) {
-	ip := c.withNamespace(p)
-	c.tracing.inject(ctx, &ip)
-	n, err := leases.Normalize(ip, leases.Placement{}, c.limits)
-	if err != nil {
-		return nil, err
-	}
-	x, existed, err := leases.Insert(ctx, db, n)
+	x, existed, err := leases.Create(ctx, db, c.limits, c.own(ctx, p))
 	if err != nil {
 		return nil, err
 	}
@@ -144,14 +138,9 @@ func (c *Client) createMany(ctx context.Context, db store.DB, ps []CreateParams)
 	}
 	ips := make([]ffdtype.CreateParams, len(ps))
 	for i, p := range ps {
-		ips[i] = c.withNamespace(p)
-		c.tracing.inject(ctx, &ips[i])
+		ips[i] = c.own(ctx, p)
 	}
-	ns, err := leases.NormalizeAll(c.limits, ips)
-	if err != nil {
-		return nil, err
-	}
-	xs, err := leases.InsertMany(ctx, db, ns)
+	xs, err := leases.CreateMany(ctx, db, c.limits, ips)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +161,7 @@ func (c *Client) claim(ctx context.Context, db store.DB, p ClaimParams) ([]*Exec
 	if p.Max == 0 {
 		p.Max = 1
 	}
-	xs, err := leases.Claim(ctx, db, ffdtype.ClaimParams{Lane: p.Lane, Worker: p.Worker, Capabilities: p.Capabilities, Max: p.Max})
+	xs, err := leases.Claim(ctx, db, p)
 	if err != nil {
 		return nil, err
 	}

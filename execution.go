@@ -30,11 +30,13 @@ const (
 	MaxTagsBytes = leases.MaxTagsBytes
 )
 
-// withNamespace is p in the client's namespace when p names none.
-func (c *Client) withNamespace(p CreateParams) CreateParams {
+// own is p as this client creates it: in the client's namespace when p
+// names none, carrying ctx's trace.
+func (c *Client) own(ctx context.Context, p CreateParams) CreateParams {
 	if p.Namespace == "" {
 		p.Namespace = c.cfg.Namespace
 	}
+	c.tracing.inject(ctx, &p)
 	return p
 }
 

@@ -8,7 +8,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
@@ -64,9 +63,7 @@ func (c *Client) CreateInFlowTx(ctx context.Context, tx pgx.Tx, flowID uuid.UUID
 }
 
 func (c *Client) createInFlow(ctx context.Context, db store.DB, flowID uuid.UUID, p CreateParams) (*CreateResult, error) {
-	ip := c.withNamespace(p)
-	c.tracing.inject(ctx, &ip)
-	x, existed, err := flows.CreateMember(ctx, db, c.limits, flowID, ip)
+	x, existed, err := flows.CreateMember(ctx, db, c.limits, flowID, c.own(ctx, p))
 	if err != nil {
 		return nil, err
 	}
@@ -167,12 +164,12 @@ func (c *Client) DescribeEdgeTx(ctx context.Context, tx pgx.Tx, flowID, edgeID u
 // CancelFlow cancels a flow under policy; a repeat returns the stored
 // policy and members.
 func (c *Client) CancelFlow(ctx context.Context, flowID uuid.UUID, policy CancelPolicy, reason string) (*CancelFlowResult, error) {
-	return flows.Cancel(ctx, c.pool, flowID, ffdtype.CancelPolicy(policy), reason)
+	return flows.Cancel(ctx, c.pool, flowID, policy, reason)
 }
 
 // CancelFlowTx is CancelFlow inside tx.
 func (c *Client) CancelFlowTx(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, policy CancelPolicy, reason string) (*CancelFlowResult, error) {
-	return flows.Cancel(ctx, tx, flowID, ffdtype.CancelPolicy(policy), reason)
+	return flows.Cancel(ctx, tx, flowID, policy, reason)
 }
 
 // Bounds of one SubmitFlow.

@@ -136,7 +136,7 @@ func (e *executor) Revoke(id ExecutionID, epoch int64) {
 	if j == nil || j.x.LeaseEpoch != epoch {
 		return
 	}
-	e.log.Info("lease revoked; cancelling handler", e.jobFields(j.x)...)
+	e.log.Info("lease revoked; cancelling handler", jobFields(j.x)...)
 	j.cancel(ErrLeaseLost)
 }
 
@@ -187,19 +187,15 @@ func (e *executor) HandBack(ctx context.Context) {
 	e.log.Info("executions handed back on stop", zap.Int("requeued", requeued), zap.Int("failed", failed), zap.Int("lease_moved_on", len(held)-requeued-failed))
 	for _, j := range jobs {
 		if ce := e.log.Check(zap.DebugLevel, "execution handed back"); ce != nil {
-			ce.Write(e.jobFields(j.x)...)
+			ce.Write(jobFields(j.x)...)
 		}
 	}
-}
-
-func (e *executor) jobFields(x *Execution, more ...zap.Field) []zap.Field {
-	return jobFields(x, more...)
 }
 
 func (e *executor) execute(ctx context.Context, j *runningJob) {
 	x := j.x
 	if ce := e.log.Check(zap.DebugLevel, "execution claimed"); ce != nil {
-		ce.Write(e.jobFields(x)...)
+		ce.Write(jobFields(x)...)
 	}
 	ctx, span := e.client.tracing.start(ctx, x)
 	start := time.Now()
@@ -228,7 +224,7 @@ func (e *executor) runHandler(ctx context.Context, j *runningJob) (result []byte
 	<-hbStopped
 	if r := pc.Recovered(); r != nil {
 		herr = fmt.Errorf("handler panicked: %v", r.Value)
-		e.log.Error("handler panicked", e.jobFields(x, zap.Any("panic", r.Value), zap.String("stack", string(r.Stack)))...)
+		e.log.Error("handler panicked", jobFields(x, zap.Any("panic", r.Value), zap.String("stack", string(r.Stack)))...)
 	}
 	return result, herr
 }
@@ -249,7 +245,7 @@ func (e *executor) finish(ctx context.Context, j *runningJob, result []byte, her
 	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
 		// Expected when the engine cancels a losing sibling or an operator
 		// revokes: the lease moved on and the result would be refused.
-		e.log.Info("lease lost; handler result dropped", e.jobFields(x)...)
+		e.log.Info("lease lost; handler result dropped", jobFields(x)...)
 		report(HandlerLeaseLost)
 		return
 	}
@@ -292,7 +288,7 @@ func (e *executor) fail(j *runningJob, herr error) string {
 	}
 	// The handler's error is the application's to see: the worker
 	// recorded it, and says whether the execution will be retried.
-	e.log.Warn("handler failed", e.jobFields(x, zap.String("state", state), zap.Bool("retrying", state == string(StatePending)),
+	e.log.Warn("handler failed", jobFields(x, zap.String("state", state), zap.Bool("retrying", state == string(StatePending)),
 		zap.NamedError("handler_error", herr))...)
 	if state == string(StatePending) {
 		return HandlerRetried
@@ -304,13 +300,13 @@ func (e *executor) logFinish(x *Execution, state string, err error, more ...zap.
 	switch {
 	case err == nil:
 		if ce := e.log.Check(zap.DebugLevel, "execution "+state); ce != nil {
-			ce.Write(e.jobFields(x, more...)...)
+			ce.Write(jobFields(x, more...)...)
 		}
 	case errors.Is(err, ErrLeaseLost):
-		e.log.Warn("lease lost before the result was recorded", e.jobFields(x, append(more, zap.Error(err))...)...)
+		e.log.Warn("lease lost before the result was recorded", jobFields(x, append(more, zap.Error(err))...)...)
 	default:
 		// The lease will lapse and the execution be retried.
-		e.log.Error("record execution result", e.jobFields(x, append(more, zap.Error(err))...)...)
+		e.log.Error("record execution result", jobFields(x, append(more, zap.Error(err))...)...)
 	}
 }
 
@@ -334,11 +330,11 @@ func (e *executor) heartbeat(ctx context.Context, j *runningJob, done <-chan str
 		switch {
 		case err == nil:
 		case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
-			e.log.Info("heartbeat fenced; cancelling handler", e.jobFields(j.x, zap.Error(err))...)
+			e.log.Info("heartbeat fenced; cancelling handler", jobFields(j.x, zap.Error(err))...)
 			j.cancel(ErrLeaseLost)
 			return
 		default:
-			e.log.Warn("heartbeat failed; will retry", e.jobFields(j.x, zap.Error(err))...)
+			e.log.Warn("heartbeat failed; will retry", jobFields(j.x, zap.Error(err))...)
 		}
 	}
 }

@@ -65,7 +65,7 @@ func bigFlow(ctx context.Context, env *Env, p Params, r *Report) error {
 				return err
 			}
 			root := sub.Executions["root"].ID
-			span, err := store.FlowSpan(ctx, env.Pool, f, ffdtype.ExecutionID(root))
+			span, err := store.FlowSpan(ctx, env.Pool, f, root)
 			if err != nil {
 				return err
 			}

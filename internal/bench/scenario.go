@@ -425,7 +425,7 @@ func fanJoin(ctx context.Context, env *Env, c *ffd.Client, p Params, lane string
 	}); err != nil {
 		return 0, err
 	}
-	return store.JoinDelay(ctx, env.Pool, ffdtype.ExecutionID(join), lane+".mid")
+	return store.JoinDelay(ctx, env.Pool, join, lane+".mid")
 }
 
 // fanRace runs any_of + cancel_remaining over N running siblings and
@@ -466,7 +466,7 @@ func fanRace(ctx context.Context, env *Env, c *ffd.Client, p Params, lane string
 	if _, err := c.Complete(ctx, running[1].ID, running[1].LeaseEpoch, nil); !errors.Is(err, ffd.ErrLeaseLost) {
 		return 0, fmt.Errorf("a cancelled sibling's late completion: %v, want lease lost", err)
 	}
-	return store.CancelSpread(ctx, env.Pool, lane+".sib", ffdtype.ExecutionID(winner.ID))
+	return store.CancelSpread(ctx, env.Pool, lane+".sib", winner.ID)
 }
 
 // claimComplete claims and completes n executions of a lane in batches.
@@ -479,7 +479,7 @@ func claimComplete(ctx context.Context, c *ffd.Client, lane string, n int) error
 		}
 		items := make([]leases.Completion, len(xs))
 		for i, x := range xs {
-			items[i] = leases.Completion{ID: ffdtype.ExecutionID(x.ID), Epoch: x.LeaseEpoch}
+			items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch}
 		}
 		_, errs, err := leases.CompleteMany(ctx, c.Pool(), leases.Limits{}, items, 0)
 		if err != nil {

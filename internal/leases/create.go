@@ -123,9 +123,6 @@ type Normalized struct {
 	place Placement
 }
 
-// Params are the normalized parameters, for reading.
-func (n Normalized) Params() ffdtype.CreateParams { return n.p }
-
 // Normalize fills p's defaults and checks it, placed as place says; it
 // touches no database, so bad input writes nothing. A JSON value becomes
 // the payload (EncodePayload).
