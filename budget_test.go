@@ -44,8 +44,10 @@ var (
 	// also locks the flows of what it ended, and the flow-finishing
 	// statement, one pipelined batch): two round trips. The setting costs
 	// no planning and saves the claim's (0.3-0.5 ms a call;
-	// docs/benchmarks.md).
-	budgetSoloStatements = 4
+	// docs/benchmarks.md). The completion's batch also carries its
+	// notification (migration 00024: the writer notifies, not a trigger),
+	// one statement more and no round trip.
+	budgetSoloStatements = 5
 	budgetSoloRoundTrips = 2
 
 	// One all_of hop in a flow, a → b: a's completion (its row, its
@@ -56,14 +58,15 @@ var (
 	// policy decides in Go (internal/flows) and the decision is written
 	// back in the same transaction.
 	// The member's completion: the solo one's pipelined batch (the ending
-	// with its flow's lock, and the flow-finishing statement). The dispatch of its event,
-	// one event per transaction: BEGIN, take the event, lock the group,
-	// resolve the edge and count it, record the decision and make b
-	// pending (one pipelined batch of two), COMMIT. The daemon takes every
+	// with its flow's lock, the flow-finishing statement and the
+	// notification). The dispatch of its event, one event per
+	// transaction: BEGIN, take the event, lock the group, resolve the
+	// edge and count it (reading b's lane), record the decision, make b
+	// pending and tell b's lane (one pipelined batch of three), COMMIT. The daemon takes every
 	// event a notification names in one such transaction, so under load
 	// these are shared by many hops.
-	budgetHopCompleteStatements, budgetHopCompleteRoundTrips = 2, 1
-	budgetHopDispatchStatements, budgetHopDispatchRoundTrips = 7, 6
+	budgetHopCompleteStatements, budgetHopCompleteRoundTrips = 3, 1
+	budgetHopDispatchStatements, budgetHopDispatchRoundTrips = 8, 6
 
 	budgetHopRows = map[string]int{
 		"ff_execution.upd":        2,

@@ -17,6 +17,7 @@ import (
 	"github.com/flowfabric/ffd/internal/listener"
 	"github.com/flowfabric/ffd/internal/logging"
 	"github.com/flowfabric/ffd/internal/session"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // WorkerApplicationName is the application_name of a worker's LISTEN
@@ -246,14 +247,20 @@ func (c *claimer) listen(ctx context.Context) {
 func (c *claimer) notified(n listener.Notification) {
 	switch n.Topic {
 	case listener.Ready:
-		if slices.Contains(c.cfg.Lanes, n.Payload) {
-			c.signal()
+		// Lanes with work due, comma-separated (lane names hold no comma).
+		for _, lane := range store.SplitPayload(n.Payload) {
+			if slices.Contains(c.cfg.Lanes, lane) {
+				c.signal()
+				return
+			}
 		}
 	case listener.Revoke:
-		// "partition:uuid:epoch", the epoch being the one the lease was
-		// held at.
-		if id, epoch, ok := parseRevoke(n.Payload); ok {
-			c.exec.Revoke(id, epoch)
+		// "partition:uuid:epoch" items, comma-separated, the epoch being
+		// the one the lease was held at (0: whichever).
+		for _, it := range store.SplitPayload(n.Payload) {
+			if id, epoch, ok := parseRevoke(it); ok {
+				c.exec.Revoke(id, epoch)
+			}
 		}
 	}
 }

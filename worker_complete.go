@@ -164,7 +164,7 @@ func (c *completer) run() {
 func (c *completer) commit(batch []*completion) {
 	items := make([]leases.Completion, len(batch))
 	for i, item := range batch {
-		items[i] = leases.Completion{ID: item.x.ID, Epoch: item.x.LeaseEpoch, Result: item.result}
+		items[i] = leases.Completion{ID: item.x.ID, Epoch: item.x.LeaseEpoch, Result: item.result, Solo: item.x.FlowID == nil}
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, finishTimeout)
 	start := time.Now()
@@ -193,7 +193,7 @@ func (c *completer) completeAlone(item *completion) {
 	ctx, cancel := context.WithTimeout(c.ctx, finishTimeout)
 	defer cancel()
 	backoff := 50 * time.Millisecond
-	one := []leases.Completion{{ID: item.x.ID, Epoch: item.x.LeaseEpoch, Result: item.result}}
+	one := []leases.Completion{{ID: item.x.ID, Epoch: item.x.LeaseEpoch, Result: item.result, Solo: item.x.FlowID == nil}}
 	for {
 		_, errs, err := leases.CompleteMany(ctx, c.client.pool, c.client.limits, one, c.lockTimeout)
 		if err == nil {

@@ -125,15 +125,16 @@ func (e *executor) Held() []store.LeaseRef {
 	return held
 }
 
-// Revoke cancels the handler holding id's lease at epoch, if it still
-// runs: the lease was taken away (cancelled, expired, revoked by an
-// operator, or lost to a sibling), and the handler stops at once rather
-// than at its next heartbeat.
+// Revoke cancels the handler holding id's lease at epoch (0: at any
+// epoch, for an execution that ended for good), if it still runs: the
+// lease was taken away (cancelled, expired, revoked by an operator, or
+// lost to a sibling), and the handler stops at once rather than at its
+// next heartbeat.
 func (e *executor) Revoke(id ExecutionID, epoch int64) {
 	e.mu.Lock()
 	j := e.active[id]
 	e.mu.Unlock()
-	if j == nil || j.x.LeaseEpoch != epoch {
+	if j == nil || (epoch != 0 && j.x.LeaseEpoch != epoch) {
 		return
 	}
 	e.log.Info("lease revoked; cancelling handler", jobFields(j.x)...)

@@ -145,7 +145,7 @@ func finish(ctx context.Context, e *Env, lane string, n int) error {
 		}
 		items := make([]leases.Completion, len(xs))
 		for i, x := range xs {
-			items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch}
+			items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch, Solo: x.FlowID == nil}
 		}
 		_, errs, err := leases.CompleteMany(ctx, e.Pool, leases.Limits{}, items, 0)
 		if err != nil {

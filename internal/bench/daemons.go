@@ -123,7 +123,7 @@ func finishRoots(ctx context.Context, env *Env, p Params, lane string) error {
 		}
 		items := make([]leases.Completion, len(xs))
 		for i, x := range xs {
-			items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch}
+			items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch, Solo: x.FlowID == nil}
 		}
 		if _, _, err := leases.CompleteMany(ctx, env.Pool, leases.Limits{}, items, 0); err != nil {
 			return err

@@ -479,7 +479,7 @@ func claimComplete(ctx context.Context, c *ffd.Client, lane string, n int) error
 		}
 		items := make([]leases.Completion, len(xs))
 		for i, x := range xs {
-			items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch}
+			items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch, Solo: x.FlowID == nil}
 		}
 		_, errs, err := leases.CompleteMany(ctx, c.Pool(), leases.Limits{}, items, 0)
 		if err != nil {

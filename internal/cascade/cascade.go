@@ -84,6 +84,16 @@ func (d *Dispatcher) DispatchMany(ctx context.Context, eventIDs []int64) (Result
 	})
 }
 
+// DispatchPartitions dispatches up to limit undispatched events of the
+// given partitions (those not held by another dispatcher), oldest first,
+// in one transaction: the daemon's cascade workers hand it the partitions
+// that notifications named while they worked.
+func (d *Dispatcher) DispatchPartitions(ctx context.Context, parts []int16, limit int) (Result, error) {
+	return d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) {
+		return store.TakePartitionEvents(ctx, tx, parts, limit, d.lockTimeout)
+	})
+}
+
 // DispatchBatch dispatches up to limit undispatched events at least grace
 // old, oldest first, in one transaction. The sweep uses it; grace keeps it
 // from racing the NOTIFY-driven dispatch of events that just committed.

@@ -51,15 +51,14 @@ func TestComponentsRunAlone(t *testing.T) {
 			if err != nil || len(xs) != 1 {
 				t.Fatalf("claim the root: %v, %d claimed", err, len(xs))
 			}
-			out, err := leases.Complete(ctx, db.Pool, leases.Limits{}, xs[0].ID, xs[0].LeaseEpoch, nil)
-			if err != nil {
+			if _, err := leases.Complete(ctx, db.Pool, leases.Limits{}, xs[0].ID, xs[0].LeaseEpoch, nil); err != nil {
 				t.Fatal(err)
 			}
 			c := tt.build(e)
 			c.Start(ctx)
 			c.Start(ctx) // a second Start is a no-op
 			if tt.hint {
-				e.fanout.Handle(listener.Notification{Topic: listener.Completion, Payload: strconv.FormatInt(out.EventID, 10)})
+				e.fanout.Handle(listener.Notification{Topic: listener.Completion, Payload: strconv.Itoa(int(xs[0].ID.Partition))})
 			}
 			b := sub.Executions["b"].ID
 			deadline := time.Now().Add(time.Minute)

@@ -13,8 +13,11 @@ import (
 // maxDispatchBatch bounds the events one cascade transaction takes.
 const maxDispatchBatch = 200
 
-// cascadePool dispatches notified completion events: each of its workers
-// takes every id queued, up to maxDispatchBatch, into one transaction.
+// cascadePool dispatches the completion events of the partitions
+// notifications name: each of its workers takes the partitions marked
+// since the last take, and up to maxDispatchBatch of their events, into
+// one transaction (one commit carries many hops). A take that fills its
+// batch marks its partitions again, for the rest.
 type cascadePool struct {
 	runner
 	e *env
@@ -26,32 +29,26 @@ func (p *cascadePool) Start(ctx context.Context) error {
 }
 
 func (p *cascadePool) work(ctx context.Context) {
-	ids := make([]int64, 0, maxDispatchBatch)
 	for {
-		ids = ids[:0]
 		select {
 		case <-ctx.Done():
 			return
-		case id := <-p.e.fanout.Events():
-			ids = append(ids, id)
+		case <-p.e.fanout.Dispatch():
 		}
-		// Whatever else is queued goes in the same transaction.
-	drain:
-		for len(ids) < maxDispatchBatch {
-			select {
-			case id := <-p.e.fanout.Events():
-				ids = append(ids, id)
-			default:
-				break drain
-			}
+		parts := p.e.fanout.TakePartitions(0)
+		if len(parts) == 0 {
+			continue
 		}
-		p.dispatch(ids)
+		if p.dispatch(parts) >= maxDispatchBatch {
+			p.e.fanout.MarkPartitions(parts)
+		}
 	}
 }
 
-func (p *cascadePool) dispatch(ids []int64) {
+// dispatch dispatches events of parts and returns how many it took.
+func (p *cascadePool) dispatch(parts []int16) int {
 	log := p.e.log
-	res, err := p.e.cascade.DispatchMany(p.e.work, ids)
+	res, err := p.e.cascade.DispatchPartitions(p.e.work, parts, maxDispatchBatch)
 	var held *cascade.HeldError
 	switch {
 	case errors.As(err, &held):
@@ -59,8 +56,8 @@ func (p *cascadePool) dispatch(ids []int64) {
 		log.Warn("completion events wait for flows another transaction holds; the sweep will retry them",
 			zap.Int("events", held.Events), zap.Int("flows", held.Flows))
 	case err != nil:
-		log.Error("dispatch failed; the sweep will retry", zap.Int64s("event_ids", ids), zap.Error(err))
-		return
+		log.Error("dispatch failed; the sweep will retry", zap.Int("partitions", len(parts)), zap.Error(err))
+		return 0
 	}
 	p.e.m.took(res.Events > 0)
 	if res.Events > 0 {
@@ -81,6 +78,7 @@ func (p *cascadePool) dispatch(ids []int64) {
 	if res.CancelGroups > 0 {
 		p.e.fanout.CancelSiblings()
 	}
+	return res.Events
 }
 
 // siblingPool cancels the live siblings of satisfied cancel_remaining

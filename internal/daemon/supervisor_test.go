@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,14 +17,15 @@ import (
 	"github.com/flowfabric/ffd/internal/store"
 )
 
-// One statement sends one notification per outbox (and per lane it made
-// work claimable in), whatever the number of rows it wrote: a claim of 50
-// nothing (it writes no lease event); their completion in one batch one
-// empty ff_completion (solo events are born dispatched, and a lease its
-// holder gives up writes no event); cancelling 10 running ones one
-// ff_lease covering their 10 revoked events; a statement that wrote
-// nothing sends nothing.
-func TestOneNotificationPerStatement(t *testing.T) {
+// One write sends one notification per channel, whatever the number of
+// rows it wrote, naming partitions and lanes rather than rows: a batch
+// create one ff_ready naming its lane; a claim of 50 nothing (it writes
+// no lease event); completing 25 the worker knows are solo one empty
+// ff_completion (their events are born dispatched, and a lease its holder
+// gives up writes no event), 25 it does not know so one naming their
+// partitions; cancelling 10 running ones one ff_lease and one
+// ff_completion naming their partitions and one ff_revoke naming the 10.
+func TestOneNotificationPerWrite(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	conn, err := pgx.Connect(f.Ctx, f.DB.URL)
@@ -31,7 +33,7 @@ func TestOneNotificationPerStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(f.Ctx, `LISTEN ff_lease; LISTEN ff_completion; LISTEN ff_ready`); err != nil {
+	if _, err := conn.Exec(f.Ctx, `LISTEN ff_lease; LISTEN ff_completion; LISTEN ff_ready; LISTEN ff_revoke`); err != nil {
 		t.Fatal(err)
 	}
 	// collect gathers what arrives until 300 ms pass in silence.
@@ -74,25 +76,34 @@ func TestOneNotificationPerStatement(t *testing.T) {
 	if got := collect(); len(got) != 0 {
 		t.Fatalf("a claim of 50 notified %v, want nothing", got)
 	}
-	items := make([]leases.Completion, len(xs))
-	for i, x := range xs {
-		items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch}
-	}
-	if _, errs, err := leases.CompleteMany(f.Ctx, f.DB.Pool, leases.Limits{}, items, 0); err != nil {
-		t.Fatal(err)
-	} else {
+	complete := func(items []leases.Completion) {
+		t.Helper()
+		_, errs, err := leases.CompleteMany(f.Ctx, f.DB.Pool, leases.Limits{}, items, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, e := range errs {
 			if e != nil {
 				t.Fatal(e)
 			}
 		}
 	}
-	got := collect()
-	if len(got) != 1 || len(got["ff_completion"]) != 1 || got["ff_completion"][0] != "" {
-		t.Fatalf("completing 50 solo executions notified %v, want one empty ff_completion", got)
+	items := make([]leases.Completion, len(xs))
+	for i, x := range xs {
+		items[i] = leases.Completion{ID: x.ID, Epoch: x.LeaseEpoch, Solo: i < 25}
 	}
-	// Leases taken away write one lease event each, and one notification
-	// per statement covers them.
+	complete(items[:25])
+	if got := collect(); len(got) != 1 || len(got["ff_completion"]) != 1 || got["ff_completion"][0] != "" {
+		t.Fatalf("completing 25 solo executions notified %v, want one empty ff_completion", got)
+	}
+	complete(items[25:])
+	got := collect()
+	if len(got) != 1 || len(got["ff_completion"]) != 1 {
+		t.Fatalf("completing 25 executions not known solo notified %v, want one ff_completion", got)
+	}
+	wantPartitions(t, "ff_completion", got["ff_completion"][0], xs[25:])
+
+	// Leases taken away: one notification per channel covers them all.
 	more := make([]ffdtype.CreateParams, 10)
 	for i := range more {
 		more[i] = ffdtype.CreateParams{Lane: "batch"}
@@ -113,25 +124,41 @@ func TestOneNotificationPerStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = collect()
-	if len(got["ff_lease"]) != 1 {
-		t.Fatalf("cancelling 10 running executions notified %v, want one ff_lease", got)
+	if len(got) != 3 || len(got["ff_lease"]) != 1 || len(got["ff_completion"]) != 1 || len(got["ff_revoke"]) != 1 {
+		t.Fatalf("cancelling 10 running executions notified %v, want one ff_lease, one ff_completion and one ff_revoke", got)
 	}
-	lo, hi, ok := strings.Cut(got["ff_lease"][0], "-")
-	a, _ := strconv.Atoi(lo)
-	b, _ := strconv.Atoi(hi)
-	if !ok || b-a+1 < 10 {
-		t.Fatalf("ff_lease payload %q does not cover 10 events", got["ff_lease"][0])
+	wantPartitions(t, "ff_lease", got["ff_lease"][0], xs)
+	wantPartitions(t, "ff_completion", got["ff_completion"][0], xs)
+	revoked := strings.Split(got["ff_revoke"][0], ",")
+	slices.Sort(revoked)
+	var want []string
+	for _, x := range xs {
+		want = append(want, strconv.Itoa(int(x.ID.Partition))+":"+x.ID.UUID.String()+":0")
 	}
-	// Fenced out (a stale epoch): the statement writes no event and sends
-	// nothing.
-	stale := []leases.Completion{{ID: items[0].ID, Epoch: items[0].Epoch + 5}}
-	if _, errs, err := leases.CompleteMany(f.Ctx, f.DB.Pool, leases.Limits{}, stale, 0); err != nil {
-		t.Fatal(err)
-	} else if errs[0] == nil {
-		t.Fatal("a completion at a stale epoch was not refused")
+	slices.Sort(want)
+	if !slices.Equal(revoked, want) {
+		t.Fatalf("ff_revoke named %v, want %v (epoch 0: a cancel ends whichever attempt runs)", revoked, want)
 	}
-	if got := collect(); len(got) != 0 {
-		t.Fatalf("a statement that wrote no event notified %v", got)
+}
+
+// wantPartitions fails t unless payload names exactly the partitions of
+// xs.
+func wantPartitions(t *testing.T, channel, payload string, xs []*ffdtype.Execution) {
+	t.Helper()
+	got, ok := store.ParsePartitions(payload)
+	if !ok {
+		t.Fatalf("%s payload %q is not a list of partitions", channel, payload)
+	}
+	var want []int16
+	for _, x := range xs {
+		if !slices.Contains(want, x.ID.Partition) {
+			want = append(want, x.ID.Partition)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s named partitions %v, want %v", channel, got, want)
 	}
 }
 

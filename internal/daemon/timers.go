@@ -18,13 +18,13 @@ const maxTimers = 100000
 
 // timerWorker keeps the soonest lease lapses, attempt timeouts, deadlines
 // and due delays in memory and acts at the moment each passes. It is fed by
-// its own reads of the ff_execution indexes (every reload), by renewed,
-// revoked and expired lease events (batched: one query per batch of
-// notifications), and by the due times requeues announce. A claim writes
-// no lease event (migration 00018), so a lease taken after the last reload
-// has no timer: the sweep expires it, at most a sweep interval late.
-// Every action re-checks the rows under lock, so stale timers (a lease
-// renewed or released since) cost a place in one batched statement.
+// its own reads of the ff_execution indexes (every reload) and by the due
+// times requeues announce. A lease taken or renewed after the last reload
+// has no timer at its new expiry until the next reload (notifications
+// name partitions, not leases: docs/schema.md, "Notifications"); one
+// that lapses before it is expired by the sweep, at most a sweep interval
+// late. Every action re-checks the rows under lock, so stale timers (a
+// lease renewed or released since) cost a place in one batched statement.
 type timerWorker struct {
 	runner
 	e      *env
@@ -56,9 +56,6 @@ func (w *timerWorker) run(ctx context.Context) {
 	// between reloads would otherwise be left to the sweep.
 	reload := time.NewTicker(max(w.e.cfg.SweepInterval, minReload))
 	defer reload.Stop()
-	var pending []int64
-	batch := time.NewTimer(time.Hour)
-	batch.Stop()
 	for {
 		next := time.Hour
 		if len(w.h) > 0 {
@@ -71,19 +68,6 @@ func (w *timerWorker) run(ctx context.Context) {
 			return
 		case at := <-w.e.fanout.DueAt():
 			heap.Push(&w.h, store.Timer{Kind: store.TimerDue, At: at})
-		case id := <-w.e.fanout.LeaseIDs():
-			if len(pending) == 0 {
-				batch.Reset(20 * time.Millisecond)
-			}
-			pending = append(pending, id)
-			if len(pending) >= 500 {
-				w.load(workCtx, pending)
-				pending = pending[:0]
-				batch.Stop()
-			}
-		case <-batch.C:
-			w.load(workCtx, pending)
-			pending = pending[:0]
 		case <-reload.C:
 			w.reload(workCtx)
 		case <-fire.C:
@@ -93,32 +77,8 @@ func (w *timerWorker) run(ctx context.Context) {
 	}
 }
 
-func (w *timerWorker) load(ctx context.Context, eventIDs []int64) {
-	if len(eventIDs) == 0 {
-		return
-	}
-	ts, ended, err := store.TimersForLeaseEvents(ctx, w.e.cfg.Pool, eventIDs)
-	if err != nil {
-		w.e.log.Warn("timer worker: read lease events; the sweep covers them", zap.Error(err))
-		return
-	}
-	w.add(ts)
-	// A lease that ended (released, revoked, expired) needs no check when
-	// its expiry comes: mark its pending timer so that it is dropped then,
-	// instead of costing a query per execution.
-	for _, l := range ended {
-		k := timerKey{store.TimerLease, l.ID, l.Epoch}
-		if _, ok := w.latest[k]; ok {
-			w.latest[k] = leaseEnded
-		}
-	}
-}
-
 // minReload bounds how often the timer worker re-reads the indexes.
 const minReload = 100 * time.Millisecond
-
-// leaseEnded marks, in timerWorker.latest, a lease known to have ended.
-var leaseEnded = time.Unix(1<<62, 0)
 
 func (w *timerWorker) reload(ctx context.Context) {
 	ts, err := store.UpcomingTimers(ctx, w.e.cfg.Pool, DefaultTimerLimit)
@@ -154,11 +114,6 @@ func (w *timerWorker) fireDue(ctx context.Context) {
 		if !t.ID.IsZero() {
 			k := timerKey{t.Kind, t.ID, t.Epoch}
 			latest, ok := w.latest[k]
-			if ok && latest.Equal(leaseEnded) {
-				delete(w.latest, k)
-				w.e.m.leaseTimers.WithLabelValues("ended").Inc()
-				continue // the lease ended before its expiry: nothing to check
-			}
 			if ok && latest.After(t.At) {
 				continue // moved later since (a renewal): a later timer stands for it
 			}

@@ -90,6 +90,7 @@ func plan(moved []store.Moved, res *ResolveResult) (store.DecisionEffects, []sto
 			continue
 		}
 		effects.Ready = append(effects.Ready, g.Downstream)
+		effects.Lanes = append(effects.Lanes, m.Lane)
 		res.Readied = append(res.Readied, g.Downstream)
 		if g.Policy.OnSatisfied == ffdtype.CancelRemaining {
 			effects.Cancel = append(effects.Cancel, g)

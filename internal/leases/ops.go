@@ -241,6 +241,11 @@ type Completion struct {
 	ID     ffdtype.ExecutionID
 	Epoch  int64
 	Result []byte
+	// Solo says the caller knows the execution is in no flow (it claimed
+	// it so), which spares the daemon a look for its completion event
+	// (store.Termination.Solo). An execution added to a flow while it ran
+	// is still dispatched: by the sweep, after its grace.
+	Solo bool
 }
 
 // CompleteMany completes a batch of executions in one transaction (group
@@ -262,7 +267,7 @@ func CompleteMany(ctx context.Context, db store.DB, lim Limits, items []Completi
 		if r == nil {
 			r = []byte{}
 		}
-		ends = append(ends, store.Termination{ID: it.ID, Epoch: it.Epoch, State: ffdtype.StateCompleted, Result: r})
+		ends = append(ends, store.Termination{ID: it.ID, Epoch: it.Epoch, State: ffdtype.StateCompleted, Result: r, Solo: it.Solo})
 	}
 	ended, err := store.TerminateWithin(ctx, db, ends, lockTimeout)
 	if err != nil {

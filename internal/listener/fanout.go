@@ -3,21 +3,26 @@ package listener
 import (
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Fanout hands what the daemon's listener hears to the workers that act on
-// it: completion event ids to the cascade pool (Events), lease event ids
-// and due times to the timeout worker (LeaseIDs, DueAt), a nudge to the
-// sibling-cancel pool (Siblings) and sweep requests to the sweeper
-// (SweepNow). Nothing here blocks the listener: a hint that does not fit
-// its queue is dropped and reported to OnDrop, and the sweep finds the
-// work anyway.
+// it: the partitions holding completion events to dispatch to the cascade
+// pool (Dispatch, TakePartitions), due times to the timeout worker
+// (DueAt), a nudge to the sibling-cancel pool (Siblings) and sweep
+// requests to the sweeper (SweepNow). Nothing here blocks the listener:
+// partitions coalesce into a set (at most ffdtype.Partitions entries, so
+// none is ever dropped), and a due time that does not fit its queue is
+// dropped and reported to OnDrop; the sweep finds the work anyway.
 type Fanout struct {
-	events   chan int64
-	leaseIDs chan int64
+	mu       sync.Mutex
+	marked   [ffdtype.Partitions]bool
+	parts    []int16       // marked partitions, in the order marked
+	dispatch chan struct{} // a token while parts is not empty
 	dueAt    chan time.Time
 	siblings chan struct{}
 	sweepNow chan bool
@@ -26,19 +31,17 @@ type Fanout struct {
 
 // Queue names passed to a Fanout's OnDrop, as metric labels.
 const (
-	QueueCascade = "cascade"
 	QueueTimeout = "timeout"
 )
 
-// NewFanout builds a fan-out whose id queues hold size hints each; onDrop
+// NewFanout builds a fan-out whose due-time queue holds size hints; onDrop
 // (nil: nothing) is told the queue of every hint dropped.
 func NewFanout(size int, onDrop func(queue string)) *Fanout {
 	if onDrop == nil {
 		onDrop = func(string) {}
 	}
 	return &Fanout{
-		events:   make(chan int64, size),
-		leaseIDs: make(chan int64, size),
+		dispatch: make(chan struct{}, 1),
 		dueAt:    make(chan time.Time, size),
 		siblings: make(chan struct{}, 1),
 		sweepNow: make(chan bool, 1),
@@ -46,11 +49,58 @@ func NewFanout(size int, onDrop func(queue string)) *Fanout {
 	}
 }
 
-// Events carries completion event ids, for the cascade pool.
-func (f *Fanout) Events() <-chan int64 { return f.events }
+// Dispatch carries a token while partitions wait for the cascade pool: a
+// worker that receives one calls TakePartitions.
+func (f *Fanout) Dispatch() <-chan struct{} { return f.dispatch }
 
-// LeaseIDs carries lease event ids, for the timeout worker.
-func (f *Fanout) LeaseIDs() <-chan int64 { return f.leaseIDs }
+// TakePartitions returns the partitions marked since the last take, at
+// most limit (0: all), oldest marked first, and unmarks them. When some
+// remain it leaves a token on Dispatch for another worker.
+func (f *Fanout) TakePartitions(limit int) []int16 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := len(f.parts)
+	if limit > 0 && n > limit {
+		n = limit
+	}
+	out := make([]int16, n)
+	copy(out, f.parts)
+	for _, p := range out {
+		f.marked[p] = false
+	}
+	f.parts = append(f.parts[:0], f.parts[n:]...)
+	if len(f.parts) > 0 {
+		f.signal()
+	}
+	return out
+}
+
+// MarkPartitions marks partitions as holding completion events to
+// dispatch: the cascade pool calls it again for a partition whose take
+// filled its batch.
+func (f *Fanout) MarkPartitions(parts []int16) {
+	if len(parts) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range parts {
+		if p < 0 || int(p) >= len(f.marked) || f.marked[p] {
+			continue
+		}
+		f.marked[p] = true
+		f.parts = append(f.parts, p)
+	}
+	f.signal()
+}
+
+// signal leaves a token on Dispatch unless one is there; f.mu is held.
+func (f *Fanout) signal() {
+	select {
+	case f.dispatch <- struct{}{}:
+	default:
+	}
+}
 
 // DueAt carries the times requeued executions come due, for the timeout
 // worker.
@@ -64,41 +114,27 @@ func (f *Fanout) Siblings() <-chan struct{} { return f.siblings }
 func (f *Fanout) SweepNow() <-chan bool { return f.sweepNow }
 
 // Handle fans a notification out; it is a Listener's Config.Handle.
+// Payloads are those docs/schema.md ("Notifications") describes; one the
+// daemon cannot read is ignored (the sweep covers what it announced).
 func (f *Fanout) Handle(n Notification) {
-	queue, name := f.events, QueueCascade
 	switch n.Topic {
 	case Completion:
-	case Lease:
-		if ms, ok := strings.CutPrefix(n.Payload, store.DuePrefix); ok {
-			f.due(ms)
-			return
+		// Empty: events born dispatched, nothing for the daemon.
+		if parts, ok := store.ParsePartitions(n.Payload); ok {
+			f.MarkPartitions(parts)
 		}
-		queue, name = f.leaseIDs, QueueTimeout
-	default:
-		return
-	}
-	lo, hi, ok := parseIDRange(n.Payload)
-	if !ok {
-		return // an empty payload: nothing for the daemon (migration 00004)
-	}
-	if hi-lo >= maxHintRange {
-		// A range this wide is rare (a huge statement interleaved with
-		// others); the sweep finds its events without expanding it.
-		f.onDrop(name)
-		f.RequestSweep(false)
-		return
-	}
-	for id := lo; id <= hi; id++ {
-		select {
-		case queue <- id:
-		default:
-			f.onDrop(name)
-			return
+	case Lease:
+		// Partitions of lease events are for outbox consumers; the timeout
+		// worker learns of renewed leases from its reloads.
+		for _, it := range store.SplitPayload(n.Payload) {
+			if ms, ok := strings.CutPrefix(it, store.DuePrefix); ok {
+				f.due(ms)
+			}
 		}
 	}
 }
 
-// due hands a due time ("due:<unix ms>") to the timeout worker.
+// due hands a due time ("<unix ms>") to the timeout worker.
 func (f *Fanout) due(ms string) {
 	n, err := strconv.ParseInt(ms, 10, 64)
 	if err != nil {
@@ -109,30 +145,6 @@ func (f *Fanout) due(ms string) {
 	default:
 		f.onDrop(QueueTimeout)
 	}
-}
-
-// maxHintRange bounds how many ids one notification's range is expanded
-// into.
-const maxHintRange = 10000
-
-// parseIDRange reads a notification payload: "id" or "lo-hi" (one per
-// statement, migration 00005). Ids in the range that are not the daemon's
-// concern (another table's, dispatched already) are filtered by the
-// queries they feed.
-func parseIDRange(payload string) (lo, hi int64, ok bool) {
-	a, b, isRange := strings.Cut(payload, "-")
-	lo, err := strconv.ParseInt(a, 10, 64)
-	if err != nil {
-		return 0, 0, false
-	}
-	if !isRange {
-		return lo, lo, true
-	}
-	hi, err = strconv.ParseInt(b, 10, 64)
-	if err != nil || hi < lo {
-		return 0, 0, false
-	}
-	return lo, hi, true
 }
 
 // RequestSweep asks the sweeper for a sweep now; afterConnect asks for a

@@ -1,92 +1,57 @@
 package listener
 
 import (
-	"strconv"
+	"slices"
 	"testing"
 	"time"
 )
 
-func TestParseIDRange(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		in     string
-		lo, hi int64
-		ok     bool
-	}{
-		{"42", 42, 42, true},
-		{"7-19", 7, 19, true},
-		{"5-5", 5, 5, true},
-		{"", 0, 0, false},
-		{"9-3", 0, 0, false},
-		{"1-", 0, 0, false},
-		{"-4", 0, 0, false},
-		{"a-b", 0, 0, false},
-		{"1-2-3", 0, 0, false},
-	} {
-		lo, hi, ok := parseIDRange(c.in)
-		if lo != c.lo || hi != c.hi || ok != c.ok {
-			t.Errorf("parseIDRange(%q) = %d, %d, %v; want %d, %d, %v", c.in, lo, hi, ok, c.lo, c.hi, c.ok)
-		}
-	}
-}
-
-// Whatever a payload holds, a range that parses is ordered and round-trips.
-func FuzzParseIDRange(f *testing.F) {
-	for _, s := range []string{"1", "1-2", "", "-", "9-3", "0-9223372036854775807"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		lo, hi, ok := parseIDRange(s)
-		if !ok {
-			return
-		}
-		if hi < lo {
-			t.Fatalf("parseIDRange(%q) = %d > %d", s, lo, hi)
-		}
-		want := strconv.FormatInt(lo, 10)
-		if lo != hi || s != want {
-			want += "-" + strconv.FormatInt(hi, 10)
-		}
-		if lo2, hi2, _ := parseIDRange(want); lo2 != lo || hi2 != hi {
-			t.Fatalf("%q re-parsed as %d-%d, want %d-%d", want, lo2, hi2, lo, hi)
-		}
-	})
-}
-
-// Each topic's payload goes to its worker's queue; what does not fit, or
-// a range too wide to expand, is reported dropped and (for the wide range)
-// turned into a sweep request; other topics and bad payloads go nowhere.
+// Completion payloads mark partitions (coalesced, never dropped), lease
+// payloads hand due times to the timeout worker (what does not fit is
+// reported dropped); partitions of lease events, other topics and bad
+// payloads go nowhere.
 func TestFanoutRoutesAndDrops(t *testing.T) {
 	t.Parallel()
 	var dropped []string
-	f := NewFanout(2, func(q string) { dropped = append(dropped, q) })
-	f.Handle(Notification{Topic: Completion, Payload: "7-8"})
-	f.Handle(Notification{Topic: Completion, Payload: "9"}) // the queue holds 2
-	f.Handle(Notification{Topic: Lease, Payload: "11"})
-	f.Handle(Notification{Topic: Lease, Payload: "due:1700000000000"})
-	f.Handle(Notification{Topic: Ready, Payload: "default"})
+	f := NewFanout(1, func(q string) { dropped = append(dropped, q) })
+	f.Handle(Notification{Topic: Completion, Payload: "7,8"})
+	f.Handle(Notification{Topic: Completion, Payload: "8,3"}) // 8 is marked already
+	f.Handle(Notification{Topic: Completion, Payload: ""})    // born dispatched: nothing to do
 	f.Handle(Notification{Topic: Completion, Payload: "garbage"})
-	f.Handle(Notification{Topic: Lease, Payload: "1-100000"})
+	f.Handle(Notification{Topic: Completion, Payload: "1,256"}) // 256 is no partition: all ignored
+	f.Handle(Notification{Topic: Lease, Payload: "11,due:1700000000000"})
+	f.Handle(Notification{Topic: Lease, Payload: "due:1700000000001"}) // the queue holds 1
+	f.Handle(Notification{Topic: Ready, Payload: "default"})
 
-	if got := []int64{<-f.Events(), <-f.Events()}; got[0] != 7 || got[1] != 8 || len(f.Events()) != 0 {
-		t.Errorf("cascade queue got %v and %d more; want [7 8] and nothing more", got, len(f.Events()))
+	select {
+	case <-f.Dispatch():
+	default:
+		t.Fatal("marked partitions left no token for the cascade pool")
 	}
-	if id := <-f.LeaseIDs(); id != 11 || len(f.LeaseIDs()) != 0 {
-		t.Errorf("timeout queue got %d and %d more; want 11 alone", id, len(f.LeaseIDs()))
+	if got := f.TakePartitions(2); !slices.Equal(got, []int16{7, 8}) {
+		t.Errorf("first take = %v, want [7 8]", got)
+	}
+	select {
+	case <-f.Dispatch():
+	default:
+		t.Error("a partial take left no token for the partitions that remain")
+	}
+	if got := f.TakePartitions(0); !slices.Equal(got, []int16{3}) {
+		t.Errorf("second take = %v, want [3]", got)
+	}
+	if got := f.TakePartitions(0); len(got) != 0 {
+		t.Errorf("third take = %v, want nothing", got)
+	}
+	f.MarkPartitions([]int16{3}) // marked again after a take: taken again
+	<-f.Dispatch()
+	if got := f.TakePartitions(0); !slices.Equal(got, []int16{3}) {
+		t.Errorf("take after re-marking = %v, want [3]", got)
 	}
 	if at := <-f.DueAt(); !at.Equal(time.UnixMilli(1700000000000)) {
 		t.Errorf("due time %v, want %v", at, time.UnixMilli(1700000000000))
 	}
-	if want := []string{QueueCascade, QueueTimeout}; len(dropped) != 2 || dropped[0] != want[0] || dropped[1] != want[1] {
+	if want := []string{QueueTimeout}; !slices.Equal(dropped, want) {
 		t.Errorf("dropped %v, want %v", dropped, want)
-	}
-	select {
-	case full := <-f.SweepNow():
-		if full {
-			t.Error("a wide range asked for a full sweep; want a plain one")
-		}
-	default:
-		t.Error("a range too wide to expand asked for no sweep")
 	}
 	f.RequestSweep(false)
 	f.RequestSweep(true) // upgrades the pending request
@@ -98,5 +63,43 @@ func TestFanoutRoutesAndDrops(t *testing.T) {
 	<-f.Siblings()
 	if len(f.Siblings()) != 0 {
 		t.Error("two sibling nudges were not coalesced into one")
+	}
+}
+
+// However many workers take at once, every marked partition is taken
+// exactly once.
+func TestFanoutTakesEachPartitionOnce(t *testing.T) {
+	t.Parallel()
+	f := NewFanout(1, nil)
+	for p := range int16(256) {
+		f.MarkPartitions([]int16{p, p})
+	}
+	got := make(chan []int16)
+	for range 4 {
+		go func() {
+			var mine []int16
+			for {
+				select {
+				case <-f.Dispatch():
+					mine = append(mine, f.TakePartitions(10)...)
+				case <-time.After(50 * time.Millisecond):
+					got <- mine
+					return
+				}
+			}
+		}()
+	}
+	var all []int16
+	for range 4 {
+		all = append(all, <-got...)
+	}
+	slices.Sort(all)
+	if len(all) != 256 {
+		t.Fatalf("took %d partitions, want each of 256 once", len(all))
+	}
+	for i, p := range all {
+		if p != int16(i) {
+			t.Fatalf("sorted takes hold %d at %d: a partition taken twice or never", p, i)
+		}
 	}
 }

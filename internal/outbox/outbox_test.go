@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/ffdtype"
+	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
@@ -459,8 +460,8 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// An event born dispatched (a solo execution's, a flow's own) notifies
-// without an id, and a following consumer still wakes for it: with a poll
+// An event born dispatched (a solo execution's, a flow's own) sends an
+// empty ff_completion, and a following consumer still wakes for it: with a poll
 // interval of an hour, only the notification can bring it in. Not
 // parallel: another test's open transaction holds back the cluster-wide
 // horizon the cursor reads under, and the woken consumer would find
@@ -487,12 +488,21 @@ func TestConsumerWakesOnBornDispatchedEvents(t *testing.T) {
 	}()
 	bornDispatched := func() int64 {
 		t.Helper()
-		var id int64
-		if err := f.DB.Pool.QueryRow(f.Ctx, `INSERT INTO ff_completion_event (partition_key, execution_id, outcome, dispatched_at)
-			VALUES (1, gen_random_uuid(), 'success', now()) RETURNING event_id`).Scan(&id); err != nil {
+		if _, _, err := leases.Create(f.Ctx, f.DB.Pool, leases.Limits{}, ffdtype.CreateParams{Lane: "wake"}); err != nil {
 			t.Fatal(err)
 		}
-		return id
+		xs, err := leases.Claim(f.Ctx, f.DB.Pool, ffdtype.ClaimParams{Lane: "wake", Worker: "w/1", Max: 1})
+		if err != nil || len(xs) != 1 {
+			t.Fatalf("claim: %d claimed, %v", len(xs), err)
+		}
+		ends, errs, err := leases.CompleteMany(f.Ctx, f.DB.Pool, leases.Limits{}, []leases.Completion{{ID: xs[0].ID, Epoch: xs[0].LeaseEpoch, Solo: true}}, 0)
+		if err == nil {
+			err = errs[0]
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ends[0].EventID
 	}
 	receive := func(want int64) {
 		t.Helper()

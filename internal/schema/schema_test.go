@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -215,60 +214,4 @@ func inRolledBackTx(ctx context.Context, pool *pgxpool.Pool, sql string) error {
 		return errors.New("statement matched no row: the case is wrong")
 	}
 	return err
-}
-
-// The triggers send the wake-ups of docs/design.md section 7 at commit, with the
-// specified payloads, and nothing for a delayed execution or a rollback.
-func TestNotifyTriggers(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	db := testdb.New(t)
-	conn, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	for _, ch := range []string{"ff_completion", "ff_lease", "ff_ready"} {
-		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := db.Pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	expect := func(channel, payload string) {
-		t.Helper()
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			t.Fatalf("waiting for %s %s: %v", channel, payload, err)
-		}
-		if n.Channel != channel || n.Payload != payload {
-			t.Fatalf("got notification %s %q, want %s %q", n.Channel, n.Payload, channel, payload)
-		}
-	}
-	// Rolled back and delayed: nothing.
-	tx, _ := db.Pool.Begin(ctx)
-	tx.Exec(ctx, `INSERT INTO ff_execution (partition_key, execution_id, lane, state) VALUES (3, gen_random_uuid(), 'rolled-back', 'pending')`)
-	tx.Rollback(ctx)
-	exec(`INSERT INTO ff_execution (partition_key, execution_id, lane, state, run_at) VALUES (3, gen_random_uuid(), 'later', 'pending', now() + interval '1 hour')`)
-
-	exec(`INSERT INTO ff_execution (partition_key, execution_id, lane, state) VALUES (3, '01890000-0000-7000-8000-0000000000aa', 'now-lane', 'pending')`)
-	expect("ff_ready", "now-lane")
-	exec(`INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type) VALUES (3, '01890000-0000-7000-8000-0000000000aa', 1, 1, 'w', 'acquired')`)
-	var leaseID, completionID int64
-	db.Pool.QueryRow(ctx, `SELECT max(event_id) FROM ff_lease_event`).Scan(&leaseID)
-	expect("ff_lease", fmt.Sprint(leaseID))
-	exec(`INSERT INTO ff_completion_event (partition_key, execution_id, outcome) VALUES (3, '01890000-0000-7000-8000-0000000000aa', 'success')`)
-	db.Pool.QueryRow(ctx, `SELECT max(event_id) FROM ff_completion_event`).Scan(&completionID)
-	expect("ff_completion", fmt.Sprint(completionID))
-
-	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancelShort()
-	if n, err := conn.WaitForNotification(short); err == nil {
-		t.Fatalf("unexpected notification %s %q", n.Channel, n.Payload)
-	}
 }

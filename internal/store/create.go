@@ -109,9 +109,12 @@ func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *ffdtype.Exe
 		}
 		sql = insertKeyedSQL
 	}
+	notices := readyNotices(r)
 	err = WithRetry(ctx, db, func() error {
-		x, err = oneExecution(db.Query(ctx, sql, args...))
-		return err
+		return queryNotifying(ctx, db, notices, func(rows pgx.Rows) error {
+			x, err = oneExecution(rows, nil)
+			return err
+		}, sql, args...)
 	})
 	if err == nil {
 		return x, false, nil
@@ -142,9 +145,11 @@ func insertUnique(ctx context.Context, db DB, r NewExecution, args []any) (*ffdt
 		}
 		var x *ffdtype.Execution
 		err := InTx(ctx, db, func(tx pgx.Tx) error {
-			var err error
-			x, err = oneExecution(tx.Query(ctx, insertExecutionSQL, args...))
-			return err
+			return queryNotifying(ctx, tx, readyNotices(r), func(rows pgx.Rows) error {
+				var err error
+				x, err = oneExecution(rows, nil)
+				return err
+			}, insertExecutionSQL, args...)
 		})
 		switch {
 		case err == nil:
@@ -276,13 +281,15 @@ func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype
 		payloads[i], steps[i] = r.Payload, r.Step
 	}
 	out := make([]*ffdtype.Execution, n)
+	notices := readyNotices(rs...)
 	err := WithRetry(ctx, db, func() error {
-		rows, err := db.Query(ctx, insertManySQL, parts, ids, flowIDs, namespaces, lanes, kinds, priorities,
-			caps, states, delays, maxAttempts, bases, maxes, multipliers, jitters, ttls, timeouts, deadlines, payloads, tags, steps)
-		if err != nil {
+		var xs []*ffdtype.Execution
+		err := queryNotifying(ctx, db, notices, func(rows pgx.Rows) error {
+			var err error
+			xs, err = collectExecutions(rows)
 			return err
-		}
-		xs, err := collectExecutions(rows)
+		}, insertManySQL, parts, ids, flowIDs, namespaces, lanes, kinds, priorities,
+			caps, states, delays, maxAttempts, bases, maxes, multipliers, jitters, ttls, timeouts, deadlines, payloads, tags, steps)
 		if err != nil {
 			return err
 		}
@@ -319,8 +326,14 @@ var copyColumns = []string{"partition_key", "execution_id", "flow_id", "namespac
 func copyExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype.Execution, error) {
 	var out []*ffdtype.Execution
 	write := func(tx pgx.Tx) error {
+		// The notices go with the read of now(): a transaction's
+		// notifications are sent at its commit, wherever it queued them,
+		// and not at all if it rolls back.
 		var now time.Time
-		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT now()`).QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
+		readyNotices(rs...).Queue(b)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		out = make([]*ffdtype.Execution, len(rs))

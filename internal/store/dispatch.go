@@ -45,12 +45,17 @@ func takeEvents(pick string, timeoutParam string) string {
 }
 
 var (
-	// Cross-partition: a notification names event ids, not partitions;
-	// the events of one statement belong to many flows.
 	takeEventsByID = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE event_id = ANY($1) AND dispatched_at IS NULL
 		ORDER BY event_id
 		FOR NO KEY UPDATE SKIP LOCKED`, "$2")
+	// ff_completion_event_undispatched_by_partition (migration 00024) holds
+	// exactly the rows this reads, by partition.
+	takePartitionEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
+		WHERE partition_key = ANY($1) AND dispatched_at IS NULL
+		ORDER BY event_id
+		LIMIT $2
+		FOR NO KEY UPDATE SKIP LOCKED`, "$3")
 	takeOldEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE dispatched_at IS NULL AND occurred_at <= clock_timestamp() - $2::bigint * interval '1 microsecond'
 		ORDER BY event_id
@@ -63,6 +68,13 @@ var (
 // transaction's lock waits by lockTimeout (0: the session's).
 func TakeEvents(ctx context.Context, tx pgx.Tx, ids []int64, lockTimeout time.Duration) ([]Dispatching, error) {
 	return collectDispatching(tx.Query(ctx, takeEventsByID, ids, millisOrNull(lockTimeout)))
+}
+
+// TakePartitionEvents takes up to limit undispatched events of the given
+// partitions not held by another dispatcher, oldest first, bounding the
+// transaction's lock waits like TakeEvents.
+func TakePartitionEvents(ctx context.Context, tx pgx.Tx, parts []int16, limit int, lockTimeout time.Duration) ([]Dispatching, error) {
+	return collectDispatching(tx.Query(ctx, takePartitionEvents, parts, limit, millisOrNull(lockTimeout)))
 }
 
 // TakeOldEvents takes up to limit undispatched events at least grace old,

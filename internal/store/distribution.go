@@ -69,6 +69,9 @@ SELECT t.name, k.conname::text, CASE k.contype WHEN 'f' THEN 'foreign key' ELSE 
 		ELSE coalesce(t.dist = ANY (k.conkey), false) END,
 	coalesce(k.confrelid::regclass::text, '')
 FROM t JOIN pg_constraint k ON k.conrelid = t.oid AND k.contype IN ('f', 'x')
+UNION ALL
+SELECT t.name, g.tgname::text, 'trigger', false, ''
+FROM t JOIN pg_trigger g ON g.tgrelid = t.oid AND NOT g.tgisinternal
 ORDER BY 1, 2`
 
 // CheckDistribution reads the live schema and reports every table not
@@ -77,8 +80,10 @@ ORDER BY 1, 2`
 // omits the distribution column, and every foreign key a distributed
 // Postgres refuses: from a distributed table without the column paired
 // with the referenced table's, or from a reference table to a distributed
-// one. With no violations, the schema can be placed as the returned
-// tables say.
+// one; and every trigger on a table a distributed Postgres copies or
+// shards (it would run on the node holding the rows, where nobody
+// listens, and Citus refuses to place a table that has one). With no
+// violations, the schema can be placed as the returned tables say.
 func CheckDistribution(ctx context.Context, db DB) ([]Distribution, []DistributionViolation, error) {
 	rows, err := db.Query(ctx, distributionSQL, DistributionColumn)
 	if err != nil {
@@ -203,6 +208,10 @@ func allPlaced(refs []string, placed map[string]bool, self string) bool {
 // table of kind, or "" when it would not.
 func violation(kind, what string, covers bool, refKind, refs string) string {
 	switch {
+	case what == "trigger":
+		if kind != "local" {
+			return "a trigger runs on the node holding the rows, and Citus refuses a " + kind + " table that has one"
+		}
 	case what != "foreign key":
 		if kind == "distributed" && !covers {
 			return "omits " + DistributionColumn

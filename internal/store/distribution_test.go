@@ -62,7 +62,11 @@ func TestCheckDistributionFindsViolations(t *testing.T) {
 			ADD CONSTRAINT ff_schedule_bad_fk FOREIGN KEY (p, x) REFERENCES ff_execution (partition_key, execution_id);
 		CREATE TABLE ff_good_child (partition_key smallint, execution_id uuid, lane text REFERENCES ff_lane (lane),
 			PRIMARY KEY (partition_key, execution_id),
-			FOREIGN KEY (partition_key, execution_id) REFERENCES ff_execution (partition_key, execution_id));`); err != nil {
+			FOREIGN KEY (partition_key, execution_id) REFERENCES ff_execution (partition_key, execution_id));
+		CREATE FUNCTION ff_bad_notify() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM pg_notify('x', ''); RETURN NULL; END$$;
+		CREATE TRIGGER ff_bad_notify AFTER INSERT ON ff_completion_event FOR EACH STATEMENT EXECUTE FUNCTION ff_bad_notify();
+		CREATE TRIGGER ff_bad_notify AFTER INSERT ON ff_lane FOR EACH STATEMENT EXECUTE FUNCTION ff_bad_notify();
+		CREATE TRIGGER ff_ok_notify AFTER INSERT ON ff_schema_version FOR EACH STATEMENT EXECUTE FUNCTION ff_bad_notify();`); err != nil {
 		t.Fatal(err)
 	}
 	_, bad, err := store.CheckDistribution(ctx, db.Pool)
@@ -75,6 +79,8 @@ func TestCheckDistributionFindsViolations(t *testing.T) {
 	}
 	want := []string{
 		"ff_bad_child foreign key ff_bad_child_fk",
+		"ff_completion_event trigger ff_bad_notify",
+		"ff_lane trigger ff_bad_notify",
 		"ff_execution unique index ff_execution_bad_global",
 		"ff_schedule foreign key ff_schedule_bad_fk",
 		"ff_unplaced table",

@@ -182,7 +182,12 @@ func CancelFlow(ctx context.Context, tx pgx.Tx, id uuid.UUID, policy ffdtype.Can
 	if members == nil {
 		members = []uuid.UUID{}
 	}
-	_, err := tx.Exec(ctx, `WITH f AS (
+	// The flow's event is born dispatched: its notice only wakes the
+	// outbox's consumers, and rides in the same round trip.
+	notices := &Notices{}
+	notices.Completions(ident.Partition(id), false)
+	b := &pgx.Batch{}
+	b.Queue(`WITH f AS (
 			UPDATE ff_flow SET state = 'cancelled', cancellation_policy = $3, cancel_reason = $4,
 				cancelled_members = $5, terminal_at = now(), updated_at = now()
 			WHERE partition_key = $1 AND flow_id = $2
@@ -190,5 +195,6 @@ func CancelFlow(ctx context.Context, tx pgx.Tx, id uuid.UUID, policy ffdtype.Can
 		INSERT INTO ff_completion_event (partition_key, flow_id, outcome, namespace, dispatched_at)
 		SELECT partition_key, flow_id, $6, namespace, now() FROM f`,
 		ident.Partition(id), id, string(policy), reason, members, string(ffdtype.OutcomeCancelled))
-	return err
+	notices.Queue(b)
+	return tx.SendBatch(ctx, b).Close()
 }

@@ -156,6 +156,7 @@ type Moved struct {
 	Group                    ffdtype.EdgeGroup
 	Resolved                 int
 	Success, Failed, Skipped int
+	Lane                     string // the downstream's
 }
 
 // ResolveEdges resolves the applied outgoing edges of the given upstreams
@@ -175,22 +176,25 @@ func ResolveEdges(ctx context.Context, tx pgx.Tx, rs []Resolution) ([]Moved, err
 			return Moved{}, err
 		}
 		g, err := r.groupRow.group()
-		return Moved{Group: *g, Resolved: r.Resolved, Success: r.Success, Failed: r.Failed, Skipped: r.Skipped}, err
+		return Moved{Group: *g, Resolved: r.Resolved, Success: r.Success, Failed: r.Failed, Skipped: r.Skipped, Lane: r.Lane}, err
 	})
 }
 
 // movedRow is one row of resolveSQL's result, scanned by name.
 type movedRow struct {
 	groupRow
-	Resolved int `db:"resolved"`
-	Success  int `db:"resolved_success"`
-	Failed   int `db:"resolved_failed"`
-	Skipped  int `db:"resolved_skipped"`
+	Resolved int    `db:"resolved"`
+	Success  int    `db:"resolved_success"`
+	Failed   int    `db:"resolved_failed"`
+	Skipped  int    `db:"resolved_skipped"`
+	Lane     string `db:"downstream_lane"`
 }
 
 // resolveSQL resolves the applied edges of the input upstreams and adds the
 // resolutions to their groups' counters, returning each touched group with
-// its new counters and how many of its edges resolved, by class.
+// its new counters and how many of its edges resolved, by class, and its
+// downstream's lane (read by primary key, not locked: an execution's lane
+// never changes), for the notice a downstream made pending owes.
 const resolveSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::text[], $4::uuid[])
@@ -212,10 +216,12 @@ UPDATE ff_edge_group g SET
 	success_count = g.success_count + a.s,
 	fail_count = g.fail_count + a.f,
 	skip_count = g.skip_count + a.k
-FROM agg a
+FROM agg a, ff_execution x
 WHERE g.partition_key = a.partition_key AND g.flow_id = a.flow_id AND g.downstream_id = a.downstream_id
+	AND x.partition_key = a.partition_key AND x.execution_id = a.downstream_id
 RETURNING ` + groupColumns + `,
-	a.n::int AS resolved, a.s::int AS resolved_success, a.f::int AS resolved_failed, a.k::int AS resolved_skipped`
+	a.n::int AS resolved, a.s::int AS resolved_success, a.f::int AS resolved_failed, a.k::int AS resolved_skipped,
+	x.lane AS downstream_lane`
 
 // DecisionEffects are the effects of the groups that decided in one resolve:
 // every decision recorded, the satisfied downstreams made pending, and the
@@ -224,13 +230,16 @@ RETURNING ` + groupColumns + `,
 type DecisionEffects struct {
 	Decided []ffdtype.EdgeGroup   // with their new Decision
 	Ready   []ffdtype.ExecutionID // blocked downstreams to make pending
+	Lanes   []string              // the lanes of Ready, whose workers are told
 	Cancel  []ffdtype.EdgeGroup   // satisfied cancel_remaining groups
 }
 
 // RecordDecisions makes the decisions take effect in one round trip: the
 // statements go as one pipelined batch, in lock order, inside the caller's
-// transaction. It returns how many groups were queued for sibling
-// cancellation (a group with no live sibling needs none).
+// transaction, with the notice that tells the lanes of Ready's
+// downstreams (sent when the dispatch commits). It returns how many groups
+// were queued for sibling cancellation (a group with no live sibling needs
+// none).
 func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued int, err error) {
 	b := &pgx.Batch{}
 	if n := len(d.Decided); n > 0 {
@@ -252,6 +261,11 @@ func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued 
 			FROM unnest($1::smallint[], $2::uuid[]) AS i(partition_key, execution_id)
 			WHERE e.partition_key = i.partition_key AND e.execution_id = i.execution_id AND e.state = 'blocked'`,
 			parts, ids)
+		ready := &Notices{}
+		for _, lane := range d.Lanes {
+			ready.Ready(lane)
+		}
+		ready.Queue(b)
 	}
 	if n := len(d.Cancel); n > 0 {
 		parts, flows, downs := make([]int16, n), make([]pgtype.UUID, n), make([]pgtype.UUID, n)

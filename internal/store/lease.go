@@ -27,8 +27,14 @@ SELECT lease_expires_at FROM upd`
 // Renew extends the lease of id held at epoch and returns its new expiry;
 // held is false when id does not run at that epoch (nothing was written).
 func Renew(ctx context.Context, db DB, id ffdtype.ExecutionID, epoch int64) (expires time.Time, held bool, err error) {
+	notices := &Notices{}
+	notices.LeaseEvents(id.Partition) // the renewed event, for the outbox's consumers
 	err = WithRetry(ctx, db, func() error {
-		return db.QueryRow(ctx, renewSQL, id.Partition, id.UUID, epoch, LeaseRenewed).Scan(&expires)
+		return queryNotifying(ctx, db, notices, func(rows pgx.Rows) error {
+			var err error
+			expires, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[time.Time])
+			return err
+		}, renewSQL, id.Partition, id.UUID, epoch, LeaseRenewed)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, false, nil

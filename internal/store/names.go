@@ -56,24 +56,27 @@ func LeaseEndOf(s ffdtype.State) LeaseEventType {
 	return LeaseReleased
 }
 
-// Notification channels the schema's triggers send on (docs/schema.md,
-// Notifications). Payloads are hints: nothing relies on one arriving.
+// Notification channels the writers send on, from the session that
+// committed (notice.go; docs/schema.md, Notifications). Payloads are
+// hints: nothing relies on one arriving. Items are comma-separated.
 const (
-	// ChannelCompletion carries a statement's completion event id range.
+	// ChannelCompletion carries the partitions holding completion events
+	// to dispatch, or nothing (an outbox consumer's wake-up).
 	ChannelCompletion = "ff_completion"
-	// ChannelLease carries a statement's lease event id range, or
-	// DuePrefix and a time (Unix milliseconds) at which executions put back
-	// to pending for later come due (a retry after backoff).
+	// ChannelLease carries the partitions of lease events written, and
+	// DuePrefix and a time (Unix milliseconds) at which executions put
+	// back to pending for later come due (a retry after backoff).
 	ChannelLease = "ff_lease"
-	// ChannelReady carries a lane that has work due.
+	// ChannelReady carries lanes that have work due.
 	ChannelReady = "ff_ready"
-	// ChannelRevoke carries partition:execution_id:epoch of a running lease
-	// taken away (cancel, revoke, expiry).
+	// ChannelRevoke carries partition:execution_id:epoch of each running
+	// lease taken away (cancel, revoke, expiry); epoch 0 is whichever
+	// attempt runs.
 	ChannelRevoke = "ff_revoke"
 )
 
-// DuePrefix starts a ChannelLease payload that names a due time rather
-// than event ids.
+// DuePrefix starts a ChannelLease item that names a due time rather than
+// a partition.
 const DuePrefix = "due:"
 
 // Channels lists every channel.

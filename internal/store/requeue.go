@@ -65,7 +65,7 @@ WITH input AS (
 		attempt_worker = NULL, attempt_started_at = NULL
 	FROM locked l
 	WHERE e.partition_key = l.partition_key AND e.execution_id = l.execution_id
-	RETURNING e.partition_key, e.execution_id, e.attempt, e.lease_epoch, e.run_at, l.epoch AS old_epoch, l.error,
+	RETURNING e.partition_key, e.execution_id, e.attempt, e.lease_epoch, e.run_at, e.lane, l.epoch AS old_epoch, l.error,
 		l.attempt_worker, l.attempt_started_at, l.lease_expired_at
 ), att AS (
 	INSERT INTO ff_attempt (partition_key, execution_id, attempt, lease_epoch, worker, started_at, ended_at, outcome, error)
@@ -75,15 +75,28 @@ WITH input AS (
 	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
 	SELECT partition_key, execution_id, old_epoch, attempt, attempt_worker, $9, lease_expired_at
 	FROM upd WHERE $9 <> ''
-), due AS (
-	-- Executions put back for later ($7: after backoff) tell the daemon
-	-- when the soonest comes due, so that its lane is woken then rather
-	-- than at the next sweep (a hint, sent at commit; the sweep covers a
-	-- lost one). Joined below so that it runs.
-	SELECT pg_notify('` + ChannelLease + `', '` + DuePrefix + `' || (extract(epoch FROM min(run_at)) * 1000)::bigint) AS sent
-	FROM upd WHERE $7 HAVING count(*) > 0
 )
-SELECT partition_key, execution_id, attempt, lease_epoch, run_at FROM upd LEFT JOIN due ON true`
+SELECT partition_key, execution_id, attempt, lease_epoch, run_at, lane, old_epoch FROM upd`
+
+// requeued records what r's requeue (of the lease held at heldEpoch)
+// owes its listeners: its lane's workers, when it is claimable now, or
+// the daemon, of when it comes due
+// (a retry after backoff; the soonest of a batch is enough, its timer
+// finds the others); and for a lease taken away, its holder and the
+// lease event's consumers.
+func (n *Notices) requeued(kind RequeueKind, r ffdtype.Requeued, lane string, heldEpoch int64) {
+	if kind.backoff {
+		n.due(r.RunAt)
+	} else {
+		n.Ready(lane)
+	}
+	if kind.leaseEvent != "" {
+		n.LeaseEvents(r.ID.Partition)
+	}
+	if kind.bumpEpoch {
+		n.Revoked(r.ID, heldEpoch)
+	}
+}
 
 // RequeueItem is one lease to end: an execution at an epoch.
 type RequeueItem struct {
@@ -105,8 +118,10 @@ func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []R
 		parts[i], ids[i], epochs[i], errs[i] = it.ID.Partition, pgUUID(it.ID.UUID), it.Epoch, nullIfEmpty(it.Error)
 	}
 	var out []ffdtype.Requeued
+	var notices *Notices
 	err := WithRetry(ctx, db, func() error {
 		out = out[:0]
+		notices = &Notices{}
 		rows, err := db.Query(ctx, requeueSQL, parts, ids, epochs, errs,
 			string(kind.attemptOutcome), kind.bumpEpoch, kind.backoff, force, string(kind.leaseEvent))
 		if err != nil {
@@ -115,15 +130,26 @@ func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []R
 		defer rows.Close()
 		for rows.Next() {
 			var r ffdtype.Requeued
-			if err := rows.Scan(&r.ID.Partition, &r.ID.UUID, &r.Attempt, &r.LeaseEpoch, &r.RunAt); err != nil {
+			var lane string
+			var held int64
+			if err := rows.Scan(&r.ID.Partition, &r.ID.UUID, &r.Attempt, &r.LeaseEpoch, &r.RunAt, &lane, &held); err != nil {
 				return err
 			}
 			out = append(out, r)
+			notices.requeued(kind, r, lane, held)
 		}
 		return rows.Err()
 	})
 	if err != nil {
 		return nil, wrap(fmt.Sprintf("requeue %d executions (%s)", n, kind.attemptOutcome), err)
+	}
+	// What to announce is known only from what was requeued (lanes, due
+	// times), so it follows the statement: in the caller's transaction,
+	// or just after the statement's own committed. A crash in between
+	// loses only hints, which workers' polls and the daemon's timers
+	// recover.
+	if err := notices.Send(ctx, db); err != nil {
+		return nil, wrap(fmt.Sprintf("announce %d requeued executions", len(out)), err)
 	}
 	return out, nil
 }

@@ -76,8 +76,18 @@ SELECT partition_key, execution_id, flow_id, 'success', 0, namespace, step FROM 
 // results (the originals must be completed).
 func CarryCompleted(ctx context.Context, tx pgx.Tx, pairs []Carried) error {
 	np, nid, op, oid := carriedArrays(pairs)
-	tag, err := tx.Exec(ctx, carrySQL, np, nid, op, oid)
-	if err != nil {
+	notices := &Notices{}
+	for _, p := range pairs {
+		notices.Completions(p.New.Partition, true) // members: the cascade's
+	}
+	b := &pgx.Batch{}
+	var tag pgconn.CommandTag
+	b.Queue(carrySQL, np, nid, op, oid).Exec(func(t pgconn.CommandTag) error {
+		tag = t
+		return nil
+	})
+	notices.Queue(b)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
 	if n := tag.RowsAffected(); n != int64(len(pairs)) {

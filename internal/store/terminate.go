@@ -24,6 +24,10 @@ type Termination struct {
 	Error  string        // failed, expired: recorded on the attempt and as last_error
 	Reason string        // cancelled: cancellation_reason
 	By     string        // cancelled: cancelled_by
+	// Solo says the caller knows the execution belongs to no flow: its
+	// completion event is born dispatched, and the daemon is not asked
+	// to look for it (the outbox's consumers are woken all the same).
+	Solo bool
 }
 
 // Ended is one execution Terminate ended.
@@ -162,6 +166,7 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 	states, results := make([]string, n), make([][]byte, n)
 	errs, reasons, bys := make([]*string, n), make([]*string, n), make([]*string, n)
 	outcomes, leaseEnds := make([]string, n), make([]string, n)
+	notices := &Notices{}
 	for i, e := range ends {
 		if !e.State.Terminal() {
 			return nil, fmt.Errorf("terminate %s: %q is not a terminal state", e.ID, e.State)
@@ -170,6 +175,15 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 		errs[i], reasons[i], bys[i] = nullIfEmpty(e.Error), nullIfEmpty(e.Reason), nullIfEmpty(e.By)
 		outcomes[i] = string(ffdtype.OutcomeOf(e.State))
 		leaseEnds[i] = string(LeaseEndOf(e.State))
+		notices.Completions(e.ID.Partition, !e.Solo)
+		if le := LeaseEndOf(e.State); le == LeaseRevoked || le == LeaseExpired {
+			// A running lease taken away: its holder is told, and the
+			// lease event's consumers woken. An unfenced ending (epoch
+			// 0) leaves no attempt after it, so "whichever runs" is
+			// exact.
+			notices.Revoked(e.ID, e.Epoch)
+			notices.LeaseEvents(e.ID.Partition)
+		}
 	}
 	// One round trip: the statements go as one pipelined batch, which
 	// Postgres runs as one transaction (or inside the caller's).
@@ -199,6 +213,7 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 			return rows.Err()
 		})
 		queueFinishFlows(b)
+		notices.Queue(b)
 		return db.SendBatch(ctx, b).Close()
 	})
 	if err != nil {

@@ -69,67 +69,6 @@ type LeaseRef struct {
 	Epoch int64
 }
 
-// TimersForLeaseEvents returns the timers that the given lease events call
-// for: the new expiry of an acquired or renewed lease still held, and the
-// retry time of an execution a released, expired or revoked lease left
-// pending for later. It also returns the leases the events show ended (the
-// execution no longer runs at the event's epoch), so that the caller can
-// drop their expiry timers instead of checking each one when it comes due.
-//
-// The lease events are read first, once, by their ids (a materialized
-// CTE): joined directly, stale statistics during a burst let the planner
-// start from every running execution and re-test the whole id list against
-// each of them, quadratic work that cost more than the claim and the
-// completion together. Each id is looked up on its own (LATERAL, LIMIT 1):
-// the event-id index is not unique (a distributed table cannot have it
-// so), and with `event_id = ANY($1)` the planner, which no longer knows
-// each id matches one row, guessed hundreds per id during a burst and
-// scanned the table (three times the time of the lookups, measured).
-func TimersForLeaseEvents(ctx context.Context, db DB, eventIDs []int64) ([]Timer, []LeaseRef, error) {
-	rows, err := db.Query(ctx, `
-		WITH l AS MATERIALIZED (
-			SELECT l.partition_key, l.execution_id, l.lease_epoch
-			FROM unnest($1::bigint[]) AS i(id)
-			CROSS JOIN LATERAL (SELECT partition_key, execution_id, lease_epoch FROM ff_lease_event
-				WHERE event_id = i.id LIMIT 1) l)
-		SELECT e.partition_key, e.execution_id, e.lease_epoch, l.lease_epoch,
-			e.state = 'running' AND e.lease_epoch = l.lease_epoch,
-			CASE WHEN e.state = 'running' THEN least(e.lease_expires_at, coalesce(e.attempt_deadline_at, 'infinity'))
-				WHEN e.state = 'pending' AND e.run_at > now() THEN e.run_at END,
-			e.lane
-		FROM l
-		JOIN ff_execution e ON e.partition_key = l.partition_key AND e.execution_id = l.execution_id`, eventIDs)
-	if err != nil {
-		return nil, nil, wrap("read timers of lease events", err)
-	}
-	defer rows.Close()
-	var timers []Timer
-	var ended []LeaseRef
-	for rows.Next() {
-		var id ffdtype.ExecutionID
-		var epoch, eventEpoch int64
-		var held bool
-		var at *time.Time
-		var lane string
-		if err := rows.Scan(&id.Partition, &id.UUID, &epoch, &eventEpoch, &held, &at, &lane); err != nil {
-			return nil, nil, wrap("read timers of lease events", err)
-		}
-		switch {
-		case held:
-			timers = append(timers, Timer{Kind: TimerLease, ID: id, Epoch: epoch, At: *at, Lane: lane})
-		default:
-			ended = append(ended, LeaseRef{ID: id, Epoch: eventEpoch})
-			if at != nil { // left pending until a later run_at
-				timers = append(timers, Timer{Kind: TimerDue, ID: id, Epoch: epoch, At: *at, Lane: lane})
-			}
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, wrap("read timers of lease events", err)
-	}
-	return timers, ended, nil
-}
-
 func collectTimers(rows pgx.Rows) ([]Timer, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Timer, error) {
 		var t Timer
@@ -145,38 +84,35 @@ func collectTimers(rows pgx.Rows) ([]Timer, error) {
 // whose run_at passed after since (and is now due), and returns the lanes
 // and the database time to pass as since next time. Rows due when written
 // (run_at = created_at) are left out: their insert notified already.
+//
+// The database's now() is read first and bounds the scan, so that every
+// node of a distributed Postgres scans up to the same instant; the lanes
+// are grouped rather than DISTINCT-ed, which a distributed Postgres runs
+// on each node and merges.
 func NotifyDueLanes(ctx context.Context, db DB, since time.Time) ([]string, time.Time, error) {
+	var now time.Time
+	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, since, wrap("read database time", err)
+	}
 	rows, err := db.Query(ctx, `
-		WITH now AS (SELECT now() AS t)
-		SELECT d.lane, pg_notify($2, d.lane) IS NULL, now.t
-		FROM now, LATERAL (
-			SELECT DISTINCT lane FROM ff_execution
-			WHERE state = 'pending' AND run_at > $1 AND run_at <= now.t AND run_at > created_at) d`, since, ChannelReady)
+		SELECT lane FROM ff_execution
+		WHERE state = 'pending' AND run_at > $1 AND run_at <= $2 AND run_at > created_at
+		GROUP BY lane`, since, now)
 	if err != nil {
+		return nil, since, wrap("read due lanes", err)
+	}
+	lanes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, since, wrap("read due lanes", err)
+	}
+	notices := &Notices{}
+	for _, l := range lanes {
+		notices.Ready(l)
+	}
+	if err := notices.Send(ctx, db); err != nil {
 		return nil, since, wrap("notify due lanes", err)
 	}
-	var lanes []string
-	next := since
-	for rows.Next() {
-		var lane string
-		var ignored bool
-		if err := rows.Scan(&lane, &ignored, &next); err != nil {
-			rows.Close()
-			return nil, since, wrap("notify due lanes", err)
-		}
-		lanes = append(lanes, lane)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, since, wrap("notify due lanes", err)
-	}
-	if len(lanes) == 0 {
-		// Nothing came due; still move the watermark to the database's now.
-		if err := db.QueryRow(ctx, `SELECT now()`).Scan(&next); err != nil {
-			return nil, since, wrap("read database time", err)
-		}
-	}
-	return lanes, next, nil
+	return lanes, now, nil
 }
 
 // LostLeases returns those of the given leases that are no longer held:
