@@ -87,10 +87,17 @@ func (d *Dispatcher) DispatchMany(ctx context.Context, eventIDs []int64) (Result
 // DispatchPartitions dispatches up to limit undispatched events of the
 // given partitions (those not held by another dispatcher), oldest first,
 // in one transaction: the daemon's cascade workers hand it the partitions
-// that notifications named while they worked.
-func (d *Dispatcher) DispatchPartitions(ctx context.Context, parts []int16, limit int) (Result, error) {
+// that notifications named while they worked. When the take fills its
+// batch, more may wait: full (nil: none) is called at once, before the
+// events are resolved, so that another worker can take the next batch
+// while this one works.
+func (d *Dispatcher) DispatchPartitions(ctx context.Context, parts []int16, limit int, full func()) (Result, error) {
 	return d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) {
-		return store.TakePartitionEvents(ctx, tx, parts, limit, d.lockTimeout)
+		events, err := store.TakePartitionEvents(ctx, tx, parts, limit, d.lockTimeout)
+		if err == nil && len(events) >= limit && full != nil {
+			full()
+		}
+		return events, err
 	})
 }
 

@@ -17,7 +17,8 @@ const maxDispatchBatch = 200
 // notifications name: each of its workers takes the partitions marked
 // since the last take, and up to maxDispatchBatch of their events, into
 // one transaction (one commit carries many hops). A take that fills its
-// batch marks its partitions again, for the rest.
+// batch marks its partitions again at once, so that another worker takes
+// the rest while it works (SKIP LOCKED keeps their events apart).
 type cascadePool struct {
 	runner
 	e *env
@@ -39,16 +40,14 @@ func (p *cascadePool) work(ctx context.Context) {
 		if len(parts) == 0 {
 			continue
 		}
-		if p.dispatch(parts) >= maxDispatchBatch {
-			p.e.fanout.MarkPartitions(parts)
-		}
+		p.dispatch(parts)
 	}
 }
 
-// dispatch dispatches events of parts and returns how many it took.
-func (p *cascadePool) dispatch(parts []int16) int {
+// dispatch dispatches events of parts.
+func (p *cascadePool) dispatch(parts []int16) {
 	log := p.e.log
-	res, err := p.e.cascade.DispatchPartitions(p.e.work, parts, maxDispatchBatch)
+	res, err := p.e.cascade.DispatchPartitions(p.e.work, parts, maxDispatchBatch, func() { p.e.fanout.MarkPartitions(parts) })
 	var held *cascade.HeldError
 	switch {
 	case errors.As(err, &held):
@@ -57,7 +56,7 @@ func (p *cascadePool) dispatch(parts []int16) int {
 			zap.Int("events", held.Events), zap.Int("flows", held.Flows))
 	case err != nil:
 		log.Error("dispatch failed; the sweep will retry", zap.Int("partitions", len(parts)), zap.Error(err))
-		return 0
+		return
 	}
 	p.e.m.took(res.Events > 0)
 	if res.Events > 0 {
@@ -78,7 +77,6 @@ func (p *cascadePool) dispatch(parts []int16) int {
 	if res.CancelGroups > 0 {
 		p.e.fanout.CancelSiblings()
 	}
-	return res.Events
 }
 
 // siblingPool cancels the live siblings of satisfied cancel_remaining

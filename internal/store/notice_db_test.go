@@ -197,7 +197,7 @@ func TestWritersNotify(t *testing.T) {
 	_, err = leases.Complete(ctx, db.Pool, lim, r.ID, r.LeaseEpoch, nil)
 	must(err)
 	check("complete a member", map[string][]string{store.ChannelCompletion: {part(r)}})
-	res, err := cascade.New(db.Pool, nil).DispatchPartitions(ctx, []int16{r.ID.Partition}, 10)
+	res, err := cascade.New(db.Pool, nil).DispatchPartitions(ctx, []int16{r.ID.Partition}, 10, nil)
 	must(err)
 	if res.Events != 1 || len(res.Decided) != 1 {
 		t.Fatalf("dispatch of the root's partition took %d events and decided %d groups, want 1 and 1", res.Events, len(res.Decided))
@@ -216,7 +216,7 @@ func TestWritersNotify(t *testing.T) {
 	again, err := flows.RerunFlow(ctx, db.Pool, lim, sub.Flow.ID)
 	must(err)
 	check("rerun flow", map[string][]string{store.ChannelCompletion: {part(r)}, store.ChannelReady: {"root"}})
-	_, err = cascade.New(db.Pool, nil).DispatchPartitions(ctx, []int16{r.ID.Partition}, 10)
+	_, err = cascade.New(db.Pool, nil).DispatchPartitions(ctx, []int16{r.ID.Partition}, 10, nil)
 	must(err)
 	check("cascade of the rerun", map[string][]string{store.ChannelReady: {"down"}})
 
