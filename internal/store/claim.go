@@ -1,8 +1,12 @@
 package store
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
+	"slices"
+	"time"
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/jackc/pgx/v5"
@@ -50,15 +54,25 @@ import (
 //
 // Cross-partition: a lane's pending rows live on every partition, and the
 // claim takes the best of them wherever they are. A distributed Postgres
-// locks rows only in single-shard statements, so there the claim must
-// first be scoped to a set of partitions (docs/scaling.md).
-const claimSQL = `
+// locks rows only in statements that name one partition, so there the
+// claim is routed (claimRouted).
+var claimSQL = claimStatement("", "now()", func(d string) string { return "now() + " + d })
+
+// claimStatement is the claim, narrowed by partition (a condition on
+// e.partition_key, or nothing), with now the expression of the current
+// time and after(d) that of the time the interval column d from now: on a
+// distributed Postgres parameters, and arithmetic on seconds since the
+// epoch, since it refuses a STABLE function or operator (timestamptz +
+// interval is one: a day's length depends on the time zone) next to a
+// column in an UPDATE.
+func claimStatement(partition, now string, after func(d string) string) string {
+	return `
 WITH picked AS (
 	SELECT e.ctid AS row_ctid
 	FROM ff_execution e
-	WHERE e.state = 'pending' AND e.lane = $1 AND e.run_at <= now()
+	WHERE e.state = 'pending' AND e.lane = $1 AND e.run_at <= ` + now + partition + `
 		AND (e.required_capabilities = '{}' OR e.required_capabilities <@ $2::text[])
-		AND (e.deadline_at IS NULL OR e.deadline_at > now())
+		AND (e.deadline_at IS NULL OR e.deadline_at > ` + now + `)
 		AND ($5::boolean OR NOT EXISTS (SELECT 1 FROM ff_lane l WHERE l.lane = $1))
 	ORDER BY e.priority DESC, e.run_at, e.execution_id
 	LIMIT $3
@@ -69,15 +83,43 @@ WITH picked AS (
 		attempt = e.attempt + 1,
 		lease_epoch = e.lease_epoch + 1,
 		lease_owner = $4,
-		lease_expires_at = now() + e.lease_ttl,
-		attempt_deadline_at = now() + e.attempt_timeout,
-		started_at = coalesce(e.started_at, now()),
+		lease_expires_at = ` + after("e.lease_ttl") + `,
+		attempt_deadline_at = ` + after("e.attempt_timeout") + `,
+		started_at = coalesce(e.started_at, ` + now + `),
 		attempt_worker = $4,
-		attempt_started_at = now()
-	WHERE e.ctid = ANY(ARRAY(SELECT row_ctid FROM picked))
+		attempt_started_at = ` + now + `
+	WHERE e.ctid = ANY(ARRAY(SELECT row_ctid FROM picked))` + partition + `
 	RETURNING ` + execColumns + `
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, execution_id`
+}
+
+// claimPickSQL finds, without locking, where the best due executions of a
+// lane are (a partition per execution, best first, at most $3), with the
+// database's time: a routed claim's first statement.
+const claimPickSQL = `
+SELECT e.partition_key, now()
+FROM ff_execution e
+WHERE e.state = 'pending' AND e.lane = $1 AND e.run_at <= now()
+	AND (e.required_capabilities = '{}' OR e.required_capabilities <@ $2::text[])
+	AND (e.deadline_at IS NULL OR e.deadline_at > now())
+	AND ($4::boolean OR NOT EXISTS (SELECT 1 FROM ff_lane l WHERE l.lane = $1))
+ORDER BY e.priority DESC, e.run_at, e.execution_id
+LIMIT $3`
+
+// claimRoutedSQL claims from one partition ($6) at a given time ($7, and
+// $8 in seconds since the epoch).
+var claimRoutedSQL = claimStatement(" AND e.partition_key = $6", "$7::timestamptz", epochPlus("$8"))
+
+// epochPlus is claimStatement's after on a distributed Postgres: the
+// instant epoch (a parameter, seconds since the epoch) plus the interval
+// column d, by immutable functions only. An interval of days or months
+// counts them as 24 hours and 30 days, as on a server in UTC.
+func epochPlus(epoch string) func(d string) string {
+	return func(d string) string {
+		return "to_timestamp(" + epoch + "::float8 + extract(epoch FROM " + d + ")::float8)"
+	}
+}
 
 // Claim leases up to max due executions of lane that caps cover, for
 // worker, in one statement.
@@ -132,12 +174,76 @@ func claimCapped(ctx context.Context, db DB, lane string, caps []string, max int
 	return out, err
 }
 
+// claimRouted claims on a distributed Postgres, in two round trips: it
+// reads where the best candidates are (a read locks nothing, so it may
+// span every shard), then claims from each of their partitions, as many
+// as it found there, in one pipelined batch of single-partition
+// statements (one transaction). Within a partition the order is the
+// claim's (priority, then run_at); across partitions it is the order the
+// read saw, so a candidate another worker took meanwhile is replaced by
+// the next of its own partition rather than the next of the lane, and a
+// claim may take fewer than max while more are due.
+func claimRouted(ctx context.Context, db DB, lane string, caps []string, max int, worker string, locked bool) ([]*ffdtype.Execution, error) {
+	rows, err := db.Query(ctx, claimPickSQL, lane, caps, max, locked)
+	if err != nil {
+		return nil, err
+	}
+	var order []int16
+	count := map[int16]int{}
+	var now time.Time
+	for rows.Next() {
+		var p int16
+		if err := rows.Scan(&p, &now); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if count[p] == 0 {
+			order = append(order, p)
+		}
+		count[p]++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(order) == 0 {
+		return nil, nil
+	}
+	var out []*ffdtype.Execution
+	b := &pgx.Batch{}
+	for _, p := range order {
+		b.Queue(claimRoutedSQL, lane, caps, count[p], worker, locked, p, now, float64(now.UnixMicro())/1e6).Query(func(rows pgx.Rows) error {
+			xs, err := collectExecutions(rows)
+			out = append(out, xs...)
+			return err
+		})
+	}
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(out, func(a, b *ffdtype.Execution) int {
+		if a.Priority != b.Priority {
+			return cmp.Compare(b.Priority, a.Priority)
+		}
+		if c := a.RunAt.Compare(b.RunAt); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.ID.UUID[:], b.ID.UUID[:])
+	})
+	return out, nil
+}
+
 // claimGeneric runs the claim statement on its generic plan, set for the
 // claim's own transaction (one pipelined batch: the setting and the
 // claim, one round trip), when own says the transaction is the claim's.
 // In a caller's transaction the setting would outlive the claim, so there
 // the claim is planned as Postgres chooses.
 func claimGeneric(ctx context.Context, db DB, own bool, lane string, caps []string, max int, worker string, locked bool) ([]*ffdtype.Execution, error) {
+	if dist, err := Distributed(ctx, db); err != nil || dist {
+		if err != nil {
+			return nil, err
+		}
+		return claimRouted(ctx, db, lane, caps, max, worker, locked)
+	}
 	if !own {
 		return queryExecutions(db.Query(ctx, claimSQL, lane, caps, max, worker, locked))
 	}

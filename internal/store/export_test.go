@@ -3,7 +3,7 @@ package store
 import "reflect"
 
 // ClaimSQL is the claim statement, for the plan test.
-const ClaimSQL = claimSQL
+var ClaimSQL = claimSQL
 
 // SetUniqueRaceHook steps into insertUnique, before each insert and after
 // each refusal (nil: none). Tests that set it must not run beside other

@@ -1,0 +1,14 @@
+// Package citus holds the integration suite that runs ffd against a live
+// Citus cluster (docs/scaling.md, "Citus"). CI cannot start one, so the
+// suite is built only with the citus tag, and needs FFD_TEST_CITUS_URL to
+// name the coordinator of a cluster whose database has the citus
+// extension and its worker nodes added:
+//
+//	FFD_TEST_CITUS_URL='postgres://postgres@127.0.0.1:9700/ffd' go test -tags citus ./internal/citus
+//
+// The suite migrates the database and places the tables as `ffd migrate
+// distribution` prints (when they are not placed yet), then runs each
+// capability against the coordinator. Tests share the database and keep
+// apart by lane and flow; run it against a database kept for the
+// purpose.
+package citus

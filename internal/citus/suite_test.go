@@ -1,0 +1,158 @@
+//go:build citus
+
+package citus_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/schema"
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+var coordinator string
+
+func TestMain(m *testing.M) {
+	coordinator = os.Getenv("FFD_TEST_CITUS_URL")
+	if coordinator == "" {
+		fmt.Fprintln(os.Stderr, "FFD_TEST_CITUS_URL must name a Citus coordinator (internal/citus/doc.go)")
+		os.Exit(2)
+	}
+	if err := prepare(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "prepare the Citus database:", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// prepare migrates the coordinator's database and places every table not
+// placed yet, as `ffd migrate distribution` prints.
+func prepare(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, coordinator)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := schema.Up(ctx, pool, time.Minute); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	tables, bad, err := store.CheckDistribution(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("not distributable: %v", bad)
+	}
+	for _, call := range strings.Split(strings.TrimSpace(store.CitusScript(tables)), "\n") {
+		name := call[strings.IndexByte(call, '\'')+1:]
+		name = name[:strings.IndexByte(name, '\'')]
+		var placed bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM citus_tables WHERE table_name = $1::regclass)`, name).Scan(&placed); err != nil {
+			return fmt.Errorf("read citus_tables: %w", err)
+		}
+		if placed {
+			continue
+		}
+		if _, err := pool.Exec(ctx, call); err != nil {
+			return fmt.Errorf("%s: %w", call, err)
+		}
+	}
+	return nil
+}
+
+// fixture is one test's client on the coordinator, and a prefix that
+// keeps its lanes apart from other tests'.
+type fixture struct {
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	client *ffd.Client
+	prefix string
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	pool, err := pgxpool.New(ctx, coordinator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	c, err := ffd.NewClient(pool, &ffd.Config{Logger: zap.NewNop(), StallWarning: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{ctx: ctx, pool: pool, client: c, prefix: "t" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")}
+}
+
+func (f *fixture) lane(name string) string { return f.prefix + "." + name }
+
+// Create, with and without an idempotency key, and CreateMany, small and
+// by COPY, all answer on the coordinator.
+func TestCreate(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if _, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: f.lane("a")}); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	r1, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: f.lane("a"), IdempotencyKey: f.prefix})
+	if err != nil {
+		t.Fatalf("create with a key: %v", err)
+	}
+	r2, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: f.lane("a"), IdempotencyKey: f.prefix})
+	if err != nil || !r2.Existed || r2.Execution.ID != r1.Execution.ID {
+		t.Fatalf("create with the same key: %+v, %v; want the first (%s)", r2, err, r1.Execution.ID)
+	}
+	for _, n := range []int{3, store.CopyThreshold} {
+		ps := make([]ffd.CreateParams, n)
+		for i := range ps {
+			ps[i] = ffd.CreateParams{Lane: f.lane("many")}
+		}
+		xs, err := f.client.CreateMany(f.ctx, ps)
+		if err != nil || len(xs) != n {
+			t.Fatalf("create many (%d): %d created, %v", n, len(xs), err)
+		}
+	}
+}
+
+// Claim, renew, complete, fail with a retry, cancel and revoke.
+func TestLifecycle(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	lane := f.lane("life")
+	for range 4 {
+		if _, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: lane}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: lane, Worker: "w/1", Max: 4})
+	if err != nil || len(xs) != 4 {
+		t.Fatalf("claim: %d of 4, %v", len(xs), err)
+	}
+	if _, err := f.client.Renew(f.ctx, xs[0].ID, xs[0].LeaseEpoch); err != nil {
+		t.Errorf("renew: %v", err)
+	}
+	if _, err := f.client.Complete(f.ctx, xs[0].ID, xs[0].LeaseEpoch, []byte(`{"ok":1}`)); err != nil {
+		t.Errorf("complete: %v", err)
+	}
+	if end, err := f.client.Fail(f.ctx, xs[1].ID, xs[1].LeaseEpoch, ffd.FailParams{Error: "e", Retryable: true}); err != nil || end.State != ffd.StatePending {
+		t.Errorf("fail with a retry: %+v, %v; want pending", end, err)
+	}
+	if _, err := f.client.Cancel(f.ctx, xs[2].ID, "r", "me"); err != nil {
+		t.Errorf("cancel: %v", err)
+	}
+	if _, err := f.client.Revoke(f.ctx, xs[3].ID, "r"); err != nil {
+		t.Errorf("revoke: %v", err)
+	}
+}

@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Distributed reports whether the database db reaches has ff_execution
+// distributed by a distributed Postgres (Citus; docs/scaling.md). There a
+// statement that locks rows must name one partition, so a few statements
+// take another form (routed claims); everywhere else they keep the form
+// that reads every partition in one statement, which is faster on one
+// Postgres.
+//
+// The answer is read once per pool (or connection, for a transaction or
+// a connection of no pool) and kept: place the tables before starting
+// ffd's processes, or restart them after. A routed statement refused all the same (a table placed since)
+// forgets the answer (Forget), and the next call reads it again.
+func Distributed(ctx context.Context, db DB) (bool, error) {
+	key, ok := dialectKey(db)
+	if ok {
+		if v, hit := dialects.Load(key); hit {
+			return v.(bool), nil
+		}
+	}
+	var dist bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')`).Scan(&dist)
+	if err == nil && dist {
+		// pg_dist_partition exists only where the extension is.
+		err = db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_dist_partition
+			WHERE logicalrelid = to_regclass('ff_execution') AND partmethod = 'h')`).Scan(&dist)
+	}
+	if err != nil {
+		return false, wrap("read whether the tables are distributed", err)
+	}
+	if ok {
+		if _, loaded := dialects.Swap(key, dist); !loaded && known.Add(1) > maxDialects {
+			// Connections come and go; a pool's entry is read again once.
+			dialects.Clear()
+			known.Store(0)
+		}
+	}
+	return dist, nil
+}
+
+// Forget drops what Distributed knows of db's database.
+func Forget(db DB) {
+	if key, ok := dialectKey(db); ok {
+		dialects.Delete(key)
+	}
+}
+
+// dialects maps a pool or connection to Distributed's answer; known
+// counts its entries, which maxDialects bounds.
+var (
+	dialects sync.Map
+	known    atomic.Int64
+)
+
+const maxDialects = 4096
+
+// dialectKey is what Distributed's answer for db is kept under: its pool,
+// or its connection.
+func dialectKey(db DB) (any, bool) {
+	switch d := db.(type) {
+	case *pgxpool.Pool:
+		return d, true
+	case *pgxpool.Conn:
+		return d.Conn(), true
+	case *pgx.Conn:
+		return d, true
+	case pgx.Tx:
+		return d.Conn(), true
+	}
+	return nil, false
+}
+
+// IsUnroutable reports a statement a distributed Postgres refused to plan
+// (feature_not_supported: a row lock or an expression it cannot route).
+func IsUnroutable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "0A000"
+}
