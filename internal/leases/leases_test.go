@@ -372,6 +372,34 @@ func TestRevoke(t *testing.T) {
 	}
 }
 
+// Executions that fail together come back spread over the jitter's
+// window, each within it: the draw is a hash of the execution and its
+// attempt, different for each.
+func TestRetryJitterSpreads(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const n = 40
+	for range n {
+		f.create(ffdtype.CreateParams{Lane: "spread", Retry: ffdtype.RetryPolicy{Base: 100 * time.Second, Jitter: 0.5, Max: time.Hour}})
+	}
+	var dbNow time.Time
+	f.Pool.QueryRow(f.Ctx, `SELECT now()`).Scan(&dbNow)
+	seen := map[time.Time]bool{}
+	for _, c := range f.claim("spread", n) {
+		out, err := leases.Fail(f.Ctx, f.Pool, c.ID, c.LeaseEpoch, ffdtype.FailParams{Error: "e", Retryable: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lo, hi := dbNow.Add(49*time.Second), dbNow.Add(151*time.Second); out.RunAt.Before(lo) || out.RunAt.After(hi) {
+			t.Fatalf("run_at %v outside [%v, %v]: 100 s ± 50%%", out.RunAt, lo, hi)
+		}
+		seen[out.RunAt.Truncate(time.Second)] = true
+	}
+	if len(seen) < n/4 {
+		t.Fatalf("%d executions failing together came back in %d distinct seconds of a 100-second window, want them spread", n, len(seen))
+	}
+}
+
 func TestRetries(t *testing.T) {
 	t.Parallel()
 	f := setup(t)

@@ -87,3 +87,18 @@ func IsUnroutable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "0A000"
 }
+
+// nowPlus is the SQL of now() plus seconds, an expression that may read
+// columns: arithmetic on seconds since the epoch, by immutable functions
+// and operators around now(), which reads no column. A distributed
+// Postgres evaluates now() on the coordinator and routes the rest to the
+// shard; it refuses `now() + column` outright (timestamptz + interval is
+// STABLE: a day's length depends on the time zone). Intervals are in
+// seconds (an interval column goes through intervalSeconds), so a day
+// counts 24 hours, as on a server in UTC.
+func nowPlus(seconds string) string {
+	return "to_timestamp(extract(epoch FROM now())::float8 + (" + seconds + "))"
+}
+
+// intervalSeconds is the SQL of the interval column d in seconds.
+func intervalSeconds(d string) string { return "extract(epoch FROM " + d + ")::float8" }

@@ -12,10 +12,11 @@ import (
 )
 
 // renewSQL extends a running lease by its TTL, fenced on the epoch, and
-// writes the renewed lease event.
-const renewSQL = `
+// writes the renewed lease event. One statement on one partition, which a
+// distributed Postgres routes to the shard (nowPlus).
+var renewSQL = `
 WITH upd AS (
-	UPDATE ff_execution SET lease_expires_at = now() + lease_ttl
+	UPDATE ff_execution SET lease_expires_at = ` + nowPlus(intervalSeconds("lease_ttl")) + `
 	WHERE partition_key = $1 AND execution_id = $2 AND state = 'running' AND lease_epoch = $3
 	RETURNING partition_key, execution_id, lease_epoch, attempt, lease_owner, lease_expires_at
 ), lev AS (

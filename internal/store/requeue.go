@@ -31,10 +31,14 @@ var (
 
 // backoffSQL is run_at after a failed attempt, computed in the database from
 // the row's policy: min(base·multiplier^(attempt-1), max) ± jitter. The
-// exponent is clamped so the double cannot overflow.
-const backoffSQL = `now() + make_interval(secs => least(extract(epoch FROM e.backoff_max),
-		extract(epoch FROM e.backoff_base) * power(e.backoff_multiplier, least(greatest(e.attempt - 1, 0), 60)))
-	* (1 + e.backoff_jitter * (2 * random() - 1)))`
+// exponent is clamped so the double cannot overflow. The jitter's draw in
+// [0, 1) is a hash of the execution and its attempt, not random(): the
+// executions that failed together still spread apart, and the statement
+// stays free of volatile functions, which a distributed Postgres refuses
+// in an UPDATE (nowPlus says why the time is spelled so).
+var backoffSQL = nowPlus(`least(` + intervalSeconds("e.backoff_max") + `,
+		` + intervalSeconds("e.backoff_base") + ` * power(e.backoff_multiplier, least(greatest(e.attempt - 1, 0), 60)))
+	* (1 + e.backoff_jitter * (2 * ((hashtextextended(e.execution_id::text || ':' || e.attempt::text, 0) & 1048575)::float8 / 1048576) - 1))`)
 
 // requeueSQL ends the running attempt of each input execution still held
 // at its epoch, puts the execution back to pending, and writes the
@@ -42,7 +46,7 @@ const backoffSQL = `now() + make_interval(secs => least(extract(epoch FROM e.bac
 // attempt_started_at, which it clears), and the lease event of a lease
 // taken away ($9: expired, revoked; "" for none), with the expiry the
 // lease had then.
-const requeueSQL = `
+var requeueSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[])
 		AS i(partition_key, execution_id, epoch, error)
