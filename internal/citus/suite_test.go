@@ -4,9 +4,11 @@ package citus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,9 +169,8 @@ func TestClaimAndRenew(t *testing.T) {
 	}
 }
 
-// Complete, fail with a retry, cancel and revoke. Not routed yet
-// (docs/scaling.md, "Citus: where it stands"): the endings lock rows of
-// several partitions in one statement.
+// Complete, fail with a retry, cancel and revoke, each fenced, and a
+// worker's grouped completions over several partitions.
 func TestEndings(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -183,16 +184,66 @@ func TestEndings(t *testing.T) {
 	if err != nil || len(xs) != 4 {
 		t.Fatalf("claim: %d of 4, %v", len(xs), err)
 	}
-	if _, err := f.client.Complete(f.ctx, xs[0].ID, xs[0].LeaseEpoch, []byte(`{"ok":1}`)); err != nil {
-		t.Errorf("complete: %v", err)
+	if end, err := f.client.Complete(f.ctx, xs[0].ID, xs[0].LeaseEpoch, []byte(`{"ok":1}`)); err != nil || end.State != ffd.StateCompleted {
+		t.Errorf("complete: %+v, %v; want completed", end, err)
+	}
+	if _, err := f.client.Complete(f.ctx, xs[0].ID, xs[0].LeaseEpoch+1, nil); !errors.Is(err, ffd.ErrLeaseLost) {
+		t.Errorf("a completion at an epoch never held: %v, want lease lost", err)
 	}
 	if end, err := f.client.Fail(f.ctx, xs[1].ID, xs[1].LeaseEpoch, ffd.FailParams{Error: "e", Retryable: true}); err != nil || end.State != ffd.StatePending {
 		t.Errorf("fail with a retry: %+v, %v; want pending", end, err)
 	}
-	if _, err := f.client.Cancel(f.ctx, xs[2].ID, "r", "me"); err != nil {
-		t.Errorf("cancel: %v", err)
+	if end, err := f.client.Cancel(f.ctx, xs[2].ID, "r", "me"); err != nil || end.State != ffd.StateCancelled {
+		t.Errorf("cancel: %+v, %v; want cancelled", end, err)
 	}
-	if _, err := f.client.Revoke(f.ctx, xs[3].ID, "r"); err != nil {
-		t.Errorf("revoke: %v", err)
+	if rq, err := f.client.Revoke(f.ctx, xs[3].ID, "r"); err != nil || rq.LeaseEpoch != xs[3].LeaseEpoch+1 {
+		t.Errorf("revoke: %+v, %v; want the epoch bumped", rq, err)
 	}
+	// The worker's way: many at once, over several partitions.
+	var handled atomic.Int64
+	w, err := ffd.NewWorker(f.client, ffd.WorkerConfig{Lanes: []string{f.lane("batch")}, Concurrency: 20,
+		Handler: func(context.Context, *ffd.Job) ([]byte, error) { handled.Add(1); return nil, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := make([]ffd.CreateParams, 200)
+	for i := range ps {
+		ps[i] = ffd.CreateParams{Lane: f.lane("batch")}
+	}
+	if _, err := f.client.CreateMany(f.ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	waitFor(t, f, "200 completed by a worker", func() (bool, error) {
+		n, err := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'completed'`, f.lane("batch"))
+		return n == 200, err
+	})
+}
+
+// waitFor polls cond every 20 ms until it holds, for at most a minute.
+func waitFor(t *testing.T, f *fixture, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ok, err := cond()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within a minute", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (f *fixture) count(sql string, args ...any) (int, error) {
+	var n int
+	err := f.pool.QueryRow(f.ctx, sql, args...).Scan(&n)
+	return n, err
 }

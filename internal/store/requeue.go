@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/ffdtype"
@@ -82,6 +84,63 @@ WITH input AS (
 )
 SELECT partition_key, execution_id, attempt, lease_epoch, run_at, lane, old_epoch FROM upd`
 
+// requeueRoutedSQL is requeueSQL for one partition ($10) of a distributed
+// Postgres, shaped as terminateRoutedSQL is and for the same reasons: the
+// rows locked by a subquery of the UPDATE, the inserts selecting from its
+// result.
+var requeueRoutedSQL = `
+WITH upd AS (
+	UPDATE ff_execution e SET
+		state = 'pending',
+		run_at = CASE WHEN $7 THEN ` + backoffSQL + ` ELSE now() END,
+		last_error = coalesce(l.error, e.last_error),
+		lease_epoch = e.lease_epoch + CASE WHEN $6 THEN 1 ELSE 0 END,
+		lease_owner = NULL, lease_expires_at = NULL, attempt_deadline_at = NULL,
+		attempt_worker = NULL, attempt_started_at = NULL
+	FROM (
+		SELECT x.partition_key, x.execution_id, i.epoch, i.error, x.attempt_worker, x.attempt_started_at,
+			x.lease_expires_at AS lease_expired_at
+		FROM ff_execution x
+		JOIN unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[]) AS i(partition_key, execution_id, epoch, error)
+			ON i.partition_key = x.partition_key AND i.execution_id = x.execution_id
+		WHERE x.partition_key = $10 AND x.state = 'running' AND x.lease_epoch = i.epoch
+			AND ($8 OR x.attempt < x.max_attempts)
+		ORDER BY x.execution_id
+		FOR NO KEY UPDATE OF x
+	) l
+	WHERE e.partition_key = $10 AND e.execution_id = l.execution_id
+	RETURNING e.partition_key, e.execution_id, e.attempt, e.lease_epoch, e.run_at, e.lane, l.epoch AS old_epoch, l.error,
+		l.attempt_worker, l.attempt_started_at, l.lease_expired_at
+), att AS (
+	INSERT INTO ff_attempt (partition_key, execution_id, attempt, lease_epoch, worker, started_at, ended_at, outcome, error)
+	SELECT partition_key, execution_id, attempt, old_epoch, attempt_worker, attempt_started_at, now(), $5, error
+	FROM upd
+), lev AS (
+	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
+	SELECT partition_key, execution_id, old_epoch, attempt, attempt_worker, $9, lease_expired_at
+	FROM upd WHERE $9 <> ''
+)
+SELECT partition_key, execution_id, attempt, lease_epoch, run_at, lane, old_epoch FROM upd`
+
+// byPartition groups items by partition, in partition order (the global
+// lock order): the statements a distributed Postgres routes.
+func byPartition(items []RequeueItem) [][]RequeueItem {
+	at := map[int16][]RequeueItem{}
+	var parts []int16
+	for _, it := range items {
+		if _, ok := at[it.ID.Partition]; !ok {
+			parts = append(parts, it.ID.Partition)
+		}
+		at[it.ID.Partition] = append(at[it.ID.Partition], it)
+	}
+	slices.Sort(parts)
+	groups := make([][]RequeueItem, len(parts))
+	for i, p := range parts {
+		groups[i] = at[p]
+	}
+	return groups
+}
+
 // requeued records what r's requeue (of the lease held at heldEpoch)
 // owes its listeners: its lane's workers, when it is claimable now, or
 // the daemon, of when it comes due
@@ -117,32 +176,53 @@ func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []R
 		return nil, nil
 	}
 	n := len(items)
-	parts, ids, epochs, errs := make([]int16, n), make([]pgtype.UUID, n), make([]int64, n), make([]*string, n)
-	for i, it := range items {
-		parts[i], ids[i], epochs[i], errs[i] = it.ID.Partition, pgUUID(it.ID.UUID), it.Epoch, nullIfEmpty(it.Error)
+	dist, err := Distributed(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	// One statement for all; on a distributed Postgres one per partition,
+	// in partition order, in one pipelined batch (one transaction).
+	groups := [][]RequeueItem{items}
+	if dist {
+		groups = byPartition(items)
 	}
 	var out []ffdtype.Requeued
 	var notices *Notices
-	err := WithRetry(ctx, db, func() error {
+	err = WithRetry(ctx, db, func() error {
 		out = out[:0]
 		notices = &Notices{}
-		rows, err := db.Query(ctx, requeueSQL, parts, ids, epochs, errs,
-			string(kind.attemptOutcome), kind.bumpEpoch, kind.backoff, force, string(kind.leaseEvent))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var r ffdtype.Requeued
-			var lane string
-			var held int64
-			if err := rows.Scan(&r.ID.Partition, &r.ID.UUID, &r.Attempt, &r.LeaseEpoch, &r.RunAt, &lane, &held); err != nil {
-				return err
+		scan := func(rows pgx.Rows) error {
+			for rows.Next() {
+				var r ffdtype.Requeued
+				var lane string
+				var held int64
+				if err := rows.Scan(&r.ID.Partition, &r.ID.UUID, &r.Attempt, &r.LeaseEpoch, &r.RunAt, &lane, &held); err != nil {
+					return err
+				}
+				out = append(out, r)
+				notices.requeued(kind, r, lane, held)
 			}
-			out = append(out, r)
-			notices.requeued(kind, r, lane, held)
+			return rows.Err()
 		}
-		return rows.Err()
+		b := &pgx.Batch{}
+		for _, g := range groups {
+			parts, ids, epochs, errs := make([]int16, len(g)), make([]pgtype.UUID, len(g)), make([]int64, len(g)), make([]*string, len(g))
+			for i, it := range g {
+				parts[i], ids[i], epochs[i], errs[i] = it.ID.Partition, pgUUID(it.ID.UUID), it.Epoch, nullIfEmpty(it.Error)
+			}
+			args := []any{parts, ids, epochs, errs, string(kind.attemptOutcome), kind.bumpEpoch, kind.backoff, force, string(kind.leaseEvent)}
+			if !dist {
+				// One statement for all, outside any batch.
+				rows, err := db.Query(ctx, requeueSQL, args...)
+				if err != nil {
+					return err
+				}
+				defer rows.Close()
+				return scan(rows)
+			}
+			b.Queue(requeueRoutedSQL, append(args, parts[0])...).Query(scan)
+		}
+		return db.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return nil, wrap(fmt.Sprintf("requeue %d executions (%s)", n, kind.attemptOutcome), err)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -146,6 +147,86 @@ const (
 	endedFlowIDs        = "ffd.ended_flow_ids"
 )
 
+// terminateRoutedSQL is terminateSQL for one partition ($11) of a
+// distributed Postgres, which routes a statement only when every table in
+// it is narrowed to one partition and which reads wrong a CTE's rows
+// shipped to the shard for an UPDATE there. So the rows are locked by a
+// subquery of the UPDATE itself (the subquery's row versions are what the
+// UPDATE saw: the old state and lease expiry), and the event inserts
+// select from the UPDATE's result, which the coordinator holds (it draws
+// the event ids there too). The flows of what it ended are finished by
+// the caller afterwards (finishFlowsRoutedSQL), naming them: a
+// transaction setting would be set on the node holding the shard.
+const terminateRoutedSQL = `
+WITH upd AS (
+	UPDATE ff_execution e SET
+		state = l.to_state,
+		terminal_at = now(),
+		result = CASE WHEN l.to_state = 'completed' THEN coalesce(l.result, '') END,
+		last_error = coalesce(l.error, e.last_error),
+		cancellation_reason = CASE WHEN l.to_state = 'cancelled' THEN l.reason END,
+		cancelled_by = CASE WHEN l.to_state = 'cancelled' THEN l.by_whom END,
+		lease_epoch = e.lease_epoch + CASE WHEN l.old_state = 'running'
+			AND l.to_state IN ('cancelled', 'expired') THEN 1 ELSE 0 END,
+		lease_owner = NULL, lease_expires_at = NULL, attempt_deadline_at = NULL
+	FROM (
+		SELECT x.partition_key, x.execution_id, x.state AS old_state, x.lease_expires_at AS lease_expired_at,
+			i.to_state, i.result, i.error, i.reason, i.by_whom, i.outcome, i.lease_end
+		FROM ff_execution x
+		JOIN unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[], $5::bytea[],
+			$6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
+			AS i(partition_key, execution_id, epoch, to_state, result, error, reason, by_whom, outcome, lease_end)
+			ON i.partition_key = x.partition_key AND i.execution_id = x.execution_id
+		WHERE x.partition_key = $11 AND x.state IN ('blocked', 'pending', 'running')
+			AND (i.epoch = 0 OR (x.state = 'running' AND x.lease_epoch = i.epoch))
+			AND (i.to_state <> 'skipped' OR x.state = 'blocked')
+		ORDER BY x.execution_id
+		FOR NO KEY UPDATE OF x
+	) l
+	WHERE e.partition_key = $11 AND e.execution_id = l.execution_id
+	RETURNING e.partition_key, e.execution_id, e.flow_id, e.namespace, e.attempt, e.lease_epoch,
+		e.state, e.step, e.attempt_worker, l.old_state, l.lease_expired_at, l.outcome, l.lease_end
+), lev AS (
+	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
+	SELECT partition_key, execution_id, lease_epoch - 1, attempt, attempt_worker, lease_end, lease_expired_at
+	FROM upd
+	WHERE old_state = 'running' AND lease_end IN ('revoked', 'expired')
+), ended AS (
+	SELECT u.*, nextval('ff_outbox_event_id_seq') AS event_id FROM upd u
+), cev AS (
+	INSERT INTO ff_completion_event (event_id, partition_key, execution_id, flow_id, outcome, attempt, namespace, dispatched_at, step)
+	SELECT event_id, partition_key, execution_id, flow_id, outcome, attempt, namespace,
+		CASE WHEN flow_id IS NULL THEN now() END, step
+	FROM ended
+)
+SELECT partition_key, execution_id, flow_id, state, attempt, lease_epoch, old_state = 'running', event_id
+FROM ended`
+
+// The flows a routed ending ended members of, finished on their
+// partition ($1) by name ($2): locked first, then counted in a statement
+// of its own (a fresh snapshot, as queueFinishFlows explains).
+const (
+	lockFlowsRoutedSQL = `SELECT flow_id FROM ff_flow
+		WHERE partition_key = $1 AND flow_id = ANY($2::uuid[]) AND state = 'open'
+		ORDER BY flow_id FOR NO KEY UPDATE`
+	finishFlowsRoutedSQL = `
+WITH done AS (
+	UPDATE ff_flow f SET
+		state = CASE WHEN EXISTS (SELECT 1 FROM ff_execution e
+				WHERE e.partition_key = $1 AND e.flow_id = f.flow_id
+					AND e.state IN ('failed', 'expired'))
+			THEN 'failed' ELSE 'completed' END,
+		terminal_at = now(), updated_at = now()
+	WHERE f.partition_key = $1 AND f.flow_id = ANY($2::uuid[]) AND f.state = 'open'
+		AND NOT EXISTS (SELECT 1 FROM ff_execution e
+			WHERE e.partition_key = $1 AND e.flow_id = f.flow_id
+				AND e.state IN ('blocked', 'pending', 'running'))
+	RETURNING f.partition_key, f.flow_id, f.state, f.namespace
+)
+INSERT INTO ff_completion_event (partition_key, flow_id, outcome, namespace, dispatched_at)
+SELECT partition_key, flow_id, state, namespace, now() FROM done`
+)
+
 // Terminate ends every execution of ends that is still eligible (see
 // Ending.Epoch), in one statement, and returns those it ended; the others
 // it leaves untouched, for the caller to explain. It is the only writer of
@@ -185,10 +266,17 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 			notices.LeaseEvents(e.ID.Partition)
 		}
 	}
+	dist, err := Distributed(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	if dist {
+		return terminateRouted(ctx, db, ends, lockTimeout, notices)
+	}
 	// One round trip: the statements go as one pipelined batch, which
 	// Postgres runs as one transaction (or inside the caller's).
 	var out []Ended
-	err := WithRetry(ctx, db, func() error {
+	err = WithRetry(ctx, db, func() error {
 		out = out[:0]
 		b := &pgx.Batch{}
 		if ms := millisOrNull(lockTimeout); ms != nil {
@@ -201,16 +289,9 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 		// left it (READ COMMITTED re-checks a locked row's newest version),
 		// attempt included, since the attempt is on the row.
 		b.Queue(terminateSQL, parts, ids, epochs, states, results, errs, reasons, bys, outcomes, leaseEnds).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var e Ended
-				var state string
-				if err := rows.Scan(&e.ID.Partition, &e.ID.UUID, &e.FlowID, &state, &e.Attempt, &e.LeaseEpoch, &e.WasRunning, &e.EventID); err != nil {
-					return err
-				}
-				e.State = ffdtype.State(state)
-				out = append(out, e)
-			}
-			return rows.Err()
+			var err error
+			out, err = scanEnded(rows)
+			return err
 		})
 		queueFinishFlows(b)
 		notices.Queue(b)
@@ -220,6 +301,102 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 		return nil, wrap(fmt.Sprintf("terminate %d executions", n), err)
 	}
 	return out, nil
+}
+
+// terminateRouted is TerminateWithin on a distributed Postgres: one
+// statement per partition, in one pipelined batch (the ending's
+// transaction, or the caller's), then, when members of flows ended, a
+// second batch that finishes their flows. Two round trips where one
+// Postgres needs one; the notices ride in the first.
+func terminateRouted(ctx context.Context, db DB, ends []Termination, lockTimeout time.Duration, notices *Notices) ([]Ended, error) {
+	groups := map[int16][]int{}
+	var order []int16
+	for i, e := range ends {
+		if _, ok := groups[e.ID.Partition]; !ok {
+			order = append(order, e.ID.Partition)
+		}
+		groups[e.ID.Partition] = append(groups[e.ID.Partition], i)
+	}
+	slices.Sort(order) // the global lock order, partition first
+	var out []Ended
+	err := InTx(ctx, db, func(tx pgx.Tx) error {
+		out = out[:0]
+		b := &pgx.Batch{}
+		if ms := millisOrNull(lockTimeout); ms != nil {
+			b.Queue(`SELECT set_config('lock_timeout', $1, true)`, *ms)
+		}
+		for _, p := range order {
+			idx := groups[p]
+			n := len(idx)
+			parts, ids, epochs := make([]int16, n), make([]pgtype.UUID, n), make([]int64, n)
+			states, results := make([]string, n), make([][]byte, n)
+			errs, reasons, bys := make([]*string, n), make([]*string, n), make([]*string, n)
+			outcomes, leaseEnds := make([]string, n), make([]string, n)
+			for j, i := range idx {
+				e := ends[i]
+				parts[j], ids[j], epochs[j], states[j], results[j] = e.ID.Partition, pgUUID(e.ID.UUID), e.Epoch, string(e.State), e.Result
+				errs[j], reasons[j], bys[j] = nullIfEmpty(e.Error), nullIfEmpty(e.Reason), nullIfEmpty(e.By)
+				outcomes[j], leaseEnds[j] = string(ffdtype.OutcomeOf(e.State)), string(LeaseEndOf(e.State))
+			}
+			b.Queue(terminateRoutedSQL, parts, ids, epochs, states, results, errs, reasons, bys, outcomes, leaseEnds, p).Query(func(rows pgx.Rows) error {
+				ended, err := scanEnded(rows)
+				out = append(out, ended...)
+				return err
+			})
+		}
+		notices.Queue(b)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		return finishFlowsRouted(ctx, tx, out)
+	})
+	if err != nil {
+		return nil, wrap(fmt.Sprintf("terminate %d executions", len(ends)), err)
+	}
+	return out, nil
+}
+
+// finishFlowsRouted finishes, partition by partition, the open flows of
+// the members ended that have no live member left.
+func finishFlowsRouted(ctx context.Context, tx pgx.Tx, ended []Ended) error {
+	flows := map[int16][]uuid.UUID{}
+	var order []int16
+	for _, e := range ended {
+		if e.FlowID == nil || slices.Contains(flows[e.ID.Partition], *e.FlowID) {
+			continue
+		}
+		if len(flows[e.ID.Partition]) == 0 {
+			order = append(order, e.ID.Partition)
+		}
+		flows[e.ID.Partition] = append(flows[e.ID.Partition], *e.FlowID)
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	slices.Sort(order)
+	b := &pgx.Batch{}
+	for _, p := range order {
+		b.Queue(lockFlowsRoutedSQL, p, flows[p])
+	}
+	for _, p := range order {
+		b.Queue(finishFlowsRoutedSQL, p, flows[p])
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// scanEnded reads terminateSQL's result.
+func scanEnded(rows pgx.Rows) ([]Ended, error) {
+	var out []Ended
+	for rows.Next() {
+		var e Ended
+		var state string
+		if err := rows.Scan(&e.ID.Partition, &e.ID.UUID, &e.FlowID, &state, &e.Attempt, &e.LeaseEpoch, &e.WasRunning, &e.EventID); err != nil {
+			return nil, err
+		}
+		e.State = ffdtype.State(state)
+		out = append(out, e)
+	}
+	return out, rows.Err()
 }
 
 // queueFinishFlows ends every open flow whose last live member this batch

@@ -1,0 +1,141 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffd/ffdtype"
+	"github.com/flowfabric/ffd/internal/cascade"
+	"github.com/flowfabric/ffd/internal/flows"
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+// The routed statements (the forms a distributed Postgres needs: one
+// partition per locking statement) keep every behaviour on one Postgres,
+// where CI can run them: claims in priority order, renewal, endings of
+// one and of many partitions at once, retries, revokes, a flow's cascade
+// and finish, and a flow's cancellation, with the store's invariants
+// holding after. Not parallel: RouteAll reroutes the whole package.
+func TestRoutedStatements(t *testing.T) {
+	restore := store.RouteAll()
+	defer restore()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := testdb.New(t)
+	lim := leases.Limits{}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 30
+	ps := make([]ffdtype.CreateParams, n)
+	for i := range ps {
+		ps[i] = ffdtype.CreateParams{Lane: "routed", Priority: i % 3, MaxAttempts: 2}
+	}
+	_, err := leases.CreateMany(ctx, db.Pool, lim, ps)
+	must(err)
+	xs, err := leases.Claim(ctx, db.Pool, ffdtype.ClaimParams{Lane: "routed", Worker: "w/1", Max: n})
+	if err != nil || len(xs) != n {
+		t.Fatalf("routed claim: %d of %d, %v", len(xs), n, err)
+	}
+	for i := 1; i < n; i++ {
+		if xs[i].Priority > xs[i-1].Priority {
+			t.Fatalf("claimed priority %d after %d", xs[i].Priority, xs[i-1].Priority)
+		}
+	}
+	_, err = leases.Renew(ctx, db.Pool, xs[0].ID, xs[0].LeaseEpoch)
+	must(err)
+
+	// Twenty completions over many partitions in one batch, as a worker
+	// groups them.
+	items := make([]leases.Completion, 20)
+	for i := range items {
+		items[i] = leases.Completion{ID: xs[i].ID, Epoch: xs[i].LeaseEpoch, Solo: true}
+	}
+	ends, errs, err := leases.CompleteMany(ctx, db.Pool, lim, items, time.Second)
+	must(err)
+	for i, e := range errs {
+		if e != nil || ends[i].State != ffdtype.StateCompleted || ends[i].EventID == 0 {
+			t.Fatalf("completion %d: %+v, %v; want completed with its event", i, ends[i], e)
+		}
+	}
+	end, err := leases.Fail(ctx, db.Pool, xs[20].ID, xs[20].LeaseEpoch, ffdtype.FailParams{Error: "e", Retryable: true, Immediate: true})
+	if err != nil || end.State != ffdtype.StatePending {
+		t.Fatalf("fail with a retry: %+v, %v; want pending", end, err)
+	}
+	again, err := leases.Claim(ctx, db.Pool, ffdtype.ClaimParams{Lane: "routed", Worker: "w/1", Max: 1})
+	if err != nil || len(again) != 1 || again[0].ID != xs[20].ID || again[0].Attempt != 2 {
+		t.Fatalf("re-claim of the retry: %+v, %v; want %s at attempt 2", again, err, xs[20].ID)
+	}
+	end, err = leases.Fail(ctx, db.Pool, again[0].ID, again[0].LeaseEpoch, ffdtype.FailParams{Error: "e", Retryable: true})
+	if err != nil || end.State != ffdtype.StateFailed {
+		t.Fatalf("fail of the last attempt: %+v, %v; want failed", end, err)
+	}
+	end, err = leases.Cancel(ctx, db.Pool, xs[21].ID, "r", "me")
+	if err != nil || end.State != ffdtype.StateCancelled {
+		t.Fatalf("cancel: %+v, %v; want cancelled", end, err)
+	}
+	if _, err := leases.Complete(ctx, db.Pool, lim, xs[21].ID, xs[21].LeaseEpoch, nil); err == nil {
+		t.Fatal("a completion after the cancel was not fenced out")
+	}
+	rq, err := leases.Revoke(ctx, db.Pool, xs[22].ID, "r")
+	if err != nil || rq.LeaseEpoch != xs[22].LeaseEpoch+1 {
+		t.Fatalf("revoke: %+v, %v; want the epoch bumped", rq, err)
+	}
+
+	// A flow: a -> (b, c) -> d, all_of, cascaded and finished.
+	sub, err := flows.Submit(ctx, db.Pool, lim, ffdtype.SubmitFlowParams{
+		Nodes: []ffdtype.SubmitNode{{Ref: "a", Params: ffdtype.CreateParams{Lane: "fa"}}, {Ref: "b", Params: ffdtype.CreateParams{Lane: "fb"}},
+			{Ref: "c", Params: ffdtype.CreateParams{Lane: "fb"}}, {Ref: "d", Params: ffdtype.CreateParams{Lane: "fd"}}},
+		Edges: []ffdtype.SubmitEdge{{From: "a", To: "b"}, {From: "a", To: "c"}, {From: "b", To: "d"}, {From: "c", To: "d"}},
+	})
+	must(err)
+	part := sub.Flow.Partition
+	d := cascade.New(db.Pool, nil)
+	step := func(lane string, want int) {
+		t.Helper()
+		got, err := leases.Claim(ctx, db.Pool, ffdtype.ClaimParams{Lane: lane, Worker: "w/1", Max: 10})
+		if err != nil || len(got) != want {
+			t.Fatalf("claim on %s: %d, %v; want %d", lane, len(got), err, want)
+		}
+		for _, x := range got {
+			_, err := leases.Complete(ctx, db.Pool, lim, x.ID, x.LeaseEpoch, nil)
+			must(err)
+		}
+		_, err = d.DispatchPartitions(ctx, []int16{part}, 100, nil)
+		must(err)
+	}
+	step("fa", 1)
+	step("fb", 2)
+	step("fd", 1)
+	f, err := flows.Get(ctx, db.Pool, sub.Flow.ID)
+	if err != nil || f.State != ffdtype.FlowCompleted {
+		t.Fatalf("flow after its last member: %+v, %v; want completed", f, err)
+	}
+
+	// Another, cancelled with a member running.
+	sub, err = flows.Submit(ctx, db.Pool, lim, ffdtype.SubmitFlowParams{
+		Nodes: []ffdtype.SubmitNode{{Ref: "a", Params: ffdtype.CreateParams{Lane: "ca"}}, {Ref: "b", Params: ffdtype.CreateParams{Lane: "cb"}}},
+		Edges: []ffdtype.SubmitEdge{{From: "a", To: "b"}},
+	})
+	must(err)
+	running, err := leases.Claim(ctx, db.Pool, ffdtype.ClaimParams{Lane: "ca", Worker: "w/1", Max: 1})
+	if err != nil || len(running) != 1 {
+		t.Fatalf("claim of the root: %d, %v", len(running), err)
+	}
+	res, err := flows.Cancel(ctx, db.Pool, sub.Flow.ID, ffdtype.CancelAll, "stop")
+	if err != nil || len(res.Members) != 2 {
+		t.Fatalf("cancel flow: %+v, %v; want both members cancelled", res, err)
+	}
+	if x, err := leases.Get(ctx, db.Pool, running[0].ID); err != nil || x.State != ffdtype.StateCancelled || x.LeaseEpoch != running[0].LeaseEpoch+1 {
+		t.Fatalf("the running member after cancel_flow: %+v, %v; want cancelled and fenced", x, err)
+	}
+	if err := store.CheckInvariants(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+}
