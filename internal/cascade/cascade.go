@@ -92,6 +92,28 @@ func (d *Dispatcher) DispatchMany(ctx context.Context, eventIDs []int64) (Result
 // events are resolved, so that another worker can take the next batch
 // while this one works.
 func (d *Dispatcher) DispatchPartitions(ctx context.Context, parts []int16, limit int, full func()) (Result, error) {
+	dist, err := store.Distributed(ctx, d.db)
+	if err != nil {
+		return Result{}, err
+	}
+	if !dist || len(parts) == 1 {
+		return d.dispatchIn(ctx, parts, limit, full)
+	}
+	// A distributed Postgres routes a locking statement only when it
+	// names one partition: a transaction per partition.
+	var total Result
+	for _, p := range parts {
+		res, err := d.dispatchIn(ctx, []int16{p}, limit, full)
+		total.add(res)
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// dispatchIn is one DispatchPartitions transaction.
+func (d *Dispatcher) dispatchIn(ctx context.Context, parts []int16, limit int, full func()) (Result, error) {
 	return d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) {
 		events, err := store.TakePartitionEvents(ctx, tx, parts, limit, d.lockTimeout)
 		if err == nil && len(events) >= limit && full != nil {
@@ -99,6 +121,16 @@ func (d *Dispatcher) DispatchPartitions(ctx context.Context, parts []int16, limi
 		}
 		return events, err
 	})
+}
+
+// add counts o's work into r.
+func (r *Result) add(o Result) {
+	r.Events += o.Events
+	r.EdgesResolved += o.EdgesResolved
+	r.Decided = append(r.Decided, o.Decided...)
+	r.Skipped += o.Skipped
+	r.CancelGroups += o.CancelGroups
+	r.Age = max(r.Age, o.Age)
 }
 
 // DispatchBatch dispatches up to limit undispatched events at least grace

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/schema"
@@ -246,4 +248,141 @@ func (f *fixture) count(sql string, args ...any) (int, error) {
 	var n int
 	err := f.pool.QueryRow(f.ctx, sql, args...).Scan(&n)
 	return n, err
+}
+
+// A DAG with all_of and quorum joins runs to the end under a daemon and
+// workers on the coordinator: root -> three middles -> an all_of join and
+// a quorum-2 join -> a last step after both.
+func TestFlowCascade(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.daemon(t)
+	lane := f.lane("dag")
+	spec := dag(lane, map[string][]string{"m1": {"root"}, "m2": {"root"}, "m3": {"root"},
+		"all": {"m1", "m2", "m3"}, "quorum": {"m1", "m2", "m3"}, "last": {"all", "quorum"}},
+		map[string]*ffd.Policy{"quorum": {Kind: ffd.Quorum, K: 2}})
+	sub, err := f.client.SubmitFlow(f.ctx, spec)
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	f.worker(t, lane, func(context.Context, *ffd.Job) ([]byte, error) { return []byte(`{}`), nil })
+	f.waitFlow(t, sub.Flow.ID, ffd.FlowCompleted)
+	for _, ref := range []string{"root", "m1", "m2", "m3", "all", "quorum", "last"} {
+		if x, err := f.client.Get(f.ctx, sub.Executions[ref].ID); err != nil || x.State != ffd.StateCompleted {
+			t.Errorf("%s: %v, %v; want completed", ref, x.State, err)
+		}
+	}
+}
+
+// An any_of join with cancel_remaining: the first sibling to succeed
+// satisfies it, and the daemon cancels the two still running (their
+// handlers see their leases revoked).
+func TestAnyOfCancelsSiblings(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.daemon(t)
+	start, fast, slow := f.lane("start"), f.lane("fast"), f.lane("slow")
+	spec := dag(slow, map[string][]string{"s1": {"root"}, "s2": {"root"}, "s3": {"root"}, "any": {"s1", "s2", "s3"}},
+		map[string]*ffd.Policy{"any": {Kind: ffd.AnyOf, OnSatisfied: ffd.CancelRemaining}})
+	for i := range spec.Nodes {
+		switch spec.Nodes[i].Ref {
+		case "root", "any":
+			spec.Nodes[i].Params.Lane = start
+		case "s1":
+			spec.Nodes[i].Params.Lane = fast
+		}
+	}
+	sub, err := f.client.SubmitFlow(f.ctx, spec)
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	f.worker(t, start, func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil })
+	var revoked atomic.Int64
+	f.worker(t, slow, func(ctx context.Context, _ *ffd.Job) ([]byte, error) {
+		<-ctx.Done()
+		revoked.Add(1)
+		return nil, ctx.Err()
+	})
+	waitFor(t, f, "the slow siblings to run", func() (bool, error) {
+		n, err := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'running'`, slow)
+		return n == 2, err
+	})
+	f.worker(t, fast, func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil })
+	f.waitFlow(t, sub.Flow.ID, ffd.FlowCompleted)
+	for ref, want := range map[string]ffd.State{"s1": ffd.StateCompleted, "s2": ffd.StateCancelled, "s3": ffd.StateCancelled, "any": ffd.StateCompleted} {
+		if x, err := f.client.Get(f.ctx, sub.Executions[ref].ID); err != nil || x.State != want {
+			t.Errorf("%s: %v, %v; want %s", ref, x.State, err, want)
+		}
+	}
+	waitFor(t, f, "both slow handlers to see their leases revoked", func() (bool, error) { return revoked.Load() == 2, nil })
+}
+
+// dag builds a flow whose every node runs on lane: deps maps a node to
+// the nodes it waits for ("root" waits for none), policies the joins that
+// are not all_of.
+func dag(lane string, deps map[string][]string, policies map[string]*ffd.Policy) ffd.SubmitFlowParams {
+	spec := ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "root", Params: ffd.CreateParams{Lane: lane}}}}
+	refs := make([]string, 0, len(deps))
+	for ref := range deps {
+		refs = append(refs, ref)
+	}
+	slices.Sort(refs)
+	for _, ref := range refs {
+		spec.Nodes = append(spec.Nodes, ffd.SubmitNode{Ref: ref, Params: ffd.CreateParams{Lane: lane}, Policy: policies[ref]})
+		for _, from := range deps[ref] {
+			spec.Edges = append(spec.Edges, ffd.SubmitEdge{From: from, To: ref})
+		}
+	}
+	return spec
+}
+
+// waitFlow waits for flow id to finish, and fails t unless it ends in
+// want.
+func (f *fixture) waitFlow(t *testing.T, id uuid.UUID, want ffd.FlowState) {
+	t.Helper()
+	waitFor(t, f, "the flow to finish", func() (bool, error) {
+		fl, err := f.client.DescribeFlow(f.ctx, id)
+		return err == nil && fl.State != ffd.FlowOpen, err
+	})
+	if fl, err := f.client.DescribeFlow(f.ctx, id); err != nil || fl.State != want {
+		t.Fatalf("flow: %v, %v; want %s", fl.State, err, want)
+	}
+}
+
+// daemon runs a daemon against the coordinator until the test ends.
+func (f *fixture) daemon(t *testing.T) {
+	t.Helper()
+	d, err := ffd.NewDaemon(f.pool, &ffd.DaemonConfig{Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), SweepInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := d.Stop(ctx); err != nil {
+			t.Errorf("stop the daemon: %v", err)
+		}
+	})
+}
+
+// worker runs a worker on lane until the test ends.
+func (f *fixture) worker(t *testing.T, lane string, h ffd.HandlerFunc) {
+	t.Helper()
+	w, err := ffd.NewWorker(f.client, ffd.WorkerConfig{Lanes: []string{lane}, Concurrency: 8, Handler: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := w.Stop(ctx); err != nil {
+			t.Errorf("stop the worker: %v", err)
+		}
+	})
 }

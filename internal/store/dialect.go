@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -109,3 +110,14 @@ func nowPlus(seconds string) string {
 
 // intervalSeconds is the SQL of the interval column d in seconds.
 func intervalSeconds(d string) string { return "extract(epoch FROM " + d + ")::float8" }
+
+// distinctPartitions lists the partitions of parts once each, sorted. A
+// statement over rows of several partitions names them too
+// (`partition_key = ANY(...)`): redundant on one Postgres, it is what lets
+// a distributed Postgres route the statement to one shard when the
+// caller scopes its work to one partition.
+func distinctPartitions(parts []int16) []int16 {
+	out := slices.Clone(parts)
+	slices.Sort(out)
+	return slices.Compact(out)
+}

@@ -34,14 +34,19 @@ type Dispatching struct {
 // parameter, in milliseconds; NULL keeps the session's), so that the rest
 // of the dispatch waits for a lock at most that long without a statement
 // of its own.
+//
+// It marks with now() and returns the time it read with it, from which the
+// caller computes each event's age: a distributed Postgres refuses a
+// volatile function in an UPDATE and any but an immutable one in its
+// RETURNING. The take is its transaction's first statement, so now() is
+// when it ran, within the BEGIN before it.
 func takeEvents(pick string, timeoutParam string) string {
 	return `WITH picked AS (` + pick + `),
-		wait AS (` + setLockTimeout(timeoutParam) + `)
-		UPDATE ff_completion_event c SET dispatched_at = clock_timestamp()
-		FROM picked p, wait
+		wait AS (SELECT (` + setLockTimeout(timeoutParam) + `) AS lock_timeout, now() AS at)
+		UPDATE ff_completion_event c SET dispatched_at = now()
+		FROM picked p, wait w
 		WHERE c.partition_key = p.partition_key AND c.event_id = p.event_id
-		RETURNING c.event_id, c.partition_key, c.execution_id, c.flow_id, c.outcome,
-			(extract(epoch FROM clock_timestamp() - c.occurred_at) * 1e6)::bigint AS age_us`
+		RETURNING c.event_id, c.partition_key, c.execution_id, c.flow_id, c.outcome, c.occurred_at, w.at`
 }
 
 var (
@@ -110,9 +115,9 @@ func collectDispatching(rows pgx.Rows, err error) ([]Dispatching, error) {
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Dispatching, error) {
 		var d Dispatching
-		var ageUS int64
-		err := r.Scan(&d.EventID, &d.Partition, &d.ExecutionID, &d.FlowID, &d.Outcome, &ageUS)
-		d.Age = time.Duration(ageUS) * time.Microsecond
+		var occurred, at time.Time
+		err := r.Scan(&d.EventID, &d.Partition, &d.ExecutionID, &d.FlowID, &d.Outcome, &occurred, &at)
+		d.Age = max(at.Sub(occurred), 0)
 		return d, err
 	})
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -166,7 +167,7 @@ type Moved struct {
 // edge resolves exactly once however many callers race.
 func ResolveEdges(ctx context.Context, tx pgx.Tx, rs []Resolution) ([]Moved, error) {
 	parts, ups, outcomes, edges := resolutionArrays(rs)
-	rows, err := tx.Query(ctx, resolveSQL, parts, ups, outcomes, edges)
+	rows, err := tx.Query(ctx, resolveSQL, parts, ups, outcomes, edges, distinctPartitions(parts))
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +204,7 @@ WITH input AS (
 	UPDATE ff_edge e SET state = 'resolved', resolved_outcome = i.outcome, resolved_at = now()
 	FROM input i
 	WHERE e.partition_key = i.partition_key AND e.upstream_id = i.upstream_id AND e.state = 'applied'
-		AND (i.edge_id IS NULL OR e.edge_id = i.edge_id)
+		AND (i.edge_id IS NULL OR e.edge_id = i.edge_id) AND e.partition_key = ANY($5)
 	RETURNING e.partition_key, e.flow_id, e.downstream_id, e.resolved_outcome
 ), agg AS (
 	SELECT partition_key, flow_id, downstream_id, count(*) AS n,
@@ -219,6 +220,7 @@ UPDATE ff_edge_group g SET
 FROM agg a, ff_execution x
 WHERE g.partition_key = a.partition_key AND g.flow_id = a.flow_id AND g.downstream_id = a.downstream_id
 	AND x.partition_key = a.partition_key AND x.execution_id = a.downstream_id
+	AND g.partition_key = ANY($5) AND x.partition_key = ANY($5)
 RETURNING ` + groupColumns + `,
 	a.n::int AS resolved, a.s::int AS resolved_success, a.f::int AS resolved_failed, a.k::int AS resolved_skipped,
 	x.lane AS downstream_lane`
@@ -249,8 +251,9 @@ func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued 
 		}
 		b.Queue(`UPDATE ff_edge_group g SET decision = i.decision, decided_at = now()
 			FROM unnest($1::smallint[], $2::uuid[], $3::uuid[], $4::text[]) AS i(partition_key, flow_id, downstream_id, decision)
-			WHERE g.partition_key = i.partition_key AND g.flow_id = i.flow_id AND g.downstream_id = i.downstream_id`,
-			parts, flows, downs, decisions)
+			WHERE g.partition_key = i.partition_key AND g.flow_id = i.flow_id AND g.downstream_id = i.downstream_id
+				AND g.partition_key = ANY($5)`,
+			parts, flows, downs, decisions, distinctPartitions(parts))
 	}
 	if n := len(d.Ready); n > 0 {
 		parts, ids := make([]int16, n), make([]pgtype.UUID, n)
@@ -259,8 +262,9 @@ func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued 
 		}
 		b.Queue(`UPDATE ff_execution e SET state = 'pending', run_at = now()
 			FROM unnest($1::smallint[], $2::uuid[]) AS i(partition_key, execution_id)
-			WHERE e.partition_key = i.partition_key AND e.execution_id = i.execution_id AND e.state = 'blocked'`,
-			parts, ids)
+			WHERE e.partition_key = i.partition_key AND e.execution_id = i.execution_id AND e.state = 'blocked'
+				AND e.partition_key = ANY($3)`,
+			parts, ids, distinctPartitions(parts))
 		ready := &Notices{}
 		for _, lane := range d.Lanes {
 			ready.Ready(lane)
@@ -272,7 +276,7 @@ func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued 
 		for i, g := range d.Cancel {
 			parts[i], flows[i], downs[i] = g.Downstream.Partition, pgUUID(g.FlowID), pgUUID(g.Downstream.UUID)
 		}
-		b.Queue(queueCancelSQL, parts, flows, downs).Exec(func(tag pgconn.CommandTag) error {
+		b.Queue(queueCancelSQL, parts, flows, downs, distinctPartitions(parts)).Exec(func(tag pgconn.CommandTag) error {
 			queued = int(tag.RowsAffected())
 			return nil
 		})
@@ -294,12 +298,13 @@ WITH g AS (
 	FROM ff_edge e
 	JOIN g ON e.partition_key = g.partition_key AND e.flow_id = g.flow_id AND e.downstream_id = g.downstream_id
 	JOIN ff_execution x ON x.partition_key = e.partition_key AND x.execution_id = e.upstream_id
-	WHERE x.state IN ('blocked', 'pending', 'running')
+	WHERE x.state IN ('blocked', 'pending', 'running') AND e.partition_key = ANY($4) AND x.partition_key = ANY($4)
 	GROUP BY e.partition_key, e.flow_id, e.downstream_id
 ), rec AS (
 	UPDATE ff_edge_group eg SET cancel_members = live.members
 	FROM live
 	WHERE eg.partition_key = live.partition_key AND eg.flow_id = live.flow_id AND eg.downstream_id = live.downstream_id
+		AND eg.partition_key = ANY($4)
 	RETURNING eg.partition_key, eg.flow_id, eg.downstream_id
 )
 INSERT INTO ff_pending_cancel_group (partition_key, flow_id, downstream_id)
@@ -314,17 +319,67 @@ ON CONFLICT DO NOTHING`
 // (0: the session's), like TakeEvents, so that the group's siblings are
 // waited for at most that long.
 func TakeCancelGroup(ctx context.Context, tx pgx.Tx, lockTimeout time.Duration) (flowID uuid.UUID, down ffdtype.ExecutionID, err error) {
+	dist, err := Distributed(ctx, tx)
+	if err != nil {
+		return flowID, down, err
+	}
+	if dist {
+		return takeCancelGroupRouted(ctx, tx, lockTimeout)
+	}
 	err = tx.QueryRow(ctx, `WITH wait AS (`+setLockTimeout("$1")+`)
 		SELECT g.partition_key, g.flow_id, g.downstream_id FROM ff_pending_cancel_group g, wait
 		ORDER BY g.enqueued_at LIMIT 1 FOR UPDATE OF g SKIP LOCKED`, millisOrNull(lockTimeout)).Scan(&down.Partition, &flowID, &down.UUID)
 	return flowID, down, err
 }
 
+// cancelGroupCandidates bounds how many queued groups a routed take reads
+// before locking the first it can.
+const cancelGroupCandidates = 16
+
+// takeCancelGroupRouted is TakeCancelGroup on a distributed Postgres: the
+// oldest queued groups are read without locks (a read may span every
+// shard), then locked one by one by key (one shard each) until one is
+// free. (The lock timeout is set on the coordinator's session; Citus does
+// not carry it to the worker nodes' connections unless its
+// citus.propagate_set_commands says so.)
+func takeCancelGroupRouted(ctx context.Context, tx pgx.Tx, lockTimeout time.Duration) (flowID uuid.UUID, down ffdtype.ExecutionID, err error) {
+	if ms := millisOrNull(lockTimeout); ms != nil {
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, *ms); err != nil {
+			return flowID, down, err
+		}
+	}
+	rows, err := tx.Query(ctx, `SELECT partition_key, flow_id, downstream_id FROM ff_pending_cancel_group
+		ORDER BY enqueued_at LIMIT $1`, cancelGroupCandidates)
+	if err != nil {
+		return flowID, down, err
+	}
+	type key struct {
+		part       int16
+		flow, down uuid.UUID
+	}
+	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (key, error) {
+		var k key
+		return k, r.Scan(&k.part, &k.flow, &k.down)
+	})
+	if err != nil {
+		return flowID, down, err
+	}
+	for _, k := range keys {
+		err = tx.QueryRow(ctx, `SELECT partition_key, flow_id, downstream_id FROM ff_pending_cancel_group
+			WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3
+			FOR UPDATE SKIP LOCKED`, k.part, k.flow, k.down).Scan(&down.Partition, &flowID, &down.UUID)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return flowID, down, err
+		}
+	}
+	return flowID, down, pgx.ErrNoRows
+}
+
 // RequeueCancelGroup moves a pending cancel group to the back of the
 // queue: its siblings are held by another transaction, and the groups
 // behind it should not wait for them.
 func RequeueCancelGroup(ctx context.Context, db DB, flowID uuid.UUID, down ffdtype.ExecutionID) error {
-	_, err := db.Exec(ctx, `UPDATE ff_pending_cancel_group SET enqueued_at = clock_timestamp()
+	_, err := db.Exec(ctx, `UPDATE ff_pending_cancel_group SET enqueued_at = now()
 		WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`, down.Partition, flowID, down.UUID)
 	return wrap("requeue cancel group "+down.String(), err)
 }

@@ -98,9 +98,10 @@ func (l *Locks) GroupsResolving(ctx context.Context, rs []Resolution) error {
 			FROM ff_edge e
 			JOIN unnest($1::smallint[], $2::uuid[], $3::uuid[]) AS i(partition_key, upstream_id, edge_id)
 				ON e.partition_key = i.partition_key AND e.upstream_id = i.upstream_id
-			WHERE e.state = 'applied' AND (i.edge_id IS NULL OR e.edge_id = i.edge_id))
+			WHERE e.state = 'applied' AND (i.edge_id IS NULL OR e.edge_id = i.edge_id) AND e.partition_key = ANY($4))
+			AND g.partition_key = ANY($4)
 		ORDER BY g.partition_key, g.flow_id, g.downstream_id
-		FOR NO KEY UPDATE`, parts, ups, edges)
+		FOR NO KEY UPDATE`, parts, ups, edges, distinctPartitions(parts))
 	return err
 }
 

@@ -118,6 +118,36 @@ func TestRoutedStatements(t *testing.T) {
 		t.Fatalf("flow after its last member: %+v, %v; want completed", f, err)
 	}
 
+	// any_of with cancel_remaining: the loser is cancelled by the
+	// sibling-cancel take.
+	sub, err = flows.Submit(ctx, db.Pool, lim, ffdtype.SubmitFlowParams{
+		Nodes: []ffdtype.SubmitNode{{Ref: "r", Params: ffdtype.CreateParams{Lane: "ar"}}, {Ref: "x", Params: ffdtype.CreateParams{Lane: "ax"}},
+			{Ref: "y", Params: ffdtype.CreateParams{Lane: "ax"}},
+			{Ref: "j", Params: ffdtype.CreateParams{Lane: "aj"}, Policy: &ffdtype.Policy{Kind: ffdtype.AnyOf, OnSatisfied: ffdtype.CancelRemaining}}},
+		Edges: []ffdtype.SubmitEdge{{From: "r", To: "x"}, {From: "r", To: "y"}, {From: "x", To: "j"}, {From: "y", To: "j"}},
+	})
+	must(err)
+	part = sub.Flow.Partition
+	step("ar", 1)
+	sibs, err := leases.Claim(ctx, db.Pool, ffdtype.ClaimParams{Lane: "ax", Worker: "w/1", Max: 2})
+	if err != nil || len(sibs) != 2 {
+		t.Fatalf("claim of the siblings: %d, %v", len(sibs), err)
+	}
+	_, err = leases.Complete(ctx, db.Pool, lim, sibs[0].ID, sibs[0].LeaseEpoch, nil)
+	must(err)
+	// Two partitions at once: one transaction each when routed.
+	res0, err := d.DispatchPartitions(ctx, []int16{(part + 1) % ffdtype.Partitions, part}, 100, nil)
+	if err != nil || res0.Events != 1 || res0.CancelGroups != 1 {
+		t.Fatalf("dispatch of the winner: %+v, %v; want one event and one group to cancel", res0, err)
+	}
+	groups, cancelled, err := d.CancelSiblings(ctx, 10)
+	if err != nil || groups != 1 || cancelled != 1 {
+		t.Fatalf("cancel siblings: %d groups, %d cancelled, %v; want 1 and 1", groups, cancelled, err)
+	}
+	if x, err := leases.Get(ctx, db.Pool, sibs[1].ID); err != nil || x.State != ffdtype.StateCancelled {
+		t.Fatalf("the loser: %+v, %v; want cancelled", x, err)
+	}
+
 	// Another, cancelled with a member running.
 	sub, err = flows.Submit(ctx, db.Pool, lim, ffdtype.SubmitFlowParams{
 		Nodes: []ffdtype.SubmitNode{{Ref: "a", Params: ffdtype.CreateParams{Lane: "ca"}}, {Ref: "b", Params: ffdtype.CreateParams{Lane: "cb"}}},
