@@ -377,6 +377,12 @@ func TestWriteBudgetHop(t *testing.T) {
 	var tracer statementCounter
 	pool := budgetPool(t, ctx, db.URL, &tracer, 1)
 	c := budgetClient(t, pool)
+	// Once per pool, not per hop (store.Distributed).
+	if _, err := store.Distributed(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	tracer.statements.Store(0)
+	tracer.roundTrips.Store(0)
 	for _, x := range claimed {
 		if _, err := c.Complete(ctx, x.ID, x.LeaseEpoch, nil); err != nil {
 			t.Fatal(err)
