@@ -137,9 +137,32 @@ func (r *Result) add(o Result) {
 // old, oldest first, in one transaction. The sweep uses it; grace keeps it
 // from racing the NOTIFY-driven dispatch of events that just committed.
 func (d *Dispatcher) DispatchBatch(ctx context.Context, limit int, grace time.Duration) (Result, error) {
-	return d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) {
-		return store.TakeOldEvents(ctx, tx, limit, grace, d.lockTimeout)
-	})
+	dist, err := store.Distributed(ctx, d.db)
+	if err != nil {
+		return Result{}, err
+	}
+	if !dist {
+		return d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) {
+			return store.TakeOldEvents(ctx, tx, limit, grace, d.lockTimeout)
+		})
+	}
+	// A distributed Postgres: find where the oldest wait, then a
+	// transaction per partition.
+	parts, err := store.OldEventPartitions(ctx, d.db, limit, grace)
+	if err != nil {
+		return Result{}, err
+	}
+	var total Result
+	for _, p := range parts {
+		res, err := d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) {
+			return store.TakePartitionEventsOlder(ctx, tx, p, limit-total.Events, grace, d.lockTimeout)
+		})
+		total.add(res)
+		if err != nil || total.Events >= limit {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // dispatch takes events (locked and marked dispatched) and resolves the

@@ -256,7 +256,7 @@ func (f *fixture) count(sql string, args ...any) (int, error) {
 func TestFlowCascade(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.daemon(t)
+	d := f.daemon(t)
 	lane := f.lane("dag")
 	spec := dag(lane, map[string][]string{"m1": {"root"}, "m2": {"root"}, "m3": {"root"},
 		"all": {"m1", "m2", "m3"}, "quorum": {"m1", "m2", "m3"}, "last": {"all", "quorum"}},
@@ -271,6 +271,12 @@ func TestFlowCascade(t *testing.T) {
 		if x, err := f.client.Get(f.ctx, sub.Executions[ref].ID); err != nil || x.State != ffd.StateCompleted {
 			t.Errorf("%s: %v, %v; want completed", ref, x.State, err)
 		}
+	}
+	// Every sweep step succeeds: a step failing three sweeps in a row
+	// (600 ms here) would make the daemon not ready.
+	time.Sleep(time.Second)
+	if !d.Ready() {
+		t.Error("the daemon is not ready: a sweep step fails on Citus")
 	}
 }
 
@@ -350,7 +356,7 @@ func (f *fixture) waitFlow(t *testing.T, id uuid.UUID, want ffd.FlowState) {
 }
 
 // daemon runs a daemon against the coordinator until the test ends.
-func (f *fixture) daemon(t *testing.T) {
+func (f *fixture) daemon(t *testing.T) *ffd.Daemon {
 	t.Helper()
 	d, err := ffd.NewDaemon(f.pool, &ffd.DaemonConfig{Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), SweepInterval: 200 * time.Millisecond})
 	if err != nil {
@@ -366,6 +372,7 @@ func (f *fixture) daemon(t *testing.T) {
 			t.Errorf("stop the daemon: %v", err)
 		}
 	})
+	return d
 }
 
 // worker runs a worker on lane until the test ends.

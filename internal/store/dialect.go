@@ -121,3 +121,14 @@ func distinctPartitions(parts []int16) []int16 {
 	slices.Sort(out)
 	return slices.Compact(out)
 }
+
+// sortedKeys returns m's partitions in order: the global lock order, for
+// statements a distributed Postgres routes one partition at a time.
+func sortedKeys[V any](m map[int16]V) []int16 {
+	keys := make([]int16, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"time"
 
@@ -61,6 +62,12 @@ var (
 		ORDER BY event_id
 		LIMIT $2
 		FOR NO KEY UPDATE SKIP LOCKED`, "$3")
+	takePartitionOldEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
+		WHERE partition_key = $1 AND dispatched_at IS NULL
+			AND occurred_at <= clock_timestamp() - $3::bigint * interval '1 microsecond'
+		ORDER BY event_id
+		LIMIT $2
+		FOR NO KEY UPDATE SKIP LOCKED`, "$4")
 	takeOldEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE dispatched_at IS NULL AND occurred_at <= clock_timestamp() - $2::bigint * interval '1 microsecond'
 		ORDER BY event_id
@@ -80,6 +87,36 @@ func TakeEvents(ctx context.Context, tx pgx.Tx, ids []int64, lockTimeout time.Du
 // transaction's lock waits like TakeEvents.
 func TakePartitionEvents(ctx context.Context, tx pgx.Tx, parts []int16, limit int, lockTimeout time.Duration) ([]Dispatching, error) {
 	return collectDispatching(tx.Query(ctx, takePartitionEvents, parts, limit, millisOrNull(lockTimeout)))
+}
+
+// OldEventPartitions lists the partitions of the oldest undispatched
+// events at least grace old (up to limit events), oldest first, without
+// locking: where a distributed Postgres's sweep dispatches, one partition
+// per transaction (TakePartitionEventsOlder).
+func OldEventPartitions(ctx context.Context, db DB, limit int, grace time.Duration) ([]int16, error) {
+	rows, err := db.Query(ctx, `SELECT partition_key FROM ff_completion_event
+		WHERE dispatched_at IS NULL AND occurred_at <= clock_timestamp() - $2::bigint * interval '1 microsecond'
+		ORDER BY event_id LIMIT $1`, limit, micros(grace))
+	if err != nil {
+		return nil, wrap("find undispatched events", err)
+	}
+	parts, err := pgx.CollectRows(rows, pgx.RowTo[int16])
+	if err != nil {
+		return nil, wrap("find undispatched events", err)
+	}
+	var out []int16
+	for _, p := range parts {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// TakePartitionEventsOlder is TakePartitionEvents of one partition's
+// events at least grace old.
+func TakePartitionEventsOlder(ctx context.Context, tx pgx.Tx, part int16, limit int, grace, lockTimeout time.Duration) ([]Dispatching, error) {
+	return collectDispatching(tx.Query(ctx, takePartitionOldEvents, part, limit, micros(grace), millisOrNull(lockTimeout)))
 }
 
 // TakeOldEvents takes up to limit undispatched events at least grace old,

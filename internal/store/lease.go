@@ -107,26 +107,100 @@ const lapsedColumns = `partition_key, execution_id, lease_epoch, attempt, max_at
 // holder is ending or renewing them; a later check or the sweep sees what
 // it left).
 func LockLapsed(ctx context.Context, tx pgx.Tx, held []LeaseRef) ([]Lapsed, error) {
-	parts, ids, epochs := make([]int16, len(held)), make([]pgtype.UUID, len(held)), make([]int64, len(held))
-	for i, l := range held {
-		parts[i], ids[i], epochs[i] = l.ID.Partition, pgUUID(l.ID.UUID), l.Epoch
+	dist, err := Distributed(ctx, tx)
+	if err != nil {
+		return nil, err
 	}
-	return collectLapsed(tx.Query(ctx, `SELECT `+lapsedColumns+` FROM ff_execution
+	if !dist {
+		parts, ids, epochs := make([]int16, len(held)), make([]pgtype.UUID, len(held)), make([]int64, len(held))
+		for i, l := range held {
+			parts[i], ids[i], epochs[i] = l.ID.Partition, pgUUID(l.ID.UUID), l.Epoch
+		}
+		return collectLapsed(tx.Query(ctx, `SELECT `+lapsedColumns+` FROM ff_execution
 		WHERE (partition_key, execution_id, lease_epoch) IN (
 				SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::bigint[]))
 			AND state = 'running' AND (lease_expires_at <= now() OR attempt_deadline_at <= now())
 		ORDER BY partition_key, execution_id
 		FOR NO KEY UPDATE SKIP LOCKED`, parts, ids, epochs))
+	}
+	// One statement per partition, in partition order, in one round trip.
+	byPart := map[int16][]LeaseRef{}
+	for _, l := range held {
+		byPart[l.ID.Partition] = append(byPart[l.ID.Partition], l)
+	}
+	var out []Lapsed
+	b := &pgx.Batch{}
+	for _, p := range sortedKeys(byPart) {
+		ls := byPart[p]
+		ids, epochs := make([]pgtype.UUID, len(ls)), make([]int64, len(ls))
+		for i, l := range ls {
+			ids[i], epochs[i] = pgUUID(l.ID.UUID), l.Epoch
+		}
+		b.Queue(`SELECT e.partition_key, e.execution_id, e.lease_epoch, e.attempt, e.max_attempts, e.lease_expires_at <= now()
+			FROM ff_execution e
+			JOIN unnest($2::uuid[], $3::bigint[]) AS i(execution_id, epoch)
+				ON e.execution_id = i.execution_id AND e.lease_epoch = i.epoch
+			WHERE e.partition_key = $1 AND e.state = 'running'
+				AND (e.lease_expires_at <= now() OR e.attempt_deadline_at <= now())
+			ORDER BY e.execution_id
+			FOR NO KEY UPDATE OF e SKIP LOCKED`, p, ids, epochs).Query(func(rows pgx.Rows) error {
+			ls, err := collectLapsed(rows, nil)
+			out = append(out, ls...)
+			return err
+		})
+	}
+	return out, tx.SendBatch(ctx, b).Close()
 }
 
 // LockLapsedBatch locks up to limit lapsed leases and timed-out attempts,
 // skipping rows other sweepers hold.
 func LockLapsedBatch(ctx context.Context, tx pgx.Tx, limit int) ([]Lapsed, error) {
-	return collectLapsed(tx.Query(ctx, `SELECT `+lapsedColumns+` FROM ff_execution
-		WHERE state = 'running' AND (lease_expires_at <= now() OR attempt_deadline_at <= now())
+	const where = `state = 'running' AND (lease_expires_at <= now() OR attempt_deadline_at <= now())`
+	dist, err := Distributed(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	if !dist {
+		return collectLapsed(tx.Query(ctx, `SELECT `+lapsedColumns+` FROM ff_execution
+		WHERE `+where+`
 		ORDER BY partition_key, execution_id
 		LIMIT $1
 		FOR NO KEY UPDATE SKIP LOCKED`, limit))
+	}
+	return lockFound(ctx, tx, where, limit, lapsedColumns, collectLapsed)
+}
+
+// lockFound is a sweep's locking read on a distributed Postgres: it finds
+// up to limit executions matching where without locks (a read may span
+// every shard), then locks those still matching, one statement per
+// partition (in partition order, one round trip), skipping rows another
+// transaction holds.
+func lockFound[T any](ctx context.Context, tx pgx.Tx, where string, limit int, columns string, collect func(pgx.Rows, error) ([]T, error)) ([]T, error) {
+	found, err := collectIDs(tx.Query(ctx, `SELECT partition_key, execution_id FROM ff_execution
+		WHERE `+where+` ORDER BY partition_key, execution_id LIMIT $1`, limit))
+	if err != nil {
+		return nil, err
+	}
+	byPart := map[int16][]pgtype.UUID{}
+	for _, id := range found {
+		byPart[id.Partition] = append(byPart[id.Partition], pgUUID(id.UUID))
+	}
+	var out []T
+	b := &pgx.Batch{}
+	for _, p := range sortedKeys(byPart) {
+		b.Queue(`SELECT `+columns+` FROM ff_execution
+			WHERE partition_key = $1 AND execution_id = ANY($2) AND `+where+`
+			ORDER BY execution_id
+			FOR NO KEY UPDATE SKIP LOCKED`, p, byPart[p]).Query(func(rows pgx.Rows) error {
+			xs, err := collect(rows, nil)
+			out = append(out, xs...)
+			return err
+		})
+	}
+	if b.Len() == 0 {
+		return nil, nil
+	}
+	return out, tx.SendBatch(ctx, b).Close()
 }
 
 func collectLapsed(rows pgx.Rows, err error) ([]Lapsed, error) {
@@ -152,8 +226,16 @@ func LockDeadlinePassed(ctx context.Context, tx pgx.Tx, id ffdtype.ExecutionID) 
 // LockDeadlinesPassed locks up to limit live executions whose deadline has
 // passed, skipping rows other sweepers hold.
 func LockDeadlinesPassed(ctx context.Context, tx pgx.Tx, limit int) ([]ffdtype.ExecutionID, error) {
+	const where = `deadline_at <= now() AND state IN ('blocked', 'pending', 'running')`
+	dist, err := Distributed(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	if dist {
+		return lockFound(ctx, tx, where, limit, `partition_key, execution_id`, collectIDs)
+	}
 	return collectIDs(tx.Query(ctx, `SELECT partition_key, execution_id FROM ff_execution
-		WHERE deadline_at <= now() AND state IN ('blocked', 'pending', 'running')
+		WHERE `+where+`
 		ORDER BY partition_key, execution_id LIMIT $1
 		FOR NO KEY UPDATE SKIP LOCKED`, limit))
 }

@@ -165,6 +165,48 @@ func TestRoutedStatements(t *testing.T) {
 	if x, err := leases.Get(ctx, db.Pool, running[0].ID); err != nil || x.State != ffdtype.StateCancelled || x.LeaseEpoch != running[0].LeaseEpoch+1 {
 		t.Fatalf("the running member after cancel_flow: %+v, %v; want cancelled and fenced", x, err)
 	}
+	// The sweeps: a lapsed lease, a passed deadline, an event left
+	// undispatched by a lost notification.
+	_, _, err = leases.Create(ctx, db.Pool, lim, ffdtype.CreateParams{Lane: "sweep", LeaseTTL: time.Second, MaxAttempts: 2})
+	must(err)
+	lapsing, err := leases.Claim(ctx, db.Pool, ffdtype.ClaimParams{Lane: "sweep", Worker: "w/1", Max: 1})
+	if err != nil || len(lapsing) != 1 {
+		t.Fatalf("claim: %d, %v", len(lapsing), err)
+	}
+	late, _, err := leases.Create(ctx, db.Pool, lim, ffdtype.CreateParams{Lane: "late", Deadline: 50 * time.Millisecond})
+	must(err)
+	sub, err = flows.Submit(ctx, db.Pool, lim, ffdtype.SubmitFlowParams{
+		Nodes: []ffdtype.SubmitNode{{Ref: "a", Params: ffdtype.CreateParams{Lane: "lost"}}, {Ref: "b", Params: ffdtype.CreateParams{Lane: "lost-b"}}},
+		Edges: []ffdtype.SubmitEdge{{From: "a", To: "b"}},
+	})
+	must(err)
+	lost, err := leases.Claim(ctx, db.Pool, ffdtype.ClaimParams{Lane: "lost", Worker: "w/1", Max: 1})
+	if err != nil || len(lost) != 1 {
+		t.Fatalf("claim: %d, %v", len(lost), err)
+	}
+	_, err = leases.Complete(ctx, db.Pool, lim, lost[0].ID, lost[0].LeaseEpoch, nil)
+	must(err)
+	time.Sleep(1100 * time.Millisecond)
+	if ex, err := leases.SweepLapsed(ctx, db.Pool, 10); err != nil || ex.Retried != 1 {
+		t.Fatalf("sweep lapsed: %+v, %v; want one retried", ex, err)
+	}
+	if n, err := leases.SweepDeadlines(ctx, db.Pool, 10); err != nil || n != 1 {
+		t.Fatalf("sweep deadlines: %d, %v; want one", n, err)
+	}
+	if x, err := leases.Get(ctx, db.Pool, late.ID); err != nil || x.State != ffdtype.StateExpired {
+		t.Fatalf("past its deadline: %+v, %v; want expired", x, err)
+	}
+	// The sweep takes every event left undispatched (the lost one, and
+	// those of the members the cancels above ended).
+	if res, err := d.DispatchBatch(ctx, 100, 0); err != nil || res.Events == 0 {
+		t.Fatalf("sweep dispatch: %+v, %v; want the events left", res, err)
+	}
+	if lag, err := store.DispatchLag(ctx, db.Pool); err != nil || lag != 0 {
+		t.Fatalf("after the sweep an event still waits %v (%v)", lag, err)
+	}
+	if x, err := leases.Get(ctx, db.Pool, sub.Executions["b"].ID); err != nil || x.State != ffdtype.StatePending {
+		t.Fatalf("the lost event's downstream: %+v, %v; want pending", x, err)
+	}
 	if err := store.CheckInvariants(ctx, db.Pool); err != nil {
 		t.Fatal(err)
 	}
