@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -392,4 +393,129 @@ func (f *fixture) worker(t *testing.T, lane string, h ffd.HandlerFunc) {
 			t.Errorf("stop the worker: %v", err)
 		}
 	})
+}
+
+// cancel_flow fences a running member and cancels the rest.
+func TestCancelFlow(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	lane := f.lane("cf")
+	sub, err := f.client.SubmitFlow(f.ctx, dag(lane, map[string][]string{"a": {"root"}, "b": {"root"}}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: lane, Worker: "w/1", Max: 1})
+	if err != nil || len(xs) != 1 {
+		t.Fatalf("claim the root: %d, %v", len(xs), err)
+	}
+	res, err := f.client.CancelFlow(f.ctx, sub.Flow.ID, ffd.CancelAll, "stop")
+	if err != nil || len(res.Members) != 3 {
+		t.Fatalf("cancel flow: %+v, %v; want its three members", res, err)
+	}
+	if _, err := f.client.Complete(f.ctx, xs[0].ID, xs[0].LeaseEpoch, nil); !errors.Is(err, ffd.ErrLeaseLost) {
+		t.Errorf("the fenced root's completion: %v, want lease lost", err)
+	}
+	if fl, err := f.client.DescribeFlow(f.ctx, sub.Flow.ID); err != nil || fl.State != ffd.FlowCancelled {
+		t.Errorf("flow: %+v, %v; want cancelled", fl, err)
+	}
+}
+
+// A paused lane gives nothing; a capped one at most its cap.
+func TestLanes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	lane := f.lane("ctl")
+	ps := make([]ffd.CreateParams, 6)
+	for i := range ps {
+		ps[i] = ffd.CreateParams{Lane: lane}
+	}
+	if _, err := f.client.CreateMany(f.ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.PauseLane(f.ctx, lane); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	if xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: lane, Worker: "w/1", Max: 6}); err != nil || len(xs) != 0 {
+		t.Fatalf("claim from a paused lane: %d, %v; want nothing", len(xs), err)
+	}
+	if _, err := f.client.ResumeLane(f.ctx, lane); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if _, err := f.client.SetLaneLimit(f.ctx, lane, 2); err != nil {
+		t.Fatalf("cap: %v", err)
+	}
+	if xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: lane, Worker: "w/1", Max: 6}); err != nil || len(xs) != 2 {
+		t.Fatalf("claim from a lane capped at 2: %d, %v; want 2", len(xs), err)
+	}
+}
+
+// A schedule fires under the daemon.
+func TestSchedule(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.daemon(t)
+	lane := f.lane("tick")
+	if _, err := f.client.CreateSchedule(f.ctx, ffd.ScheduleParams{Name: f.prefix + ".tick", Cron: "@every 1s",
+		Execution: &ffd.CreateParams{Lane: lane}}); err != nil {
+		t.Fatalf("create schedule: %v", err)
+	}
+	waitFor(t, f, "two ticks", func() (bool, error) {
+		n, err := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1`, lane)
+		return n >= 2, err
+	})
+	if _, err := f.client.PauseSchedule(f.ctx, f.prefix+".tick"); err != nil {
+		t.Fatalf("pause schedule: %v", err)
+	}
+}
+
+// A named consumer reads every event of its lanes' executions exactly
+// once, while they are written.
+func TestConsumer(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	lane := f.lane("events")
+	const n = 100
+	got := make(chan ffd.OutboxEvent, 4*n)
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- f.client.Consume(ctx, ffd.ConsumeParams{Name: f.prefix + "-c", Stream: ffd.StreamCompletion, PollInterval: 100 * time.Millisecond,
+			Handler: func(_ context.Context, _ pgx.Tx, evs []ffd.OutboxEvent) error {
+				for _, e := range evs {
+					got <- e
+				}
+				return nil
+			}})
+	}()
+	f.worker(t, lane, func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil })
+	ps := make([]ffd.CreateParams, n)
+	for i := range ps {
+		ps[i] = ffd.CreateParams{Lane: lane}
+	}
+	xs, err := f.client.CreateMany(f.ctx, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for _, x := range xs {
+		want[x.ID.String()] = true
+	}
+	seen := map[int64]bool{}
+	deadline := time.After(time.Minute)
+	for len(want) > 0 {
+		select {
+		case e := <-got:
+			if seen[e.EventID] {
+				t.Fatalf("event %d read twice", e.EventID)
+			}
+			seen[e.EventID] = true
+			delete(want, e.ExecutionID)
+		case <-deadline:
+			t.Fatalf("%d of %d completions not read within a minute", len(want), n)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("consume: %v", err)
+	}
 }

@@ -15,12 +15,14 @@ func SetLane(ctx context.Context, db DB, lane string, paused *bool, max *int) (*
 	var l ffdtype.Lane
 	var maxRunning *int
 	err := InTx(ctx, db, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `INSERT INTO ff_lane AS l (lane, paused, max_running)
-			VALUES ($1, coalesce($2, false), CASE WHEN $3::int > 0 THEN $3::int END)
+		// The time goes in through VALUES: a distributed Postgres allows
+		// only immutable functions in DO UPDATE SET.
+		err := tx.QueryRow(ctx, `INSERT INTO ff_lane AS l (lane, paused, max_running, updated_at)
+			VALUES ($1, coalesce($2, false), CASE WHEN $3::int > 0 THEN $3::int END, now())
 			ON CONFLICT (lane) DO UPDATE SET
 				paused = coalesce($2, l.paused),
 				max_running = CASE WHEN $3::int IS NULL THEN l.max_running WHEN $3::int > 0 THEN $3::int END,
-				updated_at = now()
+				updated_at = excluded.updated_at
 			RETURNING l.lane, l.paused, l.max_running, l.updated_at`, lane, paused, max).
 			Scan(&l.Name, &l.Paused, &maxRunning, &l.UpdatedAt)
 		if err != nil {

@@ -58,10 +58,10 @@ func InsertSchedule(ctx context.Context, db DB, s ScheduleRow) (*ScheduleRow, er
 // survives an application that declares its schedules at every start).
 // An unchanged definition writes nothing. changed is false then.
 func PutSchedule(ctx context.Context, db DB, s ScheduleRow) (sched *ScheduleRow, changed bool, err error) {
-	xs, err := collectSchedules(db.Query(ctx, `INSERT INTO ff_schedule AS o (name, namespace, spec, timezone, target, params, missed, paused, next_run_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+	xs, err := collectSchedules(db.Query(ctx, `INSERT INTO ff_schedule AS o (name, namespace, spec, timezone, target, params, missed, paused, next_run_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now())
 		ON CONFLICT (name) DO UPDATE SET namespace = excluded.namespace, spec = excluded.spec, timezone = excluded.timezone,
-			target = excluded.target, params = excluded.params, missed = excluded.missed, updated_at = now(),
+			target = excluded.target, params = excluded.params, missed = excluded.missed, updated_at = excluded.updated_at,
 			next_run_at = CASE WHEN o.spec = excluded.spec AND o.timezone = excluded.timezone THEN o.next_run_at ELSE excluded.next_run_at END
 		WHERE (o.namespace, o.spec, o.timezone, o.target, o.params, o.missed)
 			IS DISTINCT FROM (excluded.namespace, excluded.spec, excluded.timezone, excluded.target, excluded.params, excluded.missed)
@@ -105,11 +105,16 @@ func LockDueSchedules(ctx context.Context, tx pgx.Tx, limit int) ([]*ScheduleRow
 }
 
 // AdvanceSchedule records a firing pass: fired more ticks, the next one
-// due at next.
+// due at next. (now(), the firing transaction's start, and no function
+// inside a CASE: a distributed Postgres refuses a volatile function such
+// as clock_timestamp() in an UPDATE, and any but an immutable one in a
+// CASE.)
 func AdvanceSchedule(ctx context.Context, tx pgx.Tx, name string, fired int, next time.Time) error {
-	_, err := tx.Exec(ctx, `UPDATE ff_schedule SET next_run_at = $2, fired = fired + $3,
-		last_run_at = CASE WHEN $3 > 0 THEN clock_timestamp() ELSE last_run_at END, updated_at = now()
-		WHERE name = $1`, name, next, fired)
+	fields := `next_run_at = $2, fired = fired + $3, updated_at = now()`
+	if fired > 0 {
+		fields += `, last_run_at = now()`
+	}
+	_, err := tx.Exec(ctx, `UPDATE ff_schedule SET `+fields+` WHERE name = $1`, name, next, fired)
 	return wrap("advance schedule "+name, err)
 }
 
