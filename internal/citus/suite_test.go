@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/schema"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -517,5 +518,47 @@ func TestConsumer(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Errorf("consume: %v", err)
+	}
+}
+
+// Retention deletes finished executions and flows, partition by
+// partition. Not parallel: it deletes whatever finished in the database.
+func TestRetention(t *testing.T) {
+	f := setup(t)
+	lane := f.lane("old")
+	if _, err := f.client.CreateMany(f.ctx, []ffd.CreateParams{{Lane: lane}, {Lane: lane}, {Lane: lane}}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := f.client.SubmitFlow(f.ctx, dag(lane, map[string][]string{"a": {"root"}}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.CancelFlow(f.ctx, sub.Flow.ID, ffd.CancelAll, "done"); err != nil {
+		t.Fatal(err)
+	}
+	xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: lane, Worker: "w/1", Max: 3})
+	if err != nil || len(xs) != 3 {
+		t.Fatalf("claim: %d, %v", len(xs), err)
+	}
+	for _, x := range xs {
+		if _, err := f.client.Complete(f.ctx, x.ID, x.LeaseEpoch, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The cancelled members' events, which no daemon here dispatches,
+	// hold their flow back: the sweep's dispatch takes them.
+	if _, err := cascade.New(f.pool, nil).DispatchBatch(f.ctx, 1000, 0); err != nil {
+		t.Fatalf("dispatch: %v", err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	ages := store.Ages{Default: time.Millisecond}
+	if n, err := store.DeleteFinishedExecutions(f.ctx, f.pool, ages, 100000); err != nil || n < 3 {
+		t.Fatalf("retention of executions: %d, %v; want at least 3", n, err)
+	}
+	if n, err := store.DeleteFinishedFlows(f.ctx, f.pool, ages, 100000); err != nil || n < 1 {
+		t.Fatalf("retention of flows: %d, %v; want at least 1", n, err)
+	}
+	if n, err := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1`, lane); err != nil || n != 0 {
+		t.Fatalf("%d executions of the lane left, %v; want none", n, err)
 	}
 }

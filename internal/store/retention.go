@@ -3,9 +3,11 @@ package store
 import (
 	"context"
 	"encoding/binary"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 // Ages says how long finished executions and flows are kept: Default for
@@ -50,12 +52,22 @@ func uuidAt(t time.Time) uuid.UUID {
 // their attempts. It walks the primary key, id first (ids are v7 uuids, ordered by
 // creation) below the youngest cutoff's uuid, so it reads only rows old
 // enough to qualify, and skips rows another transaction holds.
-const deleteExecutionsSQL = `
+var (
+	deleteExecutionsSQL       = deleteExecutionsStatement(false)
+	deleteExecutionsRoutedSQL = deleteExecutionsStatement(true)
+)
+
+// deleteExecutionsStatement is deleteExecutionsSQL, narrowed to the one
+// partition $6 when routed: every table of it then names that partition,
+// which is how a distributed Postgres routes it to one shard.
+func deleteExecutionsStatement(routed bool) string {
+	one := onePartition(routed)
+	return `
 WITH ages(namespace, age_us) AS (SELECT * FROM unnest($1::text[], $2::bigint[])),
 victims AS (
 	SELECT e.partition_key, e.execution_id
 	FROM ff_execution e LEFT JOIN ages a ON a.namespace = e.namespace
-	WHERE e.execution_id < $3 AND e.flow_id IS NULL AND e.terminal_at IS NOT NULL
+	WHERE e.execution_id < $3 AND e.flow_id IS NULL AND e.terminal_at IS NOT NULL` + one("e") + `
 		AND coalesce(a.age_us, $4) > 0
 		AND e.terminal_at < now() - coalesce(a.age_us, $4) * interval '1 microsecond'
 	ORDER BY e.execution_id
@@ -63,12 +75,24 @@ victims AS (
 	FOR UPDATE OF e SKIP LOCKED),
 attempts AS (
 	DELETE FROM ff_attempt t USING victims v
-	WHERE t.partition_key = v.partition_key AND t.execution_id = v.execution_id),
+	WHERE t.partition_key = v.partition_key AND t.execution_id = v.execution_id` + one("t") + `),
 legacy AS (
 	DELETE FROM ff_idempotency_legacy l USING victims v
-	WHERE l.partition_key = v.partition_key AND l.execution_id = v.execution_id)
+	WHERE l.partition_key = v.partition_key AND l.execution_id = v.execution_id` + one("l") + `)
 DELETE FROM ff_execution e USING victims v
-WHERE e.partition_key = v.partition_key AND e.execution_id = v.execution_id`
+WHERE e.partition_key = v.partition_key AND e.execution_id = v.execution_id` + one("e") + ``
+}
+
+// onePartition returns the condition that narrows an alias's rows to the
+// partition $6, or nothing when not routed.
+func onePartition(routed bool) func(alias string) string {
+	return func(alias string) string {
+		if !routed {
+			return ""
+		}
+		return " AND " + alias + ".partition_key = $6"
+	}
+}
 
 // DeleteFinishedExecutions deletes up to limit solo executions (flow
 // members go with their flow) that finished longer ago than their
@@ -76,35 +100,74 @@ WHERE e.partition_key = v.partition_key AND e.execution_id = v.execution_id`
 // again. Outbox events are not touched: outbox retention deletes them
 // once every consumer has read them.
 func DeleteFinishedExecutions(ctx context.Context, db DB, ages Ages, limit int) (int, error) {
-	return deleteFinished(ctx, db, "executions", deleteExecutionsSQL, ages, limit,
-		func(youngest time.Duration) any { return uuidAt(time.Now().Add(-youngest)) })
+	return deleteFinished(ctx, db, "executions", deleteExecutionsSQL, deleteExecutionsRoutedSQL,
+		`SELECT DISTINCT partition_key FROM ff_execution WHERE flow_id IS NULL AND terminal_at < now() - $1::bigint * interval '1 microsecond'`,
+		ages, limit, func(youngest time.Duration) any { return uuidAt(time.Now().Add(-youngest)) })
 }
 
 // deleteFinished runs one retention statement: $1 and $2 the namespaces'
 // ages, $3 the bound that lets it read only old rows (bound of the
-// youngest age), $4 the default age, $5 the batch size.
-func deleteFinished(ctx context.Context, db DB, what, sql string, ages Ages, limit int, bound func(time.Duration) any) (int, error) {
+// youngest age), $4 the default age, $5 the batch size. On a distributed
+// Postgres it runs routed, once per partition that candidates reads
+// holds old rows in ($1 the youngest age), each its own transaction,
+// until limit rows are gone.
+func deleteFinished(ctx context.Context, db DB, what, sql, routed, candidates string, ages Ages, limit int, bound func(time.Duration) any) (int, error) {
 	youngest := ages.youngest()
 	if youngest == 0 {
 		return 0, nil
 	}
 	names, us := ages.arrays()
-	tag, err := db.Exec(ctx, sql, names, us, bound(youngest), micros(max(ages.Default, 0)), limit)
+	dist, err := Distributed(ctx, db)
 	if err != nil {
-		return 0, wrap("delete finished "+what, err)
+		return 0, err
 	}
-	return int(tag.RowsAffected()), nil
+	if !dist {
+		tag, err := db.Exec(ctx, sql, names, us, bound(youngest), micros(max(ages.Default, 0)), limit)
+		if err != nil {
+			return 0, wrap("delete finished "+what, err)
+		}
+		return int(tag.RowsAffected()), nil
+	}
+	rows, err := db.Query(ctx, candidates, micros(youngest))
+	if err != nil {
+		return 0, wrap("find finished "+what, err)
+	}
+	parts, err := pgx.CollectRows(rows, pgx.RowTo[int16])
+	if err != nil {
+		return 0, wrap("find finished "+what, err)
+	}
+	slices.Sort(parts)
+	n := 0
+	for _, p := range parts {
+		tag, err := db.Exec(ctx, routed, names, us, bound(youngest), micros(max(ages.Default, 0)), limit-n, p)
+		if err != nil {
+			return n, wrap("delete finished "+what, err)
+		}
+		if n += int(tag.RowsAffected()); n >= limit {
+			break
+		}
+	}
+	return n, nil
 }
 
 // deleteFlowsSQL deletes a batch of finished flows with everything they
 // hold. A flow qualifies once it and every member finished longer ago
 // than its namespace's age, and no event of it waits for the cascade.
-const deleteFlowsSQL = `
+var (
+	deleteFlowsSQL       = deleteFlowsStatement(false)
+	deleteFlowsRoutedSQL = deleteFlowsStatement(true)
+)
+
+// deleteFlowsStatement is deleteFlowsSQL, narrowed to the one partition
+// $6 when routed (deleteExecutionsStatement).
+func deleteFlowsStatement(routed bool) string {
+	one := onePartition(routed)
+	return `
 WITH ages(namespace, age_us) AS (SELECT * FROM unnest($1::text[], $2::bigint[])),
 victims AS (
 	SELECT f.partition_key, f.flow_id
 	FROM ff_flow f LEFT JOIN ages a ON a.namespace = f.namespace
-	WHERE f.state <> 'open' AND f.terminal_at < now() - $3::bigint * interval '1 microsecond'
+	WHERE f.state <> 'open' AND f.terminal_at < now() - $3::bigint * interval '1 microsecond'` + one("f") + `
 		AND coalesce(a.age_us, $4) > 0
 		AND f.terminal_at < now() - coalesce(a.age_us, $4) * interval '1 microsecond'
 		AND NOT EXISTS (
@@ -119,26 +182,28 @@ victims AS (
 	FOR UPDATE OF f SKIP LOCKED),
 cancels AS (
 	DELETE FROM ff_pending_cancel_group p USING victims v
-	WHERE p.partition_key = v.partition_key AND p.flow_id = v.flow_id),
+	WHERE p.partition_key = v.partition_key AND p.flow_id = v.flow_id` + one("p") + `),
 groups AS (
 	DELETE FROM ff_edge_group g USING victims v
-	WHERE g.partition_key = v.partition_key AND g.flow_id = v.flow_id),
+	WHERE g.partition_key = v.partition_key AND g.flow_id = v.flow_id` + one("g") + `),
 edges AS (
 	DELETE FROM ff_edge e USING victims v
-	WHERE e.partition_key = v.partition_key AND e.flow_id = v.flow_id),
+	WHERE e.partition_key = v.partition_key AND e.flow_id = v.flow_id` + one("e") + `),
 attempts AS (
 	DELETE FROM ff_attempt t USING ff_execution x, victims v
 	WHERE x.partition_key = v.partition_key AND x.flow_id = v.flow_id
-		AND t.partition_key = x.partition_key AND t.execution_id = x.execution_id),
+		AND t.partition_key = x.partition_key AND t.execution_id = x.execution_id` + one("t") + one("x") + `),
 members AS (
 	DELETE FROM ff_execution x USING victims v
-	WHERE x.partition_key = v.partition_key AND x.flow_id = v.flow_id)
+	WHERE x.partition_key = v.partition_key AND x.flow_id = v.flow_id` + one("x") + `)
 DELETE FROM ff_flow f USING victims v
-WHERE f.partition_key = v.partition_key AND f.flow_id = v.flow_id`
+WHERE f.partition_key = v.partition_key AND f.flow_id = v.flow_id` + one("f") + ``
+}
 
 // DeleteFinishedFlows deletes up to limit finished flows older than their
 // namespace's age, with their members, attempts, edges and groups.
 func DeleteFinishedFlows(ctx context.Context, db DB, ages Ages, limit int) (int, error) {
-	return deleteFinished(ctx, db, "flows", deleteFlowsSQL, ages, limit,
-		func(youngest time.Duration) any { return micros(youngest) })
+	return deleteFinished(ctx, db, "flows", deleteFlowsSQL, deleteFlowsRoutedSQL,
+		`SELECT DISTINCT partition_key FROM ff_flow WHERE state <> 'open' AND terminal_at < now() - $1::bigint * interval '1 microsecond'`,
+		ages, limit, func(youngest time.Duration) any { return micros(youngest) })
 }

@@ -207,6 +207,22 @@ func TestRoutedStatements(t *testing.T) {
 	if x, err := leases.Get(ctx, db.Pool, sub.Executions["b"].ID); err != nil || x.State != ffdtype.StatePending {
 		t.Fatalf("the lost event's downstream: %+v, %v; want pending", x, err)
 	}
+	// Retention: every finished solo execution and finished flow goes,
+	// partition by partition.
+	time.Sleep(10 * time.Millisecond)
+	ages := store.Ages{Default: time.Millisecond}
+	if n, err := store.DeleteFinishedExecutions(ctx, db.Pool, ages, 1000); err != nil || n == 0 {
+		t.Fatalf("retention of executions: %d, %v; want some", n, err)
+	}
+	if n, err := store.DeleteFinishedFlows(ctx, db.Pool, ages, 1000); err != nil || n == 0 {
+		t.Fatalf("retention of flows: %d, %v; want some", n, err)
+	}
+	var left int
+	must(db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ff_execution WHERE flow_id IS NULL AND terminal_at IS NOT NULL)
+		+ (SELECT count(*) FROM ff_flow WHERE state <> 'open')`).Scan(&left))
+	if left != 0 {
+		t.Fatalf("%d finished executions and flows left after retention, want none", left)
+	}
 	if err := store.CheckInvariants(ctx, db.Pool); err != nil {
 		t.Fatal(err)
 	}
