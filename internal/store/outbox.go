@@ -238,27 +238,56 @@ type IdleConsumer struct {
 
 // IdleConsumers lists consumers that have not read for longer than limit
 // while events wait for them: they hold retention back, and are reported,
-// never dropped.
+// never dropped. The consumers are read first, then, for each, whether an
+// event waits past its cursor (one statement per consumer and stream): a
+// distributed Postgres runs no subquery that correlates a consumer's row
+// with the events' shards.
 func IdleConsumers(ctx context.Context, db DB, limit time.Duration) ([]IdleConsumer, error) {
 	rows, err := db.Query(ctx, `
-		SELECT c.name, c.stream, extract(epoch FROM now() - c.last_read_at)
+		SELECT c.name, c.stream, extract(epoch FROM now() - c.last_read_at), c.cursor_txid::text, c.cursor_event_id
 		FROM ff_outbox_consumer c
 		WHERE c.last_read_at < now() - $1::bigint * interval '1 microsecond'
-			AND ((c.stream IN ('completion', 'all') AND EXISTS (SELECT 1 FROM ff_completion_event e
-					WHERE (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id)))
-				OR (c.stream IN ('lease', 'all') AND EXISTS (SELECT 1 FROM ff_lease_event e
-					WHERE (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id))))
 		ORDER BY c.name`, limit.Microseconds())
 	if err != nil {
 		return nil, wrap("read idle consumers", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (IdleConsumer, error) {
-		var c IdleConsumer
+	type idle struct {
+		IdleConsumer
+		txid  string
+		event int64
+	}
+	idles, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (idle, error) {
+		var c idle
 		var stream string
 		var secs float64
-		err := r.Scan(&c.Name, &stream, &secs)
+		err := r.Scan(&c.Name, &stream, &secs, &c.txid, &c.event)
 		c.Stream, c.Idle = ffdtype.OutboxStream(stream), time.Duration(secs*float64(time.Second))
 		return c, err
 	})
-	return out, wrap("read idle consumers", err)
+	if err != nil {
+		return nil, wrap("read idle consumers", err)
+	}
+	var out []IdleConsumer
+	for _, c := range idles {
+		var tables []string
+		if c.Stream == ffdtype.StreamCompletion || c.Stream == ffdtype.StreamAll {
+			tables = append(tables, "ff_completion_event")
+		}
+		if c.Stream == ffdtype.StreamLease || c.Stream == ffdtype.StreamAll {
+			tables = append(tables, "ff_lease_event")
+		}
+		for _, table := range tables {
+			var waits bool
+			err := db.QueryRow(ctx, `SELECT count(*) > 0 FROM (SELECT 1 FROM `+table+`
+				WHERE (txid, event_id) > ($1::text::xid8, $2) LIMIT 1) w`, c.txid, c.event).Scan(&waits)
+			if err != nil {
+				return nil, wrap("read idle consumers", err)
+			}
+			if waits {
+				out = append(out, c.IdleConsumer)
+				break
+			}
+		}
+	}
+	return out, nil
 }
