@@ -475,7 +475,7 @@ func TestConsumer(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	lane := f.lane("events")
-	const n = 100
+	const n = 1000
 	got := make(chan ffd.OutboxEvent, 4*n)
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)
