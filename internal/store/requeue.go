@@ -42,6 +42,32 @@ var backoffSQL = nowPlus(`least(` + intervalSeconds("e.backoff_max") + `,
 		` + intervalSeconds("e.backoff_base") + ` * power(e.backoff_multiplier, least(greatest(e.attempt - 1, 0), 60)))
 	* (1 + e.backoff_jitter * (2 * ((hashtextextended(e.execution_id::text || ':' || e.attempt::text, 0) & 1048575)::float8 / 1048576) - 1))`)
 
+// The parts of requeueSQL and requeueRoutedSQL that are the same: the
+// requeue's columns, and what follows the UPDATE (the attempt row, the
+// lease event, the answer).
+var (
+	requeueSet = `
+		state = 'pending',
+		run_at = CASE WHEN $7 THEN ` + backoffSQL + ` ELSE now() END,
+		last_error = coalesce(l.error, e.last_error),
+		lease_epoch = e.lease_epoch + CASE WHEN $6 THEN 1 ELSE 0 END,
+		lease_owner = NULL, lease_expires_at = NULL, attempt_deadline_at = NULL,
+		attempt_worker = NULL, attempt_started_at = NULL`
+	requeueTail = `
+	RETURNING e.partition_key, e.execution_id, e.attempt, e.lease_epoch, e.run_at, e.lane, l.epoch AS old_epoch, l.error,
+		l.attempt_worker, l.attempt_started_at, l.lease_expired_at
+), att AS (
+	INSERT INTO ff_attempt (partition_key, execution_id, attempt, lease_epoch, worker, started_at, ended_at, outcome, error)
+	SELECT partition_key, execution_id, attempt, old_epoch, attempt_worker, attempt_started_at, now(), $5, error
+	FROM upd
+), lev AS (
+	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
+	SELECT partition_key, execution_id, old_epoch, attempt, attempt_worker, $9, lease_expired_at
+	FROM upd WHERE $9 <> ''
+)
+SELECT partition_key, execution_id, attempt, lease_epoch, run_at, lane, old_epoch FROM upd`
+)
+
 // requeueSQL ends the running attempt of each input execution still held
 // at its epoch, puts the execution back to pending, and writes the
 // attempt's ff_attempt row from what the row held (attempt_worker,
@@ -63,26 +89,10 @@ WITH input AS (
 	FOR NO KEY UPDATE OF e
 ), upd AS (
 	UPDATE ff_execution e SET
-		state = 'pending',
-		run_at = CASE WHEN $7 THEN ` + backoffSQL + ` ELSE now() END,
-		last_error = coalesce(l.error, e.last_error),
-		lease_epoch = e.lease_epoch + CASE WHEN $6 THEN 1 ELSE 0 END,
-		lease_owner = NULL, lease_expires_at = NULL, attempt_deadline_at = NULL,
-		attempt_worker = NULL, attempt_started_at = NULL
+` + requeueSet + `
 	FROM locked l
 	WHERE e.partition_key = l.partition_key AND e.execution_id = l.execution_id
-	RETURNING e.partition_key, e.execution_id, e.attempt, e.lease_epoch, e.run_at, e.lane, l.epoch AS old_epoch, l.error,
-		l.attempt_worker, l.attempt_started_at, l.lease_expired_at
-), att AS (
-	INSERT INTO ff_attempt (partition_key, execution_id, attempt, lease_epoch, worker, started_at, ended_at, outcome, error)
-	SELECT partition_key, execution_id, attempt, old_epoch, attempt_worker, attempt_started_at, now(), $5, error
-	FROM upd
-), lev AS (
-	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
-	SELECT partition_key, execution_id, old_epoch, attempt, attempt_worker, $9, lease_expired_at
-	FROM upd WHERE $9 <> ''
-)
-SELECT partition_key, execution_id, attempt, lease_epoch, run_at, lane, old_epoch FROM upd`
+` + requeueTail
 
 // requeueRoutedSQL is requeueSQL for one partition ($10) of a distributed
 // Postgres, shaped as terminateRoutedSQL is and for the same reasons: the
@@ -91,12 +101,7 @@ SELECT partition_key, execution_id, attempt, lease_epoch, run_at, lane, old_epoc
 var requeueRoutedSQL = `
 WITH upd AS (
 	UPDATE ff_execution e SET
-		state = 'pending',
-		run_at = CASE WHEN $7 THEN ` + backoffSQL + ` ELSE now() END,
-		last_error = coalesce(l.error, e.last_error),
-		lease_epoch = e.lease_epoch + CASE WHEN $6 THEN 1 ELSE 0 END,
-		lease_owner = NULL, lease_expires_at = NULL, attempt_deadline_at = NULL,
-		attempt_worker = NULL, attempt_started_at = NULL
+` + requeueSet + `
 	FROM (
 		SELECT x.partition_key, x.execution_id, i.epoch, i.error, x.attempt_worker, x.attempt_started_at,
 			x.lease_expires_at AS lease_expired_at
@@ -109,18 +114,7 @@ WITH upd AS (
 		FOR NO KEY UPDATE OF x
 	) l
 	WHERE e.partition_key = $10 AND e.execution_id = l.execution_id
-	RETURNING e.partition_key, e.execution_id, e.attempt, e.lease_epoch, e.run_at, e.lane, l.epoch AS old_epoch, l.error,
-		l.attempt_worker, l.attempt_started_at, l.lease_expired_at
-), att AS (
-	INSERT INTO ff_attempt (partition_key, execution_id, attempt, lease_epoch, worker, started_at, ended_at, outcome, error)
-	SELECT partition_key, execution_id, attempt, old_epoch, attempt_worker, attempt_started_at, now(), $5, error
-	FROM upd
-), lev AS (
-	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
-	SELECT partition_key, execution_id, old_epoch, attempt, attempt_worker, $9, lease_expired_at
-	FROM upd WHERE $9 <> ''
-)
-SELECT partition_key, execution_id, attempt, lease_epoch, run_at, lane, old_epoch FROM upd`
+` + requeueTail
 
 // byPartition groups items by partition, in partition order (the global
 // lock order): the statements a distributed Postgres routes.

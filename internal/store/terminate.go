@@ -42,6 +42,43 @@ type Ended struct {
 	EventID    int64 // its completion event
 }
 
+// The parts of terminateSQL and terminateRoutedSQL that are the same:
+// the ending's columns, what it returns, and the events it writes.
+const (
+	terminateSet = `
+		state = l.to_state,
+		terminal_at = now(),
+		result = CASE WHEN l.to_state = 'completed' THEN coalesce(l.result, '') END,
+		last_error = coalesce(l.error, e.last_error),
+		cancellation_reason = CASE WHEN l.to_state = 'cancelled' THEN l.reason END,
+		cancelled_by = CASE WHEN l.to_state = 'cancelled' THEN l.by_whom END,
+		lease_epoch = e.lease_epoch + CASE WHEN l.old_state = 'running'
+			AND l.to_state IN ('cancelled', 'expired') THEN 1 ELSE 0 END,
+		lease_owner = NULL, lease_expires_at = NULL, attempt_deadline_at = NULL`
+	terminateReturning = `
+	RETURNING e.partition_key, e.execution_id, e.flow_id, e.namespace, e.attempt, e.lease_epoch,
+		e.state, e.step, e.attempt_worker, l.old_state, l.lease_expired_at, l.outcome, l.lease_end`
+	terminateEvents = `lev AS (
+	-- The epoch of the lease that ended: the one before the bump.
+	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
+	SELECT partition_key, execution_id, lease_epoch - 1, attempt, attempt_worker, lease_end, lease_expired_at
+	FROM upd
+	WHERE old_state = 'running' AND lease_end IN ('revoked', 'expired')
+), ended AS (
+	-- Each ended execution's event id is drawn here, so that neither the
+	-- event rows nor the answer need a join between CTEs (which the
+	-- planner, estimating one row each, runs as a nested loop: quadratic
+	-- in the batch).
+	SELECT u.*, nextval('ff_outbox_event_id_seq') AS event_id FROM upd u
+), cev AS (
+	-- An execution outside any flow has nothing to cascade: its event is
+	-- born dispatched (migration 00004).
+	INSERT INTO ff_completion_event (event_id, partition_key, execution_id, flow_id, outcome, attempt, namespace, dispatched_at, step)
+	SELECT event_id, partition_key, execution_id, flow_id, outcome, attempt, namespace,
+		CASE WHEN flow_id IS NULL THEN now() END, step
+	FROM ended`
+)
+
 // terminateSQL ends a batch of executions in one statement. For each input
 // row that is still non-terminal (and running at the given epoch when one
 // is given) it:
@@ -71,7 +108,7 @@ type Ended struct {
 // Cross-partition when the batch is: one execution's ending touches its
 // partition alone; a worker's grouped completions touch one partition per
 // execution (a multi-shard transaction on a distributed Postgres).
-const terminateSQL = `
+var terminateSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[], $5::bytea[],
 		$6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
@@ -89,38 +126,11 @@ WITH input AS (
 	FOR NO KEY UPDATE OF e
 ), upd AS (
 	UPDATE ff_execution e SET
-		state = l.to_state,
-		terminal_at = now(),
-		result = CASE WHEN l.to_state = 'completed' THEN coalesce(l.result, '') END,
-		last_error = coalesce(l.error, e.last_error),
-		cancellation_reason = CASE WHEN l.to_state = 'cancelled' THEN l.reason END,
-		cancelled_by = CASE WHEN l.to_state = 'cancelled' THEN l.by_whom END,
-		lease_epoch = e.lease_epoch + CASE WHEN l.old_state = 'running'
-			AND l.to_state IN ('cancelled', 'expired') THEN 1 ELSE 0 END,
-		lease_owner = NULL, lease_expires_at = NULL, attempt_deadline_at = NULL
+` + terminateSet + `
 	FROM locked l
 	WHERE e.partition_key = l.partition_key AND e.execution_id = l.execution_id
-	RETURNING e.partition_key, e.execution_id, e.flow_id, e.namespace, e.attempt, e.lease_epoch,
-		e.state, e.step, e.attempt_worker, l.old_state, l.lease_expired_at, l.outcome, l.lease_end
-), lev AS (
-	-- The epoch of the lease that ended: the one before the bump.
-	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
-	SELECT partition_key, execution_id, lease_epoch - 1, attempt, attempt_worker, lease_end, lease_expired_at
-	FROM upd
-	WHERE old_state = 'running' AND lease_end IN ('revoked', 'expired')
-), ended AS (
-	-- Each ended execution's event id is drawn here, so that neither the
-	-- event rows nor the answer need a join between CTEs (which the
-	-- planner, estimating one row each, runs as a nested loop: quadratic
-	-- in the batch).
-	SELECT u.*, nextval('ff_outbox_event_id_seq') AS event_id FROM upd u
-), cev AS (
-	-- An execution outside any flow has nothing to cascade: its event is
-	-- born dispatched (migration 00004).
-	INSERT INTO ff_completion_event (event_id, partition_key, execution_id, flow_id, outcome, attempt, namespace, dispatched_at, step)
-	SELECT event_id, partition_key, execution_id, flow_id, outcome, attempt, namespace,
-		CASE WHEN flow_id IS NULL THEN now() END, step
-	FROM ended
+` + terminateReturning + `
+), ` + terminateEvents + `
 ), flows AS (
 	SELECT f.partition_key, f.flow_id
 	FROM (SELECT DISTINCT partition_key, flow_id FROM upd WHERE flow_id IS NOT NULL) u
@@ -157,18 +167,10 @@ const (
 // the event ids there too). The flows of what it ended are finished by
 // the caller afterwards (finishFlowsRoutedSQL), naming them: a
 // transaction setting would be set on the node holding the shard.
-const terminateRoutedSQL = `
+var terminateRoutedSQL = `
 WITH upd AS (
 	UPDATE ff_execution e SET
-		state = l.to_state,
-		terminal_at = now(),
-		result = CASE WHEN l.to_state = 'completed' THEN coalesce(l.result, '') END,
-		last_error = coalesce(l.error, e.last_error),
-		cancellation_reason = CASE WHEN l.to_state = 'cancelled' THEN l.reason END,
-		cancelled_by = CASE WHEN l.to_state = 'cancelled' THEN l.by_whom END,
-		lease_epoch = e.lease_epoch + CASE WHEN l.old_state = 'running'
-			AND l.to_state IN ('cancelled', 'expired') THEN 1 ELSE 0 END,
-		lease_owner = NULL, lease_expires_at = NULL, attempt_deadline_at = NULL
+` + terminateSet + `
 	FROM (
 		SELECT x.partition_key, x.execution_id, x.state AS old_state, x.lease_expires_at AS lease_expired_at,
 			i.to_state, i.result, i.error, i.reason, i.by_whom, i.outcome, i.lease_end
@@ -184,20 +186,8 @@ WITH upd AS (
 		FOR NO KEY UPDATE OF x
 	) l
 	WHERE e.partition_key = $11 AND e.execution_id = l.execution_id
-	RETURNING e.partition_key, e.execution_id, e.flow_id, e.namespace, e.attempt, e.lease_epoch,
-		e.state, e.step, e.attempt_worker, l.old_state, l.lease_expired_at, l.outcome, l.lease_end
-), lev AS (
-	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
-	SELECT partition_key, execution_id, lease_epoch - 1, attempt, attempt_worker, lease_end, lease_expired_at
-	FROM upd
-	WHERE old_state = 'running' AND lease_end IN ('revoked', 'expired')
-), ended AS (
-	SELECT u.*, nextval('ff_outbox_event_id_seq') AS event_id FROM upd u
-), cev AS (
-	INSERT INTO ff_completion_event (event_id, partition_key, execution_id, flow_id, outcome, attempt, namespace, dispatched_at, step)
-	SELECT event_id, partition_key, execution_id, flow_id, outcome, attempt, namespace,
-		CASE WHEN flow_id IS NULL THEN now() END, step
-	FROM ended
+` + terminateReturning + `
+), ` + terminateEvents + `
 )
 SELECT partition_key, execution_id, flow_id, state, attempt, lease_epoch, old_state = 'running', event_id
 FROM ended`
