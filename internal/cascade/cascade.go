@@ -210,12 +210,7 @@ func (d *Dispatcher) oneByOne(ctx context.Context, events []store.Dispatching) (
 		if err != nil {
 			return total, err
 		}
-		total.Events += r.Events
-		total.EdgesResolved += r.EdgesResolved
-		total.Decided = append(total.Decided, r.Decided...)
-		total.Skipped += r.Skipped
-		total.CancelGroups += r.CancelGroups
-		total.Age = max(total.Age, r.Age)
+		total.add(r)
 	}
 	if left > 0 {
 		return total, &HeldError{Events: left, Flows: len(held)}

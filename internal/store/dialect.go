@@ -132,3 +132,19 @@ func sortedKeys[V any](m map[int16]V) []int16 {
 	slices.Sort(keys)
 	return keys
 }
+
+// byPartition groups items by partition, in partition order (the global
+// lock order): the statements a distributed Postgres routes, one per
+// group.
+func byPartition[T any](items []T, partition func(T) int16) [][]T {
+	at := map[int16][]T{}
+	for _, it := range items {
+		p := partition(it)
+		at[p] = append(at[p], it)
+	}
+	groups := make([][]T, 0, len(at))
+	for _, p := range sortedKeys(at) {
+		groups = append(groups, at[p])
+	}
+	return groups
+}

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -116,25 +115,6 @@ WITH upd AS (
 	WHERE e.partition_key = $10 AND e.execution_id = l.execution_id
 ` + requeueTail
 
-// byPartition groups items by partition, in partition order (the global
-// lock order): the statements a distributed Postgres routes.
-func byPartition(items []RequeueItem) [][]RequeueItem {
-	at := map[int16][]RequeueItem{}
-	var parts []int16
-	for _, it := range items {
-		if _, ok := at[it.ID.Partition]; !ok {
-			parts = append(parts, it.ID.Partition)
-		}
-		at[it.ID.Partition] = append(at[it.ID.Partition], it)
-	}
-	slices.Sort(parts)
-	groups := make([][]RequeueItem, len(parts))
-	for i, p := range parts {
-		groups[i] = at[p]
-	}
-	return groups
-}
-
 // requeued records what r's requeue (of the lease held at heldEpoch)
 // owes its listeners: its lane's workers, when it is claimable now, or
 // the daemon, of when it comes due
@@ -178,7 +158,7 @@ func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []R
 	// in partition order, in one pipelined batch (one transaction).
 	groups := [][]RequeueItem{items}
 	if dist {
-		groups = byPartition(items)
+		groups = byPartition(items, func(it RequeueItem) int16 { return it.ID.Partition })
 	}
 	var out []ffdtype.Requeued
 	var notices *Notices

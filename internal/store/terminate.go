@@ -232,20 +232,11 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 	if len(ends) == 0 {
 		return nil, nil
 	}
-	n := len(ends)
-	parts, ids, epochs := make([]int16, n), make([]pgtype.UUID, n), make([]int64, n)
-	states, results := make([]string, n), make([][]byte, n)
-	errs, reasons, bys := make([]*string, n), make([]*string, n), make([]*string, n)
-	outcomes, leaseEnds := make([]string, n), make([]string, n)
 	notices := &Notices{}
-	for i, e := range ends {
+	for _, e := range ends {
 		if !e.State.Terminal() {
 			return nil, fmt.Errorf("terminate %s: %q is not a terminal state", e.ID, e.State)
 		}
-		parts[i], ids[i], epochs[i], states[i], results[i] = e.ID.Partition, pgUUID(e.ID.UUID), e.Epoch, string(e.State), e.Result
-		errs[i], reasons[i], bys[i] = nullIfEmpty(e.Error), nullIfEmpty(e.Reason), nullIfEmpty(e.By)
-		outcomes[i] = string(ffdtype.OutcomeOf(e.State))
-		leaseEnds[i] = string(LeaseEndOf(e.State))
 		notices.Completions(e.ID.Partition, !e.Solo)
 		if le := LeaseEndOf(e.State); le == LeaseRevoked || le == LeaseExpired {
 			// A running lease taken away: its holder is told, and the
@@ -278,7 +269,7 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 		// waits for the claim's row lock, then reads the row as the claim
 		// left it (READ COMMITTED re-checks a locked row's newest version),
 		// attempt included, since the attempt is on the row.
-		b.Queue(terminateSQL, parts, ids, epochs, states, results, errs, reasons, bys, outcomes, leaseEnds).Query(func(rows pgx.Rows) error {
+		b.Queue(terminateSQL, terminationArgs(ends)...).Query(func(rows pgx.Rows) error {
 			var err error
 			out, err = scanEnded(rows)
 			return err
@@ -288,9 +279,26 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 		return db.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
-		return nil, wrap(fmt.Sprintf("terminate %d executions", n), err)
+		return nil, wrap(fmt.Sprintf("terminate %d executions", len(ends)), err)
 	}
 	return out, nil
+}
+
+// terminationArgs are terminateSQL's parameters for ends: per ending its
+// key, fence, target state and attribution, and the outcome and lease
+// event the store's mappings give its state.
+func terminationArgs(ends []Termination) []any {
+	n := len(ends)
+	parts, ids, epochs := make([]int16, n), make([]pgtype.UUID, n), make([]int64, n)
+	states, results := make([]string, n), make([][]byte, n)
+	errs, reasons, bys := make([]*string, n), make([]*string, n), make([]*string, n)
+	outcomes, leaseEnds := make([]string, n), make([]string, n)
+	for i, e := range ends {
+		parts[i], ids[i], epochs[i], states[i], results[i] = e.ID.Partition, pgUUID(e.ID.UUID), e.Epoch, string(e.State), e.Result
+		errs[i], reasons[i], bys[i] = nullIfEmpty(e.Error), nullIfEmpty(e.Reason), nullIfEmpty(e.By)
+		outcomes[i], leaseEnds[i] = string(ffdtype.OutcomeOf(e.State)), string(LeaseEndOf(e.State))
+	}
+	return []any{parts, ids, epochs, states, results, errs, reasons, bys, outcomes, leaseEnds}
 }
 
 // terminateRouted is TerminateWithin on a distributed Postgres: one
@@ -299,15 +307,7 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 // second batch that finishes their flows. Two round trips where one
 // Postgres needs one; the notices ride in the first.
 func terminateRouted(ctx context.Context, db DB, ends []Termination, lockTimeout time.Duration, notices *Notices) ([]Ended, error) {
-	groups := map[int16][]int{}
-	var order []int16
-	for i, e := range ends {
-		if _, ok := groups[e.ID.Partition]; !ok {
-			order = append(order, e.ID.Partition)
-		}
-		groups[e.ID.Partition] = append(groups[e.ID.Partition], i)
-	}
-	slices.Sort(order) // the global lock order, partition first
+	groups := byPartition(ends, func(e Termination) int16 { return e.ID.Partition })
 	var out []Ended
 	err := InTx(ctx, db, func(tx pgx.Tx) error {
 		out = out[:0]
@@ -315,20 +315,8 @@ func terminateRouted(ctx context.Context, db DB, ends []Termination, lockTimeout
 		if ms := millisOrNull(lockTimeout); ms != nil {
 			b.Queue(`SELECT set_config('lock_timeout', $1, true)`, *ms)
 		}
-		for _, p := range order {
-			idx := groups[p]
-			n := len(idx)
-			parts, ids, epochs := make([]int16, n), make([]pgtype.UUID, n), make([]int64, n)
-			states, results := make([]string, n), make([][]byte, n)
-			errs, reasons, bys := make([]*string, n), make([]*string, n), make([]*string, n)
-			outcomes, leaseEnds := make([]string, n), make([]string, n)
-			for j, i := range idx {
-				e := ends[i]
-				parts[j], ids[j], epochs[j], states[j], results[j] = e.ID.Partition, pgUUID(e.ID.UUID), e.Epoch, string(e.State), e.Result
-				errs[j], reasons[j], bys[j] = nullIfEmpty(e.Error), nullIfEmpty(e.Reason), nullIfEmpty(e.By)
-				outcomes[j], leaseEnds[j] = string(ffdtype.OutcomeOf(e.State)), string(LeaseEndOf(e.State))
-			}
-			b.Queue(terminateRoutedSQL, parts, ids, epochs, states, results, errs, reasons, bys, outcomes, leaseEnds, p).Query(func(rows pgx.Rows) error {
+		for _, g := range groups {
+			b.Queue(terminateRoutedSQL, append(terminationArgs(g), g[0].ID.Partition)...).Query(func(rows pgx.Rows) error {
 				ended, err := scanEnded(rows)
 				out = append(out, ended...)
 				return err
