@@ -245,7 +245,8 @@ func claimGeneric(ctx context.Context, db DB, own bool, lane string, caps []stri
 		return claimRouted(ctx, db, lane, caps, max, worker, locked)
 	}
 	if !own {
-		return queryExecutions(db.Query(ctx, claimSQL, lane, caps, max, worker, locked))
+		out, err := queryExecutions(db.Query(ctx, claimSQL, lane, caps, max, worker, locked))
+		return out, unroutable(db, err)
 	}
 	var out []*ffdtype.Execution
 	b := &pgx.Batch{}
@@ -256,7 +257,7 @@ func claimGeneric(ctx context.Context, db DB, own bool, lane string, caps []stri
 		return err
 	})
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
-		return nil, err
+		return nil, unroutable(db, err)
 	}
 	return out, nil
 }

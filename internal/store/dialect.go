@@ -21,8 +21,9 @@ import (
 //
 // The answer is read once per pool (or connection, for a transaction or
 // a connection of no pool) and kept: place the tables before starting
-// ffd's processes, or restart them after. A routed statement refused all the same (a table placed since)
-// forgets the answer (Forget), and the next call reads it again.
+// ffd's processes. A plain statement refused as one a distributed
+// Postgres cannot run (tables placed since) forgets the answer
+// (unroutable), and the next call reads it again.
 func Distributed(ctx context.Context, db DB) (bool, error) {
 	if routeAll.Load() {
 		return true, nil
@@ -53,11 +54,18 @@ func Distributed(ctx context.Context, db DB) (bool, error) {
 	return dist, nil
 }
 
-// Forget drops what Distributed knows of db's database.
-func Forget(db DB) {
-	if key, ok := dialectKey(db); ok {
-		dialects.Delete(key)
+// unroutable returns err, first forgetting Distributed's answer for db
+// when err says a distributed Postgres could not run the statement
+// (feature_not_supported): the tables were placed after the answer was
+// read, and the next call reads it again.
+func unroutable(db DB, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "0A000" {
+		if key, ok := dialectKey(db); ok {
+			dialects.Delete(key)
+		}
 	}
+	return err
 }
 
 // routeAll makes Distributed answer true everywhere: a test runs the
@@ -89,12 +97,6 @@ func dialectKey(db DB) (any, bool) {
 	return nil, false
 }
 
-// IsUnroutable reports a statement a distributed Postgres refused to plan
-// (feature_not_supported: a row lock or an expression it cannot route).
-func IsUnroutable(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "0A000"
-}
 
 // nowPlus is the SQL of now() plus seconds, an expression that may read
 // columns: arithmetic on seconds since the epoch, by immutable functions

@@ -199,7 +199,7 @@ func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []R
 		return db.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
-		return nil, wrap(fmt.Sprintf("requeue %d executions (%s)", n, kind.attemptOutcome), err)
+		return nil, wrap(fmt.Sprintf("requeue %d executions (%s)", n, kind.attemptOutcome), unroutable(db, err))
 	}
 	// What to announce is known only from what was requeued (lanes, due
 	// times), so it follows the statement: in the caller's transaction,

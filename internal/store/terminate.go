@@ -279,7 +279,7 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 		return db.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
-		return nil, wrap(fmt.Sprintf("terminate %d executions", len(ends)), err)
+		return nil, wrap(fmt.Sprintf("terminate %d executions", len(ends)), unroutable(db, err))
 	}
 	return out, nil
 }
