@@ -97,7 +97,6 @@ func dialectKey(db DB) (any, bool) {
 	return nil, false
 }
 
-
 // nowPlus is the SQL of now() plus seconds, an expression that may read
 // columns: arithmetic on seconds since the epoch, by immutable functions
 // and operators around now(), which reads no column. A distributed
