@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,46 +32,93 @@ func ParseTxID(s string) (uint64, error) {
 }
 
 // The protocol of docs/design.md section 7, per table. $1,$2 is the cursor; only
-// transactions below the snapshot's xmin are read, so no event can later
+// transactions below the horizon are read (the snapshot's xmin; on a
+// distributed Postgres, $4: distributedHorizonSQL), so no event can later
 // appear behind the cursor.
 const (
-	completionSelect = `SELECT 'completion'::text AS stream, event_id, txid::text AS txid_text, partition_key,
+	snapshotHorizon    = `pg_snapshot_xmin(pg_current_snapshot())`
+	distributedHorizon = `$4::text::xid8`
+	completionSelect   = `SELECT 'completion'::text AS stream, event_id, txid::text AS txid_text, partition_key,
 		execution_id, flow_id, occurred_at, attempt, outcome, namespace, dispatched_at, NULL::text AS event_type,
 		NULL::bigint AS lease_epoch, NULL::text AS worker, NULL::timestamptz AS lease_expires_at, step, txid AS tx
 	FROM ff_completion_event
-	WHERE (txid, event_id) > ($1::text::xid8, $2::bigint) AND txid < pg_snapshot_xmin(pg_current_snapshot())
+	WHERE (txid, event_id) > ($1::text::xid8, $2::bigint) AND txid < HORIZON
 	ORDER BY txid, event_id LIMIT $3`
 	leaseSelect = `SELECT 'lease'::text AS stream, event_id, txid::text AS txid_text, partition_key,
 		execution_id, NULL::uuid AS flow_id, occurred_at, attempt, NULL::text AS outcome, NULL::text AS namespace,
 		NULL::timestamptz AS dispatched_at, event_type, lease_epoch, worker, lease_expires_at, NULL::text AS step, txid AS tx
 	FROM ff_lease_event
-	WHERE (txid, event_id) > ($1::text::xid8, $2::bigint) AND txid < pg_snapshot_xmin(pg_current_snapshot())
+	WHERE (txid, event_id) > ($1::text::xid8, $2::bigint) AND txid < HORIZON
 	ORDER BY txid, event_id LIMIT $3`
 	eventColumns = `stream, event_id, txid_text, partition_key, execution_id, flow_id, occurred_at, attempt, outcome,
 		namespace, dispatched_at, event_type, lease_epoch, worker, lease_expires_at, step`
 )
 
-// The three reads, one per stream. For both, each side is already
-// limited and ordered; the merge keeps the first $3 of their union.
-const (
-	readCompletionSQL = `SELECT ` + eventColumns + ` FROM (` + completionSelect + `) q ORDER BY tx, event_id`
-	readLeaseSQL      = `SELECT ` + eventColumns + ` FROM (` + leaseSelect + `) q ORDER BY tx, event_id`
-	readAllSQL        = `SELECT ` + eventColumns + ` FROM ((` + completionSelect + `) UNION ALL (` + leaseSelect + `)) q
+// readSQL is the read of stream s below horizon: for both streams, each
+// side is already limited and ordered; the merge keeps the first $3 of
+// their union.
+func readSQL(s ffdtype.OutboxStream, horizon string) string {
+	sel := func(q string) string { return strings.ReplaceAll(q, "HORIZON", horizon) }
+	switch s {
+	case ffdtype.StreamCompletion:
+		return `SELECT ` + eventColumns + ` FROM (` + sel(completionSelect) + `) q ORDER BY tx, event_id`
+	case ffdtype.StreamLease:
+		return `SELECT ` + eventColumns + ` FROM (` + sel(leaseSelect) + `) q ORDER BY tx, event_id`
+	}
+	return `SELECT ` + eventColumns + ` FROM ((` + sel(completionSelect) + `) UNION ALL (` + sel(leaseSelect) + `)) q
 		ORDER BY tx, event_id LIMIT $3`
+}
+
+// distributedHorizonSQL is the horizon on a distributed Postgres, where
+// the snapshot's xmin is not enough. A transaction that wrote on several
+// nodes commits on the coordinator (whose transaction id its events
+// carry) before its prepared parts commit on the worker nodes: in
+// between, the coordinator's xmin has passed it while its rows are not
+// yet visible there. Citus records each such transaction in
+// pg_dist_transaction as it commits (the row's xmin is the transaction's
+// id) and deletes the record only once every node has committed (its
+// recovery, every citus.recover_2pc_interval). So the horizon stays
+// below the oldest transaction still recorded: an event is read once all
+// of it is visible, at most a recovery interval late. The record's id is
+// 32 bits: it is placed in the epoch of the snapshot's xmax.
+const distributedHorizonSQL = `
+WITH s AS (
+	SELECT pg_snapshot_xmin(pg_current_snapshot())::text::numeric AS xmin,
+		pg_snapshot_xmax(pg_current_snapshot())::text::numeric AS xmax
+), r AS (
+	SELECT min(CASE WHEN s.xmax - mod(s.xmax, 4294967296) + t.x > s.xmax
+			THEN s.xmax - mod(s.xmax, 4294967296) + t.x - 4294967296
+			ELSE s.xmax - mod(s.xmax, 4294967296) + t.x END) AS oldest
+	FROM s, (SELECT xmin::text::numeric AS x FROM pg_dist_transaction) t
 )
+SELECT least(s.xmin, coalesce(r.oldest, s.xmin))::text FROM s, r`
+
+// horizon reads distributedHorizonSQL.
+func horizon(ctx context.Context, db DB) (uint64, error) {
+	var s string
+	if err := db.QueryRow(ctx, distributedHorizonSQL).Scan(&s); err != nil {
+		return 0, fmt.Errorf("read transaction horizon: %w", err)
+	}
+	return ParseTxID(s)
+}
 
 // ReadEvents returns up to limit committed events of stream s after the
 // cursor, in (txid, event_id) order: the protocol of docs/design.md
 // section 7.
 func ReadEvents(ctx context.Context, db DB, s ffdtype.OutboxStream, after ffdtype.OutboxCursor, limit int) ([]ffdtype.OutboxEvent, error) {
-	q := readAllSQL
-	switch s {
-	case ffdtype.StreamCompletion:
-		q = readCompletionSQL
-	case ffdtype.StreamLease:
-		q = readLeaseSQL
+	dist, err := Distributed(ctx, db)
+	if err != nil {
+		return nil, err
 	}
-	rows, err := db.Query(ctx, q, strconv.FormatUint(after.TxID, 10), after.EventID, limit)
+	q, args := readSQL(s, snapshotHorizon), []any{strconv.FormatUint(after.TxID, 10), after.EventID, limit}
+	if dist {
+		h, err := horizon(ctx, db)
+		if err != nil {
+			return nil, fmt.Errorf("read %s events: %w", s, err)
+		}
+		q, args = readSQL(s, distributedHorizon), append(args, strconv.FormatUint(h, 10))
+	}
+	rows, err := db.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read %s events: %w", s, err)
 	}
@@ -114,13 +162,23 @@ func scanEvent(r pgx.CollectableRow) (ffdtype.OutboxEvent, error) {
 // Horizon is the cursor below which every transaction has ended: starting
 // there skips everything committed so far and nothing committed later.
 func Horizon(ctx context.Context, db DB) (ffdtype.OutboxCursor, error) {
-	var s string
-	if err := db.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`).Scan(&s); err != nil {
-		return ffdtype.OutboxCursor{}, fmt.Errorf("read transaction horizon: %w", err)
-	}
-	xmin, err := ParseTxID(s)
+	dist, err := Distributed(ctx, db)
 	if err != nil {
 		return ffdtype.OutboxCursor{}, err
+	}
+	var xmin uint64
+	if dist {
+		if xmin, err = horizon(ctx, db); err != nil {
+			return ffdtype.OutboxCursor{}, err
+		}
+	} else {
+		var s string
+		if err := db.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`).Scan(&s); err != nil {
+			return ffdtype.OutboxCursor{}, fmt.Errorf("read transaction horizon: %w", err)
+		}
+		if xmin, err = ParseTxID(s); err != nil {
+			return ffdtype.OutboxCursor{}, err
+		}
 	}
 	return ffdtype.OutboxCursor{TxID: xmin - 1, EventID: math.MaxInt64}, nil
 }
