@@ -8,7 +8,9 @@
 //
 // The suite migrates the database and places the tables as `ffd migrate
 // distribution` prints (when they are not placed yet), then runs each
-// capability against the coordinator. Tests share the database and keep
+// capability against the coordinator. Set citus.recover_2pc_interval to
+// a second on the coordinator: a consumer's events wait for it
+// (docs/scaling.md). Tests share the database and keep
 // apart by lane and flow; run it against a database kept for the
 // purpose.
 package citus
