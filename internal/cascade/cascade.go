@@ -96,31 +96,37 @@ func (d *Dispatcher) DispatchPartitions(ctx context.Context, parts []int16, limi
 	if err != nil {
 		return Result{}, err
 	}
-	if !dist || len(parts) == 1 {
-		return d.dispatchIn(ctx, parts, limit, full)
-	}
-	// A distributed Postgres routes a locking statement only when it
-	// names one partition: a transaction per partition.
-	var total Result
-	for _, p := range parts {
-		res, err := d.dispatchIn(ctx, []int16{p}, limit, full)
-		total.add(res)
-		if err != nil {
-			return total, err
-		}
-	}
-	return total, nil
-}
-
-// dispatchIn is one DispatchPartitions transaction.
-func (d *Dispatcher) dispatchIn(ctx context.Context, parts []int16, limit int, full func()) (Result, error) {
-	return d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) {
+	take := func(tx pgx.Tx, parts []int16, limit int) ([]store.Dispatching, error) {
 		events, err := store.TakePartitionEvents(ctx, tx, parts, limit, d.lockTimeout)
 		if err == nil && len(events) >= limit && full != nil {
 			full()
 		}
 		return events, err
+	}
+	if !dist || len(parts) == 1 {
+		return d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) { return take(tx, parts, limit) })
+	}
+	return d.eachPartition(ctx, parts, limit, func(tx pgx.Tx, p int16, limit int) ([]store.Dispatching, error) {
+		return take(tx, []int16{p}, limit)
 	})
+}
+
+// eachPartition dispatches parts one transaction each, as a distributed
+// Postgres needs (it routes a locking statement only when it names one
+// partition), taking with take at most what is left of limit, and stops
+// once limit events are taken.
+func (d *Dispatcher) eachPartition(ctx context.Context, parts []int16, limit int,
+	take func(tx pgx.Tx, p int16, limit int) ([]store.Dispatching, error)) (Result, error) {
+	var total Result
+	for _, p := range parts {
+		left := limit - total.Events
+		res, err := d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) { return take(tx, p, left) })
+		total.add(res)
+		if err != nil || total.Events >= limit {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // add counts o's work into r.
@@ -152,17 +158,9 @@ func (d *Dispatcher) DispatchBatch(ctx context.Context, limit int, grace time.Du
 	if err != nil {
 		return Result{}, err
 	}
-	var total Result
-	for _, p := range parts {
-		res, err := d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) {
-			return store.TakePartitionEventsOlder(ctx, tx, p, limit-total.Events, grace, d.lockTimeout)
-		})
-		total.add(res)
-		if err != nil || total.Events >= limit {
-			return total, err
-		}
-	}
-	return total, nil
+	return d.eachPartition(ctx, parts, limit, func(tx pgx.Tx, p int16, limit int) ([]store.Dispatching, error) {
+		return store.TakePartitionEventsOlder(ctx, tx, p, limit, grace, d.lockTimeout)
+	})
 }
 
 // dispatch takes events (locked and marked dispatched) and resolves the

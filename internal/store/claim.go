@@ -61,10 +61,9 @@ var claimSQL = claimStatement("", "now()", func(d string) string { return "now()
 // claimStatement is the claim, narrowed by partition (a condition on
 // e.partition_key, or nothing), with now the expression of the current
 // time and after(d) that of the time the interval column d from now: on a
-// distributed Postgres parameters, and arithmetic on seconds since the
-// epoch, since it refuses a STABLE function or operator (timestamptz +
-// interval is one: a day's length depends on the time zone) next to a
-// column in an UPDATE.
+// distributed Postgres a parameter and timePlus, since it refuses a
+// STABLE function or operator next to a column in an UPDATE, and any but
+// an immutable function in a COALESCE.
 func claimStatement(partition, now string, after func(d string) string) string {
 	return `
 WITH picked AS (
@@ -107,19 +106,10 @@ WHERE e.state = 'pending' AND e.lane = $1 AND e.run_at <= now()
 ORDER BY e.priority DESC, e.run_at, e.execution_id
 LIMIT $3`
 
-// claimRoutedSQL claims from one partition ($6) at a given time ($7, and
-// $8 in seconds since the epoch).
-var claimRoutedSQL = claimStatement(" AND e.partition_key = $6", "$7::timestamptz", epochPlus("$8"))
-
-// epochPlus is claimStatement's after on a distributed Postgres: the
-// instant epoch (a parameter, seconds since the epoch) plus the interval
-// column d, by immutable functions only. An interval of days or months
-// counts them as 24 hours and 30 days, as on a server in UTC.
-func epochPlus(epoch string) func(d string) string {
-	return func(d string) string {
-		return "to_timestamp(" + epoch + "::float8 + extract(epoch FROM " + d + ")::float8)"
-	}
-}
+// claimRoutedSQL claims from one partition ($6) at the time the pick
+// read ($7), with timePlus's arithmetic.
+var claimRoutedSQL = claimStatement(" AND e.partition_key = $6", "$7::timestamptz",
+	func(d string) string { return timePlus("$7::timestamptz", intervalSeconds(d)) })
 
 // Claim leases up to max due executions of lane that caps cover, for
 // worker, in one statement.
@@ -211,7 +201,7 @@ func claimRouted(ctx context.Context, db DB, lane string, caps []string, max int
 	var out []*ffdtype.Execution
 	b := &pgx.Batch{}
 	for _, p := range order {
-		b.Queue(claimRoutedSQL, lane, caps, count[p], worker, locked, p, now, float64(now.UnixMicro())/1e6).Query(func(rows pgx.Rows) error {
+		b.Queue(claimRoutedSQL, lane, caps, count[p], worker, locked, p, now).Query(func(rows pgx.Rows) error {
 			xs, err := collectExecutions(rows)
 			out = append(out, xs...)
 			return err

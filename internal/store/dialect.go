@@ -97,17 +97,21 @@ func dialectKey(db DB) (any, bool) {
 	return nil, false
 }
 
-// nowPlus is the SQL of now() plus seconds, an expression that may read
+// timePlus is the SQL of the instant t (an expression that reads no
+// column: now(), a parameter) plus seconds, an expression that may read
 // columns: arithmetic on seconds since the epoch, by immutable functions
-// and operators around now(), which reads no column. A distributed
-// Postgres evaluates now() on the coordinator and routes the rest to the
-// shard; it refuses `now() + column` outright (timestamptz + interval is
-// STABLE: a day's length depends on the time zone). Intervals are in
-// seconds (an interval column goes through intervalSeconds), so a day
-// counts 24 hours, as on a server in UTC.
-func nowPlus(seconds string) string {
-	return "to_timestamp(extract(epoch FROM now())::float8 + (" + seconds + "))"
+// and operators around t. A distributed Postgres evaluates t on the
+// coordinator and routes the rest to the shard; it refuses
+// `now() + column` outright (timestamptz + interval is STABLE: a day's
+// length depends on the time zone). Intervals are in seconds (an interval
+// column goes through intervalSeconds), so a day counts 24 hours, as on a
+// server in UTC.
+func timePlus(t, seconds string) string {
+	return "to_timestamp(extract(epoch FROM " + t + ")::float8 + (" + seconds + "))"
 }
+
+// nowPlus is timePlus from now().
+func nowPlus(seconds string) string { return timePlus("now()", seconds) }
 
 // intervalSeconds is the SQL of the interval column d in seconds.
 func intervalSeconds(d string) string { return "extract(epoch FROM " + d + ")::float8" }
@@ -123,17 +127,6 @@ func distinctPartitions(parts []int16) []int16 {
 	return slices.Compact(out)
 }
 
-// sortedKeys returns m's partitions in order: the global lock order, for
-// statements a distributed Postgres routes one partition at a time.
-func sortedKeys[V any](m map[int16]V) []int16 {
-	keys := make([]int16, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 // byPartition groups items by partition, in partition order (the global
 // lock order): the statements a distributed Postgres routes, one per
 // group.
@@ -143,9 +136,14 @@ func byPartition[T any](items []T, partition func(T) int16) [][]T {
 		p := partition(it)
 		at[p] = append(at[p], it)
 	}
-	groups := make([][]T, 0, len(at))
-	for _, p := range sortedKeys(at) {
-		groups = append(groups, at[p])
+	parts := make([]int16, 0, len(at))
+	for p := range at {
+		parts = append(parts, p)
+	}
+	slices.Sort(parts)
+	groups := make([][]T, len(parts))
+	for i, p := range parts {
+		groups[i] = at[p]
 	}
 	return groups
 }

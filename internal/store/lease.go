@@ -124,14 +124,9 @@ func LockLapsed(ctx context.Context, tx pgx.Tx, held []LeaseRef) ([]Lapsed, erro
 		FOR NO KEY UPDATE SKIP LOCKED`, parts, ids, epochs))
 	}
 	// One statement per partition, in partition order, in one round trip.
-	byPart := map[int16][]LeaseRef{}
-	for _, l := range held {
-		byPart[l.ID.Partition] = append(byPart[l.ID.Partition], l)
-	}
 	var out []Lapsed
 	b := &pgx.Batch{}
-	for _, p := range sortedKeys(byPart) {
-		ls := byPart[p]
+	for _, ls := range byPartition(held, func(l LeaseRef) int16 { return l.ID.Partition }) {
 		ids, epochs := make([]pgtype.UUID, len(ls)), make([]int64, len(ls))
 		for i, l := range ls {
 			ids[i], epochs[i] = pgUUID(l.ID.UUID), l.Epoch
@@ -143,7 +138,7 @@ func LockLapsed(ctx context.Context, tx pgx.Tx, held []LeaseRef) ([]Lapsed, erro
 			WHERE e.partition_key = $1 AND e.state = 'running'
 				AND (e.lease_expires_at <= now() OR e.attempt_deadline_at <= now())
 			ORDER BY e.execution_id
-			FOR NO KEY UPDATE OF e SKIP LOCKED`, p, ids, epochs).Query(func(rows pgx.Rows) error {
+			FOR NO KEY UPDATE OF e SKIP LOCKED`, ls[0].ID.Partition, ids, epochs).Query(func(rows pgx.Rows) error {
 			ls, err := collectLapsed(rows, nil)
 			out = append(out, ls...)
 			return err
@@ -181,17 +176,17 @@ func lockFound[T any](ctx context.Context, tx pgx.Tx, where string, limit int, c
 	if err != nil {
 		return nil, err
 	}
-	byPart := map[int16][]pgtype.UUID{}
-	for _, id := range found {
-		byPart[id.Partition] = append(byPart[id.Partition], pgUUID(id.UUID))
-	}
 	var out []T
 	b := &pgx.Batch{}
-	for _, p := range sortedKeys(byPart) {
+	for _, g := range byPartition(found, func(id ffdtype.ExecutionID) int16 { return id.Partition }) {
+		ids := make([]pgtype.UUID, len(g))
+		for i, id := range g {
+			ids[i] = pgUUID(id.UUID)
+		}
 		b.Queue(`SELECT `+columns+` FROM ff_execution
 			WHERE partition_key = $1 AND execution_id = ANY($2) AND `+where+`
 			ORDER BY execution_id
-			FOR NO KEY UPDATE SKIP LOCKED`, p, byPart[p]).Query(func(rows pgx.Rows) error {
+			FOR NO KEY UPDATE SKIP LOCKED`, g[0].Partition, ids).Query(func(rows pgx.Rows) error {
 			xs, err := collect(rows, nil)
 			out = append(out, xs...)
 			return err

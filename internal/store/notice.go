@@ -54,9 +54,7 @@ const maxPayload = 7900
 
 // add records item on channel once.
 func (n *Notices) add(channel, item string) {
-	if n.items == nil {
-		n.items, n.seen, n.bare = map[string][]string{}, map[string]bool{}, map[string]bool{}
-	}
+	n.init()
 	k := channel + "\x00" + item
 	if n.seen[k] {
 		return
@@ -68,10 +66,15 @@ func (n *Notices) add(channel, item string) {
 // wake records a notification on channel that names nothing: a wake-up
 // for its listeners (an outbox consumer), sent even when no item is.
 func (n *Notices) wake(channel string) {
-	if n.bare == nil {
+	n.init()
+	n.bare[channel] = true
+}
+
+// init makes the maps of a zero Notices.
+func (n *Notices) init() {
+	if n.items == nil {
 		n.items, n.seen, n.bare = map[string][]string{}, map[string]bool{}, map[string]bool{}
 	}
-	n.bare[channel] = true
 }
 
 // Completions owes the daemon the dispatch of completion events on
@@ -105,21 +108,6 @@ func (n *Notices) due(at time.Time) {
 // runs) the news that it is gone.
 func (n *Notices) Revoked(id ffdtype.ExecutionID, epoch int64) {
 	n.add(ChannelRevoke, strconv.Itoa(int(id.Partition))+":"+id.UUID.String()+":"+strconv.FormatInt(epoch, 10))
-}
-
-// Merge adds every notice of o to n.
-func (n *Notices) Merge(o *Notices) {
-	for _, c := range Channels {
-		for _, it := range o.items[c] {
-			n.add(c, it)
-		}
-		if o.bare[c] {
-			n.wake(c)
-		}
-	}
-	if !o.dueAt.IsZero() {
-		n.due(o.dueAt)
-	}
 }
 
 // Empty reports whether nothing is owed.

@@ -32,10 +32,8 @@ func TestNoticesPayloads(t *testing.T) {
 	n.LeaseEvents(4)
 	id := ffdtype.ExecutionID{Partition: 7, UUID: uuid.MustParse("01890000-0000-7000-8000-0000000000aa")}
 	n.Revoked(id, 0)
-	o := &Notices{}
-	o.Ready("c")
-	o.Completions(1, false)
-	n.Merge(o)
+	n.Ready("c")
+	n.Completions(1, false)
 	cs, ps := n.payloads()
 	got := map[string]string{}
 	for i, c := range cs {
