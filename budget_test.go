@@ -377,8 +377,15 @@ func TestWriteBudgetHop(t *testing.T) {
 	var tracer statementCounter
 	pool := budgetPool(t, ctx, db.URL, &tracer, 1)
 	c := budgetClient(t, pool)
-	// Once per pool, not per hop (store.Distributed).
+	// Once per pool and per connection (the dispatch's statements ask
+	// in its transaction), not per hop: store.Distributed.
 	if _, err := store.Distributed(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := store.Distributed(ctx, tx)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	tracer.statements.Store(0)

@@ -167,7 +167,15 @@ type Moved struct {
 // edge resolves exactly once however many callers race.
 func ResolveEdges(ctx context.Context, tx pgx.Tx, rs []Resolution) ([]Moved, error) {
 	parts, ups, outcomes, edges := resolutionArrays(rs)
-	rows, err := tx.Query(ctx, resolveSQL, parts, ups, outcomes, edges, distinctPartitions(parts))
+	routed, part, err := routedPartition(ctx, tx, parts)
+	if err != nil {
+		return nil, err
+	}
+	sql, args := resolveSQL, []any{parts, ups, outcomes, edges}
+	if routed {
+		sql, args = resolveRoutedSQL, append(args, part)
+	}
+	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +204,16 @@ type movedRow struct {
 // its new counters and how many of its edges resolved, by class, and its
 // downstream's lane (read by primary key, not locked: an execution's lane
 // never changes), for the notice a downstream made pending owes.
-const resolveSQL = `
+var (
+	resolveSQL       = resolveStatement(false)
+	resolveRoutedSQL = resolveStatement(true)
+)
+
+// resolveStatement is resolveSQL, narrowed to the partition $5 when
+// routed.
+func resolveStatement(routed bool) string {
+	one := narrowTo(routed, "$5")
+	return `
 WITH input AS (
 	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::text[], $4::uuid[])
 		AS i(partition_key, upstream_id, outcome, edge_id)
@@ -204,7 +221,7 @@ WITH input AS (
 	UPDATE ff_edge e SET state = 'resolved', resolved_outcome = i.outcome, resolved_at = now()
 	FROM input i
 	WHERE e.partition_key = i.partition_key AND e.upstream_id = i.upstream_id AND e.state = 'applied'
-		AND (i.edge_id IS NULL OR e.edge_id = i.edge_id) AND e.partition_key = ANY($5)
+		AND (i.edge_id IS NULL OR e.edge_id = i.edge_id)` + one("e") + `
 	RETURNING e.partition_key, e.flow_id, e.downstream_id, e.resolved_outcome
 ), agg AS (
 	SELECT partition_key, flow_id, downstream_id, count(*) AS n,
@@ -219,11 +236,11 @@ UPDATE ff_edge_group g SET
 	skip_count = g.skip_count + a.k
 FROM agg a, ff_execution x
 WHERE g.partition_key = a.partition_key AND g.flow_id = a.flow_id AND g.downstream_id = a.downstream_id
-	AND x.partition_key = a.partition_key AND x.execution_id = a.downstream_id
-	AND g.partition_key = ANY($5) AND x.partition_key = ANY($5)
+	AND x.partition_key = a.partition_key AND x.execution_id = a.downstream_id` + one("g") + one("x") + `
 RETURNING ` + groupColumns + `,
 	a.n::int AS resolved, a.s::int AS resolved_success, a.f::int AS resolved_failed, a.k::int AS resolved_skipped,
 	x.lane AS downstream_lane`
+}
 
 // DecisionEffects are the effects of the groups that decided in one resolve:
 // every decision recorded, the satisfied downstreams made pending, and the
@@ -243,28 +260,29 @@ type DecisionEffects struct {
 // were queued for sibling cancellation (a group with no live sibling needs
 // none).
 func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued int, err error) {
+	all := make([]int16, len(d.Decided))
+	for i, g := range d.Decided {
+		all[i] = g.Downstream.Partition // Ready and Cancel are among them
+	}
+	routed, part, err := routedPartition(ctx, tx, all)
+	if err != nil {
+		return 0, err
+	}
+	stmts := recordSQL[routed]
 	b := &pgx.Batch{}
 	if n := len(d.Decided); n > 0 {
 		parts, flows, downs, decisions := make([]int16, n), make([]pgtype.UUID, n), make([]pgtype.UUID, n), make([]string, n)
 		for i, g := range d.Decided {
 			parts[i], flows[i], downs[i], decisions[i] = g.Downstream.Partition, pgUUID(g.FlowID), pgUUID(g.Downstream.UUID), string(g.Decision)
 		}
-		b.Queue(`UPDATE ff_edge_group g SET decision = i.decision, decided_at = now()
-			FROM unnest($1::smallint[], $2::uuid[], $3::uuid[], $4::text[]) AS i(partition_key, flow_id, downstream_id, decision)
-			WHERE g.partition_key = i.partition_key AND g.flow_id = i.flow_id AND g.downstream_id = i.downstream_id
-				AND g.partition_key = ANY($5)`,
-			parts, flows, downs, decisions, distinctPartitions(parts))
+		b.Queue(stmts.decide, routedArgs(routed, part, parts, flows, downs, decisions)...)
 	}
 	if n := len(d.Ready); n > 0 {
 		parts, ids := make([]int16, n), make([]pgtype.UUID, n)
 		for i, id := range d.Ready {
 			parts[i], ids[i] = id.Partition, pgUUID(id.UUID)
 		}
-		b.Queue(`UPDATE ff_execution e SET state = 'pending', run_at = now()
-			FROM unnest($1::smallint[], $2::uuid[]) AS i(partition_key, execution_id)
-			WHERE e.partition_key = i.partition_key AND e.execution_id = i.execution_id AND e.state = 'blocked'
-				AND e.partition_key = ANY($3)`,
-			parts, ids, distinctPartitions(parts))
+		b.Queue(stmts.ready, routedArgs(routed, part, parts, ids)...)
 		ready := &Notices{}
 		for _, lane := range d.Lanes {
 			ready.Ready(lane)
@@ -276,7 +294,7 @@ func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued 
 		for i, g := range d.Cancel {
 			parts[i], flows[i], downs[i] = g.Downstream.Partition, pgUUID(g.FlowID), pgUUID(g.Downstream.UUID)
 		}
-		b.Queue(queueCancelSQL, parts, flows, downs, distinctPartitions(parts)).Exec(func(tag pgconn.CommandTag) error {
+		b.Queue(stmts.queueCancel, routedArgs(routed, part, parts, flows, downs)...).Exec(func(tag pgconn.CommandTag) error {
 			queued = int(tag.RowsAffected())
 			return nil
 		})
@@ -287,10 +305,31 @@ func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued 
 	return queued, tx.SendBatch(ctx, b).Close()
 }
 
-// queueCancelSQL records, for each satisfied cancel_remaining group, the
-// sibling upstreams still live, and queues the group for the sibling-cancel
-// workers; a group with no live sibling needs no queueing.
-const queueCancelSQL = `
+// recordSQL are RecordDecisions' statements, plain (false) and narrowed
+// to one partition (true: its last parameter).
+var recordSQL = map[bool]recordStatements{false: newRecordStatements(false), true: newRecordStatements(true)}
+
+type recordStatements struct{ decide, ready, queueCancel string }
+
+func newRecordStatements(routed bool) recordStatements {
+	return recordStatements{
+		decide: `UPDATE ff_edge_group g SET decision = i.decision, decided_at = now()
+			FROM unnest($1::smallint[], $2::uuid[], $3::uuid[], $4::text[]) AS i(partition_key, flow_id, downstream_id, decision)
+			WHERE g.partition_key = i.partition_key AND g.flow_id = i.flow_id AND g.downstream_id = i.downstream_id` + narrowTo(routed, "$5")("g"),
+		ready: `UPDATE ff_execution e SET state = 'pending', run_at = now()
+			FROM unnest($1::smallint[], $2::uuid[]) AS i(partition_key, execution_id)
+			WHERE e.partition_key = i.partition_key AND e.execution_id = i.execution_id AND e.state = 'blocked'` + narrowTo(routed, "$3")("e"),
+		queueCancel: queueCancelStatement(routed),
+	}
+}
+
+// queueCancelStatement records, for each satisfied cancel_remaining
+// group, the sibling upstreams still live, and queues the group for the
+// sibling-cancel workers; a group with no live sibling needs no queueing.
+// Narrowed to the partition $4 when routed.
+func queueCancelStatement(routed bool) string {
+	one := narrowTo(routed, "$4")
+	return `
 WITH g AS (
 	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::uuid[]) AS i(partition_key, flow_id, downstream_id)
 ), live AS (
@@ -298,18 +337,18 @@ WITH g AS (
 	FROM ff_edge e
 	JOIN g ON e.partition_key = g.partition_key AND e.flow_id = g.flow_id AND e.downstream_id = g.downstream_id
 	JOIN ff_execution x ON x.partition_key = e.partition_key AND x.execution_id = e.upstream_id
-	WHERE x.state IN ('blocked', 'pending', 'running') AND e.partition_key = ANY($4) AND x.partition_key = ANY($4)
+	WHERE x.state IN ('blocked', 'pending', 'running')` + one("e") + one("x") + `
 	GROUP BY e.partition_key, e.flow_id, e.downstream_id
 ), rec AS (
 	UPDATE ff_edge_group eg SET cancel_members = live.members
 	FROM live
-	WHERE eg.partition_key = live.partition_key AND eg.flow_id = live.flow_id AND eg.downstream_id = live.downstream_id
-		AND eg.partition_key = ANY($4)
+	WHERE eg.partition_key = live.partition_key AND eg.flow_id = live.flow_id AND eg.downstream_id = live.downstream_id` + one("eg") + `
 	RETURNING eg.partition_key, eg.flow_id, eg.downstream_id
 )
 INSERT INTO ff_pending_cancel_group (partition_key, flow_id, downstream_id)
 SELECT partition_key, flow_id, downstream_id FROM rec
 ON CONFLICT DO NOTHING`
+}
 
 // TakeCancelGroup locks the oldest queued sibling-cancel group that no
 // other worker holds, or returns pgx.ErrNoRows. Queue rows come before

@@ -92,17 +92,36 @@ func (l *Locks) GroupsResolving(ctx context.Context, rs []Resolution) error {
 		return err
 	}
 	parts, ups, _, edges := resolutionArrays(rs)
-	_, err := l.tx.Exec(ctx, `SELECT 1 FROM ff_edge_group g
+	routed, part, err := routedPartition(ctx, l.tx, parts)
+	if err != nil {
+		return err
+	}
+	sql, args := groupsResolvingSQL, []any{parts, ups, edges}
+	if routed {
+		sql, args = groupsResolvingRoutedSQL, append(args, part)
+	}
+	_, err = l.tx.Exec(ctx, sql, args...)
+	return err
+}
+
+var (
+	groupsResolvingSQL       = groupsResolvingStatement(false)
+	groupsResolvingRoutedSQL = groupsResolvingStatement(true)
+)
+
+// groupsResolvingStatement locks the groups GroupsResolving names,
+// narrowed to the partition $4 when routed.
+func groupsResolvingStatement(routed bool) string {
+	one := narrowTo(routed, "$4")
+	return `SELECT 1 FROM ff_edge_group g
 		WHERE (g.partition_key, g.flow_id, g.downstream_id) IN (
 			SELECT e.partition_key, e.flow_id, e.downstream_id
 			FROM ff_edge e
 			JOIN unnest($1::smallint[], $2::uuid[], $3::uuid[]) AS i(partition_key, upstream_id, edge_id)
 				ON e.partition_key = i.partition_key AND e.upstream_id = i.upstream_id
-			WHERE e.state = 'applied' AND (i.edge_id IS NULL OR e.edge_id = i.edge_id) AND e.partition_key = ANY($4))
-			AND g.partition_key = ANY($4)
+			WHERE e.state = 'applied' AND (i.edge_id IS NULL OR e.edge_id = i.edge_id)` + one("e") + `)` + one("g") + `
 		ORDER BY g.partition_key, g.flow_id, g.downstream_id
-		FOR NO KEY UPDATE`, parts, ups, edges, distinctPartitions(parts))
-	return err
+		FOR NO KEY UPDATE`
 }
 
 // Edge locks one edge and returns its state, or pgx.ErrNoRows.

@@ -61,7 +61,7 @@ var (
 // partition $6 when routed: every table of it then names that partition,
 // which is how a distributed Postgres routes it to one shard.
 func deleteExecutionsStatement(routed bool) string {
-	one := onePartition(routed)
+	one := narrowTo(routed, "$6")
 	return `
 WITH ages(namespace, age_us) AS (SELECT * FROM unnest($1::text[], $2::bigint[])),
 victims AS (
@@ -81,17 +81,6 @@ legacy AS (
 	WHERE l.partition_key = v.partition_key AND l.execution_id = v.execution_id` + one("l") + `)
 DELETE FROM ff_execution e USING victims v
 WHERE e.partition_key = v.partition_key AND e.execution_id = v.execution_id` + one("e") + ``
-}
-
-// onePartition returns the condition that narrows an alias's rows to the
-// partition $6, or nothing when not routed.
-func onePartition(routed bool) func(alias string) string {
-	return func(alias string) string {
-		if !routed {
-			return ""
-		}
-		return " AND " + alias + ".partition_key = $6"
-	}
 }
 
 // DeleteFinishedExecutions deletes up to limit solo executions (flow
@@ -161,7 +150,7 @@ var (
 // deleteFlowsStatement is deleteFlowsSQL, narrowed to the one partition
 // $6 when routed (deleteExecutionsStatement).
 func deleteFlowsStatement(routed bool) string {
-	one := onePartition(routed)
+	one := narrowTo(routed, "$6")
 	return `
 WITH ages(namespace, age_us) AS (SELECT * FROM unnest($1::text[], $2::bigint[])),
 victims AS (
