@@ -112,12 +112,15 @@ type WALConfig struct {
 	// Slot is the logical replication slot, created on first use; one per
 	// consumer. Required: 1-63 of [a-z0-9_].
 	Slot string
-	// Handler is called once per committed transaction. Required.
+	// Handler is called once per committed transaction (on Citus, once
+	// per worker node the transaction wrote on), never twice at once.
+	// Required.
 	Handler WALHandler
 	// StatusInterval: standby status updates when idle. Default 10 s.
 	StatusInterval time.Duration
-	// OnStart, when set, is called once streaming has started: every
-	// transaction committed from then on will be delivered. (A new slot
+	// OnStart, when set, is called once streaming has started (on Citus,
+	// on every node): every transaction committed from then on will be
+	// delivered. (A new slot
 	// holds only what commits after it was created; read older events with
 	// the cursor protocol.)
 	OnStart func()
@@ -125,6 +128,14 @@ type WALConfig struct {
 	// stream must still notice a vanished server). Default
 	// ffd.DefaultSessionConfig().
 	Session *SessionConfig
+	// Nodes, on Citus, are the connection strings of the worker nodes to
+	// stream from, one slot of the same name on each, for nodes that this
+	// process reaches at other addresses than the cluster's own names.
+	// Default: the nodes the coordinator's pg_dist_node lists (every
+	// active primary that holds, or may hold, a shard of the outbox),
+	// reached with ConnString's settings; on one Postgres, ConnString
+	// itself. Ignored on one Postgres.
+	Nodes []string
 	// Logger: default none.
 	Logger *zap.Logger
 }

@@ -562,3 +562,84 @@ func TestRetention(t *testing.T) {
 		t.Fatalf("%d executions of the lane left, %v; want none", n, err)
 	}
 }
+
+// The WAL stream follows every worker node, one slot of the same name on
+// each: 500 completions across the shards arrive, each at least once
+// (named by its distributed table, not its shard), and dropping the slot
+// drops it on every node.
+func TestWALStream(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	lane := f.lane("wal")
+	slot := "w_" + f.prefix
+	const n = 500
+	got := make(chan ffd.OutboxEvent, 8*n)
+	started := make(chan struct{})
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- ffd.StreamWAL(ctx, ffd.WALConfig{ConnString: coordinator, Slot: slot, StatusInterval: 200 * time.Millisecond,
+			OnStart: func() { close(started) },
+			Handler: func(_ context.Context, evs []ffd.OutboxEvent) error {
+				for _, e := range evs {
+					got <- e
+				}
+				return nil
+			}})
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("the stream ended before starting: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the stream did not start within a minute")
+	}
+	nodes, err := f.count(`SELECT count(*) FROM pg_dist_node WHERE isactive AND noderole = 'primary' AND groupid > 0`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots, err := f.count(`SELECT count(*) FROM run_command_on_workers($$SELECT count(*) FROM pg_replication_slots WHERE slot_name = '` + slot + `'$$) WHERE result = '1'`)
+	if err != nil || slots != nodes || nodes < 1 {
+		t.Fatalf("slot %s on %d of %d worker nodes (%v), want every one", slot, slots, nodes, err)
+	}
+	f.worker(t, lane, func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil })
+	ps := make([]ffd.CreateParams, n)
+	for i := range ps {
+		ps[i] = ffd.CreateParams{Lane: lane}
+	}
+	xs, err := f.client.CreateMany(f.ctx, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	partitions := map[int16]bool{}
+	for _, x := range xs {
+		want[x.ID.String()] = true
+		partitions[x.ID.Partition] = true
+	}
+	deadline := time.After(2 * time.Minute)
+	for len(want) > 0 {
+		select {
+		case e := <-got:
+			if e.Stream == ffd.StreamCompletion {
+				delete(want, e.ExecutionID)
+			}
+		case err := <-done:
+			t.Fatalf("the stream ended with %d of %d completions not delivered: %v", len(want), n, err)
+		case <-deadline:
+			t.Fatalf("%d of %d completions (over %d partitions) not streamed within two minutes", len(want), n, len(partitions))
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("a cancelled stream returned %v, want nil", err)
+	}
+	dctx, dcancel := context.WithTimeout(f.ctx, time.Minute)
+	defer dcancel()
+	if err := ffd.DropWALSlot(dctx, coordinator, slot); err != nil {
+		t.Fatalf("drop the slot: %v", err)
+	}
+	if left, err := f.count(`SELECT count(*) FROM run_command_on_workers($$SELECT count(*) FROM pg_replication_slots WHERE slot_name = '` + slot + `'$$) WHERE result <> '0'`); err != nil || left != 0 {
+		t.Fatalf("slot left on %d nodes after dropping it (%v)", left, err)
+	}
+}

@@ -35,6 +35,9 @@ func Transient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}
+	if errors.Is(err, ErrNodesChanged) {
+		return true
+	}
 	var he *HandlerError
 	if errors.As(err, &he) || errors.Is(err, ErrWALLevel) {
 		return false

@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/sourcegraph/conc/pool"
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/ffdtype"
@@ -39,20 +44,26 @@ func validSlot(s string) error {
 	return nil
 }
 
-func replicationConn(ctx context.Context, connString string, guard *ffdtype.SessionConfig) (*pgconn.PgConn, error) {
-	cfg, err := pgconn.ParseConfig(connString)
+// connConfig parses a connection string and applies the session guard.
+func connConfig(connString string, guard *ffdtype.SessionConfig) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(connString)
 	if err != nil {
-		return nil, fmt.Errorf("replication connection: %w", err)
+		return nil, fmt.Errorf("parse connection string: %w", err)
 	}
 	g := session.Default()
 	if guard != nil {
 		g = *guard
 	}
-	session.ApplyConn(g, cfg)
+	session.Apply(g, cfg)
+	return cfg, nil
+}
+
+func replicationConn(ctx context.Context, cfg *pgconn.Config) (*pgconn.PgConn, error) {
+	cfg = cfg.Copy()
 	cfg.RuntimeParams["replication"] = "database"
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("replication connection: %w", err)
+		return nil, fmt.Errorf("replication connection to %s:%d: %w", cfg.Host, cfg.Port, err)
 	}
 	return conn, nil
 }
@@ -86,26 +97,117 @@ func ensureSlot(ctx context.Context, conn *pgconn.PgConn, slot string) error {
 	return nil
 }
 
-// DropSlot drops a WAL consumer's slot, releasing the WAL it retains.
+// DropSlot drops a WAL consumer's slot, releasing the WAL it retains: on
+// Citus, the slot on every node the stream reads.
 func DropSlot(ctx context.Context, connString, slot string) error {
 	if err := validSlot(slot); err != nil {
 		return err
 	}
-	conn, err := replicationConn(ctx, connString, nil)
+	nodes, err := walNodes(ctx, ffdtype.WALConfig{ConnString: connString})
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if err := pglogrepl.DropReplicationSlot(ctx, conn, slot, pglogrepl.DropReplicationSlotOptions{Wait: true}); err != nil {
-		return fmt.Errorf("drop replication slot %s: %w", slot, err)
+	for _, node := range nodes {
+		conn, err := replicationConn(ctx, node)
+		if err != nil {
+			return err
+		}
+		err = pglogrepl.DropReplicationSlot(ctx, conn, slot, pglogrepl.DropReplicationSlotOptions{Wait: true})
+		conn.Close(context.WithoutCancel(ctx))
+		var pgErr *pgconn.PgError
+		if len(nodes) > 1 && errors.As(err, &pgErr) && pgErr.Code == "42704" {
+			continue // undefined_object: a node added since the stream last ran
+		}
+		if err != nil {
+			return fmt.Errorf("drop replication slot %s on %s:%d: %w", slot, node.Host, node.Port, err)
+		}
 	}
 	return nil
+}
+
+// ErrNodesChanged is returned by StreamWAL on Citus when the nodes that
+// hold the outbox changed while it streamed (a node added or removed):
+// it is transient, and the next StreamWAL streams from the new set.
+var ErrNodesChanged = errors.New("the outbox's worker nodes changed")
+
+// DefaultNodeCheckInterval is how often a stream over several nodes reads
+// the coordinator's list of them again.
+const DefaultNodeCheckInterval = 30 * time.Second
+
+// walNodes returns the servers whose WAL holds the outbox: the database
+// itself, or on Citus every worker node that holds (or may hold) a shard
+// of it, each with ConnString's settings and its own address (or
+// cfg.Nodes, when given).
+func walNodes(ctx context.Context, cfg ffdtype.WALConfig) ([]*pgconn.Config, error) {
+	base, err := connConfig(cfg.ConnString, cfg.Session)
+	if err != nil {
+		return nil, err
+	}
+	found, err := outboxNodes(ctx, base)
+	if err != nil || len(found) == 0 {
+		return []*pgconn.Config{&base.Config}, err
+	}
+	var nodes []*pgconn.Config
+	if len(cfg.Nodes) > 0 {
+		for _, cs := range cfg.Nodes {
+			node, err := connConfig(cs, cfg.Session)
+			if err != nil {
+				return nil, fmt.Errorf("WAL node %q: %w", cs, err)
+			}
+			nodes = append(nodes, &node.Config)
+		}
+	} else {
+		for _, n := range found {
+			nodes = append(nodes, at(&base.Config, n))
+		}
+	}
+	for _, node := range nodes {
+		// Citus's decoder names the shards' rows by their distributed
+		// table and leaves out what its own shard moves copy: the stream
+		// asks for it on its sessions, whatever the nodes' default.
+		node.RuntimeParams[citusCDC] = "on"
+	}
+	return nodes, nil
+}
+
+// at is cfg pointed at node n: its own host and port, in the TLS and
+// plain attempts alike (sslmode=prefer tries both).
+func at(cfg *pgconn.Config, n store.Node) *pgconn.Config {
+	c := cfg.Copy()
+	c.Host, c.Port = n.Host, n.Port
+	if c.TLSConfig != nil {
+		c.TLSConfig.ServerName = n.Host
+	}
+	for _, fb := range c.Fallbacks {
+		fb.Host, fb.Port = n.Host, n.Port
+		if fb.TLSConfig != nil {
+			fb.TLSConfig.ServerName = n.Host
+		}
+	}
+	return c
+}
+
+// citusCDC is Citus's setting that puts its logical decoder in front of
+// pgoutput.
+const citusCDC = "citus.enable_change_data_capture"
+
+// outboxNodes reads store.OutboxNodes over a plain connection of cfg.
+func outboxNodes(ctx context.Context, cfg *pgx.ConnConfig) ([]store.Node, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("find the outbox's nodes: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return store.OutboxNodes(ctx, conn)
 }
 
 // StreamWAL follows both outboxes from the slot's confirmed position until
 // ctx ends (returning nil), the handler fails or the connection drops
 // (returning the error; call it again to resume: nothing acknowledged is
-// lost, nothing unacknowledged is skipped).
+// lost, nothing unacknowledged is skipped). On Citus it streams from every
+// worker node at once, a slot of the same name on each: commit order holds
+// per node, and a transaction that wrote on two nodes arrives as two
+// handler calls.
 func StreamWAL(ctx context.Context, cfg ffdtype.WALConfig) error {
 	if cfg.Handler == nil {
 		return errors.New("outbox: StreamWAL needs a handler")
@@ -124,7 +226,86 @@ func StreamWAL(ctx context.Context, cfg ffdtype.WALConfig) error {
 			return err
 		}
 	}
-	conn, err := replicationConn(ctx, cfg.ConnString, cfg.Session)
+	nodes, err := walNodes(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if len(nodes) == 1 {
+		return streamNode(ctx, cfg, nodes[0], cfg.Slot, cfg.OnStart)
+	}
+	slots := make([]string, len(nodes))
+	for i := range slots {
+		slots[i] = cfg.Slot
+	}
+	return streamNodes(ctx, cfg, nodes, slots)
+}
+
+// streamNodes streams from each node at once, from the slot of the same
+// index (the same name on each, but for a test). The handler is called
+// for one node at a time; the first node to fail ends every stream, and
+// a change in the cluster's nodes ends them with ErrNodesChanged.
+func streamNodes(ctx context.Context, cfg ffdtype.WALConfig, nodes []*pgconn.Config, slots []string) error {
+	var mu sync.Mutex
+	handler := cfg.Handler
+	cfg.Handler = func(ctx context.Context, ev []ffdtype.OutboxEvent) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return handler(ctx, ev)
+	}
+	var started atomic.Int32
+	onStart := func() {
+		if int(started.Add(1)) == len(nodes) && cfg.OnStart != nil {
+			cfg.OnStart()
+		}
+	}
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = fmt.Sprintf("%s:%d", n.Host, n.Port)
+	}
+	cfg.Logger.Info("WAL stream over worker nodes", zap.Strings("nodes", addrs), zap.String("slot", cfg.Slot))
+	p := pool.New().WithContext(ctx).WithCancelOnError().WithFirstError()
+	for i, node := range nodes {
+		p.Go(func(ctx context.Context) error { return streamNode(ctx, cfg, node, slots[i], onStart) })
+	}
+	if len(cfg.Nodes) == 0 {
+		p.Go(func(ctx context.Context) error { return watchNodes(ctx, cfg, addrs) })
+	}
+	err := p.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// watchNodes reads the outbox's nodes every DefaultNodeCheckInterval and
+// fails with ErrNodesChanged when they differ from addrs.
+func watchNodes(ctx context.Context, cfg ffdtype.WALConfig, addrs []string) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(DefaultNodeCheckInterval):
+		}
+		nodes, err := walNodes(ctx, cfg)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		now := make([]string, len(nodes))
+		for i, n := range nodes {
+			now[i] = fmt.Sprintf("%s:%d", n.Host, n.Port)
+		}
+		if !slices.Equal(now, addrs) {
+			return fmt.Errorf("%w: %v, was %v", ErrNodesChanged, now, addrs)
+		}
+	}
+}
+
+// streamNode follows the slot on one server.
+func streamNode(ctx context.Context, cfg ffdtype.WALConfig, node *pgconn.Config, slot string, onStart func()) error {
+	conn, err := replicationConn(ctx, node)
 	if err != nil {
 		return err
 	}
@@ -132,25 +313,26 @@ func StreamWAL(ctx context.Context, cfg ffdtype.WALConfig) error {
 	if err := CheckWALLevel(ctx, conn); err != nil {
 		return err
 	}
-	if err := ensureSlot(ctx, conn, cfg.Slot); err != nil {
+	if err := ensureSlot(ctx, conn, slot); err != nil {
 		return err
 	}
 	// LSN 0: the server starts at the slot's confirmed position.
-	err = pglogrepl.StartReplication(ctx, conn, cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+	err = pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + Publication + "'"},
 	})
 	if err != nil {
-		return fmt.Errorf("start replication on slot %s: %w", cfg.Slot, err)
+		return fmt.Errorf("start replication on slot %s at %s:%d: %w", slot, node.Host, node.Port, err)
 	}
-	if cfg.OnStart != nil {
-		cfg.OnStart()
+	if onStart != nil {
+		onStart()
 	}
-	s := &walStream{cfg: cfg, conn: conn, relations: map[uint32]*pglogrepl.RelationMessage{}, types: pgtype.NewMap()}
+	s := &walStream{cfg: cfg, slot: slot, conn: conn, relations: map[uint32]*pglogrepl.RelationMessage{}, types: pgtype.NewMap()}
 	return s.run(ctx)
 }
 
 type walStream struct {
 	cfg       ffdtype.WALConfig
+	slot      string
 	conn      *pgconn.PgConn
 	relations map[uint32]*pglogrepl.RelationMessage
 	types     *pgtype.Map
@@ -183,10 +365,10 @@ func (s *walStream) run(ctx context.Context) error {
 			if pgconn.Timeout(err) {
 				continue
 			}
-			return fmt.Errorf("receive from slot %s: %w", s.cfg.Slot, err)
+			return fmt.Errorf("receive from slot %s: %w", s.slot, err)
 		}
 		if e, ok := raw.(*pgproto3.ErrorResponse); ok {
-			return fmt.Errorf("slot %s: %s (SQLSTATE %s)", s.cfg.Slot, e.Message, e.Code)
+			return fmt.Errorf("slot %s: %s (SQLSTATE %s)", s.slot, e.Message, e.Code)
 		}
 		msg, ok := raw.(*pgproto3.CopyData)
 		if !ok || len(msg.Data) == 0 {

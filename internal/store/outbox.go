@@ -349,3 +349,44 @@ func IdleConsumers(ctx context.Context, db DB, limit time.Duration) ([]IdleConsu
 	}
 	return out, nil
 }
+
+// Node is a database server by address: a worker node of a distributed
+// Postgres.
+type Node struct {
+	Host string
+	Port uint16
+}
+
+// OutboxNodes returns the nodes whose WAL holds the outbox's inserts
+// where the outbox tables are distributed (Citus): every active primary
+// node that holds a shard of them or may be given one (a node added for a
+// rebalance has a slot before its first shard arrives). It returns
+// nothing on one Postgres, whose own WAL holds them.
+func OutboxNodes(ctx context.Context, db DB) ([]Node, error) {
+	var dist bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')`).Scan(&dist)
+	if err == nil && dist {
+		err = db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_dist_partition
+			WHERE logicalrelid = to_regclass('ff_completion_event') AND partmethod = 'h')`).Scan(&dist)
+	}
+	if err != nil || !dist {
+		return nil, wrap("read whether the outbox is distributed", err)
+	}
+	rows, err := db.Query(ctx, `SELECT n.nodename, n.nodeport FROM pg_dist_node n
+		WHERE n.isactive AND n.noderole = 'primary' AND (n.shouldhaveshards OR EXISTS (
+			SELECT 1 FROM pg_dist_placement p JOIN pg_dist_shard s USING (shardid)
+			WHERE p.groupid = n.groupid
+				AND s.logicalrelid IN ('ff_completion_event'::regclass, 'ff_lease_event'::regclass)))
+		ORDER BY n.nodename, n.nodeport`)
+	if err != nil {
+		return nil, wrap("read the outbox's nodes", err)
+	}
+	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Node, error) {
+		var n Node
+		var port int32
+		err := r.Scan(&n.Host, &port)
+		n.Port = uint16(port)
+		return n, err
+	})
+	return nodes, wrap("read the outbox's nodes", err)
+}
