@@ -12,10 +12,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd"
@@ -72,6 +74,14 @@ type Config struct {
 	// DrainTimeout bounds the wait for the system to drain after the
 	// faults. Default DefaultDrainTimeout.
 	DrainTimeout time.Duration
+	// CitusNodes, when above 0, runs the suite on a Citus cluster the
+	// harness starts: a coordinator and this many worker nodes (the citus
+	// extension must be installed for the local PostgreSQL), the tables
+	// placed as `ffd migrate distribution` prints. Every process connects
+	// to the coordinator, the WAL consumer streams from every worker node,
+	// and a crash restart crash-restarts one node, drawn at random.
+	// Default 0: one Postgres.
+	CitusNodes int
 	// Seed makes the DAGs and the fault schedule repeatable. Default 0
 	// (a fixed seed; pass a random one to explore).
 	Seed uint64
@@ -105,6 +115,9 @@ func (c *Config) normalize() error {
 	defInt(&c.Workers, DefaultWorkers)
 	defInt(&c.MinNodes, DefaultMinNodes)
 	defInt(&c.MaxNodes, DefaultMaxNodes)
+	if c.CitusNodes < 0 {
+		c.CitusNodes = 0
+	}
 	if c.MaxNodes < c.MinNodes {
 		return fmt.Errorf("chaos: MaxNodes %d below MinNodes %d", c.MaxNodes, c.MinNodes)
 	}
@@ -150,12 +163,15 @@ type Report struct {
 
 // harness is one run in progress.
 type harness struct {
-	cfg  Config
-	rng  *rand.Rand
-	srv  *pgserver.Server
-	port int
-	url  string
-	pool *pgxpool.Pool
+	cfg Config
+	rng *rand.Rand
+	// servers are the Postgres servers: one, or Citus's coordinator
+	// first and its worker nodes after it; ports are theirs, kept across
+	// crash restarts.
+	servers []*pgserver.Server
+	ports   []int
+	url     string // the coordinator's
+	pool    *pgxpool.Pool
 
 	daemons, workers []*proc
 	cursor, wal      *proc
@@ -182,11 +198,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	h.report.Faults = map[string]int{}
 	h.report.Starts = map[string]int{}
 	defer h.close()
-	if err := h.startServer(ctx, 0); err != nil {
+	h.servers, h.ports = make([]*pgserver.Server, 1+cfg.CitusNodes), make([]int, 1+cfg.CitusNodes)
+	for i := range h.servers {
+		if err := h.startServer(ctx, i); err != nil {
+			return nil, err
+		}
+	}
+	if err := h.formCluster(ctx); err != nil {
 		return nil, err
 	}
 	if out, err := exec.CommandContext(ctx, cfg.FFD, "migrate", "up", "--database-url", h.url, "--log-level", "warn").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("ffd migrate up: %w\n%s", err, out)
+	}
+	if err := h.distribute(ctx); err != nil {
+		return nil, err
 	}
 	pcfg, err := pgxpool.ParseConfig(h.appURL("harness"))
 	if err != nil {
@@ -250,8 +275,13 @@ func (h *harness) violation(format string, args ...any) {
 	h.report.Violations = append(h.report.Violations, fmt.Sprintf(format, args...))
 }
 
-func (h *harness) startServer(ctx context.Context, port int) error {
+// startServer starts server i (0: the one Postgres, or Citus's
+// coordinator) on its port, or on a free one at its first start.
+func (h *harness) startServer(ctx context.Context, i int) error {
 	dir := filepath.Join(h.cfg.Dir, "pg")
+	if i > 0 {
+		dir = filepath.Join(h.cfg.Dir, fmt.Sprintf("pg-node-%d", i))
+	}
 	sock := filepath.Join(dir, "sock")
 	if err := os.MkdirAll(sock, 0o755); err != nil {
 		return err
@@ -259,13 +289,79 @@ func (h *harness) startServer(ctx context.Context, port int) error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
-	srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "data"), SocketDir: sock, Port: port,
-		Settings: map[string]string{"max_connections": "200"}})
+	settings := map[string]string{"max_connections": "200"}
+	if h.cfg.CitusNodes > 0 {
+		settings["shared_preload_libraries"] = "citus"
+		settings["max_prepared_transactions"] = "200"
+		// A consumer's events wait for Citus's recovery of two-phase
+		// commits (docs/scaling.md).
+		settings["citus.recover_2pc_interval"] = "1s"
+	}
+	srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "data"), SocketDir: sock, Port: h.ports[i],
+		Settings: settings})
 	if err != nil {
 		return err
 	}
-	h.srv, h.port, h.url = srv, srv.Port(), srv.URL("postgres")
+	h.servers[i], h.ports[i] = srv, srv.Port()
+	if i == 0 {
+		h.url = srv.URL("postgres")
+	}
 	return nil
+}
+
+// formCluster makes the servers one Citus cluster: the extension on
+// each, the worker nodes added to the coordinator.
+func (h *harness) formCluster(ctx context.Context) error {
+	if h.cfg.CitusNodes == 0 {
+		return nil
+	}
+	for i, srv := range h.servers {
+		if err := h.execOn(ctx, srv.URL("postgres"), `CREATE EXTENSION IF NOT EXISTS citus`); err != nil {
+			return fmt.Errorf("citus on node %d: %w", i, err)
+		}
+	}
+	if err := h.execOn(ctx, h.url, `SELECT citus_set_coordinator_host('127.0.0.1', $1)`, h.ports[0]); err != nil {
+		return err
+	}
+	for _, port := range h.ports[1:] {
+		if err := h.execOn(ctx, h.url, `SELECT citus_add_node('127.0.0.1', $1)`, port); err != nil {
+			return fmt.Errorf("add worker node %d: %w", port, err)
+		}
+	}
+	return nil
+}
+
+// distribute runs, on Citus, the calls `ffd migrate distribution` prints,
+// as an operator would.
+func (h *harness) distribute(ctx context.Context) error {
+	if h.cfg.CitusNodes == 0 {
+		return nil
+	}
+	out, err := exec.CommandContext(ctx, h.cfg.FFD, "migrate", "distribution", "--database-url", h.url, "--log-level", "warn").Output()
+	if err != nil {
+		return fmt.Errorf("ffd migrate distribution: %w\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "SELECT ") {
+			if err := h.execOn(ctx, h.url, line); err != nil {
+				return fmt.Errorf("%s: %w", line, err)
+			}
+		}
+	}
+	return nil
+}
+
+// execOn runs one statement on its own connection to url.
+func (h *harness) execOn(ctx context.Context, url, sql string, args ...any) error {
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(cctx, sql, args...)
+	return err
 }
 
 // appURL is the database URL naming its sessions chaos-<name> in
@@ -305,23 +401,44 @@ func (h *harness) startProcesses(ctx context.Context) error {
 		go p.supervise(ctx)
 	}
 	// The WAL stream starts at its slot's creation: wait for the slot
-	// before anything is written, so that it can see every event.
+	// (on every node whose WAL holds the outbox) before anything is
+	// written, so that it can see every event.
+	holders := h.servers
+	if len(holders) > 1 {
+		holders = holders[1:]
+	}
 	deadline := time.Now().Add(time.Minute)
-	for {
-		var n int
-		err := h.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'chaos'`).Scan(&n)
-		if err == nil && n == 1 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the WAL consumer created no slot within a minute (%v): %s", err, h.wal.logTail(2000))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+	for _, srv := range holders {
+		for {
+			n, err := h.slots(ctx, srv)
+			if err == nil && n == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the WAL consumer created no slot on %s within a minute (%v): %s", srv.URL("postgres"), err, h.wal.logTail(2000))
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	}
+	return nil
+}
+
+// slots counts the WAL consumer's slots on srv.
+func (h *harness) slots(ctx context.Context, srv *pgserver.Server) (int, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, srv.URL("postgres"))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n int
+	err = conn.QueryRow(cctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'chaos'`).Scan(&n)
+	return n, err
 }
 
 func (h *harness) stopProcesses() {
@@ -374,9 +491,11 @@ func (h *harness) close() {
 	}
 	h.serverMu.Lock()
 	defer h.serverMu.Unlock()
-	if h.srv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = h.srv.Stop(sctx)
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, srv := range h.servers {
+		if srv != nil {
+			_ = srv.Stop(sctx)
+		}
 	}
 }

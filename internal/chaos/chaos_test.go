@@ -16,7 +16,8 @@ import (
 )
 
 // The long form: go test ./internal/chaos -run TestFaultSuite -timeout 60m
-// -chaos.duration 10m -chaos.idle-in-tx 0 (docs/development.md).
+// -chaos.duration 10m -chaos.idle-in-tx 0 (docs/development.md). On a
+// Citus cluster it starts itself: -chaos.citus-nodes 2 (docs/scaling.md).
 var (
 	duration = flag.Duration("chaos.duration", chaos.DefaultDuration, "length of the fault phase")
 	seed     = flag.Uint64("chaos.seed", 1, "seed of the DAGs and the fault schedule")
@@ -25,6 +26,7 @@ var (
 	idleInTx = flag.Duration("chaos.idle-in-tx", chaos.DefaultIdleInTx, "the daemons' idle-in-transaction timeout; 0 keeps ffd's default")
 	crash    = flag.Duration("chaos.crash-down", chaos.DefaultCrashDown, "how long Postgres stays down after a crash")
 	report   = flag.String("chaos.report", "", "write the report as JSON to this file")
+	citus    = flag.Int("chaos.citus-nodes", 0, "run on a Citus cluster of a coordinator and this many worker nodes (the citus extension installed for the local PostgreSQL)")
 	keep     = flag.Bool("chaos.keep", false, "keep the working directory (cluster, logs, consumer output) even when the test passes")
 )
 
@@ -67,7 +69,7 @@ func TestFaultSuite(t *testing.T) {
 	rep, err := chaos.Run(ctx, chaos.Config{
 		FFD: ffdBin, Self: os.Args[0], Dir: dir, Duration: *duration, Seed: *seed,
 		Daemons: *daemons, Workers: *workers, IdleInTransactionTimeout: *idleInTx, CrashDown: *crash,
-		Logf: t.Logf,
+		CitusNodes: *citus, Logf: t.Logf,
 	})
 	if err != nil {
 		t.Fatalf("fault suite did not run: %v", err)

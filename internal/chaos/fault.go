@@ -116,18 +116,25 @@ func (h *harness) terminate(ctx context.Context) {
 	}
 }
 
-// crash crash-restarts Postgres: an immediate shutdown, CrashDown of
-// downtime, a restart on the same port (crash recovery), then the time
-// until the next completion event.
+// crash crash-restarts Postgres (on Citus, one node drawn at random):
+// an immediate shutdown, CrashDown of downtime, a restart on the same
+// port (crash recovery), then the time until the next completion event.
 func (h *harness) crash(ctx context.Context) {
+	i := 0
+	if len(h.servers) > 1 {
+		i = h.intn(len(h.servers))
+	}
 	h.serverMu.Lock()
-	h.srv.Crash()
+	h.servers[i].Crash()
 	time.Sleep(h.cfg.CrashDown)
-	err := h.startServer(ctx, h.port)
+	err := h.startServer(ctx, i)
 	h.serverMu.Unlock()
 	if err != nil {
-		h.violation("Postgres did not restart after a crash: %v", err)
+		h.violation("Postgres (server %d) did not restart after a crash: %v", i, err)
 		return
+	}
+	if h.cfg.CitusNodes > 0 {
+		h.cfg.Logf("chaos: crash-restarted node %d (0: the coordinator)", i)
 	}
 	up := time.Now()
 	deadline := up.Add(time.Minute)

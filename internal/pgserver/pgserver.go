@@ -364,6 +364,7 @@ func (s *Server) start(ctx context.Context, owner osUser) error {
 	s.cmd.Stdout = logFile
 	s.cmd.Stderr = logFile
 	s.cmd.SysProcAttr = procAttr(owner)
+	s.cmd.Env = owner.env()
 	s.exited = make(chan struct{})
 
 	// Linux's parent-death signal fires when the *thread* that forked
@@ -497,6 +498,17 @@ func freePort() (int, error) {
 type osUser struct {
 	switchTo bool
 	uid, gid uint32
+	home     string // the user's, when switching to it
+}
+
+// env is the environment the server runs in: the caller's, with HOME the
+// server user's when it switches to one (libpq in the server, as Citus
+// uses it between nodes, reads ~/.postgresql; root's is not readable).
+func (o osUser) env() []string {
+	if !o.switchTo || o.home == "" {
+		return nil
+	}
+	return append(os.Environ(), "HOME="+o.home)
 }
 
 // HasLibrary reports whether the server binaries found by FindBinDir come

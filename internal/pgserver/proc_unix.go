@@ -36,7 +36,7 @@ func serverUser() (osUser, error) {
 	}
 	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return osUser{switchTo: true, uid: uint32(uid), gid: uint32(gid)}, nil
+	return osUser{switchTo: true, uid: uint32(uid), gid: uint32(gid), home: u.HomeDir}, nil
 }
 
 // chown hands dir to the server user, and checks that the user can reach
