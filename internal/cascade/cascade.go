@@ -196,7 +196,10 @@ func (d *Dispatcher) oneByOne(ctx context.Context, events []store.Dispatching) (
 			left++
 			continue
 		}
-		r, err := d.DispatchMany(ctx, []int64{e.EventID})
+		// By partition and id: one shard's statement on Citus too.
+		r, err := d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) {
+			return store.TakeEvent(ctx, tx, e.Partition, e.EventID, d.lockTimeout)
+		})
 		var h *HeldError
 		if errors.As(err, &h) {
 			if e.FlowID != nil {

@@ -55,6 +55,9 @@ var (
 		WHERE event_id = ANY($1) AND dispatched_at IS NULL
 		ORDER BY event_id
 		FOR NO KEY UPDATE SKIP LOCKED`, "$2")
+	takeEventByKey = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
+		WHERE partition_key = $1 AND event_id = $2 AND dispatched_at IS NULL
+		FOR NO KEY UPDATE SKIP LOCKED`, "$3")
 	// ff_completion_event_undispatched_by_partition (migration 00024) holds
 	// exactly the rows this reads, by partition.
 	takePartitionEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
@@ -80,6 +83,12 @@ var (
 // transaction's lock waits by lockTimeout (0: the session's).
 func TakeEvents(ctx context.Context, tx pgx.Tx, ids []int64, lockTimeout time.Duration) ([]Dispatching, error) {
 	return collectDispatching(tx.Query(ctx, takeEventsByID, ids, millisOrNull(lockTimeout)))
+}
+
+// TakeEvent is TakeEvents of one event named by its partition and id: a
+// statement a distributed Postgres routes to the event's shard.
+func TakeEvent(ctx context.Context, tx pgx.Tx, part int16, id int64, lockTimeout time.Duration) ([]Dispatching, error) {
+	return collectDispatching(tx.Query(ctx, takeEventByKey, part, id, millisOrNull(lockTimeout)))
 }
 
 // TakePartitionEvents takes up to limit undispatched events of the given
