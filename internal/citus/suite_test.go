@@ -519,6 +519,23 @@ func TestConsumer(t *testing.T) {
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Errorf("consume: %v", err)
 	}
+	// The console's and the daemon's view of it: read on Citus too.
+	lags, err := store.ConsumerLags(f.ctx, f.pool)
+	if err != nil {
+		t.Fatalf("consumer lags: %v", err)
+	}
+	found := false
+	for _, l := range lags {
+		if l.Name == f.prefix+"-c" {
+			found = true
+			if l.Stream != "completion" {
+				t.Errorf("consumer %s: stream %q, want completion", l.Name, l.Stream)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("consumer %s-c not among the lags: %+v", f.prefix, lags)
+	}
 }
 
 // Retention deletes finished executions and flows, partition by

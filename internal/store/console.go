@@ -83,27 +83,56 @@ type ConsumerLag struct {
 	IdleSecond float64  `db:"idle_seconds"` // since it last read
 }
 
-// ConsumerLags reads every named consumer with its lag.
+// ConsumerLags reads every named consumer with its lag: the consumers
+// first, then one statement each over the outboxes from its cursor (a
+// subquery correlated with the consumer's row is what a distributed
+// Postgres cannot run; consumers are few).
 func ConsumerLags(ctx context.Context, db DB) ([]ConsumerLag, error) {
-	rows, err := db.Query(ctx, `SELECT c.name, c.stream,
-			(SELECT count(*) FROM (SELECT 1 FROM ff_completion_event e
-				WHERE c.stream IN ('completion', 'all') AND (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id) LIMIT 100000) q)
-			+ (SELECT count(*) FROM (SELECT 1 FROM ff_lease_event e
-				WHERE c.stream IN ('lease', 'all') AND (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id) LIMIT 100000) q) AS behind,
-			extract(epoch FROM now() - least(
-				(SELECT min(e.occurred_at) FROM (SELECT occurred_at FROM ff_completion_event e
-					WHERE c.stream IN ('completion', 'all') AND (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id)
-					ORDER BY e.txid, e.event_id LIMIT 1) e),
-				(SELECT min(e.occurred_at) FROM (SELECT occurred_at FROM ff_lease_event e
-					WHERE c.stream IN ('lease', 'all') AND (e.txid, e.event_id) > (c.cursor_txid, c.cursor_event_id)
-					ORDER BY e.txid, e.event_id LIMIT 1) e)))::float8 AS lag_seconds,
-			extract(epoch FROM now() - c.last_read_at)::float8 AS idle_seconds
-		FROM ff_outbox_consumer c ORDER BY c.name`)
+	rows, err := db.Query(ctx, `SELECT name, stream, cursor_txid::text, cursor_event_id,
+			extract(epoch FROM now() - last_read_at)::float8
+		FROM ff_outbox_consumer ORDER BY name`)
 	if err != nil {
 		return nil, wrap("read consumer lags", err)
 	}
-	cs, err := pgx.CollectRows(rows, pgx.RowToStructByName[ConsumerLag])
-	return cs, wrap("read consumer lags", err)
+	type cursor struct {
+		txid  string
+		event int64
+	}
+	var cs []ConsumerLag
+	var at []cursor
+	for rows.Next() {
+		var c ConsumerLag
+		var cur cursor
+		if err := rows.Scan(&c.Name, &c.Stream, &cur.txid, &cur.event, &c.IdleSecond); err != nil {
+			rows.Close()
+			return nil, wrap("read consumer lags", err)
+		}
+		cs, at = append(cs, c), append(at, cur)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("read consumer lags", err)
+	}
+	for i := range cs {
+		completion := cs[i].Stream == string(ffdtype.StreamCompletion) || cs[i].Stream == string(ffdtype.StreamAll)
+		lease := cs[i].Stream == string(ffdtype.StreamLease) || cs[i].Stream == string(ffdtype.StreamAll)
+		err := db.QueryRow(ctx, `SELECT
+				(SELECT count(*) FROM (SELECT 1 FROM ff_completion_event e
+					WHERE $1 AND (e.txid, e.event_id) > ($3::xid8, $4) LIMIT 100000) q)
+				+ (SELECT count(*) FROM (SELECT 1 FROM ff_lease_event e
+					WHERE $2 AND (e.txid, e.event_id) > ($3::xid8, $4) LIMIT 100000) q),
+				extract(epoch FROM now() - least(
+					(SELECT min(e.occurred_at) FROM (SELECT occurred_at FROM ff_completion_event e
+						WHERE $1 AND (e.txid, e.event_id) > ($3::xid8, $4)
+						ORDER BY e.txid, e.event_id LIMIT 1) e),
+					(SELECT min(e.occurred_at) FROM (SELECT occurred_at FROM ff_lease_event e
+						WHERE $2 AND (e.txid, e.event_id) > ($3::xid8, $4)
+						ORDER BY e.txid, e.event_id LIMIT 1) e)))::float8`,
+			completion, lease, at[i].txid, at[i].event).Scan(&cs[i].Behind, &cs[i].LagSeconds)
+		if err != nil {
+			return nil, wrap("read consumer "+cs[i].Name+"'s lag", err)
+		}
+	}
+	return cs, nil
 }
 
 // Slot is a logical replication slot of the database.
