@@ -41,12 +41,24 @@ type Dispatching struct {
 // volatile function in an UPDATE and any but an immutable one in its
 // RETURNING. The take is its transaction's first statement, so now() is
 // when it ran, within the BEGIN before it.
-func takeEvents(pick string, timeoutParam string) string {
+//
+// A statement whose pick names one partition (partParam, a parameter
+// holding it; "" for none) names it in the UPDATE too: a CTE that locks
+// rows is not inlined, so a distributed Postgres runs it first and joins
+// the UPDATE to its result, and an UPDATE that names no partition of its
+// own runs on every shard under a shard lock that admits one such
+// statement at a time (every dispatcher queued behind one, and, while a
+// frozen one held it, lock timeouts).
+func takeEvents(pick, timeoutParam, partParam string) string {
+	narrow := ""
+	if partParam != "" {
+		narrow = " AND c.partition_key = " + partParam
+	}
 	return `WITH picked AS (` + pick + `),
 		wait AS (SELECT (` + setLockTimeout(timeoutParam) + `) AS lock_timeout, now() AS at)
 		UPDATE ff_completion_event c SET dispatched_at = now()
 		FROM picked p, wait w
-		WHERE c.partition_key = p.partition_key AND c.event_id = p.event_id
+		WHERE c.partition_key = p.partition_key AND c.event_id = p.event_id` + narrow + `
 		RETURNING c.event_id, c.partition_key, c.execution_id, c.flow_id, c.outcome, c.occurred_at, w.at`
 }
 
@@ -54,28 +66,35 @@ var (
 	takeEventsByID = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE event_id = ANY($1) AND dispatched_at IS NULL
 		ORDER BY event_id
-		FOR NO KEY UPDATE SKIP LOCKED`, "$2")
+		FOR NO KEY UPDATE SKIP LOCKED`, "$2", "")
 	takeEventByKey = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE partition_key = $1 AND event_id = $2 AND dispatched_at IS NULL
-		FOR NO KEY UPDATE SKIP LOCKED`, "$3")
+		FOR NO KEY UPDATE SKIP LOCKED`, "$3", "$1")
 	// ff_completion_event_undispatched_by_partition (migration 00024) holds
 	// exactly the rows this reads, by partition.
 	takePartitionEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE partition_key = ANY($1) AND dispatched_at IS NULL
 		ORDER BY event_id
 		LIMIT $2
-		FOR NO KEY UPDATE SKIP LOCKED`, "$3")
+		FOR NO KEY UPDATE SKIP LOCKED`, "$3", "")
+	// takeOnePartitionEvents is takePartitionEvents of one partition, as
+	// a distributed Postgres routes it.
+	takeOnePartitionEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
+		WHERE partition_key = $1 AND dispatched_at IS NULL
+		ORDER BY event_id
+		LIMIT $2
+		FOR NO KEY UPDATE SKIP LOCKED`, "$3", "$1")
 	takePartitionOldEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE partition_key = $1 AND dispatched_at IS NULL
 			AND occurred_at <= clock_timestamp() - $3::bigint * interval '1 microsecond'
 		ORDER BY event_id
 		LIMIT $2
-		FOR NO KEY UPDATE SKIP LOCKED`, "$4")
+		FOR NO KEY UPDATE SKIP LOCKED`, "$4", "$1")
 	takeOldEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE dispatched_at IS NULL AND occurred_at <= clock_timestamp() - $2::bigint * interval '1 microsecond'
 		ORDER BY event_id
 		LIMIT $1
-		FOR NO KEY UPDATE SKIP LOCKED`, "$3")
+		FOR NO KEY UPDATE SKIP LOCKED`, "$3", "")
 )
 
 // TakeEvents takes the given completion events that are still
@@ -95,6 +114,13 @@ func TakeEvent(ctx context.Context, tx pgx.Tx, part int16, id int64, lockTimeout
 // partitions not held by another dispatcher, oldest first, bounding the
 // transaction's lock waits like TakeEvents.
 func TakePartitionEvents(ctx context.Context, tx pgx.Tx, parts []int16, limit int, lockTimeout time.Duration) ([]Dispatching, error) {
+	routed, part, err := routedPartition(ctx, tx, parts)
+	if err != nil {
+		return nil, err
+	}
+	if routed {
+		return collectDispatching(tx.Query(ctx, takeOnePartitionEvents, part, limit, millisOrNull(lockTimeout)))
+	}
 	return collectDispatching(tx.Query(ctx, takePartitionEvents, parts, limit, millisOrNull(lockTimeout)))
 }
 
