@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 
 	"github.com/flowfabric/ffd/ffdtype"
@@ -51,6 +52,11 @@ func Transient(err error) bool {
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code[:2] == "08": // connection exception
+			return true
+		case pgErr.Code == "XX000" && strings.Contains(pgErr.Where, "while executing command on"):
+			// Citus relays a worker node's error with its SQLSTATE; one
+			// without (libpq's own: the connection to a node broke, as
+			// when it restarts) comes as internal_error.
 			return true
 		case pgErr.Code[:2] == "53": // insufficient resources (too many connections, out of memory)
 			return true
