@@ -251,7 +251,15 @@ func (e *executor) finish(ctx context.Context, j *runningJob, result []byte, her
 		return
 	}
 	if herr == nil {
+		// The lease is renewed until the result is recorded, not only
+		// while the handler runs: a batch that commits slowly (a busy
+		// server, a distributed Postgres committing in two phases) must
+		// not let it lapse, or the execution runs again elsewhere and
+		// this result is refused. The slot is free meanwhile.
+		recorded := make(chan struct{})
+		go e.heartbeat(e.ctx, j, recorded)
 		e.done.Complete(x, result, func(err error) {
+			close(recorded)
 			e.logFinish(x, "completed", err)
 			if errors.Is(err, ErrLeaseLost) {
 				report(HandlerLeaseLost)

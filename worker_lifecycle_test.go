@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -377,5 +378,56 @@ func TestFrozenLockHolderDoesNotStallOtherCompletions(t *testing.T) {
 	}
 	if d, _ := f.client.DescribeFlow(f.Ctx, sub.Flow.ID); d.State != ffd.FlowCompleted {
 		t.Fatalf("flow is %s, want completed", d.State)
+	}
+}
+
+// A completion that waits in the completer longer than its lease's TTL
+// (here behind a flow row held by a frozen process) keeps its lease: the
+// worker renews it until the result is recorded, so the daemon does not
+// find it lapsed and run the step again, and the result is not refused.
+func TestLeaseKeptWhileTheCompletionWaits(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.startDaemon()
+	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{
+		{Ref: "a", Params: ffd.CreateParams{Lane: "slowcommit", LeaseTTL: time.Second, MaxAttempts: 5}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard := ffd.DefaultSessionConfig()
+	guard.IdleInTransactionTimeout = 4 * time.Second // four TTLs
+	frozen, err := ffd.NewPool(f.Ctx, f.DB.URL, &guard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer frozen.Close()
+	tx, err := frozen.Begin(f.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(f.Ctx))
+	if _, err := tx.Exec(f.Ctx, `SELECT 1 FROM ff_flow WHERE flow_id = $1 FOR NO KEY UPDATE`, sub.Flow.ID); err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	f.startWorker(ffd.WorkerConfig{Lanes: []string{"slowcommit"}, Concurrency: 2,
+		CompletionLockTimeout: 100 * time.Millisecond,
+		Handler: func(context.Context, *ffd.Job) ([]byte, error) { runs.Add(1); return nil, nil }})
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		var state ffd.State
+		var epoch int64
+		if err := f.DB.Pool.QueryRow(f.Ctx, `SELECT state, lease_epoch FROM ff_execution WHERE flow_id = $1`, sub.Flow.ID).Scan(&state, &epoch); err != nil {
+			t.Fatal(err)
+		}
+		if state == ffd.StateCompleted {
+			if epoch != 1 || runs.Load() != 1 {
+				t.Fatalf("completed at lease epoch %d after %d runs of the handler; want epoch 1 and one run (the lease kept while the completion waited)", epoch, runs.Load())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not completed within a minute: %s at epoch %d, %d runs", state, epoch, runs.Load())
+		}
 	}
 }
