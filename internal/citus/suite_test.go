@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -658,5 +659,20 @@ func TestWALStream(t *testing.T) {
 	}
 	if left, err := f.count(`SELECT count(*) FROM run_command_on_workers($$SELECT count(*) FROM pg_replication_slots WHERE slot_name = '` + slot + `'$$) WHERE result <> '0'`); err != nil || left != 0 {
 		t.Fatalf("slot left on %d nodes after dropping it (%v)", left, err)
+	}
+}
+
+// `ffd demo` against the coordinator: every step ends as the DAG implies
+// (the demo exits non-zero otherwise).
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "run", "../../cmd/ffd", "demo", "--database-url", coordinator, "--log-level", "warn").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ffd demo against the coordinator: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "every step ended as the DAG implies") {
+		t.Fatalf("ffd demo exited 0 without saying every step ended as the DAG implies:\n%s", out)
 	}
 }

@@ -53,10 +53,12 @@ func Transient(err error) bool {
 		switch {
 		case pgErr.Code[:2] == "08": // connection exception
 			return true
-		case pgErr.Code == "XX000" && strings.Contains(pgErr.Where, "while executing command on"):
+		case pgErr.Code == "XX000" && (strings.Contains(pgErr.Where, "while executing command on") ||
+			strings.HasPrefix(pgErr.Message, "failure on connection marked as essential")):
 			// Citus relays a worker node's error with its SQLSTATE; one
 			// without (libpq's own: the connection to a node broke, as
-			// when it restarts) comes as internal_error.
+			// when it restarts), and its own word that a connection its
+			// transaction needed failed, come as internal_error.
 			return true
 		case pgErr.Code[:2] == "53": // insufficient resources (too many connections, out of memory)
 			return true
