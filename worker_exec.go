@@ -217,7 +217,7 @@ func (e *executor) runHandler(ctx context.Context, j *runningJob) (result []byte
 	hbStopped := make(chan struct{})
 	go func() {
 		defer close(hbStopped)
-		e.heartbeat(ctx, j, hbDone)
+		e.heartbeat(ctx, j, hbDone, false)
 	}()
 	var pc panics.Catcher
 	pc.Try(func() { result, herr = e.cfg.Handler(ctx, &Job{Execution: x, client: e.client}) })
@@ -256,9 +256,14 @@ func (e *executor) finish(ctx context.Context, j *runningJob, result []byte, her
 		// server, a distributed Postgres committing in two phases) must
 		// not let it lapse, or the execution runs again elsewhere and
 		// this result is refused. The slot is free meanwhile.
+		// Most results are recorded well within a renewal interval, so
+		// renewals start only if this one is not: a timer, not a
+		// goroutine, for each completion. The first comes one interval
+		// after the handler's end, at most two after its last renewal.
 		recorded := make(chan struct{})
-		go e.heartbeat(e.ctx, j, recorded)
+		keep := time.AfterFunc(heartbeatInterval(x), func() { e.heartbeat(e.ctx, j, recorded, true) })
 		e.done.Complete(x, result, func(err error) {
+			keep.Stop()
 			close(recorded)
 			e.logFinish(x, "completed", err)
 			if errors.Is(err, ErrLeaseLost) {
@@ -319,20 +324,33 @@ func (e *executor) logFinish(x *Execution, state string, err error, more ...zap.
 	}
 }
 
-// heartbeat renews the lease every third of its TTL until done; a fenced
-// renewal cancels the handler with ErrLeaseLost.
-func (e *executor) heartbeat(ctx context.Context, j *runningJob, done <-chan struct{}) {
-	interval := max(j.x.LeaseTTL/3, 10*time.Millisecond)
+// heartbeatInterval is how often x's lease is renewed: a third of its TTL.
+func heartbeatInterval(x *Execution) time.Duration { return max(x.LeaseTTL/3, 10*time.Millisecond) }
+
+// heartbeat renews the lease every heartbeatInterval until done (at once
+// first, when now); a fenced renewal cancels the handler with
+// ErrLeaseLost.
+func (e *executor) heartbeat(ctx context.Context, j *runningJob, done <-chan struct{}, now bool) {
+	interval := heartbeatInterval(j.x)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		select {
-		case <-done:
-			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		if !now {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		} else {
+			select {
+			case <-done:
+				return
+			default:
+			}
 		}
+		now = false
 		rctx, cancel := context.WithTimeout(ctx, interval)
 		_, err := e.client.Renew(rctx, j.x.ID, j.x.LeaseEpoch)
 		cancel()

@@ -413,7 +413,7 @@ func TestLeaseKeptWhileTheCompletionWaits(t *testing.T) {
 	var runs atomic.Int32
 	f.startWorker(ffd.WorkerConfig{Lanes: []string{"slowcommit"}, Concurrency: 2,
 		CompletionLockTimeout: 100 * time.Millisecond,
-		Handler: func(context.Context, *ffd.Job) ([]byte, error) { runs.Add(1); return nil, nil }})
+		Handler:               func(context.Context, *ffd.Job) ([]byte, error) { runs.Add(1); return nil, nil }})
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		var state ffd.State
 		var epoch int64
