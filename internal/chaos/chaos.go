@@ -79,7 +79,8 @@ type Config struct {
 	// extension must be installed for the local PostgreSQL), the tables
 	// placed as `ffd migrate distribution` prints. Every process connects
 	// to the coordinator, the WAL consumer streams from every worker node,
-	// and a crash restart crash-restarts one node, drawn at random.
+	// and a crash restart crash-restarts one node, in turn: worker node
+	// 1, the coordinator, then the other worker nodes.
 	// Default 0: one Postgres.
 	CitusNodes int
 	// Seed makes the DAGs and the fault schedule repeatable. Default 0

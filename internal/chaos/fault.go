@@ -116,13 +116,22 @@ func (h *harness) terminate(ctx context.Context) {
 	}
 }
 
-// crash crash-restarts Postgres (on Citus, one node drawn at random):
-// an immediate shutdown, CrashDown of downtime, a restart on the same
-// port (crash recovery), then the time until the next completion event.
+// crash crash-restarts Postgres: an immediate shutdown, CrashDown of
+// downtime, a restart on the same port (crash recovery), then the time
+// until the next completion event. On Citus the nodes take turns: a
+// worker node, the coordinator, then the other worker nodes, so that a
+// run of two crashes has had both kinds.
 func (h *harness) crash(ctx context.Context) {
-	i := 0
-	if len(h.servers) > 1 {
-		i = h.intn(len(h.servers))
+	h.mu.Lock()
+	k := h.report.Faults[FaultCrash]
+	h.mu.Unlock()
+	i := 0 // the one Postgres
+	if n := len(h.servers); n > 1 {
+		turns := []int{1, 0} // worker node 1, the coordinator, then the rest
+		for w := 2; w < n; w++ {
+			turns = append(turns, w)
+		}
+		i = turns[k%n]
 	}
 	h.serverMu.Lock()
 	h.servers[i].Crash()
