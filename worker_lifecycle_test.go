@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -303,6 +304,31 @@ func TestWorkerStopHandsBackInOneBatch(t *testing.T) {
 	}
 }
 
+// freezeFlow stands in for a process frozen mid-cascade: a session with
+// the guard (its idle-in-transaction timeout idle), idle in a transaction
+// that holds the flow's row lock until the server ends it. It returns the
+// transaction and the session's pid.
+func (f *fixture) freezeFlow(flow uuid.UUID, idle time.Duration) (pgx.Tx, int) {
+	f.T.Helper()
+	guard := ffd.DefaultSessionConfig()
+	guard.IdleInTransactionTimeout = idle
+	frozen, err := ffd.NewPool(f.Ctx, f.DB.URL, &guard)
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	f.T.Cleanup(frozen.Close)
+	tx, err := frozen.Begin(f.Ctx)
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	f.T.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	var pid int
+	if err := tx.QueryRow(f.Ctx, `SELECT pg_backend_pid() FROM ff_flow WHERE flow_id = $1 FOR NO KEY UPDATE`, flow).Scan(&pid); err != nil {
+		f.T.Fatal(err)
+	}
+	return tx, pid
+}
+
 // A process frozen inside a transaction that holds a flow's row lock: the
 // worker's other completions go through within the completion lock
 // timeout (the batch is split), and the flow member's own completion goes
@@ -317,23 +343,7 @@ func TestFrozenLockHolderDoesNotStallOtherCompletions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The frozen process: a session with the guard, idle in a transaction
-	// that holds the flow's row lock, as a daemon stopped mid-cascade.
-	guard := ffd.DefaultSessionConfig()
-	guard.IdleInTransactionTimeout = 4 * time.Second
-	frozen, err := ffd.NewPool(f.Ctx, f.DB.URL, &guard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer frozen.Close()
-	tx, err := frozen.Begin(f.Ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pid int
-	if err := tx.QueryRow(f.Ctx, `SELECT pg_backend_pid() FROM ff_flow WHERE flow_id = $1 FOR NO KEY UPDATE`, sub.Flow.ID).Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
+	tx, pid := f.freezeFlow(sub.Flow.ID, 4*time.Second)
 
 	var mu sync.Mutex
 	done := map[string]time.Time{}
@@ -395,21 +405,7 @@ func TestLeaseKeptWhileTheCompletionWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard := ffd.DefaultSessionConfig()
-	guard.IdleInTransactionTimeout = 4 * time.Second // four TTLs
-	frozen, err := ffd.NewPool(f.Ctx, f.DB.URL, &guard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer frozen.Close()
-	tx, err := frozen.Begin(f.Ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.WithoutCancel(f.Ctx))
-	if _, err := tx.Exec(f.Ctx, `SELECT 1 FROM ff_flow WHERE flow_id = $1 FOR NO KEY UPDATE`, sub.Flow.ID); err != nil {
-		t.Fatal(err)
-	}
+	f.freezeFlow(sub.Flow.ID, 4*time.Second) // four TTLs
 	var runs atomic.Int32
 	f.startWorker(ffd.WorkerConfig{Lanes: []string{"slowcommit"}, Concurrency: 2,
 		CompletionLockTimeout: 100 * time.Millisecond,
