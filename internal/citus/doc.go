@@ -10,7 +10,11 @@
 // distribution` prints (when they are not placed yet), then runs each
 // capability against the coordinator. Set citus.recover_2pc_interval to
 // a second on the coordinator: a consumer's events wait for it
-// (docs/scaling.md). Tests share the database and keep
-// apart by lane and flow; run it against a database kept for the
-// purpose.
+// (docs/scaling.md). Every node needs wal_level = logical for the WAL
+// stream's test, and `go` on PATH for the demo's. Tests share the
+// database and keep apart by lane and flow; run it against a database
+// kept for the purpose.
+//
+// The fault suite runs on a Citus cluster it starts itself:
+// go test ./internal/chaos -run TestFaultSuite -chaos.citus-nodes 2.
 package citus
