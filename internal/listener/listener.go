@@ -36,12 +36,13 @@ type Topic string
 
 // Topics.
 const (
-	// Completion carries completion event ids ("id" or "lo-hi").
+	// Completion carries the partitions of completion events to dispatch
+	// (store.ParsePartitions reads them).
 	Completion Topic = store.ChannelCompletion
-	// Lease carries lease event ids ("id" or "lo-hi"), or "due:<unix ms>"
-	// when requeued executions come due (store.DuePrefix).
+	// Lease carries the partitions of lease events written, or
+	// "due:<unix ms>" when requeued executions come due (store.DuePrefix).
 	Lease Topic = store.ChannelLease
-	// Ready carries a lane that has claimable work.
+	// Ready carries the lanes that have claimable work.
 	Ready Topic = store.ChannelReady
 	// Revoke carries "partition:uuid:epoch" of a lease taken away.
 	Revoke Topic = store.ChannelRevoke
