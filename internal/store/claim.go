@@ -106,9 +106,9 @@ WHERE e.state = 'pending' AND e.lane = $1 AND e.run_at <= now()
 ORDER BY e.priority DESC, e.run_at, e.execution_id
 LIMIT $3`
 
-// claimRoutedSQL claims from one partition ($6) at the time the pick
-// read ($7), with timePlus's arithmetic.
-var claimRoutedSQL = claimStatement(" AND e.partition_key = $6", "$7::timestamptz",
+// claimRoutedSQL claims from the partitions of one shard ($6) at the
+// time the pick read ($7), with timePlus's arithmetic.
+var claimRoutedSQL = claimStatement(" AND e.partition_key = ANY($6::smallint[])", "$7::timestamptz",
 	func(d string) string { return timePlus("$7::timestamptz", intervalSeconds(d)) })
 
 // Claim leases up to max due executions of lane that caps cover, for
@@ -166,13 +166,13 @@ func claimCapped(ctx context.Context, db DB, lane string, caps []string, max int
 
 // claimRouted claims on a distributed Postgres, in two round trips: it
 // reads where the best candidates are (a read locks nothing, so it may
-// span every shard), then claims from each of their partitions, as many
-// as it found there, in one pipelined batch of single-partition
-// statements (one transaction). Within a partition the order is the
-// claim's (priority, then run_at); across partitions it is the order the
-// read saw, so a candidate another worker took meanwhile is replaced by
-// the next of its own partition rather than the next of the lane, and a
-// claim may take fewer than max while more are due.
+// span every shard), then claims from the partitions they are in, as many
+// as it found there, in one pipelined batch of statements that each name
+// the partitions of one shard (shardsOf; one transaction). Within a shard
+// the order is the claim's (priority, then run_at); across shards it is
+// the order the read saw, so a candidate another worker took meanwhile is
+// replaced by the next of its own shard's partitions rather than the next
+// of the lane, and a claim may take fewer than max while more are due.
 func claimRouted(ctx context.Context, db DB, lane string, caps []string, max int, worker string, locked bool) ([]*ffdtype.Execution, error) {
 	rows, err := db.Query(ctx, claimPickSQL, lane, caps, max, locked)
 	if err != nil {
@@ -198,10 +198,18 @@ func claimRouted(ctx context.Context, db DB, lane string, caps []string, max int
 	if len(order) == 0 {
 		return nil, nil
 	}
+	shards, err := shardsOf(ctx, db, order)
+	if err != nil {
+		return nil, err
+	}
 	var out []*ffdtype.Execution
 	b := &pgx.Batch{}
-	for _, p := range order {
-		b.Queue(claimRoutedSQL, lane, caps, count[p], worker, locked, p, now).Query(func(rows pgx.Rows) error {
+	for _, parts := range shards {
+		n := 0
+		for _, p := range parts {
+			n += count[p]
+		}
+		b.Queue(claimRoutedSQL, lane, caps, n, worker, locked, parts, now).Query(func(rows pgx.Rows) error {
 			xs, err := collectExecutions(rows)
 			out = append(out, xs...)
 			return err

@@ -55,6 +55,85 @@ func Distributed(ctx context.Context, db DB) (bool, error) {
 	return dist, nil
 }
 
+// shardsOf groups parts by the shard that holds them, in shard order (the
+// order routed statements lock in: shard, then partition, then key),
+// each group's partitions in their order of first appearance, where the
+// tables are distributed: a statement that
+// names the partitions of one shard (`partition_key = ANY($n)`) is one a
+// distributed Postgres routes to that shard and lets lock rows, so a
+// routed batch needs a statement per shard, not per partition (256
+// partitions live on 32 shards by default). The map is read once per pool
+// like Distributed's answer, and forgotten with it (unroutable): a shard
+// split changes it. With routeAll (a test on one Postgres) a partition's
+// shard is its number modulo 32, so that the grouped statements run there
+// too.
+func shardsOf(ctx context.Context, db DB, parts []int16) ([][]int16, error) {
+	shard, err := shardMap(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	at := map[int64][]int16{}
+	var shards []int64
+	for _, p := range parts {
+		s := shard(p)
+		if _, ok := at[s]; !ok {
+			shards = append(shards, s)
+		}
+		if !slices.Contains(at[s], p) {
+			at[s] = append(at[s], p)
+		}
+	}
+	slices.Sort(shards)
+	groups := make([][]int16, len(shards))
+	for i, s := range shards {
+		groups[i] = at[s]
+	}
+	return groups, nil
+}
+
+// shardMap returns the shard of each partition (shardsOf).
+func shardMap(ctx context.Context, db DB) (func(int16) int64, error) {
+	if routeAll.Load() {
+		return func(p int16) int64 { return int64(p % 32) }, nil
+	}
+	key, ok := dialectKey(db)
+	if ok {
+		if v, hit := shardMaps.Load(key); hit {
+			m := v.(*[256]int64)
+			return func(p int16) int64 { return m[uint8(p)] }, nil
+		}
+	}
+	rows, err := db.Query(ctx, `SELECT p::smallint, get_shard_id_for_distribution_column('ff_execution', p::smallint)
+		FROM generate_series(0, 255) p`)
+	if err != nil {
+		return nil, wrap("read the shards of the partitions", err)
+	}
+	var m [256]int64
+	var p int16
+	var shard int64
+	_, err = pgx.ForEachRow(rows, []any{&p, &shard}, func() error {
+		m[uint8(p)] = shard
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("read the shards of the partitions", err)
+	}
+	if ok {
+		if _, loaded := shardMaps.Swap(key, &m); !loaded && knownShardMaps.Add(1) > maxDialects {
+			shardMaps.Clear()
+			knownShardMaps.Store(0)
+		}
+	}
+	return func(p int16) int64 { return m[uint8(p)] }, nil
+}
+
+// shardMaps maps a pool or connection to shardMap's answer;
+// knownShardMaps counts its entries, which maxDialects bounds.
+var (
+	shardMaps      sync.Map
+	knownShardMaps atomic.Int64
+)
+
 // unroutable returns err, first forgetting Distributed's answer for db
 // when err says a distributed Postgres could not run the statement
 // (feature_not_supported): the tables were placed after the answer was
@@ -64,6 +143,7 @@ func unroutable(db DB, err error) error {
 	if errors.As(err, &pgErr) && pgErr.Code == "0A000" {
 		if key, ok := dialectKey(db); ok {
 			dialects.Delete(key)
+			shardMaps.Delete(key)
 		}
 	}
 	return err
@@ -167,6 +247,39 @@ func byPartition[T any](items []T, partition func(T) int16) [][]T {
 		groups[i] = at[p]
 	}
 	return groups
+}
+
+// shardGroup is the items of one shard and the partitions they are in.
+type shardGroup[T any] struct {
+	items []T
+	parts []int16
+}
+
+// byShard groups items by the shard that holds their partition
+// (shardsOf), in shard order and, within a shard, partition order: the
+// statements a distributed Postgres routes, one per group.
+func byShard[T any](ctx context.Context, db DB, items []T, partition func(T) int16) ([]shardGroup[T], error) {
+	byPart := byPartition(items, partition)
+	first := make([]int16, len(byPart))
+	for i, g := range byPart {
+		first[i] = partition(g[0])
+	}
+	shards, err := shardsOf(ctx, db, first)
+	if err != nil {
+		return nil, err
+	}
+	at := map[int16][]T{}
+	for i, g := range byPart {
+		at[first[i]] = g
+	}
+	out := make([]shardGroup[T], len(shards))
+	for i, parts := range shards {
+		out[i].parts = parts
+		for _, p := range parts {
+			out[i].items = append(out[i].items, at[p]...)
+		}
+	}
+	return out, nil
 }
 
 // routedArgs are a statement's arguments, with the partition its routed

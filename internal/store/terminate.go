@@ -157,9 +157,9 @@ const (
 	endedFlowIDs        = "ffd.ended_flow_ids"
 )
 
-// terminateRoutedSQL is terminateSQL for one partition ($11) of a
-// distributed Postgres, which routes a statement only when every table in
-// it is narrowed to one partition and which reads wrong a CTE's rows
+// terminateRoutedSQL is terminateSQL for the partitions of one shard
+// ($11) of a distributed Postgres, which routes a statement only when
+// every table in it is narrowed to one shard and which reads wrong a CTE's rows
 // shipped to the shard for an UPDATE there. So the rows are locked by a
 // subquery of the UPDATE itself (the subquery's row versions are what the
 // UPDATE saw: the old state and lease expiry), and the event inserts
@@ -179,13 +179,14 @@ WITH upd AS (
 			$6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
 			AS i(partition_key, execution_id, epoch, to_state, result, error, reason, by_whom, outcome, lease_end)
 			ON i.partition_key = x.partition_key AND i.execution_id = x.execution_id
-		WHERE x.partition_key = $11 AND x.state IN ('blocked', 'pending', 'running')
+		WHERE x.partition_key = ANY($11::smallint[]) AND x.state IN ('blocked', 'pending', 'running')
 			AND (i.epoch = 0 OR (x.state = 'running' AND x.lease_epoch = i.epoch))
 			AND (i.to_state <> 'skipped' OR x.state = 'blocked')
-		ORDER BY x.execution_id
+		ORDER BY x.partition_key, x.execution_id
 		FOR NO KEY UPDATE OF x
 	) l
-	WHERE e.partition_key = $11 AND e.execution_id = l.execution_id
+	WHERE e.partition_key = ANY($11::smallint[]) AND e.partition_key = l.partition_key
+		AND e.execution_id = l.execution_id
 ` + terminateReturning + `
 ), ` + terminateEvents + `
 )
@@ -302,21 +303,24 @@ func terminationArgs(ends []Termination) []any {
 }
 
 // terminateRouted is TerminateWithin on a distributed Postgres: one
-// statement per partition, in one pipelined batch (the ending's
+// statement per shard (shardsOf), in one pipelined batch (the ending's
 // transaction, or the caller's), then, when members of flows ended, a
 // second batch that finishes their flows. Two round trips where one
 // Postgres needs one; the notices ride in the first.
 func terminateRouted(ctx context.Context, db DB, ends []Termination, lockTimeout time.Duration, notices *Notices) ([]Ended, error) {
-	groups := byPartition(ends, func(e Termination) int16 { return e.ID.Partition })
+	groups, err := byShard(ctx, db, ends, func(e Termination) int16 { return e.ID.Partition })
+	if err != nil {
+		return nil, err
+	}
 	var out []Ended
-	err := InTx(ctx, db, func(tx pgx.Tx) error {
+	err = InTx(ctx, db, func(tx pgx.Tx) error {
 		out = out[:0]
 		b := &pgx.Batch{}
 		if ms := millisOrNull(lockTimeout); ms != nil {
 			b.Queue(`SELECT set_config('lock_timeout', $1, true)`, *ms)
 		}
 		for _, g := range groups {
-			b.Queue(terminateRoutedSQL, append(terminationArgs(g), g[0].ID.Partition)...).Query(func(rows pgx.Rows) error {
+			b.Queue(terminateRoutedSQL, append(terminationArgs(g.items), g.parts)...).Query(func(rows pgx.Rows) error {
 				ended, err := scanEnded(rows)
 				out = append(out, ended...)
 				return err
