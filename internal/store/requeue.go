@@ -93,8 +93,9 @@ WITH input AS (
 	WHERE e.partition_key = l.partition_key AND e.execution_id = l.execution_id
 ` + requeueTail
 
-// requeueRoutedSQL is requeueSQL for one partition ($10) of a distributed
-// Postgres, shaped as terminateRoutedSQL is and for the same reasons: the
+// requeueRoutedSQL is requeueSQL for the partitions of one shard ($10)
+// of a distributed Postgres, shaped as terminateRoutedSQL is and for the
+// same reasons (and locking in the same order): the
 // rows locked by a subquery of the UPDATE, the inserts selecting from its
 // result.
 var requeueRoutedSQL = `
@@ -107,12 +108,13 @@ WITH upd AS (
 		FROM ff_execution x
 		JOIN unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[]) AS i(partition_key, execution_id, epoch, error)
 			ON i.partition_key = x.partition_key AND i.execution_id = x.execution_id
-		WHERE x.partition_key = $10 AND x.state = 'running' AND x.lease_epoch = i.epoch
+		WHERE x.partition_key = ANY($10::smallint[]) AND x.state = 'running' AND x.lease_epoch = i.epoch
 			AND ($8 OR x.attempt < x.max_attempts)
-		ORDER BY x.execution_id
+		ORDER BY x.partition_key, x.execution_id
 		FOR NO KEY UPDATE OF x
 	) l
-	WHERE e.partition_key = $10 AND e.execution_id = l.execution_id
+	WHERE e.partition_key = ANY($10::smallint[]) AND e.partition_key = l.partition_key
+		AND e.execution_id = l.execution_id
 ` + requeueTail
 
 // requeued records what r's requeue (of the lease held at heldEpoch)
@@ -154,11 +156,13 @@ func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []R
 	if err != nil {
 		return nil, err
 	}
-	// One statement for all; on a distributed Postgres one per partition,
-	// in partition order, in one pipelined batch (one transaction).
-	groups := [][]RequeueItem{items}
+	// One statement for all; on a distributed Postgres one per shard, in
+	// shard order, in one pipelined batch (one transaction).
+	groups := []shardGroup[RequeueItem]{{items: items}}
 	if dist {
-		groups = byPartition(items, func(it RequeueItem) int16 { return it.ID.Partition })
+		if groups, err = byShard(ctx, db, items, func(it RequeueItem) int16 { return it.ID.Partition }); err != nil {
+			return nil, err
+		}
 	}
 	var out []ffdtype.Requeued
 	var notices *Notices
@@ -179,7 +183,8 @@ func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []R
 			return rows.Err()
 		}
 		b := &pgx.Batch{}
-		for _, g := range groups {
+		for _, group := range groups {
+			g := group.items
 			parts, ids, epochs, errs := make([]int16, len(g)), make([]pgtype.UUID, len(g)), make([]int64, len(g)), make([]*string, len(g))
 			for i, it := range g {
 				parts[i], ids[i], epochs[i], errs[i] = it.ID.Partition, pgUUID(it.ID.UUID), it.Epoch, nullIfEmpty(it.Error)
@@ -194,7 +199,7 @@ func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []R
 				defer rows.Close()
 				return scan(rows)
 			}
-			b.Queue(requeueRoutedSQL, append(args, parts[0])...).Query(scan)
+			b.Queue(requeueRoutedSQL, append(args, group.parts)...).Query(scan)
 		}
 		return db.SendBatch(ctx, b).Close()
 	})
