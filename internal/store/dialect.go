@@ -55,18 +55,17 @@ func Distributed(ctx context.Context, db DB) (bool, error) {
 	return dist, nil
 }
 
-// shardsOf groups parts by the shard that holds them, in shard order (the
-// order routed statements lock in: shard, then partition, then key),
-// each group's partitions in their order of first appearance, where the
-// tables are distributed: a statement that
-// names the partitions of one shard (`partition_key = ANY($n)`) is one a
-// distributed Postgres routes to that shard and lets lock rows, so a
-// routed batch needs a statement per shard, not per partition (256
-// partitions live on 32 shards by default). The map is read once per pool
-// like Distributed's answer, and forgotten with it (unroutable): a shard
-// split changes it. With routeAll (a test on one Postgres) a partition's
-// shard is its number modulo 32, so that the grouped statements run there
-// too.
+// shardsOf groups parts by the shard that holds them where the tables are
+// distributed, in shard order (the order routed statements lock in:
+// shard, then partition, then key), each group's partitions in their
+// order of first appearance. A statement that names the partitions of
+// one shard (`partition_key = ANY($n)`) is one a distributed Postgres
+// routes to that shard and lets lock rows, so a routed batch needs a
+// statement per shard, not per partition (256 partitions live on 32
+// shards by default). The map is read once per pool like Distributed's
+// answer, and forgotten with it (unroutable): a shard split changes it.
+// With routeAll (a test on one Postgres) a partition's shard is its
+// number modulo 32, so that the grouped statements run there too.
 func shardsOf(ctx context.Context, db DB, parts []int16) ([][]int16, error) {
 	shard, err := shardMap(ctx, db)
 	if err != nil {
