@@ -12,6 +12,11 @@ import (
 // ErrWALLevel is matched when the server is not running wal_level=logical.
 var ErrWALLevel = outbox.ErrWALLevel
 
+// ErrWALNodesChanged is matched when StreamWAL, on Citus, stopped because
+// the worker nodes holding the outbox changed (a node added or removed):
+// call it again to stream from the new set, each node from its own slot.
+var ErrWALNodesChanged = outbox.ErrNodesChanged
+
 // ReadEvents returns up to limit committed events after the cursor, in
 // (txid, event_id) order, never skipping one that commits later.
 func (c *Client) ReadEvents(ctx context.Context, s OutboxStream, after OutboxCursor, limit int) ([]OutboxEvent, error) {
