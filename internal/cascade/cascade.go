@@ -96,18 +96,22 @@ func (d *Dispatcher) DispatchPartitions(ctx context.Context, parts []int16, limi
 	if err != nil {
 		return Result{}, err
 	}
-	take := func(tx pgx.Tx, parts []int16, limit int) ([]store.Dispatching, error) {
-		events, err := store.TakePartitionEvents(ctx, tx, parts, limit, d.lockTimeout)
+	// filled calls full when a take of up to limit filled its batch.
+	filled := func(limit int, events []store.Dispatching, err error) ([]store.Dispatching, error) {
 		if err == nil && len(events) >= limit && full != nil {
 			full()
 		}
 		return events, err
 	}
-	if !dist || len(parts) == 1 {
-		return d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) { return take(tx, parts, limit) })
+	if !dist {
+		return d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) {
+			events, err := store.TakePartitionEvents(ctx, tx, parts, limit, d.lockTimeout)
+			return filled(limit, events, err)
+		})
 	}
 	return d.eachPartition(ctx, parts, limit, func(tx pgx.Tx, p int16, limit int) ([]store.Dispatching, error) {
-		return take(tx, []int16{p}, limit)
+		events, err := store.TakeOnePartitionEvents(ctx, tx, p, limit, d.lockTimeout)
+		return filled(limit, events, err)
 	})
 }
 

@@ -168,7 +168,7 @@ func claimCapped(ctx context.Context, db DB, lane string, caps []string, max int
 // reads where the best candidates are (a read locks nothing, so it may
 // span every shard), then claims from the partitions they are in, as many
 // as it found there, in one pipelined batch of statements that each name
-// the partitions of one shard (shardsOf; one transaction). Within a shard
+// the partitions of one shard (byShard; one transaction). Within a shard
 // the order is the claim's (priority, then run_at); across shards it is
 // the order the read saw, so a candidate another worker took meanwhile is
 // replaced by the next of its own shard's partitions rather than the next
@@ -198,18 +198,18 @@ func claimRouted(ctx context.Context, db DB, lane string, caps []string, max int
 	if len(order) == 0 {
 		return nil, nil
 	}
-	shards, err := shardsOf(ctx, db, order)
+	shards, err := byShard(ctx, db, order, func(p int16) int16 { return p })
 	if err != nil {
 		return nil, err
 	}
 	var out []*ffdtype.Execution
 	b := &pgx.Batch{}
-	for _, parts := range shards {
+	for _, g := range shards {
 		n := 0
-		for _, p := range parts {
+		for _, p := range g.parts {
 			n += count[p]
 		}
-		b.Queue(claimRoutedSQL, lane, caps, n, worker, locked, parts, now).Query(func(rows pgx.Rows) error {
+		b.Queue(claimRoutedSQL, lane, caps, n, worker, locked, g.parts, now).Query(func(rows pgx.Rows) error {
 			xs, err := collectExecutions(rows)
 			out = append(out, xs...)
 			return err

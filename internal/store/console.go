@@ -83,10 +83,26 @@ type ConsumerLag struct {
 	IdleSecond float64  `db:"idle_seconds"` // since it last read
 }
 
+// consumerLagSQL is one consumer's lag: the events of its streams ($1
+// completion, $2 lease) after its cursor ($3, $4), counted up to 100,000
+// each, and the age of the oldest.
+const consumerLagSQL = `SELECT
+	(SELECT count(*) FROM (SELECT 1 FROM ff_completion_event e
+		WHERE $1 AND (e.txid, e.event_id) > ($3::xid8, $4) LIMIT 100000) q)
+	+ (SELECT count(*) FROM (SELECT 1 FROM ff_lease_event e
+		WHERE $2 AND (e.txid, e.event_id) > ($3::xid8, $4) LIMIT 100000) q),
+	extract(epoch FROM now() - least(
+		(SELECT min(e.occurred_at) FROM (SELECT occurred_at FROM ff_completion_event e
+			WHERE $1 AND (e.txid, e.event_id) > ($3::xid8, $4)
+			ORDER BY e.txid, e.event_id LIMIT 1) e),
+		(SELECT min(e.occurred_at) FROM (SELECT occurred_at FROM ff_lease_event e
+			WHERE $2 AND (e.txid, e.event_id) > ($3::xid8, $4)
+			ORDER BY e.txid, e.event_id LIMIT 1) e)))::float8`
+
 // ConsumerLags reads every named consumer with its lag: the consumers
-// first, then one statement each over the outboxes from its cursor (a
-// subquery correlated with the consumer's row is what a distributed
-// Postgres cannot run; consumers are few).
+// first, then one statement each over the outboxes from its cursor, in
+// one pipelined batch (two round trips; a subquery correlated with the
+// consumer's row is what a distributed Postgres cannot run).
 func ConsumerLags(ctx context.Context, db DB) ([]ConsumerLag, error) {
 	rows, err := db.Query(ctx, `SELECT name, stream, cursor_txid::text, cursor_event_id,
 			extract(epoch FROM now() - last_read_at)::float8
@@ -112,25 +128,20 @@ func ConsumerLags(ctx context.Context, db DB) ([]ConsumerLag, error) {
 	if err := rows.Err(); err != nil {
 		return nil, wrap("read consumer lags", err)
 	}
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	// One statement a consumer, all in one pipelined batch.
+	b := &pgx.Batch{}
 	for i := range cs {
 		completion := cs[i].Stream == string(ffdtype.StreamCompletion) || cs[i].Stream == string(ffdtype.StreamAll)
 		lease := cs[i].Stream == string(ffdtype.StreamLease) || cs[i].Stream == string(ffdtype.StreamAll)
-		err := db.QueryRow(ctx, `SELECT
-				(SELECT count(*) FROM (SELECT 1 FROM ff_completion_event e
-					WHERE $1 AND (e.txid, e.event_id) > ($3::xid8, $4) LIMIT 100000) q)
-				+ (SELECT count(*) FROM (SELECT 1 FROM ff_lease_event e
-					WHERE $2 AND (e.txid, e.event_id) > ($3::xid8, $4) LIMIT 100000) q),
-				extract(epoch FROM now() - least(
-					(SELECT min(e.occurred_at) FROM (SELECT occurred_at FROM ff_completion_event e
-						WHERE $1 AND (e.txid, e.event_id) > ($3::xid8, $4)
-						ORDER BY e.txid, e.event_id LIMIT 1) e),
-					(SELECT min(e.occurred_at) FROM (SELECT occurred_at FROM ff_lease_event e
-						WHERE $2 AND (e.txid, e.event_id) > ($3::xid8, $4)
-						ORDER BY e.txid, e.event_id LIMIT 1) e)))::float8`,
-			completion, lease, at[i].txid, at[i].event).Scan(&cs[i].Behind, &cs[i].LagSeconds)
-		if err != nil {
-			return nil, wrap("read consumer "+cs[i].Name+"'s lag", err)
-		}
+		b.Queue(consumerLagSQL, completion, lease, at[i].txid, at[i].event).QueryRow(func(r pgx.Row) error {
+			return r.Scan(&cs[i].Behind, &cs[i].LagSeconds)
+		})
+	}
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, wrap("read consumer lags", err)
 	}
 	return cs, nil
 }

@@ -35,13 +35,7 @@ func Distributed(ctx context.Context, db DB) (bool, error) {
 			return v.(bool), nil
 		}
 	}
-	var dist bool
-	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')`).Scan(&dist)
-	if err == nil && dist {
-		// pg_dist_partition exists only where the extension is.
-		err = db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_dist_partition
-			WHERE logicalrelid = to_regclass('ff_execution') AND partmethod = 'h')`).Scan(&dist)
-	}
+	dist, err := distributedTable(ctx, db, "ff_execution")
 	if err != nil {
 		return false, wrap("read whether the tables are distributed", err)
 	}
@@ -55,42 +49,11 @@ func Distributed(ctx context.Context, db DB) (bool, error) {
 	return dist, nil
 }
 
-// shardsOf groups parts by the shard that holds them where the tables are
-// distributed, in shard order (the order routed statements lock in:
-// shard, then partition, then key), each group's partitions in their
-// order of first appearance. A statement that names the partitions of
-// one shard (`partition_key = ANY($n)`) is one a distributed Postgres
-// routes to that shard and lets lock rows, so a routed batch needs a
-// statement per shard, not per partition (256 partitions live on 32
-// shards by default). The map is read once per pool like Distributed's
-// answer, and forgotten with it (unroutable): a shard split changes it.
-// With routeAll (a test on one Postgres) a partition's shard is its
-// number modulo 32, so that the grouped statements run there too.
-func shardsOf(ctx context.Context, db DB, parts []int16) ([][]int16, error) {
-	shard, err := shardMap(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	at := map[int64][]int16{}
-	var shards []int64
-	for _, p := range parts {
-		s := shard(p)
-		if _, ok := at[s]; !ok {
-			shards = append(shards, s)
-		}
-		if !slices.Contains(at[s], p) {
-			at[s] = append(at[s], p)
-		}
-	}
-	slices.Sort(shards)
-	groups := make([][]int16, len(shards))
-	for i, s := range shards {
-		groups[i] = at[s]
-	}
-	return groups, nil
-}
-
-// shardMap returns the shard of each partition (shardsOf).
+// shardMap returns the shard that holds each partition where the tables
+// are distributed. It is read once per pool like Distributed's answer,
+// and forgotten with it (unroutable): a shard split changes it. With
+// routeAll (a test on one Postgres) a partition's shard is its number
+// modulo 32, so that the grouped statements run there too.
 func shardMap(ctx context.Context, db DB) (func(int16) int64, error) {
 	if routeAll.Load() {
 		return func(p int16) int64 { return int64(p % 32) }, nil
@@ -132,6 +95,18 @@ var (
 	shardMaps      sync.Map
 	knownShardMaps atomic.Int64
 )
+
+// distributedTable reports whether table is distributed by hash (Citus).
+func distributedTable(ctx context.Context, db DB, table string) (bool, error) {
+	var dist bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')`).Scan(&dist)
+	if err == nil && dist {
+		// pg_dist_partition exists only where the extension is.
+		err = db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_dist_partition
+			WHERE logicalrelid = to_regclass($1) AND partmethod = 'h')`, table).Scan(&dist)
+	}
+	return dist, err
+}
 
 // unroutable returns err, first forgetting Distributed's answer for db
 // when err says a distributed Postgres could not run the statement
@@ -254,29 +229,35 @@ type shardGroup[T any] struct {
 	parts []int16
 }
 
-// byShard groups items by the shard that holds their partition
-// (shardsOf), in shard order and, within a shard, partition order: the
-// statements a distributed Postgres routes, one per group.
+// byShard groups items by the shard that holds their partition, in shard
+// order (the order routed statements lock in: shard, then partition, then
+// key) and, within a shard, partition order. A statement that names the
+// partitions of one shard (`partition_key = ANY($n)`) is one a
+// distributed Postgres routes to that shard and lets lock rows, so a
+// routed batch needs a statement per group, not per partition (256
+// partitions live on 32 shards by default).
 func byShard[T any](ctx context.Context, db DB, items []T, partition func(T) int16) ([]shardGroup[T], error) {
-	byPart := byPartition(items, partition)
-	first := make([]int16, len(byPart))
-	for i, g := range byPart {
-		first[i] = partition(g[0])
-	}
-	shards, err := shardsOf(ctx, db, first)
+	shard, err := shardMap(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	at := map[int16][]T{}
-	for i, g := range byPart {
-		at[first[i]] = g
-	}
-	out := make([]shardGroup[T], len(shards))
-	for i, parts := range shards {
-		out[i].parts = parts
-		for _, p := range parts {
-			out[i].items = append(out[i].items, at[p]...)
+	at := map[int64]*shardGroup[T]{}
+	var shards []int64
+	for _, g := range byPartition(items, partition) {
+		p := partition(g[0])
+		sg, ok := at[shard(p)]
+		if !ok {
+			sg = &shardGroup[T]{}
+			at[shard(p)] = sg
+			shards = append(shards, shard(p))
 		}
+		sg.parts = append(sg.parts, p)
+		sg.items = append(sg.items, g...)
+	}
+	slices.Sort(shards)
+	out := make([]shardGroup[T], len(shards))
+	for i, s := range shards {
+		out[i] = *at[s]
 	}
 	return out, nil
 }

@@ -114,14 +114,13 @@ func TakeEvent(ctx context.Context, tx pgx.Tx, part int16, id int64, lockTimeout
 // partitions not held by another dispatcher, oldest first, bounding the
 // transaction's lock waits like TakeEvents.
 func TakePartitionEvents(ctx context.Context, tx pgx.Tx, parts []int16, limit int, lockTimeout time.Duration) ([]Dispatching, error) {
-	routed, part, err := routedPartition(ctx, tx, parts)
-	if err != nil {
-		return nil, err
-	}
-	if routed {
-		return collectDispatching(tx.Query(ctx, takeOnePartitionEvents, part, limit, millisOrNull(lockTimeout)))
-	}
 	return collectDispatching(tx.Query(ctx, takePartitionEvents, parts, limit, millisOrNull(lockTimeout)))
+}
+
+// TakeOnePartitionEvents is TakePartitionEvents of one partition in the
+// form a distributed Postgres routes to its shard.
+func TakeOnePartitionEvents(ctx context.Context, tx pgx.Tx, part int16, limit int, lockTimeout time.Duration) ([]Dispatching, error) {
+	return collectDispatching(tx.Query(ctx, takeOnePartitionEvents, part, limit, millisOrNull(lockTimeout)))
 }
 
 // OldEventPartitions lists the partitions of the oldest undispatched

@@ -363,12 +363,7 @@ type Node struct {
 // rebalance has a slot before its first shard arrives). It returns
 // nothing on one Postgres, whose own WAL holds them.
 func OutboxNodes(ctx context.Context, db DB) ([]Node, error) {
-	var dist bool
-	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')`).Scan(&dist)
-	if err == nil && dist {
-		err = db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_dist_partition
-			WHERE logicalrelid = to_regclass('ff_completion_event') AND partmethod = 'h')`).Scan(&dist)
-	}
+	dist, err := distributedTable(ctx, db, "ff_completion_event")
 	if err != nil || !dist {
 		return nil, wrap("read whether the outbox is distributed", err)
 	}

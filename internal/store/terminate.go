@@ -303,7 +303,7 @@ func terminationArgs(ends []Termination) []any {
 }
 
 // terminateRouted is TerminateWithin on a distributed Postgres: one
-// statement per shard (shardsOf), in one pipelined batch (the ending's
+// statement per shard (byShard), in one pipelined batch (the ending's
 // transaction, or the caller's), then, when members of flows ended, a
 // second batch that finishes their flows. Two round trips where one
 // Postgres needs one; the notices ride in the first.
