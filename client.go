@@ -45,6 +45,17 @@ type Config struct {
 	// TraceTag), and its workers run each handler in a span that continues
 	// that trace. Default: none, at no cost.
 	TracerProvider trace.TracerProvider
+	// WaitPollInterval is how often WaitExecution and WaitFlow read their
+	// object again when no notification woke them: 10ms..1h. Default
+	// DefaultWaitPollInterval.
+	WaitPollInterval time.Duration
+	// ListenConnConfig is the connection the client LISTENs on while a
+	// wait (WaitExecution, WaitFlow) runs: one for all its waits, opened
+	// by the first and closed after the last. Default: one like the
+	// pool's. Behind a PgBouncer in transaction pooling, point it at
+	// Postgres directly; otherwise waits learn of results only at each
+	// WaitPollInterval.
+	ListenConnConfig *pgx.ConnConfig
 }
 
 // Client is the entry point of the Go API. It is safe for concurrent use.
@@ -54,6 +65,7 @@ type Client struct {
 	limits  leases.Limits
 	stall   *stallWatch
 	tracing tracing
+	waits   waitHub
 }
 
 // NewClient builds a client over pool. cfg may be nil for the defaults. It
@@ -63,6 +75,7 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 		return nil, errors.New("ffd: NewClient needs a pool")
 	}
 	c := &Client{pool: pool}
+	c.waits.client = c
 	if cfg != nil {
 		c.cfg = *cfg
 	}
@@ -80,6 +93,12 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 		c.cfg.Logger = defaultLogger()
 	}
 	c.limits = leases.Limits{MaxPayloadBytes: c.cfg.MaxPayloadBytes}
+	switch {
+	case c.cfg.WaitPollInterval == 0:
+		c.cfg.WaitPollInterval = DefaultWaitPollInterval
+	case c.cfg.WaitPollInterval < 10*time.Millisecond || c.cfg.WaitPollInterval > time.Hour:
+		return nil, fault.Invalid(ffdtype.KindOutOfRange, "wait_poll_interval", c.cfg.WaitPollInterval.String(), "want 10ms..1h")
+	}
 	if c.cfg.StallWarning == 0 {
 		c.cfg.StallWarning = DefaultStallWarning
 	}

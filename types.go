@@ -18,6 +18,7 @@ type (
 	AttemptOutcome = ffdtype.AttemptOutcome
 	Upstream       = ffdtype.Upstream
 	Flow           = ffdtype.Flow
+	FlowOutcome    = ffdtype.FlowOutcome
 	FlowState      = ffdtype.FlowState
 	CancelPolicy   = ffdtype.CancelPolicy
 	Edge           = ffdtype.Edge

@@ -248,3 +248,14 @@ type CancelFlowResult struct {
 	// written.
 	Repeated bool
 }
+
+// FlowOutcome is a finished flow with every member as it ended.
+type FlowOutcome struct {
+	// Flow is the flow, in its terminal state, with its edge groups.
+	Flow *Flow
+	// Members are the flow's executions in creation order, with their
+	// results.
+	Members []*Execution
+	// Steps are the members that have a step name, by name.
+	Steps map[string]*Execution
+}

@@ -87,5 +87,9 @@ func codeOf(err error) int {
 	if errors.As(err, &ve) {
 		return exitBadArgs
 	}
+	var oe *outcomeError
+	if errors.As(err, &oe) {
+		return oe.code
+	}
 	return exitFailed
 }

@@ -19,6 +19,7 @@ type ExecCmd struct {
 	List   ExecListCmd   `cmd:"" help:"List executions."`
 	Cancel ExecCancelCmd `cmd:"" help:"Cancel an execution (a running one is fenced)."`
 	Rerun  ExecRerunCmd  `cmd:"" help:"Run a failed, expired or cancelled solo execution again, as a new execution."`
+	Wait   ExecWaitCmd   `cmd:"" help:"Wait for an execution to end; print it with its result; exit 0 completed, 3 failed/expired, 4 cancelled/skipped, 5 --timeout."`
 }
 
 // FlowCmd groups the flow ops commands.
@@ -27,6 +28,7 @@ type FlowCmd struct {
 	List   FlowListCmd   `cmd:"" help:"List flows."`
 	Cancel FlowCancelCmd `cmd:"" help:"Cancel a flow."`
 	Rerun  FlowRerunCmd  `cmd:"" help:"Run a failed or cancelled flow again as a new flow: steps that succeeded keep their results."`
+	Wait   FlowWaitCmd   `cmd:"" help:"Wait for a flow to end; print every step's outcome and result; exit 0 completed, 3 failed, 4 cancelled, 5 --timeout."`
 }
 
 type output struct {

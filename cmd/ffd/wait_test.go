@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+// `ffd exec wait` and `ffd flow wait` print the outcome and exit with a
+// code that names it.
+func TestWaitCommands(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	url := "--database-url=" + db.URL
+	ctx := context.Background()
+	client := quietClient(t, db)
+	claim := func(lane string) *ffd.Execution {
+		t.Helper()
+		xs, err := client.Claim(ctx, ffd.ClaimParams{Lane: lane, Worker: "cli-test"})
+		if err != nil || len(xs) != 1 {
+			t.Fatalf("claim from %s: %d, %v", lane, len(xs), err)
+		}
+		return xs[0]
+	}
+	tests := []struct {
+		name string
+		end  func(x *ffd.Execution) error
+		code int
+		want string
+	}{
+		{"completed", func(x *ffd.Execution) error {
+			_, err := client.Complete(ctx, x.ID, x.LeaseEpoch, []byte(`{"total":42}`))
+			return err
+		}, exitOK, `"total": 42`},
+		{"failed", func(x *ffd.Execution) error {
+			_, err := client.Fail(ctx, x.ID, x.LeaseEpoch, ffd.FailParams{Error: "upstream said no"})
+			return err
+		}, exitOutcomeFailed, "upstream said no"},
+		{"cancelled", func(x *ffd.Execution) error {
+			_, err := client.Cancel(ctx, x.ID, "operator", "test")
+			return err
+		}, exitOutcomeCancelled, `"state": "cancelled"`},
+	}
+	for _, tc := range tests {
+		// As a flow's only step, so that the flow ends with it.
+		sub, err := client.SubmitFlow(ctx, ffd.SubmitFlowParams{
+			Nodes: []ffd.SubmitNode{{Ref: "only", Params: ffd.CreateParams{Lane: "cli-" + tc.name, MaxAttempts: 1}}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := sub.Executions["only"].ID.String()
+		type ran struct {
+			code     int
+			out, err string
+		}
+		done := make(chan ran, 1)
+		go func() {
+			code, out, errOut := runFFD(t, "exec", "wait", id, "--json", url)
+			done <- ran{code, out, errOut}
+		}()
+		time.Sleep(100 * time.Millisecond) // the wait is under way before the end
+		if err := tc.end(claim("cli-" + tc.name)); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.code != tc.code || !strings.Contains(r.out, tc.want) {
+			t.Fatalf("exec wait (%s): exit %d, stdout %q, stderr %q; want exit %d and %q", tc.name, r.code, r.out, r.err, tc.code, tc.want)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(r.out), &m); err != nil || m["state"] != tc.name {
+			t.Fatalf("exec wait --json (%s): %q (%v); want state %s", tc.name, r.out, err, tc.name)
+		}
+		code, out, errOut := runFFD(t, "flow", "wait", sub.Flow.ID.String(), url)
+		// A flow fails when a member failed or expired; a cancelled
+		// member does not fail it.
+		flowState := map[string]string{"completed": "completed", "failed": "failed", "cancelled": "completed"}[tc.name]
+		wantCode := map[string]int{"completed": exitOK, "failed": exitOutcomeFailed}[flowState]
+		if code != wantCode || !strings.Contains(out, "flow "+sub.Flow.ID.String()+" "+flowState) || !strings.Contains(out, "only") {
+			t.Fatalf("flow wait (%s): exit %d, stdout %q, stderr %q; want exit %d and a %s flow", tc.name, code, out, errOut, wantCode, flowState)
+		}
+	}
+	x, err := client.Create(ctx, ffd.CreateParams{Lane: "cli-never"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := runFFD(t, "exec", "wait", x.Execution.ID.String(), "--timeout", "200ms", url)
+	if code != exitWaitTimedOut || !strings.Contains(errOut, "--timeout") {
+		t.Fatalf("exec wait --timeout: exit %d, stderr %q; want exit %d", code, errOut, exitWaitTimedOut)
+	}
+	code, _, errOut = runFFD(t, "flow", "wait", "not-a-uuid", url)
+	if code != exitBadArgs {
+		t.Fatalf("flow wait of a bad id: exit %d, stderr %q; want %d", code, errOut, exitBadArgs)
+	}
+}
