@@ -18,6 +18,7 @@ const (
 	HandlerFailed    = "failed"     // failed for good (permanent error or attempts exhausted)
 	HandlerLeaseLost = "lease_lost" // the lease moved on (cancelled, revoked, expired): the result was dropped
 	HandlerStopped   = "stopped"    // handed back by Stop
+	HandlerSuspended = "suspended"  // ended its attempt in a wait (Sleep, WaitForSignal)
 )
 
 // WorkerMetrics are the Prometheus metrics of the workers of a process.

@@ -19,6 +19,13 @@ type (
 	Upstream       = ffdtype.Upstream
 	Flow           = ffdtype.Flow
 	FlowOutcome    = ffdtype.FlowOutcome
+	Wake           = ffdtype.Wake
+	WakeReason     = ffdtype.WakeReason
+	Signal         = ffdtype.Signal
+	SuspendParams  = ffdtype.SuspendParams
+	Suspended      = ffdtype.Suspended
+	SignalParams   = ffdtype.SignalParams
+	SignalResult   = ffdtype.SignalResult
 	FlowState      = ffdtype.FlowState
 	CancelPolicy   = ffdtype.CancelPolicy
 	Edge           = ffdtype.Edge
@@ -62,6 +69,14 @@ const (
 	AttemptTimedOut  = ffdtype.AttemptTimedOut
 	AttemptCancelled = ffdtype.AttemptCancelled
 	AttemptRevoked   = ffdtype.AttemptRevoked
+	AttemptWaited    = ffdtype.AttemptWaited
+)
+
+// Wake reasons (Wake.Reason).
+const (
+	WokenByTimer   = ffdtype.WokenByTimer
+	WokenBySignal  = ffdtype.WokenBySignal
+	WokenByTimeout = ffdtype.WokenByTimeout
 )
 
 // Flow states.

@@ -250,6 +250,11 @@ func (e *executor) finish(ctx context.Context, j *runningJob, result []byte, her
 		report(HandlerLeaseLost)
 		return
 	}
+	var wait *SuspendError
+	if errors.As(herr, &wait) {
+		report(e.suspend(j, wait))
+		return
+	}
 	if herr == nil {
 		// The lease is renewed until the result is recorded, not only
 		// while the handler runs: a batch that commits slowly (a busy
@@ -275,6 +280,31 @@ func (e *executor) finish(ctx context.Context, j *runningJob, result []byte, her
 		return
 	}
 	report(e.fail(j, herr))
+}
+
+// suspend records the wait a handler asked for.
+func (e *executor) suspend(j *runningJob, wait *SuspendError) string {
+	x := j.x
+	fctx, cancel := context.WithTimeout(e.ctx, finishTimeout)
+	defer cancel()
+	out, err := e.client.Suspend(fctx, x.ID, x.LeaseEpoch, wait.Params)
+	if err != nil {
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			// The handler asked for a wait that cannot be: a bug to
+			// fix, recorded as the attempt's failure.
+			return e.fail(j, Permanent(fmt.Errorf("%s: %w", wait.Error(), err)))
+		}
+		e.logFinish(x, "suspended", err)
+		if errors.Is(err, ErrLeaseLost) {
+			return HandlerLeaseLost
+		}
+		return HandlerFailed
+	}
+	if ce := e.log.Check(zap.InfoLevel, "execution waits"); ce != nil {
+		ce.Write(jobFields(x, zap.String("wait", wait.Error()), zap.Time("run_at", out.RunAt), zap.Bool("woken", out.Woken))...)
+	}
+	return HandlerSuspended
 }
 
 // fail records a handler's error: retried or failed.

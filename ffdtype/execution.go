@@ -92,10 +92,13 @@ const (
 	AttemptTimedOut  AttemptOutcome = "timed_out"
 	AttemptCancelled AttemptOutcome = "cancelled"
 	AttemptRevoked   AttemptOutcome = "revoked"
+	// AttemptWaited: the attempt ended in a wait (a sleep or a signal
+	// wait); it does not count against max_attempts.
+	AttemptWaited AttemptOutcome = "waited"
 )
 
 // AttemptOutcomes lists every attempt outcome.
-var AttemptOutcomes = []AttemptOutcome{AttemptSucceeded, AttemptFailed, AttemptTimedOut, AttemptCancelled, AttemptRevoked}
+var AttemptOutcomes = []AttemptOutcome{AttemptSucceeded, AttemptFailed, AttemptTimedOut, AttemptCancelled, AttemptRevoked, AttemptWaited}
 
 // Execution is a snapshot of one execution.
 type Execution struct {
@@ -256,4 +259,63 @@ func (u Upstream) Decode(v any) error {
 		return fmt.Errorf("decode the result of upstream %s (%s) as %T: %w", u.Step, u.ID, v, err)
 	}
 	return nil
+}
+
+// WakeReason is how a wait ended (Wake.Reason).
+type WakeReason string
+
+// Wake reasons.
+const (
+	// WokenByTimer: the sleep's time came.
+	WokenByTimer WakeReason = "timer"
+	// WokenBySignal: the signal waited for was sent (Wake.Received).
+	WokenBySignal WakeReason = "signal"
+	// WokenByTimeout: the signal wait's timeout passed first.
+	WokenByTimeout WakeReason = "timeout"
+)
+
+// Wake is what an execution last waited for (Job.Wake, Client.Wake) and
+// how that wait ended. Attempts after the wait read it, retries
+// included, until the next wait replaces it.
+type Wake struct {
+	// For is "sleep" or "signal".
+	For string
+	// Signal is the name waited for; "" for a sleep.
+	Signal string
+	// Until is when the wait ends by itself: the sleep's end, or the
+	// signal wait's timeout; nil for a signal wait without one.
+	Until *time.Time
+	// Attempt is the attempt that ended in the wait.
+	Attempt int
+	// Waits counts every wait of the execution so far.
+	Waits int
+	// Waiting is true while the wait lasts (the execution is pending at
+	// the attempt that began it); Reason is then "".
+	Waiting bool
+	// Reason is how the wait ended.
+	Reason WakeReason
+	// Received is the signal that ended it, with its payload.
+	Received *Signal
+}
+
+// Signal is a named message with a payload, sent to a flow or an
+// execution (Client.Signal), kept until one wait for its name takes it.
+type Signal struct {
+	// ID is the signal's uuid (version 7: sending order).
+	ID uuid.UUID
+	// Name is what waits match: [A-Za-z0-9_.:-]{1,128}.
+	Name string
+	// Payload is the sender's bytes.
+	Payload []byte
+	// SentAt is when it was sent (the database's clock).
+	SentAt time.Time
+	// FlowID is the flow it was sent to, or the flow of the execution it
+	// was sent to; nil for a solo execution's.
+	FlowID *uuid.UUID
+	// Execution is the execution it was sent to; nil when sent to a flow.
+	Execution *ExecutionID
+	// ConsumedBy is the execution whose wait it ended, ConsumedAt when;
+	// nil while it is kept for a wait to come.
+	ConsumedBy *ExecutionID
+	ConsumedAt *time.Time
 }

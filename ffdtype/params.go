@@ -184,3 +184,58 @@ type SubmittedFlow struct {
 	Flow       *Flow
 	Executions map[string]*Execution
 }
+
+// SuspendParams is the wait a running attempt ends in (Client.Suspend;
+// a handler returns Sleep, SleepUntil or WaitForSignal instead). Set For
+// or Until for a sleep; Signal (with an optional Timeout) for a signal
+// wait.
+type SuspendParams struct {
+	// For sleeps this long from now (the database's clock): 1ms..366
+	// days.
+	For time.Duration
+	// Until sleeps until this time; a time past resumes at once.
+	Until time.Time
+	// Signal waits for a signal of this name, sent to the execution or
+	// its flow: [A-Za-z0-9_.:-]{1,128}.
+	Signal string
+	// Timeout ends a signal wait without its signal after this long:
+	// 0 (none, the default) or 1ms..366 days.
+	Timeout time.Duration
+}
+
+// Suspended is a wait recorded by Client.Suspend.
+type Suspended struct {
+	// Attempt is the attempt that ended in the wait.
+	Attempt int
+	// RunAt is when the execution becomes claimable again by itself; the
+	// zero time for a signal wait without timeout.
+	RunAt time.Time
+	// Woken is true when a signal sent before the wait began ended it at
+	// once: the execution is claimable now.
+	Woken bool
+}
+
+// SignalParams is a signal to send (Client.Signal): to a flow, or to an
+// execution. Set exactly one of FlowID and Execution.
+type SignalParams struct {
+	// FlowID sends it to a flow: the first member that waits for Name
+	// takes it (or the first that will).
+	FlowID *uuid.UUID
+	// Execution sends it to one execution.
+	Execution *ExecutionID
+	// Name is what a wait matches: [A-Za-z0-9_.:-]{1,128}.
+	Name string
+	// Payload is handed to the step it wakes (Wake.Received.Payload);
+	// bounded like an execution's payload. JSON, when set, is encoded
+	// into Payload instead.
+	Payload []byte
+	JSON    any
+}
+
+// SignalResult is a signal sent.
+type SignalResult struct {
+	Signal Signal
+	// Woke is the execution whose wait it ended at once; nil when none
+	// waited for it yet (the first wait for its name to come takes it).
+	Woke *ExecutionID
+}

@@ -42,9 +42,10 @@ const (
 	stepLapsedLeases   = "lapsed_leases"
 	stepDeadlines      = "deadlines"
 	stepDueLanes       = "due_lanes"
+	stepSignals        = "signals"
 )
 
-var sweepSteps = []string{stepDispatch, stepCancelSiblings, stepLapsedLeases, stepDeadlines, stepDueLanes}
+var sweepSteps = []string{stepDispatch, stepCancelSiblings, stepLapsedLeases, stepDeadlines, stepDueLanes, stepSignals}
 
 // sweepFailLimit is how many sweeps in a row a step may fail before it
 // is failing: one failure is a blip (a restart, a lock timeout), three
@@ -97,6 +98,7 @@ func (s *sweeper) sweep(ctx context.Context, full bool) {
 	}
 	errs[stepLapsedLeases], errs[stepDeadlines] = s.expire(ctx)
 	errs[stepDueLanes] = s.e.due.notify(ctx)
+	errs[stepSignals] = s.matchSignals(ctx)
 	if ctx.Err() == nil { // a stop is not a failure
 		s.record(errs)
 	}
@@ -196,6 +198,20 @@ func (s *sweeper) expire(ctx context.Context) (lapsedErr, deadlineErr error) {
 		s.e.log.Info("sweep expired deadlines", zap.Int("expired", dl))
 	}
 	return lapsedErr, deadlineErr
+}
+
+// matchSignals ends the waits that a signal already sent should have
+// ended (store.MatchSignals says how one can be left).
+func (s *sweeper) matchSignals(ctx context.Context) error {
+	n, err := store.MatchSignals(ctx, s.e.cfg.Pool, s.e.cfg.SweepBatch)
+	if n > 0 {
+		s.e.m.sweepFound.WithLabelValues("signal").Add(float64(n))
+		s.e.log.Warn("sweep ended waits that missed the signal sent for them", zap.Int("woken", n))
+	}
+	if err != nil {
+		s.e.log.Error("sweep: matching signals to waits failed", zap.Error(err))
+	}
+	return err
 }
 
 // dueLanes sends ff_ready for lanes whose delayed executions came due

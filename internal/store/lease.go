@@ -95,11 +95,11 @@ type Lapsed struct {
 	ID          ffdtype.ExecutionID
 	Epoch       int64
 	Attempt     int
-	MaxAttempts int
+	MaxAttempts int // with the attempts that ended in waits, which do not count
 	LeaseLapsed bool // the lease lapsed; else the attempt timed out
 }
 
-const lapsedColumns = `partition_key, execution_id, lease_epoch, attempt, max_attempts, lease_expires_at <= now()`
+const lapsedColumns = `partition_key, execution_id, lease_epoch, attempt, max_attempts + waits, lease_expires_at <= now()`
 
 // LockLapsed locks those of the given leases that are still held (the
 // execution runs at that epoch) and lapsed or whose attempt timed out, in
@@ -131,7 +131,7 @@ func LockLapsed(ctx context.Context, tx pgx.Tx, held []LeaseRef) ([]Lapsed, erro
 		for i, l := range ls {
 			ids[i], epochs[i] = pgUUID(l.ID.UUID), l.Epoch
 		}
-		b.Queue(`SELECT e.partition_key, e.execution_id, e.lease_epoch, e.attempt, e.max_attempts, e.lease_expires_at <= now()
+		b.Queue(`SELECT e.partition_key, e.execution_id, e.lease_epoch, e.attempt, e.max_attempts + e.waits, e.lease_expires_at <= now()
 			FROM ff_execution e
 			JOIN unnest($2::uuid[], $3::bigint[]) AS i(execution_id, epoch)
 				ON e.execution_id = i.execution_id AND e.lease_epoch = i.epoch

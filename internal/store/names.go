@@ -38,10 +38,14 @@ const (
 	LeaseReleased LeaseEventType = "released"
 	LeaseExpired  LeaseEventType = "expired"
 	LeaseRevoked  LeaseEventType = "revoked"
+	// A step began a wait (lease_expires_at: when it ends by itself).
+	LeaseSuspended LeaseEventType = "suspended"
+	// A signal ended a step's wait (worker: empty).
+	LeaseSignalled LeaseEventType = "signalled"
 )
 
 // LeaseEventTypes lists every lease event type.
-var LeaseEventTypes = []LeaseEventType{LeaseAcquired, LeaseRenewed, LeaseReleased, LeaseExpired, LeaseRevoked}
+var LeaseEventTypes = []LeaseEventType{LeaseAcquired, LeaseRenewed, LeaseReleased, LeaseExpired, LeaseRevoked, LeaseSuspended, LeaseSignalled}
 
 // LeaseEndOf is the lease event of a running execution that ended in s:
 // its holder released it (complete, fail), the engine revoked it
