@@ -95,7 +95,7 @@ type Lapsed struct {
 	ID          ffdtype.ExecutionID
 	Epoch       int64
 	Attempt     int
-	MaxAttempts int // with the attempts that ended in waits, which do not count
+	MaxAttempts int  // with the attempts that ended in waits, which do not count
 	LeaseLapsed bool // the lease lapsed; else the attempt timed out
 }
 
