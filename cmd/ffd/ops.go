@@ -20,6 +20,7 @@ type ExecCmd struct {
 	Cancel ExecCancelCmd `cmd:"" help:"Cancel an execution (a running one is fenced)."`
 	Rerun  ExecRerunCmd  `cmd:"" help:"Run a failed, expired or cancelled solo execution again, as a new execution."`
 	Wait   ExecWaitCmd   `cmd:"" help:"Wait for an execution to end; print it with its result; exit 0 completed, 3 failed/expired, 4 cancelled/skipped, 5 --timeout."`
+	Signal ExecSignalCmd `cmd:"" help:"Send a named signal with a payload to an execution; its wait for the name takes it."`
 }
 
 // FlowCmd groups the flow ops commands.
@@ -29,6 +30,7 @@ type FlowCmd struct {
 	Cancel FlowCancelCmd `cmd:"" help:"Cancel a flow."`
 	Rerun  FlowRerunCmd  `cmd:"" help:"Run a failed or cancelled flow again as a new flow: steps that succeeded keep their results."`
 	Wait   FlowWaitCmd   `cmd:"" help:"Wait for a flow to end; print every step's outcome and result; exit 0 completed, 3 failed, 4 cancelled, 5 --timeout."`
+	Signal FlowSignalCmd `cmd:"" help:"Send a named signal with a payload to a flow; the first step that waits for the name takes it."`
 }
 
 type output struct {

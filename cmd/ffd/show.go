@@ -69,7 +69,12 @@ func (c *ExecShowCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	wake, err := client.Wake(ctx, x.ID)
+	if err != nil {
+		return err
+	}
 	out := execJSON(x)
+	out["wait"] = wakeJSON(wake)
 	out["payload"], out["result"] = body(x.Payload), body(x.Result)
 	as := make([]map[string]any, len(attempts))
 	for i, a := range attempts {
@@ -89,7 +94,7 @@ func (c *ExecShowCmd) Run(ctx context.Context, g *Globals) error {
 			{"lease_owner", dash(x.LeaseOwner)}, {"lease_expires_at", ts(x.LeaseExpiresAt)}, {"run_at", ts(&x.RunAt)},
 			{"created_at", ts(&x.CreatedAt)}, {"started_at", ts(x.StartedAt)}, {"terminal_at", ts(x.TerminalAt)},
 			{"last_error", dash(x.LastError)}, {"cancellation_reason", dash(x.CancellationReason)}, {"cancelled_by", dash(x.CancelledBy)},
-			{"payload", preview(x.Payload)}, {"result", preview(x.Result)},
+			{"payload", preview(x.Payload)}, {"result", preview(x.Result)}, {"wait", describeWake(wake)},
 		}
 		for _, r := range rows {
 			fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
@@ -103,6 +108,41 @@ func (c *ExecShowCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Fprintln(tw, "(none yet)")
 		}
 	})
+}
+
+// describeWake says what an execution waits for, or what ended its last
+// wait; "-" when it never waited.
+func describeWake(w *ffd.Wake) string {
+	if w == nil {
+		return "-"
+	}
+	what := "sleeps"
+	if w.For == "signal" {
+		what = "waits for signal " + w.Signal
+	}
+	if w.Waiting {
+		if w.Until == nil {
+			return what + " (no timeout)"
+		}
+		return what + " until " + ts(w.Until)
+	}
+	if w.Received != nil {
+		return fmt.Sprintf("woken by signal %s %s (payload %s) after attempt %d", w.Received.Name, w.Received.ID, preview(w.Received.Payload), w.Attempt)
+	}
+	return fmt.Sprintf("%s: ended by its %s after attempt %d", strings.TrimSuffix(what, "s"), w.Reason, w.Attempt)
+}
+
+// wakeJSON is the stable JSON form of a Wake (nil: null).
+func wakeJSON(w *ffd.Wake) map[string]any {
+	if w == nil {
+		return nil
+	}
+	m := map[string]any{"for": w.For, "signal": w.Signal, "until": w.Until, "attempt": w.Attempt, "waits": w.Waits,
+		"waiting": w.Waiting, "reason": w.Reason, "received": nil}
+	if r := w.Received; r != nil {
+		m["received"] = map[string]any{"signal_id": r.ID.String(), "name": r.Name, "sent_at": r.SentAt, "payload": body(r.Payload)}
+	}
+	return m
 }
 
 // body is a payload or result as JSON output shows it: itself when it is

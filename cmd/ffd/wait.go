@@ -136,3 +136,61 @@ func outcomeOf(state, what string) error {
 		return &outcomeError{code: exitOutcomeCancelled, msg: what + " " + state}
 	}
 }
+
+// signalFlags are the flags of the signal commands.
+type signalFlags struct {
+	output
+	Name    string `arg:"" help:"Signal name: [A-Za-z0-9_.:-]{1,128}; a wait for it (WaitForSignal) takes it."`
+	Payload string `name:"payload" help:"The signal's payload, as given (text or JSON); empty by default."`
+}
+
+// send sends the signal and prints what took it.
+func (s *signalFlags) send(ctx context.Context, g *Globals, client *ffd.Client, p ffd.SignalParams) error {
+	p.Name, p.Payload = s.Name, []byte(s.Payload)
+	res, err := client.Signal(ctx, p)
+	if err != nil {
+		return err
+	}
+	js := map[string]any{"signal_id": res.Signal.ID.String(), "name": res.Signal.Name, "sent_at": res.Signal.SentAt, "woke": nil}
+	if res.Woke != nil {
+		js["woke"] = res.Woke.String()
+	}
+	return s.print(g.stdout, js, func(tw *tabwriter.Writer) {
+		if res.Woke != nil {
+			fmt.Fprintf(tw, "signal %s %s woke %s\n", res.Signal.Name, res.Signal.ID, res.Woke)
+		} else {
+			fmt.Fprintf(tw, "signal %s %s kept: no step waits for it yet; the first wait for it takes it\n", res.Signal.Name, res.Signal.ID)
+		}
+	})
+}
+
+// FlowSignalCmd sends a signal to a flow.
+type FlowSignalCmd struct {
+	ID string `arg:"" help:"Flow id (uuid)."`
+	signalFlags
+}
+
+// Run sends the signal: the first member that waits for its name takes
+// it, now or when it waits. A finished flow refuses it.
+func (c *FlowSignalCmd) Run(ctx context.Context, g *Globals) error {
+	client, id, err := g.flow(ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	return c.send(ctx, g, client, ffd.SignalParams{FlowID: &id})
+}
+
+// ExecSignalCmd sends a signal to an execution.
+type ExecSignalCmd struct {
+	ID string `arg:"" help:"Execution id: {fp:N}:<uuid>, or the bare uuid."`
+	signalFlags
+}
+
+// Run sends the signal to the execution. A finished one refuses it.
+func (c *ExecSignalCmd) Run(ctx context.Context, g *Globals) error {
+	client, x, err := g.execution(ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	return c.send(ctx, g, client, ffd.SignalParams{Execution: &x.ID})
+}

@@ -98,3 +98,49 @@ func TestWaitCommands(t *testing.T) {
 		t.Fatalf("flow wait of a bad id: exit %d, stderr %q; want %d", code, errOut, exitBadArgs)
 	}
 }
+
+// `ffd flow signal` and `ffd exec signal` end a wait, keep a signal no
+// step waits for yet, and are refused by a finished flow; `exec show`
+// shows the wait.
+func TestSignalCommands(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	url := "--database-url=" + db.URL
+	ctx := context.Background()
+	client := quietClient(t, db)
+	sub, err := client.SubmitFlow(ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "gate", Params: ffd.CreateParams{Lane: "cli-signal"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs, err := client.Claim(ctx, ffd.ClaimParams{Lane: "cli-signal", Worker: "cli-test"})
+	if err != nil || len(xs) != 1 {
+		t.Fatalf("claim: %d, %v", len(xs), err)
+	}
+	x := xs[0]
+	if _, err := client.Suspend(ctx, x.ID, x.LeaseEpoch, ffd.SuspendParams{Signal: "approved", Timeout: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runFFD(t, "exec", "show", x.ID.String(), url)
+	if code != 0 || !strings.Contains(out, "waits for signal approved until") {
+		t.Fatalf("exec show of a waiting step: exit %d, %q, %q; want its wait", code, out, errOut)
+	}
+	code, out, errOut = runFFD(t, "flow", "signal", sub.Flow.ID.String(), "approved", "--payload", `{"by":"ops"}`, url)
+	if code != 0 || !strings.Contains(out, "woke "+x.ID.String()) {
+		t.Fatalf("flow signal: exit %d, %q, %q; want it to wake %s", code, out, errOut, x.ID)
+	}
+	code, out, errOut = runFFD(t, "exec", "signal", x.ID.String(), "later", "--json", url)
+	if code != 0 || !strings.Contains(out, `"woke": null`) {
+		t.Fatalf("exec signal with no wait for it: exit %d, %q, %q; want it kept", code, out, errOut)
+	}
+	code, out, _ = runFFD(t, "exec", "show", x.ID.String(), url)
+	if code != 0 || !strings.Contains(out, "woken by signal approved") {
+		t.Fatalf("exec show after the signal: exit %d, %q; want what woke it", code, out)
+	}
+	if _, err := client.Cancel(ctx, x.ID, "done", "test"); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = runFFD(t, "flow", "signal", sub.Flow.ID.String(), "approved", url)
+	if code != exitFailed || !strings.Contains(errOut, "already") {
+		t.Fatalf("flow signal to a finished flow: exit %d, %q; want exit 1, refused", code, errOut)
+	}
+}

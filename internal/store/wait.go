@@ -327,9 +327,9 @@ func MatchSignals(ctx context.Context, db DB, limit int) (int, error) {
 	return woken, nil
 }
 
-// wakeColumns read what an execution last waited for and what ended it.
+// wakeSQL reads what an execution last waited for and what ended it.
 const wakeSQL = `
-SELECT e.wait_for, e.wait_signal, e.wait_until, e.wait_attempt, e.waits, e.attempt, e.state,
+SELECT e.wait_for, e.wait_signal, e.wait_until, e.wait_attempt, e.waits, e.attempt, e.state, e.run_at > now(),
 	s.signal_id, s.name, s.payload, s.sent_at, s.flow_id, s.execution_id
 FROM ff_execution e
 LEFT JOIN ff_signal s ON s.partition_key = e.partition_key AND s.signal_id = e.woken_by
@@ -344,12 +344,13 @@ func ReadWake(ctx context.Context, db DB, id ffdtype.ExecutionID) (*ffdtype.Wake
 		waitAttempt         *int
 		waits, attempt      int
 		state               ffdtype.State
+		notDue              bool
 		sigID, sigFlow, sEx pgtype.UUID
 		sigName             *string
 		payload             []byte
 		sentAt              *time.Time
 	)
-	err := db.QueryRow(ctx, wakeSQL, id.Partition, pgUUID(id.UUID)).Scan(&waitFor, &signal, &until, &waitAttempt, &waits, &attempt, &state,
+	err := db.QueryRow(ctx, wakeSQL, id.Partition, pgUUID(id.UUID)).Scan(&waitFor, &signal, &until, &waitAttempt, &waits, &attempt, &state, &notDue,
 		&sigID, &sigName, &payload, &sentAt, &sigFlow, &sEx)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &ffdtype.NotFoundError{Object: "execution", ID: id.String()}
@@ -364,7 +365,10 @@ func ReadWake(ctx context.Context, db DB, id ffdtype.ExecutionID) (*ffdtype.Wake
 	if signal != nil {
 		w.Signal = *signal
 	}
-	w.Waiting = state == ffdtype.StatePending && *waitAttempt == attempt
+	// Waiting: pending at the attempt that began the wait, and neither
+	// woken by a signal nor due (a wait woken but not yet claimed has
+	// ended).
+	w.Waiting = state == ffdtype.StatePending && *waitAttempt == attempt && !sigID.Valid && notDue
 	switch {
 	case sigID.Valid:
 		w.Reason = ffdtype.WokenBySignal
@@ -387,7 +391,7 @@ func ReadWake(ctx context.Context, db DB, id ffdtype.ExecutionID) (*ffdtype.Wake
 	return w, nil
 }
 
-// signalColumns is the select list of a Signal, for a row aliased s.
+// listSignalsSQL reads the signals sent to a flow or an execution.
 const listSignalsSQL = `
 SELECT s.signal_id, s.name, s.payload, s.sent_at, s.flow_id, s.execution_id, s.consumed_by, s.consumed_at
 FROM ff_signal s
