@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // wake reads x's wake, failing the test on an error.
@@ -92,6 +93,7 @@ func TestSleepResumesAndDoesNotSpendAttempts(t *testing.T) {
 	if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE event_type = 'suspended'`); n != 3 {
 		t.Fatalf("%d 'suspended' lease events; want 3", n)
 	}
+	f.checkInvariants()
 }
 
 // A signal wakes the step that waits for it, with its payload; a signal
@@ -154,6 +156,7 @@ func TestSignalWakesTheWait(t *testing.T) {
 			t.Fatalf("signals of the flow: %+v, %v; want one, taken by %s", sigs, err, x.ID)
 		}
 	}
+	f.checkInvariants()
 }
 
 // A signal sent while the wait is being recorded: whichever commits
@@ -209,6 +212,7 @@ func TestSignalRacingTheWait(t *testing.T) {
 	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE lane = 'race' AND state = 'pending' AND run_at <= now()`); n != 60 {
 		t.Fatalf("%d of 60 executions claimable; want all", n)
 	}
+	f.checkInvariants()
 }
 
 // A signal wait's timeout ends it without the signal; a signal sent
@@ -241,6 +245,7 @@ func TestSignalWaitTimesOut(t *testing.T) {
 	if n := f.Count(`SELECT count(*) FROM ff_signal WHERE consumed_by IS NULL`); n != 1 {
 		t.Fatalf("%d signals kept; want 1", n)
 	}
+	f.checkInvariants()
 }
 
 // Signals to what cannot take them are refused with typed errors.
@@ -295,6 +300,7 @@ func TestSignalRefusals(t *testing.T) {
 	if n := f.Count(`SELECT count(*) FROM ff_signal`); n != 0 {
 		t.Fatalf("refused signals wrote %d rows", n)
 	}
+	f.checkInvariants()
 }
 
 // A waiting step is cancelled like any pending one, and a sleep's timer
@@ -335,6 +341,7 @@ func TestSleepAcrossDaemonRestart(t *testing.T) {
 	if _, err := f.client.Signal(f.Ctx, ffd.SignalParams{Execution: &y.ID, Name: "x"}); !errors.As(err, &te) {
 		t.Fatalf("signal a cancelled wait: %v; want an AlreadyTerminalError", err)
 	}
+	f.checkInvariants()
 }
 
 // A wait left waiting beside a signal sent for it (by a binary from
@@ -356,5 +363,14 @@ func TestSweepEndsAWaitThatMissedItsSignal(t *testing.T) {
 	f.WaitFor("the sweep to end the wait", func() bool { w := f.wake(x.ID); return w.Reason == ffd.WokenBySignal })
 	if w := f.wake(x.ID); string(w.Received.Payload) != "p" {
 		t.Fatalf("woken with %q; want the signal's payload %q", w.Received.Payload, "p")
+	}
+	f.checkInvariants()
+}
+
+// checkInvariants proves the store's invariants over what the test wrote.
+func (f *fixture) checkInvariants() {
+	f.T.Helper()
+	if err := store.CheckInvariants(f.Ctx, f.Pool); err != nil {
+		f.T.Fatal(err)
 	}
 }

@@ -26,6 +26,8 @@ type (
 	Suspended      = ffdtype.Suspended
 	SignalParams   = ffdtype.SignalParams
 	SignalResult   = ffdtype.SignalResult
+	SpawnParams    = ffdtype.SpawnParams
+	Spawned        = ffdtype.Spawned
 	FlowState      = ffdtype.FlowState
 	CancelPolicy   = ffdtype.CancelPolicy
 	Edge           = ffdtype.Edge

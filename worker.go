@@ -42,6 +42,7 @@ type HandlerFunc func(ctx context.Context, job *Job) (result []byte, err error)
 type Job struct {
 	*Execution
 	client *Client // for Upstreams
+	spawns spawnList
 }
 
 // UnmarshalPayload decodes a JSON payload into v.

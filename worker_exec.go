@@ -41,6 +41,7 @@ type executor struct {
 
 type runningJob struct {
 	x        *Execution
+	job      *Job // the handler's view, with what it spawned
 	cancel   context.CancelCauseFunc
 	handedIn bool // Stop already failed it back; the handler's result is moot
 }
@@ -220,7 +221,8 @@ func (e *executor) runHandler(ctx context.Context, j *runningJob) (result []byte
 		e.heartbeat(ctx, j, hbDone, false)
 	}()
 	var pc panics.Catcher
-	pc.Try(func() { result, herr = e.cfg.Handler(ctx, &Job{Execution: x, client: e.client}) })
+	j.job = &Job{Execution: x, client: e.client}
+	pc.Try(func() { result, herr = e.cfg.Handler(ctx, j.job) })
 	close(hbDone)
 	<-hbStopped
 	if r := pc.Recovered(); r != nil {
@@ -255,6 +257,10 @@ func (e *executor) finish(ctx context.Context, j *runningJob, result []byte, her
 		report(e.suspend(j, wait))
 		return
 	}
+	if spawn := j.job.spawned(); herr == nil && spawn != nil {
+		report(e.completeSpawn(j, result, spawn))
+		return
+	}
 	if herr == nil {
 		// The lease is renewed until the result is recorded, not only
 		// while the handler runs: a batch that commits slowly (a busy
@@ -280,6 +286,36 @@ func (e *executor) finish(ctx context.Context, j *runningJob, result []byte, her
 		return
 	}
 	report(e.fail(j, herr))
+}
+
+// completeSpawn records a result with the steps its handler spawned, in
+// one transaction of its own (not the completer's batches: a spawn may
+// be large, and fails alone), renewing the lease until it is recorded.
+func (e *executor) completeSpawn(j *runningJob, result []byte, spawn *SpawnParams) string {
+	x := j.x
+	recorded := make(chan struct{})
+	keep := time.AfterFunc(heartbeatInterval(x), func() { e.heartbeat(e.ctx, j, recorded, true) })
+	defer func() { keep.Stop(); close(recorded) }()
+	fctx, cancel := context.WithTimeout(e.ctx, finishTimeout)
+	defer cancel()
+	_, spawned, err := e.client.CompleteAndSpawn(fctx, x.ID, x.LeaseEpoch, result, *spawn)
+	if err != nil {
+		var ve *ValidationError
+		var ce *ConflictError
+		if errors.As(err, &ve) || errors.As(err, &ce) {
+			// The flow cannot take this spawn (a name taken, an edge into
+			// a step that started): the attempt fails, and a retry may
+			// spawn otherwise.
+			return e.fail(j, fmt.Errorf("spawn %d steps: %w", len(spawn.Nodes), err))
+		}
+		e.logFinish(x, "completed", err)
+		if errors.Is(err, ErrLeaseLost) {
+			return HandlerLeaseLost
+		}
+		return HandlerFailed
+	}
+	e.logFinish(x, "completed", nil, zap.Int("spawned", len(spawned.Executions)))
+	return HandlerCompleted
 }
 
 // suspend records the wait a handler asked for.

@@ -239,3 +239,25 @@ type SignalResult struct {
 	// waited for it yet (the first wait for its name to come takes it).
 	Woke *ExecutionID
 }
+
+// SpawnParams are steps a running flow member adds to its own flow as it
+// completes (Job.Spawn, Client.CompleteAndSpawn): new nodes, and edges
+// between them or from them into steps of the flow that have not
+// started yet.
+type SpawnParams struct {
+	// Nodes are the new steps; each Ref is the step's name, unique in
+	// the flow. A node without incoming edges starts at once (its
+	// spawner completes with the spawn); one with edges waits for them
+	// under its Policy (default all_of).
+	Nodes []SubmitNode
+	// Edges make To depend on From. From is a new node; To is a new node,
+	// or an existing step of the flow that is blocked on its own
+	// upstreams and not yet decided: its join then waits for the new
+	// edges too (its policy is kept; a quorum's k is not raised).
+	Edges []SubmitEdge
+}
+
+// Spawned is what a spawn added: the new executions by ref.
+type Spawned struct {
+	Executions map[string]*Execution
+}

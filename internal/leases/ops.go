@@ -303,3 +303,10 @@ func validateCompletion(lim Limits, id ffdtype.ExecutionID, epoch int64, result 
 	}
 	return nil
 }
+
+// ExplainLost is the error of a fenced operation that matched nothing,
+// for the callers outside this package that fence (a spawn): the lease is
+// lost, or the execution does not exist.
+func ExplainLost(ctx context.Context, db store.DB, id ffdtype.ExecutionID, epoch int64) error {
+	return explainLost(ctx, db, id, epoch)
+}

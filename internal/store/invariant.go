@@ -89,6 +89,28 @@ var always = []check{
 		HAVING count(a.attempt) + CASE WHEN x.attempt_started_at IS NOT NULL THEN 1 ELSE 0 END <> x.attempt
 			OR count(a.attempt) FILTER (WHERE a.outcome IS NULL) > 0
 			OR max(a.attempt) >= x.attempt AND x.attempt_started_at IS NOT NULL`, false},
+	{"an execution counts the attempts that ended in a wait, and a current wait is pending or over", `
+		SELECT x.execution_id::text, x.state, x.waits, count(a.attempt)
+		FROM ff_execution x
+		LEFT JOIN ff_attempt a ON a.partition_key = x.partition_key AND a.execution_id = x.execution_id AND a.outcome = 'waited'
+		GROUP BY x.partition_key, x.execution_id, x.state, x.waits, x.wait_attempt, x.attempt
+		HAVING count(a.attempt) <> x.waits
+			OR (x.wait_attempt = x.attempt AND x.state IN ('blocked', 'running', 'completed', 'failed'))`, false},
+	{"a consumed signal was taken by an execution that waited", `
+		SELECT s.signal_id::text, s.name, x.execution_id::text
+		FROM ff_signal s
+		LEFT JOIN ff_attempt a ON a.partition_key = s.partition_key AND a.execution_id = s.consumed_by AND a.outcome = 'waited'
+		LEFT JOIN ff_execution x ON x.partition_key = s.partition_key AND x.execution_id = s.consumed_by
+		WHERE s.consumed_by IS NOT NULL
+		GROUP BY s.signal_id, s.name, x.execution_id
+		HAVING count(a.attempt) = 0 AND x.execution_id IS NOT NULL`, false},
+	{"a flow counts its members and edges", `
+		SELECT f.flow_id::text, f.node_count, f.edge_count,
+			(SELECT count(*) FROM ff_execution x WHERE x.partition_key = f.partition_key AND x.flow_id = f.flow_id),
+			(SELECT count(*) FROM ff_edge e WHERE e.partition_key = f.partition_key AND e.flow_id = f.flow_id)
+		FROM ff_flow f
+		WHERE f.node_count <> (SELECT count(*) FROM ff_execution x WHERE x.partition_key = f.partition_key AND x.flow_id = f.flow_id)
+			OR f.edge_count <> (SELECT count(*) FROM ff_edge e WHERE e.partition_key = f.partition_key AND e.flow_id = f.flow_id)`, false},
 }
 
 // quiescent holds once every event has been dispatched and every cancel

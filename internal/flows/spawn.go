@@ -1,0 +1,314 @@
+package flows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffd/ffdtype"
+	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+// One spawn is one transaction with its spawner's completion; these
+// bound it (a map over 10,000 items with a join: 10,001 nodes and
+// 10,000 edges).
+const (
+	MaxSpawnNodes = 10001
+	MaxSpawnEdges = 20000
+)
+
+// spawnPlan is a validated spawn: the new nodes' indexes and in-degrees,
+// and the existing steps its edges go into with how many each.
+type spawnPlan struct {
+	index    map[string]int
+	indeg    []int
+	into     map[string]int // existing step → edges into it
+	intoRefs []string       // its keys, sorted
+}
+
+// planSpawn validates a spawn's shape, touching no database: sizes,
+// refs, edge ends, self and duplicate edges, cycles among the new nodes,
+// policies. An edge may not start at an existing step: the new nodes
+// come after the spawner, which completes with them, and nothing
+// existing may come before them (so no cycle can pass through the
+// flow's existing steps).
+func planSpawn(p ffdtype.SpawnParams) (*spawnPlan, error) {
+	if len(p.Nodes) == 0 || len(p.Nodes) > MaxSpawnNodes {
+		return nil, fault.Invalid(ffdtype.KindOutOfRange, "nodes", fmt.Sprint(len(p.Nodes)), fmt.Sprintf("want 1..%d new steps", MaxSpawnNodes))
+	}
+	if len(p.Edges) > MaxSpawnEdges {
+		return nil, fault.Invalid(ffdtype.KindOutOfRange, "edges", fmt.Sprint(len(p.Edges)), fmt.Sprintf("want at most %d edges", MaxSpawnEdges))
+	}
+	pl := &spawnPlan{index: make(map[string]int, len(p.Nodes)), indeg: make([]int, len(p.Nodes)), into: map[string]int{}}
+	for i, n := range p.Nodes {
+		if n.Ref == "" || len(n.Ref) > leases.MaxNameLength {
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.ref", n.Ref, "want 1 to 128 bytes")
+		}
+		if _, dup := pl.index[n.Ref]; dup {
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.ref", n.Ref, "duplicate node ref")
+		}
+		pl.index[n.Ref] = i
+	}
+	out := make([][]int, len(p.Nodes))
+	pairs := make(map[[2]string]bool, len(p.Edges))
+	for _, e := range p.Edges {
+		from, ok := pl.index[e.From]
+		if !ok {
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "edges.from", e.From,
+				"an edge of a spawn starts at a new step; the spawner completes with the spawn, so new steps without incoming edges start at once")
+		}
+		if e.From == e.To {
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "edges", e.From+" -> "+e.To, "an edge cannot join a node to itself")
+		}
+		if pairs[[2]string{e.From, e.To}] {
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "edges", e.From+" -> "+e.To, "duplicate edge")
+		}
+		pairs[[2]string{e.From, e.To}] = true
+		if to, ok := pl.index[e.To]; ok {
+			pl.indeg[to]++
+			out[from] = append(out[from], to)
+			continue
+		}
+		if e.To == "" || len(e.To) > leases.MaxNameLength {
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "edges.to", e.To, "want a new node's ref or an existing step's name")
+		}
+		pl.into[e.To]++
+	}
+	if ref := cycleRef(p.Nodes, pl.indeg, out); ref != "" {
+		return nil, fault.Invalid(ffdtype.KindCycle, "edges", ref, "the edges form a cycle through this node")
+	}
+	for i, n := range p.Nodes {
+		if n.Policy != nil && pl.indeg[i] == 0 {
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.policy", n.Ref, "a node without incoming edges has no join policy")
+		}
+		if n.Params.IdempotencyKey != "" {
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "idempotency_key", n.Params.IdempotencyKey, "node "+n.Ref+": a spawn is as idempotent as its spawner's completion")
+		}
+		if n.Params.Step != "" && n.Params.Step != n.Ref {
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.params.step", n.Params.Step, "node "+n.Ref+": a node's step is its ref; leave step empty")
+		}
+	}
+	for ref := range pl.into {
+		pl.intoRefs = append(pl.intoRefs, ref)
+	}
+	slices.Sort(pl.intoRefs)
+	return pl, nil
+}
+
+// ValidateSpawn checks a spawn's shape as CompleteAndSpawn will, without
+// a database: for a handler to learn of a bad spawn when it makes it.
+func ValidateSpawn(p ffdtype.SpawnParams) error {
+	_, err := planSpawn(p)
+	return err
+}
+
+// CompleteAndSpawn completes the running flow member id, fenced on epoch,
+// and adds p's steps and edges to its flow, in one transaction: all of
+// it or nothing. A lost lease adds nothing (ErrLeaseLost); so does an
+// edge into a step that has started or whose join is decided, a step
+// name the flow already has (ConflictError), or a finished flow.
+//
+// Locks, in the global order: the joins of the existing steps the new
+// edges go into, the spawner, the flow; then the new rows are written
+// and the spawner completed (store.Terminate, which finds its rows
+// locked already). The new members are written before the completion,
+// so the flow, which finishes when its last live member ends, stays
+// open for them.
+func CompleteAndSpawn(ctx context.Context, db store.DB, lim leases.Limits, id ffdtype.ExecutionID, epoch int64, result []byte,
+	p ffdtype.SpawnParams) (*ffdtype.Ending, *ffdtype.Spawned, error) {
+	if err := leases.ValidateID("execution_id", id); err != nil {
+		return nil, nil, err
+	}
+	if epoch < 1 {
+		return nil, nil, fault.Invalid(ffdtype.KindOutOfRange, "lease_epoch", fmt.Sprint(epoch), "want the epoch of a claim (1 or more)")
+	}
+	if len(result) > max(lim.MaxPayloadBytes, 0) && lim.MaxPayloadBytes > 0 {
+		return nil, nil, fault.Invalid(ffdtype.KindTooLarge, "result", fmt.Sprintf("%d bytes", len(result)), fmt.Sprintf("at most %d bytes", lim.MaxPayloadBytes))
+	}
+	pl, err := planSpawn(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	if result == nil {
+		result = []byte{}
+	}
+	var ending *ffdtype.Ending
+	var spawned *ffdtype.Spawned
+	lost := false
+	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
+		lost = false
+		x, err := store.GetExecution(ctx, tx, id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return &ffdtype.NotFoundError{Object: "execution", ID: id.String()}
+		}
+		if err != nil {
+			return err
+		}
+		if x.FlowID == nil {
+			return fault.Invalid(ffdtype.KindNotMember, "execution_id", id.String(), "only a flow member can spawn steps into its flow")
+		}
+		flowID := *x.FlowID
+		locks := store.NewLocks(tx)
+		// The joins the new edges go into, in key order.
+		existing, err := store.MembersByStep(ctx, tx, flowID, pl.intoRefs)
+		if err != nil {
+			return err
+		}
+		var intoIDs []uuid.UUID
+		for _, ref := range pl.intoRefs {
+			m, ok := existing[ref]
+			if !ok {
+				return fault.Invalid(ffdtype.KindInvalidValue, "edges.to", ref, "no new node has this ref and the flow has no step of this name")
+			}
+			intoIDs = append(intoIDs, m.ID.UUID)
+		}
+		slices.SortFunc(intoIDs, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
+		adds := make([]int32, len(intoIDs))
+		byID := map[uuid.UUID]string{}
+		for _, ref := range pl.intoRefs {
+			byID[existing[ref].ID.UUID] = ref
+		}
+		for i, down := range intoIDs {
+			ref := byID[down]
+			g, _, err := locks.Group(ctx, flowID, ffdtype.ExecutionID{Partition: id.Partition, UUID: down}, nil)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fault.Invalid(ffdtype.KindInvalidValue, "edges.to", ref, "step "+ref+" has no upstreams: it has started or can start, so it cannot wait for new steps")
+			}
+			if err != nil {
+				return err
+			}
+			if g.Decision != ffdtype.DecisionPending {
+				return fault.Invalid(ffdtype.KindInvalidValue, "edges.to", ref, "the join of step "+ref+" is already "+string(g.Decision))
+			}
+			adds[i] = int32(pl.into[ref])
+		}
+		// The spawner, then the flow.
+		m, err := locks.Execution(ctx, id)
+		if err != nil {
+			return err
+		}
+		if m.State != ffdtype.StateRunning {
+			lost = true
+			return errLost
+		}
+		f, err := lockOpenFlow(ctx, locks, flowID, store.ForUpdate)
+		if err != nil {
+			return err
+		}
+		// A step whose join the group lock did not cover could have
+		// moved on: re-read the targets' states under the locks.
+		if len(pl.intoRefs) > 0 {
+			now, err := store.MembersByStep(ctx, tx, flowID, pl.intoRefs)
+			if err != nil {
+				return err
+			}
+			for _, ref := range pl.intoRefs {
+				if s := now[ref].State; s != ffdtype.StateBlocked {
+					return fault.Invalid(ffdtype.KindInvalidValue, "edges.to", ref, "step "+ref+" is "+string(s)+"; only a blocked step can wait for new steps")
+				}
+			}
+		}
+		// The new members, their edges and joins.
+		part := ident.Partition(flowID)
+		params := make([]leases.Normalized, len(p.Nodes))
+		var groups []store.NewGroup
+		for i, n := range p.Nodes {
+			cp := n.Params
+			if cp.Namespace == "" {
+				cp.Namespace = f.Namespace
+			}
+			cp.Step = n.Ref
+			if params[i], err = leases.Normalize(cp, leases.Placement{FlowID: &flowID, Partition: &part, Blocked: pl.indeg[i] > 0}, lim); err != nil {
+				return refine(err, n.Ref)
+			}
+		}
+		xs, err := leases.InsertMany(ctx, tx, params)
+		if store.IsStepTaken(err) {
+			return &ffdtype.ConflictError{Object: "step", ID: "", Reason: "flow " + flowID.String() + " already has a step named like a new node"}
+		}
+		if err != nil {
+			return err
+		}
+		for i, n := range p.Nodes {
+			if pl.indeg[i] == 0 {
+				continue
+			}
+			pol := ffdtype.Policy{Kind: ffdtype.AllOf}
+			if n.Policy != nil {
+				pol = *n.Policy
+			}
+			if err := NormalizePolicy(&pol); err != nil {
+				return refine(err, n.Ref)
+			}
+			if pol.Kind == ffdtype.Quorum && pol.K > pl.indeg[i] {
+				return fault.Invalid(ffdtype.KindOutOfRange, "k", fmt.Sprint(pol.K), fmt.Sprintf("node %s has %d incoming edges; a quorum of %d can never be met", n.Ref, pl.indeg[i], pol.K))
+			}
+			groups = append(groups, store.NewGroup{Downstream: xs[i].ID, Policy: pol, Total: pl.indeg[i]})
+		}
+		edges := make([]store.NewEdge, len(p.Edges))
+		for i, e := range p.Edges {
+			up := xs[pl.index[e.From]].ID
+			var down ffdtype.ExecutionID
+			if to, ok := pl.index[e.To]; ok {
+				down = xs[to].ID
+			} else {
+				down = existing[e.To].ID
+			}
+			edges[i] = store.NewEdge{ID: ident.NewUUID(), Upstream: up, Downstream: down, DependencyKind: e.DependencyKind, DataPassingRef: e.DataPassingRef}
+			if edges[i].DependencyKind == "" {
+				edges[i].DependencyKind = DefaultDependencyKind
+			}
+		}
+		if len(edges) > 0 {
+			if err := store.InsertAppliedEdges(ctx, tx, flowID, edges); err != nil {
+				return fmt.Errorf("insert edges: %w", err)
+			}
+		}
+		if err := store.InsertGroups(ctx, tx, flowID, groups); err != nil {
+			return fmt.Errorf("insert edge groups: %w", err)
+		}
+		if len(intoIDs) > 0 {
+			if err := store.WidenGroups(ctx, tx, flowID, intoIDs, adds); err != nil {
+				return err
+			}
+		}
+		if err := store.GrowFlow(ctx, tx, flowID, len(xs), len(edges)); err != nil {
+			return err
+		}
+		// The spawner's completion, fenced: a lost lease rolls all of it
+		// back.
+		ended, err := store.Terminate(ctx, tx, []store.Termination{{ID: id, Epoch: epoch, State: ffdtype.StateCompleted, Result: result}})
+		if err != nil {
+			return err
+		}
+		if len(ended) != 1 {
+			lost = true
+			return errLost
+		}
+		ending = &ffdtype.Ending{State: ffdtype.StateCompleted, Attempt: ended[0].Attempt, Result: result, EventID: ended[0].EventID}
+		spawned = &ffdtype.Spawned{Executions: make(map[string]*ffdtype.Execution, len(xs))}
+		for i, x := range xs {
+			spawned.Executions[p.Nodes[i].Ref] = x
+		}
+		return nil
+	})
+	if lost {
+		// Nothing was written. Say why: the lease moved on (or this very
+		// completion already took effect, which repeats nothing here).
+		return nil, nil, leases.ExplainLost(ctx, db, id, epoch)
+	}
+	if err != nil {
+		return nil, nil, wrapOp("complete "+id.String()+" with a spawn", err)
+	}
+	return ending, spawned, nil
+}
+
+// errLost rolls a spawn back when its spawner's lease is no longer held.
+var errLost = errors.New("lease lost")

@@ -1,0 +1,71 @@
+package store
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/flowfabric/ffd/ffdtype"
+	"github.com/flowfabric/ffd/internal/ident"
+)
+
+// StepMember is a flow member found by its step name.
+type StepMember struct {
+	Step  string
+	ID    ffdtype.ExecutionID
+	State ffdtype.State
+}
+
+// MembersByStep reads the members of a flow with the given step names
+// (through the flow's step index); names no member has are left out.
+func MembersByStep(ctx context.Context, db DB, flowID uuid.UUID, steps []string) (map[string]StepMember, error) {
+	part := ident.Partition(flowID)
+	rows, err := db.Query(ctx, `SELECT step, execution_id, state FROM ff_execution
+		WHERE partition_key = $1 AND flow_id = $2 AND step = ANY($3::text[])`, part, flowID, steps)
+	if err != nil {
+		return nil, wrap("read steps of flow "+flowID.String(), unroutable(db, err))
+	}
+	ms, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StepMember, error) {
+		m := StepMember{ID: ffdtype.ExecutionID{Partition: part}}
+		return m, r.Scan(&m.Step, &m.ID.UUID, &m.State)
+	})
+	if err != nil {
+		return nil, wrap("read steps of flow "+flowID.String(), err)
+	}
+	out := make(map[string]StepMember, len(ms))
+	for _, m := range ms {
+		out[m.Step] = m
+	}
+	return out, nil
+}
+
+// WidenGroups counts edges added into existing edge groups (the caller
+// holds them locked): each group's total grows by its count.
+func WidenGroups(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, downs []uuid.UUID, adds []int32) error {
+	ids := make([]pgtype.UUID, len(downs))
+	for i, d := range downs {
+		ids[i] = pgUUID(d)
+	}
+	tag, err := tx.Exec(ctx, `UPDATE ff_edge_group g SET total = g.total + i.n
+		FROM unnest($3::uuid[], $4::int[]) AS i(downstream_id, n)
+		WHERE g.partition_key = $1 AND g.flow_id = $2 AND g.downstream_id = i.downstream_id`,
+		ident.Partition(flowID), flowID, ids, adds)
+	if err != nil {
+		return wrap("widen edge groups of flow "+flowID.String(), err)
+	}
+	if int(tag.RowsAffected()) != len(downs) {
+		return wrap("widen edge groups of flow "+flowID.String(), pgx.ErrNoRows)
+	}
+	return nil
+}
+
+// GrowFlow counts members and edges added to a flow (the caller holds
+// it locked); each counts one graph revision, as staging does.
+func GrowFlow(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, nodes, edges int) error {
+	_, err := tx.Exec(ctx, `UPDATE ff_flow SET node_count = node_count + $3::int, edge_count = edge_count + $4::int,
+			graph_revision = graph_revision + $3::int + $4::int, updated_at = now()
+		WHERE partition_key = $1 AND flow_id = $2`, ident.Partition(flowID), flowID, nodes, edges)
+	return wrap("count the steps added to flow "+flowID.String(), err)
+}
