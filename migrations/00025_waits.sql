@@ -1,6 +1,7 @@
 -- +goose NO TRANSACTION
 -- +goose Up
--- Durable waits and signals (docs/workflows.md). A step ends an attempt
+-- Durable waits and signals, and steps added at run time
+-- (docs/workflows.md). A step ends an attempt
 -- in a wait: its execution goes back to pending with run_at at the
 -- wait's end (a sleep's, or a signal wait's timeout), holding no lease,
 -- and a signal sent to it or its flow brings run_at to now. The wait is
@@ -18,6 +19,8 @@ ALTER TABLE ff_execution ADD COLUMN IF NOT EXISTS wait_signal text;
 ALTER TABLE ff_execution ADD COLUMN IF NOT EXISTS wait_until timestamptz;
 ALTER TABLE ff_execution ADD COLUMN IF NOT EXISTS wait_attempt integer;
 ALTER TABLE ff_execution ADD COLUMN IF NOT EXISTS woken_by uuid;
+-- A step added at run time (a spawn) names the step that added it.
+ALTER TABLE ff_execution ADD COLUMN IF NOT EXISTS spawned_by uuid;
 ALTER TABLE ff_execution DROP CONSTRAINT IF EXISTS ff_execution_wait;
 ALTER TABLE ff_execution ADD CONSTRAINT ff_execution_wait CHECK (
     waits BETWEEN 0 AND attempt
@@ -81,6 +84,7 @@ ALTER TABLE ff_attempt DROP CONSTRAINT IF EXISTS ff_attempt_outcome_check;
 ALTER TABLE ff_attempt ADD CONSTRAINT ff_attempt_outcome_check
     CHECK (outcome IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'revoked')) NOT VALID;
 ALTER TABLE ff_execution DROP CONSTRAINT IF EXISTS ff_execution_wait;
+ALTER TABLE ff_execution DROP COLUMN IF EXISTS spawned_by;
 ALTER TABLE ff_execution DROP COLUMN IF EXISTS woken_by;
 ALTER TABLE ff_execution DROP COLUMN IF EXISTS wait_attempt;
 ALTER TABLE ff_execution DROP COLUMN IF EXISTS wait_until;

@@ -341,6 +341,16 @@ func (c *Console) flow(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
+	notes, err := store.FlowMemberNotes(ctx, c.pool, id)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	signals, err := store.ListSignals(ctx, c.pool, f.Partition, id, maxSignalsShown)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	var failed []*ffdtype.Execution
 	for _, x := range members {
 		if x.State == ffdtype.StateFailed || x.State == ffdtype.StateExpired {
@@ -349,14 +359,52 @@ func (c *Console) flow(w http.ResponseWriter, r *http.Request) {
 	}
 	c.render(w, r, "flow", struct {
 		page
-		Flow   *ffdtype.Flow
-		Graph  *graph
-		Failed []*ffdtype.Execution
-		States []ffdtype.State
+		Flow    *ffdtype.Flow
+		Graph   *graph
+		Failed  []*ffdtype.Execution
+		Signals []signalRow
+		States  []ffdtype.State
 		// The actions this flow's state allows.
 		CanCancel, CanRerun bool
-	}{c.page(w, r, "Flow "+id.String()), f, layout(members, edges, groups, time.Now()), failed, ffdtype.States,
+	}{c.page(w, r, "Flow "+id.String()), f, layout(members, edges, groups, notes, time.Now()), failed,
+		signalRows(signals, members), ffdtype.States,
 		f.State == ffdtype.FlowOpen, f.State == ffdtype.FlowFailed || f.State == ffdtype.FlowCancelled})
+}
+
+// maxSignalsShown bounds the signals a flow's or an execution's page
+// lists (the oldest first).
+const maxSignalsShown = 100
+
+// signalRow is a signal as a page lists it.
+type signalRow struct {
+	ffdtype.Signal
+	To, TakenBy string // step names (or ids) of its target and of the step that took it
+	Payload     string
+}
+
+// signalRows names each signal's target and taker among members.
+func signalRows(ss []ffdtype.Signal, members []*ffdtype.Execution) []signalRow {
+	names := map[uuid.UUID]string{}
+	for _, x := range members {
+		names[x.ID.UUID] = stepName(x)
+	}
+	name := func(id *ffdtype.ExecutionID) string {
+		if id == nil {
+			return ""
+		}
+		if n, ok := names[id.UUID]; ok {
+			return n
+		}
+		return id.String()
+	}
+	out := make([]signalRow, len(ss))
+	for i, s := range ss {
+		out[i] = signalRow{Signal: s, To: name(s.Execution), TakenBy: name(s.ConsumedBy), Payload: clipTo(pretty(s.Payload), 200)}
+		if out[i].To == "" {
+			out[i].To = "the flow"
+		}
+	}
+	return out
 }
 
 // live streams a flow's states as server-sent events: at once, then
@@ -421,11 +469,15 @@ func (c *Console) states(ctx context.Context, id uuid.UUID) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	notes, err := store.FlowMemberNotes(ctx, c.pool, id)
+	if err != nil {
+		return "", err
+	}
 	steps := make(map[string]stepState, len(members))
 	for _, x := range members {
 		st := stepState{State: string(x.State), Status: string(x.State)}
 		if x.State != ffdtype.StateRunning {
-			st.Status = status(x, time.Now())
+			st.Status = statusWith(x, notes[x.ID.UUID], time.Now())
 		}
 		steps[x.ID.String()] = st
 	}
@@ -445,9 +497,21 @@ func (c *Console) execution(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
+	wake, err := store.ReadWake(ctx, c.pool, x.ID)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	signals, err := store.ListSignals(ctx, c.pool, x.ID.Partition, x.ID.UUID, maxSignalsShown)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	data := struct {
 		page
 		X               *ffdtype.Execution
+		Wait            string
+		Signals         []signalRow
 		Attempts        []ffdtype.Attempt
 		Upstreams       []ffdtype.Upstream
 		Downstreams     []store.Downstream
@@ -457,6 +521,7 @@ func (c *Console) execution(w http.ResponseWriter, r *http.Request) {
 		// outside a flow (a member reruns with its flow).
 		CanCancel, CanRerun bool
 	}{page: c.page(w, r, "Execution "+x.ID.String()), X: x, Attempts: attempts,
+		Wait: describeWake(wake), Signals: signalRows(signals, []*ffdtype.Execution{x}),
 		Payload: pretty(x.Payload), Result: pretty(x.Result),
 		CanCancel: !x.State.Terminal(),
 		CanRerun:  x.FlowID == nil && x.State.Terminal() && x.State != ffdtype.StateCompleted && x.State != ffdtype.StateSkipped}
@@ -471,6 +536,20 @@ func (c *Console) execution(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, r, "execution", data)
+}
+
+// describeWake says what an execution waits for, or what ended its last
+// wait; "" when it never waited.
+func describeWake(w *ffdtype.Wake) string {
+	switch {
+	case w == nil:
+		return ""
+	case w.Waiting:
+		return waitLabel(w.For, w.Signal, w.Until)
+	case w.Received != nil:
+		return "woken by signal " + w.Received.Name + " after attempt " + itoa(w.Attempt)
+	}
+	return w.For + " ended by its " + string(w.Reason) + " after attempt " + itoa(w.Attempt)
 }
 
 // executions lists executions, newest first, with filters, and a search

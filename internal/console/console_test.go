@@ -297,3 +297,47 @@ func TestConsoleListensOnlyWhileWatched(t *testing.T) {
 	resp.Body.Close()
 	f.WaitFor("no listener once the page is gone", func() bool { return listeners() == 0 })
 }
+
+// A flow's page shows the steps added at run time (dashed, naming their
+// spawner), what a waiting step waits for, and the signals sent; an
+// execution's page shows its wait and its signals.
+func TestConsoleShowsWaitsSignalsAndSpawns(t *testing.T) {
+	t.Parallel()
+	f, base, sub := setup(t)
+	xs, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: "console", Worker: "w/1", Max: 1})
+	if err != nil || len(xs) != 1 {
+		t.Fatalf("claim: %v %v", xs, err)
+	}
+	gather := xs[0]
+	spawn := ffdtype.SpawnParams{Nodes: []ffdtype.SubmitNode{{Ref: "approve", Params: ffdtype.CreateParams{Lane: "console.approve"}}},
+		Edges: []ffdtype.SubmitEdge{{From: "approve", To: "render"}}}
+	if _, _, err := flows.CompleteAndSpawn(f.Ctx, f.Pool, leases.Limits{}, gather.ID, gather.LeaseEpoch, nil, spawn); err != nil {
+		t.Fatal(err)
+	}
+	ap, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: "console.approve", Worker: "w/1", Max: 1})
+	if err != nil || len(ap) != 1 {
+		t.Fatalf("claim approve: %v %v", ap, err)
+	}
+	if _, err := leases.Suspend(f.Ctx, f.Pool, ap[0].ID, ap[0].LeaseEpoch, ffdtype.SuspendParams{Signal: "approved"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leases.Signal(f.Ctx, f.Pool, leases.Limits{}, ffdtype.SignalParams{FlowID: &sub.Flow.ID, Name: "audit", Payload: []byte(`{"by":"ops"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, base+"/flows/"+sub.Flow.ID.String())
+	for _, want := range []string{`data-step="approve" data-state="pending" data-spawned-by="gather"`, "added at run time by gather",
+		"waits for approved", `id="signals"`, "<td>audit</td>", "kept for a wait to come"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("flow page lacks %q:\n%s", want, body)
+		}
+	}
+	if _, body := get(t, base+"/executions/"+ap[0].ID.UUID.String()); !strings.Contains(body, `<td colspan="5" id="wait">waits for approved</td>`) {
+		t.Errorf("execution page lacks its wait:\n%s", body)
+	}
+	if _, err := leases.Signal(f.Ctx, f.Pool, leases.Limits{}, ffdtype.SignalParams{Execution: &ap[0].ID, Name: "approved"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := get(t, base+"/executions/"+ap[0].ID.UUID.String()); !strings.Contains(body, "woken by signal approved after attempt 1") || !strings.Contains(body, `id="signals"`) {
+		t.Errorf("execution page lacks what woke it and its signal:\n%s", body)
+	}
+}

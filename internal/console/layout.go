@@ -7,7 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/flowfabric/ffd/ffdtype"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Geometry of a drawn flow, in SVG units.
@@ -31,6 +34,7 @@ type gnode struct {
 	Status                string // the state in words, with a duration when there is one
 	Join                  string // the group's policy and decision, "" for a root
 	Error                 string // the last error, for a failed step's tooltip
+	Spawned               string // the step that added it at run time; "" for a step submitted
 	X, Y                  int
 }
 
@@ -71,15 +75,20 @@ type slot struct {
 	passingFor int // the edge index a passing slot belongs to
 }
 
-func layout(members []*ffdtype.Execution, edges []*ffdtype.Edge, groups []ffdtype.EdgeGroup, now time.Time) *graph {
+func layout(members []*ffdtype.Execution, edges []*ffdtype.Edge, groups []ffdtype.EdgeGroup, notes map[uuid.UUID]store.MemberNote, now time.Time) *graph {
 	g := &graph{}
 	byID := make(map[ffdtype.ExecutionID]*slot, len(members))
+	names := make(map[uuid.UUID]string, len(members))
 	for _, x := range members {
-		name := x.Step
-		if name == "" {
-			name = x.ID.UUID.String()[:8]
+		names[x.ID.UUID] = stepName(x)
+	}
+	for _, x := range members {
+		name := names[x.ID.UUID]
+		note := notes[x.ID.UUID]
+		n := &gnode{ID: x.ID.String(), Name: name, Kind: x.Kind, State: string(x.State), Status: statusWith(x, note, now), Error: x.LastError}
+		if note.SpawnedBy != nil {
+			n.Spawned = names[*note.SpawnedBy]
 		}
-		n := &gnode{ID: x.ID.String(), Name: name, Kind: x.Kind, State: string(x.State), Status: status(x, now), Error: x.LastError}
 		byID[x.ID] = &slot{node: n, name: name + "\x00" + n.ID}
 		g.Nodes = append(g.Nodes, n)
 	}
@@ -327,6 +336,35 @@ func crossings(cols [][]*slot) int {
 		}
 	}
 	return total
+}
+
+// stepName is how a step is named in the graph: its step name, or the
+// head of its id.
+func stepName(x *ffdtype.Execution) string {
+	if x.Step == "" {
+		return x.ID.UUID.String()[:8]
+	}
+	return x.Step
+}
+
+// statusWith is status, or what a waiting step waits for.
+func statusWith(x *ffdtype.Execution, note store.MemberNote, now time.Time) string {
+	if !note.Waiting {
+		return status(x, now)
+	}
+	return waitLabel(note.WaitFor, note.Signal, note.Until)
+}
+
+// waitLabel says what a wait waits for, briefly.
+func waitLabel(waitFor, signal string, until *time.Time) string {
+	s := "sleeps"
+	if waitFor == store.WaitSignal {
+		s = "waits for " + signal
+	}
+	if until != nil {
+		s += " · until " + until.UTC().Format("15:04:05")
+	}
+	return s
 }
 
 // status is a step's state in words, with how long it ran (or has been

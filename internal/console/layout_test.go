@@ -33,7 +33,7 @@ func dag(steps []string, pairs [][2]string) ([]*ffdtype.Execution, []*ffdtype.Ed
 func TestLayoutOrdersColumnsToAvoidCrossings(t *testing.T) {
 	t.Parallel()
 	xs, es := dag([]string{"a", "b", "c", "d"}, [][2]string{{"a", "d"}, {"b", "c"}})
-	g := layout(xs, es, nil, time.Now())
+	g := layout(xs, es, nil, nil, time.Now())
 	if g.Crossings != 0 {
 		t.Fatalf("%d crossings, want 0", g.Crossings)
 	}
@@ -67,7 +67,7 @@ func TestLayoutKeepsEdgesOutOfBoxes(t *testing.T) {
 		}
 		pairs = dedupe(pairs)
 		xs, es := dag(steps, pairs)
-		g := layout(xs, es, nil, time.Now())
+		g := layout(xs, es, nil, nil, time.Now())
 
 		byCol := map[int][]*gnode{}
 		for _, nd := range g.Nodes {
@@ -178,7 +178,7 @@ func TestLayoutFallsBackToStraightEdgesWhenHuge(t *testing.T) {
 			pairs = append(pairs, [2]string{steps[i-1], steps[i]}, [2]string{"c0000", steps[i]})
 		}
 		xs, es := dag(steps, pairs)
-		return layout(xs, es, nil, time.Now())
+		return layout(xs, es, nil, nil, time.Now())
 	}
 	if g := chain(150); g.Straight {
 		t.Fatalf("a 150-step chain fed by its root (%d lanes) is drawn straight; want routed", 149*148/2)

@@ -236,6 +236,13 @@ func CompleteAndSpawn(ctx context.Context, db store.DB, lim leases.Limits, id ff
 		if err != nil {
 			return err
 		}
+		ids := make([]ffdtype.ExecutionID, len(xs))
+		for i, x := range xs {
+			ids[i] = x.ID
+		}
+		if err := store.MarkSpawned(ctx, tx, id, ids); err != nil {
+			return err
+		}
 		for i, n := range p.Nodes {
 			if pl.indeg[i] == 0 {
 				continue

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -68,4 +69,53 @@ func GrowFlow(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, nodes, edges int
 			graph_revision = graph_revision + $3::int + $4::int, updated_at = now()
 		WHERE partition_key = $1 AND flow_id = $2`, ident.Partition(flowID), flowID, nodes, edges)
 	return wrap("count the steps added to flow "+flowID.String(), err)
+}
+
+// MarkSpawned records that spawner added the new members ids to its
+// flow (the console draws them so).
+func MarkSpawned(ctx context.Context, tx pgx.Tx, spawner ffdtype.ExecutionID, ids []ffdtype.ExecutionID) error {
+	us := make([]pgtype.UUID, len(ids))
+	for i, id := range ids {
+		us[i] = pgUUID(id.UUID)
+	}
+	_, err := tx.Exec(ctx, `UPDATE ff_execution SET spawned_by = $2
+		WHERE partition_key = $1 AND execution_id = ANY($3::uuid[])`, spawner.Partition, pgUUID(spawner.UUID), us)
+	return wrap("mark the steps "+spawner.String()+" spawned", err)
+}
+
+// MemberNote is what the console shows of a flow member beyond its
+// row's state: the step that spawned it, and its wait.
+type MemberNote struct {
+	SpawnedBy *uuid.UUID
+	WaitFor   string // "sleep", "signal"; "" for none
+	Signal    string
+	Until     *time.Time
+	Waiting   bool // the wait lasts now
+}
+
+// FlowMemberNotes reads the notes of a flow's members that have any: the
+// spawned ones, and those that waited.
+func FlowMemberNotes(ctx context.Context, db DB, flowID uuid.UUID) (map[uuid.UUID]MemberNote, error) {
+	rows, err := db.Query(ctx, `SELECT execution_id, spawned_by, coalesce(wait_for, ''), coalesce(wait_signal, ''), wait_until,
+			state = 'pending' AND wait_attempt = attempt AND woken_by IS NULL AND run_at > now()
+		FROM ff_execution
+		WHERE partition_key = $1 AND flow_id = $2 AND (spawned_by IS NOT NULL OR wait_for IS NOT NULL)`,
+		ident.Partition(flowID), flowID)
+	if err != nil {
+		return nil, wrap("read notes of flow "+flowID.String(), unroutable(db, err))
+	}
+	out := map[uuid.UUID]MemberNote{}
+	var id uuid.UUID
+	var by pgtype.UUID
+	var n MemberNote
+	_, err = pgx.ForEachRow(rows, []any{&id, &by, &n.WaitFor, &n.Signal, &n.Until, &n.Waiting}, func() error {
+		note := n
+		if by.Valid {
+			u := uuid.UUID(by.Bytes)
+			note.SpawnedBy = &u
+		}
+		out[id] = note
+		return nil
+	})
+	return out, wrap("read notes of flow "+flowID.String(), err)
 }
