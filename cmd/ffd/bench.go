@@ -33,7 +33,7 @@ type BenchCmd struct {
 	ChainWorkers  int           `name:"chain-workers" default:"${bench_chain_workers}" help:"chain, hop: worker concurrency."`
 	HopChains     int           `name:"hop-chains" default:"${bench_hop_chains}" help:"hop: chains at a time (the workers stay mostly idle)."`
 	HopLength     int           `name:"hop-length" default:"${bench_hop_length}" help:"hop: nodes per chain."`
-	FanWidth      int           `name:"fan-width" default:"${bench_fan_width}" help:"fanout: middles and siblings."`
+	FanWidth      int           `name:"fan-width" default:"${bench_fan_width}" help:"fanout: middles and siblings; spawn: children the root adds at run time."`
 	Repeats       int           `name:"repeats" default:"${bench_repeats}" help:"fanout, cancel-flow: repeats per measurement."`
 	FlowSizes     []int         `name:"flow-sizes" default:"${bench_flow_sizes}" help:"cancel-flow: member counts."`
 	Leases        int           `name:"leases" default:"${bench_leases}" help:"recovery: leases of vanished workers."`

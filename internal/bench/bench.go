@@ -37,7 +37,7 @@ var table = []scenario{
 	{"throughput", throughput, true}, {"curve", curve, true}, {"history", history, false}, {"memory", memory, false},
 	{"enqueue", enqueue, true}, {"chain", chain, false}, {"hop", hop, false}, {"fanout", fanout, false},
 	{"big-flow", bigFlow, false}, {"cancel-flow", cancelFlow, false}, {"recovery", recovery, false},
-	{"cancel-running", cancelRunning, false}, {"daemons", daemons, false},
+	{"cancel-running", cancelRunning, false}, {"daemons", daemons, false}, {"spawn", spawn, false},
 }
 
 // Scenarios lists the scenario names; CompareScenarios those with a peer
@@ -76,7 +76,7 @@ type Params struct {
 	// hop: the chain scenario with idle workers, a few chains at a time
 	HopChains int `json:"hop_chains,omitempty"`
 	HopLength int `json:"hop_length,omitempty"`
-	// fanout
+	// fanout, spawn (children of the one spawning step)
 	FanWidth int `json:"fan_width,omitempty"`
 	Repeats  int `json:"repeats,omitempty"` // default 20
 	// cancel-flow
