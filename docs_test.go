@@ -33,3 +33,52 @@ func TestFlowDocsNodesNameTheirKind(t *testing.T) {
 		t.Fatalf("found %d nodes in docs/flows.md's snippets; the check reads nothing?", nodes)
 	}
 }
+
+// docs/workflows.md's Go snippets are the examples of
+// example_workflow_test.go, between their `// --8<-- name` marks, so the
+// page shows only code that `go test` runs.
+func TestWorkflowDocsAreTheExamples(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("docs/workflows.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("example_workflow_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snippets := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?s)// --8<-- \S+\n(.*?)\n\s*// --8<--\n`).FindAllSubmatch(src, -1) {
+		snippets[dedent(string(m[1]))] = true
+	}
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)\n```").FindAllSubmatch(doc, -1)
+	if len(blocks) != len(snippets) || len(blocks) < 5 {
+		t.Fatalf("docs/workflows.md has %d Go snippets, the examples %d marked ones; want the same, at least 5", len(blocks), len(snippets))
+	}
+	for _, b := range blocks {
+		if !snippets[string(b[1])] {
+			t.Errorf("docs/workflows.md shows code no example runs:\n%s", b[1])
+		}
+	}
+}
+
+// dedent removes the indentation every line of s shares.
+func dedent(s string) string {
+	lines := strings.Split(s, "\n")
+	common := -1
+	for _, l := range lines {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		n := len(l) - len(strings.TrimLeft(l, "\t"))
+		if common < 0 || n < common {
+			common = n
+		}
+	}
+	for i, l := range lines {
+		if len(l) >= common && common > 0 {
+			lines[i] = l[common:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,206 @@
+package ffd_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd"
+)
+
+// engine starts a daemon and a worker for an example, and returns the
+// client and what stops them.
+func engine(lanes []string, kinds *ffd.Kinds) (*ffd.Client, func()) {
+	ctx := context.Background()
+	pool, err := ffd.NewPool(ctx, os.Getenv("FFD_DATABASE_URL"), nil)
+	if err != nil {
+		panic(err)
+	}
+	quiet := zap.NewNop()
+	client, _ := ffd.NewClient(pool, &ffd.Config{Logger: quiet})
+	daemon, _ := ffd.NewDaemon(pool, &ffd.DaemonConfig{Logger: quiet})
+	if err := daemon.Start(ctx); err != nil {
+		panic(err)
+	}
+	worker, _ := ffd.NewWorker(client, ffd.WorkerConfig{Lanes: lanes, Kinds: kinds})
+	if err := worker.Start(ctx); err != nil {
+		panic(err)
+	}
+	return client, func() {
+		_ = worker.Stop(ctx)
+		_ = daemon.Stop(ctx)
+		pool.Close()
+	}
+}
+
+// Wait for a flow's result instead of polling it: WaitFlow returns when
+// the flow ends, with every step's result by name.
+func ExampleClient_WaitFlow() {
+	kinds := ffd.NewKinds()
+	ffd.Handle(kinds, "fetch", func(_ context.Context, _ *ffd.Job, city string) (int, error) {
+		return len(city), nil
+	})
+	ffd.Handle(kinds, "report", func(ctx context.Context, job *ffd.Job, _ struct{}) (string, error) {
+		temps, err := ffd.UpstreamResults[int](ctx, job)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("oslo %d, lima %d", temps["oslo"], temps["lima"]), nil
+	})
+	client, stop := engine([]string{"weather"}, kinds)
+	defer stop()
+
+	// --8<-- wait-flow
+	ctx := context.Background()
+	sub, err := client.SubmitFlow(ctx, ffd.SubmitFlowParams{
+		Nodes: []ffd.SubmitNode{
+			{Ref: "oslo", Params: ffd.CreateParams{Lane: "weather", Kind: "fetch", JSON: "Oslo"}},
+			{Ref: "lima", Params: ffd.CreateParams{Lane: "weather", Kind: "fetch", JSON: "Lima!"}},
+			{Ref: "report", Params: ffd.CreateParams{Lane: "weather", Kind: "report"}},
+		},
+		Edges: []ffd.SubmitEdge{{From: "oslo", To: "report"}, {From: "lima", To: "report"}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := client.WaitFlow(waitCtx, sub.Flow.ID)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(out.Flow.State, string(out.Steps["report"].Result))
+	// --8<--
+	// Output: completed "oslo 4, lima 5"
+}
+
+// Fan out at run time: a step maps over a list it learns as it runs,
+// one child per item, and a join sums them.
+func ExampleJob_Spawn() {
+	kinds := ffd.NewKinds()
+	// --8<-- spawn
+	ffd.HandleBytes(kinds, "split", func(ctx context.Context, job *ffd.Job) ([]byte, error) {
+		var items []ffd.CreateParams
+		for _, n := range []int{3, 4, 5} { // known only now, say from a listing
+			items = append(items, ffd.CreateParams{Lane: "map", Kind: "square", JSON: n})
+		}
+		join := &ffd.SubmitNode{Ref: "sum", Params: ffd.CreateParams{Lane: "map", Kind: "sum"}}
+		if err := job.Spawn(ffd.Map("square", items, join)); err != nil {
+			return nil, err
+		}
+		return nil, nil // the children and the join are written with this completion
+	})
+	ffd.Handle(kinds, "square", func(_ context.Context, _ *ffd.Job, n int) (int, error) { return n * n, nil })
+	ffd.Handle(kinds, "sum", func(ctx context.Context, job *ffd.Job, _ struct{}) (int, error) {
+		squares, err := ffd.UpstreamResults[int](ctx, job)
+		if err != nil {
+			return 0, err
+		}
+		sum := 0
+		for _, sq := range squares {
+			sum += sq
+		}
+		return sum, nil
+	})
+	// --8<--
+	client, stop := engine([]string{"map"}, kinds)
+	defer stop()
+
+	ctx := context.Background()
+	sub, err := client.SubmitFlow(ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{
+		{Ref: "split", Params: ffd.CreateParams{Lane: "map", Kind: "split"}},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	out, err := client.WaitFlow(ctx, sub.Flow.ID)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(len(out.Members), "steps;", "sum", string(out.Steps["sum"].Result))
+	// Output: 5 steps; sum 50
+}
+
+// A step waits for a person's approval: it ends its attempt waiting for
+// a signal, holding no worker slot; the application sends the signal;
+// the step runs again and reads it.
+func ExampleWaitForSignal() {
+	kinds := ffd.NewKinds()
+	// --8<-- signal
+	ffd.HandleBytes(kinds, "publish", func(ctx context.Context, job *ffd.Job) ([]byte, error) {
+		wake, err := job.Wake(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if wake == nil { // the first run: ask, and wait up to a day
+			return nil, ffd.WaitForSignal("approval", 24*time.Hour)
+		}
+		if wake.Reason != ffd.WokenBySignal {
+			return nil, ffd.Permanent(fmt.Errorf("nobody approved within a day"))
+		}
+		return []byte("published, approved by " + string(wake.Received.Payload)), nil
+	})
+	// --8<--
+	client, stop := engine([]string{"editorial"}, kinds)
+	defer stop()
+
+	ctx := context.Background()
+	created, err := client.Create(ctx, ffd.CreateParams{Lane: "editorial", Kind: "publish"})
+	if err != nil {
+		panic(err)
+	}
+	id := created.Execution.ID
+	for { // in an application, a person clicks later
+		if w, _ := client.Wake(ctx, id); w != nil && w.Waiting {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// --8<-- send
+	if _, err := client.Signal(ctx, ffd.SignalParams{Execution: &id, Name: "approval", Payload: []byte("ada")}); err != nil {
+		panic(err)
+	}
+	// --8<--
+	x, err := client.WaitExecution(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(x.State, string(x.Result))
+	// Output: completed published, approved by ada
+}
+
+// A durable sleep: the step ends its attempt and is claimed again when
+// the time comes, by any worker, whatever restarted meanwhile.
+func ExampleSleep() {
+	kinds := ffd.NewKinds()
+	// --8<-- sleep
+	ffd.HandleBytes(kinds, "remind", func(ctx context.Context, job *ffd.Job) ([]byte, error) {
+		wake, err := job.Wake(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if wake == nil {
+			return nil, ffd.Sleep(200 * time.Millisecond) // in an application: 72 * time.Hour
+		}
+		return []byte("reminded after " + strconv.Itoa(wake.Waits) + " sleep"), nil
+	})
+	// --8<--
+	client, stop := engine([]string{"reminders"}, kinds)
+	defer stop()
+
+	ctx := context.Background()
+	created, err := client.Create(ctx, ffd.CreateParams{Lane: "reminders", Kind: "remind"})
+	if err != nil {
+		panic(err)
+	}
+	x, err := client.WaitExecution(ctx, created.Execution.ID)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(x.State, string(x.Result))
+	// Output: completed reminded after 1 sleep
+}
