@@ -137,6 +137,12 @@ type Report struct {
 	// lost to a fault may be in the database without an acknowledgement).
 	Flows      int `json:"flows"`
 	FlowsAcked int `json:"flows_acked"`
+	// DurableFlows are the durable workflows among them found at the end
+	// (internal/chaos/durable.go), Spawned the steps their spawners added
+	// at run time, Signals the signals to their gates acknowledged.
+	DurableFlows int `json:"durable_flows"`
+	Spawned      int `json:"spawned"`
+	Signals      int `json:"signals"`
 	// Executions in the database at the end, and their outbox events.
 	Executions int `json:"executions"`
 	Events     int `json:"events"`
@@ -181,6 +187,7 @@ type harness struct {
 	mu        sync.Mutex
 	report    Report
 	flows     map[string]*submitted // by flow id
+	durable   map[string]*durable   // by flow id
 	kills     map[*proc]int         // SIGKILLs the suite sent, by process
 	serverMu  sync.Mutex            // held while Postgres is being crashed and restarted
 	progress  progressLog
@@ -194,7 +201,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	h := &harness{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0xc4a05)),
-		flows: map[string]*submitted{}, kills: map[*proc]int{}}
+		flows: map[string]*submitted{}, durable: map[string]*durable{}, kills: map[*proc]int{}}
 	h.report.Seed = cfg.Seed
 	h.report.Faults = map[string]int{}
 	h.report.Starts = map[string]int{}

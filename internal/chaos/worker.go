@@ -93,6 +93,9 @@ func handle(ctx context.Context, job *ffd.Job) ([]byte, error) {
 		return nil, context.Cause(ctx)
 	case <-time.After(time.Duration(rand.IntN(20)) * time.Millisecond):
 	}
+	if strings.HasPrefix(job.Kind, "d.") {
+		return handleDurable(ctx, job)
+	}
 	if strings.HasSuffix(job.Kind, ".fail") {
 		return nil, ffd.Permanent(errors.New("planned failure"))
 	}

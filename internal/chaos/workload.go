@@ -61,7 +61,13 @@ func (h *harness) submit(ctx context.Context) {
 	}
 	// Its own generator: the DAGs do not depend on the fault schedule.
 	rng := rand.New(rand.NewPCG(h.cfg.Seed, 1))
-	for ctx.Err() == nil {
+	var signals sync.WaitGroup
+	defer signals.Wait()
+	for i := 0; ctx.Err() == nil; i++ {
+		if i%durableEvery == durableEvery-1 {
+			h.submitDurable(ctx, client, rng, &signals)
+			continue
+		}
 		n := h.cfg.MinNodes + rng.IntN(h.cfg.MaxNodes-h.cfg.MinNodes+1)
 		d := oracle.Random(rng, n, rng.IntN(4) == 0)
 		id := uuid.New()
@@ -98,6 +104,50 @@ func (h *harness) submit(ctx context.Context) {
 		case <-ctx.Done():
 		case <-time.After(h.cfg.FlowEvery):
 		}
+	}
+}
+
+// submitDurable submits one durable workflow (durable.go) with up to 20
+// children to spawn, and has its gate's signal sent after a random delay
+// of up to a second: before the gate waits, or after.
+func (h *harness) submitDurable(ctx context.Context, client *ffd.Client, rng *rand.Rand, signals *sync.WaitGroup) {
+	id := uuid.New()
+	d := &durable{children: 1 + rng.IntN(20)}
+	delay := time.Duration(rng.IntN(1000)) * time.Millisecond
+	h.mu.Lock()
+	h.durable[id.String()] = d
+	h.mu.Unlock()
+	p := durableParams(id, d.children)
+	for attempt := 0; ; attempt++ {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_, err := client.SubmitFlow(tctx, p)
+		cancel()
+		var conflict *ffd.ConflictError
+		if err == nil || errors.As(err, &conflict) {
+			h.mu.Lock()
+			d.acked = true
+			h.mu.Unlock()
+			break
+		}
+		if errors.Is(err, ffd.ErrValidation) {
+			h.violation("submitter: durable flow %s refused: %v", id, err)
+			return
+		}
+		if ctx.Err() != nil && attempt > 0 {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	signals.Add(1)
+	go func() {
+		defer signals.Done()
+		// The signal goes out even after the fault phase: a gate left
+		// without one would wait for its timeout.
+		h.signalGate(context.WithoutCancel(ctx), client, id, d, delay)
+	}()
+	select {
+	case <-ctx.Done():
+	case <-time.After(h.cfg.FlowEvery):
 	}
 }
 
@@ -206,6 +256,10 @@ func (h *harness) verify(ctx context.Context) {
 		return
 	}
 	for _, m := range members {
+		if strings.HasPrefix(m.Kind, "d.") {
+			h.report.Executions++
+			continue // a durable flow's: verifyDurable checks them
+		}
 		i, err := strconv.Atoi(strings.TrimPrefix(strings.SplitN(m.Kind, ".", 2)[0], "n"))
 		if err != nil {
 			h.violation("execution of flow %s has an unknown kind %q", m.FlowID, m.Kind)
@@ -219,6 +273,11 @@ func (h *harness) verify(ctx context.Context) {
 		h.violation("count events: %v", err)
 	}
 	h.report.Events = int(completions + leases)
+	if client, err := ffd.NewClient(h.pool, nil); err != nil {
+		h.violation("verify: %v", err)
+	} else {
+		h.verifyDurable(ctx, client)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for id, s := range h.flows {
