@@ -165,7 +165,7 @@ func TestSpawnWithALostLeaseAddsNothing(t *testing.T) {
 	// it returns.
 	spawned := make(chan struct{})
 	release := make(chan struct{})
-	f.startWorker(ffd.WorkerConfig{Lanes: []string{"lost.worker"}, PollInterval: 50 * time.Millisecond,
+	w := f.startWorker(ffd.WorkerConfig{Lanes: []string{"lost.worker"}, PollInterval: 50 * time.Millisecond,
 		Handler: func(ctx context.Context, job *ffd.Job) ([]byte, error) {
 			if err := job.Spawn(ffd.Map("w", []ffd.CreateParams{{Lane: "lost"}}, nil)); err != nil {
 				return nil, err
@@ -179,11 +179,13 @@ func TestSpawnWithALostLeaseAddsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(release)
-	f.WaitFor("the flow to finish without the spawns", func() bool {
-		fl, err := f.client.DescribeFlow(f.Ctx, sub.Flow.ID)
-		return err == nil && fl.State == ffd.FlowOpen && fl.NodeCount == 2
-	})
-	time.Sleep(200 * time.Millisecond) // the worker's completion attempt comes and is refused
+	// Stop returns once the handler has returned and its completion,
+	// with its spawn, has been refused.
+	stopCtx, cancel := context.WithTimeout(f.Ctx, 30*time.Second)
+	defer cancel()
+	if err := w.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
 	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1`, sub.Flow.ID); n != 2 {
 		t.Fatalf("the flow has %d members after spawns with lost leases; want 2", n)
 	}
@@ -218,7 +220,7 @@ func TestSpawnRefusals(t *testing.T) {
 	}{
 		{"into a step that can start", ffd.MapInto("c", []ffd.CreateParams{{Lane: "refuse"}}, "pending"), func(err error) bool { return errors.As(err, &ve) && ve.Field == "edges.to" }},
 		{"into no step", ffd.MapInto("c", []ffd.CreateParams{{Lane: "refuse"}}, "nowhere"), func(err error) bool { return errors.As(err, &ve) && ve.Field == "edges.to" }},
-		{"a taken name", ffd.Map("x", nil, &ffd.SubmitNode{Ref: "after", Params: ffd.CreateParams{Lane: "refuse"}}), func(err error) bool { return errors.As(err, &ce) }},
+		{"a taken name", ffd.Map("x", nil, &ffd.SubmitNode{Ref: "after", Params: ffd.CreateParams{Lane: "refuse"}}), func(err error) bool { return errors.As(err, &ce) && ce.ID == "after" }},
 		{"from an existing step", ffd.SpawnParams{Nodes: []ffd.SubmitNode{{Ref: "n", Params: ffd.CreateParams{Lane: "refuse"}}}, Edges: []ffd.SubmitEdge{{From: "a", To: "n"}}}, func(err error) bool { return errors.As(err, &ve) && ve.Field == "edges.from" }},
 		{"a cycle", ffd.SpawnParams{Nodes: []ffd.SubmitNode{{Ref: "p", Params: ffd.CreateParams{Lane: "refuse"}}, {Ref: "q", Params: ffd.CreateParams{Lane: "refuse"}}},
 			Edges: []ffd.SubmitEdge{{From: "p", To: "q"}, {From: "q", To: "p"}}}, func(err error) bool { return errors.As(err, &ve) && ve.Kind == ffd.KindCycle }},

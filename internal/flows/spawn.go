@@ -123,14 +123,8 @@ func ValidateSpawn(p ffdtype.SpawnParams) error {
 // open for them.
 func CompleteAndSpawn(ctx context.Context, db store.DB, lim leases.Limits, id ffdtype.ExecutionID, epoch int64, result []byte,
 	p ffdtype.SpawnParams) (*ffdtype.Ending, *ffdtype.Spawned, error) {
-	if err := leases.ValidateID("execution_id", id); err != nil {
+	if err := leases.ValidateCompletion(lim, id, epoch, result); err != nil {
 		return nil, nil, err
-	}
-	if epoch < 1 {
-		return nil, nil, fault.Invalid(ffdtype.KindOutOfRange, "lease_epoch", fmt.Sprint(epoch), "want the epoch of a claim (1 or more)")
-	}
-	if len(result) > max(lim.MaxPayloadBytes, 0) && lim.MaxPayloadBytes > 0 {
-		return nil, nil, fault.Invalid(ffdtype.KindTooLarge, "result", fmt.Sprintf("%d bytes", len(result)), fmt.Sprintf("at most %d bytes", lim.MaxPayloadBytes))
 	}
 	pl, err := planSpawn(p)
 	if err != nil {
@@ -215,7 +209,21 @@ func CompleteAndSpawn(ctx context.Context, db store.DB, lim leases.Limits, id ff
 				}
 			}
 		}
-		// The new members, their edges and joins.
+		// The new members, their edges and joins. A name the flow has is
+		// refused by name here; the step index refuses one taken since.
+		refs := make([]string, len(p.Nodes))
+		for i, n := range p.Nodes {
+			refs[i] = n.Ref
+		}
+		taken, err := store.MembersByStep(ctx, tx, flowID, refs)
+		if err != nil {
+			return err
+		}
+		for _, ref := range refs {
+			if _, ok := taken[ref]; ok {
+				return &ffdtype.ConflictError{Object: "step", ID: ref, Reason: "flow " + flowID.String() + " already has a step of this name"}
+			}
+		}
 		part := ident.Partition(flowID)
 		params := make([]leases.Normalized, len(p.Nodes))
 		var groups []store.NewGroup
@@ -231,7 +239,7 @@ func CompleteAndSpawn(ctx context.Context, db store.DB, lim leases.Limits, id ff
 		}
 		xs, err := leases.InsertMany(ctx, tx, params)
 		if store.IsStepTaken(err) {
-			return &ffdtype.ConflictError{Object: "step", ID: "", Reason: "flow " + flowID.String() + " already has a step named like a new node"}
+			return &ffdtype.ConflictError{Object: "step", Reason: "flow " + flowID.String() + " took one of the new steps' names meanwhile"}
 		}
 		if err != nil {
 			return err

@@ -293,6 +293,13 @@ func CompleteMany(ctx context.Context, db store.DB, lim Limits, items []Completi
 	return outs, errs, nil
 }
 
+// ValidateCompletion checks a completion's id, epoch and result size
+// (bounded like a payload), as Complete does, for completions written
+// elsewhere (a spawn).
+func ValidateCompletion(lim Limits, id ffdtype.ExecutionID, epoch int64, result []byte) error {
+	return validateCompletion(lim, id, epoch, result)
+}
+
 func validateCompletion(lim Limits, id ffdtype.ExecutionID, epoch int64, result []byte) error {
 	if err := validateFence(id, epoch); err != nil {
 		return err
