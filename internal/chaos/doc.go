@@ -20,7 +20,9 @@
 //     JSON lines it prints to a file.
 //
 // While a submitter feeds random DAGs (internal/oracle) through the public
-// API, a fault loop injects, one at a time: SIGKILL of a daemon, of a
+// API, and as every fourth flow a durable workflow (durable.go: steps
+// spawned at run time, a sleep, a wait for a signal the harness sends),
+// a fault loop injects, one at a time: SIGKILL of a daemon, of a
 // worker or of a consumer; pg_terminate_backend of the suite's sessions;
 // a crash restart of Postgres (immediate shutdown, kept down a while); and
 // a daemon frozen with SIGSTOP while it is inside a transaction, which the
@@ -29,7 +31,8 @@
 // When the faults stop, Run waits for the system to drain and checks:
 // the quiescent invariants (store.CheckQuiescent); the ground truth of every
 // DAG (each node ends as its policies and its handler's fixed outcome
-// imply); every submitted flow finished; each consumer saw every event id
+// imply) and of every durable workflow (completed with all its spawned
+// steps, its gate woken by its signal); every submitted flow finished; each consumer saw every event id
 // of the outbox exactly once after dedupe, and nothing else; and progress
 // went on while a daemon was frozen. Every breach is a Violation in the
 // Report, which also gives the figures (flows, executions, faults, drain
