@@ -428,3 +428,83 @@ func TestWriteBudgetHop(t *testing.T) {
 	checkWrites(t, "hop (completion and dispatch)", perExecution(t, before, after, n), budgetHopRows)
 	checkInvariants(t, ctx, db.URL)
 }
+
+// A spawn costs the same statements and round trips however many steps
+// it adds (one statement per table, unnest for the rows), and so do a
+// wait and a signal: the budget below, counted exactly.
+const (
+	budgetSpawnStatements, budgetSpawnRoundTrips     = 19, 16
+	budgetSuspendStatements, budgetSuspendRoundTrips = 7, 7
+	budgetSignalStatements, budgetSignalRoundTrips   = 6, 6
+)
+
+func TestSpawnWaitSignalBudget(t *testing.T) {
+	t.Parallel()
+	ctx, db, _ := budgetSetup(t)
+	setupPool := budgetPool(t, ctx, db.URL, nil, 4)
+	creator := budgetClient(t, setupPool)
+	var tracer statementCounter
+	pool := budgetPool(t, ctx, db.URL, &tracer, 1)
+	c := budgetClient(t, pool)
+	// Once per pool and per connection, not per call: store.Distributed.
+	if _, err := store.Distributed(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := store.Distributed(ctx, tx)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	count := func(what string, wantS, wantR int64, f func() error) {
+		t.Helper()
+		tracer.statements.Store(0)
+		tracer.roundTrips.Store(0)
+		if err := f(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if s, r := tracer.statements.Load(), tracer.roundTrips.Load(); s != wantS || r != wantR {
+			t.Errorf("%s: %d statements and %d round trips, want %d and %d (the budget)", what, s, r, wantS, wantR)
+		}
+	}
+	for _, width := range []int{10, 200} {
+		lane := fmt.Sprintf("spawn-%d", width)
+		_, err := creator.SubmitFlow(ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{
+			{Ref: "root", Params: ffd.CreateParams{Lane: lane}}, {Ref: "join", Params: ffd.CreateParams{Lane: lane + ".join"}}},
+			Edges: []ffd.SubmitEdge{{From: "root", To: "join"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := creator.Claim(ctx, ffd.ClaimParams{Lane: lane, Worker: "budget/1"})
+		if err != nil || len(x) != 1 {
+			t.Fatalf("claim: %v", err)
+		}
+		items := make([]ffd.CreateParams, width)
+		for i := range items {
+			items[i] = ffd.CreateParams{Lane: lane + ".child"}
+		}
+		count(fmt.Sprintf("a spawn of %d into a join", width), budgetSpawnStatements, budgetSpawnRoundTrips, func() error {
+			_, _, err := c.CompleteAndSpawn(ctx, x[0].ID, x[0].LeaseEpoch, nil, ffd.MapInto("c", items, "join"))
+			return err
+		})
+	}
+	y, err := creator.Create(ctx, ffd.CreateParams{Lane: "budget-wait"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs, err := creator.Claim(ctx, ffd.ClaimParams{Lane: "budget-wait", Worker: "budget/1"})
+	if err != nil || len(xs) != 1 {
+		t.Fatalf("claim: %v", err)
+	}
+	count("a signal wait", budgetSuspendStatements, budgetSuspendRoundTrips, func() error {
+		_, err := c.Suspend(ctx, xs[0].ID, xs[0].LeaseEpoch, ffd.SuspendParams{Signal: "go"})
+		return err
+	})
+	count("a signal that ends it", budgetSignalStatements, budgetSignalRoundTrips, func() error {
+		_, err := c.Signal(ctx, ffd.SignalParams{Execution: &y.Execution.ID, Name: "go"})
+		return err
+	})
+	setupPool.Close()
+	pool.Close()
+	checkInvariants(t, ctx, db.URL)
+}
