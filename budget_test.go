@@ -258,6 +258,22 @@ func budgetClient(t *testing.T, pool *pgxpool.Pool) *ffd.Client {
 	return c
 }
 
+// warmDistributed asks store.Distributed once on the pool and once in a
+// transaction of its connection, which it caches, so that what a test
+// counts afterwards holds no such question.
+func warmDistributed(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
+	t.Helper()
+	if _, err := store.Distributed(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := store.Distributed(ctx, tx)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // checkInvariants proves the store's invariants over what the test wrote.
 func checkInvariants(t *testing.T, ctx context.Context, url string) {
 	t.Helper()
@@ -378,16 +394,8 @@ func TestWriteBudgetHop(t *testing.T) {
 	pool := budgetPool(t, ctx, db.URL, &tracer, 1)
 	c := budgetClient(t, pool)
 	// Once per pool and per connection (the dispatch's statements ask
-	// in its transaction), not per hop: store.Distributed.
-	if _, err := store.Distributed(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := store.Distributed(ctx, tx)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	// in its transaction), not per hop.
+	warmDistributed(t, ctx, pool)
 	tracer.statements.Store(0)
 	tracer.roundTrips.Store(0)
 	for _, x := range claimed {
@@ -446,16 +454,7 @@ func TestSpawnWaitSignalBudget(t *testing.T) {
 	var tracer statementCounter
 	pool := budgetPool(t, ctx, db.URL, &tracer, 1)
 	c := budgetClient(t, pool)
-	// Once per pool and per connection, not per call: store.Distributed.
-	if _, err := store.Distributed(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := store.Distributed(ctx, tx)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	warmDistributed(t, ctx, pool)
 	count := func(what string, wantS, wantR int64, f func() error) {
 		t.Helper()
 		tracer.statements.Store(0)

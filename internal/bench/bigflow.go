@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd"
-	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/store"
 )
 
 // fanSpec is 1 -> n -> 1 all_of, every node in lane.
@@ -51,25 +49,11 @@ func bigFlow(ctx context.Context, env *Env, p Params, r *Report) error {
 				return fmt.Errorf("submit 1 -> %d -> 1: %w", n, err)
 			}
 			submits = append(submits, ms(time.Since(t)))
-			f := sub.Flow.ID
-			if err := pollUntil(ctx, fmt.Sprintf("the 1 -> %d -> 1 flow to finish", n), 10*time.Minute, 10*time.Millisecond, func() (bool, error) {
-				state, err := store.ReadFlowState(ctx, env.Pool, sub.Flow.Partition, f)
-				if err != nil {
-					return false, err
-				}
-				if state != ffdtype.FlowOpen && state != ffdtype.FlowCompleted {
-					return false, fmt.Errorf("flow ended %s, want completed", state)
-				}
-				return state == ffdtype.FlowCompleted, nil
-			}); err != nil {
-				return err
-			}
-			root := sub.Executions["root"].ID
-			span, err := store.FlowSpan(ctx, env.Pool, f, root)
+			run, err := flowRun(ctx, env, sub)
 			if err != nil {
-				return err
+				return fmt.Errorf("1 -> %d -> 1: %w", n, err)
 			}
-			runs = append(runs, float64(span.Microseconds())/1000)
+			runs = append(runs, run)
 		}
 		run := median(runs)
 		perMember[n] = run * 1000 / float64(n)

@@ -76,34 +76,41 @@ func (h *harness) submit(ctx context.Context) {
 		h.flows[id.String()] = s
 		h.report.Flows++
 		h.mu.Unlock()
-		p := dagParams(id, d)
-		for attempt := 0; ; attempt++ {
-			// Each try is bounded; the last one may run past the phase so
-			// that few submissions are left unacknowledged.
-			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			_, err := client.SubmitFlow(tctx, p)
-			cancel()
-			var conflict *ffd.ConflictError
-			if err == nil || errors.As(err, &conflict) {
-				h.mu.Lock()
-				s.acked = true
-				h.report.FlowsAcked++
-				h.mu.Unlock()
-				break
-			}
-			if errors.Is(err, ffd.ErrValidation) {
-				h.violation("submitter: flow %s refused: %v", id, err)
-				break
-			}
-			if ctx.Err() != nil && attempt > 0 {
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
+		if h.submitFlow(ctx, client, dagParams(id, d)) {
+			h.mu.Lock()
+			s.acked = true
+			h.report.FlowsAcked++
+			h.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(h.cfg.FlowEvery):
 		}
+	}
+}
+
+// submitFlow submits p, retrying with the same flow id, which makes it
+// idempotent: a retry of a submission that did commit reports a
+// conflict with the existing flow. It reports whether the submission was
+// acknowledged. Each try is bounded; the last one may run past the phase
+// so that few submissions are left unacknowledged.
+func (h *harness) submitFlow(ctx context.Context, client *ffd.Client, p ffd.SubmitFlowParams) bool {
+	for attempt := 0; ; attempt++ {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_, err := client.SubmitFlow(tctx, p)
+		cancel()
+		var conflict *ffd.ConflictError
+		if err == nil || errors.As(err, &conflict) {
+			return true
+		}
+		if errors.Is(err, ffd.ErrValidation) {
+			h.violation("submitter: flow %s refused: %v", p.Flow.ID, err)
+			return false
+		}
+		if ctx.Err() != nil && attempt > 0 {
+			return false
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -117,27 +124,12 @@ func (h *harness) submitDurable(ctx context.Context, client *ffd.Client, rng *ra
 	h.mu.Lock()
 	h.durable[id.String()] = d
 	h.mu.Unlock()
-	p := durableParams(id, d.children)
-	for attempt := 0; ; attempt++ {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		_, err := client.SubmitFlow(tctx, p)
-		cancel()
-		var conflict *ffd.ConflictError
-		if err == nil || errors.As(err, &conflict) {
-			h.mu.Lock()
-			d.acked = true
-			h.mu.Unlock()
-			break
-		}
-		if errors.Is(err, ffd.ErrValidation) {
-			h.violation("submitter: durable flow %s refused: %v", id, err)
-			return
-		}
-		if ctx.Err() != nil && attempt > 0 {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
+	if !h.submitFlow(ctx, client, durableParams(id, d.children)) {
+		return
 	}
+	h.mu.Lock()
+	d.acked = true
+	h.mu.Unlock()
 	signals.Add(1)
 	go func() {
 		defer signals.Done()
