@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -47,26 +48,50 @@ func (p *proc) supervise(ctx context.Context) {
 			p.mu.Unlock()
 			return
 		}
-		cmd, err := p.start()
-		if err != nil {
-			p.exits = append(p.exits, exit{how: "start: " + err.Error()})
-			p.mu.Unlock()
-		} else {
-			p.mu.Unlock()
-			began := time.Now()
-			err = cmd.Wait()
-			p.mu.Lock()
-			p.cmd = nil
-			p.frozen = false
-			p.exits = append(p.exits, exit{how: exitText(err), ran: time.Since(began)})
-			p.mu.Unlock()
-		}
+		p.mu.Unlock()
+		// Linux sends the parent-death signal when the *thread* that
+		// forked exits, not the process. A Go thread exits when a
+		// goroutine returns while locked to it (the Postgres servers'
+		// do, at each crash restart), and a thread that once forked a
+		// process may be locked by such a goroutine later: a daemon
+		// died of a SIGKILL nobody sent that way. So each run is forked
+		// from a thread locked for its whole life and retired after it.
+		ran := make(chan struct{})
+		go func() {
+			defer close(ran)
+			runtime.LockOSThread()
+			p.runOnce()
+		}()
+		<-ran
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(p.delay):
 		}
 	}
+}
+
+// runOnce starts the process and waits for it to end, recording how.
+func (p *proc) runOnce() {
+	p.mu.Lock()
+	if p.stopping {
+		p.mu.Unlock()
+		return
+	}
+	cmd, err := p.start()
+	if err != nil {
+		p.exits = append(p.exits, exit{how: "start: " + err.Error()})
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	began := time.Now()
+	err = cmd.Wait()
+	p.mu.Lock()
+	p.cmd = nil
+	p.frozen = false
+	p.exits = append(p.exits, exit{how: exitText(err), ran: time.Since(began)})
+	p.mu.Unlock()
 }
 
 // start launches one run; p.mu is held.
