@@ -374,3 +374,40 @@ func (f *fixture) checkInvariants() {
 		f.T.Fatal(err)
 	}
 }
+
+// SignalTx sends with the caller's transaction: nothing when it rolls
+// back, the wait ended when it commits.
+func TestSignalTx(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	x := f.claimOne(f.mustCreate(ffd.CreateParams{Lane: "signaltx"}))
+	if _, err := f.client.Suspend(f.Ctx, x.ID, x.LeaseEpoch, ffd.SuspendParams{Signal: "paid"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, commit := range []bool{false, true} {
+		tx, err := f.Pool.Begin(f.Ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := f.client.SignalTx(f.Ctx, tx, ffd.SignalParams{Execution: &x.ID, Name: "paid", Payload: []byte("invoice-7")})
+		if err != nil || res.Woke == nil {
+			t.Fatalf("signal in a transaction: %+v, %v; want it to end the wait", res, err)
+		}
+		if commit {
+			err = tx.Commit(f.Ctx)
+		} else {
+			err = tx.Rollback(f.Ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := f.wake(x.ID)
+		if commit != (w.Reason == ffd.WokenBySignal) || w.Waiting == commit {
+			t.Fatalf("after the transaction (committed %v): %+v", commit, w)
+		}
+		if n := f.Count(`SELECT count(*) FROM ff_signal`); n != map[bool]int{false: 0, true: 1}[commit] {
+			t.Fatalf("after the transaction (committed %v): %d signals", commit, n)
+		}
+	}
+	f.checkInvariants()
+}

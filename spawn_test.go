@@ -245,3 +245,57 @@ func TestSpawnRefusals(t *testing.T) {
 	}
 	f.checkInvariants()
 }
+
+// A spawned join takes any policy over the new steps: quorum and any_of
+// with their settings, and a quorum that could never be met is refused.
+func TestSpawnJoinPolicies(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	items := []ffd.CreateParams{{Lane: "pol.c"}, {Lane: "pol.c"}, {Lane: "pol.c"}, {Lane: "pol.c"}, {Lane: "pol.c"}}
+	for _, tc := range []struct {
+		name   string
+		policy ffd.Policy
+		ok     bool
+	}{
+		{"quorum 3 of 5", ffd.Policy{Kind: ffd.Quorum, K: 3, OnSatisfied: ffd.CancelRemaining}, true},
+		{"any_of", ffd.Policy{Kind: ffd.AnyOf, OnSatisfied: ffd.LetRun}, true},
+		{"quorum 6 of 5", ffd.Policy{Kind: ffd.Quorum, K: 6, OnSatisfied: ffd.LetRun}, false},
+	} {
+		sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "root", Params: ffd.CreateParams{Lane: "pol"}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := f.claimOne(sub.Executions["root"])
+		pol := tc.policy
+		_, spawned, err := f.client.CompleteAndSpawn(f.Ctx, x.ID, x.LeaseEpoch, nil,
+			ffd.Map("c", items, &ffd.SubmitNode{Ref: "join", Params: ffd.CreateParams{Lane: "pol.j"}, Policy: &pol}))
+		if !tc.ok {
+			var ve *ffd.ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("%s: %v; want a ValidationError", tc.name, err)
+			}
+			if _, err := f.client.Complete(f.Ctx, x.ID, x.LeaseEpoch, nil); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		fl, err := f.client.DescribeFlow(f.Ctx, sub.Flow.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		join := spawned.Executions["join"].ID
+		var got *ffd.EdgeGroup
+		for i := range fl.Groups {
+			if fl.Groups[i].Downstream == join {
+				got = &fl.Groups[i]
+			}
+		}
+		if got == nil || got.Policy != tc.policy || got.Counts.Total != 5 {
+			t.Fatalf("%s: the join's group %+v; want policy %+v over 5", tc.name, got, tc.policy)
+		}
+	}
+	f.checkInvariants()
+}
