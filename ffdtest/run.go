@@ -32,6 +32,12 @@ func (r *FlowRun) State(step string) ffd.State {
 // worker (its Handler or Kinds; its Lanes default to every lane the
 // flow's steps use). Both stop before RunFlow returns. The test fails if
 // the flow has not ended within DefaultTimeout.
+//
+// Durable steps run as in production (docs/workflows.md): a sleep ends
+// when its time comes, a signal wait when the test sends the signal
+// (db.Client.Signal, from another goroutine), and steps a handler
+// spawns join the flow. Name their lanes in worker.Lanes when a spawn
+// puts steps on a lane the flow did not use when RunFlow began.
 func (db *DB) RunFlow(t testing.TB, flowID uuid.UUID, worker ffd.WorkerConfig) *FlowRun {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
