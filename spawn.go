@@ -43,7 +43,8 @@ type spawnList struct {
 // Spawn adds steps and edges to the job's flow when the handler returns
 // without an error: written with its result, in one transaction, fenced
 // by its lease (a handler whose lease is lost adds nothing). Several
-// calls add up. It checks the spawn's shape at once (refs, edges,
+// calls add up; a handler that returns an error, or a wait (Sleep,
+// WaitForSignal), adds nothing. It checks the spawn's shape at once (refs, edges,
 // cycles, policies, the limits MaxSpawnNodes and MaxSpawnEdges); what
 // needs the database (step names already taken, edges into steps that
 // have started) is checked when it is written, and fails the attempt.
