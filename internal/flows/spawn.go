@@ -248,7 +248,7 @@ func CompleteAndSpawn(ctx context.Context, db store.DB, lim leases.Limits, id ff
 		for i, x := range xs {
 			ids[i] = x.ID
 		}
-		if err := store.MarkSpawned(ctx, tx, id, ids); err != nil {
+		if err := store.MarkSpawned(ctx, tx, flowID, id, ids); err != nil {
 			return err
 		}
 		for i, n := range p.Nodes {

@@ -89,13 +89,22 @@ var always = []check{
 		HAVING count(a.attempt) + CASE WHEN x.attempt_started_at IS NOT NULL THEN 1 ELSE 0 END <> x.attempt
 			OR count(a.attempt) FILTER (WHERE a.outcome IS NULL) > 0
 			OR max(a.attempt) >= x.attempt AND x.attempt_started_at IS NOT NULL`, false},
-	{"an execution counts the attempts that ended in a wait, and a current wait is pending or over", `
-		SELECT x.execution_id::text, x.state, x.waits, count(a.attempt)
+	{"an execution's waits are its attempts that ended in a wait, and a current wait is pending or over", `
+		SELECT x.execution_id::text, x.state, coalesce(w.waits, 0), count(a.attempt)
 		FROM ff_execution x
+		LEFT JOIN ff_wait w ON w.partition_key = x.partition_key AND w.execution_id = x.execution_id
 		LEFT JOIN ff_attempt a ON a.partition_key = x.partition_key AND a.execution_id = x.execution_id AND a.outcome = 'waited'
-		GROUP BY x.partition_key, x.execution_id, x.state, x.waits, x.wait_attempt, x.attempt
-		HAVING count(a.attempt) <> x.waits
-			OR (x.wait_attempt = x.attempt AND x.state IN ('blocked', 'running', 'completed', 'failed'))`, false},
+		GROUP BY x.partition_key, x.execution_id, x.state, x.attempt, w.waits, w.wait_attempt
+		HAVING count(a.attempt) <> coalesce(w.waits, 0)
+			OR w.wait_attempt > x.attempt
+			OR (w.wait_attempt = x.attempt AND x.state IN ('blocked', 'running', 'completed', 'failed'))`, false},
+	{"every wait and every spawned step belongs to an execution", `
+		SELECT 'wait', w.execution_id::text FROM ff_wait w
+		WHERE NOT EXISTS (SELECT 1 FROM ff_execution x WHERE x.partition_key = w.partition_key AND x.execution_id = w.execution_id)
+		UNION ALL
+		SELECT 'spawned', s.execution_id::text FROM ff_spawned s
+		WHERE NOT EXISTS (SELECT 1 FROM ff_execution x WHERE x.partition_key = s.partition_key AND x.execution_id = s.execution_id
+			AND x.flow_id = s.flow_id)`, false},
 	{"a consumed signal was taken by an execution that waited", `
 		SELECT s.signal_id::text, s.name, x.execution_id::text
 		FROM ff_signal s

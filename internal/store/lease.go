@@ -99,7 +99,17 @@ type Lapsed struct {
 	LeaseLapsed bool // the lease lapsed; else the attempt timed out
 }
 
-const lapsedColumns = `partition_key, execution_id, lease_epoch, attempt, max_attempts + waits, lease_expires_at <= now()`
+// lapsedColumns are what a Lapsed holds, for a row of ff_execution read
+// without an alias. The attempt budget counts the attempts that ended in
+// waits on top of max_attempts (ff_wait, migration 00025).
+var lapsedColumns = `partition_key, execution_id, lease_epoch, attempt,
+	max_attempts + ` + waitsOf("ff_execution") + `, lease_expires_at <= now()`
+
+// waitsOf is the SQL of the attempts that ended in waits of the
+// execution row the alias x names: 0 for one that never waited.
+func waitsOf(x string) string {
+	return `coalesce((SELECT w.waits FROM ff_wait w WHERE w.partition_key = ` + x + `.partition_key AND w.execution_id = ` + x + `.execution_id), 0)`
+}
 
 // LockLapsed locks those of the given leases that are still held (the
 // execution runs at that epoch) and lapsed or whose attempt timed out, in
@@ -131,7 +141,7 @@ func LockLapsed(ctx context.Context, tx pgx.Tx, held []LeaseRef) ([]Lapsed, erro
 		for i, l := range ls {
 			ids[i], epochs[i] = pgUUID(l.ID.UUID), l.Epoch
 		}
-		b.Queue(`SELECT e.partition_key, e.execution_id, e.lease_epoch, e.attempt, e.max_attempts + e.waits, e.lease_expires_at <= now()
+		b.Queue(`SELECT e.partition_key, e.execution_id, e.lease_epoch, e.attempt, e.max_attempts + `+waitsOf("e")+`, e.lease_expires_at <= now()
 			FROM ff_execution e
 			JOIN unnest($2::uuid[], $3::bigint[]) AS i(execution_id, epoch)
 				ON e.execution_id = i.execution_id AND e.lease_epoch = i.epoch

@@ -83,7 +83,7 @@ WITH input AS (
 	FROM ff_execution e
 	JOIN input i ON i.partition_key = e.partition_key AND i.execution_id = e.execution_id
 	WHERE e.state = 'running' AND e.lease_epoch = i.epoch
-		AND ($8 OR e.attempt < e.max_attempts + e.waits)
+		AND ($8 OR e.attempt < e.max_attempts + ` + waitsOf("e") + `)
 	ORDER BY e.partition_key, e.execution_id
 	FOR NO KEY UPDATE OF e
 ), upd AS (
@@ -109,7 +109,7 @@ WITH upd AS (
 		JOIN unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[]) AS i(partition_key, execution_id, epoch, error)
 			ON i.partition_key = x.partition_key AND i.execution_id = x.execution_id
 		WHERE x.partition_key = ANY($10::smallint[]) AND x.state = 'running' AND x.lease_epoch = i.epoch
-			AND ($8 OR x.attempt < x.max_attempts + x.waits)
+			AND ($8 OR x.attempt < x.max_attempts + ` + waitsOf("x") + `)
 		ORDER BY x.partition_key, x.execution_id
 		FOR NO KEY UPDATE OF x
 	) l

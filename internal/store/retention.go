@@ -79,6 +79,9 @@ attempts AS (
 signals AS (
 	DELETE FROM ff_signal s USING victims v
 	WHERE s.partition_key = v.partition_key AND s.flow_id IS NULL AND s.execution_id = v.execution_id` + one("s") + `),
+waits AS (
+	DELETE FROM ff_wait w USING victims v
+	WHERE w.partition_key = v.partition_key AND w.execution_id = v.execution_id` + one("w") + `),
 legacy AS (
 	DELETE FROM ff_idempotency_legacy l USING victims v
 	WHERE l.partition_key = v.partition_key AND l.execution_id = v.execution_id` + one("l") + `)
@@ -88,7 +91,7 @@ WHERE e.partition_key = v.partition_key AND e.execution_id = v.execution_id` + o
 
 // DeleteFinishedExecutions deletes up to limit solo executions (flow
 // members go with their flow) that finished longer ago than their
-// namespace's age, with their attempts and signals; their idempotency keys are free
+// namespace's age, with their attempts, signals and waits; their idempotency keys are free
 // again. Outbox events are not touched: outbox retention deletes them
 // once every consumer has read them.
 func DeleteFinishedExecutions(ctx context.Context, db DB, ages Ages, limit int) (int, error) {
@@ -175,6 +178,12 @@ victims AS (
 signals AS (
 	DELETE FROM ff_signal s USING victims v
 	WHERE s.partition_key = v.partition_key AND s.flow_id = v.flow_id` + one("s") + `),
+waits AS (
+	DELETE FROM ff_wait w USING victims v
+	WHERE w.partition_key = v.partition_key AND w.flow_id = v.flow_id` + one("w") + `),
+spawned AS (
+	DELETE FROM ff_spawned p USING victims v
+	WHERE p.partition_key = v.partition_key AND p.flow_id = v.flow_id` + one("p") + `),
 cancels AS (
 	DELETE FROM ff_pending_cancel_group p USING victims v
 	WHERE p.partition_key = v.partition_key AND p.flow_id = v.flow_id` + one("p") + `),
@@ -196,8 +205,8 @@ WHERE f.partition_key = v.partition_key AND f.flow_id = v.flow_id` + one("f") + 
 }
 
 // DeleteFinishedFlows deletes up to limit finished flows older than their
-// namespace's age, with their members, attempts, edges, groups and
-// signals.
+// namespace's age, with their members, attempts, edges, groups,
+// signals, waits and spawn records.
 func DeleteFinishedFlows(ctx context.Context, db DB, ages Ages, limit int) (int, error) {
 	return deleteFinished(ctx, db, "flows", deleteFlowsSQL, deleteFlowsRoutedSQL,
 		`SELECT DISTINCT partition_key FROM ff_flow WHERE state <> 'open' AND terminal_at < now() - $1::bigint * interval '1 microsecond'`,

@@ -73,14 +73,14 @@ func GrowFlow(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, nodes, edges int
 
 // MarkSpawned records that spawner added the new members ids to its
 // flow (the console draws them so).
-func MarkSpawned(ctx context.Context, tx pgx.Tx, spawner ffdtype.ExecutionID, ids []ffdtype.ExecutionID) error {
+func MarkSpawned(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, spawner ffdtype.ExecutionID, ids []ffdtype.ExecutionID) error {
 	us := make([]pgtype.UUID, len(ids))
 	for i, id := range ids {
 		us[i] = pgUUID(id.UUID)
 	}
-	_, err := tx.Exec(ctx, `UPDATE ff_execution SET spawned_by = $2
-		WHERE partition_key = $1 AND execution_id = ANY($3::uuid[])`, spawner.Partition, pgUUID(spawner.UUID), us)
-	return wrap("mark the steps "+spawner.String()+" spawned", err)
+	_, err := tx.Exec(ctx, `INSERT INTO ff_spawned (partition_key, flow_id, execution_id, spawned_by)
+		SELECT $1, $2, x, $4 FROM unnest($3::uuid[]) AS x`, spawner.Partition, flowID, us, pgUUID(spawner.UUID))
+	return wrap("record the steps "+spawner.String()+" spawned", err)
 }
 
 // MemberNote is what the console shows of a flow member beyond its
@@ -96,10 +96,12 @@ type MemberNote struct {
 // FlowMemberNotes reads the notes of a flow's members that have any: the
 // spawned ones, and those that waited.
 func FlowMemberNotes(ctx context.Context, db DB, flowID uuid.UUID) (map[uuid.UUID]MemberNote, error) {
-	rows, err := db.Query(ctx, `SELECT execution_id, spawned_by, coalesce(wait_for, ''), coalesce(wait_signal, ''), wait_until,
-			state = 'pending' AND wait_attempt = attempt AND woken_by IS NULL AND run_at > now()
-		FROM ff_execution
-		WHERE partition_key = $1 AND flow_id = $2 AND (spawned_by IS NOT NULL OR wait_for IS NOT NULL)`,
+	rows, err := db.Query(ctx, `SELECT x.execution_id, sp.spawned_by, coalesce(w.wait_for, ''), coalesce(w.wait_signal, ''), w.wait_until,
+			coalesce(x.state = 'pending' AND w.wait_attempt = x.attempt AND w.woken_by IS NULL AND x.run_at > now(), false)
+		FROM ff_execution x
+		LEFT JOIN ff_wait w ON w.partition_key = x.partition_key AND w.execution_id = x.execution_id
+		LEFT JOIN ff_spawned sp ON sp.partition_key = x.partition_key AND sp.flow_id = x.flow_id AND sp.execution_id = x.execution_id
+		WHERE x.partition_key = $1 AND x.flow_id = $2 AND (w.execution_id IS NOT NULL OR sp.execution_id IS NOT NULL)`,
 		ident.Partition(flowID), flowID)
 	if err != nil {
 		return nil, wrap("read notes of flow "+flowID.String(), unroutable(db, err))

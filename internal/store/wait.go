@@ -44,10 +44,11 @@ func anchorOf(id ffdtype.ExecutionID, flowID *uuid.UUID) uuid.UUID {
 
 // suspendSQL ends the attempt held at an epoch ($3) in a wait: back to
 // pending with run_at at the wait's end (the time $6, or $8 seconds from
-// now; Never when neither), the wait on the
-// row, the attempt written to ff_attempt as 'waited' (it does not count
-// against max_attempts: waits grows with it), and the lease event
-// 'suspended'. The holder gives the lease up itself: the epoch stays.
+// now; Never when neither), the wait in ff_wait (its waits counted
+// there: they do not count against max_attempts), the attempt written
+// to ff_attempt as 'waited', and the lease event 'suspended'. The holder
+// gives the lease up itself: the epoch stays. Rows are locked in the
+// global order: the execution, then its ff_wait row.
 var suspendSQL = `
 WITH locked AS (
 	SELECT e.partition_key, e.execution_id, e.attempt_worker, e.attempt_started_at,
@@ -58,15 +59,20 @@ WITH locked AS (
 ), upd AS (
 	UPDATE ff_execution e SET
 		state = 'pending', run_at = coalesce(l.wait_until, $7::timestamptz),
-		waits = e.waits + 1, wait_for = $4, wait_signal = $5, wait_until = l.wait_until,
-		wait_attempt = e.attempt, woken_by = NULL,
 		lease_owner = NULL, lease_expires_at = NULL, attempt_deadline_at = NULL,
 		attempt_worker = NULL, attempt_started_at = NULL
 	FROM locked l
 	WHERE e.partition_key = $1 AND e.execution_id = $2
 		AND e.partition_key = l.partition_key AND e.execution_id = l.execution_id
-	RETURNING e.partition_key, e.execution_id, e.attempt, e.lease_epoch, e.run_at, e.lane, e.wait_until,
+	RETURNING e.partition_key, e.execution_id, e.flow_id, e.attempt, e.lease_epoch, e.run_at, e.lane, l.wait_until,
 		l.attempt_worker, l.attempt_started_at
+), wait AS (
+	INSERT INTO ff_wait (partition_key, execution_id, flow_id, waits, wait_for, wait_signal, wait_until, wait_attempt)
+	SELECT partition_key, execution_id, flow_id, 1, $4, $5, wait_until, attempt FROM upd
+	ON CONFLICT (partition_key, execution_id) DO UPDATE SET
+		waits = ff_wait.waits + 1, flow_id = EXCLUDED.flow_id, wait_for = EXCLUDED.wait_for,
+		wait_signal = EXCLUDED.wait_signal, wait_until = EXCLUDED.wait_until,
+		wait_attempt = EXCLUDED.wait_attempt, woken_by = NULL, began_at = now()
 ), att AS (
 	INSERT INTO ff_attempt (partition_key, execution_id, attempt, lease_epoch, worker, started_at, ended_at, outcome)
 	SELECT partition_key, execution_id, attempt, lease_epoch, attempt_worker, attempt_started_at, now(), 'waited'
@@ -93,10 +99,14 @@ WITH sig AS (
 	FROM sig WHERE s.partition_key = $1 AND s.signal_id = sig.signal_id
 	RETURNING s.signal_id
 ), woke AS (
-	UPDATE ff_execution e SET run_at = now(), woken_by = used.signal_id
+	UPDATE ff_execution e SET run_at = now()
 	FROM used
 	WHERE e.partition_key = $1 AND e.execution_id = $2
-	RETURNING e.partition_key, e.execution_id, e.lease_epoch, e.attempt
+	RETURNING e.partition_key, e.execution_id, e.lease_epoch, e.attempt, used.signal_id
+), wk AS (
+	UPDATE ff_wait w SET woken_by = woke.signal_id
+	FROM woke
+	WHERE w.partition_key = $1 AND w.execution_id = $2
 ), lev AS (
 	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type)
 	SELECT partition_key, execution_id, lease_epoch, attempt, '', 'signalled' FROM woke
@@ -179,17 +189,21 @@ func Suspend(ctx context.Context, db DB, s Suspension) (out Waited, ok bool, err
 // signal is kept for a later wait.
 const sendSignalSQL = `
 WITH w AS (
-	SELECT e.partition_key, e.execution_id FROM ff_execution e
-	WHERE e.partition_key = $1 AND (e.execution_id = $4 OR ($4 IS NULL AND e.flow_id = $3))
-		AND e.state = 'pending' AND e.wait_signal = $5 AND e.woken_by IS NULL
-		AND e.wait_attempt = e.attempt AND e.run_at > now()
-	ORDER BY e.execution_id
+	SELECT e.partition_key, e.execution_id FROM ff_wait w
+	JOIN ff_execution e ON e.partition_key = w.partition_key AND e.execution_id = w.execution_id
+	WHERE w.partition_key = $1 AND e.partition_key = $1 AND (w.execution_id = $4 OR ($4 IS NULL AND w.flow_id = $3))
+		AND w.wait_signal = $5 AND w.woken_by IS NULL
+		AND e.state = 'pending' AND e.attempt = w.wait_attempt AND e.run_at > now()
+	ORDER BY w.execution_id
 	LIMIT 1
-	FOR NO KEY UPDATE
+	FOR NO KEY UPDATE OF e
 ), woke AS (
-	UPDATE ff_execution e SET run_at = now(), woken_by = $2
+	UPDATE ff_execution e SET run_at = now()
 	FROM w WHERE e.partition_key = $1 AND e.partition_key = w.partition_key AND e.execution_id = w.execution_id
 	RETURNING e.partition_key, e.execution_id, e.lease_epoch, e.attempt, e.lane
+), wk AS (
+	UPDATE ff_wait x SET woken_by = $2
+	FROM woke WHERE x.partition_key = $1 AND x.execution_id = woke.execution_id
 ), lev AS (
 	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type)
 	SELECT partition_key, execution_id, lease_epoch, attempt, '', 'signalled' FROM woke
@@ -254,13 +268,12 @@ func SendSignal(ctx context.Context, db DB, s NewSignal) (sentAt time.Time, woke
 // from the signals kept unconsumed, which are few: most are taken as
 // they are sent.
 const matchSignalsSQL = `
-SELECT DISTINCT e.partition_key, e.execution_id, e.flow_id, e.wait_signal
+SELECT DISTINCT w.partition_key, w.execution_id, w.flow_id, w.wait_signal
 FROM ff_signal s
-JOIN ff_execution e ON e.partition_key = s.partition_key
-	AND (e.execution_id = s.execution_id OR (s.execution_id IS NULL AND e.flow_id = s.flow_id))
-WHERE s.consumed_by IS NULL
-	AND e.state = 'pending' AND e.wait_signal = s.name AND e.woken_by IS NULL
-	AND e.wait_attempt = e.attempt AND e.run_at > now()
+JOIN ff_wait w ON w.partition_key = s.partition_key AND w.wait_signal = s.name AND w.woken_by IS NULL
+	AND (w.execution_id = s.execution_id OR (s.execution_id IS NULL AND w.flow_id = s.flow_id))
+JOIN ff_execution e ON e.partition_key = w.partition_key AND e.execution_id = w.execution_id
+WHERE s.consumed_by IS NULL AND e.state = 'pending' AND e.attempt = w.wait_attempt AND e.run_at > now()
 LIMIT $1`
 
 // MatchSignals ends, with the signal it waits for, each of at most limit
@@ -297,9 +310,11 @@ func MatchSignals(ctx context.Context, db DB, limit int) (int, error) {
 			}
 			// Still waiting, at its current attempt, and not yet due?
 			var lane *string
-			err := tx.QueryRow(ctx, `SELECT lane FROM ff_execution
-				WHERE partition_key = $1 AND execution_id = $2 AND state = 'pending' AND wait_signal = $3
-					AND woken_by IS NULL AND wait_attempt = attempt AND run_at > now()`,
+			err := tx.QueryRow(ctx, `SELECT e.lane FROM ff_execution e
+				JOIN ff_wait w ON w.partition_key = e.partition_key AND w.execution_id = e.execution_id
+				WHERE e.partition_key = $1 AND e.execution_id = $2 AND w.partition_key = $1
+					AND e.state = 'pending' AND w.wait_signal = $3
+					AND w.woken_by IS NULL AND w.wait_attempt = e.attempt AND e.run_at > now()`,
 				f.id.Partition, pgUUID(f.id.UUID), f.signal).Scan(&lane)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil
@@ -329,10 +344,11 @@ func MatchSignals(ctx context.Context, db DB, limit int) (int, error) {
 
 // wakeSQL reads what an execution last waited for and what ended it.
 const wakeSQL = `
-SELECT e.wait_for, e.wait_signal, e.wait_until, e.wait_attempt, e.waits, e.attempt, e.state, e.run_at > now(),
+SELECT w.wait_for, w.wait_signal, w.wait_until, w.wait_attempt, w.waits, e.attempt, e.state, e.run_at > now(),
 	s.signal_id, s.name, s.payload, s.sent_at, s.flow_id, s.execution_id
 FROM ff_execution e
-LEFT JOIN ff_signal s ON s.partition_key = e.partition_key AND s.signal_id = e.woken_by
+LEFT JOIN ff_wait w ON w.partition_key = e.partition_key AND w.execution_id = e.execution_id
+LEFT JOIN ff_signal s ON s.partition_key = e.partition_key AND s.signal_id = w.woken_by
 WHERE e.partition_key = $1 AND e.execution_id = $2`
 
 // ReadWake reads what x last waited for and how that wait ended; nil
@@ -341,8 +357,8 @@ func ReadWake(ctx context.Context, db DB, id ffdtype.ExecutionID) (*ffdtype.Wake
 	var (
 		waitFor, signal     *string
 		until               *time.Time
-		waitAttempt         *int
-		waits, attempt      int
+		waitAttempt, waits  *int
+		attempt             int
 		state               ffdtype.State
 		notDue              bool
 		sigID, sigFlow, sEx pgtype.UUID
@@ -361,7 +377,7 @@ func ReadWake(ctx context.Context, db DB, id ffdtype.ExecutionID) (*ffdtype.Wake
 	if waitFor == nil {
 		return nil, nil
 	}
-	w := &ffdtype.Wake{For: *waitFor, Attempt: *waitAttempt, Waits: waits, Until: until}
+	w := &ffdtype.Wake{For: *waitFor, Attempt: *waitAttempt, Waits: *waits, Until: until}
 	if signal != nil {
 		w.Signal = *signal
 	}
