@@ -411,3 +411,44 @@ func TestSignalTx(t *testing.T) {
 	}
 	f.checkInvariants()
 }
+
+// Attempts that ended in waits do not count against max_attempts when a
+// failure asks for a retry: with two attempts allowed and two waits, the
+// first failure is retried and the second is final.
+func TestWaitsExtendTheRetryBudget(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	x := f.mustCreate(ffd.CreateParams{Lane: "budget", MaxAttempts: 2, Retry: ffd.RetryPolicy{Base: time.Millisecond, Max: time.Millisecond}})
+	claim := func() *ffd.Execution {
+		t.Helper()
+		var got *ffd.Execution
+		f.WaitFor("the execution to be claimable", func() bool {
+			xs, err := f.client.Claim(f.Ctx, ffd.ClaimParams{Lane: "budget", Worker: "w/1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(xs) == 1 {
+				got = xs[0]
+			}
+			return got != nil
+		})
+		return got
+	}
+	for range 2 {
+		c := claim()
+		if _, err := f.client.Suspend(f.Ctx, c.ID, c.LeaseEpoch, ffd.SuspendParams{For: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, want := range []ffd.State{ffd.StatePending, ffd.StateFailed} {
+		c := claim()
+		out, err := f.client.Fail(f.Ctx, c.ID, c.LeaseEpoch, ffd.FailParams{Error: "flaky", Retryable: true})
+		if err != nil || out.State != want {
+			t.Fatalf("failure %d (attempt %d, 2 waits, 2 attempts allowed): %+v, %v; want %s", i+1, c.Attempt, out, err, want)
+		}
+	}
+	if got, _ := f.client.Get(f.Ctx, x.ID); got.Attempt != 4 {
+		t.Fatalf("attempt %d at the end; want 4 (two waits, two tries)", got.Attempt)
+	}
+	f.checkInvariants()
+}

@@ -99,16 +99,54 @@ type Lapsed struct {
 	LeaseLapsed bool // the lease lapsed; else the attempt timed out
 }
 
-// lapsedColumns are what a Lapsed holds, for a row of ff_execution read
-// without an alias. The attempt budget counts the attempts that ended in
-// waits on top of max_attempts (ff_wait, migration 00025).
-var lapsedColumns = `partition_key, execution_id, lease_epoch, attempt,
-	max_attempts + ` + waitsOf("ff_execution") + `, lease_expires_at <= now()`
+const lapsedColumns = `partition_key, execution_id, lease_epoch, attempt, max_attempts, lease_expires_at <= now()`
 
-// waitsOf is the SQL of the attempts that ended in waits of the
-// execution row the alias x names: 0 for one that never waited.
-func waitsOf(x string) string {
-	return `coalesce((SELECT w.waits FROM ff_wait w WHERE w.partition_key = ` + x + `.partition_key AND w.execution_id = ` + x + `.execution_id), 0)`
+// WaitsOf reads how many attempts of each execution ended in a wait
+// (ff_wait.waits; those that never waited are left out): they do not
+// count against max_attempts. The statements that lock executions
+// cannot read it themselves: a distributed Postgres refuses a locking
+// statement that also reads another table. It changes only when a wait
+// begins, which holds the execution's lease, so a value read before a
+// fenced statement, or after a lock, is the one that holds for it.
+func WaitsOf(ctx context.Context, db DB, ids []ffdtype.ExecutionID) (map[ffdtype.ExecutionID]int, error) {
+	parts, us := make([]int16, len(ids)), make([]pgtype.UUID, len(ids))
+	for i, id := range ids {
+		parts[i], us[i] = id.Partition, pgUUID(id.UUID)
+	}
+	rows, err := db.Query(ctx, `SELECT w.partition_key, w.execution_id, w.waits FROM ff_wait w
+		JOIN unnest($1::smallint[], $2::uuid[]) AS i(partition_key, execution_id)
+			ON w.partition_key = i.partition_key AND w.execution_id = i.execution_id`, parts, us)
+	if err != nil {
+		return nil, wrap("read the waits of executions", unroutable(db, err))
+	}
+	out := map[ffdtype.ExecutionID]int{}
+	var id ffdtype.ExecutionID
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&id.Partition, &id.UUID, &n}, func() error {
+		out[id] = n
+		return nil
+	})
+	return out, wrap("read the waits of executions", err)
+}
+
+// withWaits adds to each lapsed lease's attempt budget the attempts of
+// its execution that ended in waits, which its lock holds steady.
+func withWaits(ctx context.Context, tx pgx.Tx, ls []Lapsed, err error) ([]Lapsed, error) {
+	if err != nil || len(ls) == 0 {
+		return ls, err
+	}
+	ids := make([]ffdtype.ExecutionID, len(ls))
+	for i, l := range ls {
+		ids[i] = l.ID
+	}
+	waits, err := WaitsOf(ctx, tx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for i := range ls {
+		ls[i].MaxAttempts += waits[ls[i].ID]
+	}
+	return ls, nil
 }
 
 // LockLapsed locks those of the given leases that are still held (the
@@ -117,6 +155,11 @@ func waitsOf(x string) string {
 // holder is ending or renewing them; a later check or the sweep sees what
 // it left).
 func LockLapsed(ctx context.Context, tx pgx.Tx, held []LeaseRef) ([]Lapsed, error) {
+	ls, err := lockLapsed(ctx, tx, held)
+	return withWaits(ctx, tx, ls, err)
+}
+
+func lockLapsed(ctx context.Context, tx pgx.Tx, held []LeaseRef) ([]Lapsed, error) {
 	dist, err := Distributed(ctx, tx)
 	if err != nil {
 		return nil, err
@@ -141,7 +184,7 @@ func LockLapsed(ctx context.Context, tx pgx.Tx, held []LeaseRef) ([]Lapsed, erro
 		for i, l := range ls {
 			ids[i], epochs[i] = pgUUID(l.ID.UUID), l.Epoch
 		}
-		b.Queue(`SELECT e.partition_key, e.execution_id, e.lease_epoch, e.attempt, e.max_attempts + `+waitsOf("e")+`, e.lease_expires_at <= now()
+		b.Queue(`SELECT e.partition_key, e.execution_id, e.lease_epoch, e.attempt, e.max_attempts, e.lease_expires_at <= now()
 			FROM ff_execution e
 			JOIN unnest($2::uuid[], $3::bigint[]) AS i(execution_id, epoch)
 				ON e.execution_id = i.execution_id AND e.lease_epoch = i.epoch
@@ -160,6 +203,11 @@ func LockLapsed(ctx context.Context, tx pgx.Tx, held []LeaseRef) ([]Lapsed, erro
 // LockLapsedBatch locks up to limit lapsed leases and timed-out attempts,
 // skipping rows other sweepers hold.
 func LockLapsedBatch(ctx context.Context, tx pgx.Tx, limit int) ([]Lapsed, error) {
+	ls, err := lockLapsedBatch(ctx, tx, limit)
+	return withWaits(ctx, tx, ls, err)
+}
+
+func lockLapsedBatch(ctx context.Context, tx pgx.Tx, limit int) ([]Lapsed, error) {
 	const where = `state = 'running' AND (lease_expires_at <= now() OR attempt_deadline_at <= now())`
 	dist, err := Distributed(ctx, tx)
 	if err != nil {

@@ -72,18 +72,20 @@ SELECT partition_key, execution_id, attempt, lease_epoch, run_at, lane, old_epoc
 // attempt's ff_attempt row from what the row held (attempt_worker,
 // attempt_started_at, which it clears), and the lease event of a lease
 // taken away ($9: expired, revoked; "" for none), with the expiry the
-// lease had then.
+// lease had then. Unless forced ($8), only an execution with attempts
+// left is requeued: max_attempts, plus its attempts that ended in waits
+// ($10, read by WaitsOf).
 var requeueSQL = `
 WITH input AS (
-	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[])
-		AS i(partition_key, execution_id, epoch, error)
+	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[], $10::int[])
+		AS i(partition_key, execution_id, epoch, error, waits)
 ), locked AS (
 	SELECT e.partition_key, e.execution_id, i.epoch, i.error, e.attempt_worker, e.attempt_started_at,
 		e.lease_expires_at AS lease_expired_at
 	FROM ff_execution e
 	JOIN input i ON i.partition_key = e.partition_key AND i.execution_id = e.execution_id
 	WHERE e.state = 'running' AND e.lease_epoch = i.epoch
-		AND ($8 OR e.attempt < e.max_attempts + ` + waitsOf("e") + `)
+		AND ($8 OR e.attempt < e.max_attempts + i.waits)
 	ORDER BY e.partition_key, e.execution_id
 	FOR NO KEY UPDATE OF e
 ), upd AS (
@@ -93,8 +95,8 @@ WITH input AS (
 	WHERE e.partition_key = l.partition_key AND e.execution_id = l.execution_id
 ` + requeueTail
 
-// requeueRoutedSQL is requeueSQL for the partitions of one shard ($10)
-// of a distributed Postgres, shaped as terminateRoutedSQL is and for the
+// requeueRoutedSQL is requeueSQL for the partitions of one shard ($10;
+// the waits are $11) of a distributed Postgres, shaped as terminateRoutedSQL is and for the
 // same reasons (and locking in the same order): the
 // rows locked by a subquery of the UPDATE, the inserts selecting from its
 // result.
@@ -106,10 +108,10 @@ WITH upd AS (
 		SELECT x.partition_key, x.execution_id, i.epoch, i.error, x.attempt_worker, x.attempt_started_at,
 			x.lease_expires_at AS lease_expired_at
 		FROM ff_execution x
-		JOIN unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[]) AS i(partition_key, execution_id, epoch, error)
+		JOIN unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[], $11::int[]) AS i(partition_key, execution_id, epoch, error, waits)
 			ON i.partition_key = x.partition_key AND i.execution_id = x.execution_id
 		WHERE x.partition_key = ANY($10::smallint[]) AND x.state = 'running' AND x.lease_epoch = i.epoch
-			AND ($8 OR x.attempt < x.max_attempts + ` + waitsOf("x") + `)
+			AND ($8 OR x.attempt < x.max_attempts + i.waits)
 		ORDER BY x.partition_key, x.execution_id
 		FOR NO KEY UPDATE OF x
 	) l
@@ -156,6 +158,19 @@ func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []R
 	if err != nil {
 		return nil, err
 	}
+	// The attempts that ended in waits extend the budget (WaitsOf: read
+	// before the fenced statement, which the wait's holder would have
+	// had to end first). A forced requeue checks no budget.
+	var waits map[ffdtype.ExecutionID]int
+	if !force {
+		ids := make([]ffdtype.ExecutionID, len(items))
+		for i, it := range items {
+			ids[i] = it.ID
+		}
+		if waits, err = WaitsOf(ctx, db, ids); err != nil {
+			return nil, err
+		}
+	}
 	// One statement for all; on a distributed Postgres one per shard, in
 	// shard order, in one pipelined batch (one transaction).
 	groups := []shardGroup[RequeueItem]{{items: items}}
@@ -186,20 +201,22 @@ func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []R
 		for _, group := range groups {
 			g := group.items
 			parts, ids, epochs, errs := make([]int16, len(g)), make([]pgtype.UUID, len(g)), make([]int64, len(g)), make([]*string, len(g))
+			extra := make([]int32, len(g))
 			for i, it := range g {
 				parts[i], ids[i], epochs[i], errs[i] = it.ID.Partition, pgUUID(it.ID.UUID), it.Epoch, nullIfEmpty(it.Error)
+				extra[i] = int32(waits[it.ID])
 			}
 			args := []any{parts, ids, epochs, errs, string(kind.attemptOutcome), kind.bumpEpoch, kind.backoff, force, string(kind.leaseEvent)}
 			if !dist {
 				// One statement for all, outside any batch.
-				rows, err := db.Query(ctx, requeueSQL, args...)
+				rows, err := db.Query(ctx, requeueSQL, append(args, extra)...)
 				if err != nil {
 					return err
 				}
 				defer rows.Close()
 				return scan(rows)
 			}
-			b.Queue(requeueRoutedSQL, append(args, group.parts)...).Query(scan)
+			b.Queue(requeueRoutedSQL, append(args, group.parts, extra)...).Query(scan)
 		}
 		return db.SendBatch(ctx, b).Close()
 	})

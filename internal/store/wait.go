@@ -72,7 +72,7 @@ WITH locked AS (
 	ON CONFLICT (partition_key, execution_id) DO UPDATE SET
 		waits = ff_wait.waits + 1, flow_id = EXCLUDED.flow_id, wait_for = EXCLUDED.wait_for,
 		wait_signal = EXCLUDED.wait_signal, wait_until = EXCLUDED.wait_until,
-		wait_attempt = EXCLUDED.wait_attempt, woken_by = NULL, began_at = now()
+		wait_attempt = EXCLUDED.wait_attempt, woken_by = NULL, began_at = EXCLUDED.began_at
 ), att AS (
 	INSERT INTO ff_attempt (partition_key, execution_id, attempt, lease_epoch, worker, started_at, ended_at, outcome)
 	SELECT partition_key, execution_id, attempt, lease_epoch, attempt_worker, attempt_started_at, now(), 'waited'
