@@ -15,7 +15,9 @@ import (
 // SuspendError is what a handler returns to end its attempt in a wait
 // instead of completing or failing (Sleep, SleepUntil, WaitForSignal):
 // the worker records the wait, frees the slot, and a later attempt runs
-// the handler again when the wait ends; it reads how with Job.Wake.
+// the handler again when the wait ends; it reads how with Job.Wake. A
+// wait that cannot be (a sleep out of range, a bad signal name) fails
+// the execution for good, as a bug no retry would fix.
 type SuspendError struct {
 	Params SuspendParams
 }
