@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -449,6 +450,24 @@ func TestWaitsExtendTheRetryBudget(t *testing.T) {
 	}
 	if got, _ := f.client.Get(f.Ctx, x.ID); got.Attempt != 4 {
 		t.Fatalf("attempt %d at the end; want 4 (two waits, two tries)", got.Attempt)
+	}
+	f.checkInvariants()
+}
+
+// A handler that asks for a wait that cannot be fails for good, saying
+// why, rather than retrying a bug.
+func TestImpossibleWaitFails(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.startWorker(ffd.WorkerConfig{Lanes: []string{"badwait"}, PollInterval: 20 * time.Millisecond,
+		Handler: func(ctx context.Context, job *ffd.Job) ([]byte, error) { return nil, ffd.Sleep(0) }})
+	x := f.mustCreate(ffd.CreateParams{Lane: "badwait", MaxAttempts: 5})
+	got, err := f.client.WaitExecution(f.Ctx, x.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != ffd.StateFailed || got.Attempt != 1 || !strings.Contains(got.LastError, "sleep 0s") {
+		t.Fatalf("after an impossible wait: %s at attempt %d, error %q; want failed at once, naming the wait", got.State, got.Attempt, got.LastError)
 	}
 	f.checkInvariants()
 }

@@ -28,7 +28,7 @@ func (e *SuspendError) Error() string {
 		return fmt.Sprintf("wait for signal %s (timeout %s)", e.Params.Signal, e.Params.Timeout)
 	case e.Params.Signal != "":
 		return "wait for signal " + e.Params.Signal
-	case e.Params.For > 0:
+	case e.Params.For != 0 || e.Params.Until.IsZero():
 		return "sleep " + e.Params.For.String()
 	}
 	return "sleep until " + e.Params.Until.UTC().Format(time.RFC3339Nano)
