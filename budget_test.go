@@ -441,7 +441,7 @@ func TestWriteBudgetHop(t *testing.T) {
 // it adds (one statement per table, unnest for the rows), and so do a
 // wait and a signal: the budget below, counted exactly.
 const (
-	budgetSpawnStatements, budgetSpawnRoundTrips     = 19, 16
+	budgetSpawnStatements, budgetSpawnRoundTrips     = 18, 15
 	budgetSuspendStatements, budgetSuspendRoundTrips = 7, 7
 	budgetSignalStatements, budgetSignalRoundTrips   = 6, 6
 )

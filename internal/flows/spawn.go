@@ -46,16 +46,11 @@ func planSpawn(p ffdtype.SpawnParams) (*spawnPlan, error) {
 	if len(p.Edges) > MaxSpawnEdges {
 		return nil, fault.Invalid(ffdtype.KindOutOfRange, "edges", fmt.Sprint(len(p.Edges)), fmt.Sprintf("want at most %d edges", MaxSpawnEdges))
 	}
-	pl := &spawnPlan{index: make(map[string]int, len(p.Nodes)), indeg: make([]int, len(p.Nodes)), into: map[string]int{}}
-	for i, n := range p.Nodes {
-		if n.Ref == "" || len(n.Ref) > leases.MaxNameLength {
-			return nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.ref", n.Ref, "want 1 to 128 bytes")
-		}
-		if _, dup := pl.index[n.Ref]; dup {
-			return nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.ref", n.Ref, "duplicate node ref")
-		}
-		pl.index[n.Ref] = i
+	index, err := indexRefs(p.Nodes)
+	if err != nil {
+		return nil, err
 	}
+	pl := &spawnPlan{index: index, indeg: make([]int, len(p.Nodes)), into: map[string]int{}}
 	out := make([][]int, len(p.Nodes))
 	pairs := make(map[[2]string]bool, len(p.Edges))
 	for _, e := range p.Edges {
@@ -151,9 +146,11 @@ func CompleteAndSpawn(ctx context.Context, db store.DB, lim leases.Limits, id ff
 		flowID := *x.FlowID
 		locks := store.NewLocks(tx)
 		// The joins the new edges go into, in key order.
-		existing, err := store.MembersByStep(ctx, tx, flowID, pl.intoRefs)
-		if err != nil {
-			return err
+		existing := map[string]store.StepMember{}
+		if len(pl.intoRefs) > 0 {
+			if existing, err = store.MembersByStep(ctx, tx, flowID, pl.intoRefs); err != nil {
+				return err
+			}
 		}
 		var intoIDs []uuid.UUID
 		for _, ref := range pl.intoRefs {
@@ -197,30 +194,25 @@ func CompleteAndSpawn(ctx context.Context, db store.DB, lim leases.Limits, id ff
 			return err
 		}
 		// A step whose join the group lock did not cover could have
-		// moved on: re-read the targets' states under the locks.
-		if len(pl.intoRefs) > 0 {
-			now, err := store.MembersByStep(ctx, tx, flowID, pl.intoRefs)
-			if err != nil {
-				return err
-			}
-			for _, ref := range pl.intoRefs {
-				if s := now[ref].State; s != ffdtype.StateBlocked {
-					return fault.Invalid(ffdtype.KindInvalidValue, "edges.to", ref, "step "+ref+" is "+string(s)+"; only a blocked step can wait for new steps")
-				}
-			}
-		}
-		// The new members, their edges and joins. A name the flow has is
-		// refused by name here; the step index refuses one taken since.
-		refs := make([]string, len(p.Nodes))
+		// moved on; and a new step may take a name the flow has. One read
+		// under the locks answers both: the targets' states, and the new
+		// names already taken (refused by name here; the step index
+		// refuses one taken since).
+		refs := make([]string, len(p.Nodes), len(p.Nodes)+len(pl.intoRefs))
 		for i, n := range p.Nodes {
 			refs[i] = n.Ref
 		}
-		taken, err := store.MembersByStep(ctx, tx, flowID, refs)
+		now, err := store.MembersByStep(ctx, tx, flowID, append(refs, pl.intoRefs...))
 		if err != nil {
 			return err
 		}
+		for _, ref := range pl.intoRefs {
+			if s := now[ref].State; s != ffdtype.StateBlocked {
+				return fault.Invalid(ffdtype.KindInvalidValue, "edges.to", ref, "step "+ref+" is "+string(s)+"; only a blocked step can wait for new steps")
+			}
+		}
 		for _, ref := range refs {
-			if _, ok := taken[ref]; ok {
+			if _, ok := now[ref]; ok {
 				return &ffdtype.ConflictError{Object: "step", ID: ref, Reason: "flow " + flowID.String() + " already has a step of this name"}
 			}
 		}

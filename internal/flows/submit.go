@@ -91,16 +91,11 @@ func graphOf(p ffdtype.SubmitFlowParams) (*graph, error) {
 	if len(p.Edges) > MaxSubmitEdges {
 		return nil, fault.Invalid(ffdtype.KindOutOfRange, "edges", fmt.Sprint(len(p.Edges)), fmt.Sprintf("want at most %d edges", MaxSubmitEdges))
 	}
-	g := &graph{index: make(map[string]int, len(p.Nodes)), indeg: make([]int, len(p.Nodes)), out: make([][]int, len(p.Nodes))}
-	for i, n := range p.Nodes {
-		if n.Ref == "" || len(n.Ref) > leases.MaxNameLength {
-			return nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.ref", n.Ref, "want 1 to 128 bytes")
-		}
-		if _, dup := g.index[n.Ref]; dup {
-			return nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.ref", n.Ref, "duplicate node ref")
-		}
-		g.index[n.Ref] = i
+	index, err := indexRefs(p.Nodes)
+	if err != nil {
+		return nil, err
 	}
+	g := &graph{index: index, indeg: make([]int, len(p.Nodes)), out: make([][]int, len(p.Nodes))}
 	pairs := make(map[[2]int]bool, len(p.Edges))
 	for _, e := range p.Edges {
 		from, ok := g.index[e.From]
@@ -125,6 +120,22 @@ func graphOf(p ffdtype.SubmitFlowParams) (*graph, error) {
 		return nil, fault.Invalid(ffdtype.KindCycle, "edges", ref, "the edges form a cycle through this node")
 	}
 	return g, nil
+}
+
+// indexRefs checks nodes' refs (1 to 128 bytes, no two alike) and
+// indexes the nodes by them.
+func indexRefs(nodes []ffdtype.SubmitNode) (map[string]int, error) {
+	index := make(map[string]int, len(nodes))
+	for i, n := range nodes {
+		if n.Ref == "" || len(n.Ref) > leases.MaxNameLength {
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.ref", n.Ref, "want 1 to 128 bytes")
+		}
+		if _, dup := index[n.Ref]; dup {
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.ref", n.Ref, "duplicate node ref")
+		}
+		index[n.Ref] = i
+	}
+	return index, nil
 }
 
 // planNodes validates each node's policy and execution parameters and

@@ -80,12 +80,9 @@ func Suspend(ctx context.Context, db store.DB, id ffdtype.ExecutionID, epoch int
 	// AddExecutionToFlow racing this wait can leave a signal to the new
 	// flow unseen by it; the daemon's sweep (store.MatchSignals) ends
 	// such a wait.
-	x, err := store.GetExecution(ctx, db, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, &ffdtype.NotFoundError{Object: "execution", ID: id.String()}
-	}
+	x, err := Get(ctx, db, id)
 	if err != nil {
-		return nil, wrap("read execution "+id.String(), err)
+		return nil, err
 	}
 	s.FlowID = x.FlowID
 	out, ok, err := store.Suspend(ctx, db, s)
@@ -145,15 +142,9 @@ func Signal(ctx context.Context, db store.DB, lim Limits, p ffdtype.SignalParams
 		s.Partition, s.FlowID = f.Partition, &f.ID
 		out.FlowID = &f.ID
 	default:
-		if err := ValidateID("execution", *p.Execution); err != nil {
-			return nil, err
-		}
-		x, err := store.GetExecution(ctx, db, *p.Execution)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, &ffdtype.NotFoundError{Object: "execution", ID: p.Execution.String()}
-		}
+		x, err := Get(ctx, db, *p.Execution)
 		if err != nil {
-			return nil, wrap("read execution "+p.Execution.String(), err)
+			return nil, err
 		}
 		if x.State.Terminal() {
 			return nil, &ffdtype.AlreadyTerminalError{Object: "execution", ID: x.ID.String(), State: string(x.State)}

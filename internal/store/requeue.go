@@ -74,7 +74,8 @@ SELECT partition_key, execution_id, attempt, lease_epoch, run_at, lane, old_epoc
 // taken away ($9: expired, revoked; "" for none), with the expiry the
 // lease had then. Unless forced ($8), only an execution with attempts
 // left is requeued: max_attempts, plus its attempts that ended in waits
-// ($10, read by WaitsOf).
+// ($10, read by WaitsOf for the executions a first pass found out of
+// attempts).
 var requeueSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[], $10::int[])
@@ -158,42 +159,87 @@ func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []R
 	if err != nil {
 		return nil, err
 	}
-	// The attempts that ended in waits extend the budget (WaitsOf: read
-	// before the fenced statement, which the wait's holder would have
-	// had to end first). A forced requeue checks no budget.
-	var waits map[ffdtype.ExecutionID]int
-	if !force {
-		ids := make([]ffdtype.ExecutionID, len(items))
-		for i, it := range items {
-			ids[i] = it.ID
+	done, err := requeueOnce(ctx, db, dist, kind, force, items, nil)
+	if err != nil {
+		return nil, wrap(fmt.Sprintf("requeue %d executions (%s)", n, kind.attemptOutcome), unroutable(db, err))
+	}
+	// The attempts that ended in waits extend the budget. Only an
+	// execution the statement found out of attempts can have any to
+	// count, so only those are asked about (WaitsOf), and requeued again
+	// with them: an execution that never waited costs what it did
+	// before waits existed. A forced requeue checks no budget.
+	if !force && len(done) < len(items) {
+		requeued := make(map[ffdtype.ExecutionID]bool, len(done))
+		for _, r := range done {
+			requeued[r.ID] = true
 		}
-		if waits, err = WaitsOf(ctx, db, ids); err != nil {
+		var rest []RequeueItem
+		var ids []ffdtype.ExecutionID
+		for _, it := range items {
+			if !requeued[it.ID] {
+				rest, ids = append(rest, it), append(ids, it.ID)
+			}
+		}
+		waits, err := WaitsOf(ctx, db, ids)
+		if err != nil {
 			return nil, err
 		}
+		if len(waits) > 0 {
+			more, err := requeueOnce(ctx, db, dist, kind, force, rest, waits)
+			if err != nil {
+				return nil, wrap(fmt.Sprintf("requeue %d executions that waited (%s)", len(rest), kind.attemptOutcome), unroutable(db, err))
+			}
+			done = append(done, more...)
+		}
 	}
-	// One statement for all; on a distributed Postgres one per shard, in
-	// shard order, in one pipelined batch (one transaction).
+	notices := &Notices{}
+	out := make([]ffdtype.Requeued, len(done))
+	for i, r := range done {
+		out[i] = r.Requeued
+		notices.requeued(kind, r.Requeued, r.lane, r.held)
+	}
+	// What to announce is known only from what was requeued (lanes, due
+	// times), so it follows the statement: in the caller's transaction,
+	// or just after the statement's own committed. A crash in between
+	// loses only hints, which workers' polls and the daemon's timers
+	// recover.
+	if err := notices.Send(ctx, db); err != nil {
+		return nil, wrap(fmt.Sprintf("announce %d requeued executions", len(out)), err)
+	}
+	return out, nil
+}
+
+// requeuedRow is one execution a requeue statement put back, with what
+// its notices need: its lane, and the epoch it was held at.
+type requeuedRow struct {
+	ffdtype.Requeued
+	lane string
+	held int64
+}
+
+// requeueOnce runs the requeue statement over items: one statement for
+// all; on a distributed Postgres one per shard, in shard order, in one
+// pipelined batch (one transaction). waits extends the attempt budget of
+// the executions it names.
+func requeueOnce(ctx context.Context, db DB, dist bool, kind RequeueKind, force bool, items []RequeueItem,
+	waits map[ffdtype.ExecutionID]int) ([]requeuedRow, error) {
 	groups := []shardGroup[RequeueItem]{{items: items}}
 	if dist {
+		var err error
 		if groups, err = byShard(ctx, db, items, func(it RequeueItem) int16 { return it.ID.Partition }); err != nil {
 			return nil, err
 		}
 	}
-	var out []ffdtype.Requeued
-	var notices *Notices
-	err = WithRetry(ctx, db, func() error {
+	var out []requeuedRow
+	err := WithRetry(ctx, db, func() error {
 		out = out[:0]
-		notices = &Notices{}
 		scan := func(rows pgx.Rows) error {
 			for rows.Next() {
-				var r ffdtype.Requeued
-				var lane string
-				var held int64
-				if err := rows.Scan(&r.ID.Partition, &r.ID.UUID, &r.Attempt, &r.LeaseEpoch, &r.RunAt, &lane, &held); err != nil {
+				var r requeuedRow
+				if err := rows.Scan(&r.ID.Partition, &r.ID.UUID, &r.Attempt, &r.LeaseEpoch, &r.RunAt, &r.lane, &r.held); err != nil {
 					return err
 				}
 				out = append(out, r)
-				notices.requeued(kind, r, lane, held)
 			}
 			return rows.Err()
 		}
@@ -220,16 +266,5 @@ func Requeue(ctx context.Context, db DB, kind RequeueKind, force bool, items []R
 		}
 		return db.SendBatch(ctx, b).Close()
 	})
-	if err != nil {
-		return nil, wrap(fmt.Sprintf("requeue %d executions (%s)", n, kind.attemptOutcome), unroutable(db, err))
-	}
-	// What to announce is known only from what was requeued (lanes, due
-	// times), so it follows the statement: in the caller's transaction,
-	// or just after the statement's own committed. A crash in between
-	// loses only hints, which workers' polls and the daemon's timers
-	// recover.
-	if err := notices.Send(ctx, db); err != nil {
-		return nil, wrap(fmt.Sprintf("announce %d requeued executions", len(out)), err)
-	}
-	return out, nil
+	return out, err
 }
