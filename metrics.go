@@ -31,6 +31,7 @@ type WorkerMetrics struct {
 	inFlight        *prometheus.GaugeVec
 	claimBatch      prometheus.Histogram
 	completionBatch prometheus.Histogram
+	throttled       *prometheus.CounterVec
 }
 
 // NewWorkerMetrics registers the worker metrics in reg; nil: a registry
@@ -42,7 +43,10 @@ type WorkerMetrics struct {
 //   - ffd_worker_in_flight{lane}: handlers running;
 //   - ffd_worker_claim_batch_size: executions per claim that found work;
 //   - ffd_worker_completion_batch_seconds: the commit of one group of
-//     completions.
+//     completions;
+//   - ffd_worker_claims_throttled_total{lane}: claims that took less
+//     than they asked for while due executions waited behind the lane's
+//     cap or rate, or their keys' limits (docs/flow-control.md).
 func NewWorkerMetrics(reg prometheus.Registerer) (*WorkerMetrics, error) {
 	var gatherer prometheus.Gatherer
 	if reg == nil {
@@ -64,8 +68,10 @@ func NewWorkerMetrics(reg prometheus.Registerer) (*WorkerMetrics, error) {
 			Help: "Executions taken by one claim that found work.", Buckets: prometheus.ExponentialBuckets(1, 2, 11)}),
 		completionBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ffd_worker_completion_batch_seconds",
 			Help: "Time to commit one group of completions.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)}),
+		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ffd_worker_claims_throttled_total",
+			Help: "Claims that took less than they asked for while due executions waited behind a lane's cap or rate or their keys' limits, by lane."}, []string{"lane"}),
 	}
-	for _, c := range []prometheus.Collector{m.handlerSeconds, m.executions, m.inFlight, m.claimBatch, m.completionBatch} {
+	for _, c := range []prometheus.Collector{m.handlerSeconds, m.executions, m.inFlight, m.claimBatch, m.completionBatch, m.throttled} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -103,6 +109,12 @@ func (m *WorkerMetrics) running(lane string, delta float64) {
 func (m *WorkerMetrics) claimed(n int) {
 	if m != nil && n > 0 {
 		m.claimBatch.Observe(float64(n))
+	}
+}
+
+func (m *WorkerMetrics) throttle(lane string) {
+	if m != nil {
+		m.throttled.WithLabelValues(lane).Inc()
 	}
 }
 

@@ -39,6 +39,8 @@ type (
 	Decision       = ffdtype.Decision
 	Counts         = ffdtype.Counts
 	Lane           = ffdtype.Lane
+	Rate           = ffdtype.Rate
+	Key            = ffdtype.Key
 )
 
 // Execution states (docs/design.md section 3).

@@ -14,6 +14,7 @@ import (
 	"github.com/sourcegraph/conc"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/listener"
 	"github.com/flowfabric/ffd/internal/logging"
 	"github.com/flowfabric/ffd/internal/session"
@@ -134,8 +135,12 @@ func (c *claimer) fetch(ctx context.Context) {
 			// nobody: ask, once a poll, which held leases are gone.
 			c.exec.RecheckLeases(ctx)
 		}
-		c.claimFree(ctx, &next)
-		timer := time.NewTimer(jitter(c.cfg.PollInterval))
+		wait := jitter(c.cfg.PollInterval)
+		if retry := c.claimFree(ctx, &next); retry > 0 && retry < wait {
+			// A rate-limited lane's next token comes before the poll.
+			wait = retry
+		}
+		timer := time.NewTimer(wait)
 		select {
 		case <-c.stopping:
 			timer.Stop()
@@ -147,29 +152,40 @@ func (c *claimer) fetch(ctx context.Context) {
 	}
 }
 
-func (c *claimer) claimFree(ctx context.Context, next *int) {
+// claimFree claims into the free slots; it returns how soon a lane
+// whose rate held due executions back has its next token (0: none did).
+func (c *claimer) claimFree(ctx context.Context, next *int) (retry time.Duration) {
 	for {
 		select {
 		case <-c.stopping:
-			return
+			return retry
 		default:
 		}
 		free := c.exec.Free()
 		if free <= 0 {
-			return
+			return retry
 		}
 		// Lanes take turns so a busy lane cannot starve the others.
-		claimed := 0
+		claimed, held := 0, false
 		for range c.cfg.Lanes {
 			lane := c.cfg.Lanes[*next%len(c.cfg.Lanes)]
 			*next++
-			xs, err := c.client.Claim(ctx, ClaimParams{Lane: lane, Worker: c.name, Capabilities: c.cfg.Capabilities, Max: free - claimed})
+			xs, th, err := leases.ClaimThrottled(ctx, c.client.pool, ClaimParams{Lane: lane, Worker: c.name, Capabilities: c.cfg.Capabilities, Max: free - claimed})
 			c.cfg.Metrics.claimed(len(xs))
+			if th.Held {
+				held = true
+				c.cfg.Metrics.throttle(lane)
+				c.log.Debug("claim held back by flow control", zap.String(logging.FieldLane, lane),
+					zap.Int("claimed", len(xs)), zap.Duration("retry", th.Retry))
+			}
+			if th.Retry > 0 && (retry == 0 || th.Retry < retry) {
+				retry = th.Retry
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					c.log.Warn("claim failed; retrying at the next poll", zap.String(logging.FieldLane, lane), zap.Error(err))
 				}
-				return
+				return retry
 			}
 			for _, x := range xs {
 				c.exec.Run(x)
@@ -179,9 +195,11 @@ func (c *claimer) claimFree(ctx context.Context, next *int) {
 				break
 			}
 		}
-		c.more.Store(claimed == free)
+		// Held back by flow control: a run that ends may free its key's
+		// or lane's room, so it claims again at once, as when full.
+		c.more.Store(claimed == free || held)
 		if claimed < free {
-			return
+			return retry
 		}
 	}
 }

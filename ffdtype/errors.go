@@ -53,7 +53,7 @@ func (e *ValidationError) Is(target error) bool { return target == ErrValidation
 // NotFoundError names the missing object. It matches ErrNotFound.
 type NotFoundError struct {
 	// Object is "execution", "flow", "edge", "consumer", "lane" or
-	// "schedule".
+	// "schedule" or "key".
 	Object string
 	// ID is the id that was looked for.
 	ID string

@@ -167,6 +167,9 @@ type Execution struct {
 	// RerunOf is the uuid of the execution this one reruns (RerunExecution,
 	// RerunFlow); nil otherwise.
 	RerunOf *uuid.UUID
+	// ConcurrencyKey is the key it is claimed under (docs/flow-control.md);
+	// "": none.
+	ConcurrencyKey string
 }
 
 // RetryPolicy is exponential backoff with a cap and jitter: attempt n that

@@ -100,6 +100,18 @@ type CreateParams struct {
 	Priority int
 	// RequiredCapabilities must all be among a worker's capabilities.
 	RequiredCapabilities []string
+	// ConcurrencyKey groups executions of the lane for flow control
+	// (docs/flow-control.md): a lane's keys take turns at the claim, and
+	// a key may limit how many of its executions run at once and how
+	// often they start. 1-256 bytes, no control characters; default "":
+	// none.
+	ConcurrencyKey string
+	// ConcurrencyLimit, when positive, sets the key's running limit (as
+	// SetKey does) when the execution is created: at most this many
+	// executions of the key run at once, across every worker. 0 leaves
+	// the key's limit as it is (none for a new key). Needs
+	// ConcurrencyKey; at most MaxKeyLimit.
+	ConcurrencyLimit int
 	// MaxAttempts: default DefaultMaxAttempts; 1..1000.
 	MaxAttempts int
 	// Retry is the backoff between attempts.

@@ -280,7 +280,7 @@ func (c *Console) routeActions() {
 			if err := leases.ValidateName("lane", lane); err != nil {
 				return "", err
 			}
-			_, err := store.SetLane(r.Context(), c.pool, lane, &paused, nil)
+			_, err := store.SetLane(r.Context(), c.pool, lane, store.LaneChange{Paused: &paused})
 			return "/lanes", err
 		}))
 	}

@@ -126,7 +126,7 @@ func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (ffdtype.Submi
 func paramsOf(x *ffdtype.Execution) ffdtype.CreateParams {
 	p := ffdtype.CreateParams{Namespace: x.Namespace, Lane: x.Lane, Kind: x.Kind, Payload: x.Payload, Priority: x.Priority,
 		RequiredCapabilities: x.RequiredCapabilities, MaxAttempts: x.MaxAttempts, Retry: x.Retry, LeaseTTL: x.LeaseTTL,
-		AttemptTimeout: x.AttemptTimeout, Tags: x.Tags}
+		AttemptTimeout: x.AttemptTimeout, Tags: x.Tags, ConcurrencyKey: x.ConcurrencyKey}
 	if x.DeadlineAt != nil {
 		p.Deadline = x.DeadlineAt.Sub(x.CreatedAt)
 	}

@@ -23,21 +23,30 @@ func ValidateWorker(w string) error {
 
 // Claim leases up to p.Max executions, in one statement.
 func Claim(ctx context.Context, db store.DB, p ffdtype.ClaimParams) ([]*ffdtype.Execution, error) {
+	xs, _, err := ClaimThrottled(ctx, db, p)
+	return xs, err
+}
+
+// ClaimThrottled is Claim that also says, when a lane under control gave
+// less than asked, whether due executions wait behind its limits and when
+// its next rate token comes (store.Throttle).
+func ClaimThrottled(ctx context.Context, db store.DB, p ffdtype.ClaimParams) ([]*ffdtype.Execution, store.Throttle, error) {
+	var none store.Throttle
 	if err := ValidateName("lane", p.Lane); err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	if err := ValidateWorker(p.Worker); err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	if err := validateCapabilities("capabilities", p.Capabilities); err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	if p.Max < 1 || p.Max > MaxClaimBatch {
-		return nil, fault.Invalid(ffdtype.KindOutOfRange, "max", strconv.Itoa(p.Max), fmt.Sprintf("want 1..%d", MaxClaimBatch))
+		return nil, none, fault.Invalid(ffdtype.KindOutOfRange, "max", strconv.Itoa(p.Max), fmt.Sprintf("want 1..%d", MaxClaimBatch))
 	}
 	caps := p.Capabilities
 	if caps == nil {
 		caps = []string{}
 	}
-	return store.Claim(ctx, db, p.Lane, caps, p.Max, p.Worker)
+	return store.ClaimThrottled(ctx, db, p.Lane, caps, p.Max, p.Worker)
 }

@@ -220,6 +220,9 @@ func normalize(p *ffdtype.CreateParams, place Placement, lim Limits) error {
 	if err := validateUnique(p, place); err != nil {
 		return err
 	}
+	if err := validateConcurrency(p); err != nil {
+		return err
+	}
 	if p.Step != "" {
 		if err := ValidateText("step", p.Step, MaxNameLength); err != nil {
 			return err
@@ -389,7 +392,8 @@ func newRow(n *Normalized) store.NewExecution {
 		Kind: p.Kind, Priority: p.Priority, RequiredCapabilities: p.RequiredCapabilities, State: ffdtype.StatePending,
 		Delay: p.Delay, MaxAttempts: p.MaxAttempts, Retry: p.Retry, LeaseTTL: p.LeaseTTL,
 		AttemptTimeout: p.AttemptTimeout, Deadline: p.Deadline, Payload: p.Payload,
-		IdempotencyKey: p.IdempotencyKey, Tags: p.Tags, Step: p.Step}
+		IdempotencyKey: p.IdempotencyKey, Tags: p.Tags, Step: p.Step,
+		ConcurrencyKey: p.ConcurrencyKey, ConcurrencyLimit: p.ConcurrencyLimit}
 	r.UniqueKey, r.UniqueWhileLive = uniqueKey(p, time.Now())
 	// Placement: a flow member on its flow's partition; a solo execution
 	// with a key on the key's, where the key's unique index looks; a rerun

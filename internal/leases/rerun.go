@@ -32,7 +32,7 @@ func Rerun(ctx context.Context, db store.DB, lim Limits, id ffdtype.ExecutionID)
 	}
 	p := ffdtype.CreateParams{Namespace: old.Namespace, Lane: old.Lane, Kind: old.Kind, Payload: old.Payload, Priority: old.Priority,
 		RequiredCapabilities: old.RequiredCapabilities, MaxAttempts: old.MaxAttempts, Retry: old.Retry, LeaseTTL: old.LeaseTTL,
-		AttemptTimeout: old.AttemptTimeout, Tags: old.Tags}
+		AttemptTimeout: old.AttemptTimeout, Tags: old.Tags, ConcurrencyKey: old.ConcurrencyKey}
 	if old.DeadlineAt != nil {
 		p.Deadline = old.DeadlineAt.Sub(old.CreatedAt)
 	}

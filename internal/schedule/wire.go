@@ -47,6 +47,8 @@ type wireExecution struct {
 	Step                 string         `json:"step,omitempty"`
 	UniqueKey            string         `json:"unique_key,omitempty"`
 	UniqueWindowUS       int64          `json:"unique_window_us,omitempty"`
+	ConcurrencyKey       string         `json:"concurrency_key,omitempty"`
+	ConcurrencyLimit     int            `json:"concurrency_limit,omitempty"`
 }
 
 type wireRetry struct {
@@ -93,6 +95,7 @@ func executionToWire(p ffdtype.CreateParams) wireExecution {
 		RequiredCapabilities: p.RequiredCapabilities, MaxAttempts: p.MaxAttempts,
 		LeaseTTLUS: us(p.LeaseTTL), AttemptTimeoutUS: us(p.AttemptTimeout), DeadlineUS: us(p.Deadline), DelayUS: us(p.Delay),
 		Tags: p.Tags, Step: p.Step, UniqueKey: p.UniqueKey, UniqueWindowUS: us(p.UniqueWindow),
+		ConcurrencyKey: p.ConcurrencyKey, ConcurrencyLimit: p.ConcurrencyLimit,
 	}
 	if p.Retry != (ffdtype.RetryPolicy{}) {
 		w.Retry = &wireRetry{BaseUS: us(p.Retry.Base), MaxUS: us(p.Retry.Max), Multiplier: p.Retry.Multiplier, Jitter: p.Retry.Jitter}
@@ -106,6 +109,7 @@ func (w wireExecution) params() ffdtype.CreateParams {
 		RequiredCapabilities: w.RequiredCapabilities, MaxAttempts: w.MaxAttempts,
 		LeaseTTL: dur(w.LeaseTTLUS), AttemptTimeout: dur(w.AttemptTimeoutUS), Deadline: dur(w.DeadlineUS), Delay: dur(w.DelayUS),
 		Tags: w.Tags, Step: w.Step, UniqueKey: w.UniqueKey, UniqueWindow: dur(w.UniqueWindowUS),
+		ConcurrencyKey: w.ConcurrencyKey, ConcurrencyLimit: w.ConcurrencyLimit,
 	}
 	if w.Retry != nil {
 		p.Retry = ffdtype.RetryPolicy{Base: dur(w.Retry.BaseUS), Max: dur(w.Retry.MaxUS), Multiplier: w.Retry.Multiplier, Jitter: w.Retry.Jitter}

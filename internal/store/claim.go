@@ -31,9 +31,13 @@ import (
 // the column's statistics (most executions require nothing), so it keeps
 // reading the claim index in order and stops at the LIMIT.
 //
-// Lane control (ff_lane holds rows only for paused or capped lanes): the
-// claim takes nothing from a lane with a row unless $5 says the caller
-// holds that row's lock and computed the room ($3) itself (claimCapped).
+// Lane control (ff_lane holds rows only for paused, capped, rate-limited
+// or keyed lanes): the claim takes nothing from a lane with a row unless
+// $5 says the caller holds that row's lock and computed the room ($3)
+// itself (claimCapped, on a distributed Postgres); elsewhere such a lane
+// is claimed from by claimControlled (key.go). Keyed executions are never
+// this statement's: the claim index holds only unkeyed rows, and the
+// statement says concurrency_key IS NULL to match it.
 // The test is an uncorrelated NOT EXISTS, which the planner runs once as a
 // one-time filter, so a lane nobody controls claims with the same plan,
 // reading the claim index in order and stopping at the LIMIT, as before
@@ -70,6 +74,7 @@ WITH picked AS (
 	SELECT e.ctid AS row_ctid
 	FROM ff_execution e
 	WHERE e.state = 'pending' AND e.lane = $1 AND e.run_at <= ` + now + partition + `
+		AND e.concurrency_key IS NULL
 		AND (e.required_capabilities = '{}' OR e.required_capabilities <@ $2::text[])
 		AND (e.deadline_at IS NULL OR e.deadline_at > ` + now + `)
 		AND ($5::boolean OR NOT EXISTS (SELECT 1 FROM ff_lane l WHERE l.lane = $1))
@@ -100,6 +105,7 @@ const claimPickSQL = `
 SELECT e.partition_key, now()
 FROM ff_execution e
 WHERE e.state = 'pending' AND e.lane = $1 AND e.run_at <= now()
+	AND e.concurrency_key IS NULL
 	AND (e.required_capabilities = '{}' OR e.required_capabilities <@ $2::text[])
 	AND (e.deadline_at IS NULL OR e.deadline_at > now())
 	AND ($4::boolean OR NOT EXISTS (SELECT 1 FROM ff_lane l WHERE l.lane = $1))
@@ -114,25 +120,61 @@ var claimRoutedSQL = claimStatement(" AND e.partition_key = ANY($6::smallint[])"
 // Claim leases up to max due executions of lane that caps cover, for
 // worker, in one statement.
 func Claim(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*ffdtype.Execution, error) {
+	out, _, err := ClaimThrottled(ctx, db, lane, caps, max, worker)
+	return out, err
+}
+
+// ClaimThrottled is Claim that also says, when a lane under control gave
+// less than max, whether due executions wait behind its limits and when
+// its next rate token comes.
+func ClaimThrottled(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*ffdtype.Execution, Throttle, error) {
 	var out []*ffdtype.Execution
+	var th Throttle
 	err := WithRetry(ctx, db, func() error {
 		var err error
 		out, err = claimGeneric(ctx, db, !inCallerTx(db), lane, caps, max, worker, false)
 		return err
 	})
 	if err == nil && len(out) == 0 {
-		// Nothing: an idle lane, or a capped one, which only a locked
-		// claim may take from. One probe tells them apart.
-		var capped bool
-		err = db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ff_lane WHERE lane = $1 AND max_running IS NOT NULL AND NOT paused)`, lane).Scan(&capped)
-		if err == nil && capped {
-			out, err = claimCapped(ctx, db, lane, caps, max, worker)
-		}
+		// Nothing: an idle lane, or one under control, which only the
+		// controlled claim takes from. One probe tells them apart.
+		out, th, err = claimUnderControl(ctx, db, lane, caps, max, worker)
 	}
 	if err != nil {
-		return nil, wrap("claim from lane "+lane, err)
+		return nil, th, wrap("claim from lane "+lane, err)
 	}
-	return out, nil
+	return out, th, nil
+}
+
+// claimUnderControl claims from lane when it has a control row that lets
+// it be claimed from (not paused), and reads the throttle when the claim
+// took less than max.
+func claimUnderControl(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*ffdtype.Execution, Throttle, error) {
+	var th Throttle
+	c, ok, err := readLaneControl(ctx, db, lane)
+	if err != nil || !ok || c.paused || !(c.capped || c.rated || c.keyed) {
+		return nil, th, err
+	}
+	dist, err := Distributed(ctx, db)
+	if err != nil {
+		return nil, th, err
+	}
+	var out []*ffdtype.Execution
+	switch {
+	case dist && !c.rated && !c.keyed:
+		out, err = claimCapped(ctx, db, lane, caps, max, worker)
+	default:
+		err = WithRetry(ctx, db, func() error {
+			var err error
+			out, err = claimControlled(ctx, db, lane, c, caps, max, worker, dist)
+			return err
+		})
+	}
+	if err != nil || len(out) >= max {
+		return out, th, err
+	}
+	th, err = ClaimThrottle(ctx, db, lane, caps)
+	return out, th, err
 }
 
 // claimCapped claims from a capped lane with its row locked, so claims in

@@ -43,21 +43,26 @@ type NewExecution struct {
 	// that window.
 	UniqueKey       string
 	UniqueWhileLive bool
+	// ConcurrencyKey ("": none) and ConcurrencyLimit (0: the key's limit
+	// unchanged): docs/flow-control.md. The insert makes sure the key and
+	// its lane are known to the claim first (EnsureKeys).
+	ConcurrencyKey   string
+	ConcurrencyLimit int
 }
 
-// insertColumns and insertValues are one execution's row: $1..$24.
+// insertColumns and insertValues are one execution's row: $1..$25.
 const (
 	insertColumns = `INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
 	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
 	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, idempotency_key, tags, step,
-	unique_key, unique_while_live)`
+	unique_key, unique_while_live, concurrency_key)`
 	insertValues = `$1, $2, $3, $4, $5, $6, $7, $8, $9,
 	now() + $10::bigint * interval '1 microsecond', $11,
 	$12::bigint * interval '1 microsecond', $13::bigint * interval '1 microsecond', $14, $15,
 	$16::bigint * interval '1 microsecond',
 	CASE WHEN $17::bigint > 0 THEN $17::bigint * interval '1 microsecond' END,
 	CASE WHEN $18::bigint > 0 THEN now() + $18::bigint * interval '1 microsecond' END,
-	$19, $20, $21, $22, $23, CASE WHEN $23::text IS NOT NULL THEN $24::boolean END`
+	$19, $20, $21, $22, $23, CASE WHEN $23::text IS NOT NULL THEN $24::boolean END, $25`
 )
 
 // insertExecutionSQL inserts an execution without an idempotency key.
@@ -90,11 +95,22 @@ LIMIT 1`
 // execution holding the key, with existed = true. A row with a key must be
 // placed on the key's partition (ident.NewExecutionIDForKey).
 func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *ffdtype.Execution, existed bool, err error) {
+	if r.ConcurrencyKey != "" && !inCallerTx(db) {
+		// The key is recorded in the creating transaction (withKeys).
+		err = InTx(ctx, db, func(tx pgx.Tx) error {
+			x, existed, err = InsertExecution(ctx, tx, r)
+			return err
+		})
+		return x, existed, err
+	}
 	args := []any{r.ID.Partition, r.ID.UUID, r.FlowID, r.Namespace, r.Lane, r.Kind, r.Priority,
 		r.RequiredCapabilities, string(r.State), micros(r.Delay), r.MaxAttempts, micros(r.Retry.Base),
 		micros(r.Retry.Max), r.Retry.Multiplier, r.Retry.Jitter, micros(r.LeaseTTL), micros(r.AttemptTimeout),
 		micros(r.Deadline), r.Payload, nullIfEmpty(r.IdempotencyKey), r.Tags, nullIfEmpty(r.Step),
-		nullIfEmpty(r.UniqueKey), r.UniqueWhileLive}
+		nullIfEmpty(r.UniqueKey), r.UniqueWhileLive, nullIfEmpty(r.ConcurrencyKey)}
+	if err := EnsureKeys(ctx, db, []NewExecution{r}); err != nil {
+		return nil, false, err
+	}
 	if r.UniqueKey != "" {
 		if want := ident.KeyPartition(r.Namespace, r.UniqueKey); r.ID.Partition != want {
 			return nil, false, fmt.Errorf("create execution with unique key %q: placed on partition %d, want the key's %d", r.UniqueKey, r.ID.Partition, want)
@@ -211,7 +227,7 @@ func UniqueHolder(ctx context.Context, db DB, partition int16, namespace, key st
 const insertManySQL = `
 INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
 	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
-	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, tags, step)
+	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, tags, step, concurrency_key)
 SELECT i.partition_key, i.execution_id, i.flow_id, i.namespace, i.lane, i.kind, i.priority,
 	ARRAY(SELECT jsonb_array_elements_text(i.caps)), i.state,
 	now() + i.delay * interval '1 microsecond', i.max_attempts,
@@ -219,12 +235,13 @@ SELECT i.partition_key, i.execution_id, i.flow_id, i.namespace, i.lane, i.kind, 
 	i.ttl * interval '1 microsecond',
 	CASE WHEN i.timeout > 0 THEN i.timeout * interval '1 microsecond' END,
 	CASE WHEN i.deadline > 0 THEN now() + i.deadline * interval '1 microsecond' END,
-	i.payload, i.tags, nullif(i.step, '')
+	i.payload, i.tags, nullif(i.step, ''), nullif(i.ckey, '')
 FROM unnest($1::smallint[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::int[],
 	$8::jsonb[], $9::text[], $10::bigint[], $11::int[], $12::bigint[], $13::bigint[], $14::float8[],
-	$15::float8[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bytea[], $20::jsonb[], $21::text[])
+	$15::float8[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bytea[], $20::jsonb[], $21::text[],
+	$22::text[])
 	AS i(partition_key, execution_id, flow_id, namespace, lane, kind, priority, caps, state, delay,
-		max_attempts, base, max_backoff, multiplier, jitter, ttl, timeout, deadline, payload, tags, step)
+		max_attempts, base, max_backoff, multiplier, jitter, ttl, timeout, deadline, payload, tags, step, ckey)
 RETURNING ` + execColumns
 
 // CopyThreshold is the batch size from which InsertExecutions writes by
@@ -238,10 +255,17 @@ const CopyThreshold = 64
 // statement. Idempotency and unique keys are ignored: the caller refuses
 // them.
 func InsertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype.Execution, error) {
-	if len(rs) >= CopyThreshold {
-		return copyExecutions(ctx, db, rs)
-	}
-	return insertExecutions(ctx, db, rs)
+	var out []*ffdtype.Execution
+	err := withKeys(ctx, db, rs, func(db DB) error {
+		var err error
+		if len(rs) >= CopyThreshold {
+			out, err = copyExecutions(ctx, db, rs)
+		} else {
+			out, err = insertExecutions(ctx, db, rs)
+		}
+		return err
+	})
+	return out, err
 }
 
 // insertExecutions inserts rows in one statement.
@@ -258,6 +282,7 @@ func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype
 		ttls, timeouts, deadlines = make([]int64, n), make([]int64, n), make([]int64, n)
 		multipliers, jitters      = make([]float64, n), make([]float64, n)
 		payloads, steps           = make([][]byte, n), make([]string, n)
+		ckeys                     = make([]string, n)
 		order                     = make(map[uuid.UUID]int, n)
 	)
 	for i := range rs {
@@ -278,7 +303,7 @@ func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype
 		delays[i], bases[i], maxes[i] = micros(r.Delay), micros(r.Retry.Base), micros(r.Retry.Max)
 		multipliers[i], jitters[i] = r.Retry.Multiplier, r.Retry.Jitter
 		ttls[i], timeouts[i], deadlines[i] = micros(r.LeaseTTL), micros(r.AttemptTimeout), micros(r.Deadline)
-		payloads[i], steps[i] = r.Payload, r.Step
+		payloads[i], steps[i], ckeys[i] = r.Payload, r.Step, r.ConcurrencyKey
 	}
 	out := make([]*ffdtype.Execution, n)
 	notices := readyNotices(rs...)
@@ -289,7 +314,7 @@ func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype
 			xs, err = collectExecutions(rows)
 			return err
 		}, insertManySQL, parts, ids, flowIDs, namespaces, lanes, kinds, priorities,
-			caps, states, delays, maxAttempts, bases, maxes, multipliers, jitters, ttls, timeouts, deadlines, payloads, tags, steps)
+			caps, states, delays, maxAttempts, bases, maxes, multipliers, jitters, ttls, timeouts, deadlines, payloads, tags, steps, ckeys)
 		if err != nil {
 			return err
 		}
@@ -315,7 +340,8 @@ func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype
 // their defaults (attempt 0, lease_epoch 0, no lease, no result).
 var copyColumns = []string{"partition_key", "execution_id", "flow_id", "namespace", "lane", "kind", "priority",
 	"required_capabilities", "state", "run_at", "created_at", "max_attempts", "backoff_base", "backoff_max",
-	"backoff_multiplier", "backoff_jitter", "lease_ttl", "attempt_timeout", "deadline_at", "payload", "tags", "step"}
+	"backoff_multiplier", "backoff_jitter", "lease_ttl", "attempt_timeout", "deadline_at", "payload", "tags", "step",
+	"concurrency_key"}
 
 // copyExecutions writes rows by COPY, in a transaction (the caller's, or
 // one of its own) whose now() it reads first: every time the insert
@@ -395,7 +421,8 @@ func (r *NewExecution) copyRow(now time.Time) (*ffdtype.Execution, []any, error)
 		Priority: r.Priority, RequiredCapabilities: r.RequiredCapabilities, State: r.State,
 		RunAt: now.Add(us(r.Delay)), MaxAttempts: r.MaxAttempts,
 		Retry:    ffdtype.RetryPolicy{Base: us(r.Retry.Base), Max: us(r.Retry.Max), Multiplier: r.Retry.Multiplier, Jitter: r.Retry.Jitter},
-		LeaseTTL: us(r.LeaseTTL), Payload: r.Payload, CreatedAt: now, Tags: tags, Step: r.Step}
+		LeaseTTL: us(r.LeaseTTL), Payload: r.Payload, CreatedAt: now, Tags: tags, Step: r.Step,
+		ConcurrencyKey: r.ConcurrencyKey}
 	if x.RequiredCapabilities == nil {
 		x.RequiredCapabilities = []string{}
 	}
@@ -414,6 +441,6 @@ func (r *NewExecution) copyRow(now time.Time) (*ffdtype.Execution, []any, error)
 	row := []any{r.ID.Partition, pgUUID(r.ID.UUID), pgUUIDOrNull(r.FlowID), r.Namespace, r.Lane, r.Kind, int32(r.Priority),
 		x.RequiredCapabilities, string(r.State), x.RunAt, now, int32(r.MaxAttempts), interval(r.Retry.Base),
 		interval(r.Retry.Max), r.Retry.Multiplier, r.Retry.Jitter, interval(r.LeaseTTL), timeout, x.DeadlineAt,
-		x.Payload, tags, nullIfEmpty(r.Step)}
+		x.Payload, tags, nullIfEmpty(r.Step), nullIfEmpty(r.ConcurrencyKey)}
 	return x, row, nil
 }

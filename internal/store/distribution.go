@@ -16,12 +16,12 @@ const DistributionColumn = "partition_key"
 
 // ReferenceTables are the tables a distributed Postgres copies whole to
 // every node: small, written rarely, read beside any shard (lane
-// controls, consumer cursors, schedules, keys of executions created
+// controls, concurrency keys, consumer cursors, schedules, keys of executions created
 // before keys were placed). LocalTables stay on the coordinator alone.
 // Every other ff_ table must have DistributionColumn and is distributed
 // by it.
 var (
-	ReferenceTables = []string{"ff_idempotency_legacy", "ff_lane", "ff_outbox_consumer", "ff_schedule"}
+	ReferenceTables = []string{"ff_idempotency_legacy", "ff_key", "ff_lane", "ff_outbox_consumer", "ff_schedule"}
 	LocalTables     = []string{"ff_schema_version"}
 )
 

@@ -21,7 +21,8 @@ const execColumns = `e.partition_key, e.execution_id, e.flow_id, e.namespace, e.
 	(extract(epoch FROM e.lease_ttl) * 1e6)::bigint AS lease_ttl_us,
 	(extract(epoch FROM e.attempt_timeout) * 1e6)::bigint AS attempt_timeout_us,
 	e.attempt_deadline_at, e.deadline_at, e.payload, e.result, e.last_error, e.idempotency_key,
-	e.created_at, e.started_at, e.terminal_at, e.cancellation_reason, e.cancelled_by, e.tags, e.step, e.rerun_of`
+	e.created_at, e.started_at, e.terminal_at, e.cancellation_reason, e.cancelled_by, e.tags, e.step, e.rerun_of,
+	e.concurrency_key`
 
 // executionRow is one row of execColumns, its fields in the columns'
 // order (TestExecutionRowMatchesColumns holds the two together).
@@ -61,6 +62,7 @@ type executionRow struct {
 	Tags                 map[string]any `db:"tags"`
 	Step                 *string        `db:"step"`
 	RerunOf              pgtype.UUID    `db:"rerun_of"`
+	ConcurrencyKey       *string        `db:"concurrency_key"`
 }
 
 // dests are r's fields in execColumns' order, for a positional scan: a
@@ -75,7 +77,8 @@ func (r *executionRow) dests() []any {
 		&r.BackoffMultiplier, &r.BackoffJitter, &r.LeaseEpoch, &r.LeaseOwner, &r.LeaseExpiresAt,
 		&r.LeaseTTLUS, &r.AttemptTimeoutUS,
 		&r.AttemptDeadlineAt, &r.DeadlineAt, &r.Payload, &r.Result, &r.LastError, &r.IdempotencyKey,
-		&r.CreatedAt, &r.StartedAt, &r.TerminalAt, &r.CancellationReason, &r.CancelledBy, &r.Tags, &r.Step, &r.RerunOf}
+		&r.CreatedAt, &r.StartedAt, &r.TerminalAt, &r.CancellationReason, &r.CancelledBy, &r.Tags, &r.Step, &r.RerunOf,
+		&r.ConcurrencyKey}
 }
 
 // uuidOrNil is u, or nil when it is NULL.
@@ -124,6 +127,7 @@ func (r *executionRow) execution() *ffdtype.Execution {
 		Tags:               r.Tags,
 		Step:               deref(r.Step),
 		RerunOf:            uuidOrNil(r.RerunOf),
+		ConcurrencyKey:     deref(r.ConcurrencyKey),
 	}
 	if r.AttemptTimeoutUS != nil {
 		x.AttemptTimeout = time.Duration(*r.AttemptTimeoutUS) * time.Microsecond

@@ -1,0 +1,548 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/flowfabric/ffd/ffdtype"
+)
+
+// tokensAt is the SQL expression of the rate tokens a row x of ff_lane
+// or ff_key holds at time t: what was left at tokens_at plus what the
+// rate has added since, at most the burst; a bucket never used is full.
+// Meaningful only when x.rate_count is set.
+func tokensAt(x, t string) string {
+	return `least(` + x + `.rate_burst::float8, coalesce(` + x + `.tokens + greatest(0, extract(epoch FROM ` + t + ` - ` + x + `.tokens_at))::float8
+		* ` + x + `.rate_count / extract(epoch FROM ` + x + `.rate_interval)::float8, ` + x + `.rate_burst::float8))`
+}
+
+// dueFilter is the claim's test of a pending row e of lane $1, with the
+// claimer's capabilities $2: due, runnable by the claimer, not past its
+// deadline.
+const dueFilter = `e.state = 'pending' AND e.lane = $1 AND e.run_at <= now()
+	AND (e.required_capabilities = '{}' OR e.required_capabilities <@ $2::text[])
+	AND (e.deadline_at IS NULL OR e.deadline_at > now())`
+
+// keyRunningSQL counts the running executions of key k.key in lane $1.
+const keyRunningSQL = `(SELECT count(*) FROM ff_execution r
+	WHERE r.state = 'running' AND r.lane = $1 AND r.concurrency_key = k.key)`
+
+// keyDueSQL says key k.key of lane $1 has a due execution the claimer can
+// run (the key ” stands for the lane's unkeyed executions).
+const keyDueSQL = `CASE WHEN k.key = ''
+	THEN EXISTS (SELECT 1 FROM ff_execution e WHERE ` + dueFilter + ` AND e.concurrency_key IS NULL)
+	ELSE EXISTS (SELECT 1 FROM ff_execution e WHERE ` + dueFilter + ` AND e.concurrency_key = k.key) END`
+
+// keyTurnSQL is a keyed claim's first statement: it locks the keys whose
+// turn it is, least recently served first, as many as the claim can
+// serve ($3 slots, each key taking up to its weight in a round), skipping
+// keys another claim holds (SKIP LOCKED: claims of other keys go on),
+// keys at their running limit and keys out of rate tokens (so a key
+// holding work never blocks the lane behind it), and keys with nothing
+// due. It marks them with the claim's token ($4) and moves them to the
+// back of the turn order, in the order they had: each gets this
+// statement's time plus as many microseconds as the slots before it, so
+// the claim statement can still rank them by turn. The tests of limits here read this statement's
+// snapshot, which may be stale; they only spare a lock: the claim
+// statement counts again on a snapshot taken after these locks were
+// granted.
+var keyTurnSQL = `
+UPDATE ff_key f SET claim_token = $4, served_at = s.t + s.before * interval '1 microsecond'
+FROM (
+	SELECT t.key, sum(t.share) OVER (ORDER BY t.served_at, t.key) - t.share AS before, clock.t
+	FROM (
+		SELECT k.key, least(k.weight, $3::int) AS share, k.served_at
+		FROM ff_key k
+		WHERE k.lane = $1
+			AND (k.max_running IS NULL OR k.max_running > ` + keyRunningSQL + `)
+			AND (k.rate_count IS NULL OR ` + tokensAt("k", "clock_timestamp()") + ` >= 1)
+			AND ` + keyDueSQL + `
+		ORDER BY k.served_at, k.key
+		LIMIT $3
+		FOR NO KEY UPDATE OF k SKIP LOCKED
+	) t, (SELECT clock_timestamp() AS t) clock
+) s
+WHERE f.lane = $1 AND f.key = s.key AND s.before < $3`
+
+// laneLockSQL locks a capped or rate-limited lane's row, so that its
+// claims count the lane's room one after the other.
+const laneLockSQL = `SELECT 1 FROM ff_lane WHERE lane = $1 AND (max_running IS NOT NULL OR rate_count IS NOT NULL) FOR UPDATE`
+
+// controlledClaimSQL claims from a lane under control. It runs after the
+// lane's row (when capped or rate-limited) and the keys whose turn it is
+// ($5 marks them) were locked by earlier statements of its transaction,
+// so its snapshot sees every claim that held those locks before: its
+// counts of running executions, and the tokens it reads, are current.
+//
+// Room: the claim takes at most $3, the lane's cap less what runs in it,
+// and the lane's whole tokens. Each key (the group ” being the lane's
+// unkeyed executions; a lane never keyed has only that group) offers its
+// best due executions, by priority then run_at then id, at most its own
+// cap less what runs of it and its own whole tokens. The claim takes them
+// in rounds: in each round a key offers up to its weight, keys in turn
+// order; so every key locked for the claim gets a slot before any gets a
+// second, and a key alone gets every slot. It then spends the tokens of
+// the lane and of each rate-limited key it took from, at the same clock
+// it read them with.
+var controlledClaimSQL = `
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t),
+lane AS MATERIALIZED (
+	SELECT l.keyed, l.max_running,
+		CASE WHEN l.rate_count IS NOT NULL THEN ` + tokensAt("l", "clock.t") + ` END AS tokens
+	FROM ff_lane l, clock
+	WHERE l.lane = $1 AND NOT l.paused
+),
+room AS MATERIALIZED (
+	SELECT greatest(0, least($3::bigint,
+		coalesce(lane.max_running - (SELECT count(*) FROM ff_execution r WHERE r.state = 'running' AND r.lane = $1), $3::bigint),
+		coalesce(floor(lane.tokens)::bigint, $3::bigint))) AS n
+	FROM lane
+),
+groups AS MATERIALIZED (
+	SELECT k.key, k.weight, k.served_at, greatest(0, least($3::bigint,
+		coalesce(k.max_running - ` + keyRunningSQL + `, $3::bigint),
+		coalesce(floor(CASE WHEN k.rate_count IS NOT NULL THEN ` + tokensAt("k", "clock.t") + ` END)::bigint, $3::bigint))) AS room
+	FROM ff_key k, clock, lane
+	WHERE k.lane = $1 AND k.claim_token = $5 AND lane.keyed
+	UNION ALL
+	SELECT '', 1, '-infinity'::timestamptz, $3::bigint FROM lane WHERE NOT lane.keyed
+),
+cand AS (
+	SELECT c.row_ctid, g.key, g.weight, g.served_at,
+		row_number() OVER (PARTITION BY g.key ORDER BY c.priority DESC, c.run_at, c.execution_id) AS rn
+	FROM groups g CROSS JOIN LATERAL (
+		SELECT e.ctid AS row_ctid, e.priority, e.run_at, e.execution_id
+		FROM ff_execution e
+		WHERE ` + dueFilter + ` AND e.concurrency_key = g.key
+		ORDER BY e.priority DESC, e.run_at, e.execution_id
+		LIMIT g.room
+		FOR NO KEY UPDATE OF e SKIP LOCKED) c
+	WHERE g.key <> ''
+	UNION ALL
+	SELECT c.row_ctid, g.key, g.weight, g.served_at,
+		row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.execution_id) AS rn
+	FROM groups g CROSS JOIN LATERAL (
+		SELECT e.ctid AS row_ctid, e.priority, e.run_at, e.execution_id
+		FROM ff_execution e
+		WHERE ` + dueFilter + ` AND e.concurrency_key IS NULL
+		ORDER BY e.priority DESC, e.run_at, e.execution_id
+		LIMIT least(g.room, (SELECT n FROM room))
+		FOR NO KEY UPDATE OF e SKIP LOCKED) c
+	WHERE g.key = ''
+),
+picked AS (
+	SELECT row_ctid FROM cand
+	ORDER BY ceil(rn::numeric / weight), served_at, key, rn
+	LIMIT (SELECT coalesce(max(n), 0) FROM room)
+),
+claimed AS (
+	UPDATE ff_execution e SET
+		state = 'running',
+		attempt = e.attempt + 1,
+		lease_epoch = e.lease_epoch + 1,
+		lease_owner = $4,
+		lease_expires_at = now() + e.lease_ttl,
+		attempt_deadline_at = now() + e.attempt_timeout,
+		started_at = coalesce(e.started_at, now()),
+		attempt_worker = $4,
+		attempt_started_at = now()
+	WHERE e.ctid = ANY(ARRAY(SELECT row_ctid FROM picked))
+	RETURNING ` + execColumns + `
+),
+spent_keys AS (
+	UPDATE ff_key k SET tokens = ` + tokensAt("k", "clock.t") + ` - s.n, tokens_at = clock.t
+	FROM (SELECT c.concurrency_key AS key, count(*) AS n FROM claimed c
+		WHERE c.concurrency_key IS NOT NULL GROUP BY 1) s, clock
+	WHERE k.lane = $1 AND k.key = s.key AND k.rate_count IS NOT NULL
+),
+spent_lane AS (
+	UPDATE ff_lane l SET tokens = ` + tokensAt("l", "clock.t") + ` - s.n, tokens_at = clock.t
+	FROM (SELECT count(*) AS n FROM claimed) s, clock
+	WHERE l.lane = $1 AND l.rate_count IS NOT NULL AND s.n > 0
+)
+SELECT * FROM claimed ORDER BY priority DESC, run_at, execution_id`
+
+// laneControl is what a claim needs to know of a lane's control row.
+type laneControl struct {
+	paused, capped, rated, keyed bool
+}
+
+// readLaneControl reads lane's control row; ok is false when it has none.
+func readLaneControl(ctx context.Context, db DB, lane string) (c laneControl, ok bool, err error) {
+	err = db.QueryRow(ctx, `SELECT paused, max_running IS NOT NULL, rate_count IS NOT NULL, keyed FROM ff_lane WHERE lane = $1`, lane).
+		Scan(&c.paused, &c.capped, &c.rated, &c.keyed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, false, nil
+	}
+	return c, err == nil, err
+}
+
+// claimControlled claims from a lane under control in one pipelined
+// transaction (one round trip): the lane's row locked when capped or
+// rate-limited, the keys whose turn it is locked when keyed, then the
+// claim. In a caller's transaction the statements run in it, and the
+// locks are held until it ends.
+func claimControlled(ctx context.Context, db DB, lane string, c laneControl, caps []string, max int, worker string, dist bool) ([]*ffdtype.Execution, error) {
+	if dist {
+		return claimControlledRouted(ctx, db, lane, c, caps, max, worker)
+	}
+	token := uuid.New()
+	var out []*ffdtype.Execution
+	b := &pgx.Batch{}
+	if c.capped || c.rated {
+		b.Queue(laneLockSQL, lane)
+	}
+	if c.keyed {
+		b.Queue(keyTurnSQL, lane, caps, max, token)
+	}
+	b.Queue(controlledClaimSQL, lane, caps, max, worker, token).Query(func(rows pgx.Rows) error {
+		var err error
+		out, err = queryExecutions(rows, nil)
+		return err
+	})
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Throttle says why a claim in a controlled lane took less than it asked
+// for while executions were due, and when a claim may find more.
+type Throttle struct {
+	// Held: due executions wait behind the lane's cap or rate, or their
+	// keys' limits or rates.
+	Held bool
+	// Retry is when the first rate token the claim lacked comes (zero:
+	// none lacking; a running execution must end first).
+	Retry time.Duration
+}
+
+// throttleSQL reads, after a claim took less than it asked for from a
+// controlled lane, whether due executions wait behind a limit and when
+// the lane's or a waiting key's next rate token comes.
+var throttleSQL = `
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t),
+lane_wait AS (
+	SELECT CASE WHEN l.rate_count IS NOT NULL AND ` + tokensAt("l", "clock.t") + ` < 1
+		THEN (1 - ` + tokensAt("l", "clock.t") + `) * extract(epoch FROM l.rate_interval)::float8 / l.rate_count END AS wait
+	FROM ff_lane l, clock WHERE l.lane = $1
+),
+key_wait AS (
+	SELECT min((1 - ` + tokensAt("k", "clock.t") + `) * extract(epoch FROM k.rate_interval)::float8 / k.rate_count) AS wait
+	FROM ff_key k, clock
+	WHERE k.lane = $1 AND k.rate_count IS NOT NULL AND ` + tokensAt("k", "clock.t") + ` < 1
+		AND EXISTS (SELECT 1 FROM ff_execution e WHERE ` + dueFilter + ` AND e.concurrency_key = k.key)
+)
+SELECT EXISTS (SELECT 1 FROM ff_execution e WHERE ` + dueFilter + `),
+	least((SELECT wait FROM lane_wait), (SELECT wait FROM key_wait))`
+
+// ClaimThrottle reads why a claim from lane (with capabilities caps) took
+// less than it asked for; see Throttle.
+func ClaimThrottle(ctx context.Context, db DB, lane string, caps []string) (Throttle, error) {
+	var t Throttle
+	var wait *float64
+	if err := db.QueryRow(ctx, throttleSQL, lane, caps).Scan(&t.Held, &wait); err != nil {
+		return t, wrap("read the throttle of lane "+lane, err)
+	}
+	if wait != nil && *wait > 0 {
+		t.Retry = time.Duration(*wait * float64(time.Second))
+	}
+	return t, nil
+}
+
+// ensureKeysSQL makes the keys of new executions ($1 lanes, $2 keys, $3
+// limits: 0 leaves a key's limit) known to the claim before the rows are
+// written, in the creating transaction: each lane marked keyed (so the
+// plain claim leaves it to the controlled one), with the group ” of its
+// unkeyed executions; each key present, with its limit when one is given.
+// A key row that exists is locked FOR KEY SHARE until the creating
+// transaction ends, so the sweep cannot forget it under the new rows; the
+// lock does not conflict with the claims' locks. Only rows that change
+// are written: creating into known keys writes nothing here.
+const ensureKeysSQL = `
+WITH want AS (
+	SELECT DISTINCT ON (lane, key) lane, key, lim
+	FROM unnest($1::text[], $2::text[], $3::int[]) AS w(lane, key, lim)
+	ORDER BY lane, key, lim DESC
+), held AS (
+	SELECT f.lane, f.key, f.max_running FROM ff_key f JOIN want w ON f.lane = w.lane AND f.key = w.key
+	FOR KEY SHARE OF f
+), lanes AS (
+	INSERT INTO ff_lane AS l (lane, keyed)
+	SELECT DISTINCT w.lane, true FROM want w
+	WHERE NOT EXISTS (SELECT 1 FROM ff_lane x WHERE x.lane = w.lane AND x.keyed)
+	ON CONFLICT (lane) DO UPDATE SET keyed = true
+	RETURNING l.lane
+)
+INSERT INTO ff_key AS f (lane, key, max_running)
+SELECT w.lane, w.key, nullif(w.lim, 0) FROM want w
+WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.lane = w.lane AND h.key = w.key
+	AND (w.lim = 0 OR h.max_running IS NOT DISTINCT FROM w.lim))
+UNION ALL
+SELECT x.lane, '', NULL FROM (SELECT DISTINCT lane FROM want) x
+WHERE NOT EXISTS (SELECT 1 FROM ff_key u WHERE u.lane = x.lane AND u.key = '')
+ON CONFLICT (lane, key) DO UPDATE SET max_running = coalesce(excluded.max_running, f.max_running),
+	updated_at = excluded.updated_at`
+
+// EnsureKeys makes the concurrency keys of rs known to the claim (see
+// ensureKeysSQL); a no-op when none has a key. db must be the
+// transaction that inserts rs (withKeys).
+func EnsureKeys(ctx context.Context, db DB, rs []NewExecution) error {
+	var lanes, keys []string
+	var lims []int32
+	for i := range rs {
+		if rs[i].ConcurrencyKey == "" {
+			continue
+		}
+		lanes = append(lanes, rs[i].Lane)
+		keys = append(keys, rs[i].ConcurrencyKey)
+		lims = append(lims, int32(rs[i].ConcurrencyLimit))
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	if _, err := db.Exec(ctx, ensureKeysSQL, lanes, keys, lims); err != nil {
+		return wrap(fmt.Sprintf("record the concurrency keys of %d executions", len(keys)), err)
+	}
+	return nil
+}
+
+// hasKeys says whether any of rs has a concurrency key.
+func hasKeys(rs []NewExecution) bool {
+	for i := range rs {
+		if rs[i].ConcurrencyKey != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// withKeys runs insert, which writes rs, with their keys made known in
+// the same transaction: db's when it is one, else one of its own. Rows
+// without keys go straight to insert on db.
+func withKeys(ctx context.Context, db DB, rs []NewExecution, insert func(db DB) error) error {
+	if !hasKeys(rs) {
+		return insert(db)
+	}
+	if inCallerTx(db) {
+		if err := EnsureKeys(ctx, db, rs); err != nil {
+			return err
+		}
+		return insert(db)
+	}
+	return InTx(ctx, db, func(tx pgx.Tx) error {
+		if err := EnsureKeys(ctx, tx, rs); err != nil {
+			return err
+		}
+		return insert(tx)
+	})
+}
+
+// forgetKeysLockSQL locks, for ForgetIdleKeys, keys only their
+// executions named that look idle on this statement's snapshot.
+const forgetKeysLockSQL = `
+SELECT k.lane, k.key FROM ff_key k
+WHERE NOT k.configured AND k.key <> ''
+	AND NOT EXISTS (SELECT 1 FROM ff_execution e WHERE e.lane = k.lane AND e.concurrency_key = k.key
+		AND e.state IN ('blocked', 'pending', 'running'))
+ORDER BY k.lane, k.key
+LIMIT $1
+FOR UPDATE OF k SKIP LOCKED`
+
+// forgetKeysSQL deletes the locked keys that are idle on a snapshot taken
+// after the locks: a creator holds its key FOR KEY SHARE until its rows
+// commit, so no key is deleted under rows being created into it.
+const forgetKeysSQL = `
+DELETE FROM ff_key k
+USING unnest($1::text[], $2::text[]) AS d(lane, key)
+WHERE k.lane = d.lane AND k.key = d.key
+	AND NOT EXISTS (SELECT 1 FROM ff_execution e WHERE e.lane = k.lane AND e.concurrency_key = k.key
+		AND e.state IN ('blocked', 'pending', 'running'))`
+
+// ForgetIdleKeys deletes up to limit keys that only their executions
+// named (not configured by SetKey) and that have no live execution left,
+// so that the claims' turn order walks keys with work; it returns how
+// many it deleted. A key named again is recorded again, with the limit
+// its new executions give.
+func ForgetIdleKeys(ctx context.Context, db DB, limit int) (int, error) {
+	var n int
+	err := InTx(ctx, db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, forgetKeysLockSQL, limit)
+		if err != nil {
+			return err
+		}
+		var lanes, keys []string
+		for rows.Next() {
+			var l, k string
+			if err := rows.Scan(&l, &k); err != nil {
+				rows.Close()
+				return err
+			}
+			lanes, keys = append(lanes, l), append(keys, k)
+		}
+		if err := rows.Err(); err != nil || len(keys) == 0 {
+			return err
+		}
+		tag, err := tx.Exec(ctx, forgetKeysSQL, lanes, keys)
+		n = int(tag.RowsAffected())
+		return err
+	})
+	return n, wrap("forget idle concurrency keys", err)
+}
+
+// KeyChange is a change to a key's control; nil fields stay as they are.
+type KeyChange struct {
+	MaxRunning *int          // 0: none
+	Rate       *ffdtype.Rate // Count 0: none
+	Weight     *int
+}
+
+// rateArgs are a rate's columns: count, interval (microseconds) and
+// burst, all nil for no rate. set says whether r changes the rate.
+func rateArgs(r *ffdtype.Rate) (set bool, count, per, burst any) {
+	if r == nil {
+		return false, nil, nil, nil
+	}
+	if r.Count == 0 {
+		return true, nil, nil, nil
+	}
+	return true, r.Count, r.Per.Microseconds(), r.Burst
+}
+
+// SetKey configures key of lane (creating it, and marking the lane keyed)
+// and returns it. A configured key is kept while idle.
+func SetKey(ctx context.Context, db DB, lane, key string, ch KeyChange) (*ffdtype.Key, error) {
+	rateSet, count, per, burst := rateArgs(ch.Rate)
+	var k *ffdtype.Key
+	err := InTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, ensureKeysSQL, []string{lane}, []string{key}, []int32{0}); err != nil {
+			return err
+		}
+		// The time goes in through VALUES: a distributed Postgres allows
+		// only immutable functions in DO UPDATE SET.
+		_, err := tx.Exec(ctx, `UPDATE ff_key k SET configured = true,
+				max_running = CASE WHEN $3::int IS NULL THEN k.max_running WHEN $3::int > 0 THEN $3::int END,
+				rate_count = CASE WHEN $4::boolean THEN $5::int ELSE k.rate_count END,
+				rate_interval = CASE WHEN $4::boolean THEN $6::bigint * interval '1 microsecond' ELSE k.rate_interval END,
+				rate_burst = CASE WHEN $4::boolean THEN $7::int ELSE k.rate_burst END,
+				tokens = CASE WHEN $4::boolean THEN NULL ELSE k.tokens END,
+				tokens_at = CASE WHEN $4::boolean THEN NULL ELSE k.tokens_at END,
+				weight = coalesce($8::int, k.weight),
+				updated_at = $9
+			WHERE k.lane = $1 AND k.key = $2`, lane, key, ch.MaxRunning, rateSet, count, per, burst, ch.Weight, time.Now())
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelReady, lane); err != nil {
+			return err
+		}
+		ks, err := listKeys(ctx, tx, lane, nil, &key, 1)
+		if err != nil {
+			return err
+		}
+		if len(ks) != 1 {
+			return fmt.Errorf("key %q of lane %s not found after setting it", key, lane)
+		}
+		k = ks[0]
+		return nil
+	})
+	if err != nil {
+		return nil, wrap(fmt.Sprintf("set key %q of lane %s", key, lane), err)
+	}
+	return k, nil
+}
+
+// ForgetKey returns a configured key to one its executions name: its
+// limits and weight cleared, forgotten by the sweep once idle.
+func ForgetKey(ctx context.Context, db DB, lane, key string) error {
+	tag, err := db.Exec(ctx, `UPDATE ff_key SET configured = false, max_running = NULL, rate_count = NULL,
+		rate_interval = NULL, rate_burst = NULL, tokens = NULL, tokens_at = NULL, weight = 1
+		WHERE lane = $1 AND key = $2 AND key <> ''`, lane, key)
+	if err != nil {
+		return wrap(fmt.Sprintf("forget key %q of lane %s", key, lane), err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrKeyNotFound
+	}
+	return nil
+}
+
+// ErrKeyNotFound: no such key in the lane.
+var ErrKeyNotFound = errors.New("no such key")
+
+// keyListSQL lists keys of lane $1 in key order (after $2 when set; only
+// $4 when set), at most $3, with what runs and is due of each.
+var keyListSQL = `
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t)
+SELECT k.lane, k.key, coalesce(k.max_running, 0), k.rate_count,
+	(extract(epoch FROM k.rate_interval) * 1e6)::bigint, k.rate_burst, k.weight, k.configured,
+	nullif(k.served_at, '-infinity'),
+	CASE WHEN k.key = '' THEN 0 ELSE (SELECT count(*) FROM ff_execution r
+		WHERE r.state = 'running' AND r.lane = k.lane AND r.concurrency_key = k.key) END,
+	CASE WHEN k.key = '' THEN (SELECT count(*) FROM ff_execution e
+			WHERE e.state = 'pending' AND e.lane = k.lane AND e.run_at <= now() AND e.concurrency_key IS NULL)
+		ELSE (SELECT count(*) FROM ff_execution e
+			WHERE e.state = 'pending' AND e.lane = k.lane AND e.run_at <= now() AND e.concurrency_key = k.key) END,
+	CASE WHEN k.rate_count IS NOT NULL THEN ` + tokensAt("k", "clock.t") + ` END
+FROM ff_key k, clock
+WHERE k.lane = $1 AND ($2::text IS NULL OR k.key > $2) AND ($4::text IS NULL OR k.key = $4)
+ORDER BY k.key
+LIMIT $3`
+
+// listKeys reads keys of lane: after *after when set, only key when set.
+func listKeys(ctx context.Context, db DB, lane string, after, key *string, limit int) ([]*ffdtype.Key, error) {
+	rows, err := db.Query(ctx, keyListSQL, lane, after, limit, key)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ffdtype.Key, error) {
+		var k ffdtype.Key
+		var count, burst *int
+		var per *int64
+		var tokens *float64
+		var served pgtype.Timestamptz
+		if err := row.Scan(&k.Lane, &k.Key, &k.MaxRunning, &count, &per, &burst, &k.Weight, &k.Configured,
+			&served, &k.Running, &k.Due, &tokens); err != nil {
+			return nil, err
+		}
+		if count != nil {
+			k.Rate = &ffdtype.Rate{Count: *count, Per: time.Duration(*per) * time.Microsecond, Burst: *burst}
+		}
+		if served.Valid {
+			t := served.Time
+			k.ServedAt = &t
+		}
+		if tokens != nil {
+			k.Tokens = *tokens
+		}
+		k.Held = k.Due > 0 && ((k.MaxRunning > 0 && k.Running >= k.MaxRunning) || (k.Rate != nil && k.Tokens < 1))
+		return &k, nil
+	})
+}
+
+// ListKeys lists lane's keys in key order from after (exclusive; "" from
+// the first), at most limit, with what runs and is due of each.
+func ListKeys(ctx context.Context, db DB, lane, after string, limit int) ([]*ffdtype.Key, error) {
+	var from *string
+	if after != "" {
+		from = &after
+	}
+	ks, err := listKeys(ctx, db, lane, from, nil, limit)
+	return ks, wrap("list keys of lane "+lane, err)
+}
+
+// ErrControlDistributed: a keyed or rate-limited lane on a distributed
+// Postgres, which this build cannot claim from yet.
+var ErrControlDistributed = errors.New("keyed and rate-limited lanes are not supported on a distributed Postgres")
+
+// claimControlledRouted claims from a keyed or rate-limited lane on a
+// distributed Postgres.
+func claimControlledRouted(context.Context, DB, string, laneControl, []string, int, string) ([]*ffdtype.Execution, error) {
+	return nil, ErrControlDistributed
+}
