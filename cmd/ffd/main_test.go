@@ -649,6 +649,60 @@ func TestLaneCommands(t *testing.T) {
 	}
 }
 
+// The flow-control commands: a lane's rate, a key's limit and rate,
+// the keys listed with what they hold back, a key forgotten; bad rates
+// refused.
+func TestFlowControlCommands(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	url := "--database-url=" + db.URL
+	client, err := ffd.NewClient(db.Pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := make([]ffd.CreateParams, 4)
+	for i := range ps {
+		ps[i] = ffd.CreateParams{Lane: "api", ConcurrencyKey: "acme"}
+	}
+	if _, err := client.CreateMany(context.Background(), ps); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runFFD(t, "lane", "rate", "api", "600/1m", "--burst", "5", url); code != 0 || !strings.Contains(out, "rate=600/1m0s_burst_5") {
+		t.Fatalf("rate: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := runFFD(t, "lane", "key", "api", "acme", "--max-running", "1", "--rate", "10/s", url); code != 0 ||
+		!strings.Contains(out, "max_running=1") || !strings.Contains(out, "rate=10/1s_burst_10") {
+		t.Fatalf("key: %d %q %q", code, out, errOut)
+	}
+	if xs, err := client.Claim(context.Background(), ffd.ClaimParams{Lane: "api", Worker: "w", Max: 4}); err != nil || len(xs) != 1 {
+		t.Fatalf("claim under the key's limit: %d %v; want 1", len(xs), err)
+	}
+	code, out, _ := runFFD(t, "lane", "keys", "api", "--held", url)
+	if code != 0 || !regexp.MustCompile(`acme\s+1\s+10/1s burst 10\s+\S+\s+1\s+1\s+3\s+true`).MatchString(out) {
+		t.Fatalf("keys --held: %d %q; want acme held with 1 running and 3 due", code, out)
+	}
+	code, out, _ = runFFD(t, "lane", "list", "--json", url)
+	var list struct {
+		Lanes []map[string]any `json:"lanes"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); code != 0 || err != nil || len(list.Lanes) != 1 ||
+		list.Lanes[0]["keys_held"] != 1.0 || list.Lanes[0]["waiting_on_keys"] != 3.0 || list.Lanes[0]["keyed"] != true {
+		t.Fatalf("list --json: %d %q %v; want api keyed, one key holding 3 back", code, out, err)
+	}
+	for _, bad := range [][]string{{"lane", "rate", "api", "600"}, {"lane", "rate", "api", "5/0s"}, {"lane", "key", "api", "acme", "--weight", "0"},
+		{"lane", "key", "api", "acme", "--burst", "3"}, {"lane", "key", "api", "acme", "--forget", "--weight", "2"}} {
+		if code, _, _ := runFFD(t, append(bad, url)...); code == 0 {
+			t.Errorf("%v was accepted", bad)
+		}
+	}
+	if code, out, errOut := runFFD(t, "lane", "key", "api", "acme", "--forget", url); code != 0 || !strings.Contains(out, "forgotten once idle") {
+		t.Fatalf("forget: %d %q %q", code, out, errOut)
+	}
+	if code, _, _ := runFFD(t, "lane", "key", "api", "nosuch", "--forget", url); code == 0 {
+		t.Fatal("forgetting a key that does not exist succeeded")
+	}
+}
+
 // ffd console serves the console until interrupted: the flows page
 // answers, an action without credentials is refused.
 func TestConsoleCommand(t *testing.T) {

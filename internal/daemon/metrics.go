@@ -161,7 +161,7 @@ func (m *Metrics) zeroLabels() {
 		{m.leasesExpired, [][]string{{"lease_lapsed", "retried"}, {"lease_lapsed", "expired"}, {"attempt_timeout", "retried"}, {"attempt_timeout", "expired"}}},
 		{m.leaseTimers, [][]string{{"checked"}}},
 		{m.sweepFound, [][]string{{"completion_event"}, {"cancel_group"}, {"lapsed_lease"}, {"deadline"}, {"signal"}}},
-		{m.sweepErrors, [][]string{{stepDispatch}, {stepCancelSiblings}, {stepLapsedLeases}, {stepDeadlines}, {stepDueLanes}, {stepSignals}}},
+		{m.sweepErrors, [][]string{{stepDispatch}, {stepCancelSiblings}, {stepLapsedLeases}, {stepDeadlines}, {stepDueLanes}, {stepSignals}, {stepIdleKeys}}},
 		{m.droppedHints, [][]string{{"timeout"}}},
 		{m.outboxDeleted, [][]string{{"completion"}, {"lease"}}},
 		{m.retentionDeleted, [][]string{{"execution"}, {"flow"}}},

@@ -43,9 +43,10 @@ const (
 	stepDeadlines      = "deadlines"
 	stepDueLanes       = "due_lanes"
 	stepSignals        = "signals"
+	stepIdleKeys       = "idle_keys"
 )
 
-var sweepSteps = []string{stepDispatch, stepCancelSiblings, stepLapsedLeases, stepDeadlines, stepDueLanes, stepSignals}
+var sweepSteps = []string{stepDispatch, stepCancelSiblings, stepLapsedLeases, stepDeadlines, stepDueLanes, stepSignals, stepIdleKeys}
 
 // sweepFailLimit is how many sweeps in a row a step may fail before it
 // is failing: one failure is a blip (a restart, a lock timeout), three
@@ -99,6 +100,7 @@ func (s *sweeper) sweep(ctx context.Context, full bool) {
 	errs[stepLapsedLeases], errs[stepDeadlines] = s.expire(ctx)
 	errs[stepDueLanes] = s.e.due.notify(ctx)
 	errs[stepSignals] = s.matchSignals(ctx)
+	errs[stepIdleKeys] = s.forgetIdleKeys(ctx)
 	if ctx.Err() == nil { // a stop is not a failure
 		s.record(errs)
 	}
@@ -210,6 +212,20 @@ func (s *sweeper) matchSignals(ctx context.Context) error {
 	}
 	if err != nil {
 		s.e.log.Error("sweep: matching signals to waits failed", zap.Error(err))
+	}
+	return err
+}
+
+// forgetIdleKeys deletes concurrency keys that only their executions
+// named and that have none live left, so that the claims' turn order
+// walks keys with work (store.ForgetIdleKeys).
+func (s *sweeper) forgetIdleKeys(ctx context.Context) error {
+	n, err := store.ForgetIdleKeys(ctx, s.e.cfg.Pool, s.e.cfg.SweepBatch)
+	if n > 0 {
+		s.e.log.Debug("sweep forgot idle concurrency keys", zap.Int("keys", n))
+	}
+	if err != nil {
+		s.e.log.Error("sweep: forgetting idle concurrency keys failed", zap.Error(err))
 	}
 	return err
 }
