@@ -395,7 +395,7 @@ func TestKeyLimitUnderWorkers(t *testing.T) {
 // workers, is kept within 5 %.
 func TestLaneRateAcrossWorkers(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	f := setupFor(t, 6*time.Minute)
 	const lane = "rate"
 	const window = 3 * time.Minute
 	f.createAll(inOneLane(lane, 2500))

@@ -21,7 +21,13 @@ type fixture struct {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	tf := testdb.Setup(t, 3*time.Minute)
+	return setupFor(t, 3*time.Minute)
+}
+
+// setupFor is setup for a test that runs longer than setup allows.
+func setupFor(t *testing.T, timeout time.Duration) *fixture {
+	t.Helper()
+	tf := testdb.Setup(t, timeout)
 	// Quiet: a test that wants the logs passes a logger of its own.
 	client, err := ffd.NewClient(tf.Pool, &ffd.Config{Logger: zap.NewNop()})
 	if err != nil {

@@ -44,6 +44,7 @@ type BenchCmd struct {
 	WorkerCurve   []int         `name:"worker-curve" default:"${bench_worker_curve}" help:"curve: worker concurrencies."`
 	DaemonCurve   []int         `name:"daemon-curve" default:"${bench_daemon_curve}" help:"daemons: numbers of daemons dispatching."`
 	DaemonFan     int           `name:"daemon-fan" default:"${bench_daemon_fan}" help:"daemons: middles per flow (hops per root event)."`
+	Keys          int           `name:"keys" default:"${bench_keys}" help:"keys: distinct concurrency keys of limit 1."`
 	Preload       int           `name:"preload" default:"${bench_preload}" help:"history: finished executions already in the tables."`
 	BigFlowSizes  []int         `name:"big-flow-sizes" default:"${bench_big_flow_sizes}" help:"big-flow: fan-out widths of 1 -> N -> 1."`
 	MemoryRounds  int           `name:"memory-rounds" default:"${bench_memory_rounds}" help:"memory: rounds of --executions through a daemon and a --workers worker process."`
@@ -87,7 +88,7 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 	params := bench.Params{Executions: c.Executions, Workers: c.Workers, Flows: c.Flows,
 		ChainLength: c.ChainLength, ChainWorker: c.ChainWorkers, FanWidth: c.FanWidth, Repeats: c.Repeats, FlowSizes: c.FlowSizes,
 		Leases: c.Leases, LeaseTTL: c.LeaseTTL, Burst: c.Burst, SweepInterval: c.SweepInterval, Cancels: c.Cancels, Creates: c.Creates,
-		HopChains: c.HopChains, HopLength: c.HopLength, WorkerCurve: c.WorkerCurve, DaemonCurve: c.DaemonCurve, DaemonFan: c.DaemonFan, Preload: c.Preload, BigFlowSizes: c.BigFlowSizes,
+		HopChains: c.HopChains, HopLength: c.HopLength, WorkerCurve: c.WorkerCurve, DaemonCurve: c.DaemonCurve, DaemonFan: c.DaemonFan, Keys: c.Keys, Preload: c.Preload, BigFlowSizes: c.BigFlowSizes,
 		MemoryRounds: c.MemoryRounds, Rounds: c.Rounds}
 	if c.Peer != "" {
 		cmp, err := bench.Compare(ctx, env, c.Scenario, params, c.Peer)

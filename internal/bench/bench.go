@@ -38,6 +38,7 @@ var table = []scenario{
 	{"enqueue", enqueue, true}, {"chain", chain, false}, {"hop", hop, false}, {"fanout", fanout, false},
 	{"big-flow", bigFlow, false}, {"cancel-flow", cancelFlow, false}, {"recovery", recovery, false},
 	{"cancel-running", cancelRunning, false}, {"daemons", daemons, false}, {"spawn", spawn, false},
+	{"keys", keys, false},
 }
 
 // Scenarios lists the scenario names; CompareScenarios those with a peer
@@ -64,7 +65,7 @@ func find(name string) (scenario, bool) {
 // Params are every scenario's sizes; zero values take the defaults of
 // Params.defaults (ffd bench --help shows them).
 type Params struct {
-	// throughput, enqueue
+	// throughput, enqueue, keys
 	Executions int `json:"executions,omitempty"`
 	Workers    int `json:"workers,omitempty"` // default 100
 	// enqueue: single Create calls timed one by one
@@ -104,6 +105,8 @@ type Params struct {
 	// dispatched by each number of daemons in DaemonCurve
 	DaemonFan   int   `json:"daemon_fan,omitempty"` // default 50
 	DaemonCurve []int `json:"daemon_curve,omitempty"`
+	// keys: distinct concurrency keys of limit 1 (default 1000)
+	Keys int `json:"keys,omitempty"`
 }
 
 // Vars are the defaults of Params for the CLI's flags, by the name a
@@ -155,6 +158,7 @@ func (p *Params) defaults() {
 	def(&p.Rounds, 5)
 	def(&p.MemoryRounds, 5)
 	def(&p.DaemonFan, 50)
+	def(&p.Keys, 1000)
 	if len(p.DaemonCurve) == 0 {
 		p.DaemonCurve = []int{1, 2, 4}
 	}

@@ -24,12 +24,21 @@ func (e *Env) client() (*ffd.Client, error) {
 }
 
 func (e *Env) createMany(ctx context.Context, p ffdtype.CreateParams, n int) error {
+	return e.createVaried(ctx, p, n, nil)
+}
+
+// createVaried is createMany with vary, when set, changing the i-th
+// execution's params.
+func (e *Env) createVaried(ctx context.Context, p ffdtype.CreateParams, n int, vary func(i int, p *ffdtype.CreateParams)) error {
 	p.Namespace = e.Namespace
 	for done := 0; done < n; {
 		k := min(1000, n-done)
 		ps := make([]ffdtype.CreateParams, k)
 		for i := range ps {
 			ps[i] = p
+			if vary != nil {
+				vary(done+i, &ps[i])
+			}
 		}
 		ns, err := leases.NormalizeAll(leases.Limits{}, ps)
 		if err != nil {
@@ -217,9 +226,15 @@ func (f workFigures) into(m map[string]any) {
 // work creates n no-op executions in a lane of their own, starts the
 // daemon, and has a worker of the given concurrency drain them.
 func (e *Env) work(ctx context.Context, name string, n, workers int, sweep time.Duration) (workFigures, error) {
+	return e.workVaried(ctx, name, n, workers, sweep, nil)
+}
+
+// workVaried is work with the executions' params changed by vary (nil:
+// none).
+func (e *Env) workVaried(ctx context.Context, name string, n, workers int, sweep time.Duration, vary func(int, *ffdtype.CreateParams)) (workFigures, error) {
 	f := workFigures{Worker: workers, N: n}
 	lane := e.lane(name)
-	if err := e.createMany(ctx, ffdtype.CreateParams{Lane: lane}, n); err != nil {
+	if err := e.createVaried(ctx, ffdtype.CreateParams{Lane: lane}, n, vary); err != nil {
 		return f, err
 	}
 	d, err := e.startDaemon(ctx, sweep)

@@ -98,6 +98,7 @@ func New(cfg Config) (*Console, error) {
 	c.mux.HandleFunc("GET /executions/{id}", c.execution)
 	c.mux.HandleFunc("GET /schedules", c.schedules)
 	c.mux.HandleFunc("GET /lanes", c.lanes)
+	c.mux.HandleFunc("GET /lanes/{lane}/keys", c.laneKeys)
 	c.mux.HandleFunc("GET /consumers", c.consumers)
 	return c, nil
 }
@@ -662,6 +663,12 @@ type laneRow struct {
 	Paused   bool
 	Max      string
 	Finished int // in the last five minutes
+	// Flow control (docs/flow-control.md): the rate and its tokens left
+	// ("-": none), and for a keyed lane its keys, those holding due work
+	// back, and the due executions behind them.
+	Rate, Tokens            string
+	Keyed                   bool
+	Keys, KeysHeld, Waiting int
 }
 
 func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
@@ -689,13 +696,13 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 	rows := map[string]*laneRow{}
 	var order []string
 	for _, l := range loads {
-		rows[l.Lane] = &laneRow{LaneLoad: l, Max: "-"}
+		rows[l.Lane] = &laneRow{LaneLoad: l, Max: "-", Rate: "-", Tokens: "-"}
 		order = append(order, l.Lane)
 	}
 	for _, l := range controls {
 		row := rows[l.Name]
 		if row == nil {
-			row = &laneRow{LaneLoad: store.LaneLoad{Lane: l.Name}, Max: "-"}
+			row = &laneRow{LaneLoad: store.LaneLoad{Lane: l.Name}, Max: "-", Rate: "-", Tokens: "-"}
 			rows[l.Name] = row
 			order = append(order, l.Name)
 		}
@@ -703,10 +710,14 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 		if l.MaxRunning > 0 {
 			row.Max = strconv.Itoa(l.MaxRunning)
 		}
+		if l.Rate != nil {
+			row.Rate, row.Tokens = leases.RateString(l.Rate), fmt.Sprintf("%.1f", l.Tokens)
+		}
+		row.Keyed, row.Keys, row.KeysHeld, row.Waiting = l.Keyed, l.Keys, l.KeysHeld, l.WaitingHeld
 	}
 	for lane := range rates {
 		if rows[lane] == nil {
-			rows[lane] = &laneRow{LaneLoad: store.LaneLoad{Lane: lane}, Max: "-"}
+			rows[lane] = &laneRow{LaneLoad: store.LaneLoad{Lane: lane}, Max: "-", Rate: "-", Tokens: "-"}
 			order = append(order, lane)
 		}
 	}
@@ -721,6 +732,53 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 		Lanes  []*laneRow
 		Recent int
 	}{c.page(w, r, "Lanes"), out, recent})
+}
+
+// laneKeys lists a lane's concurrency keys, those holding work back
+// first, then by key.
+func (c *Console) laneKeys(w http.ResponseWriter, r *http.Request) {
+	lane := r.PathValue("lane")
+	if err := leases.ValidateName("lane", lane); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	ks, err := store.ListKeys(r.Context(), c.pool, lane, r.URL.Query().Get("after"), 1000)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	next := ""
+	if len(ks) == 1000 {
+		next = ks[len(ks)-1].Key
+	}
+	sort.SliceStable(ks, func(i, j int) bool { return ks[i].Held && !ks[j].Held })
+	type keyRow struct {
+		*ffdtype.Key
+		Name, Max, Rate, Tokens, Served string
+	}
+	rows := make([]keyRow, len(ks))
+	for i, k := range ks {
+		row := keyRow{Key: k, Name: k.Key, Max: "-", Rate: leases.RateString(k.Rate), Tokens: "-", Served: "never"}
+		if k.Key == "" {
+			row.Name = "(no key)"
+		}
+		if k.MaxRunning > 0 {
+			row.Max = strconv.Itoa(k.MaxRunning)
+		}
+		if k.Rate != nil {
+			row.Tokens = fmt.Sprintf("%.1f", k.Tokens)
+		}
+		if k.ServedAt != nil {
+			row.Served = k.ServedAt.UTC().Format("2006-01-02 15:04:05.000")
+		}
+		rows[i] = row
+	}
+	c.render(w, r, "keys", struct {
+		page
+		Lane string
+		Keys []keyRow
+		Next string
+	}{c.page(w, r, "Keys of "+lane), lane, rows, next})
 }
 
 func (c *Console) consumers(w http.ResponseWriter, r *http.Request) {

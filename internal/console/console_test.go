@@ -270,6 +270,39 @@ func TestConsolePagesRead(t *testing.T) {
 	}
 }
 
+// The lanes page shows a lane's rate and the keys holding work back;
+// the keys page lists them, held first.
+func TestConsoleFlowControl(t *testing.T) {
+	t.Parallel()
+	f, base, _ := setup(t)
+	ps := make([]ffdtype.CreateParams, 5)
+	for i := range ps {
+		ps[i] = ffdtype.CreateParams{Lane: "tenants", ConcurrencyKey: "acme", ConcurrencyLimit: 1}
+	}
+	ps = append(ps, ffdtype.CreateParams{Lane: "tenants", ConcurrencyKey: "zeta"})
+	if _, err := leases.CreateMany(f.Ctx, f.Pool, leases.Limits{}, ps); err != nil {
+		t.Fatal(err)
+	}
+	rate := ffdtype.Rate{Count: 600, Per: time.Minute, Burst: 10}
+	if _, err := store.SetLane(f.Ctx, f.Pool, "tenants", store.LaneChange{Rate: &rate}); err != nil {
+		t.Fatal(err)
+	}
+	if xs, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: "tenants", Worker: "w/1", Max: 10}); err != nil || len(xs) != 2 {
+		t.Fatalf("claim: %d %v; want one of acme (its limit) and zeta", len(xs), err)
+	}
+	_, body := get(t, base+"/lanes")
+	if !regexp.MustCompile(`<td>tenants</td>.*<td>600/1m0s burst 10</td><td>8\.\d</td><td><a href="/lanes/tenants/keys">2</a></td><td>1</td><td>4</td>`).MatchString(body) {
+		t.Errorf("lanes page: want tenants with its rate, 8 tokens left, 2 keys, 1 holding 4 back; got %s", body)
+	}
+	code, body := get(t, base+"/lanes/tenants/keys")
+	if code != 200 || !regexp.MustCompile(`(?s)<tr data-key="acme"><td>acme</td><td>1</td>.*<td>1</td><td>4</td><td>true</td>.*data-key=""`).MatchString(body) {
+		t.Errorf("keys page: %d; want acme first, limit 1, 1 running, 4 due, held; got %s", code, body)
+	}
+	if code, _ := get(t, base+"/lanes/bad%20lane/keys"); code != http.StatusBadRequest {
+		t.Errorf("keys of a bad lane name: %d, want 400", code)
+	}
+}
+
 // The console listens only while a flow page is open: opening one
 // opens its single LISTEN connection, closing the last closes it.
 func TestConsoleListensOnlyWhileWatched(t *testing.T) {

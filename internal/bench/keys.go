@@ -1,0 +1,45 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/flowfabric/ffd/ffdtype"
+)
+
+// keys: the throughput scenario's work three ways in one run, so their
+// ratios are measured on the same machine at the same time: without
+// keys (the plain claim), spread over Keys distinct concurrency keys of
+// limit 1 (the controlled claim, taking turns, counting each key's
+// running executions), and all under one hot key without a limit (every
+// claim contends for that key's row). Figures: each way's executions per
+// second and database time per execution, and the keyed ways' rates as a
+// fraction of the unkeyed one.
+func keys(ctx context.Context, env *Env, p Params, r *Report) error {
+	ways := []struct {
+		name string
+		vary func(int, *ffdtype.CreateParams)
+	}{
+		{"no_keys", nil},
+		{fmt.Sprintf("keys_%d_limit_1", p.Keys), func(i int, c *ffdtype.CreateParams) {
+			c.ConcurrencyKey, c.ConcurrencyLimit = fmt.Sprint("tenant-", i%p.Keys), 1
+		}},
+		{"one_hot_key", func(_ int, c *ffdtype.CreateParams) { c.ConcurrencyKey = "hot" }},
+	}
+	var base float64
+	for i, w := range ways {
+		f, err := env.workVaried(ctx, "keys-"+w.name, p.Executions, p.Workers, p.SweepInterval, w.vary)
+		if err != nil {
+			return fmt.Errorf("%s: %w", w.name, err)
+		}
+		m := map[string]any{}
+		f.into(m)
+		r.Figures[w.name] = m
+		if i == 0 {
+			base = f.Rate
+		} else if base > 0 {
+			r.Figures[w.name+"_vs_no_keys"] = f.Rate / base
+		}
+	}
+	return env.checkInvariants(ctx)
+}
