@@ -34,7 +34,7 @@ const keyRunningSQL = `(SELECT count(*) FROM ff_execution r
 	WHERE r.state = 'running' AND r.lane = $1 AND r.concurrency_key = k.key)`
 
 // keyDueSQL says key k.key of lane $1 has a due execution the claimer can
-// run (the key ” stands for the lane's unkeyed executions).
+// run (the empty key stands for the lane's unkeyed executions).
 const keyDueSQL = `CASE WHEN k.key = ''
 	THEN EXISTS (SELECT 1 FROM ff_execution e WHERE ` + dueFilter + ` AND e.concurrency_key IS NULL)
 	ELSE EXISTS (SELECT 1 FROM ff_execution e WHERE ` + dueFilter + ` AND e.concurrency_key = k.key) END`
@@ -81,7 +81,7 @@ const laneLockSQL = `SELECT 1 FROM ff_lane WHERE lane = $1 AND (max_running IS N
 // counts of running executions, and the tokens it reads, are current.
 //
 // Room: the claim takes at most $3, the lane's cap less what runs in it,
-// and the lane's whole tokens. Each key (the group ” being the lane's
+// and the lane's whole tokens. Each key (the empty key being the lane's
 // unkeyed executions; a lane never keyed has only that group) offers its
 // best due executions, by priority then run_at then id, at most its own
 // cap less what runs of it and its own whole tokens. The claim takes them
@@ -245,6 +245,13 @@ SELECT EXISTS (SELECT 1 FROM ff_execution e WHERE ` + dueFilter + `),
 // ClaimThrottle reads why a claim from lane (with capabilities caps) took
 // less than it asked for; see Throttle.
 func ClaimThrottle(ctx context.Context, db DB, lane string, caps []string) (Throttle, error) {
+	if dist, err := Distributed(ctx, db); err != nil || dist {
+		if err != nil {
+			return Throttle{}, err
+		}
+		t, err := claimThrottleRouted(ctx, db, lane, caps)
+		return t, wrap("read the throttle of lane "+lane, err)
+	}
 	var t Throttle
 	var wait *float64
 	if err := db.QueryRow(ctx, throttleSQL, lane, caps).Scan(&t.Held, &wait); err != nil {
@@ -259,7 +266,7 @@ func ClaimThrottle(ctx context.Context, db DB, lane string, caps []string) (Thro
 // ensureKeysSQL makes the keys of new executions ($1 lanes, $2 keys, $3
 // limits: 0 leaves a key's limit) known to the claim before the rows are
 // written, in the creating transaction: each lane marked keyed (so the
-// plain claim leaves it to the controlled one), with the group ” of its
+// plain claim leaves it to the controlled one), with the empty key for its
 // unkeyed executions; each key present, with its limit when one is given.
 // A key row that exists is locked FOR KEY SHARE until the creating
 // transaction ends, so the sweep cannot forget it under the new rows; the
@@ -307,7 +314,22 @@ func EnsureKeys(ctx context.Context, db DB, rs []NewExecution) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	if _, err := db.Exec(ctx, ensureKeysSQL, lanes, keys, lims); err != nil {
+	return ensureKeys(ctx, db, lanes, keys, lims)
+}
+
+// ensureKeys records keys of lanes with limits (0: unchanged), as
+// ensureKeysSQL says.
+func ensureKeys(ctx context.Context, db DB, lanes, keys []string, lims []int32) error {
+	dist, err := Distributed(ctx, db)
+	if err != nil {
+		return err
+	}
+	if dist {
+		err = ensureKeysRouted(ctx, db, lanes, keys, lims)
+	} else {
+		_, err = db.Exec(ctx, ensureKeysSQL, lanes, keys, lims)
+	}
+	if err != nil {
 		return wrap(fmt.Sprintf("record the concurrency keys of %d executions", len(keys)), err)
 	}
 	return nil
@@ -371,8 +393,17 @@ WHERE k.lane = d.lane AND k.key = d.key
 // many it deleted. A key named again is recorded again, with the limit
 // its new executions give.
 func ForgetIdleKeys(ctx context.Context, db DB, limit int) (int, error) {
+	dist, err := Distributed(ctx, db)
+	if err != nil {
+		return 0, wrap("forget idle concurrency keys", err)
+	}
 	var n int
-	err := InTx(ctx, db, func(tx pgx.Tx) error {
+	err = InTx(ctx, db, func(tx pgx.Tx) error {
+		if dist {
+			var err error
+			n, err = forgetIdleKeysRouted(ctx, tx, limit)
+			return err
+		}
 		rows, err := tx.Query(ctx, forgetKeysLockSQL, limit)
 		if err != nil {
 			return err
@@ -421,7 +452,7 @@ func SetKey(ctx context.Context, db DB, lane, key string, ch KeyChange) (*ffdtyp
 	rateSet, count, per, burst := rateArgs(ch.Rate)
 	var k *ffdtype.Key
 	err := InTx(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, ensureKeysSQL, []string{lane}, []string{key}, []int32{0}); err != nil {
+		if err := ensureKeys(ctx, tx, []string{lane}, []string{key}, []int32{0}); err != nil {
 			return err
 		}
 		// The time goes in through VALUES: a distributed Postgres allows
@@ -497,6 +528,12 @@ LIMIT $3`
 
 // listKeys reads keys of lane: after *after when set, only key when set.
 func listKeys(ctx context.Context, db DB, lane string, after, key *string, limit int) ([]*ffdtype.Key, error) {
+	if dist, err := Distributed(ctx, db); err != nil || dist {
+		if err != nil {
+			return nil, err
+		}
+		return listKeysRouted(ctx, db, lane, after, key, limit)
+	}
 	rows, err := db.Query(ctx, keyListSQL, lane, after, limit, key)
 	if err != nil {
 		return nil, err
@@ -535,14 +572,4 @@ func ListKeys(ctx context.Context, db DB, lane, after string, limit int) ([]*ffd
 	}
 	ks, err := listKeys(ctx, db, lane, from, nil, limit)
 	return ks, wrap("list keys of lane "+lane, err)
-}
-
-// ErrControlDistributed: a keyed or rate-limited lane on a distributed
-// Postgres, which this build cannot claim from yet.
-var ErrControlDistributed = errors.New("keyed and rate-limited lanes are not supported on a distributed Postgres")
-
-// claimControlledRouted claims from a keyed or rate-limited lane on a
-// distributed Postgres.
-func claimControlledRouted(context.Context, DB, string, laneControl, []string, int, string) ([]*ffdtype.Execution, error) {
-	return nil, ErrControlDistributed
 }

@@ -101,6 +101,12 @@ WHERE $1::text IS NULL OR l.lane = $1
 ORDER BY l.lane`
 
 func listLanes(ctx context.Context, db DB, only *string) ([]*ffdtype.Lane, error) {
+	if dist, err := Distributed(ctx, db); err != nil || dist {
+		if err != nil {
+			return nil, err
+		}
+		return listLanesRouted(ctx, db, only)
+	}
 	rows, err := db.Query(ctx, laneListSQL, only)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,803 @@
+package store
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/flowfabric/ffd/ffdtype"
+)
+
+// The controlled claim on a distributed Postgres. There a statement that
+// locks or writes rows of a reference table (ff_lane, ff_key) may not
+// read a distributed one (ff_execution) beside them, and a locking read
+// must name one shard; so the claim is the single-node claim's steps as
+// separate statements of one transaction, the arithmetic in Go:
+//
+//  1. the lane's row, locked when capped or rate-limited, and its room:
+//     its cap less what runs in it (counted after the lock), its tokens;
+//  2. for a keyed lane, the keys whose turn it is, read without a lock
+//     (their rows, which have due work, which are below their limits),
+//     then locked SKIP LOCKED in key order, then their running
+//     executions counted again after the locks, so the counts are
+//     current;
+//  3. each key's best due executions (one read per key, pipelined), and
+//     the rounds by weight, as claimControlledSQL takes them;
+//  4. the claim, one statement per shard naming the shard's partitions
+//     (a row another claimer took meanwhile is no longer pending and is
+//     left);
+//  5. the keys' new turns and the tokens spent.
+//
+// Reading distributed tables in parallel and then writing a reference
+// table in one transaction is refused, so the transaction runs Citus's
+// multi-shard statements sequentially.
+
+// routedLane is a lane's control row as the routed claim reads it.
+type routedLane struct {
+	paused, keyed bool
+	maxRunning    *int
+	rate          rateState
+}
+
+// rateState is a row's rate limit and bucket; count nil: no rate.
+type rateState struct {
+	count, burst *int
+	perUS        *int64
+	tokens       *float64
+	at           *time.Time
+}
+
+// tokensAt is the bucket's tokens at now (as tokensAt in SQL), and
+// whether there is a rate at all.
+func (r rateState) tokensAt(now time.Time) (float64, bool) {
+	if r.count == nil {
+		return 0, false
+	}
+	burst := float64(*r.burst)
+	if r.tokens == nil || r.at == nil {
+		return burst, true
+	}
+	elapsed := max(0, now.Sub(*r.at).Seconds())
+	per := float64(*r.perUS) / 1e6
+	return math.Min(burst, *r.tokens+elapsed*float64(*r.count)/per), true
+}
+
+// wait is how long until the bucket holds a whole token; 0 when it does,
+// or when there is no rate.
+func (r rateState) wait(now time.Time) time.Duration {
+	t, ok := r.tokensAt(now)
+	if !ok || t >= 1 {
+		return 0
+	}
+	per := float64(*r.perUS) / 1e6
+	return time.Duration((1 - t) * per / float64(*r.count) * float64(time.Second))
+}
+
+// routedKey is a key's row as the routed claim reads it.
+type routedKey struct {
+	key        string
+	maxRunning *int
+	rate       rateState
+	weight     int
+}
+
+const routedLaneSQL = `SELECT paused, keyed, max_running, rate_count,
+	(extract(epoch FROM rate_interval) * 1e6)::bigint, rate_burst, tokens, tokens_at
+FROM ff_lane WHERE lane = $1`
+
+const routedKeyColumns = `key, max_running, rate_count, (extract(epoch FROM rate_interval) * 1e6)::bigint,
+	rate_burst, tokens, tokens_at, weight`
+
+func scanRoutedKey(row pgx.Row) (routedKey, error) {
+	var k routedKey
+	err := row.Scan(&k.key, &k.maxRunning, &k.rate.count, &k.rate.perUS, &k.rate.burst, &k.rate.tokens, &k.rate.at, &k.weight)
+	return k, err
+}
+
+// routedDueKeysSQL names the keys of lane $1 with a due execution the
+// claimer can run (the empty key for unkeyed ones).
+const routedDueKeysSQL = `SELECT DISTINCT coalesce(e.concurrency_key, '') FROM ff_execution e WHERE ` + dueFilter
+
+// routedKeyRunningSQL counts the running executions of keys $2 of lane $1.
+const routedKeyRunningSQL = `SELECT concurrency_key, count(*) FROM ff_execution
+WHERE state = 'running' AND lane = $1 AND concurrency_key = ANY($2::text[]) GROUP BY 1`
+
+// routedCandidatesSQL reads a key's ($3) best due executions, at most
+// $4; routedUnkeyedSQL the unkeyed ones ($3 unused, for the same
+// arguments).
+const (
+	routedCandidatesSQL = `SELECT e.partition_key, e.execution_id, e.priority, e.run_at FROM ff_execution e
+WHERE ` + dueFilter + ` AND e.concurrency_key = $3
+ORDER BY e.priority DESC, e.run_at, e.execution_id LIMIT $4`
+	routedUnkeyedSQL = `SELECT e.partition_key, e.execution_id, e.priority, e.run_at FROM ff_execution e
+WHERE ` + dueFilter + ` AND e.concurrency_key IS NULL AND $3::text IS NULL
+ORDER BY e.priority DESC, e.run_at, e.execution_id LIMIT $4`
+)
+
+// routedClaimSQL claims the picked executions of one shard's partitions
+// ($5) that are still pending, at the time $6.
+var routedClaimSQL = `
+UPDATE ff_execution e SET
+	state = 'running',
+	attempt = e.attempt + 1,
+	lease_epoch = e.lease_epoch + 1,
+	lease_owner = $1,
+	lease_expires_at = ` + timePlus("$2::timestamptz", intervalSeconds("e.lease_ttl")) + `,
+	attempt_deadline_at = ` + timePlus("$2::timestamptz", intervalSeconds("e.attempt_timeout")) + `,
+	started_at = coalesce(e.started_at, $2::timestamptz),
+	attempt_worker = $1,
+	attempt_started_at = $2::timestamptz
+WHERE e.partition_key = ANY($3::smallint[]) AND e.execution_id = ANY($4::uuid[]) AND e.state = 'pending'
+RETURNING ` + execColumns
+
+// routedGroup is one key's share of a routed claim.
+type routedGroup struct {
+	key    string // "": the unkeyed executions
+	room   int
+	weight int
+	rate   rateState
+	rated  bool
+	tokens float64
+}
+
+// routedCandidate is a due execution a group offers.
+type routedCandidate struct {
+	id        ffdtype.ExecutionID
+	priority  int
+	runAt     time.Time
+	group, rn int
+	round     int
+	key       string
+}
+
+func claimControlledRouted(ctx context.Context, db DB, lane string, c laneControl, caps []string, max int, worker string) ([]*ffdtype.Execution, error) {
+	var out []*ffdtype.Execution
+	err := InTx(ctx, db, func(tx pgx.Tx) error {
+		out = nil
+		if _, err := tx.Exec(ctx, `SET LOCAL citus.multi_shard_modify_mode TO 'sequential'`); err != nil {
+			return err
+		}
+		var now time.Time
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return err
+		}
+		sql := routedLaneSQL
+		if c.capped || c.rated {
+			sql += " FOR UPDATE"
+		}
+		var l routedLane
+		err := tx.QueryRow(ctx, sql, lane).Scan(&l.paused, &l.keyed, &l.maxRunning, &l.rate.count, &l.rate.perUS,
+			&l.rate.burst, &l.rate.tokens, &l.rate.at)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && l.paused) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		room := max
+		if l.maxRunning != nil {
+			var running int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM ff_execution WHERE state = 'running' AND lane = $1`, lane).Scan(&running); err != nil {
+				return err
+			}
+			room = min(room, *l.maxRunning-running)
+		}
+		laneTokens, laneRated := l.rate.tokensAt(now)
+		if laneRated {
+			room = min(room, int(math.Floor(laneTokens)))
+		}
+		if room <= 0 {
+			return nil
+		}
+		groups := []routedGroup{{key: "", room: room, weight: 1}}
+		if l.keyed {
+			if groups, err = routedTurn(ctx, tx, lane, caps, room, now); err != nil || len(groups) == 0 {
+				return err
+			}
+		}
+		picked, err := routedPick(ctx, tx, lane, caps, groups, room)
+		if err != nil || len(picked) == 0 {
+			return err
+		}
+		shards, err := byShard(ctx, tx, picked, func(c routedCandidate) int16 { return c.id.Partition })
+		if err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		for _, g := range shards {
+			ids := make([]uuid.UUID, len(g.items))
+			for i, c := range g.items {
+				ids[i] = c.id.UUID
+			}
+			b.Queue(routedClaimSQL, worker, now, g.parts, ids).Query(func(rows pgx.Rows) error {
+				xs, err := collectExecutions(rows)
+				out = append(out, xs...)
+				return err
+			})
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		return routedSpend(ctx, tx, lane, l, laneRated, laneTokens, groups, out, now)
+	})
+	slices.SortStableFunc(out, func(a, b *ffdtype.Execution) int {
+		if a.Priority != b.Priority {
+			return cmp.Compare(b.Priority, a.Priority)
+		}
+		if c := a.RunAt.Compare(b.RunAt); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.ID.UUID[:], b.ID.UUID[:])
+	})
+	return out, err
+}
+
+// routedTurn locks the keys whose turn it is and returns them, in turn
+// order, with their room; it moves them to the back of the turn order.
+func routedTurn(ctx context.Context, tx pgx.Tx, lane string, caps []string, room int, now time.Time) ([]routedGroup, error) {
+	rows, err := tx.Query(ctx, `SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 ORDER BY served_at, key`, lane)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (routedKey, error) { return scanRoutedKey(row) })
+	if err != nil {
+		return nil, err
+	}
+	due := map[string]bool{}
+	rows, err = tx.Query(ctx, routedDueKeysSQL, lane, caps)
+	if err != nil {
+		return nil, err
+	}
+	dueKeys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range dueKeys {
+		due[k] = true
+	}
+	var names []string
+	for _, k := range keys {
+		if due[k.key] && k.key != "" {
+			names = append(names, k.key)
+		}
+	}
+	running, err := routedRunning(ctx, tx, lane, names)
+	if err != nil {
+		return nil, err
+	}
+	// Walk the turn order as keyTurnSQL does: due keys below their limits
+	// with a token, each taking up to its weight, until the slots are
+	// spoken for.
+	var turn []string
+	before := 0
+	for _, k := range keys {
+		if before >= room {
+			break
+		}
+		if !due[k.key] || (k.maxRunning != nil && running[k.key] >= *k.maxRunning) {
+			continue
+		}
+		if t, rated := k.rate.tokensAt(now); rated && t < 1 {
+			continue
+		}
+		turn = append(turn, k.key)
+		before += min(k.weight, room)
+	}
+	if len(turn) == 0 {
+		return nil, nil
+	}
+	sorted := slices.Clone(turn)
+	slices.Sort(sorted)
+	rows, err = tx.Query(ctx, `SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 AND key = ANY($2::text[])
+		ORDER BY key FOR NO KEY UPDATE SKIP LOCKED`, lane, sorted)
+	if err != nil {
+		return nil, err
+	}
+	locked, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (routedKey, error) { return scanRoutedKey(row) })
+	if err != nil {
+		return nil, err
+	}
+	byKey := map[string]routedKey{}
+	var lockedNames []string
+	for _, k := range locked {
+		byKey[k.key] = k
+		if k.key != "" {
+			lockedNames = append(lockedNames, k.key)
+		}
+	}
+	// Counted again on this statement's snapshot, taken after the locks.
+	running, err = routedRunning(ctx, tx, lane, lockedNames)
+	if err != nil {
+		return nil, err
+	}
+	var groups []routedGroup
+	b := &pgx.Batch{}
+	for i, name := range turn {
+		k, ok := byKey[name]
+		if !ok {
+			continue // another claim holds it
+		}
+		g := routedGroup{key: name, room: room, weight: k.weight, rate: k.rate}
+		if k.maxRunning != nil {
+			g.room = min(g.room, *k.maxRunning-running[name])
+		}
+		if g.tokens, g.rated = k.rate.tokensAt(now); g.rated {
+			g.room = min(g.room, int(math.Floor(g.tokens)))
+		}
+		// Its turn is taken whether or not it has room left now.
+		b.Queue(`UPDATE ff_key SET served_at = $3 WHERE lane = $1 AND key = $2`, lane, name,
+			now.Add(time.Duration(i)*time.Microsecond))
+		if g.room > 0 {
+			groups = append(groups, g)
+		}
+	}
+	if b.Len() > 0 {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, err
+		}
+	}
+	return groups, nil
+}
+
+// routedRunning counts the running executions of keys of lane.
+func routedRunning(ctx context.Context, tx pgx.Tx, lane string, keys []string) (map[string]int, error) {
+	out := map[string]int{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	rows, err := tx.Query(ctx, routedKeyRunningSQL, lane, keys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, err
+		}
+		out[k] = n
+	}
+	return out, rows.Err()
+}
+
+// routedPick reads each group's best due executions and takes them in
+// rounds by weight, groups in turn order, at most room.
+func routedPick(ctx context.Context, tx pgx.Tx, lane string, caps []string, groups []routedGroup, room int) ([]routedCandidate, error) {
+	var all []routedCandidate
+	b := &pgx.Batch{}
+	for gi, g := range groups {
+		sql, key := routedUnkeyedSQL, (*string)(nil)
+		if g.key != "" {
+			sql, key = routedCandidatesSQL, &g.key
+		}
+		b.Queue(sql, lane, caps, key, g.room).Query(func(rows pgx.Rows) error {
+			rn := 0
+			for rows.Next() {
+				var c routedCandidate
+				if err := rows.Scan(&c.id.Partition, &c.id.UUID, &c.priority, &c.runAt); err != nil {
+					return err
+				}
+				rn++
+				c.group, c.rn, c.key = gi, rn, g.key
+				c.round = (rn + g.weight - 1) / g.weight
+				all = append(all, c)
+			}
+			return rows.Err()
+		})
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(all, func(a, b routedCandidate) int {
+		if a.round != b.round {
+			return cmp.Compare(a.round, b.round)
+		}
+		if a.group != b.group {
+			return cmp.Compare(a.group, b.group)
+		}
+		return cmp.Compare(a.rn, b.rn)
+	})
+	return all[:min(len(all), room)], nil
+}
+
+// routedSpend takes the tokens of what was claimed from the lane's bucket
+// and from each rate-limited key's.
+func routedSpend(ctx context.Context, tx pgx.Tx, lane string, l routedLane, laneRated bool, laneTokens float64,
+	groups []routedGroup, out []*ffdtype.Execution, now time.Time) error {
+	if len(out) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	if laneRated {
+		b.Queue(`UPDATE ff_lane SET tokens = $2, tokens_at = $3 WHERE lane = $1`, lane, laneTokens-float64(len(out)), now)
+	}
+	taken := map[string]int{}
+	for _, x := range out {
+		taken[x.ConcurrencyKey]++
+	}
+	for _, g := range groups {
+		if g.rated && taken[g.key] > 0 {
+			b.Queue(`UPDATE ff_key SET tokens = $3, tokens_at = $4 WHERE lane = $1 AND key = $2`,
+				lane, g.key, g.tokens-float64(taken[g.key]), now)
+		}
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// claimThrottleRouted is ClaimThrottle on a distributed Postgres: the
+// same answer from separate reads.
+func claimThrottleRouted(ctx context.Context, db DB, lane string, caps []string) (Throttle, error) {
+	var t Throttle
+	var now time.Time
+	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return t, err
+	}
+	rows, err := db.Query(ctx, routedDueKeysSQL, lane, caps)
+	if err != nil {
+		return t, err
+	}
+	dueKeys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(dueKeys) == 0 {
+		return t, err
+	}
+	t.Held = true
+	var l routedLane
+	err = db.QueryRow(ctx, routedLaneSQL, lane).Scan(&l.paused, &l.keyed, &l.maxRunning, &l.rate.count, &l.rate.perUS,
+		&l.rate.burst, &l.rate.tokens, &l.rate.at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, nil
+	}
+	if err != nil {
+		return t, err
+	}
+	t.Retry = l.rate.wait(now)
+	rows, err = db.Query(ctx, `SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 AND key = ANY($2::text[]) AND rate_count IS NOT NULL`,
+		lane, dueKeys)
+	if err != nil {
+		return t, err
+	}
+	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (routedKey, error) { return scanRoutedKey(row) })
+	if err != nil {
+		return t, err
+	}
+	for _, k := range keys {
+		if w := k.rate.wait(now); w > 0 && (t.Retry == 0 || w < t.Retry) {
+			t.Retry = w
+		}
+	}
+	return t, nil
+}
+
+// keyStat is what runs and is due of one key of a lane.
+type keyStat struct{ running, due int }
+
+// routedKeyStats counts the running and due executions of lanes' keys
+// (the empty key for the unkeyed), and of each lane as a whole.
+func routedKeyStats(ctx context.Context, db DB, lanes []string) (map[[2]string]keyStat, map[string]keyStat, error) {
+	rows, err := db.Query(ctx, `SELECT lane, coalesce(concurrency_key, ''),
+			count(*) FILTER (WHERE state = 'running'), count(*) FILTER (WHERE state = 'pending' AND run_at <= now())
+		FROM ff_execution WHERE lane = ANY($1::text[]) AND state IN ('pending', 'running') GROUP BY 1, 2`, lanes)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	keys, totals := map[[2]string]keyStat{}, map[string]keyStat{}
+	for rows.Next() {
+		var lane, key string
+		var s keyStat
+		if err := rows.Scan(&lane, &key, &s.running, &s.due); err != nil {
+			return nil, nil, err
+		}
+		keys[[2]string{lane, key}] = s
+		t := totals[lane]
+		t.running, t.due = t.running+s.running, t.due+s.due
+		totals[lane] = t
+	}
+	return keys, totals, rows.Err()
+}
+
+// routedKeyRows reads keys of lanes, in lane then key order, as ListKeys
+// shows them but without counts.
+func routedKeyRows(ctx context.Context, db DB, where string, args ...any) ([]*ffdtype.Key, []rateState, error) {
+	rows, err := db.Query(ctx, `SELECT lane, key, coalesce(max_running, 0), rate_count,
+			(extract(epoch FROM rate_interval) * 1e6)::bigint, rate_burst, tokens, tokens_at, weight, configured,
+			nullif(served_at, '-infinity')
+		FROM ff_key WHERE `+where+` ORDER BY lane, key`, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var ks []*ffdtype.Key
+	var rates []rateState
+	for rows.Next() {
+		var k ffdtype.Key
+		var r rateState
+		if err := rows.Scan(&k.Lane, &k.Key, &k.MaxRunning, &r.count, &r.perUS, &r.burst, &r.tokens, &r.at,
+			&k.Weight, &k.Configured, &k.ServedAt); err != nil {
+			return nil, nil, err
+		}
+		if r.count != nil {
+			k.Rate = &ffdtype.Rate{Count: *r.count, Per: time.Duration(*r.perUS) * time.Microsecond, Burst: *r.burst}
+		}
+		ks, rates = append(ks, &k), append(rates, r)
+	}
+	return ks, rates, rows.Err()
+}
+
+// fillKey sets what a key's stats and bucket say of it.
+func fillKey(k *ffdtype.Key, r rateState, s keyStat, now time.Time) {
+	k.Running, k.Due = s.running, s.due
+	if k.Key == "" {
+		k.Running = 0
+	}
+	if t, ok := r.tokensAt(now); ok {
+		k.Tokens = t
+	}
+	k.Held = k.Due > 0 && ((k.MaxRunning > 0 && k.Running >= k.MaxRunning) || (k.Rate != nil && k.Tokens < 1))
+}
+
+// listKeysRouted is listKeys on a distributed Postgres.
+func listKeysRouted(ctx context.Context, db DB, lane string, after, key *string, limit int) ([]*ffdtype.Key, error) {
+	var now time.Time
+	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, err
+	}
+	ks, rates, err := routedKeyRows(ctx, db, `lane = $1 AND ($2::text IS NULL OR key > $2) AND ($3::text IS NULL OR key = $3)`, lane, after, key)
+	if err != nil {
+		return nil, err
+	}
+	ks, rates = ks[:min(len(ks), limit)], rates[:min(len(rates), limit)]
+	stats, _, err := routedKeyStats(ctx, db, []string{lane})
+	if err != nil {
+		return nil, err
+	}
+	for i, k := range ks {
+		fillKey(k, rates[i], stats[[2]string{lane, k.Key}], now)
+	}
+	return ks, nil
+}
+
+// listLanesRouted is listLanes on a distributed Postgres.
+func listLanesRouted(ctx context.Context, db DB, only *string) ([]*ffdtype.Lane, error) {
+	var now time.Time
+	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, `SELECT lane, paused, coalesce(max_running, 0), rate_count,
+			(extract(epoch FROM rate_interval) * 1e6)::bigint, rate_burst, tokens, tokens_at, keyed, updated_at
+		FROM ff_lane WHERE $1::text IS NULL OR lane = $1 ORDER BY lane`, only)
+	if err != nil {
+		return nil, err
+	}
+	var ls []*ffdtype.Lane
+	var names []string
+	for rows.Next() {
+		var l ffdtype.Lane
+		var r rateState
+		if err := rows.Scan(&l.Name, &l.Paused, &l.MaxRunning, &r.count, &r.perUS, &r.burst, &r.tokens, &r.at, &l.Keyed, &l.UpdatedAt); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if r.count != nil {
+			l.Rate = &ffdtype.Rate{Count: *r.count, Per: time.Duration(*r.perUS) * time.Microsecond, Burst: *r.burst}
+			l.Tokens, _ = r.tokensAt(now)
+		}
+		ls, names = append(ls, &l), append(names, l.Name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(ls) == 0 {
+		return ls, nil
+	}
+	stats, totals, err := routedKeyStats(ctx, db, names)
+	if err != nil {
+		return nil, err
+	}
+	ks, rates, err := routedKeyRows(ctx, db, `lane = ANY($1::text[]) AND key <> ''`, names)
+	if err != nil {
+		return nil, err
+	}
+	byLane := map[string]*ffdtype.Lane{}
+	for _, l := range ls {
+		byLane[l.Name] = l
+		l.Running, l.Due = totals[l.Name].running, totals[l.Name].due
+	}
+	for i, k := range ks {
+		fillKey(k, rates[i], stats[[2]string{k.Lane, k.Key}], now)
+		l := byLane[k.Lane]
+		l.Keys++
+		if k.Held {
+			l.KeysHeld++
+			l.WaitingHeld += k.Due
+		}
+	}
+	return ls, nil
+}
+
+// ensureKeysRouted is EnsureKeys on a distributed Postgres, where a
+// statement that writes a reference table takes no data-modifying CTE:
+// the keys already known locked FOR KEY SHARE, then a row for each lane
+// not yet keyed and each key missing or whose limit changes.
+func ensureKeysRouted(ctx context.Context, db DB, lanes, keys []string, lims []int32) error {
+	type want struct {
+		lane, key string
+		lim       int32
+	}
+	wants := map[[2]string]want{}
+	for i := range keys {
+		w := want{lanes[i], keys[i], lims[i]}
+		if old, ok := wants[[2]string{w.lane, w.key}]; !ok || w.lim > old.lim {
+			wants[[2]string{w.lane, w.key}] = w
+		}
+		if _, ok := wants[[2]string{w.lane, ""}]; !ok {
+			wants[[2]string{w.lane, ""}] = want{lane: w.lane}
+		}
+	}
+	var ls, ks []string
+	for k := range wants {
+		ls, ks = append(ls, k[0]), append(ks, k[1])
+	}
+	rows, err := db.Query(ctx, `SELECT lane, key, max_running FROM ff_key
+		WHERE lane = ANY($1::text[]) AND key = ANY($2::text[]) ORDER BY lane, key FOR KEY SHARE`, ls, ks)
+	if err != nil {
+		return err
+	}
+	held := map[[2]string]*int{}
+	for rows.Next() {
+		var l, k string
+		var m *int
+		if err := rows.Scan(&l, &k, &m); err != nil {
+			rows.Close()
+			return err
+		}
+		held[[2]string{l, k}] = m
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = db.Query(ctx, `SELECT lane FROM ff_lane WHERE lane = ANY($1::text[]) AND keyed`, ls)
+	if err != nil {
+		return err
+	}
+	keyed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	done := map[string]bool{}
+	for _, l := range keyed {
+		done[l] = true
+	}
+	for _, l := range ls {
+		if !done[l] {
+			done[l] = true
+			b.Queue(`INSERT INTO ff_lane (lane, keyed) VALUES ($1, true) ON CONFLICT (lane) DO UPDATE SET keyed = true`, l)
+		}
+	}
+	for k, w := range wants {
+		m, ok := held[k]
+		if ok && (w.lim == 0 || (m != nil && int32(*m) == w.lim)) {
+			continue
+		}
+		var lim *int32
+		if w.lim > 0 {
+			lim = &w.lim
+		}
+		b.Queue(`INSERT INTO ff_key AS f (lane, key, max_running) VALUES ($1, $2, $3)
+			ON CONFLICT (lane, key) DO UPDATE SET max_running = coalesce(excluded.max_running, f.max_running)`, w.lane, w.key, lim)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	return db.SendBatch(ctx, b).Close()
+}
+
+// forgetIdleKeysRouted is ForgetIdleKeys on a distributed Postgres: the
+// keys that look idle, locked SKIP LOCKED, deleted when they are still
+// idle on a read after the locks.
+func forgetIdleKeysRouted(ctx context.Context, tx pgx.Tx, limit int) (int, error) {
+	if _, err := tx.Exec(ctx, `SET LOCAL citus.multi_shard_modify_mode TO 'sequential'`); err != nil {
+		return 0, err
+	}
+	live := func(lanes []string) (map[[2]string]bool, error) {
+		rows, err := tx.Query(ctx, `SELECT DISTINCT lane, concurrency_key FROM ff_execution
+			WHERE lane = ANY($1::text[]) AND concurrency_key IS NOT NULL AND state IN ('blocked', 'pending', 'running')`, lanes)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		out := map[[2]string]bool{}
+		for rows.Next() {
+			var l, k string
+			if err := rows.Scan(&l, &k); err != nil {
+				return nil, err
+			}
+			out[[2]string{l, k}] = true
+		}
+		return out, rows.Err()
+	}
+	rows, err := tx.Query(ctx, `SELECT DISTINCT lane FROM ff_key WHERE NOT configured AND key <> ''`)
+	if err != nil {
+		return 0, err
+	}
+	lanes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(lanes) == 0 {
+		return 0, err
+	}
+	busy, err := live(lanes)
+	if err != nil {
+		return 0, err
+	}
+	rows, err = tx.Query(ctx, `SELECT lane, key FROM ff_key WHERE NOT configured AND key <> '' ORDER BY lane, key`)
+	if err != nil {
+		return 0, err
+	}
+	var ls, ks []string
+	for rows.Next() {
+		var l, k string
+		if err := rows.Scan(&l, &k); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		if !busy[[2]string{l, k}] && len(ks) < limit {
+			ls, ks = append(ls, l), append(ks, k)
+		}
+	}
+	if err := rows.Err(); err != nil || len(ks) == 0 {
+		return 0, err
+	}
+	rows, err = tx.Query(ctx, `SELECT lane, key FROM ff_key WHERE lane = ANY($1::text[]) AND key = ANY($2::text[])
+		AND NOT configured ORDER BY lane, key FOR UPDATE SKIP LOCKED`, ls, ks)
+	if err != nil {
+		return 0, err
+	}
+	want := map[[2]string]bool{}
+	for i := range ks {
+		want[[2]string{ls[i], ks[i]}] = true
+	}
+	var locked [][2]string
+	for rows.Next() {
+		var l, k string
+		if err := rows.Scan(&l, &k); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		if want[[2]string{l, k}] {
+			locked = append(locked, [2]string{l, k})
+		}
+	}
+	if err := rows.Err(); err != nil || len(locked) == 0 {
+		return 0, err
+	}
+	busy, err = live(lanes) // after the locks: a creator holding a key committed its rows first
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	b := &pgx.Batch{}
+	for _, k := range locked {
+		if !busy[k] {
+			b.Queue(`DELETE FROM ff_key WHERE lane = $1 AND key = $2`, k[0], k[1]).Exec(func(tag pgconn.CommandTag) error {
+				n += int(tag.RowsAffected())
+				return nil
+			})
+		}
+	}
+	if b.Len() == 0 {
+		return 0, nil
+	}
+	return n, tx.SendBatch(ctx, b).Close()
+}
