@@ -89,7 +89,13 @@ type fixture struct {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return setupFor(t, 2*time.Minute)
+}
+
+// setupFor is setup for a test that runs longer than setup allows.
+func setupFor(t *testing.T, timeout time.Duration) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
 	pool, err := pgxpool.New(ctx, coordinator)
 	if err != nil {

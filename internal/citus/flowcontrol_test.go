@@ -1,0 +1,227 @@
+//go:build citus
+
+package citus_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffd"
+)
+
+// keyed is n executions of lane under key with limit (0: none).
+func keyed(lane, key string, limit, n int) []ffd.CreateParams {
+	ps := make([]ffd.CreateParams, n)
+	for i := range ps {
+		ps[i] = ffd.CreateParams{Lane: lane, ConcurrencyKey: key, ConcurrencyLimit: limit}
+	}
+	return ps
+}
+
+func (f *fixture) createAll(t *testing.T, ps ...[]ffd.CreateParams) {
+	t.Helper()
+	for _, p := range ps {
+		if _, err := f.client.CreateMany(f.ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (f *fixture) claimKeys(t *testing.T, lane string, max int) map[string]int {
+	t.Helper()
+	xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: lane, Worker: "w", Max: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, x := range xs {
+		got[x.ConcurrencyKey]++
+	}
+	return got
+}
+
+// One claim on Citus takes what it takes on one Postgres: limits, turns,
+// weights, rates, the lane's cap; the lists say what is held back.
+func TestKeyedClaimOnCitus(t *testing.T) {
+	t.Parallel()
+	three := 3
+	cases := []struct {
+		name  string
+		setup func(f *fixture, lane string)
+		max   int
+		want  string
+	}{
+		{"limit, other keys, unkeyed", func(f *fixture, lane string) {
+			f.createAll(t, keyed(lane, "a", 1, 3), keyed(lane, "b", 0, 2), make2(lane, 2))
+		}, 10, "map[:2 a:1 b:2]"},
+		{"turns", func(f *fixture, lane string) {
+			f.createAll(t, keyed(lane, "a", 0, 5), keyed(lane, "b", 0, 5), keyed(lane, "c", 0, 5))
+		}, 3, "map[a:1 b:1 c:1]"},
+		{"hot key", func(f *fixture, lane string) { f.createAll(t, keyed(lane, "hot", 0, 20)) }, 7, "map[hot:7]"},
+		{"weights", func(f *fixture, lane string) {
+			f.createAll(t, keyed(lane, "heavy", 0, 10), keyed(lane, "light", 0, 10))
+			if _, err := f.client.SetKey(f.ctx, lane, "heavy", ffd.KeyParams{Weight: &three}); err != nil {
+				t.Fatal(err)
+			}
+		}, 4, "map[heavy:3 light:1]"},
+		{"key rate", func(f *fixture, lane string) {
+			f.createAll(t, keyed(lane, "api", 0, 10), make2(lane, 1))
+			if _, err := f.client.SetKey(f.ctx, lane, "api", ffd.KeyParams{Rate: &ffd.Rate{Count: 2, Per: time.Hour}}); err != nil {
+				t.Fatal(err)
+			}
+		}, 10, "map[:1 api:1]"},
+		{"lane cap", func(f *fixture, lane string) {
+			f.createAll(t, keyed(lane, "a", 0, 5), keyed(lane, "b", 0, 5))
+			if _, err := f.client.SetLaneLimit(f.ctx, lane, 3); err != nil {
+				t.Fatal(err)
+			}
+		}, 10, "map[a:2 b:1]"},
+		{"lane rate", func(f *fixture, lane string) {
+			f.createAll(t, make2(lane, 10))
+			if _, err := f.client.SetLaneRate(f.ctx, lane, ffd.Rate{Count: 4, Per: time.Hour, Burst: 4}); err != nil {
+				t.Fatal(err)
+			}
+		}, 10, "map[:4]"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			lane := f.lane("keyed")
+			tc.setup(f, lane)
+			if got := fmt.Sprint(f.claimKeys(t, lane, tc.max)); got != tc.want {
+				t.Fatalf("claim of %d took %s by key; want %s", tc.max, got, tc.want)
+			}
+		})
+	}
+	t.Run("lists and throttle", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		lane := f.lane("held")
+		f.createAll(t, keyed(lane, "acme", 1, 4))
+		if got := f.claimKeys(t, lane, 10); got["acme"] != 1 {
+			t.Fatalf("claimed %v", got)
+		}
+		ls, err := f.client.ListLanes(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, l := range ls {
+			if l.Name == lane {
+				found = true
+				if !l.Keyed || l.Keys != 1 || l.KeysHeld != 1 || l.WaitingHeld != 3 || l.Running != 1 || l.Due != 3 {
+					t.Fatalf("ListLanes: %+v; want keyed, 1 key holding 3 back, 1 running, 3 due", l)
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("ListLanes lacks %s", lane)
+		}
+		ks, err := f.client.ListKeys(f.ctx, ffd.ListKeysParams{Lane: lane})
+		if err != nil || len(ks) != 2 || ks[1].Key != "acme" || !ks[1].Held || ks[1].Running != 1 {
+			t.Fatalf("ListKeys: %v %v", ks, err)
+		}
+	})
+}
+
+func make2(lane string, n int) []ffd.CreateParams {
+	ps := make([]ffd.CreateParams, n)
+	for i := range ps {
+		ps[i].Lane = lane
+	}
+	return ps
+}
+
+// A key of limit 1 never has two running on Citus, sampled every 10 ms
+// for a minute under three workers; 10 executions of tenant B created
+// after 2,000 of tenant A finish among the first of A's.
+func TestKeyLimitAndFairnessOnCitus(t *testing.T) {
+	t.Parallel()
+	f := setupFor(t, 4*time.Minute)
+	f.daemon(t)
+	lane := f.lane("limit")
+	f.createAll(t, keyed(lane, "one", 1, 2000), keyed(lane, "A", 0, 2000))
+	f.createAll(t, keyed(lane, "B", 0, 10))
+	var mu sync.Mutex
+	running, peak := 0, 0
+	for range 3 {
+		f.worker(t, lane, func(ctx context.Context, j *ffd.Job) ([]byte, error) {
+			if j.ConcurrencyKey == "one" {
+				mu.Lock()
+				running++
+				peak = max(peak, running)
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+				mu.Lock()
+				running--
+				mu.Unlock()
+			}
+			return nil, nil
+		})
+	}
+	samples, worst := 0, 0
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); samples++ {
+		n, err := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND concurrency_key = 'one' AND state = 'running'`, lane)
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst = max(worst, n)
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if worst > 1 || peak > 1 {
+		t.Fatalf("key one ran %d at once (sampled %d times), %d in handlers; want at most 1", worst, samples, peak)
+	}
+	before, err := f.count(`SELECT count(*) FROM ff_execution a WHERE a.lane = $1 AND a.concurrency_key = 'A' AND a.state = 'completed'
+		AND a.terminal_at <= (SELECT max(terminal_at) FROM ff_execution b WHERE b.lane = $1 AND b.concurrency_key = 'B' AND b.state = 'completed')`, lane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND concurrency_key = 'B' AND state = 'completed'`, lane)
+	if err != nil || b != 10 || before > 40 {
+		t.Fatalf("%d of B's 10 completed, after %d of A's 2,000; want all 10 within the first 2 %% (40) (%v)", b, before, err)
+	}
+	t.Logf("%d samples; B's 10 finished after %d of A's", samples, before)
+}
+
+// A lane's rate of 600 a minute on Citus, over three minutes, across two
+// workers, is kept within 5 %.
+func TestLaneRateOnCitus(t *testing.T) {
+	t.Parallel()
+	f := setupFor(t, 6*time.Minute)
+	lane := f.lane("rate")
+	const window = 3 * time.Minute
+	f.createAll(t, make2(lane, 2500))
+	if _, err := f.client.SetLaneRate(f.ctx, lane, ffd.Rate{Count: 600, Per: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	f.worker(t, lane, func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil })
+	f.worker(t, lane, func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil })
+	var start time.Time
+	for {
+		var s *time.Time
+		if err := f.pool.QueryRow(f.ctx, `SELECT min(started_at) FROM ff_execution WHERE lane = $1`, lane).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		if s != nil {
+			start = *s
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Until(start.Add(window + 3*time.Second)))
+	n, err := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND started_at >= $2 AND started_at < $3`, lane, start, start.Add(window))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 1810 // 600 a minute for three minutes, and the first second's burst
+	if d := float64(n-want) / float64(want); d < -0.05 || d > 0.05 {
+		t.Fatalf("%d starts in %s; want %d within 5%% (off by %.1f%%)", n, window, want, 100*d)
+	}
+	t.Logf("%d starts in %s at 600/min (want %d)", n, window, want)
+}
