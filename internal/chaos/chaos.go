@@ -143,6 +143,13 @@ type Report struct {
 	DurableFlows int `json:"durable_flows"`
 	Spawned      int `json:"spawned"`
 	Signals      int `json:"signals"`
+	// KeyedFlows are the keyed flows found at the end
+	// (internal/chaos/keyed.go), KeySamples the samples of their keys'
+	// running executions, KeyedPeakStarts the most first starts of the
+	// keyed lane within its rate window.
+	KeyedFlows      int `json:"keyed_flows"`
+	KeySamples      int `json:"key_samples"`
+	KeyedPeakStarts int `json:"keyed_peak_starts"`
 	// Executions in the database at the end, and their outbox events.
 	Executions int `json:"executions"`
 	Events     int `json:"events"`
@@ -188,6 +195,7 @@ type harness struct {
 	report    Report
 	flows     map[string]*submitted // by flow id
 	durable   map[string]*durable   // by flow id
+	keyed     map[string]*keyedFlow // by flow id
 	kills     map[*proc]int         // SIGKILLs the suite sent, by process
 	serverMu  sync.Mutex            // held while Postgres is being crashed and restarted
 	progress  progressLog
@@ -201,7 +209,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	h := &harness{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0xc4a05)),
-		flows: map[string]*submitted{}, durable: map[string]*durable{}, kills: map[*proc]int{}}
+		flows: map[string]*submitted{}, durable: map[string]*durable{}, keyed: map[string]*keyedFlow{}, kills: map[*proc]int{}}
 	h.report.Seed = cfg.Seed
 	h.report.Faults = map[string]int{}
 	h.report.Starts = map[string]int{}
@@ -234,6 +242,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if h.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
+	if err := h.setUpKeyed(ctx); err != nil {
+		return nil, err
+	}
 	runCtx, stopProcs := context.WithCancel(ctx)
 	defer stopProcs()
 	if err := h.startProcesses(runCtx); err != nil {
@@ -246,6 +257,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		h.monitor(monCtx)
 	}()
 	defer func() { stopMonitor(); <-monitored }()
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		h.sampleKeys(sampleCtx)
+	}()
+	defer func() { stopSampling(); <-sampled }()
 
 	// The fault phase: submissions, consumer kills and faults together.
 	// Work goes on until the last fault has ended (a freeze must see work
@@ -268,6 +286,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.Logf("chaos: faults over after %s (%v); draining", h.report.FaultPhase.Round(time.Second), h.report.Faults)
 
 	h.drain(ctx)
+	stopSampling()
+	<-sampled
 	h.verify(ctx)
 	h.verifyConsumers(ctx)
 	h.stopProcesses()

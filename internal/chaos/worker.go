@@ -77,7 +77,7 @@ func runWorker(log *zap.Logger) error {
 		return err
 	}
 	w, err := ffd.NewWorker(client, ffd.WorkerConfig{
-		Lanes: []string{Lane}, ID: name, Concurrency: 16, PollInterval: 250 * time.Millisecond,
+		Lanes: []string{Lane, KeyedLane}, ID: name, Concurrency: 16, PollInterval: 250 * time.Millisecond,
 		Handler: handle,
 	})
 	if err != nil {

@@ -68,6 +68,10 @@ func (h *harness) submit(ctx context.Context) {
 			h.submitDurable(ctx, client, rng, &signals)
 			continue
 		}
+		if i%keyedEvery == 1 {
+			h.submitKeyed(ctx, client, rng)
+			continue
+		}
 		n := h.cfg.MinNodes + rng.IntN(h.cfg.MaxNodes-h.cfg.MinNodes+1)
 		d := oracle.Random(rng, n, rng.IntN(4) == 0)
 		id := uuid.New()
@@ -248,9 +252,9 @@ func (h *harness) verify(ctx context.Context) {
 		return
 	}
 	for _, m := range members {
-		if strings.HasPrefix(m.Kind, "d.") {
+		if strings.HasPrefix(m.Kind, "d.") || strings.HasPrefix(m.Kind, "k.") {
 			h.report.Executions++
-			continue // a durable flow's: verifyDurable checks them
+			continue // a durable or keyed flow's: verifyDurable and verifyKeyed check them
 		}
 		i, err := strconv.Atoi(strings.TrimPrefix(strings.SplitN(m.Kind, ".", 2)[0], "n"))
 		if err != nil {
@@ -269,6 +273,7 @@ func (h *harness) verify(ctx context.Context) {
 		h.violation("verify: %v", err)
 	} else {
 		h.verifyDurable(ctx, client)
+		h.verifyKeyed(ctx, client)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
