@@ -507,3 +507,92 @@ func TestSpawnWaitSignalBudget(t *testing.T) {
 	pool.Close()
 	checkInvariants(t, ctx, db.URL)
 }
+
+// Flow control's budget (docs/flow-control.md, "What it costs"), counted
+// exactly.
+var (
+	// A claim of one keyed execution that fills what it asked for: the
+	// plain claim (its setting and the claim, one batch) finds nothing
+	// in a lane with a control row; one probe reads the row; then the
+	// controlled claim, one batch of the keys' turn and the claim. Its
+	// writes: the execution, and the key's row (its turn).
+	budgetKeyedClaimStatements, budgetKeyedClaimRoundTrips int64 = 5, 3
+	// The same claim in a capped lane: the batch also locks the lane.
+	budgetCappedKeyedClaimStatements int64 = 6
+	// A claim that takes less than it asked for reads the throttle: one
+	// statement and round trip more (here in the capped lane).
+	budgetThrottledClaimStatements, budgetThrottledClaimRoundTrips int64 = 7, 4
+	// A create into a key already known: BEGIN, the key's record (which
+	// writes nothing and locks the key's row FOR KEY SHARE), the insert
+	// with its lane's notification (one batch), COMMIT.
+	budgetKeyedCreateStatements, budgetKeyedCreateRoundTrips int64 = 5, 4
+
+	budgetKeyedClaimRows = map[string]int{
+		"ff_execution.upd": 1,
+		"ff_key.upd":       1,
+	}
+)
+
+func TestFlowControlBudget(t *testing.T) {
+	t.Parallel()
+	ctx, db, wc := budgetSetup(t)
+	const n = 20
+	setupPool := budgetPool(t, ctx, db.URL, nil, 4)
+	creator := budgetClient(t, setupPool)
+	var ps []ffd.CreateParams
+	for i := range n {
+		ps = append(ps, ffd.CreateParams{Lane: "budget-keyed", ConcurrencyKey: fmt.Sprint("k", i), ConcurrencyLimit: 1})
+	}
+	if _, err := creator.CreateMany(ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := creator.CreateMany(ctx, []ffd.CreateParams{{Lane: "budget-capped", ConcurrencyKey: "a", ConcurrencyLimit: 1}, {Lane: "budget-capped", ConcurrencyKey: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := creator.SetLaneLimit(ctx, "budget-capped", 5); err != nil {
+		t.Fatal(err)
+	}
+	setupPool.Close()
+	before := wc.read()
+
+	var tracer statementCounter
+	pool := budgetPool(t, ctx, db.URL, &tracer, 1)
+	c := budgetClient(t, pool)
+	warmDistributed(t, ctx, pool)
+	count := func(what string, times int, wantS, wantR int64, f func() error) {
+		t.Helper()
+		tracer.statements.Store(0)
+		tracer.roundTrips.Store(0)
+		for range times {
+			if err := f(); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		}
+		if s, r := tracer.statements.Load(), tracer.roundTrips.Load(); s != wantS*int64(times) || r != wantR*int64(times) {
+			t.Errorf("%s: %d statements and %d round trips for %d, want %d and %d each (the budget)", what, s, r, times, wantS, wantR)
+		}
+	}
+	claim := func(lane string, max, want int) func() error {
+		return func() error {
+			xs, err := c.Claim(ctx, ffd.ClaimParams{Lane: lane, Worker: "budget/1", Max: max})
+			if err == nil && len(xs) != want {
+				err = fmt.Errorf("claimed %d, want %d", len(xs), want)
+			}
+			return err
+		}
+	}
+	count("a keyed claim", n, budgetKeyedClaimStatements, budgetKeyedClaimRoundTrips, claim("budget-keyed", 1, 1))
+	pool.Close()
+	checkWrites(t, "a keyed claim", perExecution(t, before, wc.read(), n), budgetKeyedClaimRows)
+
+	pool = budgetPool(t, ctx, db.URL, &tracer, 1)
+	c = budgetClient(t, pool)
+	warmDistributed(t, ctx, pool)
+	count("a keyed claim in a capped lane", 1, budgetCappedKeyedClaimStatements, budgetKeyedClaimRoundTrips, claim("budget-capped", 1, 1))
+	count("a keyed claim held back by its key", 1, budgetThrottledClaimStatements, budgetThrottledClaimRoundTrips, claim("budget-capped", 2, 0))
+	count("a create into a known key", 1, budgetKeyedCreateStatements, budgetKeyedCreateRoundTrips, func() error {
+		_, err := c.Create(ctx, ffd.CreateParams{Lane: "budget-keyed", ConcurrencyKey: "k1"})
+		return err
+	})
+	pool.Close()
+}
