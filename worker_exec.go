@@ -35,7 +35,11 @@ type executor struct {
 	mu     sync.Mutex
 	ctx    context.Context // the runs' base; cut by abort
 	abort  context.CancelFunc
-	active map[ExecutionID]*runningJob
+	// active holds the running handlers by lease: an execution revoked
+	// (back to pending) can be claimed again, by this worker too, while
+	// its old handler has not yet seen the revocation; the two runs are
+	// two leases, each revoked, counted and removed on its own.
+	active map[store.LeaseRef]*runningJob
 	jobs   sync.WaitGroup // handlers, with their heartbeats
 }
 
@@ -49,7 +53,7 @@ type runningJob struct {
 // newExecutor builds an executor that records successes through done.
 func newExecutor(client *Client, cfg *WorkerConfig, log *zap.Logger, done *completer) *executor {
 	return &executor{client: client, cfg: cfg, log: log, done: done, onDone: func() {},
-		active: map[ExecutionID]*runningJob{}}
+		active: map[store.LeaseRef]*runningJob{}}
 }
 
 // Start sets the context runs are based on: its values reach handlers and
@@ -100,8 +104,9 @@ func (e *executor) Free() int {
 func (e *executor) Run(x *Execution) {
 	ctx, cancel := context.WithCancelCause(e.ctx)
 	j := &runningJob{x: x, cancel: cancel}
+	lease := store.LeaseRef{ID: x.ID, Epoch: x.LeaseEpoch}
 	e.mu.Lock()
-	e.active[x.ID] = j
+	e.active[lease] = j
 	e.mu.Unlock()
 	e.jobs.Add(1)
 	go func() {
@@ -109,7 +114,7 @@ func (e *executor) Run(x *Execution) {
 		defer cancel(nil)
 		e.execute(ctx, j)
 		e.mu.Lock()
-		delete(e.active, x.ID)
+		delete(e.active, lease)
 		e.mu.Unlock()
 		e.onDone()
 	}()
@@ -120,8 +125,8 @@ func (e *executor) Held() []store.LeaseRef {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	held := make([]store.LeaseRef, 0, len(e.active))
-	for id, j := range e.active {
-		held = append(held, store.LeaseRef{ID: id, Epoch: j.x.LeaseEpoch})
+	for lease := range e.active {
+		held = append(held, lease)
 	}
 	return held
 }
@@ -132,14 +137,24 @@ func (e *executor) Held() []store.LeaseRef {
 // lost to a sibling), and the handler stops at once rather than at its
 // next heartbeat.
 func (e *executor) Revoke(id ExecutionID, epoch int64) {
+	var revoked []*runningJob
 	e.mu.Lock()
-	j := e.active[id]
-	e.mu.Unlock()
-	if j == nil || (epoch != 0 && j.x.LeaseEpoch != epoch) {
-		return
+	if epoch != 0 {
+		if j := e.active[store.LeaseRef{ID: id, Epoch: epoch}]; j != nil {
+			revoked = append(revoked, j)
+		}
+	} else {
+		for lease, j := range e.active {
+			if lease.ID == id {
+				revoked = append(revoked, j)
+			}
+		}
 	}
-	e.log.Info("lease revoked; cancelling handler", jobFields(j.x)...)
-	j.cancel(ErrLeaseLost)
+	e.mu.Unlock()
+	for _, j := range revoked {
+		e.log.Info("lease revoked; cancelling handler", jobFields(j.x)...)
+		j.cancel(ErrLeaseLost)
+	}
 }
 
 // RecheckLeases cancels the handler of every lease held that the

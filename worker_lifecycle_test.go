@@ -121,6 +121,62 @@ func TestCancelReachesTheRunningHandler(t *testing.T) {
 	}
 }
 
+// An execution revoked back to pending may be claimed again by the same
+// worker while its old handler still runs (it has not yet seen the
+// revocation, or ignores its context): the two runs are two leases. The
+// old run's end must neither free the new run's slot nor hide the new
+// lease from a later revocation. (The executor kept one run per
+// execution id: the old run's end dropped the new one, whose revocation
+// then reached nobody; under load the ff_revoke of a revoke could also
+// arrive after the re-claim and be dropped as stale.)
+func TestRevokedAndReclaimedRunsAreTwoLeases(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.logOnFailure()
+	release := make(chan struct{})
+	started := make(chan int64, 4)
+	ended := make(chan error, 4)
+	f.startWorker(ffd.WorkerConfig{Lanes: []string{"reclaim"}, Concurrency: 2, PollInterval: 50 * time.Millisecond,
+		Handler: func(ctx context.Context, j *ffd.Job) ([]byte, error) {
+			started <- j.LeaseEpoch
+			if j.LeaseEpoch == 1 {
+				<-release // the first run ignores its context until released
+				return nil, nil
+			}
+			<-ctx.Done()
+			ended <- context.Cause(ctx)
+			return nil, context.Cause(ctx)
+		}})
+	x := f.mustCreate(ffd.CreateParams{Lane: "reclaim", LeaseTTL: time.Hour})
+	if e := <-started; e != 1 {
+		t.Fatalf("first run at epoch %d, want 1", e)
+	}
+	if _, err := f.client.Revoke(f.Ctx, x.ID, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-started:
+		if e <= 1 {
+			t.Fatalf("second run at epoch %d, want a later one than the first's", e)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the revoked execution was not claimed again beside its stubborn first run")
+	}
+	close(release) // the first run ends; the second must stay known
+	time.Sleep(200 * time.Millisecond)
+	if _, err := f.client.Revoke(f.Ctx, x.ID, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case cause := <-ended:
+		if !errors.Is(cause, ffd.ErrLeaseLost) {
+			t.Fatalf("second run cancelled with %v, want ErrLeaseLost", cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second run's lease was revoked but its handler still runs: the first run's end hid it")
+	}
+}
+
 // A lease revoked while the worker's listener is disconnected sends its
 // ff_revoke to nobody; the worker asks about its leases when it listens
 // again, so the handler still stops long before its next heartbeat.
