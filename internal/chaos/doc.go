@@ -20,8 +20,10 @@
 //     JSON lines it prints to a file.
 //
 // While a submitter feeds random DAGs (internal/oracle) through the public
-// API, and as every fourth flow a durable workflow (durable.go: steps
+// API, as every fourth flow a durable workflow (durable.go: steps
 // spawned at run time, a sleep, a wait for a signal the harness sends),
+// and as another fourth a keyed flow (keyed.go: steps under tenants'
+// concurrency keys in a rate-limited lane),
 // a fault loop injects, one at a time: SIGKILL of a daemon, of a
 // worker or of a consumer; pg_terminate_backend of the suite's sessions;
 // a crash restart of Postgres (immediate shutdown, kept down a while); and
@@ -31,8 +33,11 @@
 // When the faults stop, Run waits for the system to drain and checks:
 // the quiescent invariants (store.CheckQuiescent); the ground truth of every
 // DAG (each node ends as its policies and its handler's fixed outcome
-// imply) and of every durable workflow (completed with all its spawned
-// steps, its gate woken by its signal); every submitted flow finished; each consumer saw every event id
+// imply), of every durable workflow (completed with all its spawned
+// steps, its gate woken by its signal) and of every keyed flow
+// (completed; no key ever above its limit in samples taken through the
+// faults; no window of starts above the lane's rate); every submitted
+// flow finished; each consumer saw every event id
 // of the outbox exactly once after dedupe, and nothing else; and progress
 // went on while a daemon was frozen. Every breach is a Violation in the
 // Report, which also gives the figures (flows, executions, faults, drain
