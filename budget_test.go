@@ -457,14 +457,7 @@ func TestSpawnWaitSignalBudget(t *testing.T) {
 	warmDistributed(t, ctx, pool)
 	count := func(what string, wantS, wantR int64, f func() error) {
 		t.Helper()
-		tracer.statements.Store(0)
-		tracer.roundTrips.Store(0)
-		if err := f(); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if s, r := tracer.statements.Load(), tracer.roundTrips.Load(); s != wantS || r != wantR {
-			t.Errorf("%s: %d statements and %d round trips, want %d and %d (the budget)", what, s, r, wantS, wantR)
-		}
+		countCalls(t, &tracer, what, 1, wantS, wantR, f)
 	}
 	for _, width := range []int{10, 200} {
 		lane := fmt.Sprintf("spawn-%d", width)
@@ -561,16 +554,7 @@ func TestFlowControlBudget(t *testing.T) {
 	warmDistributed(t, ctx, pool)
 	count := func(what string, times int, wantS, wantR int64, f func() error) {
 		t.Helper()
-		tracer.statements.Store(0)
-		tracer.roundTrips.Store(0)
-		for range times {
-			if err := f(); err != nil {
-				t.Fatalf("%s: %v", what, err)
-			}
-		}
-		if s, r := tracer.statements.Load(), tracer.roundTrips.Load(); s != wantS*int64(times) || r != wantR*int64(times) {
-			t.Errorf("%s: %d statements and %d round trips for %d, want %d and %d each (the budget)", what, s, r, times, wantS, wantR)
-		}
+		countCalls(t, &tracer, what, times, wantS, wantR, f)
 	}
 	claim := func(lane string, max, want int) func() error {
 		return func() error {
@@ -595,4 +579,20 @@ func TestFlowControlBudget(t *testing.T) {
 		return err
 	})
 	pool.Close()
+}
+
+// countCalls runs f times times and checks that each call made wantS
+// statements in wantR round trips, as tracer counted them.
+func countCalls(t *testing.T, tracer *statementCounter, what string, times int, wantS, wantR int64, f func() error) {
+	t.Helper()
+	tracer.statements.Store(0)
+	tracer.roundTrips.Store(0)
+	for range times {
+		if err := f(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	if s, r := tracer.statements.Load(), tracer.roundTrips.Load(); s != wantS*int64(times) || r != wantR*int64(times) {
+		t.Errorf("%s: %d statements and %d round trips for %d, want %d and %d each (the budget)", what, s, r, times, wantS, wantR)
+	}
 }

@@ -151,6 +151,27 @@ func handleDurable(ctx context.Context, job *ffd.Job) ([]byte, error) {
 	return nil, ffd.Permanent(fmt.Errorf("unknown kind %q", job.Kind))
 }
 
+// outcome waits briefly for the flow id of the workload named what and
+// returns its outcome; nil when it is not in the database (a violation
+// if its submission was acknowledged) or cannot be read.
+func (h *harness) outcome(ctx context.Context, client *ffd.Client, what, id string, acked bool) *ffd.FlowOutcome {
+	fid := uuid.MustParse(id)
+	if _, err := client.DescribeFlow(ctx, fid); errors.Is(err, ffd.ErrNotFound) {
+		if acked {
+			h.violation("%s flow %s was acknowledged but is not in the database", what, id)
+		}
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	out, err := client.WaitFlow(wctx, fid)
+	cancel()
+	if err != nil {
+		h.violation("%s flow %s: %v", what, id, err)
+		return nil
+	}
+	return out
+}
+
 // verifyDurable checks every durable flow's ground truth.
 func (h *harness) verifyDurable(ctx context.Context, client *ffd.Client) {
 	h.mu.Lock()
@@ -160,18 +181,8 @@ func (h *harness) verifyDurable(ctx context.Context, client *ffd.Client) {
 	}
 	h.mu.Unlock()
 	for id, d := range flows {
-		fid := uuid.MustParse(id)
-		if _, err := client.DescribeFlow(ctx, fid); errors.Is(err, ffd.ErrNotFound) {
-			if d.acked {
-				h.violation("durable flow %s was acknowledged but is not in the database", id)
-			}
-			continue
-		}
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		out, err := client.WaitFlow(wctx, fid)
-		cancel()
-		if err != nil {
-			h.violation("durable flow %s: %v", id, err)
+		out := h.outcome(ctx, client, "durable", id, d.acked)
+		if out == nil {
 			continue
 		}
 		h.mu.Lock()

@@ -4,7 +4,6 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -132,18 +131,8 @@ func (h *harness) verifyKeyed(ctx context.Context, client *ffd.Client) {
 	}
 	h.mu.Unlock()
 	for id, k := range flows {
-		fid := uuid.MustParse(id)
-		if _, err := client.DescribeFlow(ctx, fid); errors.Is(err, ffd.ErrNotFound) {
-			if k.acked {
-				h.violation("keyed flow %s was acknowledged but is not in the database", id)
-			}
-			continue
-		}
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		d, err := client.WaitFlow(wctx, fid)
-		cancel()
-		if err != nil {
-			h.violation("keyed flow %s: %v", id, err)
+		d := h.outcome(ctx, client, "keyed", id, k.acked)
+		if d == nil {
 			continue
 		}
 		h.mu.Lock()

@@ -260,6 +260,13 @@ func claimRouted(ctx context.Context, db DB, lane string, caps []string, max int
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
+	sortClaimed(out)
+	return out, nil
+}
+
+// sortClaimed puts executions claimed from several shards in the claim's
+// order: priority, then run_at, then id.
+func sortClaimed(out []*ffdtype.Execution) {
 	slices.SortStableFunc(out, func(a, b *ffdtype.Execution) int {
 		if a.Priority != b.Priority {
 			return cmp.Compare(b.Priority, a.Priority)
@@ -269,7 +276,6 @@ func claimRouted(ctx context.Context, db DB, lane string, caps []string, max int
 		}
 		return bytes.Compare(a.ID.UUID[:], b.ID.UUID[:])
 	})
-	return out, nil
 }
 
 // claimGeneric runs the claim statement on its generic plan, set for the

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -228,15 +227,7 @@ func claimControlledRouted(ctx context.Context, db DB, lane string, c laneContro
 		}
 		return routedSpend(ctx, tx, lane, l, laneRated, laneTokens, groups, out, now)
 	})
-	slices.SortStableFunc(out, func(a, b *ffdtype.Execution) int {
-		if a.Priority != b.Priority {
-			return cmp.Compare(b.Priority, a.Priority)
-		}
-		if c := a.RunAt.Compare(b.RunAt); c != 0 {
-			return c
-		}
-		return bytes.Compare(a.ID.UUID[:], b.ID.UUID[:])
-	})
+	sortClaimed(out)
 	return out, err
 }
 
