@@ -32,9 +32,9 @@ type executor struct {
 	// loop can claim into the freed slot.
 	onDone func()
 
-	mu     sync.Mutex
-	ctx    context.Context // the runs' base; cut by abort
-	abort  context.CancelFunc
+	mu    sync.Mutex
+	ctx   context.Context // the runs' base; cut by abort
+	abort context.CancelFunc
 	// active holds the running handlers by lease: an execution revoked
 	// (back to pending) can be claimed again, by this worker too, while
 	// its old handler has not yet seen the revocation; the two runs are
