@@ -450,3 +450,24 @@ func TestKeysAreFair(t *testing.T) {
 	}
 	t.Logf("%d of A's finished before B's 10", before)
 }
+
+// A pool remembers for a second that a lane is under control and claims
+// from it straight with the controlled claim; a lane taken out of control
+// meanwhile is claimed from at once all the same.
+func TestLaneOutOfControlClaimsAtOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.createAll(inOneLane("uncapped", 3))
+	if _, err := f.client.SetLaneLimit(f.Ctx, "uncapped", 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.claimKeys("uncapped", 10); got[""] != 1 {
+		t.Fatalf("claimed %v under a cap of 1", got)
+	}
+	if _, err := f.client.SetLaneLimit(f.Ctx, "uncapped", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.claimKeys("uncapped", 10); got[""] != 2 {
+		t.Fatalf("claimed %v once the cap was removed; want the 2 left", got)
+	}
+}

@@ -130,6 +130,18 @@ func Claim(ctx context.Context, db DB, lane string, caps []string, max int, work
 func ClaimThrottled(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*ffdtype.Execution, Throttle, error) {
 	var out []*ffdtype.Execution
 	var th Throttle
+	if key, ok := controlKey(db, lane); ok && controlledRecently(key) {
+		// The lane was under control a moment ago: the controlled claim
+		// first, in one round trip, without the plain claim and the
+		// probe that would find it so again.
+		out, th, again, err := claimStillControlled(ctx, db, key, lane, caps, max, worker)
+		if err != nil {
+			return nil, th, wrap("claim from lane "+lane, err)
+		}
+		if !again {
+			return out, th, nil
+		}
+	}
 	err := WithRetry(ctx, db, func() error {
 		var err error
 		out, err = claimGeneric(ctx, db, !inCallerTx(db), lane, caps, max, worker, false)
@@ -163,6 +175,15 @@ func claimUnderControl(ctx context.Context, db DB, lane string, caps []string, m
 	switch {
 	case dist && !c.rated && !c.keyed:
 		out, err = claimCapped(ctx, db, lane, caps, max, worker)
+	case !dist:
+		if key, ok := controlKey(db, lane); ok {
+			markControlled(key)
+		}
+		err = WithRetry(ctx, db, func() error {
+			var err error
+			out, err = claimControlled(ctx, db, lane, anyControl, caps, max, worker, false)
+			return err
+		})
 	default:
 		err = WithRetry(ctx, db, func() error {
 			var err error

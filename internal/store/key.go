@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/ffdtype"
 )
@@ -44,8 +47,8 @@ const keyDueSQL = `CASE WHEN k.key = ''
 // serve ($3 slots, each key taking up to its weight in a round), skipping
 // keys another claim holds (SKIP LOCKED: claims of other keys go on),
 // keys at their running limit and keys out of rate tokens (so a key
-// holding work never blocks the lane behind it), and keys with nothing
-// due. It marks them with the claim's token ($4) and moves them to the
+// holding work never blocks the lane behind it), keys with nothing due,
+// and every key of a paused lane. It marks them with the claim's token ($4) and moves them to the
 // back of the turn order, in the order they had: each gets this
 // statement's time plus as many microseconds as the slots before it, so
 // the claim statement can still rank them by turn. The tests of limits here read this statement's
@@ -60,6 +63,7 @@ FROM (
 		SELECT k.key, least(k.weight, $3::int) AS share, k.served_at
 		FROM ff_key k
 		WHERE k.lane = $1
+			AND NOT EXISTS (SELECT 1 FROM ff_lane p WHERE p.lane = $1 AND p.paused)
 			AND (k.max_running IS NULL OR k.max_running > ` + keyRunningSQL + `)
 			AND (k.rate_count IS NULL OR ` + tokensAt("k", "clock_timestamp()") + ` >= 1)
 			AND ` + keyDueSQL + `
@@ -572,4 +576,91 @@ func ListKeys(ctx context.Context, db DB, lane, after string, limit int) ([]*ffd
 	}
 	ks, err := listKeys(ctx, db, lane, from, nil, limit)
 	return ks, wrap("list keys of lane "+lane, err)
+}
+
+// The lanes found under control lately, by pool, so that their claims go
+// straight to the controlled claim (one round trip) rather than through
+// the plain claim and the probe first (three). An entry lasts
+// controlTTL from its last confirmation: a lane taken out of control
+// (resumed, uncapped, its rate removed; a keyed lane stays keyed) is
+// claimed by the plain claim again at most that long after.
+var (
+	controlled   sync.Map // controlKeyOf -> time.Time (until)
+	controlCount atomic.Int64
+)
+
+const (
+	controlTTL      = time.Second
+	maxControlCache = 10000
+)
+
+// controlKeyOf is a lane of one pool's database.
+type controlKeyOf struct {
+	db   any
+	lane string
+}
+
+// anyControl sends every statement of the controlled claim: the lane's
+// lock (which locks only a capped or rate-limited lane's row) and the
+// keys' turn (which finds none in a lane never keyed), so the claim needs
+// no probe first.
+var anyControl = laneControl{capped: true, rated: true, keyed: true}
+
+// controlKey is lane's key in the cache; none in a caller's transaction
+// (whose claims take the whole path) or for a db of no pool.
+func controlKey(db DB, lane string) (controlKeyOf, bool) {
+	p, ok := db.(*pgxpool.Pool)
+	if !ok {
+		return controlKeyOf{}, false
+	}
+	return controlKeyOf{p, lane}, true
+}
+
+func controlledRecently(k controlKeyOf) bool {
+	v, ok := controlled.Load(k)
+	return ok && time.Now().Before(v.(time.Time))
+}
+
+func markControlled(k controlKeyOf) {
+	if _, loaded := controlled.Swap(k, time.Now().Add(controlTTL)); !loaded && controlCount.Add(1) > maxControlCache {
+		controlled.Clear()
+		controlCount.Store(0)
+	}
+}
+
+// claimStillControlled claims from a lane the cache says is under
+// control. When the claim takes something the lane is still controlled.
+// When it takes nothing, the probe says why: still under control
+// (throttled, or nothing due: the throttle is read), or no longer (again:
+// the caller takes the whole path). Not on a distributed Postgres, whose
+// routed claim needs the probe's answer first; there the cache is never
+// filled.
+func claimStillControlled(ctx context.Context, db DB, k controlKeyOf, lane string, caps []string, max int, worker string) (out []*ffdtype.Execution, th Throttle, again bool, err error) {
+	err = WithRetry(ctx, db, func() error {
+		var err error
+		out, err = claimControlled(ctx, db, lane, anyControl, caps, max, worker, false)
+		return err
+	})
+	if err != nil {
+		return nil, th, false, err
+	}
+	if len(out) == 0 {
+		c, ok, err := readLaneControl(ctx, db, lane)
+		if err != nil {
+			return nil, th, false, err
+		}
+		if !ok || !(c.capped || c.rated || c.keyed) {
+			controlled.Delete(k)
+			return nil, th, true, nil
+		}
+		if c.paused {
+			markControlled(k)
+			return nil, th, false, nil
+		}
+	}
+	markControlled(k)
+	if len(out) < max {
+		th, err = ClaimThrottle(ctx, db, lane, caps)
+	}
+	return out, th, false, err
 }
