@@ -88,8 +88,8 @@ CROSS JOIN LATERAL (
 		coalesce(sum(k.due) FILTER (WHERE k.held), 0) AS waiting
 	FROM (
 		SELECT k.key, d.due, d.due > 0 AND (
-				(k.max_running IS NOT NULL AND k.max_running <= (SELECT count(*) FROM ff_execution r
-					WHERE r.state = 'running' AND r.lane = k.lane AND r.concurrency_key = k.key))
+				(k.max_running IS NOT NULL AND k.max_running <= (SELECT count(*) FILTER (WHERE r.state = 'running')
+					FROM ff_execution r WHERE r.state IN ('blocked', 'running') AND r.lane = k.lane AND r.concurrency_key = k.key))
 				OR (k.rate_count IS NOT NULL AND ` + tokensAt("k", "clock.t") + ` < 1)) AS held
 		FROM ff_key k
 		CROSS JOIN LATERAL (SELECT count(*) AS due FROM ff_execution e
