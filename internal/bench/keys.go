@@ -27,6 +27,7 @@ func keys(ctx context.Context, env *Env, p Params, r *Report) error {
 		{"one_hot_key", func(_ int, c *ffdtype.CreateParams) { c.ConcurrencyKey = "hot" }},
 	}
 	var base float64
+	ratios := map[string]float64{}
 	for i, w := range ways {
 		f, err := env.workVaried(ctx, "keys-"+w.name, p.Executions, p.Workers, p.SweepInterval, w.vary)
 		if err != nil {
@@ -38,8 +39,16 @@ func keys(ctx context.Context, env *Env, p Params, r *Report) error {
 		if i == 0 {
 			base = f.Rate
 		} else if base > 0 {
+			ratios[w.name] = f.Rate / base
 			r.Figures[w.name+"_vs_no_keys"] = f.Rate / base
 		}
 	}
+	// What flow control costs, as docs/flow-control.md says it should at
+	// most: a claim of many keys a few index probes per key, a hot key
+	// one contended row.
+	hot, many := ratios["one_hot_key"], ratios[ways[1].name]
+	r.Targets = append(r.Targets,
+		target("one_hot_key_vs_no_keys", ">= 0.5", hot, "x", hot >= 0.5),
+		target(ways[1].name+"_vs_no_keys", ">= 0.25", many, "x", many >= 0.25))
 	return env.checkInvariants(ctx)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // The keyed workload (docs/flow-control.md): every keyedEvery-th flow is
@@ -100,20 +101,13 @@ func (h *harness) sampleKeys(ctx context.Context) {
 		case <-t.C:
 		}
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		rows, err := h.pool.Query(sctx, `SELECT concurrency_key, count(*) FROM ff_execution
-			WHERE lane = $1 AND state = 'running' AND concurrency_key IS NOT NULL GROUP BY 1`, KeyedLane)
-		if err == nil {
-			for rows.Next() {
-				var key string
-				var n int
-				if rows.Scan(&key, &n) == nil && n > keyLimits[key] {
-					h.violation("key %s had %d running at once; its limit is %d", key, n, keyLimits[key])
-				}
-			}
-			err = rows.Err()
-			rows.Close()
-		}
+		running, err := store.RunningByKey(sctx, h.pool, KeyedLane)
 		cancel()
+		for key, n := range running {
+			if n > keyLimits[key] {
+				h.violation("key %s had %d running at once; its limit is %d", key, n, keyLimits[key])
+			}
+		}
 		if err == nil {
 			h.mu.Lock()
 			h.report.KeySamples++
@@ -161,23 +155,11 @@ func (h *harness) verifyKeyed(ctx context.Context, client *ffd.Client) {
 // lane (of key, when set) fall within keyedRateWindow than rate a second
 // and burst allow; it returns the most it found.
 func (h *harness) checkStarts(ctx context.Context, what, key string, rate, burst int) int {
-	rows, err := h.pool.Query(ctx, `SELECT started_at FROM ff_execution WHERE lane = $1 AND started_at IS NOT NULL
-		AND ($2 = '' OR concurrency_key = $2) ORDER BY started_at`, KeyedLane, key)
+	starts, err := store.FirstStarts(ctx, h.pool, KeyedLane, key)
 	if err != nil {
 		h.violation("read the starts of %s: %v", what, err)
 		return 0
 	}
-	var starts []time.Time
-	for rows.Next() {
-		var t time.Time
-		if err := rows.Scan(&t); err != nil {
-			rows.Close()
-			h.violation("read the starts of %s: %v", what, err)
-			return 0
-		}
-		starts = append(starts, t)
-	}
-	rows.Close()
 	allowed := rate*int(keyedRateWindow/time.Second) + burst
 	peak := 0
 	for i, j := 0, 0; j < len(starts); j++ {

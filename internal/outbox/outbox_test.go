@@ -304,7 +304,8 @@ func TestRestartAndTransactionalAck(t *testing.T) {
 	// The handler fails mid-batch: its writes and the ack roll back.
 	boom := errors.New("downstream unavailable")
 	if _, err := outbox.ConsumeOnce(f.Ctx, f.DB.Pool, "ledger", 4, func(ctx context.Context, tx pgx.Tx, ev []ffdtype.OutboxEvent) error {
-		if err := write(ctx, tx, ev[:2]); err != nil {
+		// Fewer than 4 when the horizon holds some back.
+		if err := write(ctx, tx, ev[:min(2, len(ev))]); err != nil {
 			return err
 		}
 		return boom

@@ -679,3 +679,36 @@ func claimStillControlled(ctx context.Context, db DB, k controlKeyOf, lane strin
 	}
 	return out, th, false, err
 }
+
+// RunningByKey counts the running executions of lane by concurrency key
+// (keyed ones only): what the fault suite samples.
+func RunningByKey(ctx context.Context, db DB, lane string) (map[string]int, error) {
+	rows, err := db.Query(ctx, `SELECT concurrency_key, count(*) FROM ff_execution
+		WHERE lane = $1 AND state = 'running' AND concurrency_key IS NOT NULL GROUP BY 1`, lane)
+	if err != nil {
+		return nil, wrap("count running executions by key in lane "+lane, err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var k string
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, err
+		}
+		out[k] = n
+	}
+	return out, wrap("count running executions by key in lane "+lane, rows.Err())
+}
+
+// FirstStarts lists when each execution of lane (of key, when set) first
+// started, in order: what the fault suite checks rates against.
+func FirstStarts(ctx context.Context, db DB, lane, key string) ([]time.Time, error) {
+	rows, err := db.Query(ctx, `SELECT started_at FROM ff_execution WHERE lane = $1 AND started_at IS NOT NULL
+		AND ($2 = '' OR concurrency_key = $2) ORDER BY started_at`, lane, key)
+	if err != nil {
+		return nil, wrap("read the starts of lane "+lane, err)
+	}
+	ts, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	return ts, wrap("read the starts of lane "+lane, err)
+}
