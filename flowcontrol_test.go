@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -469,5 +471,42 @@ func TestLaneOutOfControlClaimsAtOnce(t *testing.T) {
 	}
 	if got := f.claimKeys("uncapped", 10); got[""] != 2 {
 		t.Fatalf("claimed %v once the cap was removed; want the 2 left", got)
+	}
+}
+
+// A worker counts the claims flow control held back, by lane, and runs
+// what the limit lets through.
+func TestThrottledClaimsMetric(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	reg := prometheus.NewRegistry()
+	m, err := ffd.NewWorkerMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.createAll(inOneLane("slow", 3))
+	if _, err := f.client.SetLaneRate(f.Ctx, "slow", ffd.Rate{Count: 1, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	f.startWorker(ffd.WorkerConfig{Lanes: []string{"slow"}, Metrics: m, PollInterval: 20 * time.Millisecond,
+		Handler: func(context.Context, *ffd.Job) ([]byte, error) { return nil, nil }})
+	f.WaitFor("claims held back by the lane's rate", func() bool {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "ffd_worker_claims_throttled_total" {
+				for _, c := range mf.GetMetric() {
+					if c.GetLabel()[0].GetValue() == "slow" && c.GetCounter().GetValue() >= 3 {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	})
+	if n := f.inState("slow", ffd.StateCompleted); n != 1 {
+		t.Fatalf("%d executions ran at a rate of one an hour; want 1", n)
 	}
 }
