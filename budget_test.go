@@ -507,17 +507,18 @@ var (
 	// A claim of one keyed execution, the first of its pool in the lane:
 	// the plain claim (its setting and the claim, one batch) finds
 	// nothing in a lane with a control row; one probe reads the row; then
-	// the controlled claim, one batch of the lane's lock (which locks
-	// only a capped or rate-limited lane), the keys' turn and the claim.
+	// the controlled claim, one batch of the setting that puts it on
+	// generic plans, the lane's lock (which locks only a capped or
+	// rate-limited lane), the keys' turn and the claim.
 	// The pool then remembers the lane is under control for a second
 	// (store.controlTTL): the claims after go straight to the controlled
 	// claim, one round trip. Its writes: the execution, and the key's row
 	// (its turn).
-	budgetFirstKeyedClaimStatements, budgetFirstKeyedClaimRoundTrips int64 = 6, 3
-	budgetKeyedClaimStatements, budgetKeyedClaimRoundTrips           int64 = 3, 1
+	budgetFirstKeyedClaimStatements, budgetFirstKeyedClaimRoundTrips int64 = 7, 3
+	budgetKeyedClaimStatements, budgetKeyedClaimRoundTrips           int64 = 4, 1
 	// A claim that takes nothing from a lane under control: the
 	// controlled claim, the probe (still under control?), the throttle.
-	budgetThrottledClaimStatements, budgetThrottledClaimRoundTrips int64 = 5, 3
+	budgetThrottledClaimStatements, budgetThrottledClaimRoundTrips int64 = 6, 3
 	// A create into a key already known: BEGIN, the key's record (which
 	// writes nothing and locks the key's row FOR KEY SHARE), the insert
 	// with its lane's notification (one batch), COMMIT.
