@@ -229,6 +229,11 @@ func (h *harness) drain(ctx context.Context) {
 		}
 		left = fmt.Sprintf("%d live executions, %d undispatched events, %d cancel groups, %d open flows (err %v)", o.Live, o.Undispatched, o.CancelGroups, o.OpenFlows, err)
 		if time.Now().After(deadline) || ctx.Err() != nil {
+			if live, err := store.LiveByLane(ctx, h.pool); err == nil {
+				for _, d := range live {
+					left += fmt.Sprintf("; %s %s %d", d.Lane, d.State, d.Count)
+				}
+			}
 			h.violation("not drained %s after the faults: %s", h.cfg.DrainTimeout, left)
 			return
 		}
