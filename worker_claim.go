@@ -49,6 +49,14 @@ type claimer struct {
 	// more: the last claim filled every slot, so there is likely more due
 	// work; a run that ends then claims again at once.
 	more atomic.Bool
+	// held: the lanes whose last claim flow control held back (a key at
+	// its limit, a cap): a run of such a lane that ends may free the
+	// room, so it claims again at once too. Only that lane's runs: on a
+	// distributed Postgres a controlled claim is a dozen round trips, and
+	// re-claiming a held lane at every run's end of any lane saturated
+	// the claim loop (the fault suite's drain on Citus).
+	heldMu sync.Mutex
+	held   map[string]bool
 
 	mu       sync.Mutex
 	stop     context.CancelFunc
@@ -60,8 +68,8 @@ type claimer struct {
 func newClaimer(client *Client, cfg *WorkerConfig, name string, log *zap.Logger, exec *executor) *claimer {
 	c := &claimer{client: client, cfg: cfg, name: name, log: log, exec: exec,
 		wake: make(chan struct{}, 1), listening: make(chan struct{}), stopping: make(chan struct{})}
-	exec.onDone = func() {
-		if c.more.Load() {
+	exec.onDone = func(lane string) {
+		if c.more.Load() || c.isHeld(lane) {
 			c.signal()
 		}
 	}
@@ -110,6 +118,25 @@ func (c *claimer) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+func (c *claimer) isHeld(lane string) bool {
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	return c.held[lane]
+}
+
+func (c *claimer) setHeld(lane string, held bool) {
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	if c.held == nil {
+		c.held = map[string]bool{}
+	}
+	if held {
+		c.held[lane] = true
+	} else {
+		delete(c.held, lane)
 	}
 }
 
@@ -166,14 +193,16 @@ func (c *claimer) claimFree(ctx context.Context, next *int) (retry time.Duration
 			return retry
 		}
 		// Lanes take turns so a busy lane cannot starve the others.
-		claimed, held := 0, false
+		claimed := 0
 		for range c.cfg.Lanes {
 			lane := c.cfg.Lanes[*next%len(c.cfg.Lanes)]
 			*next++
 			xs, th, err := leases.ClaimThrottled(ctx, c.client.pool, ClaimParams{Lane: lane, Worker: c.name, Capabilities: c.cfg.Capabilities, Max: free - claimed})
 			c.cfg.Metrics.claimed(len(xs))
+			if err == nil {
+				c.setHeld(lane, th.Held)
+			}
 			if th.Held {
-				held = true
 				c.cfg.Metrics.throttle(lane)
 				c.log.Debug("claim held back by flow control", zap.String(logging.FieldLane, lane),
 					zap.Int("claimed", len(xs)), zap.Duration("retry", th.Retry))
@@ -195,9 +224,7 @@ func (c *claimer) claimFree(ctx context.Context, next *int) (retry time.Duration
 				break
 			}
 		}
-		// Held back by flow control: a run that ends may free its key's
-		// or lane's room, so it claims again at once, as when full.
-		c.more.Store(claimed == free || held)
+		c.more.Store(claimed == free)
 		if claimed < free {
 			return retry
 		}

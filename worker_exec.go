@@ -28,9 +28,9 @@ type executor struct {
 	cfg    *WorkerConfig
 	log    *zap.Logger
 	done   *completer
-	// onDone runs after each execution's run has ended, so that the claim
-	// loop can claim into the freed slot.
-	onDone func()
+	// onDone runs after each execution's run has ended, with its lane,
+	// so that the claim loop can claim into the freed slot.
+	onDone func(lane string)
 
 	mu    sync.Mutex
 	ctx   context.Context // the runs' base; cut by abort
@@ -52,7 +52,7 @@ type runningJob struct {
 
 // newExecutor builds an executor that records successes through done.
 func newExecutor(client *Client, cfg *WorkerConfig, log *zap.Logger, done *completer) *executor {
-	return &executor{client: client, cfg: cfg, log: log, done: done, onDone: func() {},
+	return &executor{client: client, cfg: cfg, log: log, done: done, onDone: func(string) {},
 		active: map[store.LeaseRef]*runningJob{}}
 }
 
@@ -116,7 +116,7 @@ func (e *executor) Run(x *Execution) {
 		e.mu.Lock()
 		delete(e.active, lease)
 		e.mu.Unlock()
-		e.onDone()
+		e.onDone(x.Lane)
 	}()
 }
 
