@@ -696,6 +696,12 @@ func RunningByKey(ctx context.Context, db DB, lane string) (map[string]int, erro
 	if err != nil {
 		return nil, wrap("count running executions by key in lane "+lane, err)
 	}
+	out, err := keyCounts(rows)
+	return out, wrap("count running executions by key in lane "+lane, err)
+}
+
+// keyCounts collects rows of (key, count).
+func keyCounts(rows pgx.Rows) (map[string]int, error) {
 	defer rows.Close()
 	out := map[string]int{}
 	for rows.Next() {
@@ -706,7 +712,7 @@ func RunningByKey(ctx context.Context, db DB, lane string) (map[string]int, erro
 		}
 		out[k] = n
 	}
-	return out, wrap("count running executions by key in lane "+lane, rows.Err())
+	return out, rows.Err()
 }
 
 // FirstStarts lists when each execution of lane (of key, when set) first

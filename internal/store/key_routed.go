@@ -348,16 +348,7 @@ func routedRunning(ctx context.Context, tx pgx.Tx, lane string, keys []string) (
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var k string
-		var n int
-		if err := rows.Scan(&k, &n); err != nil {
-			return nil, err
-		}
-		out[k] = n
-	}
-	return out, rows.Err()
+	return keyCounts(rows)
 }
 
 // routedPick reads each group's best due executions and takes them in
