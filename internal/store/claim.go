@@ -181,13 +181,13 @@ func claimUnderControl(ctx context.Context, db DB, lane string, caps []string, m
 		}
 		err = WithRetry(ctx, db, func() error {
 			var err error
-			out, err = claimControlled(ctx, db, lane, anyControl, caps, max, worker, false)
+			out, err = claimControlled(ctx, db, lane, caps, max, worker)
 			return err
 		})
 	default:
 		err = WithRetry(ctx, db, func() error {
 			var err error
-			out, err = claimControlled(ctx, db, lane, c, caps, max, worker, dist)
+			out, err = claimControlledRouted(ctx, db, lane, c, caps, max, worker)
 			return err
 		})
 	}

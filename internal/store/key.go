@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/ffdtype"
@@ -202,15 +201,14 @@ func readLaneControl(ctx context.Context, db DB, lane string) (c laneControl, ok
 	return c, err == nil, err
 }
 
-// claimControlled claims from a lane under control in one pipelined
-// transaction (one round trip): the lane's row locked when capped or
-// rate-limited, the keys whose turn it is locked when keyed, then the
-// claim. In a caller's transaction the statements run in it, and the
+// claimControlled claims from a lane under control on one Postgres, in
+// one pipelined transaction (one round trip): the lane's row locked (the
+// statement locks only a capped or rate-limited lane's), the keys whose
+// turn it is locked (none in a lane never keyed), then the claim. Every
+// statement goes each time, so the claim needs no probe of the lane
+// first. In a caller's transaction the statements run in it, and the
 // locks are held until it ends.
-func claimControlled(ctx context.Context, db DB, lane string, c laneControl, caps []string, max int, worker string, dist bool) ([]*ffdtype.Execution, error) {
-	if dist {
-		return claimControlledRouted(ctx, db, lane, c, caps, max, worker)
-	}
+func claimControlled(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*ffdtype.Execution, error) {
 	token := uuid.New()
 	var out []*ffdtype.Execution
 	b := &pgx.Batch{}
@@ -220,12 +218,8 @@ func claimControlled(ctx context.Context, db DB, lane string, c laneControl, cap
 		// long as running them; as for the plain claim (claimGeneric).
 		b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
 	}
-	if c.capped || c.rated {
-		b.Queue(laneLockSQL, lane)
-	}
-	if c.keyed {
-		b.Queue(keyTurnSQL, lane, caps, max, token)
-	}
+	b.Queue(laneLockSQL, lane)
+	b.Queue(keyTurnSQL, lane, caps, max, token)
 	b.Queue(controlledClaimSQL, lane, caps, max, worker, token).Query(func(rows pgx.Rows) error {
 		var err error
 		out, err = queryExecutions(rows, nil)
@@ -500,7 +494,7 @@ func SetKey(ctx context.Context, db DB, lane, key string, ch KeyChange) (*ffdtyp
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelReady, lane); err != nil {
 			return err
 		}
-		ks, err := listKeys(ctx, tx, lane, nil, &key, 1)
+		ks, err := listKeysRouted(ctx, tx, lane, nil, &key, 1)
 		if err != nil {
 			return err
 		}
@@ -534,62 +528,6 @@ func ForgetKey(ctx context.Context, db DB, lane, key string) error {
 // ErrKeyNotFound: no such key in the lane.
 var ErrKeyNotFound = errors.New("no such key")
 
-// keyListSQL lists keys of lane $1 in key order (after $2 when set; only
-// $4 when set), at most $3, with what runs and is due of each.
-var keyListSQL = `
-WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t)
-SELECT k.lane, k.key, coalesce(k.max_running, 0), k.rate_count,
-	(extract(epoch FROM k.rate_interval) * 1e6)::bigint, k.rate_burst, k.weight, k.configured,
-	nullif(k.served_at, '-infinity'),
-	CASE WHEN k.key = '' THEN 0 ELSE (SELECT count(*) FILTER (WHERE r.state = 'running') FROM ff_execution r
-		WHERE r.state IN ('blocked', 'running') AND r.lane = k.lane AND r.concurrency_key = k.key) END,
-	CASE WHEN k.key = '' THEN (SELECT count(*) FROM ff_execution e
-			WHERE e.state = 'pending' AND e.lane = k.lane AND e.run_at <= now() AND e.concurrency_key IS NULL)
-		ELSE (SELECT count(*) FROM ff_execution e
-			WHERE e.state = 'pending' AND e.lane = k.lane AND e.run_at <= now() AND e.concurrency_key = k.key) END,
-	CASE WHEN k.rate_count IS NOT NULL THEN ` + tokensAt("k", "clock.t") + ` END
-FROM ff_key k, clock
-WHERE k.lane = $1 AND ($2::text IS NULL OR k.key > $2) AND ($4::text IS NULL OR k.key = $4)
-ORDER BY k.key
-LIMIT $3`
-
-// listKeys reads keys of lane: after *after when set, only key when set.
-func listKeys(ctx context.Context, db DB, lane string, after, key *string, limit int) ([]*ffdtype.Key, error) {
-	if dist, err := Distributed(ctx, db); err != nil || dist {
-		if err != nil {
-			return nil, err
-		}
-		return listKeysRouted(ctx, db, lane, after, key, limit)
-	}
-	rows, err := db.Query(ctx, keyListSQL, lane, after, limit, key)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ffdtype.Key, error) {
-		var k ffdtype.Key
-		var count, burst *int
-		var per *int64
-		var tokens *float64
-		var served pgtype.Timestamptz
-		if err := row.Scan(&k.Lane, &k.Key, &k.MaxRunning, &count, &per, &burst, &k.Weight, &k.Configured,
-			&served, &k.Running, &k.Due, &tokens); err != nil {
-			return nil, err
-		}
-		if count != nil {
-			k.Rate = &ffdtype.Rate{Count: *count, Per: time.Duration(*per) * time.Microsecond, Burst: *burst}
-		}
-		if served.Valid {
-			t := served.Time
-			k.ServedAt = &t
-		}
-		if tokens != nil {
-			k.Tokens = *tokens
-		}
-		k.Held = k.Due > 0 && ((k.MaxRunning > 0 && k.Running >= k.MaxRunning) || (k.Rate != nil && k.Tokens < 1))
-		return &k, nil
-	})
-}
-
 // ListKeys lists lane's keys in key order from after (exclusive; "" from
 // the first), at most limit, with what runs and is due of each.
 func ListKeys(ctx context.Context, db DB, lane, after string, limit int) ([]*ffdtype.Key, error) {
@@ -597,7 +535,7 @@ func ListKeys(ctx context.Context, db DB, lane, after string, limit int) ([]*ffd
 	if after != "" {
 		from = &after
 	}
-	ks, err := listKeys(ctx, db, lane, from, nil, limit)
+	ks, err := listKeysRouted(ctx, db, lane, from, nil, limit)
 	return ks, wrap("list keys of lane "+lane, err)
 }
 
@@ -622,12 +560,6 @@ type controlKeyOf struct {
 	db   any
 	lane string
 }
-
-// anyControl sends every statement of the controlled claim: the lane's
-// lock (which locks only a capped or rate-limited lane's row) and the
-// keys' turn (which finds none in a lane never keyed), so the claim needs
-// no probe first.
-var anyControl = laneControl{capped: true, rated: true, keyed: true}
 
 // controlKey is lane's key in the cache; none in a caller's transaction
 // (whose claims take the whole path) or for a db of no pool.
@@ -661,7 +593,7 @@ func markControlled(k controlKeyOf) {
 func claimStillControlled(ctx context.Context, db DB, k controlKeyOf, lane string, caps []string, max int, worker string) (out []*ffdtype.Execution, th Throttle, again bool, err error) {
 	err = WithRetry(ctx, db, func() error {
 		var err error
-		out, err = claimControlled(ctx, db, lane, anyControl, caps, max, worker, false)
+		out, err = claimControlled(ctx, db, lane, caps, max, worker)
 		return err
 	})
 	if err != nil {

@@ -490,13 +490,13 @@ func routedKeyStats(ctx context.Context, db DB, lanes []string) (map[[2]string]k
 	return keys, totals, rows.Err()
 }
 
-// routedKeyRows reads keys of lanes, in lane then key order, as ListKeys
-// shows them but without counts.
+// routedKeyRows reads the keys where says (its condition, order and limit),
+// as ListKeys shows them but without counts.
 func routedKeyRows(ctx context.Context, db DB, where string, args ...any) ([]*ffdtype.Key, []rateState, error) {
 	rows, err := db.Query(ctx, `SELECT lane, key, coalesce(max_running, 0), rate_count,
 			(extract(epoch FROM rate_interval) * 1e6)::bigint, rate_burst, tokens, tokens_at, weight, configured,
 			nullif(served_at, '-infinity')
-		FROM ff_key WHERE `+where+` ORDER BY lane, key`, args...)
+		FROM ff_key WHERE `+where, args...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -530,17 +530,22 @@ func fillKey(k *ffdtype.Key, r rateState, s keyStat, now time.Time) {
 	k.Held = k.Due > 0 && ((k.MaxRunning > 0 && k.Running >= k.MaxRunning) || (k.Rate != nil && k.Tokens < 1))
 }
 
-// listKeysRouted is listKeys on a distributed Postgres.
+// listKeysRouted reads keys of lane in key order, after *after when set,
+// only *key when set, at most limit, with what runs and is due of each.
+// Its statements read ff_key and ff_execution apart (a distributed
+// Postgres joins neither with the other in a statement that reads
+// ff_key, a reference table, beside shards), so it serves both kinds of
+// Postgres.
 func listKeysRouted(ctx context.Context, db DB, lane string, after, key *string, limit int) ([]*ffdtype.Key, error) {
 	var now time.Time
 	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return nil, err
 	}
-	ks, rates, err := routedKeyRows(ctx, db, `lane = $1 AND ($2::text IS NULL OR key > $2) AND ($3::text IS NULL OR key = $3)`, lane, after, key)
+	ks, rates, err := routedKeyRows(ctx, db, `lane = $1 AND ($2::text IS NULL OR key > $2) AND ($3::text IS NULL OR key = $3)
+		ORDER BY lane, key LIMIT $4`, lane, after, key, limit)
 	if err != nil {
 		return nil, err
 	}
-	ks, rates = ks[:min(len(ks), limit)], rates[:min(len(rates), limit)]
 	stats, _, err := routedKeyStats(ctx, db, []string{lane})
 	if err != nil {
 		return nil, err
@@ -551,7 +556,11 @@ func listKeysRouted(ctx context.Context, db DB, lane string, after, key *string,
 	return ks, nil
 }
 
-// listLanesRouted is listLanes on a distributed Postgres.
+// listLanesRouted lists lanes under control ($1: only that one), with
+// what runs and is due in each, and, for keyed lanes, how many keys hold
+// due executions back (at their running limit or out of rate tokens) and
+// how many due executions wait behind them; read as listKeysRouted reads,
+// on either kind of Postgres.
 func listLanesRouted(ctx context.Context, db DB, only *string) ([]*ffdtype.Lane, error) {
 	var now time.Time
 	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
@@ -588,7 +597,7 @@ func listLanesRouted(ctx context.Context, db DB, only *string) ([]*ffdtype.Lane,
 	if err != nil {
 		return nil, err
 	}
-	ks, rates, err := routedKeyRows(ctx, db, `lane = ANY($1::text[]) AND key <> ''`, names)
+	ks, rates, err := routedKeyRows(ctx, db, `lane = ANY($1::text[]) AND key <> '' ORDER BY lane, key`, names)
 	if err != nil {
 		return nil, err
 	}

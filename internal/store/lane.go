@@ -52,7 +52,7 @@ func SetLane(ctx context.Context, db DB, lane string, ch LaneChange) (*ffdtype.L
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelReady, lane); err != nil {
 			return err
 		}
-		ls, err := listLanes(ctx, tx, &lane)
+		ls, err := listLanesRouted(ctx, tx, &lane)
 		if err != nil {
 			return err
 		}
@@ -69,71 +69,10 @@ func SetLane(ctx context.Context, db DB, lane string, ch LaneChange) (*ffdtype.L
 	return l, nil
 }
 
-// laneListSQL lists lanes under control ($1: only that one), with what
-// runs and is due in each, and, for keyed lanes, how many keys hold due
-// executions back (at their running limit or out of rate tokens) and how
-// many due executions wait behind them.
-var laneListSQL = `
-WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t)
-SELECT l.lane, l.paused, coalesce(l.max_running, 0), l.rate_count,
-	(extract(epoch FROM l.rate_interval) * 1e6)::bigint, l.rate_burst, l.keyed, l.updated_at,
-	(SELECT count(*) FROM ff_execution r WHERE r.state = 'running' AND r.lane = l.lane),
-	(SELECT count(*) FROM ff_execution e WHERE e.state = 'pending' AND e.lane = l.lane AND e.run_at <= now()),
-	CASE WHEN l.rate_count IS NOT NULL THEN ` + tokensAt("l", "clock.t") + ` END,
-	h.keys, h.held, h.waiting
-FROM ff_lane l CROSS JOIN clock
-CROSS JOIN LATERAL (
-	SELECT count(*) FILTER (WHERE k.key <> '') AS keys,
-		count(*) FILTER (WHERE k.held) AS held,
-		coalesce(sum(k.due) FILTER (WHERE k.held), 0) AS waiting
-	FROM (
-		SELECT k.key, d.due, d.due > 0 AND (
-				(k.max_running IS NOT NULL AND k.max_running <= (SELECT count(*) FILTER (WHERE r.state = 'running')
-					FROM ff_execution r WHERE r.state IN ('blocked', 'running') AND r.lane = k.lane AND r.concurrency_key = k.key))
-				OR (k.rate_count IS NOT NULL AND ` + tokensAt("k", "clock.t") + ` < 1)) AS held
-		FROM ff_key k
-		CROSS JOIN LATERAL (SELECT count(*) AS due FROM ff_execution e
-			WHERE e.state = 'pending' AND e.lane = k.lane AND e.run_at <= now() AND e.concurrency_key = k.key) d
-		WHERE k.lane = l.lane AND k.key <> ''
-	) k
-) h
-WHERE $1::text IS NULL OR l.lane = $1
-ORDER BY l.lane`
-
-func listLanes(ctx context.Context, db DB, only *string) ([]*ffdtype.Lane, error) {
-	if dist, err := Distributed(ctx, db); err != nil || dist {
-		if err != nil {
-			return nil, err
-		}
-		return listLanesRouted(ctx, db, only)
-	}
-	rows, err := db.Query(ctx, laneListSQL, only)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*ffdtype.Lane, error) {
-		var l ffdtype.Lane
-		var count, burst *int
-		var per *int64
-		var tokens *float64
-		if err := row.Scan(&l.Name, &l.Paused, &l.MaxRunning, &count, &per, &burst, &l.Keyed, &l.UpdatedAt,
-			&l.Running, &l.Due, &tokens, &l.Keys, &l.KeysHeld, &l.WaitingHeld); err != nil {
-			return nil, err
-		}
-		if count != nil {
-			l.Rate = &ffdtype.Rate{Count: *count, Per: time.Duration(*per) * time.Microsecond, Burst: *burst}
-		}
-		if tokens != nil {
-			l.Tokens = *tokens
-		}
-		return &l, nil
-	})
-}
-
 // ListLanes lists the lanes under control (a lane without a control row
 // is neither paused, capped, rate-limited nor keyed), with what runs and
 // waits in each.
 func ListLanes(ctx context.Context, db DB) ([]*ffdtype.Lane, error) {
-	ls, err := listLanes(ctx, db, nil)
+	ls, err := listLanesRouted(ctx, db, nil)
 	return ls, wrap("list lanes", err)
 }
