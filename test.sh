@@ -77,20 +77,20 @@ if [ -n "$missing" ]; then
       sudo=""
       if [ "$(id -u)" != 0 ]; then
         if ! command -v sudo >/dev/null 2>&1; then
-          say "run as root: apt-get install -y$debs"
+          say "run as root: apt-get install -y --no-install-recommends$debs"
           exit 1
         fi
         sudo="sudo"
         if [ "$yes" != 1 ]; then
           if [ ! -t 0 ]; then
-            say "not a terminal, so not asking: run ./test.sh --yes, or sudo apt-get install -y$debs"
+            say "not a terminal, so not asking: run ./test.sh --yes, or sudo apt-get install -y --no-install-recommends$debs"
             exit 1
           fi
           printf 'test.sh: install%s with sudo apt-get? [y/N] ' "$debs" >&2
           read -r answer
           case "$answer" in
             y | Y | yes | YES) ;;
-            *) say "not installed; the tests need them: sudo apt-get install -y$debs"; exit 1 ;;
+            *) say "not installed; the tests need them: sudo apt-get install -y --no-install-recommends$debs"; exit 1 ;;
           esac
         fi
       fi
@@ -98,7 +98,7 @@ if [ -n "$missing" ]; then
       # shellcheck disable=SC2086 # $debs is a list of words
       $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q
       # shellcheck disable=SC2086
-      $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $debs
+      $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $debs
       case "$debs" in
         *pgbouncer*)
           # Debian starts a system-wide PgBouncer; the tests run their own.
