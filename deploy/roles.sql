@@ -1,5 +1,6 @@
--- Least-privilege roles for ffd. Run once per database, connected to it,
--- as a superuser or the database's owner:
+-- Least-privilege roles for ffd. Run it for each database that holds ffd,
+-- connected to that database, as a superuser or as a role that may create
+-- roles and owns the database; running it again is harmless:
 --
 --     psql "$ADMIN_URL" -v ON_ERROR_STOP=1 -f deploy/roles.sql
 --
@@ -28,11 +29,22 @@
 -- privileges below extend them to tables later migrations create, as long
 -- as ffd_migrator runs those migrations.
 
-CREATE ROLE ffd_migrator LOGIN;
-CREATE ROLE ffd_runtime NOLOGIN;
-CREATE ROLE ffd_daemon LOGIN IN ROLE ffd_runtime;
-CREATE ROLE ffd_worker LOGIN IN ROLE ffd_runtime;
-CREATE ROLE ffd_wal LOGIN REPLICATION;
+-- Roles belong to the cluster, not to one database: the first run creates
+-- them, a run for another database (or a second run) finds them.
+DO $$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT * FROM (VALUES
+        ('ffd_migrator', 'LOGIN'), ('ffd_runtime', 'NOLOGIN'), ('ffd_daemon', 'LOGIN'),
+        ('ffd_worker', 'LOGIN'), ('ffd_wal', 'LOGIN REPLICATION')) AS v(name, options)
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r.name) THEN
+            EXECUTE format('CREATE ROLE %I %s', r.name, r.options);
+        END IF;
+    END LOOP;
+END
+$$;
+GRANT ffd_runtime TO ffd_daemon, ffd_worker;
 
 -- The schema: ffd.schema when set, else public.
 SELECT set_config('ffd.schema', coalesce(nullif(current_setting('ffd.schema', true), ''), 'public'), false);
@@ -50,16 +62,26 @@ $$;
 -- Tables that already exist (migrated before this script ran): the
 -- migrator takes them over so that it can alter them, and the runtime
 -- role gets DML on them (SELECT only on the migration ledger).
+-- Tables first, then sequences, each by name: a sequence a column owns
+-- (serial, identity) changes owner with its table and refuses to be
+-- given one of its own, so only free-standing sequences are given one.
 DO $$
 DECLARE
     s text := current_setting('ffd.schema');
     t record;
 BEGIN
-    FOR t IN SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    FOR t IN SELECT c.relname, c.relkind,
+            EXISTS (SELECT 1 FROM pg_depend d
+                WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                    AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')) AS owned
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = s AND c.relname LIKE 'ff\_%' AND c.relkind IN ('r', 'S')
+        ORDER BY c.relkind = 'S', c.relname
     LOOP
         IF t.relkind = 'S' THEN
-            EXECUTE format('ALTER SEQUENCE %I.%I OWNER TO ffd_migrator', s, t.relname);
+            IF NOT t.owned THEN
+                EXECUTE format('ALTER SEQUENCE %I.%I OWNER TO ffd_migrator', s, t.relname);
+            END IF;
             EXECUTE format('GRANT USAGE, SELECT ON SEQUENCE %I.%I TO ffd_runtime', s, t.relname);
         ELSE
             EXECUTE format('ALTER TABLE %I.%I OWNER TO ffd_migrator', s, t.relname);
