@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/ffdtype"
+	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
@@ -137,7 +140,30 @@ func (c *Console) formToken(r *http.Request) bool {
 	return hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(c.csrfFor(sess.Value)))
 }
 
-// act guards an action: POST only (the mux), same origin, the form token
+// maxFormBytes bounds the body of a form the console reads: its forms
+// carry a token and a choice or two.
+const maxFormBytes = 64 << 10
+
+// readForm reads r's form within maxFormBytes. A body over the bound is
+// refused with 413, a body that does not parse with 400, before anything
+// is done: a form read only in part (http.Request.PostFormValue hides
+// the error) would look like one whose choices were left out, and an
+// action must not run on choices it did not get.
+func readForm(w http.ResponseWriter, r *http.Request) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			http.Error(w, fmt.Sprintf("form over %d bytes refused; nothing was done", maxFormBytes), http.StatusRequestEntityTooLarge)
+			return false
+		}
+		http.Error(w, "malformed form refused; nothing was done", http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+// act guards an action: POST only (the mux), a form within bounds, same origin, the form token
 // of the browser's session, then authentication; it runs do and
 // redirects back. The form token guards the credentials a browser sends
 // by itself (the sign-in cookie, basic authentication), which a page of
@@ -147,6 +173,9 @@ func (c *Console) act(name string, do func(r *http.Request, who string) (string,
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !c.auth.enabled() {
 			http.Error(w, "the console is read-only: configure a token or credentials to act", http.StatusForbidden)
+			return
+		}
+		if !readForm(w, r) {
 			return
 		}
 		if !sameOrigin(r) {
@@ -181,6 +210,9 @@ func (c *Console) act(name string, do func(r *http.Request, who string) (string,
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	if c.auth.Token == "" {
 		http.Error(w, "the console has no token to sign in with", http.StatusNotFound)
+		return
+	}
+	if r.Method == http.MethodPost && !readForm(w, r) {
 		return
 	}
 	next := r.FormValue("next")
@@ -218,6 +250,9 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 
 // logout forgets the sign-in.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	if !readForm(w, r) {
+		return
+	}
 	if !sameOrigin(r) || !c.formToken(r) {
 		http.Error(w, "missing or stale form token: reload the page", http.StatusForbidden)
 		return
@@ -255,9 +290,12 @@ func (c *Console) routeActions() {
 		if err != nil {
 			return "", err
 		}
+		// No default: each policy cancels differently, and a request
+		// that names none (or one lost with a body cut short) must not
+		// be taken for the one that cancels the most.
 		policy := ffdtype.CancelPolicy(r.PostFormValue("policy"))
 		if policy == "" {
-			policy = ffdtype.CancelAll
+			return "", fault.Invalid(ffdtype.KindRequired, "policy", "", "choose flow_only, cancel_pending or cancel_all")
 		}
 		_, err = flows.Cancel(r.Context(), c.pool, id, policy, "cancelled from the console by "+who)
 		return "/flows/" + id.String(), err

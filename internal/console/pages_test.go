@@ -516,3 +516,62 @@ func TestConsoleOperatorPages(t *testing.T) {
 	navigate(t, ctx, base+"/executions")
 	screenshot(t, ctx, "console-executions.png")
 }
+
+// An action runs only on a form it read whole and on choices it was
+// given: a body over the bound is 413, a cancel naming no policy or an
+// unknown one is 400, and none of them cancels anything (a body of
+// 10 MiB once hid its policy and was taken for cancel_all).
+func TestConsoleActionsRefuseWhatTheyCannotRead(t *testing.T) {
+	t.Parallel()
+	f, _, sub := setup(t)
+	base := serve(t, f, console.Auth{Token: "s3cret"})
+	auth := http.Header{"Authorization": {"Bearer s3cret"}}
+	cancel := "/actions/flows/" + sub.Flow.ID.String() + "/cancel"
+	pad := strings.Repeat("x", 10<<20)
+	for _, tc := range []struct {
+		name string
+		form url.Values
+		code int
+		body string
+	}{
+		{"a 10 MiB body", url.Values{"policy": {"flow_only"}, "pad": {pad}}, http.StatusRequestEntityTooLarge, "nothing was done"},
+		{"a body just over the bound", url.Values{"policy": {"cancel_all"}, "pad": {strings.Repeat("x", 64<<10)}}, http.StatusRequestEntityTooLarge, "nothing was done"},
+		{"no policy", url.Values{}, http.StatusBadRequest, "policy"},
+		{"an empty policy", url.Values{"policy": {""}}, http.StatusBadRequest, "policy"},
+		{"an unknown policy", url.Values{"policy": {"everything"}}, http.StatusBadRequest, "want flow_only, cancel_all or cancel_pending"},
+	} {
+		code, body := post(t, base, cancel, tc.form, auth)
+		if code != tc.code || !strings.Contains(body, tc.body) {
+			t.Errorf("%s: %d %.200q; want %d with %q", tc.name, code, body, tc.code, tc.body)
+		}
+		if n := f.Count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND state = 'cancelled'`, sub.Flow.ID); n != 0 {
+			t.Fatalf("%s: %d members cancelled; want none", tc.name, n)
+		}
+		if n := f.Count(`SELECT count(*) FROM ff_flow WHERE flow_id = $1 AND state = 'open'`, sub.Flow.ID); n != 1 {
+			t.Fatalf("%s: the flow is no longer open", tc.name)
+		}
+	}
+	// A malformed body is 400 too, and so is one over the bound on the
+	// sign-in form.
+	req, _ := http.NewRequest(http.MethodPost, base+cancel, strings.NewReader("policy=%zz"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := (&http.Client{CheckRedirect: noRedirect}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a malformed form: %d, want 400", resp.StatusCode)
+	}
+	if code, _ := post(t, base, "/login", url.Values{"token": {"s3cret"}, "pad": {pad}}, nil); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 10 MiB sign-in: %d, want 413", code)
+	}
+	// The least destructive policy, named, does what it says.
+	if code, body := post(t, base, cancel, url.Values{"policy": {"flow_only"}}, auth); code != http.StatusSeeOther {
+		t.Fatalf("flow_only: %d %.200q, want 303", code, body)
+	}
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE flow_id = $1 AND state = 'cancelled'`, sub.Flow.ID); n != 0 {
+		t.Fatalf("flow_only cancelled %d members; want none", n)
+	}
+}
