@@ -120,12 +120,7 @@ func (c *completer) Complete(x *Execution, result []byte, done func(error)) {
 
 // completeNow records one result on the caller's goroutine, once the
 // batch loop is gone.
-func (c *completer) completeNow(item *completion) {
-	ctx, cancel := context.WithTimeout(c.ctx, finishTimeout)
-	defer cancel()
-	_, err := c.client.Complete(ctx, item.x.ID, item.x.LeaseEpoch, item.result)
-	item.done(err)
-}
+func (c *completer) completeNow(item *completion) { c.completeAlone(item) }
 
 // run commits batches until quit, then flushes everything still queued.
 func (c *completer) run() {
@@ -157,59 +152,89 @@ func (c *completer) run() {
 	}
 }
 
-// commit completes a batch in one transaction. A batch that waited too
-// long for a row lock is split: each completion is retried on its own, in
-// the background, so the loop goes back to new completions at once and
-// only the completion behind the lock keeps waiting.
+// commit completes a batch in one transaction. A batch that failed for
+// a transient reason (a connection lost, a deadline on a loaded server)
+// is tried again after a backoff, on the loop, so that a slow database
+// slows the queue (and through it the claims) instead of dropping
+// results: a result dropped is work done again. A batch that waited too
+// long for a row lock is split: each completion is retried on its own,
+// in the background, so the loop goes back to new completions at once
+// and only the completion behind the lock keeps waiting. So is each
+// completion whose own read failed for a transient reason.
 func (c *completer) commit(batch []*completion) {
 	items := make([]leases.Completion, len(batch))
+	var ttl time.Duration
 	for i, item := range batch {
 		items[i] = leases.Completion{ID: item.x.ID, Epoch: item.x.LeaseEpoch, Result: item.result, Solo: item.x.FlowID == nil}
+		ttl = max(ttl, item.x.LeaseTTL)
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, finishTimeout)
-	start := time.Now()
-	_, errs, err := leases.CompleteMany(ctx, c.client.pool, c.client.limits, items, c.lockTimeout)
-	c.metrics.committed(time.Since(start))
-	cancel()
-	if store.IsLockTimeout(err) {
-		c.log.Warn("completion batch waited too long for a lock; completing each on its own", zap.Int("completions", len(batch)))
-		for _, item := range batch {
-			c.wg.Go(func() { c.completeAlone(item) })
+	var errs []error
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(c.ctx, recordTimeout(ttl))
+		start := time.Now()
+		var err error
+		_, errs, err = leases.CompleteMany(ctx, c.client.pool, c.client.limits, items, c.lockTimeout)
+		c.metrics.committed(time.Since(start))
+		cancel()
+		if err == nil {
+			break
 		}
-		return
+		if store.IsLockTimeout(err) {
+			c.log.Warn("completion batch waited too long for a lock; completing each on its own", zap.Int("completions", len(batch)))
+			for _, item := range batch {
+				c.wg.Go(func() { c.completeAlone(item) })
+			}
+			return
+		}
+		if !c.again(try, len(batch), err) {
+			for _, item := range batch {
+				item.done(err)
+			}
+			return
+		}
 	}
 	for i, item := range batch {
-		if err != nil {
-			item.done(err)
-		} else {
-			item.done(errs[i])
+		if store.Transient(errs[i]) && c.ctx.Err() == nil {
+			c.wg.Go(func() { c.completeAlone(item) })
+			continue
 		}
+		item.done(errs[i])
 	}
 }
 
-// completeAlone retries one completion, waiting out lock timeouts with
-// backoff, for at most finishTimeout.
+// again reports whether a try that failed with err is to be made again,
+// after waiting out its backoff: a transient error, while the worker's
+// Stop has not cut the completer off.
+func (c *completer) again(try, completions int, err error) bool {
+	if !store.Transient(err) || c.ctx.Err() != nil {
+		return false
+	}
+	d := retryBackoff(recordRetryBase, recordRetryMax, try)
+	c.log.Warn("record completions failed; retrying, the leases kept meanwhile",
+		zap.Int("completions", completions), zap.Int("try", try), zap.Duration("backoff", d), zap.Error(err))
+	select {
+	case <-c.ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// completeAlone records one completion in a transaction of its own,
+// trying again after a lock timeout or any other transient failure,
+// until it is recorded or refused, or Stop cuts the completer off.
 func (c *completer) completeAlone(item *completion) {
-	ctx, cancel := context.WithTimeout(c.ctx, finishTimeout)
-	defer cancel()
-	backoff := 50 * time.Millisecond
 	one := []leases.Completion{{ID: item.x.ID, Epoch: item.x.LeaseEpoch, Result: item.result, Solo: item.x.FlowID == nil}}
-	for {
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(c.ctx, recordTimeout(item.x.LeaseTTL))
 		_, errs, err := leases.CompleteMany(ctx, c.client.pool, c.client.limits, one, c.lockTimeout)
+		cancel()
 		if err == nil {
-			item.done(errs[0])
-			return
+			err = errs[0]
 		}
-		if !store.IsLockTimeout(err) {
+		if !c.again(try, 1, err) {
 			item.done(err)
 			return
 		}
-		select {
-		case <-ctx.Done():
-			item.done(err)
-			return
-		case <-time.After(jitter(backoff)):
-		}
-		backoff = min(backoff*2, time.Second)
 	}
 }

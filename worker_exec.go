@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -14,9 +15,40 @@ import (
 	"github.com/flowfabric/ffd/internal/store"
 )
 
-// finishTimeout bounds the complete/fail call after a handler returns,
-// independent of the handler's context.
+// finishTimeout is the least bound of one try at recording how a run
+// ended (recordTimeout), independent of the handler's context.
 const finishTimeout = 30 * time.Second
+
+// Backoff between tries at recording how a run ended.
+const (
+	recordRetryBase = 100 * time.Millisecond
+	recordRetryMax  = 5 * time.Second
+)
+
+// recordTimeout bounds one try at recording an outcome of executions
+// whose longest lease TTL is ttl: the lease is kept meanwhile, so the try
+// may take as long as a lease lasts, and at least finishTimeout. The
+// bound is for a connection that hangs; a try cut short is made again.
+func recordTimeout(ttl time.Duration) time.Duration { return max(finishTimeout, ttl) }
+
+// renewTimeout bounds one renewal of x's lease: its TTL. A renewal that
+// takes longer than a heartbeat interval (a loaded server, a row lock
+// held a while) still keeps the lease if it lands before the lease is
+// taken away; cutting it at the interval wasted it and its connection
+// (a statement that a deadline interrupts closes its connection), which
+// is how a slow server became a storm of reconnects and lost leases.
+func renewTimeout(x *Execution) time.Duration { return x.LeaseTTL }
+
+// retryBackoff is the pause after the n-th failed try (n ≥ 1): base,
+// doubling, at most ceiling, then between half and all of it at random,
+// so that the workers one fault hit do not come back in step.
+func retryBackoff(base, ceiling time.Duration, n int) time.Duration {
+	d := ceiling
+	if n < 32 {
+		d = min(base<<(n-1), ceiling)
+	}
+	return d/2 + rand.N(d/2+1)
+}
 
 // executor is the worker's second part: it runs each claimed execution's
 // handler under a heartbeat that renews the lease, cancels a handler
@@ -230,16 +262,18 @@ func (e *executor) execute(ctx context.Context, j *runningJob) {
 func (e *executor) runHandler(ctx context.Context, j *runningJob) (result []byte, herr error) {
 	x := j.x
 	hbDone := make(chan struct{})
-	hbStopped := make(chan struct{})
+	// The heartbeat ends on its own once hbDone is closed: a renewal in
+	// flight (it may take up to the TTL on a slow server) finishes
+	// without holding up the result. Stop waits for it like a handler.
+	e.jobs.Add(1)
 	go func() {
-		defer close(hbStopped)
+		defer e.jobs.Done()
 		e.heartbeat(ctx, j, hbDone, false)
 	}()
 	var pc panics.Catcher
 	j.job = &Job{Execution: x, client: e.client}
 	pc.Try(func() { result, herr = e.cfg.Handler(ctx, j.job) })
 	close(hbDone)
-	<-hbStopped
 	if r := pc.Recovered(); r != nil {
 		herr = fmt.Errorf("handler panicked: %v", r.Value)
 		e.log.Error("handler panicked", jobFields(x, zap.Any("panic", r.Value), zap.String("stack", string(r.Stack)))...)
@@ -279,18 +313,13 @@ func (e *executor) finish(ctx context.Context, j *runningJob, result []byte, her
 	if herr == nil {
 		// The lease is renewed until the result is recorded, not only
 		// while the handler runs: a batch that commits slowly (a busy
-		// server, a distributed Postgres committing in two phases) must
-		// not let it lapse, or the execution runs again elsewhere and
-		// this result is refused. The slot is free meanwhile.
-		// Most results are recorded well within a renewal interval, so
-		// renewals start only if this one is not: a timer, not a
-		// goroutine, for each completion. The first comes one interval
-		// after the handler's end, at most two after its last renewal.
-		recorded := make(chan struct{})
-		keep := time.AfterFunc(heartbeatInterval(x), func() { e.heartbeat(e.ctx, j, recorded, true) })
+		// server, a distributed Postgres committing in two phases) or
+		// is tried again must not let it lapse, or the execution runs
+		// again elsewhere and this result is refused. The slot is free
+		// meanwhile.
+		release := e.keepLease(j)
 		e.done.Complete(x, result, func(err error) {
-			keep.Stop()
-			close(recorded)
+			release()
 			e.logFinish(x, "completed", err)
 			if errors.Is(err, ErrLeaseLost) {
 				report(HandlerLeaseLost)
@@ -308,12 +337,11 @@ func (e *executor) finish(ctx context.Context, j *runningJob, result []byte, her
 // be large, and fails alone), renewing the lease until it is recorded.
 func (e *executor) completeSpawn(j *runningJob, result []byte, spawn *SpawnParams) string {
 	x := j.x
-	recorded := make(chan struct{})
-	keep := time.AfterFunc(heartbeatInterval(x), func() { e.heartbeat(e.ctx, j, recorded, true) })
-	defer func() { keep.Stop(); close(recorded) }()
-	fctx, cancel := context.WithTimeout(e.ctx, finishTimeout)
-	defer cancel()
-	_, spawned, err := e.client.CompleteAndSpawn(fctx, x.ID, x.LeaseEpoch, result, *spawn)
+	var spawned *Spawned
+	err := e.record(j, "spawn", func(ctx context.Context) (err error) {
+		_, spawned, err = e.client.CompleteAndSpawn(ctx, x.ID, x.LeaseEpoch, result, *spawn)
+		return err
+	})
 	if err != nil {
 		var ve *ValidationError
 		var ce *ConflictError
@@ -336,9 +364,11 @@ func (e *executor) completeSpawn(j *runningJob, result []byte, spawn *SpawnParam
 // suspend records the wait a handler asked for.
 func (e *executor) suspend(j *runningJob, wait *SuspendError) string {
 	x := j.x
-	fctx, cancel := context.WithTimeout(e.ctx, finishTimeout)
-	defer cancel()
-	out, err := e.client.Suspend(fctx, x.ID, x.LeaseEpoch, wait.Params)
+	var out *Suspended
+	err := e.record(j, "wait", func(ctx context.Context) (err error) {
+		out, err = e.client.Suspend(ctx, x.ID, x.LeaseEpoch, wait.Params)
+		return err
+	})
 	if err != nil {
 		var ve *ValidationError
 		if errors.As(err, &ve) {
@@ -365,11 +395,13 @@ func (e *executor) fail(j *runningJob, herr error) string {
 	// finish; a cancelled parent is not ours to obey here): record the
 	// outcome on the executor's own context, which only Stop's deadline
 	// cuts.
-	fctx, cancel := context.WithTimeout(e.ctx, finishTimeout)
-	defer cancel()
 	var perm *PermanentError
 	retry := !errors.As(herr, &perm)
-	out, err := e.client.Fail(fctx, x.ID, x.LeaseEpoch, FailParams{Error: leases.CleanText(herr.Error(), MaxErrorBytes), Retryable: retry})
+	var out *Ending
+	err := e.record(j, "failure", func(ctx context.Context) (err error) {
+		out, err = e.client.Fail(ctx, x.ID, x.LeaseEpoch, FailParams{Error: leases.CleanText(herr.Error(), MaxErrorBytes), Retryable: retry})
+		return err
+	})
 	state := "failed"
 	if out != nil {
 		state = string(out.State)
@@ -405,44 +437,96 @@ func (e *executor) logFinish(x *Execution, state string, err error, more ...zap.
 	}
 }
 
+// keepLease renews j's lease while how its run ended is being recorded,
+// until the returned release is called. Most outcomes are recorded well
+// within a renewal interval, so renewals start only if this one is not:
+// a timer, not a goroutine, for each outcome. The first comes one
+// interval after the handler's end, at most two after its last renewal.
+func (e *executor) keepLease(j *runningJob) (release func()) {
+	recorded := make(chan struct{})
+	keep := time.AfterFunc(heartbeatInterval(j.x), func() { e.heartbeat(e.ctx, j, recorded, true) })
+	return func() { keep.Stop(); close(recorded) }
+}
+
+// record runs op, a call that records how j's run ended, keeping the
+// lease meanwhile, until op returns anything but a transient error (each
+// try bounded by recordTimeout, a backoff between tries) or Stop's
+// deadline cuts the executor off: an outcome given up is work done again
+// or a failure counted twice, so a slow or restarting database is
+// waited out. Recording is idempotent: a try whose commit was lost with
+// its connection is answered by the next from what it wrote.
+func (e *executor) record(j *runningJob, what string, op func(ctx context.Context) error) error {
+	release := e.keepLease(j)
+	defer release()
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(e.ctx, recordTimeout(j.x.LeaseTTL))
+		err := op(ctx)
+		cancel()
+		if !store.Transient(err) || e.ctx.Err() != nil {
+			return err
+		}
+		d := retryBackoff(recordRetryBase, recordRetryMax, try)
+		e.log.Warn("record "+what+" failed; retrying, the lease kept meanwhile",
+			jobFields(j.x, zap.Int("try", try), zap.Duration("backoff", d), zap.Error(err))...)
+		select {
+		case <-e.ctx.Done():
+			return err
+		case <-time.After(d):
+		}
+	}
+}
+
 // heartbeatInterval is how often x's lease is renewed: a third of its TTL.
 func heartbeatInterval(x *Execution) time.Duration { return max(x.LeaseTTL/3, 10*time.Millisecond) }
 
-// heartbeat renews the lease every heartbeatInterval until done (at once
-// first, when now); a fenced renewal cancels the handler with
-// ErrLeaseLost.
+// heartbeat renews the lease every heartbeatInterval until done or ctx
+// ends (at once first, when now); a fenced renewal cancels the handler with
+// ErrLeaseLost. A renewal may take up to the lease's TTL (renewTimeout);
+// one that failed is tried again after a jittered backoff shorter than
+// the interval, so that a moment's fault costs no lease.
 func (e *executor) heartbeat(ctx context.Context, j *runningJob, done <-chan struct{}, now bool) {
 	interval := heartbeatInterval(j.x)
-	t := time.NewTicker(interval)
+	next := interval
+	if now {
+		next = 0
+	}
+	t := time.NewTimer(next)
 	defer t.Stop()
-	for {
-		if !now {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		} else {
-			select {
-			case <-done:
-				return
-			default:
-			}
+	for failures := 0; ; {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-		now = false
-		rctx, cancel := context.WithTimeout(ctx, interval)
+		select {
+		case <-done: // the outcome was recorded while the timer fired
+			return
+		default:
+		}
+		sent := time.Now()
+		// On the executor's context, not ctx: a run that ends (its
+		// context cancelled) while a renewal is in flight lets it land
+		// rather than cut it and its connection.
+		rctx, cancel := context.WithTimeout(e.ctx, renewTimeout(j.x))
 		_, err := e.client.Renew(rctx, j.x.ID, j.x.LeaseEpoch)
 		cancel()
 		switch {
 		case err == nil:
+			failures = 0
+			next = max(interval-time.Since(sent), 0)
 		case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
 			e.log.Info("heartbeat fenced; cancelling handler", jobFields(j.x, zap.Error(err))...)
 			j.cancel(ErrLeaseLost)
 			return
 		default:
-			e.log.Warn("heartbeat failed; will retry", jobFields(j.x, zap.Error(err))...)
+			failures++
+			next = retryBackoff(max(interval/8, 10*time.Millisecond), interval, failures)
+			if ctx.Err() == nil {
+				e.log.Warn("heartbeat failed; will retry", jobFields(j.x, zap.Int("failures", failures), zap.Duration("backoff", next), zap.Error(err))...)
+			}
 		}
+		t.Reset(next)
 	}
 }
