@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -22,6 +23,12 @@ import (
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/pgserver"
+)
+
+// The pools of the harness and of each worker process.
+const (
+	harnessMaxConns = 6
+	workerMaxConns  = 8
 )
 
 // Defaults of Config: the short form, about a minute on two cores.
@@ -83,11 +90,32 @@ type Config struct {
 	// 1, the coordinator, then the other worker nodes.
 	// Default 0: one Postgres.
 	CitusNodes int
+	// Faults are the kinds of fault injected (FaultKillDaemon, ...,
+	// FaultKillConsumer), each once per shuffled cycle. Default: every
+	// kind.
+	Faults []string
+	// FreezeFor is how long a frozen daemon stays frozen; at least the
+	// session guard's bound plus four seconds. Default: twice the guard's
+	// bound plus six seconds.
+	FreezeFor time.Duration
+	// Hogs is how many busy-looping processes load the machine from the
+	// start of the fault phase to the end of the drain (a machine shared
+	// with heavy work). Default 0.
+	Hogs int
 	// Seed makes the DAGs and the fault schedule repeatable. Default 0
 	// (a fixed seed; pass a random one to explore).
 	Seed uint64
 	// Logf reports progress. Default: none.
 	Logf func(format string, args ...any)
+}
+
+// guardBound is the daemons' idle-in-transaction bound: the suite's
+// setting, else ffd's default.
+func (c *Config) guardBound() time.Duration {
+	if c.IdleInTransactionTimeout > 0 {
+		return c.IdleInTransactionTimeout
+	}
+	return ffd.DefaultIdleInTransactionTimeout
 }
 
 func (c *Config) normalize() error {
@@ -121,6 +149,20 @@ func (c *Config) normalize() error {
 	}
 	if c.MaxNodes < c.MinNodes {
 		return fmt.Errorf("chaos: MaxNodes %d below MinNodes %d", c.MaxNodes, c.MinNodes)
+	}
+	if len(c.Faults) == 0 {
+		c.Faults = append(append([]string{}, cycle...), FaultKillConsumer)
+	}
+	for _, f := range c.Faults {
+		if !slices.Contains(cycle, f) && f != FaultKillConsumer {
+			return fmt.Errorf("chaos: unknown fault %q (want one of %v or %s)", f, cycle, FaultKillConsumer)
+		}
+	}
+	if bound := c.guardBound(); c.FreezeFor > 0 && c.FreezeFor < bound+4*time.Second {
+		return fmt.Errorf("chaos: FreezeFor %s is shorter than the session guard's bound %s plus 4s", c.FreezeFor, bound)
+	}
+	if c.Hogs < 0 {
+		c.Hogs = 0
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
@@ -170,6 +212,25 @@ type Report struct {
 	// kill or a crash): expected, removed by dedupe.
 	CursorDuplicates int `json:"cursor_duplicates"`
 	WALDuplicates    int `json:"wal_duplicates"`
+	// HandlerSuccesses are the handler runs that returned success (each
+	// worker process logs them); SuccessesNotRecorded those whose attempt
+	// did not end succeeded though their execution was not cancelled (a
+	// killed worker, or a lost lease); SucceededEndedOtherwise the
+	// executions whose handler succeeded that still ended expired or
+	// failed. In a run whose faults take nothing from the workers, the
+	// last two must be 0.
+	HandlerSuccesses        int `json:"handler_successes"`
+	SuccessesNotRecorded    int `json:"successes_not_recorded"`
+	SucceededEndedOtherwise int `json:"succeeded_ended_otherwise"`
+	// PeakConnections is the most sessions seen at once on the (first)
+	// server, sampled every 250 ms; ConnectionBudget what the processes'
+	// pools allow; SessionsOpened the sessions the server accepted from
+	// the start of the fault phase to the end of the drain (reconnects).
+	PeakConnections  int   `json:"peak_connections"`
+	ConnectionBudget int   `json:"connection_budget"`
+	SessionsOpened   int64 `json:"sessions_opened"`
+	// PeakLoad is the machine's highest one-minute load average seen.
+	PeakLoad float64 `json:"peak_load"`
 	// Violations of an invariant, of a DAG's ground truth or of the
 	// consumers' completeness. Must be empty.
 	Violations []string `json:"violations"`
@@ -190,6 +251,7 @@ type harness struct {
 	daemons, workers []*proc
 	cursor, wal      *proc
 	all              []*proc
+	hogs             []*proc
 
 	mu        sync.Mutex
 	report    Report
@@ -213,36 +275,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	h.report.Seed = cfg.Seed
 	h.report.Faults = map[string]int{}
 	h.report.Starts = map[string]int{}
+	h.report.ConnectionBudget = h.connectionBudget()
 	defer h.close()
-	h.servers, h.ports = make([]*pgserver.Server, 1+cfg.CitusNodes), make([]int, 1+cfg.CitusNodes)
-	for i := range h.servers {
-		if err := h.startServer(ctx, i); err != nil {
-			return nil, err
-		}
-	}
-	if err := h.formCluster(ctx); err != nil {
-		return nil, err
-	}
-	if out, err := exec.CommandContext(ctx, cfg.FFD, "migrate", "up", "--database-url", h.url, "--log-level", "warn").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("ffd migrate up: %w\n%s", err, out)
-	}
-	if err := h.distribute(ctx); err != nil {
-		return nil, err
-	}
-	pcfg, err := pgxpool.ParseConfig(h.appURL("harness"))
-	if err != nil {
-		return nil, err
-	}
-	pcfg.MaxConns = 6
-	guard := ffd.DefaultSessionConfig()
-	guard.ConnectTimeout = 2 * time.Second
-	if err := ffd.ConfigurePool(pcfg, &guard); err != nil {
-		return nil, err
-	}
-	if h.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
-	}
-	if err := h.setUpKeyed(ctx); err != nil {
+	if err := h.setUp(ctx); err != nil {
 		return nil, err
 	}
 	runCtx, stopProcs := context.WithCancel(ctx)
@@ -250,30 +285,86 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := h.startProcesses(runCtx); err != nil {
 		return nil, err
 	}
-	monCtx, stopMonitor := context.WithCancel(ctx)
-	monitored := make(chan struct{})
-	go func() {
-		defer close(monitored)
-		h.monitor(monCtx)
-	}()
-	defer func() { stopMonitor(); <-monitored }()
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		h.sampleKeys(sampleCtx)
-	}()
-	defer func() { stopSampling(); <-sampled }()
+	stopWatching := watch(ctx, h.monitor, h.sampleKeys, h.sampleLoad)
+	defer stopWatching()
+	sessions, sessErr := h.sessionsOpened(ctx)
+	h.startHogs(runCtx)
+	if err := h.faultPhase(ctx); err != nil {
+		return nil, err
+	}
+	h.drain(ctx)
+	stopWatching()
+	h.stopHogs()
+	if after, err := h.sessionsOpened(ctx); err == nil && sessErr == nil {
+		h.report.SessionsOpened = after - sessions
+	}
+	h.verify(ctx)
+	h.verifyConsumers(ctx)
+	h.verifyConnections()
+	h.stopProcesses()
+	h.collectExits()
+	h.verifySuccesses(ctx, !h.takesFromWorkers())
+	sort.Strings(h.report.Violations)
+	return &h.report, nil
+}
 
-	// The fault phase: submissions, consumer kills and faults together.
-	// Work goes on until the last fault has ended (a freeze must see work
-	// to check that the others progress).
-	phaseCtx, endPhase := context.WithTimeout(ctx, cfg.Duration)
+// watch runs each of watchers until the returned stop is called (once or
+// more) or ctx ends; stop returns once they all have returned.
+func watch(ctx context.Context, watchers ...func(context.Context)) (stop func()) {
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, w := range watchers {
+		wg.Go(func() { w(wctx) })
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
+// setUp starts the servers, forms and migrates the cluster, connects the
+// harness's pool and sets up the keyed lane.
+func (h *harness) setUp(ctx context.Context) error {
+	cfg := h.cfg
+	h.servers, h.ports = make([]*pgserver.Server, 1+cfg.CitusNodes), make([]int, 1+cfg.CitusNodes)
+	for i := range h.servers {
+		if err := h.startServer(ctx, i); err != nil {
+			return err
+		}
+	}
+	if err := h.formCluster(ctx); err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, cfg.FFD, "migrate", "up", "--database-url", h.url, "--log-level", "warn").CombinedOutput(); err != nil {
+		return fmt.Errorf("ffd migrate up: %w\n%s", err, out)
+	}
+	if err := h.distribute(ctx); err != nil {
+		return err
+	}
+	pcfg, err := pgxpool.ParseConfig(h.appURL("harness"))
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = harnessMaxConns
+	guard := ffd.DefaultSessionConfig()
+	guard.ConnectTimeout = 2 * time.Second
+	if err := ffd.ConfigurePool(pcfg, &guard); err != nil {
+		return err
+	}
+	if h.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	return h.setUpKeyed(ctx)
+}
+
+// faultPhase runs submissions, consumer kills and faults together for
+// the configured duration. Work goes on until the last fault has ended
+// (a freeze must see work to check that the others progress).
+func (h *harness) faultPhase(ctx context.Context) error {
+	phaseCtx, endPhase := context.WithTimeout(ctx, h.cfg.Duration)
 	workCtx, endWork := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); h.submit(workCtx) }()
-	go func() { defer wg.Done(); h.killConsumers(workCtx) }()
+	wg.Go(func() { h.submit(workCtx) })
+	if slices.Contains(h.cfg.Faults, FaultKillConsumer) {
+		wg.Go(func() { h.killConsumers(workCtx) })
+	}
 	started := time.Now()
 	h.injectFaults(phaseCtx)
 	endPhase()
@@ -281,19 +372,38 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	wg.Wait()
 	h.report.FaultPhase = time.Since(started)
 	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
-	cfg.Logf("chaos: faults over after %s (%v); draining", h.report.FaultPhase.Round(time.Second), h.report.Faults)
+	h.cfg.Logf("chaos: faults over after %s (%v); draining", h.report.FaultPhase.Round(time.Second), h.report.Faults)
+	return nil
+}
 
-	h.drain(ctx)
-	stopSampling()
-	<-sampled
-	h.verify(ctx)
-	h.verifyConsumers(ctx)
-	h.stopProcesses()
-	h.collectExits()
-	sort.Strings(h.report.Violations)
-	return &h.report, nil
+// takesFromWorkers reports whether a fault of the run can take work from
+// a worker process (kill it, end its sessions, crash the server under
+// it), so that a success it logged may rightly go unrecorded.
+func (h *harness) takesFromWorkers() bool {
+	return slices.ContainsFunc(h.cfg.Faults, func(f string) bool {
+		return f == FaultKillWorker || f == FaultTerminate || f == FaultCrash
+	})
+}
+
+// verifyConnections checks, in a run whose faults leave every session
+// alone (no termination, no crash restart), that the processes stayed
+// within their pools: at no moment more sessions than the budget, and no
+// more sessions opened during the run than the budget (each connection
+// of each pool opened at most once more: no reconnect storm).
+func (h *harness) verifyConnections() {
+	if slices.Contains(h.cfg.Faults, FaultTerminate) || slices.Contains(h.cfg.Faults, FaultCrash) ||
+		slices.Contains(h.cfg.Faults, FaultKillDaemon) || slices.Contains(h.cfg.Faults, FaultKillWorker) {
+		return
+	}
+	r := &h.report
+	if r.PeakConnections > r.ConnectionBudget {
+		h.violation("%d sessions at once, over the pools' budget of %d", r.PeakConnections, r.ConnectionBudget)
+	}
+	if r.SessionsOpened > int64(r.ConnectionBudget) {
+		h.violation("%d sessions opened during the run, more than the pools' budget of %d: a reconnect storm", r.SessionsOpened, r.ConnectionBudget)
+	}
 }
 
 // violation records a breach.
@@ -415,7 +525,8 @@ func (h *harness) startProcesses(ctx context.Context) error {
 	}
 	for i := range h.cfg.Workers {
 		name := fmt.Sprintf("worker-%d", i+1)
-		env := []string{EnvRole + "=" + RoleWorker, envURL + "=" + h.url, envName + "=" + name}
+		env := []string{EnvRole + "=" + RoleWorker, envURL + "=" + h.url, envName + "=" + name,
+			envSuccessLog + "=" + filepath.Join(dir, "successes-"+name+".log")}
 		h.workers = append(h.workers, newProc(dir, name, h.cfg.Self, nil, env, DefaultRestartDelay))
 	}
 	h.cursor = newProc(dir, "cursor", h.cfg.FFD, append([]string{"events", "tail", "--consumer", "chaos", "--follow",
@@ -511,7 +622,7 @@ func (h *harness) collectExits() {
 }
 
 func (h *harness) close() {
-	for _, p := range h.all {
+	for _, p := range append(h.all, h.hogs...) {
 		p.stop(syscall.SIGKILL, 5*time.Second)
 	}
 	if h.pool != nil {

@@ -33,7 +33,15 @@ func (h *harness) injectFaults(ctx context.Context) {
 		case <-time.After(h.cfg.FaultGap):
 		}
 		if len(order) == 0 {
-			order = append(order, cycle...)
+			for _, f := range h.cfg.Faults {
+				if f != FaultKillConsumer { // killConsumers' own loop
+					order = append(order, f)
+				}
+			}
+			if len(order) == 0 {
+				<-ctx.Done()
+				return
+			}
 			h.mu.Lock()
 			h.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 			h.mu.Unlock()
@@ -192,12 +200,13 @@ func (h *harness) freeze(ctx context.Context) {
 	if !inTx {
 		d.signal(syscall.SIGSTOP) // frozen between transactions: still a fault
 	}
-	bound := h.cfg.IdleInTransactionTimeout
-	if bound == 0 {
-		bound = 15 * time.Second // ffd's default guard
+	bound := h.cfg.guardBound()
+	hold := h.cfg.FreezeFor
+	if hold == 0 {
+		hold = 2*bound + 6*time.Second
 	}
 	from := time.Now()
-	time.Sleep(2*bound + 6*time.Second)
+	time.Sleep(hold)
 	// After the guard's bound (plus the lock waits it ends), the others
 	// must have completed something while this daemon is still frozen.
 	late := from.Add(bound + 3*time.Second)

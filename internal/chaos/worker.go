@@ -63,7 +63,10 @@ func runWorker(log *zap.Logger) error {
 		return fmt.Errorf("parse %s: %w", envURL, err)
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "chaos-" + name
-	cfg.MaxConns = 8
+	cfg.MaxConns = workerMaxConns
+	if err := openSuccessLog(); err != nil {
+		return err
+	}
 	if err := ffd.ConfigurePool(cfg, nil); err != nil {
 		return err
 	}
@@ -99,5 +102,6 @@ func handle(ctx context.Context, job *ffd.Job) ([]byte, error) {
 	if strings.HasSuffix(job.Kind, ".fail") {
 		return nil, ffd.Permanent(errors.New("planned failure"))
 	}
+	logSuccess(job)
 	return []byte(`{"ok":true}`), nil
 }
