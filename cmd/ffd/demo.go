@@ -99,9 +99,9 @@ func (c *DemoCmd) Run(ctx context.Context, g *Globals) error {
 		if !c.JSON {
 			fmt.Fprintln(g.stdout, "starting a private PostgreSQL (pass --database-url to use another)")
 		}
-		srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "data")})
+		srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "data"), StartTimeout: c.Timeout})
 		if err != nil {
-			return err
+			return c.overBudget(ctx, "starting the private PostgreSQL", err)
 		}
 		defer func() {
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pgserver.DefaultStopTimeout)
@@ -117,14 +117,41 @@ func (c *DemoCmd) Run(ctx context.Context, g *Globals) error {
 	pcfg.MaxConns = 16
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return err
+		return c.overBudget(ctx, "connecting", err)
 	}
 	defer pool.Close()
 	if _, err := schema.Up(ctx, pool, 0); err != nil {
+		return c.overBudget(ctx, "migrating", err)
+	}
+	return c.overBudget(ctx, "the demo", c.demo(ctx, g, pool))
+}
+
+// overBudget names the demo's budget in err when ctx ran out of it: a
+// loaded machine's raw "context deadline exceeded" says nothing of
+// --timeout.
+func (c *DemoCmd) overBudget(ctx context.Context, step string, err error) error {
+	if err == nil || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return err
 	}
-	return c.demo(ctx, g, pool)
+	var named *demoTimeoutError
+	if errors.As(err, &named) {
+		return err
+	}
+	return &demoTimeoutError{step: step, budget: c.Timeout, err: err}
 }
+
+// demoTimeoutError is a step of the demo that ran out of --timeout.
+type demoTimeoutError struct {
+	step   string
+	budget time.Duration
+	err    error
+}
+
+func (e *demoTimeoutError) Error() string {
+	return fmt.Sprintf("%s took longer than %s (--timeout; pass a longer one on a busy machine): %v", e.step, e.budget, e.err)
+}
+
+func (e *demoTimeoutError) Unwrap() error { return e.err }
 
 func (c *DemoCmd) demo(ctx context.Context, g *Globals, pool *pgxpool.Pool) error {
 	stopDaemon, err := startDemoDaemon(ctx, g, pool)
@@ -237,7 +264,7 @@ func (c *DemoCmd) follow(ctx context.Context, g *Globals, pool *pgxpool.Pool, cl
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("demo did not finish in %s: %w", c.Timeout, ctx.Err())
+			return c.overBudget(ctx, "waiting for the flow to finish", ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -183,6 +183,44 @@ func TestDemo(t *testing.T) {
 	}
 }
 
+// A demo that runs out of --timeout (a busy machine) says which step did
+// and names the flag, not a bare "context deadline exceeded".
+func TestDemoNamesItsBudget(t *testing.T) {
+	t.Parallel()
+	// A server that accepts connections and never answers: the demo
+	// waits for it until its budget runs out, however fast the machine.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan []net.Conn, 1)
+	go func() {
+		var held []net.Conn
+		defer func() { accepted <- held }()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		for _, c := range <-accepted {
+			c.Close()
+		}
+	})
+	url := "postgres://ffd@" + l.Addr().String() + "/ffd?sslmode=disable"
+	code, _, errOut := runFFD(t, "demo", "--timeout", "1s", "--database-url", url, "--log-level", "warn")
+	if code == 0 {
+		t.Fatal("a demo against a server that never answers exited 0")
+	}
+	if !strings.Contains(errOut, "took longer than 1s (--timeout") {
+		t.Fatalf("a demo out of time said %q; want the step and the --timeout budget named", errOut)
+	}
+}
+
 // The demo as the README runs it: the report names each step and what
 // was expected of it, labels the designed failure, and logs nothing.
 func TestDemoReportReads(t *testing.T) {

@@ -144,7 +144,7 @@ const (
 	DefaultConsumerPollInterval = time.Second
 
 	DefaultMigrateLockWait = 10 * time.Minute
-	DefaultDemoTimeout     = 2 * time.Minute
+	DefaultDemoTimeout     = 10 * time.Minute
 )
 
 // The settings. Each has one range and one default, whoever checks it.

@@ -71,10 +71,11 @@ func (f *Fixture) Exec(sql string, args ...any) {
 // a wait, it does not measure speed.
 func (f *Fixture) WaitFor(what string, cond func() bool) {
 	f.T.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
+	const budget = 2 * time.Minute
+	deadline := time.Now().Add(budget)
 	for !cond() {
 		if time.Now().After(deadline) {
-			f.T.Fatalf("timed out waiting for %s", what)
+			f.T.Fatalf("waited %s (WaitFor's budget) for %s", budget, what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

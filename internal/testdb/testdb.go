@@ -41,6 +41,33 @@ import (
 // EnvURL names the variable that points the tests at an existing server.
 const EnvURL = "FFD_TEST_DATABASE_URL"
 
+// EnvSetupTimeout names the variable that bounds each step of preparing
+// the tests' databases (a Go duration): starting the cluster, migrating
+// its template, creating one test's database. Default SetupTimeout.
+const EnvSetupTimeout = "FFD_TEST_SETUP_TIMEOUT"
+
+// SetupTimeout is the default bound of each step of preparing the tests'
+// databases. Generous: on a machine whose every core is busy, starting a
+// server and migrating a template that take seconds alone took minutes.
+// Each is a bound on a step that makes progress, not a measure of speed.
+const SetupTimeout = 10 * time.Minute
+
+// setupTimeout is EnvSetupTimeout's value, or SetupTimeout.
+func setupTimeout() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(EnvSetupTimeout)); err == nil && d > 0 {
+		return d
+	}
+	return SetupTimeout
+}
+
+// overBudget names the budget in an error that a step ran out of.
+func overBudget(ctx context.Context, step string, budget time.Duration, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%s took longer than %s (%s): %w", step, budget, EnvSetupTimeout, err)
+	}
+	return fmt.Errorf("%s: %w", step, err)
+}
+
 const dirPrefix = "ffd-testpg-"
 const ownerFile = "ffd-owner-pid"
 
@@ -121,7 +148,8 @@ func open(migrated bool) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	budget := setupTimeout()
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	name := fmt.Sprintf("%s_%d", c.prefix, counter.Add(1))
 	template := "template0"
@@ -129,7 +157,7 @@ func open(migrated bool) (*DB, error) {
 		template = c.template
 	}
 	if err := c.admin(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, template)); err != nil {
-		return nil, fmt.Errorf("create test database %s: %w", name, err)
+		return nil, overBudget(ctx, "create test database "+name, budget, err)
 	}
 	c.mu.Lock()
 	c.created = append(c.created, name)
@@ -142,7 +170,7 @@ func open(migrated bool) (*DB, error) {
 	cfg.MaxConns = 12
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect test database %s: %w", name, err)
+		return nil, overBudget(ctx, "connect test database "+name, budget, err)
 	}
 	return &DB{Pool: pool, URL: url, Name: name}, nil
 }
@@ -153,8 +181,9 @@ func get() (*cluster, error) {
 }
 
 func setup() (*cluster, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	// Each step its own budget, so that one slow step leaves the next
+	// its whole bound.
+	budget := setupTimeout()
 	c := &cluster{prefix: fmt.Sprintf("ffd_test_%d_%d", os.Getpid(), time.Now().UnixNano()%1_000_000)}
 	if url := os.Getenv(EnvURL); url != "" {
 		c.adminURL = url
@@ -177,7 +206,10 @@ func setup() (*cluster, error) {
 		if err := os.Mkdir(sock, 0o755); err != nil {
 			return nil, err
 		}
-		srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(root, "data"), SocketDir: sock})
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(root, "data"), SocketDir: sock, StartTimeout: budget})
+		err = startErr(ctx, budget, err)
+		cancel()
 		if err != nil {
 			os.RemoveAll(root)
 			return nil, err
@@ -186,23 +218,40 @@ func setup() (*cluster, error) {
 		c.adminURL = srv.URL("postgres")
 		c.template = "ffd_template"
 	}
-	if err := c.admin(ctx, `CREATE DATABASE `+c.template); err != nil {
+	if err := c.migrateTemplate(budget); err != nil {
 		c.stop()
-		return nil, fmt.Errorf("create template database: %w", err)
+		return nil, err
+	}
+	return c, nil
+}
+
+// startErr names the budget in an error of starting the test cluster.
+func startErr(ctx context.Context, budget time.Duration, err error) error {
+	if err == nil {
+		return nil
+	}
+	return overBudget(ctx, "start the tests' private PostgreSQL", budget, err)
+}
+
+// migrateTemplate creates the template database and migrates it, within
+// budget.
+func (c *cluster) migrateTemplate(budget time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	if err := c.admin(ctx, `CREATE DATABASE `+c.template); err != nil {
+		return overBudget(ctx, "create the template database", budget, err)
 	}
 	c.created = append(c.created, c.template)
 	pool, err := pgxpool.New(ctx, replaceDB(c.adminURL, c.template))
 	if err != nil {
-		c.stop()
-		return nil, err
+		return overBudget(ctx, "connect to the template database", budget, err)
 	}
 	_, err = schema.Up(ctx, pool, 0)
 	pool.Close()
 	if err != nil {
-		c.stop()
-		return nil, fmt.Errorf("migrate template database: %w", err)
+		return overBudget(ctx, "migrate the template database", budget, err)
 	}
-	return c, nil
+	return nil
 }
 
 func (c *cluster) admin(ctx context.Context, sql string) error {
