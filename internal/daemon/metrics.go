@@ -49,88 +49,12 @@ type Metrics struct {
 func NewMetrics() *Metrics {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	with := promauto.With(r) // every metric below is registered as it is made
-	counter := func(name, help string) prometheus.Counter {
-		return with.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
-	}
-	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
-		return with.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
-	}
-	gauge := func(name, help string) prometheus.Gauge {
-		return with.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
-	}
-	gaugeVec := func(name, help string, labels ...string) *prometheus.GaugeVec {
-		return with.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
-	}
-	m := &Metrics{
-		registry: r,
-		eventsDispatched: counter("ffd_events_dispatched_total",
-			"Completion events dispatched by this daemon."),
-		dispatchTakes: counterVec("ffd_dispatch_takes_total",
-			"Notified dispatch transactions, by result: took (it dispatched events) or empty (every event was held or done by another daemon, or by the sweep).",
-			"result"),
-		dispatchDelay: with.NewHistogram(prometheus.HistogramOpts{Name: "ffd_dispatch_delay_seconds",
-			Help:    "Age of a completion event when dispatched: from its insert to its dispatch (database clock).",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
-		edgesResolved: counterVec("ffd_edges_resolved_total",
-			"Edges resolved, by upstream outcome class (success, failed, skipped).",
-			"outcome"),
-		decisions: counterVec("ffd_group_decisions_total",
-			"Edge groups decided, by decision (satisfied, impossible).",
-			"decision"),
-		siblingsCancelled: counter("ffd_siblings_cancelled_total",
-			"Sibling upstreams cancelled after a cancel_remaining group was satisfied."),
-		leasesExpired: counterVec("ffd_leases_expired_total",
-			"Running attempts ended for lack of time, by reason (lease_lapsed, attempt_timeout) and result (retried, expired).",
-			"reason", "result"),
-		leaseTimers: counterVec("ffd_lease_timers_total",
-			"Lease expiry timers that came due, by outcome: checked (re-checked under the row lock, in one statement with the others due with it).",
-			"outcome"),
-		leaseChecks: counter("ffd_lease_checks_total",
-			"Statements the timeout worker ran to check lease timers that came due (one for all those due together)."),
-		deadlinesExpired: counter("ffd_deadlines_expired_total",
-			"Executions expired because their deadline passed."),
-		sweepFound: counterVec("ffd_sweep_found_total",
-			"Work the fallback sweep found that notifications should have delivered, by kind.",
-			"kind"),
-		sweepErrors: counterVec("ffd_sweep_errors_total",
-			"Failed steps of the fallback sweep, by step.",
-			"step"),
-		sweepFailing: gauge("ffd_sweep_failing_steps",
-			"Sweep steps that have failed three sweeps in a row; the daemon is not ready while it is above 0."),
-		reconnects: counter("ffd_listener_reconnects_total",
-			"Reconnects of the LISTEN connection."),
-		droppedHints: counterVec("ffd_dropped_hints_total",
-			"Notifications dropped because a worker queue was full (the sweep catches up), by queue.",
-			"queue"),
-		executions: gaugeVec("ffd_executions",
-			"Live executions by lane and state, sampled periodically.",
-			"lane", "state"),
-		readyNotified: counter("ffd_ready_notified_total",
-			"ff_ready notifications sent for lanes whose delayed executions came due."),
-		outboxDeleted: counterVec("ffd_outbox_deleted_total",
-			"Outbox events deleted by retention, by stream.",
-			"stream"),
-		idleConsumers: gauge("ffd_outbox_idle_consumers",
-			"Named consumers idle beyond the limit while events wait for them."),
-		scheduleTicks: counter("ffd_schedule_ticks_total",
-			"Schedule ticks fired by this daemon (each created an execution or submitted a flow)."),
-		consumerBehind: gaugeVec("ffd_outbox_consumer_behind_events",
-			"Events a named consumer has not read yet (counted up to 100,000 per stream), sampled periodically.",
-			"consumer"),
-		consumerLag: gaugeVec("ffd_outbox_consumer_lag_seconds",
-			"Age of the oldest event a named consumer has not read (0 when it is caught up), sampled periodically.",
-			"consumer"),
-		slotRetained: gaugeVec("ffd_wal_slot_retained_bytes",
-			"WAL a logical replication slot of this database holds back, sampled periodically.",
-			"slot"),
-		statsRefreshed: counter("ffd_statistics_refreshed_total",
-			"Tables this daemon analyzed because their planner statistics said they held under a quarter of their rows."),
-		retentionDeleted: counterVec("ffd_retention_deleted_total",
-			"Finished solo executions and finished flows (each with its members, edges and groups) deleted by retention, by kind.",
-			"kind"),
-	}
-	with.NewGaugeFunc(prometheus.GaugeOpts{Name: "ffd_daemon_ready",
+	mk := metricMaker{with: promauto.With(r)} // every metric is registered as it is made
+	m := &Metrics{registry: r}
+	m.cascadeMetrics(mk)
+	m.leaseMetrics(mk)
+	m.sampledMetrics(mk)
+	mk.with.NewGaugeFunc(prometheus.GaugeOpts{Name: "ffd_daemon_ready",
 		Help: "1 while the daemon is ready (schema checked, LISTEN up, first sweep done, database answering, no sweep step failing), else 0."},
 		func() float64 {
 			if f := m.readyFn.Load(); f != nil && (*f)() {
@@ -140,6 +64,102 @@ func NewMetrics() *Metrics {
 		})
 	m.zeroLabels()
 	return m
+}
+
+// metricMaker makes metrics registered with one registry.
+type metricMaker struct{ with promauto.Factory }
+
+func (mk metricMaker) counter(name, help string) prometheus.Counter {
+	return mk.with.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func (mk metricMaker) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return mk.with.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func (mk metricMaker) gauge(name, help string) prometheus.Gauge {
+	return mk.with.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func (mk metricMaker) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return mk.with.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+// cascadeMetrics: dispatch, edges, joins and sibling cancels.
+func (m *Metrics) cascadeMetrics(mk metricMaker) {
+	m.eventsDispatched = mk.counter("ffd_events_dispatched_total",
+		"Completion events dispatched by this daemon.")
+	m.dispatchTakes = mk.counterVec("ffd_dispatch_takes_total",
+		"Notified dispatch transactions, by result: took (it dispatched events) or empty (every event was held or done by another daemon, or by the sweep).",
+		"result")
+	m.dispatchDelay = mk.with.NewHistogram(prometheus.HistogramOpts{Name: "ffd_dispatch_delay_seconds",
+		Help:    "Age of a completion event when dispatched: from its insert to its dispatch (database clock).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}})
+	m.edgesResolved = mk.counterVec("ffd_edges_resolved_total",
+		"Edges resolved, by upstream outcome class (success, failed, skipped).",
+		"outcome")
+	m.decisions = mk.counterVec("ffd_group_decisions_total",
+		"Edge groups decided, by decision (satisfied, impossible).",
+		"decision")
+	m.siblingsCancelled = mk.counter("ffd_siblings_cancelled_total",
+		"Sibling upstreams cancelled after a cancel_remaining group was satisfied.")
+}
+
+// leaseMetrics: expiries, timers, deadlines, the sweep and the listener.
+func (m *Metrics) leaseMetrics(mk metricMaker) {
+	m.leasesExpired = mk.counterVec("ffd_leases_expired_total",
+		"Running attempts ended for lack of time, by reason (lease_lapsed, attempt_timeout) and result (retried, expired).",
+		"reason", "result")
+	m.leaseTimers = mk.counterVec("ffd_lease_timers_total",
+		"Lease expiry timers that came due, by outcome: checked (re-checked under the row lock, in one statement with the others due with it).",
+		"outcome")
+	m.leaseChecks = mk.counter("ffd_lease_checks_total",
+		"Statements the timeout worker ran to check lease timers that came due (one for all those due together).")
+	m.deadlinesExpired = mk.counter("ffd_deadlines_expired_total",
+		"Executions expired because their deadline passed.")
+	m.sweepFound = mk.counterVec("ffd_sweep_found_total",
+		"Work the fallback sweep found that notifications should have delivered, by kind.",
+		"kind")
+	m.sweepErrors = mk.counterVec("ffd_sweep_errors_total",
+		"Failed steps of the fallback sweep, by step.",
+		"step")
+	m.sweepFailing = mk.gauge("ffd_sweep_failing_steps",
+		"Sweep steps that have failed three sweeps in a row; the daemon is not ready while it is above 0.")
+	m.reconnects = mk.counter("ffd_listener_reconnects_total",
+		"Reconnects of the LISTEN connection.")
+	m.droppedHints = mk.counterVec("ffd_dropped_hints_total",
+		"Notifications dropped because a worker queue was full (the sweep catches up), by queue.",
+		"queue")
+}
+
+// sampledMetrics: what the daemon samples and its housekeeping.
+func (m *Metrics) sampledMetrics(mk metricMaker) {
+	m.executions = mk.gaugeVec("ffd_executions",
+		"Live executions by lane and state, sampled periodically.",
+		"lane", "state")
+	m.readyNotified = mk.counter("ffd_ready_notified_total",
+		"ff_ready notifications sent for lanes whose delayed executions came due.")
+	m.outboxDeleted = mk.counterVec("ffd_outbox_deleted_total",
+		"Outbox events deleted by retention, by stream.",
+		"stream")
+	m.idleConsumers = mk.gauge("ffd_outbox_idle_consumers",
+		"Named consumers idle beyond the limit while events wait for them.")
+	m.scheduleTicks = mk.counter("ffd_schedule_ticks_total",
+		"Schedule ticks fired by this daemon (each created an execution or submitted a flow).")
+	m.consumerBehind = mk.gaugeVec("ffd_outbox_consumer_behind_events",
+		"Events a named consumer has not read yet (counted up to 100,000 per stream), sampled periodically.",
+		"consumer")
+	m.consumerLag = mk.gaugeVec("ffd_outbox_consumer_lag_seconds",
+		"Age of the oldest event a named consumer has not read (0 when it is caught up), sampled periodically.",
+		"consumer")
+	m.slotRetained = mk.gaugeVec("ffd_wal_slot_retained_bytes",
+		"WAL a logical replication slot of this database holds back, sampled periodically.",
+		"slot")
+	m.statsRefreshed = mk.counter("ffd_statistics_refreshed_total",
+		"Tables this daemon analyzed because their planner statistics said they held under a quarter of their rows.")
+	m.retentionDeleted = mk.counterVec("ffd_retention_deleted_total",
+		"Finished solo executions and finished flows (each with its members, edges and groups) deleted by retention, by kind.",
+		"kind")
 }
 
 // readyBy makes ffd_daemon_ready report ready.

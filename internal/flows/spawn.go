@@ -128,185 +128,12 @@ func CompleteAndSpawn(ctx context.Context, db store.DB, lim leases.Limits, id ff
 	if result == nil {
 		result = []byte{}
 	}
-	var ending *ffdtype.Ending
-	var spawned *ffdtype.Spawned
-	lost := false
+	var sp *spawn
 	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
-		lost = false
-		x, err := store.GetExecution(ctx, tx, id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return &ffdtype.NotFoundError{Object: "execution", ID: id.String()}
-		}
-		if err != nil {
-			return err
-		}
-		if x.FlowID == nil {
-			return fault.Invalid(ffdtype.KindNotMember, "execution_id", id.String(), "only a flow member can spawn steps into its flow")
-		}
-		flowID := *x.FlowID
-		locks := store.NewLocks(tx)
-		// The joins the new edges go into, in key order.
-		existing := map[string]store.StepMember{}
-		if len(pl.intoRefs) > 0 {
-			if existing, err = store.MembersByStep(ctx, tx, flowID, pl.intoRefs); err != nil {
-				return err
-			}
-		}
-		var intoIDs []uuid.UUID
-		for _, ref := range pl.intoRefs {
-			m, ok := existing[ref]
-			if !ok {
-				return fault.Invalid(ffdtype.KindInvalidValue, "edges.to", ref, "no new node has this ref and the flow has no step of this name")
-			}
-			intoIDs = append(intoIDs, m.ID.UUID)
-		}
-		slices.SortFunc(intoIDs, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
-		adds := make([]int32, len(intoIDs))
-		byID := map[uuid.UUID]string{}
-		for _, ref := range pl.intoRefs {
-			byID[existing[ref].ID.UUID] = ref
-		}
-		for i, down := range intoIDs {
-			ref := byID[down]
-			g, _, err := locks.Group(ctx, flowID, ffdtype.ExecutionID{Partition: id.Partition, UUID: down}, nil)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return fault.Invalid(ffdtype.KindInvalidValue, "edges.to", ref, "step "+ref+" has no upstreams: it has started or can start, so it cannot wait for new steps")
-			}
-			if err != nil {
-				return err
-			}
-			if g.Decision != ffdtype.DecisionPending {
-				return fault.Invalid(ffdtype.KindInvalidValue, "edges.to", ref, "the join of step "+ref+" is already "+string(g.Decision))
-			}
-			adds[i] = int32(pl.into[ref])
-		}
-		// The spawner, then the flow.
-		m, err := locks.Execution(ctx, id)
-		if err != nil {
-			return err
-		}
-		if m.State != ffdtype.StateRunning {
-			lost = true
-			return errLost
-		}
-		f, err := lockOpenFlow(ctx, locks, flowID, store.ForUpdate)
-		if err != nil {
-			return err
-		}
-		// A step whose join the group lock did not cover could have
-		// moved on; and a new step may take a name the flow has. One read
-		// under the locks answers both: the targets' states, and the new
-		// names already taken (refused by name here; the step index
-		// refuses one taken since).
-		refs := make([]string, len(p.Nodes), len(p.Nodes)+len(pl.intoRefs))
-		for i, n := range p.Nodes {
-			refs[i] = n.Ref
-		}
-		now, err := store.MembersByStep(ctx, tx, flowID, append(refs, pl.intoRefs...))
-		if err != nil {
-			return err
-		}
-		for _, ref := range pl.intoRefs {
-			if s := now[ref].State; s != ffdtype.StateBlocked {
-				return fault.Invalid(ffdtype.KindInvalidValue, "edges.to", ref, "step "+ref+" is "+string(s)+"; only a blocked step can wait for new steps")
-			}
-		}
-		for _, ref := range refs {
-			if _, ok := now[ref]; ok {
-				return &ffdtype.ConflictError{Object: "step", ID: ref, Reason: "flow " + flowID.String() + " already has a step of this name"}
-			}
-		}
-		part := ident.Partition(flowID)
-		params := make([]leases.Normalized, len(p.Nodes))
-		var groups []store.NewGroup
-		for i, n := range p.Nodes {
-			cp := n.Params
-			if cp.Namespace == "" {
-				cp.Namespace = f.Namespace
-			}
-			cp.Step = n.Ref
-			if params[i], err = leases.Normalize(cp, leases.Placement{FlowID: &flowID, Partition: &part, Blocked: pl.indeg[i] > 0}, lim); err != nil {
-				return refine(err, n.Ref)
-			}
-		}
-		xs, err := leases.InsertMany(ctx, tx, params)
-		if store.IsStepTaken(err) {
-			return &ffdtype.ConflictError{Object: "step", Reason: "flow " + flowID.String() + " took one of the new steps' names meanwhile"}
-		}
-		if err != nil {
-			return err
-		}
-		ids := make([]ffdtype.ExecutionID, len(xs))
-		for i, x := range xs {
-			ids[i] = x.ID
-		}
-		if err := store.MarkSpawned(ctx, tx, flowID, id, ids); err != nil {
-			return err
-		}
-		for i, n := range p.Nodes {
-			if pl.indeg[i] == 0 {
-				continue
-			}
-			pol := ffdtype.Policy{Kind: ffdtype.AllOf}
-			if n.Policy != nil {
-				pol = *n.Policy
-			}
-			if err := NormalizePolicy(&pol); err != nil {
-				return refine(err, n.Ref)
-			}
-			if pol.Kind == ffdtype.Quorum && pol.K > pl.indeg[i] {
-				return fault.Invalid(ffdtype.KindOutOfRange, "k", fmt.Sprint(pol.K), fmt.Sprintf("node %s has %d incoming edges; a quorum of %d can never be met", n.Ref, pl.indeg[i], pol.K))
-			}
-			groups = append(groups, store.NewGroup{Downstream: xs[i].ID, Policy: pol, Total: pl.indeg[i]})
-		}
-		edges := make([]store.NewEdge, len(p.Edges))
-		for i, e := range p.Edges {
-			up := xs[pl.index[e.From]].ID
-			var down ffdtype.ExecutionID
-			if to, ok := pl.index[e.To]; ok {
-				down = xs[to].ID
-			} else {
-				down = existing[e.To].ID
-			}
-			edges[i] = store.NewEdge{ID: ident.NewUUID(), Upstream: up, Downstream: down, DependencyKind: e.DependencyKind, DataPassingRef: e.DataPassingRef}
-			if edges[i].DependencyKind == "" {
-				edges[i].DependencyKind = DefaultDependencyKind
-			}
-		}
-		if len(edges) > 0 {
-			if err := store.InsertAppliedEdges(ctx, tx, flowID, edges); err != nil {
-				return fmt.Errorf("insert edges: %w", err)
-			}
-		}
-		if err := store.InsertGroups(ctx, tx, flowID, groups); err != nil {
-			return fmt.Errorf("insert edge groups: %w", err)
-		}
-		if len(intoIDs) > 0 {
-			if err := store.WidenGroups(ctx, tx, flowID, intoIDs, adds); err != nil {
-				return err
-			}
-		}
-		if err := store.GrowFlow(ctx, tx, flowID, len(xs), len(edges)); err != nil {
-			return err
-		}
-		// The spawner's completion, fenced: a lost lease rolls all of it
-		// back.
-		ended, err := store.Terminate(ctx, tx, []store.Termination{{ID: id, Epoch: epoch, State: ffdtype.StateCompleted, Result: result}})
-		if err != nil {
-			return err
-		}
-		if len(ended) != 1 {
-			lost = true
-			return errLost
-		}
-		ending = &ffdtype.Ending{State: ffdtype.StateCompleted, Attempt: ended[0].Attempt, Result: result, EventID: ended[0].EventID}
-		spawned = &ffdtype.Spawned{Executions: make(map[string]*ffdtype.Execution, len(xs))}
-		for i, x := range xs {
-			spawned.Executions[p.Nodes[i].Ref] = x
-		}
-		return nil
+		sp = &spawn{tx: tx, locks: store.NewLocks(tx), lim: lim, id: id, epoch: epoch, result: result, p: p, pl: pl}
+		return sp.run(ctx)
 	})
-	if lost {
+	if sp != nil && sp.lost {
 		// Nothing was written. Say why: the lease moved on (or this very
 		// completion already took effect, which repeats nothing here).
 		return nil, nil, leases.ExplainLost(ctx, db, id, epoch)
@@ -314,7 +141,235 @@ func CompleteAndSpawn(ctx context.Context, db store.DB, lim leases.Limits, id ff
 	if err != nil {
 		return nil, nil, wrapOp("complete "+id.String()+" with a spawn", err)
 	}
-	return ending, spawned, nil
+	return sp.ending, sp.spawned, nil
+}
+
+// spawn is one try of CompleteAndSpawn's transaction.
+type spawn struct {
+	tx     pgx.Tx
+	locks  *store.Locks
+	lim    leases.Limits
+	id     ffdtype.ExecutionID
+	epoch  int64
+	result []byte
+	p      ffdtype.SpawnParams
+	pl     *spawnPlan
+
+	flowID   uuid.UUID
+	flow     *ffdtype.Flow
+	existing map[string]store.StepMember // the steps new edges go into, by name
+	intoIDs  []uuid.UUID                 // their ids, in key order
+	adds     []int32                     // how many edges each gains
+	xs       []*ffdtype.Execution        // the new steps, in p.Nodes' order
+
+	lost    bool // the spawner's lease is no longer held: roll back
+	ending  *ffdtype.Ending
+	spawned *ffdtype.Spawned
+}
+
+// run takes the locks in the global order (the joins the new edges go
+// into, the spawner, the flow), checks what they guard, writes the new
+// steps and joins, and completes the spawner.
+func (s *spawn) run(ctx context.Context) error {
+	x, err := store.GetExecution(ctx, s.tx, s.id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &ffdtype.NotFoundError{Object: "execution", ID: s.id.String()}
+	}
+	if err != nil {
+		return err
+	}
+	if x.FlowID == nil {
+		return fault.Invalid(ffdtype.KindNotMember, "execution_id", s.id.String(), "only a flow member can spawn steps into its flow")
+	}
+	s.flowID = *x.FlowID
+	if err := s.lockTargets(ctx); err != nil {
+		return err
+	}
+	m, err := s.locks.Execution(ctx, s.id)
+	if err != nil {
+		return err
+	}
+	if m.State != ffdtype.StateRunning {
+		s.lost = true
+		return errLost
+	}
+	if s.flow, err = lockOpenFlow(ctx, s.locks, s.flowID, store.ForUpdate); err != nil {
+		return err
+	}
+	if err := s.checkUnderLocks(ctx); err != nil {
+		return err
+	}
+	if err := s.insertSteps(ctx); err != nil {
+		return err
+	}
+	if err := s.insertJoins(ctx); err != nil {
+		return err
+	}
+	return s.complete(ctx)
+}
+
+// lockTargets locks the joins of the existing steps the new edges go
+// into, in key order, and checks that each is undecided.
+func (s *spawn) lockTargets(ctx context.Context) error {
+	s.existing = map[string]store.StepMember{}
+	if len(s.pl.intoRefs) == 0 {
+		return nil
+	}
+	var err error
+	if s.existing, err = store.MembersByStep(ctx, s.tx, s.flowID, s.pl.intoRefs); err != nil {
+		return err
+	}
+	byID := map[uuid.UUID]string{}
+	for _, ref := range s.pl.intoRefs {
+		m, ok := s.existing[ref]
+		if !ok {
+			return fault.Invalid(ffdtype.KindInvalidValue, "edges.to", ref, "no new node has this ref and the flow has no step of this name")
+		}
+		s.intoIDs = append(s.intoIDs, m.ID.UUID)
+		byID[m.ID.UUID] = ref
+	}
+	slices.SortFunc(s.intoIDs, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
+	s.adds = make([]int32, len(s.intoIDs))
+	for i, down := range s.intoIDs {
+		ref := byID[down]
+		g, _, err := s.locks.Group(ctx, s.flowID, ffdtype.ExecutionID{Partition: s.id.Partition, UUID: down}, nil)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fault.Invalid(ffdtype.KindInvalidValue, "edges.to", ref, "step "+ref+" has no upstreams: it has started or can start, so it cannot wait for new steps")
+		}
+		if err != nil {
+			return err
+		}
+		if g.Decision != ffdtype.DecisionPending {
+			return fault.Invalid(ffdtype.KindInvalidValue, "edges.to", ref, "the join of step "+ref+" is already "+string(g.Decision))
+		}
+		s.adds[i] = int32(s.pl.into[ref])
+	}
+	return nil
+}
+
+// checkUnderLocks: a step whose join the group lock did not cover could
+// have moved on; and a new step may take a name the flow has. One read
+// under the locks answers both: the targets' states, and the new names
+// already taken (refused by name here; the step index refuses one taken
+// since).
+func (s *spawn) checkUnderLocks(ctx context.Context) error {
+	refs := make([]string, len(s.p.Nodes), len(s.p.Nodes)+len(s.pl.intoRefs))
+	for i, n := range s.p.Nodes {
+		refs[i] = n.Ref
+	}
+	now, err := store.MembersByStep(ctx, s.tx, s.flowID, append(refs, s.pl.intoRefs...))
+	if err != nil {
+		return err
+	}
+	for _, ref := range s.pl.intoRefs {
+		if st := now[ref].State; st != ffdtype.StateBlocked {
+			return fault.Invalid(ffdtype.KindInvalidValue, "edges.to", ref, "step "+ref+" is "+string(st)+"; only a blocked step can wait for new steps")
+		}
+	}
+	for _, ref := range refs {
+		if _, ok := now[ref]; ok {
+			return &ffdtype.ConflictError{Object: "step", ID: ref, Reason: "flow " + s.flowID.String() + " already has a step of this name"}
+		}
+	}
+	return nil
+}
+
+// insertSteps writes the new steps, each recorded as spawned by the
+// spawner.
+func (s *spawn) insertSteps(ctx context.Context) error {
+	part := ident.Partition(s.flowID)
+	params := make([]leases.Normalized, len(s.p.Nodes))
+	for i, n := range s.p.Nodes {
+		cp := n.Params
+		if cp.Namespace == "" {
+			cp.Namespace = s.flow.Namespace
+		}
+		cp.Step = n.Ref
+		var err error
+		if params[i], err = leases.Normalize(cp, leases.Placement{FlowID: &s.flowID, Partition: &part, Blocked: s.pl.indeg[i] > 0}, s.lim); err != nil {
+			return refine(err, n.Ref)
+		}
+	}
+	xs, err := leases.InsertMany(ctx, s.tx, params)
+	if store.IsStepTaken(err) {
+		return &ffdtype.ConflictError{Object: "step", Reason: "flow " + s.flowID.String() + " took one of the new steps' names meanwhile"}
+	}
+	if err != nil {
+		return err
+	}
+	s.xs = xs
+	ids := make([]ffdtype.ExecutionID, len(xs))
+	for i, x := range xs {
+		ids[i] = x.ID
+	}
+	return store.MarkSpawned(ctx, s.tx, s.flowID, s.id, ids)
+}
+
+// insertJoins writes the new steps' joins and the new edges, widens the
+// joins they go into, and grows the flow's counts.
+func (s *spawn) insertJoins(ctx context.Context) error {
+	var groups []store.NewGroup
+	for i, n := range s.p.Nodes {
+		if s.pl.indeg[i] == 0 {
+			continue
+		}
+		pol := ffdtype.Policy{Kind: ffdtype.AllOf}
+		if n.Policy != nil {
+			pol = *n.Policy
+		}
+		if err := NormalizePolicy(&pol); err != nil {
+			return refine(err, n.Ref)
+		}
+		if pol.Kind == ffdtype.Quorum && pol.K > s.pl.indeg[i] {
+			return fault.Invalid(ffdtype.KindOutOfRange, "k", fmt.Sprint(pol.K), fmt.Sprintf("node %s has %d incoming edges; a quorum of %d can never be met", n.Ref, s.pl.indeg[i], pol.K))
+		}
+		groups = append(groups, store.NewGroup{Downstream: s.xs[i].ID, Policy: pol, Total: s.pl.indeg[i]})
+	}
+	edges := make([]store.NewEdge, len(s.p.Edges))
+	for i, e := range s.p.Edges {
+		down := s.existing[e.To].ID
+		if to, ok := s.pl.index[e.To]; ok {
+			down = s.xs[to].ID
+		}
+		edges[i] = store.NewEdge{ID: ident.NewUUID(), Upstream: s.xs[s.pl.index[e.From]].ID, Downstream: down,
+			DependencyKind: e.DependencyKind, DataPassingRef: e.DataPassingRef}
+		if edges[i].DependencyKind == "" {
+			edges[i].DependencyKind = DefaultDependencyKind
+		}
+	}
+	if len(edges) > 0 {
+		if err := store.InsertAppliedEdges(ctx, s.tx, s.flowID, edges); err != nil {
+			return fmt.Errorf("insert edges: %w", err)
+		}
+	}
+	if err := store.InsertGroups(ctx, s.tx, s.flowID, groups); err != nil {
+		return fmt.Errorf("insert edge groups: %w", err)
+	}
+	if len(s.intoIDs) > 0 {
+		if err := store.WidenGroups(ctx, s.tx, s.flowID, s.intoIDs, s.adds); err != nil {
+			return err
+		}
+	}
+	return store.GrowFlow(ctx, s.tx, s.flowID, len(s.xs), len(edges))
+}
+
+// complete completes the spawner, fenced: a lost lease rolls all of the
+// spawn back.
+func (s *spawn) complete(ctx context.Context) error {
+	ended, err := store.Terminate(ctx, s.tx, []store.Termination{{ID: s.id, Epoch: s.epoch, State: ffdtype.StateCompleted, Result: s.result}})
+	if err != nil {
+		return err
+	}
+	if len(ended) != 1 {
+		s.lost = true
+		return errLost
+	}
+	s.ending = &ffdtype.Ending{State: ffdtype.StateCompleted, Attempt: ended[0].Attempt, Result: s.result, EventID: ended[0].EventID}
+	s.spawned = &ffdtype.Spawned{Executions: make(map[string]*ffdtype.Execution, len(s.xs))}
+	for i, x := range s.xs {
+		s.spawned.Executions[s.p.Nodes[i].Ref] = x
+	}
+	return nil
 }
 
 // errLost rolls a spawn back when its spawner's lease is no longer held.
