@@ -74,8 +74,11 @@ func New(cfg Config) (*Console, error) {
 			}
 			return duration(time.Since(f.CreatedAt)) + " so far"
 		},
-		"add":     func(a, b int) int { return a + b },
-		"deref64": func(f *float64) float64 { return *f },
+		"add":       func(a, b int) int { return a + b },
+		"fitName":   func(s string) string { return fitLabel(nameChars, s) },
+		"fitStatus": func(s string) string { return fitLabel(statusChars, s) },
+		"fitJoin":   func(s string) string { return fitLabel(joinChars, s) },
+		"deref64":   func(f *float64) float64 { return *f },
 		"when": func(t *time.Time) string {
 			if t == nil {
 				return ""
@@ -454,8 +457,10 @@ func (c *Console) live(w http.ResponseWriter, r *http.Request) {
 // stepState is one step in a live message: its state and its status
 // line (the state in words, with a duration).
 type stepState struct {
-	State  string `json:"s"`
-	Status string `json:"t"`
+	State   string `json:"s"`
+	Status  string `json:"t"` // as it fits its box
+	Full    string `json:"f"` // whole, for the tooltip
+	Waiting bool   `json:"w,omitempty"`
 }
 
 // states is the flow's and its steps' states as JSON. A running step's
@@ -480,6 +485,8 @@ func (c *Console) states(ctx context.Context, id uuid.UUID) (string, error) {
 		if x.State != ffdtype.StateRunning {
 			st.Status = statusWith(x, notes[x.ID.UUID], time.Now())
 		}
+		st.Waiting = notes[x.ID.UUID].Waiting
+		st.Full, st.Status = st.Status, fitLabel(statusChars, st.Status)
 		steps[x.ID.String()] = st
 	}
 	b, err := json.Marshal(map[string]any{"flow": f.State, "steps": steps})

@@ -140,6 +140,29 @@ func TestConsoleInABrowser(t *testing.T) {
 	if consumers := textAt(t, ctx, base+"/consumers", "#consumers-empty"); !strings.Contains(consumers, "No named consumers") {
 		t.Errorf("consumers page %q; want its empty state", consumers)
 	}
+
+	// A DAG wider than the window scrolls inside its frame: its last
+	// column can be reached, not cut at the right edge.
+	var steps []ffdtype.SubmitNode
+	var chain []ffdtype.SubmitEdge
+	for i := range 14 {
+		steps = append(steps, ffdtype.SubmitNode{Ref: fmt.Sprintf("s%02d", i), Params: ffdtype.CreateParams{Lane: "console.wide"}})
+		if i > 0 {
+			chain = append(chain, ffdtype.SubmitEdge{From: fmt.Sprintf("s%02d", i-1), To: fmt.Sprintf("s%02d", i)})
+		}
+	}
+	wide, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, ffdtype.SubmitFlowParams{Nodes: steps, Edges: chain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	navigate(t, ctx, base+"/flows/"+wide.Flow.ID.String())
+	overflow := run(t, ctx, chromedp.Evaluate[string](`getComputedStyle(document.querySelector(".graph")).overflowX`))
+	scrolls := run(t, ctx, chromedp.Evaluate[bool](`(() => { const g = document.querySelector(".graph");
+		g.scrollLeft = g.scrollWidth; const last = document.querySelector('g.node[data-step="s13"] rect').getBoundingClientRect();
+		return g.scrollWidth > g.clientWidth && last.right <= window.innerWidth && last.left >= 0; })()`))
+	if overflow != "auto" || !scrolls {
+		t.Fatalf("a 14-column flow: the graph's frame overflows %q, its last step reachable by scrolling: %v; want auto and true", overflow, scrolls)
+	}
 }
 
 // serve serves a console with auth over f's database.
@@ -358,7 +381,9 @@ func TestConsoleShowsWaitsSignalsAndSpawns(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, body := get(t, base+"/flows/"+sub.Flow.ID.String())
-	for _, want := range []string{`data-step="approve" data-state="pending" data-spawned-by="gather"`, "added at run time by gather",
+	for _, want := range []string{`data-step="approve" data-state="pending" data-spawned-by="gather" data-waiting="1"`, "added at run time by gather",
+		`class="node st-pending spawned waiting"`, `class="edge spawn" data-from="gather" data-to="approve"`,
+		`<span class="state st-waiting">waiting</span>`, `<div class="graph"><svg`,
 		"waits for approved", `id="signals"`, "<td>audit</td>", "kept for a wait to come"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("flow page lacks %q:\n%s", want, body)

@@ -35,6 +35,7 @@ type gnode struct {
 	Join                  string // the group's policy and decision, "" for a root
 	Error                 string // the last error, for a failed step's tooltip
 	Spawned               string // the step that added it at run time; "" for a step submitted
+	Waiting               bool   // a wait of its own (a sleep, a signal) holds it back
 	X, Y                  int
 }
 
@@ -44,6 +45,7 @@ type gnode struct {
 type gedge struct {
 	D              string // the SVG path
 	State, Outcome string
+	Spawn          bool   // not an edge: the tie of a step to the step that spawned it
 	From, To       string // step names, for the tooltip and tests
 }
 
@@ -77,6 +79,33 @@ type slot struct {
 
 func layout(members []*ffdtype.Execution, edges []*ffdtype.Edge, groups []ffdtype.EdgeGroup, notes map[uuid.UUID]store.MemberNote, now time.Time) *graph {
 	g := &graph{}
+	byID := g.addNodes(members, groups, notes, now)
+	live := links(byID, edges, notes)
+	assignLayers(byID, live)
+	cols, chains := g.columns(byID, live)
+	order(cols)
+	g.Crossings = crossings(cols)
+	g.place(cols)
+	for i, l := range live {
+		g.Edges = append(g.Edges, gedge{D: edgePath(chains[i]), State: l.state, Outcome: l.outcome, Spawn: l.spawn,
+			From: chains[i][0].node.Name, To: chains[i][len(chains[i])-1].node.Name})
+	}
+	return g
+}
+
+// link is what joins two steps in the drawing: an edge of the flow, or
+// the tie of a step added at run time to the step that spawned it (which
+// has no edge, and would otherwise sit in the first column, left of its
+// spawner and tied to nothing).
+type link struct {
+	up, down       ffdtype.ExecutionID
+	state, outcome string
+	spawn          bool
+}
+
+// addNodes makes a node of each member, with its join and what it waits
+// for, and returns their slots by id.
+func (g *graph) addNodes(members []*ffdtype.Execution, groups []ffdtype.EdgeGroup, notes map[uuid.UUID]store.MemberNote, now time.Time) map[ffdtype.ExecutionID]*slot {
 	byID := make(map[ffdtype.ExecutionID]*slot, len(members))
 	names := make(map[uuid.UUID]string, len(members))
 	for _, x := range members {
@@ -85,7 +114,8 @@ func layout(members []*ffdtype.Execution, edges []*ffdtype.Edge, groups []ffdtyp
 	for _, x := range members {
 		name := names[x.ID.UUID]
 		note := notes[x.ID.UUID]
-		n := &gnode{ID: x.ID.String(), Name: name, Kind: x.Kind, State: string(x.State), Status: statusWith(x, note, now), Error: x.LastError}
+		n := &gnode{ID: x.ID.String(), Name: name, Kind: x.Kind, State: string(x.State), Status: statusWith(x, note, now),
+			Error: x.LastError, Waiting: note.Waiting}
 		if note.SpawnedBy != nil {
 			n.Spawned = names[*note.SpawnedBy]
 		}
@@ -97,18 +127,40 @@ func layout(members []*ffdtype.Execution, edges []*ffdtype.Edge, groups []ffdtyp
 			s.node.Join = policyLabel(gr.Policy) + " · " + string(gr.Decision)
 		}
 	}
-	var live []*ffdtype.Edge
+	return byID
+}
+
+// links are the flow's edges between drawn steps, then a spawn link
+// from each spawner to each step it added.
+func links(byID map[ffdtype.ExecutionID]*slot, edges []*ffdtype.Edge, notes map[uuid.UUID]store.MemberNote) []link {
+	var out []link
 	for _, e := range edges {
 		if byID[e.Upstream] != nil && byID[e.Downstream] != nil {
-			live = append(live, e)
+			out = append(out, link{up: e.Upstream, down: e.Downstream, state: string(e.State), outcome: string(e.ResolvedOutcome)})
 		}
 	}
-	assignLayers(byID, live)
+	var spawned []link
+	for id := range byID {
+		note := notes[id.UUID]
+		if note.SpawnedBy == nil {
+			continue
+		}
+		up := ffdtype.ExecutionID{Partition: id.Partition, UUID: *note.SpawnedBy} // one flow, one partition
+		if byID[up] != nil {
+			spawned = append(spawned, link{up: up, down: id, state: "spawn", spawn: true})
+		}
+	}
+	slices.SortFunc(spawned, func(a, b link) int { return strings.Compare(byID[a.down].name, byID[b.down].name) })
+	return append(out, spawned...)
+}
 
-	// Columns, with a passing slot for every column an edge skips.
+// columns puts each slot in its layer's column, with a passing slot in
+// every column a link skips, and returns the columns and each link's
+// slots, upstream first.
+func (g *graph) columns(byID map[ffdtype.ExecutionID]*slot, live []link) ([][]*slot, [][]*slot) {
 	passing := 0
-	for _, e := range live {
-		passing += byID[e.Downstream].layer - byID[e.Upstream].layer - 1
+	for _, l := range live {
+		passing += byID[l.down].layer - byID[l.up].layer - 1
 	}
 	g.Straight = passing > maxPassing
 	var cols [][]*slot
@@ -121,13 +173,13 @@ func layout(members []*ffdtype.Execution, edges []*ffdtype.Edge, groups []ffdtyp
 	for _, s := range byID {
 		put(s)
 	}
-	chains := make([][]*slot, len(live)) // each edge's slots, upstream first
-	for i, e := range live {
-		u, d := byID[e.Upstream], byID[e.Downstream]
+	chains := make([][]*slot, len(live))
+	for i, l := range live {
+		u, d := byID[l.up], byID[l.down]
 		chain := []*slot{u}
 		prev := u
-		for l := u.layer + 1; l < d.layer && !g.Straight; l++ {
-			p := &slot{layer: l, name: fmt.Sprintf("%s\x01%d", u.name, i), passingFor: i}
+		for layer := u.layer + 1; layer < d.layer && !g.Straight; layer++ {
+			p := &slot{layer: layer, name: fmt.Sprintf("%s\x01%d", u.name, i), passingFor: i}
 			put(p)
 			prev.down = append(prev.down, p)
 			p.up = append(p.up, prev)
@@ -138,11 +190,12 @@ func layout(members []*ffdtype.Execution, edges []*ffdtype.Edge, groups []ffdtyp
 		d.up = append(d.up, prev)
 		chains[i] = append(chain, d)
 	}
-	order(cols)
-	g.Crossings = crossings(cols)
+	return cols, chains
+}
 
-	// Place: columns left to right, slots top to bottom, each column
-	// centred on the tallest.
+// place sets each slot's place: columns left to right, slots top to
+// bottom, each column centred on the tallest; and the drawing's size.
+func (g *graph) place(cols [][]*slot) {
 	heights := make([]int, len(cols))
 	tallest := 0
 	for l, col := range cols {
@@ -173,11 +226,24 @@ func layout(members []*ffdtype.Execution, edges []*ffdtype.Edge, groups []ffdtyp
 	if len(cols) == 0 {
 		g.Width, g.Height = 2*margin, 2*margin
 	}
-	for i, e := range live {
-		g.Edges = append(g.Edges, gedge{D: edgePath(chains[i]), State: string(e.State), Outcome: string(e.ResolvedOutcome),
-			From: chains[i][0].node.Name, To: chains[i][len(chains[i])-1].node.Name})
+}
+
+// How many characters of each line fit a node's box (nodeW less its
+// padding, at each line's font size); a longer line ends in "…" and the
+// box's tooltip has it whole.
+const (
+	nameChars   = 21
+	statusChars = 24
+	joinChars   = 27
+)
+
+// fitLabel is s cut to at most n characters, the last one "…" when cut.
+func fitLabel(n int, s string) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
 	}
-	return g
+	return strings.TrimRight(string(r[:n-1]), " ·") + "…"
 }
 
 func colX(layer int) int { return margin + layer*(nodeW+colGap) }
@@ -209,12 +275,12 @@ func edgePath(chain []*slot) string {
 
 // assignLayers sets each slot's layer to its longest distance from a
 // root (Kahn's order; a flow is acyclic).
-func assignLayers(byID map[ffdtype.ExecutionID]*slot, edges []*ffdtype.Edge) {
+func assignLayers(byID map[ffdtype.ExecutionID]*slot, live []link) {
 	indeg := map[ffdtype.ExecutionID]int{}
 	out := map[ffdtype.ExecutionID][]ffdtype.ExecutionID{}
-	for _, e := range edges {
-		indeg[e.Downstream]++
-		out[e.Upstream] = append(out[e.Upstream], e.Downstream)
+	for _, l := range live {
+		indeg[l.down]++
+		out[l.up] = append(out[l.up], l.down)
 	}
 	var queue []ffdtype.ExecutionID
 	for id := range byID {

@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // dag builds members and edges from step names and "up>down" pairs.
@@ -185,5 +188,67 @@ func TestLayoutFallsBackToStraightEdgesWhenHuge(t *testing.T) {
 	}
 	if g := chain(1000); !g.Straight {
 		t.Fatalf("a 1,000-step chain fed by its root (%d lanes) is routed; want straight", 999*998/2)
+	}
+}
+
+// A step added at run time sits right of the step that spawned it, tied
+// to it by a spawn link (it has no edge; it sat in the first column, left
+// of its spawner and tied to nothing), and the step its join waits in
+// moves right of it.
+func TestLayoutPutsSpawnedStepsRightOfTheirSpawner(t *testing.T) {
+	t.Parallel()
+	xs, es := dag([]string{"fan", "child1", "child2", "join"}, [][2]string{{"fan", "join"}, {"child1", "join"}, {"child2", "join"}})
+	byName := map[string]*ffdtype.Execution{}
+	for _, x := range xs {
+		byName[x.Step] = x
+	}
+	spawner := byName["fan"].ID.UUID
+	notes := map[uuid.UUID]store.MemberNote{byName["child1"].ID.UUID: {SpawnedBy: &spawner}, byName["child2"].ID.UUID: {SpawnedBy: &spawner}}
+	g := layout(xs, es, nil, notes, time.Now())
+	x := map[string]int{}
+	for _, n := range g.Nodes {
+		x[n.Name] = n.X
+	}
+	for _, child := range []string{"child1", "child2"} {
+		if x[child] <= x["fan"] {
+			t.Errorf("%s at x=%d, not right of its spawner at x=%d", child, x[child], x["fan"])
+		}
+		if x["join"] <= x[child] {
+			t.Errorf("join at x=%d, not right of %s at x=%d", x["join"], child, x[child])
+		}
+	}
+	spawns := 0
+	for _, e := range g.Edges {
+		if e.Spawn {
+			spawns++
+			if e.From != "fan" || (e.To != "child1" && e.To != "child2") {
+				t.Errorf("spawn link %s → %s, want fan → a child", e.From, e.To)
+			}
+		}
+	}
+	if spawns != 2 {
+		t.Fatalf("%d spawn links, want 2", spawns)
+	}
+}
+
+// Each line of a node fits its box: a longer one is cut with "…" (the
+// tooltip has it whole).
+func TestLabelsFitTheirBox(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		n    int
+		in   string
+		want string
+	}{
+		{statusChars, "waits for approved · until 05:53:29", "waits for approved · un…"},
+		{statusChars, "pending", "pending"},
+		{nameChars, "a-step-name-far-too-long-for-its-box", "a-step-name-far-too-…"},
+		{joinChars, "quorum 2 · pending", "quorum 2 · pending"},
+		{statusChars, "sleeps · until 05:53:29 and more", "sleeps · until 05:53:29…"},
+	} {
+		got := fitLabel(tc.n, tc.in)
+		if got != tc.want || len([]rune(got)) > tc.n {
+			t.Errorf("fitLabel(%d, %q) = %q, want %q (at most %d characters)", tc.n, tc.in, got, tc.want, tc.n)
+		}
 	}
 }

@@ -11,12 +11,19 @@
       var g = svg.querySelector('g.node[data-id="' + id + '"]');
       if (!g) { return; }
       var step = msg.steps[id];
-      if (g.getAttribute("data-state") === step.s) { return; }
+      var waiting = step.w ? "1" : "";
+      if (g.getAttribute("data-state") === step.s && (g.getAttribute("data-waiting") || "") === waiting) { return; }
       var st = "st-" + step.s;
-      g.setAttribute("class", "node " + st);
+      var cls = "node " + st;
+      if (g.hasAttribute("data-spawned-by")) { cls += " spawned"; }
+      if (step.w) { cls += " waiting"; }
+      g.setAttribute("class", cls);
       g.querySelector("rect").setAttribute("class", st);
       g.querySelector("text.status").textContent = step.t;
+      var title = g.querySelector("title");
+      if (title) { title.textContent = title.textContent.replace(/^([^:]*: )[^\n]*/, "$1" + step.f); }
       g.setAttribute("data-state", step.s);
+      g.setAttribute("data-waiting", waiting);
     });
     var fs = document.getElementById("flow-state");
     if (fs) { fs.textContent = msg.flow; fs.className = "state st-" + msg.flow; }
