@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -57,6 +58,39 @@ func sameCounts(a, b map[string]int) bool {
 		}
 	}
 	return true
+}
+
+// Weights hold across claims, not only inside one: claimed one slot at a
+// time (a worker of concurrency 1, or one slot free), a key of weight 3
+// starts three executions for each one of a key of weight 1, in turns of
+// three and one, while both have work; and so does a lane's unkeyed work
+// against a weighted key. A key's turn was ended by any claim that
+// served it, so weights acted only among the slots of one claim (200 of
+// the first 400 starts with one slot).
+func TestWeightsHoldAcrossClaims(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	three := 3
+	f.createAll(keyed("weights", "heavy", 0, 60), keyed("weights", "light", 0, 60))
+	if _, err := f.client.SetKey(f.Ctx, "weights", "heavy", ffd.KeyParams{Weight: &three}); err != nil {
+		t.Fatal(err)
+	}
+	var order strings.Builder
+	counts := map[string]int{}
+	for range 40 {
+		got := f.claimKeys("weights", 1)
+		for k, n := range got {
+			counts[k] += n
+			order.WriteString(k[:1])
+		}
+	}
+	if counts["heavy"] != 30 || counts["light"] != 10 {
+		t.Fatalf("40 claims of one slot took %v by key (in order %s); want heavy 30, light 10", counts, order.String())
+	}
+	// In turns: never four of heavy in a row, never two of light.
+	if o := order.String(); strings.Contains(o, "hhhh") || strings.Contains(o, "ll") {
+		t.Fatalf("starts in order %s; want turns of three heavy and one light", o)
+	}
 }
 
 // What one claim takes from a keyed lane: each key at most its limit and
@@ -154,8 +188,8 @@ func TestKeyRateThrottle(t *testing.T) {
 		t.Fatalf("throttle %+v; want held, the next token in about an hour", th)
 	}
 	ks, err := f.client.ListKeys(f.Ctx, ffd.ListKeysParams{Lane: "rated"})
-	if err != nil || len(ks) != 2 || ks[1].Key != "api" || !ks[1].Held || ks[1].Due != 4 || !ks[1].Configured {
-		t.Fatalf("ListKeys: %+v %v; want '' and api, api held with 4 due, configured", ks, err)
+	if err != nil || len(ks) != 1 || ks[0].Key != "api" || !ks[0].Held || ks[0].Due != 4 || !ks[0].Configured {
+		t.Fatalf("ListKeys: %+v %v; want api alone (no unkeyed work), held with 4 due, configured", ks, err)
 	}
 	ls, err := f.client.ListLanes(f.Ctx)
 	if err != nil || len(ls) != 1 || ls[0].KeysHeld != 1 || ls[0].WaitingHeld != 4 || !ls[0].Keyed {
@@ -226,8 +260,8 @@ func TestForgetIdleKeys(t *testing.T) {
 	for _, k := range ks {
 		names = append(names, k.Key)
 	}
-	if err != nil || fmt.Sprint(names) != "[ busy kept]" {
-		t.Fatalf("keys %q, %v; want '', busy and kept", names, err)
+	if err != nil || fmt.Sprint(names) != "[busy kept]" {
+		t.Fatalf("keys %q, %v; want busy and kept (no \"\": the lane has no unkeyed work)", names, err)
 	}
 	// Named again, the key is back with its new executions' limit.
 	f.createAll(keyed("forget", "idle", 2, 3))
@@ -289,7 +323,15 @@ func TestFlowControlInput(t *testing.T) {
 			_, err := f.client.SetLaneRate(f.Ctx, "in", ffd.Rate{Count: 5, Per: time.Second, Burst: -1})
 			return err
 		}},
-		{"the unkeyed group's key", "key", func() error {
+		{"a limit for the unkeyed executions", "key", func() error {
+			_, err := f.client.SetKey(f.Ctx, "in", "", ffd.KeyParams{MaxRunning: &zero})
+			return err
+		}},
+		{"the unkeyed executions without a weight", "weight", func() error {
+			_, err := f.client.SetKey(f.Ctx, "in", "", ffd.KeyParams{})
+			return err
+		}},
+		{"a weight too heavy for the unkeyed executions", "weight", func() error {
 			_, err := f.client.SetKey(f.Ctx, "in", "", ffd.KeyParams{Weight: &heavy})
 			return err
 		}},
@@ -509,5 +551,98 @@ func TestThrottledClaimsMetric(t *testing.T) {
 	f.WaitFor("the one execution the rate let through to complete", func() bool { return f.inState("slow", ffd.StateCompleted) == 1 })
 	if n := f.inState("slow", ffd.StatePending); n != 2 {
 		t.Fatalf("%d of 3 executions still pending at a rate of one an hour; want 2", n)
+	}
+}
+
+// A lane setting for a lane with no settings and no live execution is
+// refused as not found (a misspelt lane was configured silently, and
+// nothing ever ran under the setting), unless it says NewLane; a lane
+// with work takes settings as before.
+func TestLaneSettingsCatchAMisspeltLane(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	one := 1
+	refused := map[string]func(opts ...ffd.LaneOption) error{
+		"PauseLane": func(opts ...ffd.LaneOption) error { _, err := f.client.PauseLane(f.Ctx, "emials", opts...); return err },
+		"SetLaneLimit": func(opts ...ffd.LaneOption) error {
+			_, err := f.client.SetLaneLimit(f.Ctx, "emials", 3, opts...)
+			return err
+		},
+		"SetLaneRate": func(opts ...ffd.LaneOption) error {
+			_, err := f.client.SetLaneRate(f.Ctx, "emials", ffd.Rate{Count: 10, Per: time.Second}, opts...)
+			return err
+		},
+		"SetKey": func(opts ...ffd.LaneOption) error {
+			_, err := f.client.SetKey(f.Ctx, "emials", "tenant", ffd.KeyParams{MaxRunning: &one}, opts...)
+			return err
+		},
+	}
+	for name, call := range refused {
+		var nf *ffd.NotFoundError
+		if err := call(); !errors.As(err, &nf) || nf.Object != "lane" {
+			t.Errorf("%s of a lane never seen: %v; want a NotFoundError for the lane", name, err)
+		}
+	}
+	if ls, err := f.client.ListLanes(f.Ctx); err != nil || len(ls) != 0 {
+		t.Fatalf("refused settings wrote lanes: %v %v", ls, err)
+	}
+	for name, call := range refused {
+		if err := call(ffd.NewLane()); err != nil {
+			t.Errorf("%s with NewLane: %v", name, err)
+		}
+	}
+	f.mustCreate(ffd.CreateParams{Lane: "emails"})
+	if _, err := f.client.SetLaneLimit(f.Ctx, "emails", 5); err != nil {
+		t.Fatalf("a lane with a pending execution: %v", err)
+	}
+}
+
+// The key "" (a keyed lane's executions without a key) is listed while
+// there are such executions or a weight was set for them; it takes a
+// weight and nothing else, and the weight holds in its turns.
+func TestUnkeyedWorkAsAKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	listed := func() map[string]*ffd.Key {
+		ks, err := f.client.ListKeys(f.Ctx, ffd.ListKeysParams{Lane: "mixed"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*ffd.Key{}
+		for _, k := range ks {
+			out[k.Key] = k
+		}
+		return out
+	}
+	f.createAll(keyed("mixed", "a", 0, 20))
+	if ks := listed(); ks[""] != nil || ks["a"] == nil {
+		t.Fatalf("a lane of keyed work only lists %v; want key a and no \"\" entry", ks)
+	}
+	two, one := 2, 1
+	if _, err := f.client.SetKey(f.Ctx, "mixed", "", ffd.KeyParams{MaxRunning: &one}); !errors.Is(err, ffd.ErrValidation) {
+		t.Fatalf("a running limit for the unkeyed executions: %v; want a ValidationError", err)
+	}
+	if _, err := f.client.SetKey(f.Ctx, "plain", "", ffd.KeyParams{Weight: &two}, ffd.NewLane()); !errors.As(err, new(*ffd.NotFoundError)) {
+		t.Fatalf("a weight for the unkeyed executions of a lane without keys: %v; want a NotFoundError", err)
+	}
+	f.createAll(inOneLane("mixed", 20))
+	if ks := listed(); ks[""] == nil || ks[""].Due != 20 {
+		t.Fatalf("with unkeyed work the list is %v; want a \"\" entry with 20 due", ks)
+	}
+	k, err := f.client.SetKey(f.Ctx, "mixed", "", ffd.KeyParams{Weight: &two})
+	if err != nil || k.Weight != 2 || !k.Configured {
+		t.Fatalf("a weight of 2 for the unkeyed executions: %+v, %v", k, err)
+	}
+	var order strings.Builder
+	for range 9 {
+		for key := range f.claimKeys("mixed", 1) {
+			if key == "" {
+				key = "-"
+			}
+			order.WriteString(key)
+		}
+	}
+	if o := order.String(); o != "--a--a--a" && o != "a--a--a--" {
+		t.Fatalf("claims of one slot took %s (- for unkeyed); want turns of two unkeyed and one of key a", o)
 	}
 }

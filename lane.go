@@ -26,27 +26,41 @@ const (
 	DefaultKeyWeight = 1
 )
 
+// LaneOption changes how a lane setting (PauseLane, ResumeLane,
+// SetLaneLimit, SetLaneRate, SetKey) treats its lane.
+type LaneOption func(*laneOptions)
+
+type laneOptions struct{ newLane bool }
+
+// NewLane lets a lane setting name a lane that has neither settings nor
+// live executions yet: to configure a lane before its first execution.
+// Without it, such a lane is a *NotFoundError, so that a misspelt lane
+// name is caught instead of configuring a lane nothing runs in.
+func NewLane() LaneOption { return func(o *laneOptions) { o.newLane = true } }
+
 // PauseLane stops every worker from claiming in lane, at once (the claim
-// statement itself checks); running executions finish.
-func (c *Client) PauseLane(ctx context.Context, lane string) (*Lane, error) {
+// statement itself checks); running executions finish. A lane with no
+// settings and no live execution is a *NotFoundError unless opts has
+// NewLane.
+func (c *Client) PauseLane(ctx context.Context, lane string, opts ...LaneOption) (*Lane, error) {
 	paused := true
-	return c.setLane(ctx, lane, store.LaneChange{Paused: &paused})
+	return c.setLane(ctx, lane, store.LaneChange{Paused: &paused}, opts)
 }
 
 // ResumeLane lets workers claim in lane again, and wakes them.
-func (c *Client) ResumeLane(ctx context.Context, lane string) (*Lane, error) {
+func (c *Client) ResumeLane(ctx context.Context, lane string, opts ...LaneOption) (*Lane, error) {
 	paused := false
-	return c.setLane(ctx, lane, store.LaneChange{Paused: &paused})
+	return c.setLane(ctx, lane, store.LaneChange{Paused: &paused}, opts)
 }
 
 // SetLaneLimit caps lane's running executions at maxRunning across every
 // worker (0 removes the cap). Claims in a capped lane are counted one
 // after another, so the cap holds however many workers claim at once.
-func (c *Client) SetLaneLimit(ctx context.Context, lane string, maxRunning int) (*Lane, error) {
+func (c *Client) SetLaneLimit(ctx context.Context, lane string, maxRunning int, opts ...LaneOption) (*Lane, error) {
 	if maxRunning < 0 || maxRunning > MaxLaneLimit {
 		return nil, fault.Invalid(ffdtype.KindOutOfRange, "max_running", strconv.Itoa(maxRunning), "want 0 (no cap) up to "+strconv.Itoa(MaxLaneLimit))
 	}
-	return c.setLane(ctx, lane, store.LaneChange{MaxRunning: &maxRunning})
+	return c.setLane(ctx, lane, store.LaneChange{MaxRunning: &maxRunning}, opts)
 }
 
 // SetLaneRate limits how often lane's executions start, across every
@@ -55,18 +69,41 @@ func (c *Client) SetLaneLimit(ctx context.Context, lane string, maxRunning int) 
 // do not fail: the executions stay pending, and workers claim again when
 // the next token comes. A zero Rate removes the limit. A new rate starts
 // with a full bucket.
-func (c *Client) SetLaneRate(ctx context.Context, lane string, rate Rate) (*Lane, error) {
+func (c *Client) SetLaneRate(ctx context.Context, lane string, rate Rate, opts ...LaneOption) (*Lane, error) {
 	if err := leases.NormalizeRate(&rate); err != nil {
 		return nil, err
 	}
-	return c.setLane(ctx, lane, store.LaneChange{Rate: &rate})
+	return c.setLane(ctx, lane, store.LaneChange{Rate: &rate}, opts)
 }
 
-func (c *Client) setLane(ctx context.Context, lane string, ch store.LaneChange) (*Lane, error) {
+func (c *Client) setLane(ctx context.Context, lane string, ch store.LaneChange, opts []LaneOption) (*Lane, error) {
 	if err := leases.ValidateName("lane", lane); err != nil {
 		return nil, err
 	}
+	if err := c.knownLane(ctx, lane, opts); err != nil {
+		return nil, err
+	}
 	return store.SetLane(ctx, c.pool, lane, ch)
+}
+
+// knownLane refuses a lane with no settings and no live execution,
+// unless opts has NewLane.
+func (c *Client) knownLane(ctx context.Context, lane string, opts []LaneOption) error {
+	var o laneOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.newLane {
+		return nil
+	}
+	known, err := store.LaneKnown(ctx, c.pool, lane)
+	if err != nil {
+		return err
+	}
+	if !known {
+		return &ffdtype.NotFoundError{Object: "lane", ID: lane}
+	}
+	return nil
 }
 
 // ListLanes lists the lanes under control (paused, capped, rate-limited
@@ -93,12 +130,19 @@ type KeyParams struct {
 
 // SetKey configures the concurrency key of a lane (docs/flow-control.md)
 // and returns it as it now is. A configured key is kept while it has no
-// execution; ForgetKey undoes it. The key need not have executions yet.
-func (c *Client) SetKey(ctx context.Context, lane, key string, p KeyParams) (*Key, error) {
+// execution; ForgetKey undoes it. The key need not have executions yet,
+// but its lane must have settings or live executions, unless opts has
+// NewLane (else a *NotFoundError: a misspelt lane is caught).
+//
+// The key "" is the lane's executions without a key, which take turns
+// with the keys as one more key: it takes a Weight only (cap them with
+// SetLaneLimit, rate them with SetLaneRate), and only in a lane that has
+// keys (else a *NotFoundError).
+func (c *Client) SetKey(ctx context.Context, lane, key string, p KeyParams, opts ...LaneOption) (*Key, error) {
 	if err := leases.ValidateName("lane", lane); err != nil {
 		return nil, err
 	}
-	if err := leases.ValidateKey("key", key); err != nil {
+	if err := validateKeyParams(key, p); err != nil {
 		return nil, err
 	}
 	ch := store.KeyChange{MaxRunning: p.MaxRunning, Weight: p.Weight}
@@ -119,7 +163,30 @@ func (c *Client) SetKey(ctx context.Context, lane, key string, p KeyParams) (*Ke
 		}
 		ch.Rate = &r
 	}
-	return store.SetKey(ctx, c.pool, lane, key, ch)
+	if err := c.knownLane(ctx, lane, opts); err != nil {
+		return nil, err
+	}
+	k, err := store.SetKey(ctx, c.pool, lane, key, ch)
+	if errors.Is(err, store.ErrKeyNotFound) {
+		return nil, &ffdtype.NotFoundError{Object: "key", ID: lane + "/(no key)"}
+	}
+	return k, err
+}
+
+// validateKeyParams checks key, and that the key "" (the lane's unkeyed
+// executions) is given a weight and nothing else.
+func validateKeyParams(key string, p KeyParams) error {
+	if key != "" {
+		return leases.ValidateKey("key", key)
+	}
+	if p.MaxRunning != nil || p.Rate != nil {
+		return fault.Invalid(ffdtype.KindInvalidValue, "key", `""`,
+			"the lane's executions without a key take a weight only: cap them with SetLaneLimit, rate them with SetLaneRate")
+	}
+	if p.Weight == nil {
+		return fault.Invalid(ffdtype.KindRequired, "weight", "", `the key "" (the lane's executions without a key) takes a weight`)
+	}
+	return nil
 }
 
 // ForgetKey clears a configured key's limits and weight; once it has no
@@ -129,8 +196,10 @@ func (c *Client) ForgetKey(ctx context.Context, lane, key string) error {
 	if err := leases.ValidateName("lane", lane); err != nil {
 		return err
 	}
-	if err := leases.ValidateKey("key", key); err != nil {
-		return err
+	if key != "" { // "": the unkeyed executions' weight back to 1
+		if err := leases.ValidateKey("key", key); err != nil {
+			return err
+		}
 	}
 	err := store.ForgetKey(ctx, c.pool, lane, key)
 	if errors.Is(err, store.ErrKeyNotFound) {
@@ -151,7 +220,9 @@ type ListKeysParams struct {
 
 // ListKeys lists a lane's keys in key order, with what runs and is due
 // of each and whether its limits hold due executions back. The key ""
-// stands for the lane's executions without a key.
+// stands for the lane's executions without a key; it is listed while the
+// lane has such executions pending or running, or a weight was set for
+// them.
 func (c *Client) ListKeys(ctx context.Context, p ListKeysParams) ([]*Key, error) {
 	if err := leases.ValidateName("lane", p.Lane); err != nil {
 		return nil, err

@@ -61,7 +61,7 @@ func TestPauseLane(t *testing.T) {
 func TestLaneLimit(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, err := f.client.SetLaneLimit(f.Ctx, "capped", 3); err != nil {
+	if _, err := f.client.SetLaneLimit(f.Ctx, "capped", 3, ffd.NewLane()); err != nil {
 		t.Fatal(err)
 	}
 	var running, peak atomic.Int32

@@ -26,6 +26,29 @@ type LaneCmd struct {
 type laneArg struct {
 	output
 	Lane string `arg:"" help:"Lane."`
+	newLane
+}
+
+// newLane is the --new flag of the lane settings.
+type newLane struct {
+	New bool `help:"The lane has no settings and no live executions yet: configure it ahead of its first execution (without it, such a lane is refused as not found, to catch a misspelt name)."`
+}
+
+// hint adds to a lane not found what to do about it.
+func (n newLane) hint(err error) error {
+	var nf *ffd.NotFoundError
+	if errors.As(err, &nf) && nf.Object == "lane" {
+		return fmt.Errorf("%w: it has no settings and no live executions; check its name, or pass --new to configure it ahead of its first execution", err)
+	}
+	return err
+}
+
+// opts are the options of a lane setting.
+func (n newLane) opts() []ffd.LaneOption {
+	if n.New {
+		return []ffd.LaneOption{ffd.NewLane()}
+	}
+	return nil
 }
 
 func (c *laneArg) show(g *Globals, l *ffd.Lane) error {
@@ -44,9 +67,9 @@ func (c *LanePauseCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	l, err := client.PauseLane(ctx, c.Lane)
+	l, err := client.PauseLane(ctx, c.Lane, c.opts()...)
 	if err != nil {
-		return err
+		return c.hint(err)
 	}
 	return c.show(g, l)
 }
@@ -60,9 +83,9 @@ func (c *LaneResumeCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	l, err := client.ResumeLane(ctx, c.Lane)
+	l, err := client.ResumeLane(ctx, c.Lane, c.opts()...)
 	if err != nil {
-		return err
+		return c.hint(err)
 	}
 	return c.show(g, l)
 }
@@ -79,9 +102,9 @@ func (c *LaneLimitCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	l, err := client.SetLaneLimit(ctx, c.Lane, c.Max)
+	l, err := client.SetLaneLimit(ctx, c.Lane, c.Max, c.opts()...)
 	if err != nil {
-		return err
+		return c.hint(err)
 	}
 	return c.show(g, l)
 }
@@ -157,9 +180,9 @@ func (c *LaneRateCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	l, err := client.SetLaneRate(ctx, c.Lane, r)
+	l, err := client.SetLaneRate(ctx, c.Lane, r, c.opts()...)
 	if err != nil {
-		return err
+		return c.hint(err)
 	}
 	return c.show(g, l)
 }
@@ -178,12 +201,13 @@ func parseRateArg(s string, burst int) (ffd.Rate, error) {
 type LaneKeyCmd struct {
 	output
 	Lane       string `arg:"" help:"Lane."`
-	Key        string `arg:"" help:"Concurrency key."`
+	Key        string `arg:"" help:"Concurrency key; \"\" for the lane's executions without a key (--weight only)."`
 	MaxRunning *int   `help:"Most of the key's executions running at once, across every worker; 0 removes the cap."`
 	Rate       string `help:"Starts of the key per interval, such as 100/1m; 0 removes the limit."`
 	Burst      int    `help:"With --rate: most starts at once (default: one second's worth, at least 1)."`
 	Weight     *int   `help:"The key's share of each round of turns (1..1000)."`
 	Forget     bool   `help:"Clear the key's limits and weight; the sweep forgets it once it has no live execution."`
+	newLane
 }
 
 // Run configures the key.
@@ -213,9 +237,9 @@ func (c *LaneKeyCmd) Run(ctx context.Context, g *Globals) error {
 	} else if c.Burst != 0 {
 		return errors.New("--burst goes with --rate")
 	}
-	k, err := client.SetKey(ctx, c.Lane, c.Key, p)
+	k, err := client.SetKey(ctx, c.Lane, c.Key, p, c.opts()...)
 	if err != nil {
-		return err
+		return c.hint(err)
 	}
 	return c.print(g.stdout, keyJSON(k), func(tw *tabwriter.Writer) {
 		fmt.Fprintf(tw, "key %q of lane %s max_running=%s rate=%s weight=%d\n", k.Key, k.Lane, capString(k.MaxRunning),

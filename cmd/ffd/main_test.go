@@ -669,10 +669,14 @@ func TestLaneCommands(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	url := "--database-url=" + db.URL
-	if code, out, errOut := runFFD(t, "lane", "pause", "emails", url); code != 0 || !strings.Contains(out, "paused=true") {
+	// A lane with no settings and no work: a misspelt name, unless --new.
+	if code, _, errOut := runFFD(t, "lane", "pause", "emails", url); code != exitFailed || !strings.Contains(errOut, "--new") {
+		t.Fatalf("pause of a lane never seen: %d %q; want exit %d naming --new", code, errOut, exitFailed)
+	}
+	if code, out, errOut := runFFD(t, "lane", "pause", "emails", "--new", url); code != 0 || !strings.Contains(out, "paused=true") {
 		t.Fatalf("pause: %d %q %q", code, out, errOut)
 	}
-	if code, out, _ := runFFD(t, "lane", "limit", "reports", "4", url); code != 0 || !strings.Contains(out, "max_running=4") {
+	if code, out, _ := runFFD(t, "lane", "limit", "reports", "4", "--new", url); code != 0 || !strings.Contains(out, "max_running=4") {
 		t.Fatalf("limit: %d %q", code, out)
 	}
 	code, out, _ := runFFD(t, "lane", "list", url)

@@ -54,10 +54,10 @@ func (h *harness) setUpKeyed(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := client.SetLaneRate(ctx, KeyedLane, ffd.Rate{Count: keyedRate, Per: time.Second, Burst: keyedBurst}); err != nil {
+	if _, err := client.SetLaneRate(ctx, KeyedLane, ffd.Rate{Count: keyedRate, Per: time.Second, Burst: keyedBurst}, ffd.NewLane()); err != nil {
 		return fmt.Errorf("set the keyed lane's rate: %w", err)
 	}
-	_, err = client.SetKey(ctx, KeyedLane, "tenant-1", ffd.KeyParams{Rate: &ffd.Rate{Count: tenant1Rate, Per: time.Second}})
+	_, err = client.SetKey(ctx, KeyedLane, "tenant-1", ffd.KeyParams{Rate: &ffd.Rate{Count: tenant1Rate, Per: time.Second}}, ffd.NewLane())
 	return err
 }
 

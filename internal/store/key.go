@@ -50,17 +50,25 @@ const keyDueSQL = `CASE WHEN k.key = ''
 
 // keyTurnSQL is a keyed claim's first statement: it locks the keys whose
 // turn it is, least recently served first, as many as the claim can
-// serve ($3 slots, each key taking up to its weight in a round), skipping
-// keys another claim holds (SKIP LOCKED: claims of other keys go on),
-// keys at their running limit and keys out of rate tokens (so a key
-// holding work never blocks the lane behind it), keys with nothing due,
-// and every key of a paused lane. It marks them with the claim's token ($4) and moves them to the
-// back of the turn order, in the order they had: each gets this
+// serve ($3 slots, each key offering what is left of its turn: its weight
+// less what it took in the turn so far), skipping keys another claim
+// holds (SKIP LOCKED: claims of other keys go on), keys at their running
+// limit and keys out of rate tokens (so a key holding work never blocks
+// the lane behind it), keys with nothing due, and every key of a paused
+// lane. It marks them with the claim's token ($4) and counts each key's
+// share of the slots (up to what is left of its turn, after the shares
+// of the keys before it) into its turn: a key whose turn that uses up
+// moves to the back of the turn order, in the order the keys had (this
 // statement's time plus as many microseconds as the slots before it, so
-// the claim statement can still rank them by turn. The tests of limits here read this statement's
-// snapshot, which may be stale; they only spare a lock: the claim
-// statement counts again on a snapshot taken after these locks were
-// granted.
+// the claim statement can still rank them by turn), its turn begun
+// anew; a key with turn left keeps its place, so that the next claim,
+// of one slot say, serves it again. Weights so hold across claims. A
+// share the claim then does not fill (the key had less due, or the lane
+// less room) is spent all the same: the turn order moves on rather than
+// wait on a key with little to do. The tests of limits here read this
+// statement's snapshot, which may be stale; they only spare a lock: the
+// claim statement counts again on a snapshot taken after these locks
+// were granted.
 //
 // The keys are updated by their whole primary key taken from the turn,
 // with no condition on ff_key of its own, so the planner's one way in is
@@ -70,9 +78,12 @@ const keyDueSQL = `CASE WHEN k.key = ''
 // turn once per key (146 ms a claim at 1,000 keys; auto_explain).
 var keyTurnSQL = `
 WITH s AS MATERIALIZED (
-	SELECT $1::text AS lane, t.key, sum(t.share) OVER (ORDER BY t.served_at, t.key) - t.share AS before, clock.t
+	SELECT $1::text AS lane, t.key, t.used, t.left,
+		least(t.share, $3::int - (sum(t.share) OVER (ORDER BY t.served_at, t.key) - t.share)) AS took,
+		sum(t.share) OVER (ORDER BY t.served_at, t.key) - t.share AS before, clock.t
 	FROM (
-		SELECT k.key, least(k.weight, $3::int) AS share, k.served_at
+		SELECT k.key, least(k.turn_used, k.weight - 1) AS used, k.weight - least(k.turn_used, k.weight - 1) AS left,
+			least(k.weight - least(k.turn_used, k.weight - 1), $3::int) AS share, k.served_at
 		FROM ff_key k
 		WHERE k.lane = $1
 			AND NOT EXISTS (SELECT 1 FROM ff_lane p WHERE p.lane = $1 AND p.paused)
@@ -84,7 +95,9 @@ WITH s AS MATERIALIZED (
 		FOR NO KEY UPDATE OF k SKIP LOCKED
 	) t, (SELECT clock_timestamp() AS t) clock
 )
-UPDATE ff_key f SET claim_token = $4, served_at = s.t + s.before * interval '1 microsecond'
+UPDATE ff_key f SET claim_token = $4,
+	turn_used = CASE WHEN s.took >= s.left THEN 0 ELSE s.used + s.took END,
+	served_at = CASE WHEN s.took >= s.left THEN s.t + s.before * interval '1 microsecond' ELSE f.served_at END
 FROM s
 WHERE f.lane = s.lane AND f.key = s.key AND s.before < $3`
 
@@ -473,12 +486,16 @@ func SetKey(ctx context.Context, db DB, lane, key string, ch KeyChange) (*ffdtyp
 	rateSet, count, per, burst := rateArgs(ch.Rate)
 	var k *ffdtype.Key
 	err := InTx(ctx, db, func(tx pgx.Tx) error {
-		if err := ensureKeys(ctx, tx, []string{lane}, []string{key}, []int32{0}); err != nil {
-			return err
+		// The key "" (the lane's unkeyed executions) exists from the
+		// lane's first keyed execution on; it is not created here.
+		if key != "" {
+			if err := ensureKeys(ctx, tx, []string{lane}, []string{key}, []int32{0}); err != nil {
+				return err
+			}
 		}
 		// The time goes in through VALUES: a distributed Postgres allows
 		// only immutable functions in DO UPDATE SET.
-		_, err := tx.Exec(ctx, `UPDATE ff_key k SET configured = true,
+		tag, err := tx.Exec(ctx, `UPDATE ff_key k SET configured = true,
 				max_running = CASE WHEN $3::int IS NULL THEN k.max_running WHEN $3::int > 0 THEN $3::int END,
 				rate_count = CASE WHEN $4::boolean THEN $5::int ELSE k.rate_count END,
 				rate_interval = CASE WHEN $4::boolean THEN $6::bigint * interval '1 microsecond' ELSE k.rate_interval END,
@@ -490,6 +507,9 @@ func SetKey(ctx context.Context, db DB, lane, key string, ch KeyChange) (*ffdtyp
 			WHERE k.lane = $1 AND k.key = $2`, lane, key, ch.MaxRunning, rateSet, count, per, burst, ch.Weight, time.Now())
 		if err != nil {
 			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrKeyNotFound
 		}
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelReady, lane); err != nil {
 			return err
@@ -504,6 +524,9 @@ func SetKey(ctx context.Context, db DB, lane, key string, ch KeyChange) (*ffdtyp
 		k = ks[0]
 		return nil
 	})
+	if errors.Is(err, ErrKeyNotFound) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, wrap(fmt.Sprintf("set key %q of lane %s", key, lane), err)
 	}
@@ -515,7 +538,7 @@ func SetKey(ctx context.Context, db DB, lane, key string, ch KeyChange) (*ffdtyp
 func ForgetKey(ctx context.Context, db DB, lane, key string) error {
 	tag, err := db.Exec(ctx, `UPDATE ff_key SET configured = false, max_running = NULL, rate_count = NULL,
 		rate_interval = NULL, rate_burst = NULL, tokens = NULL, tokens_at = NULL, weight = 1
-		WHERE lane = $1 AND key = $2 AND key <> ''`, lane, key)
+		WHERE lane = $1 AND key = $2`, lane, key)
 	if err != nil {
 		return wrap(fmt.Sprintf("forget key %q of lane %s", key, lane), err)
 	}

@@ -86,18 +86,23 @@ type routedKey struct {
 	maxRunning *int
 	rate       rateState
 	weight     int
+	turnUsed   int // starts in its current turn (keyTurnSQL)
 }
+
+// turnLeft is what is left of k's turn: its weight less what it took in
+// the turn so far (a weight lowered meanwhile leaves it at least 1).
+func (k routedKey) turnLeft() int { return k.weight - min(k.turnUsed, k.weight-1) }
 
 const routedLaneSQL = `SELECT paused, keyed, max_running, rate_count,
 	(extract(epoch FROM rate_interval) * 1e6)::bigint, rate_burst, tokens, tokens_at
 FROM ff_lane WHERE lane = $1`
 
 const routedKeyColumns = `key, max_running, rate_count, (extract(epoch FROM rate_interval) * 1e6)::bigint,
-	rate_burst, tokens, tokens_at, weight`
+	rate_burst, tokens, tokens_at, weight, turn_used`
 
 func scanRoutedKey(row pgx.Row) (routedKey, error) {
 	var k routedKey
-	err := row.Scan(&k.key, &k.maxRunning, &k.rate.count, &k.rate.perUS, &k.rate.burst, &k.rate.tokens, &k.rate.at, &k.weight)
+	err := row.Scan(&k.key, &k.maxRunning, &k.rate.count, &k.rate.perUS, &k.rate.burst, &k.rate.tokens, &k.rate.at, &k.weight, &k.turnUsed)
 	return k, err
 }
 
@@ -232,62 +237,19 @@ func claimControlledRouted(ctx context.Context, db DB, lane string, c laneContro
 }
 
 // routedTurn locks the keys whose turn it is and returns them, in turn
-// order, with their room; it moves them to the back of the turn order.
+// order, with their room; it counts their shares into their turns, as
+// keyTurnSQL does.
 func routedTurn(ctx context.Context, tx pgx.Tx, lane string, caps []string, room int, now time.Time) ([]routedGroup, error) {
-	rows, err := tx.Query(ctx, `SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 ORDER BY served_at, key`, lane)
-	if err != nil {
+	turn, err := routedTurnOrder(ctx, tx, lane, caps, room, now)
+	if err != nil || len(turn) == 0 {
 		return nil, err
 	}
-	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (routedKey, error) { return scanRoutedKey(row) })
-	if err != nil {
-		return nil, err
+	sorted := make([]string, len(turn))
+	for i, k := range turn {
+		sorted[i] = k.key
 	}
-	due := map[string]bool{}
-	rows, err = tx.Query(ctx, routedDueKeysSQL, lane, caps)
-	if err != nil {
-		return nil, err
-	}
-	dueKeys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, err
-	}
-	for _, k := range dueKeys {
-		due[k] = true
-	}
-	var names []string
-	for _, k := range keys {
-		if due[k.key] && k.key != "" {
-			names = append(names, k.key)
-		}
-	}
-	running, err := routedRunning(ctx, tx, lane, names)
-	if err != nil {
-		return nil, err
-	}
-	// Walk the turn order as keyTurnSQL does: due keys below their limits
-	// with a token, each taking up to its weight, until the slots are
-	// spoken for.
-	var turn []string
-	before := 0
-	for _, k := range keys {
-		if before >= room {
-			break
-		}
-		if !due[k.key] || (k.maxRunning != nil && running[k.key] >= *k.maxRunning) {
-			continue
-		}
-		if t, rated := k.rate.tokensAt(now); rated && t < 1 {
-			continue
-		}
-		turn = append(turn, k.key)
-		before += min(k.weight, room)
-	}
-	if len(turn) == 0 {
-		return nil, nil
-	}
-	sorted := slices.Clone(turn)
 	slices.Sort(sorted)
-	rows, err = tx.Query(ctx, `SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 AND key = ANY($2::text[])
+	rows, err := tx.Query(ctx, `SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 AND key = ANY($2::text[])
 		ORDER BY key FOR NO KEY UPDATE SKIP LOCKED`, lane, sorted)
 	if err != nil {
 		return nil, err
@@ -305,27 +267,94 @@ func routedTurn(ctx context.Context, tx pgx.Tx, lane string, caps []string, room
 		}
 	}
 	// Counted again on this statement's snapshot, taken after the locks.
-	running, err = routedRunning(ctx, tx, lane, lockedNames)
+	running, err := routedRunning(ctx, tx, lane, lockedNames)
 	if err != nil {
 		return nil, err
 	}
+	return routedTakeTurns(ctx, tx, lane, turn, byKey, running, room, now)
+}
+
+// routedTurnOrder walks the turn order as keyTurnSQL does, on reads
+// without locks: due keys below their limits with a token, each offering
+// what is left of its turn, until the slots are spoken for.
+func routedTurnOrder(ctx context.Context, tx pgx.Tx, lane string, caps []string, room int, now time.Time) ([]routedKey, error) {
+	rows, err := tx.Query(ctx, `SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 ORDER BY served_at, key`, lane)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (routedKey, error) { return scanRoutedKey(row) })
+	if err != nil {
+		return nil, err
+	}
+	rows, err = tx.Query(ctx, routedDueKeysSQL, lane, caps)
+	if err != nil {
+		return nil, err
+	}
+	dueKeys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	due := map[string]bool{}
+	var names []string
+	for _, k := range dueKeys {
+		due[k] = true
+		if k != "" {
+			names = append(names, k)
+		}
+	}
+	running, err := routedRunning(ctx, tx, lane, names)
+	if err != nil {
+		return nil, err
+	}
+	var turn []routedKey
+	before := 0
+	for _, k := range keys {
+		if before >= room {
+			break
+		}
+		if !due[k.key] || (k.maxRunning != nil && running[k.key] >= *k.maxRunning) {
+			continue
+		}
+		if t, rated := k.rate.tokensAt(now); rated && t < 1 {
+			continue
+		}
+		turn = append(turn, k)
+		before += min(k.turnLeft(), room)
+	}
+	return turn, nil
+}
+
+// routedTakeTurns makes a group of each key of turn that this claim
+// locked, with its room, and counts its share into its turn (a turn used
+// up moves the key to the back of the turn order).
+func routedTakeTurns(ctx context.Context, tx pgx.Tx, lane string, turn []routedKey, byKey map[string]routedKey,
+	running map[string]int, room int, now time.Time) ([]routedGroup, error) {
 	var groups []routedGroup
 	b := &pgx.Batch{}
-	for i, name := range turn {
-		k, ok := byKey[name]
+	before := 0
+	for i, planned := range turn {
+		k, ok := byKey[planned.key]
 		if !ok {
 			continue // another claim holds it
 		}
-		g := routedGroup{key: name, room: room, weight: k.weight, rate: k.rate}
+		g := routedGroup{key: k.key, room: room, weight: k.weight, rate: k.rate}
 		if k.maxRunning != nil {
-			g.room = min(g.room, *k.maxRunning-running[name])
+			g.room = min(g.room, *k.maxRunning-running[k.key])
 		}
 		if g.tokens, g.rated = k.rate.tokensAt(now); g.rated {
 			g.room = min(g.room, int(math.Floor(g.tokens)))
 		}
-		// Its turn is taken whether or not it has room left now.
-		b.Queue(`UPDATE ff_key SET served_at = $3 WHERE lane = $1 AND key = $2`, lane, name,
-			now.Add(time.Duration(i)*time.Microsecond))
+		// Its share is counted whether or not it has room left now.
+		left := k.turnLeft()
+		share := min(left, room)
+		took := min(share, room-before)
+		before += share
+		if took >= left {
+			b.Queue(`UPDATE ff_key SET served_at = $3, turn_used = 0 WHERE lane = $1 AND key = $2`, lane, k.key,
+				now.Add(time.Duration(i)*time.Microsecond))
+		} else {
+			b.Queue(`UPDATE ff_key SET turn_used = $3 WHERE lane = $1 AND key = $2`, lane, k.key, min(k.turnUsed, k.weight-1)+took)
+		}
 		if g.room > 0 {
 			groups = append(groups, g)
 		}
@@ -550,10 +579,16 @@ func listKeysRouted(ctx context.Context, db DB, lane string, after, key *string,
 	if err != nil {
 		return nil, err
 	}
+	out := ks[:0]
 	for i, k := range ks {
-		fillKey(k, rates[i], stats[[2]string{lane, k.Key}], now)
+		s, live := stats[[2]string{lane, k.Key}]
+		if k.Key == "" && !live && !k.Configured {
+			continue // no unkeyed work to take turns, and no weight set for it
+		}
+		fillKey(k, rates[i], s, now)
+		out = append(out, k)
 	}
-	return ks, nil
+	return out, nil
 }
 
 // listLanesRouted lists lanes under control ($1: only that one), with

@@ -227,3 +227,36 @@ func TestRoutedStatements(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The routed keyed claim keeps weights across claims as the single-node
+// one does: claimed one slot at a time, a key of weight 3 starts three
+// for each one of a key of weight 1, in turns. Not parallel: RouteAll.
+func TestRoutedWeightsHoldAcrossClaims(t *testing.T) {
+	restore := store.RouteAll()
+	defer restore()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := testdb.New(t)
+	var ps []ffdtype.CreateParams
+	for range 40 {
+		ps = append(ps, ffdtype.CreateParams{Lane: "weights", ConcurrencyKey: "heavy"}, ffdtype.CreateParams{Lane: "weights", ConcurrencyKey: "light"})
+	}
+	if _, err := leases.CreateMany(ctx, db.Pool, leases.Limits{}, ps); err != nil {
+		t.Fatal(err)
+	}
+	three := 3
+	if _, err := store.SetKey(ctx, db.Pool, "weights", "heavy", store.KeyChange{Weight: &three}); err != nil {
+		t.Fatal(err)
+	}
+	var order []byte
+	for range 20 {
+		xs, err := leases.Claim(ctx, db.Pool, ffdtype.ClaimParams{Lane: "weights", Worker: "w/1", Max: 1})
+		if err != nil || len(xs) != 1 {
+			t.Fatalf("routed claim of one: %d, %v", len(xs), err)
+		}
+		order = append(order, xs[0].ConcurrencyKey[0])
+	}
+	if got := string(order); got != "hhhlhhhlhhhlhhhlhhhl" {
+		t.Fatalf("routed claims of one slot started %s; want turns of three heavy and one light", got)
+	}
+}
