@@ -738,23 +738,6 @@ func forgetIdleKeysRouted(ctx context.Context, tx pgx.Tx, limit int) (int, error
 	if _, err := tx.Exec(ctx, `SET LOCAL citus.multi_shard_modify_mode TO 'sequential'`); err != nil {
 		return 0, err
 	}
-	live := func(lanes []string) (map[[2]string]bool, error) {
-		rows, err := tx.Query(ctx, `SELECT DISTINCT lane, concurrency_key FROM ff_execution
-			WHERE lane = ANY($1::text[]) AND concurrency_key IS NOT NULL AND state IN ('blocked', 'pending', 'running')`, lanes)
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		out := map[[2]string]bool{}
-		for rows.Next() {
-			var l, k string
-			if err := rows.Scan(&l, &k); err != nil {
-				return nil, err
-			}
-			out[[2]string{l, k}] = true
-		}
-		return out, rows.Err()
-	}
 	rows, err := tx.Query(ctx, `SELECT DISTINCT lane FROM ff_key WHERE NOT configured AND key <> ''`)
 	if err != nil {
 		return 0, err
@@ -763,7 +746,7 @@ func forgetIdleKeysRouted(ctx context.Context, tx pgx.Tx, limit int) (int, error
 	if err != nil || len(lanes) == 0 {
 		return 0, err
 	}
-	busy, err := live(lanes)
+	busy, err := liveKeys(ctx, tx, lanes)
 	if err != nil {
 		return 0, err
 	}
@@ -771,44 +754,25 @@ func forgetIdleKeysRouted(ctx context.Context, tx pgx.Tx, limit int) (int, error
 	if err != nil {
 		return 0, err
 	}
-	var ls, ks []string
+	var idle [][2]string
 	for rows.Next() {
-		var l, k string
-		if err := rows.Scan(&l, &k); err != nil {
+		var k [2]string
+		if err := rows.Scan(&k[0], &k[1]); err != nil {
 			rows.Close()
 			return 0, err
 		}
-		if !busy[[2]string{l, k}] && len(ks) < limit {
-			ls, ks = append(ls, l), append(ks, k)
+		if !busy[k] && len(idle) < limit {
+			idle = append(idle, k)
 		}
 	}
-	if err := rows.Err(); err != nil || len(ks) == 0 {
+	if err := rows.Err(); err != nil || len(idle) == 0 {
 		return 0, err
 	}
-	rows, err = tx.Query(ctx, `SELECT lane, key FROM ff_key WHERE lane = ANY($1::text[]) AND key = ANY($2::text[])
-		AND NOT configured ORDER BY lane, key FOR UPDATE SKIP LOCKED`, ls, ks)
-	if err != nil {
+	locked, err := lockKeys(ctx, tx, idle)
+	if err != nil || len(locked) == 0 {
 		return 0, err
 	}
-	want := map[[2]string]bool{}
-	for i := range ks {
-		want[[2]string{ls[i], ks[i]}] = true
-	}
-	var locked [][2]string
-	for rows.Next() {
-		var l, k string
-		if err := rows.Scan(&l, &k); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		if want[[2]string{l, k}] {
-			locked = append(locked, [2]string{l, k})
-		}
-	}
-	if err := rows.Err(); err != nil || len(locked) == 0 {
-		return 0, err
-	}
-	busy, err = live(lanes) // after the locks: a creator holding a key committed its rows first
+	busy, err = liveKeys(ctx, tx, lanes) // after the locks: a creator holding a key committed its rows first
 	if err != nil {
 		return 0, err
 	}
@@ -826,4 +790,51 @@ func forgetIdleKeysRouted(ctx context.Context, tx pgx.Tx, limit int) (int, error
 		return 0, nil
 	}
 	return n, tx.SendBatch(ctx, b).Close()
+}
+
+// liveKeys are the (lane, key) pairs of lanes that have a live execution.
+func liveKeys(ctx context.Context, tx pgx.Tx, lanes []string) (map[[2]string]bool, error) {
+	rows, err := tx.Query(ctx, `SELECT DISTINCT lane, concurrency_key FROM ff_execution
+		WHERE lane = ANY($1::text[]) AND concurrency_key IS NOT NULL AND state IN ('blocked', 'pending', 'running')`, lanes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[[2]string]bool{}
+	for rows.Next() {
+		var k [2]string
+		if err := rows.Scan(&k[0], &k[1]); err != nil {
+			return nil, err
+		}
+		out[k] = true
+	}
+	return out, rows.Err()
+}
+
+// lockKeys locks those of keys (lane, key) still unconfigured, in key
+// order, skipping those another transaction holds.
+func lockKeys(ctx context.Context, tx pgx.Tx, keys [][2]string) ([][2]string, error) {
+	ls, ks := make([]string, len(keys)), make([]string, len(keys))
+	want := map[[2]string]bool{}
+	for i, k := range keys {
+		ls[i], ks[i] = k[0], k[1]
+		want[k] = true
+	}
+	rows, err := tx.Query(ctx, `SELECT lane, key FROM ff_key WHERE lane = ANY($1::text[]) AND key = ANY($2::text[])
+		AND NOT configured ORDER BY lane, key FOR UPDATE SKIP LOCKED`, ls, ks)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var locked [][2]string
+	for rows.Next() {
+		var k [2]string
+		if err := rows.Scan(&k[0], &k[1]); err != nil {
+			return nil, err
+		}
+		if want[k] {
+			locked = append(locked, k)
+		}
+	}
+	return locked, rows.Err()
 }

@@ -260,3 +260,39 @@ func TestRoutedWeightsHoldAcrossClaims(t *testing.T) {
 		t.Fatalf("routed claims of one slot started %s; want turns of three heavy and one light", got)
 	}
 }
+
+// The routed sweep of idle keys forgets a key only its executions named
+// once none of them is live, and keeps a configured key and a busy one.
+// Not parallel: RouteAll.
+func TestRoutedForgetIdleKeys(t *testing.T) {
+	restore := store.RouteAll()
+	defer restore()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := testdb.New(t)
+	ps := []ffdtype.CreateParams{{Lane: "forget", ConcurrencyKey: "idle"}, {Lane: "forget", ConcurrencyKey: "busy"}}
+	if _, err := leases.CreateMany(ctx, db.Pool, leases.Limits{}, ps); err != nil {
+		t.Fatal(err)
+	}
+	one := 1
+	if _, err := store.SetKey(ctx, db.Pool, "forget", "kept", store.KeyChange{MaxRunning: &one}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE ff_execution SET state = 'cancelled', terminal_at = now(), cancellation_reason = 'test', cancelled_by = 'test' WHERE concurrency_key = 'idle'`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := store.ForgetIdleKeys(ctx, db.Pool, 100)
+	if err != nil || n != 1 {
+		t.Fatalf("ForgetIdleKeys = %d, %v; want 1 (idle)", n, err)
+	}
+	var keys []string
+	rows, _ := db.Pool.Query(ctx, `SELECT key FROM ff_key WHERE lane = 'forget' AND key <> '' ORDER BY key`)
+	for rows.Next() {
+		var k string
+		_ = rows.Scan(&k)
+		keys = append(keys, k)
+	}
+	if rows.Err() != nil || len(keys) != 2 || keys[0] != "busy" || keys[1] != "kept" {
+		t.Fatalf("keys left %v, %v; want busy and kept", keys, rows.Err())
+	}
+}
