@@ -28,14 +28,22 @@ type Info struct {
 	Platform string `json:"platform"`
 }
 
+// Stamped is the version a packaging build sets with -ldflags "-X
+// github.com/flowfabric/ffd/internal/version.Stamped=v1.2.3"
+// (deploy/package/build): it wins over what the toolchain read, which
+// is "(devel)" or a pseudo-version for a build from a checkout.
+var Stamped string
+
 // Get reads the running binary's build information.
 func Get() Info {
 	info := Info{Version: "(devel)", Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return info
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		info = fromBuildInfo(bi, info)
 	}
-	return fromBuildInfo(bi, info)
+	if Stamped != "" {
+		info.Version = Stamped
+	}
+	return info
 }
 
 // fromBuildInfo fills info from bi; split from Get so tests can feed it.

@@ -39,3 +39,14 @@ func TestGetDescribesThisBinary(t *testing.T) {
 		t.Fatalf("Get() = %+v; want a version, a toolchain and a platform", i)
 	}
 }
+
+// A packaging build's stamp names the version, whatever the toolchain
+// read (a package once reported "(devel)").
+func TestStampedVersionWins(t *testing.T) {
+	old := Stamped
+	t.Cleanup(func() { Stamped = old })
+	Stamped = "v0.3.0"
+	if got := Get().Version; got != "v0.3.0" {
+		t.Fatalf("stamped v0.3.0, Get says %q", got)
+	}
+}
