@@ -59,7 +59,7 @@ func TestEnvExampleMatchesTheDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if user := u.User.Username(); user != "ffd_daemon" || !strings.Contains(string(roles), "CREATE ROLE "+user+" LOGIN") {
+	if user := u.User.Username(); user != "ffd_daemon" || !strings.Contains(string(roles), "('"+user+"', 'LOGIN')") {
 		t.Errorf("deploy/ffd.env.example connects as %q; want the daemon's login role of deploy/roles.sql, ffd_daemon", user)
 	}
 }

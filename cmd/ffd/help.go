@@ -80,11 +80,23 @@ func usageError(w io.Writer, err error, command string) int {
 	return exitBadArgs
 }
 
+// argError is a flag or argument a command found wrong once it ran (a
+// malformed URL, JSON that does not parse): exitBadArgs, as a flag kong
+// refuses.
+type argError struct{ err error }
+
+func (e *argError) Error() string { return e.err.Error() }
+func (e *argError) Unwrap() error { return e.err }
+
+// badArg is an argError saying what is wrong.
+func badArg(format string, args ...any) error { return &argError{fmt.Errorf(format, args...)} }
+
 // codeOf is the exit code of an error a command returned: exitBadArgs for
 // input refused as invalid, exitFailed for the rest.
 func codeOf(err error) int {
 	var ve *ffdtype.ValidationError
-	if errors.As(err, &ve) {
+	var ae *argError
+	if errors.As(err, &ve) || errors.As(err, &ae) {
 		return exitBadArgs
 	}
 	var oe *outcomeError

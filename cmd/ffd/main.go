@@ -72,7 +72,7 @@ type CLI struct {
 	Globals
 	Version kong.VersionFlag `name:"version" help:"Print the version and exit."`
 
-	Run      RunCmd      `cmd:"" help:"Run the daemon: cascade, sibling cancellation, timeouts, sweep."`
+	Run      RunCmd      `cmd:"" aliases:"daemon" help:"Run the daemon: cascade, sibling cancellation, timeouts, sweep (alias: daemon)."`
 	Migrate  MigrateCmd  `cmd:"" help:"Apply or inspect the schema migrations."`
 	Exec     ExecCmd     `cmd:"" help:"Inspect and cancel executions."`
 	Flow     FlowCmd     `cmd:"" help:"Inspect and cancel flows."`
@@ -159,8 +159,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cli.stdout, cli.log = stdout, log
 	defer cli.close()
 	if err := kctx.Run(&cli.Globals); err != nil {
+		code := codeOf(err)
+		if code == exitBadArgs {
+			return usageError(stderr, err, kctx.Command())
+		}
 		fmt.Fprintln(stderr, "ffd:", err)
-		return codeOf(err)
+		return code
 	}
 	return exitOK
 }
@@ -238,7 +242,7 @@ func (g *Globals) session() ffdtype.SessionConfig {
 func (g *Globals) poolConfig(url string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("database URL: %w", err)
+		return nil, badArg("--database-url: %w (want postgres://user:password@host:5432/database or key=value pairs)", err)
 	}
 	session.ApplyPool(g.session(), cfg)
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {

@@ -664,6 +664,36 @@ func TestScheduleCommands(t *testing.T) {
 	}
 }
 
+// What was typed wrong exits 2 with the line naming the command's
+// --help, whether kong or the command found it: JSON that does not
+// parse (with where), a database URL that is none, a flow file that is
+// not a flow; and `ffd daemon` is the daemon.
+func TestArgumentErrorsExitTwo(t *testing.T) {
+	t.Parallel()
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, []byte("{\n  \"Nodes\": [\n    {\"Ref\": \"b\" \"Params\": {}}\n  ]\n}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a malformed flow file", []string{"schedule", "create", "s", "--cron", "@hourly", "--flow-file", bad, "--database-url", "postgres://x@127.0.0.1:1/x"}, "line 3, column 17"},
+		{"a malformed payload", []string{"schedule", "create", "s", "--cron", "@hourly", "--lane", "a", "--payload", "{bad", "--database-url", "postgres://x@127.0.0.1:1/x"}, "--payload is not valid JSON: line 1, column 2"},
+		{"a database URL that is none", []string{"flow", "list", "--database-url", "notaurl"}, "--database-url"},
+		{"an unknown command", []string{"deamon"}, "unexpected argument"},
+	} {
+		code, _, errOut := runFFD(t, tc.args...)
+		if code != exitBadArgs || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "--help'") {
+			t.Errorf("%s: exit %d, %q; want exit %d saying %q and which --help to read", tc.name, code, errOut, exitBadArgs, tc.want)
+		}
+	}
+	if code, out, _ := runFFD(t, "daemon", "--help"); code != 0 || !strings.Contains(out, "Usage: ffd run") {
+		t.Errorf("ffd daemon --help: %d %q; want the help of ffd run", code, out)
+	}
+}
+
 // The lane commands: pause, cap, list, resume; a negative cap refused.
 func TestLaneCommands(t *testing.T) {
 	t.Parallel()

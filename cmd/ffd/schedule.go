@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -41,27 +40,19 @@ func (c *ScheduleCreateCmd) Run(ctx context.Context, g *Globals) error {
 	p := ffd.ScheduleParams{Name: c.Name, Namespace: c.Namespace, Cron: c.Cron, Timezone: c.Timezone, Missed: ffd.MissedPolicy(c.Missed), Paused: c.Paused}
 	switch {
 	case (c.Lane == "") == (c.FlowFile == ""):
-		return fmt.Errorf("give --lane (an execution per tick) or --flow-file (a flow per tick), not both")
+		return badArg("give --lane (an execution per tick) or --flow-file (a flow per tick), not both")
 	case c.FlowFile != "":
 		b, err := os.ReadFile(c.FlowFile)
 		if err != nil {
 			return err
 		}
-		// Strictly: a misspelt key would otherwise be dropped in silence
-		// and the schedule fire something else than was written.
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		var fp ffd.SubmitFlowParams
-		if err := dec.Decode(&fp); err != nil {
-			return fmt.Errorf("read %s as a flow: %w", c.FlowFile, err)
+		if p.Flow, err = decodeFlowFile(c.FlowFile, b); err != nil {
+			return err
 		}
-		if dec.More() {
-			return fmt.Errorf("read %s as a flow: more than one JSON value", c.FlowFile)
-		}
-		p.Flow = &fp
 	default:
 		if c.Payload != "" && !json.Valid([]byte(c.Payload)) {
-			return fmt.Errorf("--payload: not valid JSON: %q", c.Payload)
+			var v any
+			return badArg("--payload is not valid JSON: %s", jsonErrorAt([]byte(c.Payload), json.Unmarshal([]byte(c.Payload), &v)))
 		}
 		p.Execution = &ffd.CreateParams{Lane: c.Lane, Kind: c.Kind, Payload: []byte(c.Payload)}
 	}
