@@ -243,6 +243,62 @@ func TestDemoReportReads(t *testing.T) {
 	}
 }
 
+// flow show says why each step is where it is: a failed step's error, a
+// blocked one's upstreams, a waiting one's signal, a due one's lane, a
+// cancelled one's reason.
+func TestFlowShowSaysWhy(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	client := quietClient(t, db)
+	p := func(lane string) ffd.CreateParams { return ffd.CreateParams{Lane: lane, MaxAttempts: 1} }
+	sub, err := client.SubmitFlow(ctx, ffd.SubmitFlowParams{
+		Nodes: []ffd.SubmitNode{{Ref: "fetch", Params: p("why.a")}, {Ref: "load", Params: p("why.a")}, {Ref: "approve", Params: p("why.c")},
+			{Ref: "notify", Params: p("why.d")}, {Ref: "report", Params: p("why.e")}},
+		Edges: []ffd.SubmitEdge{{From: "fetch", To: "load"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func(lane string) *ffd.Execution {
+		xs, err := client.Claim(ctx, ffd.ClaimParams{Lane: lane, Worker: "w/1", Max: 1})
+		if err != nil || len(xs) != 1 {
+			t.Fatalf("claim in %s: %v %v", lane, xs, err)
+		}
+		return xs[0]
+	}
+	x := claim("why.a")
+	if _, err := client.Fail(ctx, x.ID, x.LeaseEpoch, ffd.FailParams{Error: "upstream API said 503"}); err != nil {
+		t.Fatal(err)
+	}
+	x = claim("why.c")
+	if _, err := client.Suspend(ctx, x.ID, x.LeaseEpoch, ffd.SuspendParams{Signal: "approved"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Cancel(ctx, sub.Executions["notify"].ID, "not needed today", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runFFD(t, "flow", "show", sub.Flow.ID.String(), "--database-url="+db.URL)
+	if code != 0 || !strings.Contains(out, "WHY") {
+		t.Fatalf("flow show: %d %q %q", code, out, errOut)
+	}
+	for step, want := range map[string]string{
+		"fetch":   "error: upstream API said 503",
+		"load":    "waits for upstream fetch",
+		"approve": "waits for signal approved",
+		"notify":  "cancelled: not needed today (by ops)",
+		"report":  "due: waits for a worker of lane why.e",
+	} {
+		if !regexp.MustCompile(`(?m)^` + step + `\s.*` + regexp.QuoteMeta(want)).MatchString(out) {
+			t.Errorf("flow show's line of %s does not say %q:\n%s", step, want, out)
+		}
+	}
+	code, out, _ = runFFD(t, "flow", "show", sub.Flow.ID.String(), "--json", "--database-url="+db.URL)
+	if code != 0 || !strings.Contains(out, `"why": "waits for upstream fetch"`) {
+		t.Fatalf("flow show --json: %d; want each member's why:\n%s", code, out)
+	}
+}
+
 // The ops commands read and cancel executions and flows, as tables and as
 // JSON; bad ids are refused with the input quoted.
 func TestOpsCommands(t *testing.T) {

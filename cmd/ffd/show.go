@@ -226,10 +226,12 @@ func (c *FlowShowCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	whys := stepReasons(ctx, client, members, edges, time.Now())
 	out := flowJSON(f)
 	ms := make([]map[string]any, len(members))
 	for i, x := range members {
 		ms[i] = execJSON(x)
+		ms[i]["why"] = whys[x.ID]
 	}
 	es := make([]map[string]any, len(edges))
 	for i, e := range edges {
@@ -241,7 +243,70 @@ func (c *FlowShowCmd) Run(ctx context.Context, g *Globals) error {
 		// The table goes first; this reads as its last line.
 		defer fmt.Fprintf(g.stdout, "\nwarning: completion events have waited %s for a daemon: this flow will not advance until one runs (ffd run, or ffd.NewDaemon in the application)\n", lag.Round(time.Second))
 	}
-	return c.print(g.stdout, out, func(tw *tabwriter.Writer) { printFlow(tw, f, members, edges) })
+	return c.print(g.stdout, out, func(tw *tabwriter.Writer) { printFlow(tw, f, members, edges, whys) })
+}
+
+// maxWakeReads bounds the waits flow show reads (one query each) to say
+// what a pending step that is not yet due waits for.
+const maxWakeReads = 100
+
+// stepReasons says, for each member of a flow, why it is where it is:
+// what a failed step's error was, what a blocked one waits for, why one
+// was skipped or cancelled, what a pending one waits for.
+func stepReasons(ctx context.Context, client *ffd.Client, members []*ffd.Execution, edges []*ffd.Edge, now time.Time) map[ffd.ExecutionID]string {
+	name := map[ffd.ExecutionID]string{}
+	for _, x := range members {
+		name[x.ID] = x.Step
+		if x.Step == "" {
+			name[x.ID] = x.ID.String()
+		}
+	}
+	waitingOn, endedBadly := map[ffd.ExecutionID][]string{}, map[ffd.ExecutionID][]string{}
+	for _, e := range edges {
+		switch {
+		case e.ResolvedOutcome == "":
+			waitingOn[e.Downstream] = append(waitingOn[e.Downstream], name[e.Upstream])
+		case e.ResolvedOutcome != "success":
+			endedBadly[e.Downstream] = append(endedBadly[e.Downstream], name[e.Upstream]+" "+string(e.ResolvedOutcome))
+		}
+	}
+	out := map[ffd.ExecutionID]string{}
+	reads := 0
+	for _, x := range members {
+		switch x.State {
+		case ffd.StateFailed, ffd.StateExpired:
+			out[x.ID] = "error: " + dash(oneLine(x.LastError, previewBytes))
+		case ffd.StateCancelled:
+			out[x.ID] = "cancelled: " + x.CancellationReason + " (by " + dash(x.CancelledBy) + ")"
+		case ffd.StateSkipped:
+			out[x.ID] = "its join cannot be met: upstream " + strings.Join(endedBadly[x.ID], ", ")
+		case ffd.StateBlocked:
+			out[x.ID] = "waits for upstream " + strings.Join(waitingOn[x.ID], ", ")
+		case ffd.StateRunning:
+			out[x.ID] = "runs on " + dash(x.LeaseOwner) + ", lease until " + ts(x.LeaseExpiresAt)
+		case ffd.StatePending:
+			out[x.ID] = pendingReason(ctx, client, x, now, &reads)
+		}
+	}
+	return out
+}
+
+// pendingReason says what a pending step waits for: a worker of its lane
+// when due; else its wait (a sleep, a signal), or its retry's backoff.
+func pendingReason(ctx context.Context, client *ffd.Client, x *ffd.Execution, now time.Time, reads *int) string {
+	if !x.RunAt.After(now) {
+		return "due: waits for a worker of lane " + x.Lane
+	}
+	if *reads < maxWakeReads {
+		*reads++
+		if w, err := client.Wake(ctx, x.ID); err == nil && w != nil && w.Waiting {
+			return describeWake(w)
+		}
+	}
+	if x.LastError != "" {
+		return "retries at " + ts(&x.RunAt) + " after: " + oneLine(x.LastError, previewBytes)
+	}
+	return "due at " + ts(&x.RunAt)
 }
 
 // flowMembers reads every member of a flow, page by page.
@@ -262,7 +327,7 @@ func flowMembers(ctx context.Context, client *ffd.Client, id uuid.UUID) ([]*ffd.
 }
 
 // printFlow is flow show's table: the steps, then the edges between them.
-func printFlow(tw *tabwriter.Writer, f *ffd.Flow, members []*ffd.Execution, edges []*ffd.Edge) {
+func printFlow(tw *tabwriter.Writer, f *ffd.Flow, members []*ffd.Execution, edges []*ffd.Edge, whys map[ffd.ExecutionID]string) {
 	fmt.Fprintf(tw, "flow %s (%s) %s, %d steps, %d edges, revision %d\n\n", f.ID, dash(f.Kind), f.State, f.NodeCount, f.EdgeCount, f.GraphRevision)
 	name := map[ffd.ExecutionID]string{}
 	for _, x := range members {
@@ -275,14 +340,14 @@ func printFlow(tw *tabwriter.Writer, f *ffd.Flow, members []*ffd.Execution, edge
 	for _, gr := range f.Groups {
 		join[gr.Downstream] = gr
 	}
-	fmt.Fprintln(tw, "STEP\tKIND\tSTATE\tATTEMPT\tJOIN\tDECISION\tEXECUTION")
+	fmt.Fprintln(tw, "STEP\tKIND\tSTATE\tATTEMPT\tJOIN\tDECISION\tEXECUTION\tWHY")
 	for _, x := range members {
 		j, dec := "-", "-"
 		if gr, ok := join[x.ID]; ok {
 			j = fmt.Sprintf("%s %d/%d ok, %d bad", policyString(gr.Policy), gr.Counts.Success, gr.Counts.Total, gr.Counts.Fail+gr.Counts.Skip)
 			dec = string(gr.Decision)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", dash(x.Step), dash(x.Kind), x.State, x.Attempt, j, dec, x.ID)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", dash(x.Step), dash(x.Kind), x.State, x.Attempt, j, dec, x.ID, dash(whys[x.ID]))
 	}
 	fmt.Fprintln(tw, "\nFROM\tTO\tEDGE\tUPSTREAM OUTCOME")
 	for _, e := range edges {
