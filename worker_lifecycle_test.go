@@ -45,7 +45,15 @@ func (b *blockingHandler) run(ctx context.Context, j *ffd.Job) ([]byte, error) {
 // notifications came, reconnects, lease re-checks that failed.
 func (f *fixture) logOnFailure() {
 	f.T.Helper()
-	core, logs := observer.New(zapcore.InfoLevel)
+	f.logsAt(zapcore.InfoLevel)
+}
+
+// logsAt gives the fixture's client (and the workers made from it) a
+// logger that keeps entries at level and above, for the test to read
+// and to print if it fails.
+func (f *fixture) logsAt(level zapcore.Level) *observer.ObservedLogs {
+	f.T.Helper()
+	core, logs := observer.New(level)
 	client, err := ffd.NewClient(f.Pool, &ffd.Config{Logger: zap.New(core)})
 	if err != nil {
 		f.T.Fatal(err)
@@ -59,6 +67,7 @@ func (f *fixture) logOnFailure() {
 			f.T.Logf("%s %s %s %v", e.Time.Format("15:04:05.000"), e.Level, e.Message, e.ContextMap())
 		}
 	})
+	return logs
 }
 
 // A cancelled execution's handler learns of it from the lease

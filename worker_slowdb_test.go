@@ -6,31 +6,36 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/flowfabric/ffd"
 )
 
-// observed gives the fixture's client (and its workers) a logger whose
-// Warn and above the test reads, and prints when it fails.
-func (f *fixture) observed() *observer.ObservedLogs {
+// heldWorker starts a worker of cfg whose handler reports each execution
+// it starts and returns {"ok":true} once release is closed.
+func (f *fixture) heldWorker(cfg ffd.WorkerConfig) (started <-chan *ffd.Execution, release chan struct{}) {
 	f.T.Helper()
-	core, logs := observer.New(zapcore.WarnLevel)
-	client, err := ffd.NewClient(f.Pool, &ffd.Config{Logger: zap.New(core)})
-	if err != nil {
-		f.T.Fatal(err)
+	starts, release := make(chan *ffd.Execution, 1), make(chan struct{})
+	cfg.Handler = func(_ context.Context, j *ffd.Job) ([]byte, error) {
+		starts <- j.Execution
+		<-release
+		return []byte(`{"ok":true}`), nil
 	}
-	f.client = client
-	f.T.Cleanup(func() {
-		if f.T.Failed() {
-			for _, e := range logs.All() {
-				f.T.Logf("%s %s %s %v", e.Time.Format("15:04:05.000"), e.Level, e.Message, e.ContextMap())
-			}
-		}
-	})
-	return logs
+	f.startWorker(cfg)
+	return starts, release
+}
+
+// claimedBy waits for the held worker's handler to start and returns
+// what it started.
+func (f *fixture) claimedBy(started <-chan *ffd.Execution) *ffd.Execution {
+	f.T.Helper()
+	select {
+	case x := <-started:
+		return x
+	case <-time.After(time.Minute):
+		f.T.Fatal("the handler did not start within a minute")
+		return nil
+	}
 }
 
 // holdRow locks x's row in a transaction of the test's own until the
@@ -76,21 +81,11 @@ func (f *fixture) lockWaiters() int {
 func TestSlowRenewalKeepsTheLease(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	logs := f.observed()
+	logs := f.logsAt(zapcore.WarnLevel)
 	const ttl = 12 * time.Second // a heartbeat every 4 s
-	started, release := make(chan *ffd.Execution, 1), make(chan struct{})
-	f.startWorker(ffd.WorkerConfig{Lanes: []string{"slow"}, Handler: func(_ context.Context, j *ffd.Job) ([]byte, error) {
-		started <- j.Execution
-		<-release
-		return []byte(`{"ok":true}`), nil
-	}})
+	started, release := f.heldWorker(ffd.WorkerConfig{Lanes: []string{"slow"}})
 	x := f.mustCreate(ffd.CreateParams{Lane: "slow", LeaseTTL: ttl})
-	var claimed *ffd.Execution
-	select {
-	case claimed = <-started:
-	case <-time.After(time.Minute):
-		t.Fatal("the handler did not start within a minute")
-	}
+	claimed := f.claimedBy(started)
 	// Hold the row from the claim until past two heartbeat intervals
 	// (the first renewal waits 5 s, more than an interval) and short of
 	// the TTL, so that the lease is kept only if the renewal may wait.
@@ -122,21 +117,10 @@ func TestSlowRenewalKeepsTheLease(t *testing.T) {
 func TestResultOutlivesACutCommit(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	logs := f.observed()
-	started, release := make(chan *ffd.Execution, 1), make(chan struct{})
-	f.startWorker(ffd.WorkerConfig{Lanes: []string{"cut"}, CompletionLockTimeout: time.Hour,
-		Handler: func(_ context.Context, j *ffd.Job) ([]byte, error) {
-			started <- j.Execution
-			<-release
-			return []byte(`{"ok":true}`), nil
-		}})
+	logs := f.logsAt(zapcore.WarnLevel)
+	started, release := f.heldWorker(ffd.WorkerConfig{Lanes: []string{"cut"}, CompletionLockTimeout: time.Hour})
 	x := f.mustCreate(ffd.CreateParams{Lane: "cut", LeaseTTL: time.Minute})
-	var claimed *ffd.Execution
-	select {
-	case claimed = <-started:
-	case <-time.After(time.Minute):
-		t.Fatal("the handler did not start within a minute")
-	}
+	claimed := f.claimedBy(started)
 	unlock := f.holdRow(x)
 	close(release)
 	for cut := 1; cut <= 2; cut++ {

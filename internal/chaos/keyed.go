@@ -92,14 +92,7 @@ func (h *harness) submitKeyed(ctx context.Context, client *ffd.Client, rng *rand
 // keySampleEvery until ctx ends, and records a violation for a key above
 // its limit. A sample the faults make fail is skipped.
 func (h *harness) sampleKeys(ctx context.Context) {
-	t := time.NewTicker(keySampleEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, keySampleEvery, func() {
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		running, err := store.RunningByKey(sctx, h.pool, KeyedLane)
 		cancel()
@@ -113,7 +106,7 @@ func (h *harness) sampleKeys(ctx context.Context) {
 			h.report.KeySamples++
 			h.mu.Unlock()
 		}
-	}
+	})
 }
 
 // verifyKeyed checks every keyed flow's ground truth and the lane's rate.

@@ -196,14 +196,7 @@ func (h *harness) connectionBudget() int {
 // sessions connected to the (first) server: their peak goes in the
 // report.
 func (h *harness) sampleLoad(ctx context.Context) {
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, 250*time.Millisecond, func() {
 		if load, err := loadAverage(); err == nil {
 			h.mu.Lock()
 			h.report.PeakLoad = max(h.report.PeakLoad, load)
@@ -219,6 +212,20 @@ func (h *harness) sampleLoad(ctx context.Context) {
 			h.report.PeakConnections = max(h.report.PeakConnections, n)
 			h.mu.Unlock()
 		}
+	})
+}
+
+// every runs f every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f()
 	}
 }
 

@@ -191,21 +191,14 @@ func (l *progressLog) grew(from, to time.Time) (time.Time, bool) {
 // monitor samples progress every 100 ms; samples fail while Postgres is
 // down and are simply missing then.
 func (h *harness) monitor(ctx context.Context) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, 100*time.Millisecond, func() {
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
 		n, _, err := store.EventCounts(qctx, h.pool)
 		cancel()
 		if err == nil {
 			h.progress.add(sample{at: time.Now(), count: n})
 		}
-	}
+	})
 }
 
 // drain waits until nothing is left to run, dispatch or cancel.
