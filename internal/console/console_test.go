@@ -393,6 +393,25 @@ func TestConsoleShowsWaitsSignalsAndSpawns(t *testing.T) {
 	if _, body := get(t, base+"/executions/"+ap[0].ID.UUID.String()); !strings.Contains(body, `<td colspan="5" id="wait">waits for approved</td>`) {
 		t.Errorf("execution page lacks its wait:\n%s", body)
 	}
+	// As drawn: every line of every node inside its box, the spawned
+	// step right of its spawner.
+	ctx := browser(t)
+	navigate(t, ctx, base+"/flows/"+sub.Flow.ID.String())
+	screenshot(t, ctx, "console-spawn-wait.png")
+	drawn := run(t, ctx, chromedp.Evaluate[string](`(() => {
+		const box = s => document.querySelector('g.node[data-step="' + s + '"] rect').getBBox();
+		for (const g of document.querySelectorAll("g.node")) {
+			const r = g.querySelector("rect").getBBox();
+			for (const t of g.querySelectorAll("text")) {
+				const b = t.getBBox();
+				if (b.x + b.width > r.x + r.width) return g.dataset.step + ": " + t.textContent + " overflows its box";
+			}
+		}
+		return box("approve").x > box("gather").x ? "ok" : "approve is not right of gather";
+	})()`))
+	if drawn != "ok" {
+		t.Errorf("flow page as drawn: %s", drawn)
+	}
 	if _, err := leases.Signal(f.Ctx, f.Pool, leases.Limits{}, ffdtype.SignalParams{Execution: &ap[0].ID, Name: "approved"}); err != nil {
 		t.Fatal(err)
 	}
