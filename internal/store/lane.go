@@ -80,11 +80,14 @@ func ListLanes(ctx context.Context, db DB) ([]*ffdtype.Lane, error) {
 // LaneKnown reports whether lane has a control row or a live execution
 // (pending: the claim index; running: the lease expiry index, running
 // rows only): a setting for a lane that has neither is most likely a
-// misspelt name.
+// misspelt name. Two statements: a distributed Postgres reads ff_lane, a
+// reference table, apart from the shards of ff_execution.
 func LaneKnown(ctx context.Context, db DB, lane string) (bool, error) {
 	var known bool
-	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ff_lane WHERE lane = $1)
-		OR EXISTS (SELECT 1 FROM ff_execution WHERE state = 'pending' AND lane = $1)
-		OR EXISTS (SELECT 1 FROM ff_execution WHERE state = 'running' AND lane = $1)`, lane).Scan(&known)
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ff_lane WHERE lane = $1)`, lane).Scan(&known)
+	if err == nil && !known {
+		err = db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ff_execution WHERE state = 'pending' AND lane = $1)
+			OR EXISTS (SELECT 1 FROM ff_execution WHERE state = 'running' AND lane = $1)`, lane).Scan(&known)
+	}
 	return known, wrap("look up lane "+lane, err)
 }
