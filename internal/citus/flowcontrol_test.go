@@ -5,6 +5,7 @@ package citus_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,6 +99,25 @@ func TestKeyedClaimOnCitus(t *testing.T) {
 			}
 		})
 	}
+	t.Run("weights across claims of one slot", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		lane := f.lane("turns")
+		f.createAll(t, keyed(lane, "heavy", 0, 12), keyed(lane, "light", 0, 12))
+		three := 3
+		if _, err := f.client.SetKey(f.ctx, lane, "heavy", ffd.KeyParams{Weight: &three}); err != nil {
+			t.Fatal(err)
+		}
+		var order strings.Builder
+		for range 12 {
+			for k := range f.claimKeys(t, lane, 1) {
+				order.WriteString(k[:1])
+			}
+		}
+		if got := order.String(); got != "hhhlhhhlhhhl" {
+			t.Fatalf("claims of one slot started %s; want turns of three heavy and one light", got)
+		}
+	})
 	t.Run("lists and throttle", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
@@ -123,8 +143,8 @@ func TestKeyedClaimOnCitus(t *testing.T) {
 			t.Fatalf("ListLanes lacks %s", lane)
 		}
 		ks, err := f.client.ListKeys(f.ctx, ffd.ListKeysParams{Lane: lane})
-		if err != nil || len(ks) != 2 || ks[1].Key != "acme" || !ks[1].Held || ks[1].Running != 1 {
-			t.Fatalf("ListKeys: %v %v", ks, err)
+		if err != nil || len(ks) != 1 || ks[0].Key != "acme" || !ks[0].Held || ks[0].Running != 1 {
+			t.Fatalf("ListKeys: %v %v; want acme alone (the lane has no unkeyed work), held, 1 running", ks, err)
 		}
 	})
 }
