@@ -453,8 +453,10 @@ func (e *executor) keepLease(j *runningJob) (release func()) {
 // try bounded by recordTimeout, a backoff between tries) or Stop's
 // deadline cuts the executor off: an outcome given up is work done again
 // or a failure counted twice, so a slow or restarting database is
-// waited out. Recording is idempotent: a try whose commit was lost with
-// its connection is answered by the next from what it wrote.
+// waited out. A try whose commit went through though its answer was
+// lost with its connection is answered by the next: a completion or a
+// failure with its stored outcome (they are idempotent), a wait or a
+// spawn as a lost lease (what it wrote stands).
 func (e *executor) record(j *runningJob, what string, op func(ctx context.Context) error) error {
 	release := e.keepLease(j)
 	defer release()
