@@ -10,6 +10,9 @@
 #   ./test.sh --install       only install what is missing
 #   ./test.sh -- -run TestX   pass the rest to `go test` (the packages stay ./...)
 #
+# Each package may take up to 60 minutes (go test's -timeout; its
+# default of 10 is too short on a machine whose every core is busy).
+#
 # On Debian and Ubuntu it installs the missing ones with apt-get: directly
 # as root, through sudo after asking otherwise. Elsewhere it names what to
 # install and stops. .ci/run calls this script.
@@ -23,7 +26,7 @@ while [ $# -gt 0 ]; do
     --yes | -y) yes=1 ;;
     --install) install_only=1 ;;
     --) shift; break ;;
-    -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument $1 (see ./test.sh --help)" >&2; exit 2 ;;
   esac
   shift
@@ -126,4 +129,9 @@ if [ "$install_only" = 1 ]; then
   say "PostgreSQL, PgBouncer and Chromium are here"
   exit 0
 fi
-exec go test -race -count=1 "$@" ./...
+# go test gives each package 10 minutes by default; on a machine whose
+# every core is busy (a shared CI host) the root package alone took
+# longer. 60 minutes a package is generous, and named: a package that
+# runs out of it panics with "test timed out after 1h0m0s". A -timeout
+# of the caller's, passed after --, wins.
+exec go test -race -count=1 -timeout 60m "$@" ./...
