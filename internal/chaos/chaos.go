@@ -102,6 +102,11 @@ type Config struct {
 	// start of the fault phase to the end of the drain (a machine shared
 	// with heavy work). Default 0.
 	Hogs int
+	// LongRuns makes one handler run in eight (of the DAGs' steps) last
+	// 1.5 to 3 s, as long as a lease's TTL and past two heartbeats, so
+	// that leases are renewed while the faults and the load go on (most
+	// runs last milliseconds and are never renewed). Default false.
+	LongRuns bool
 	// Seed makes the DAGs and the fault schedule repeatable. Default 0
 	// (a fixed seed; pass a random one to explore).
 	Seed uint64
@@ -527,6 +532,9 @@ func (h *harness) startProcesses(ctx context.Context) error {
 		name := fmt.Sprintf("worker-%d", i+1)
 		env := []string{EnvRole + "=" + RoleWorker, envURL + "=" + h.url, envName + "=" + name,
 			envSuccessLog + "=" + filepath.Join(dir, "successes-"+name+".log")}
+		if h.cfg.LongRuns {
+			env = append(env, envLongRuns+"=1")
+		}
 		h.workers = append(h.workers, newProc(dir, name, h.cfg.Self, nil, env, DefaultRestartDelay))
 	}
 	h.cursor = newProc(dir, "cursor", h.cfg.FFD, append([]string{"events", "tail", "--consumer", "chaos", "--follow",

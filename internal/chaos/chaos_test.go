@@ -75,7 +75,7 @@ func TestFaultSuite(t *testing.T) {
 // (docs/development.md).
 func TestFrozenDaemonUnderLoad(t *testing.T) {
 	rep := runSuite(t, chaos.Config{Duration: *duration, Faults: []string{chaos.FaultFreeze},
-		FreezeFor: *freezeFor, Hogs: *hogs * runtime.NumCPU()})
+		FreezeFor: *freezeFor, Hogs: *hogs * runtime.NumCPU(), LongRuns: true})
 	if rep.Faults[chaos.FaultFreeze] == 0 || rep.FrozenInTransaction == 0 {
 		t.Errorf("%d freezes, %d of them inside a transaction; want at least one inside", rep.Faults[chaos.FaultFreeze], rep.FrozenInTransaction)
 	}

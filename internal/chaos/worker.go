@@ -27,6 +27,9 @@ const (
 	RoleWorker = "worker"
 	envURL     = "FFD_CHAOS_DATABASE_URL"
 	envName    = "FFD_CHAOS_WORKER"
+	// envLongRuns set to 1 makes one run in eight last 1.5 to 3 s
+	// (Config.LongRuns).
+	envLongRuns = "FFD_CHAOS_LONG_RUNS"
 )
 
 // Lane is the lane every execution of the suite runs on.
@@ -89,12 +92,20 @@ func runWorker(log *zap.Logger) error {
 	return w.Run(ctx, 5*time.Second)
 }
 
-// handle does a few milliseconds of "work" and then what the kind says.
+// longRuns is envLongRuns, read once.
+var longRuns = os.Getenv(envLongRuns) == "1"
+
+// handle does a few milliseconds of "work" (with LongRuns, one run in
+// eight a few seconds) and then what the kind says.
 func handle(ctx context.Context, job *ffd.Job) ([]byte, error) {
+	work := time.Duration(rand.IntN(20)) * time.Millisecond
+	if longRuns && !strings.HasPrefix(job.Kind, "d.") && job.ID.UUID[15]%8 == 0 {
+		work = 1500*time.Millisecond + time.Duration(rand.IntN(1500))*time.Millisecond
+	}
 	select {
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
-	case <-time.After(time.Duration(rand.IntN(20)) * time.Millisecond):
+	case <-time.After(work):
 	}
 	if strings.HasPrefix(job.Kind, "d.") {
 		return handleDurable(ctx, job)
