@@ -595,6 +595,16 @@ func TestLaneSettingsCatchAMisspeltLane(t *testing.T) {
 	if _, err := f.client.SetLaneLimit(f.Ctx, "emails", 5); err != nil {
 		t.Fatalf("a lane with a pending execution: %v", err)
 	}
+	// A lane whose only executions are a flow's later steps, blocked.
+	if _, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{
+		Nodes: []ffd.SubmitNode{{Ref: "a", Params: ffd.CreateParams{Lane: "first"}}, {Ref: "b", Params: ffd.CreateParams{Lane: "later"}}},
+		Edges: []ffd.SubmitEdge{{From: "a", To: "b"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.PauseLane(f.Ctx, "later"); err != nil {
+		t.Fatalf("a lane with a blocked execution only: %v", err)
+	}
 }
 
 // The key "" (a keyed lane's executions without a key) is listed while
