@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -105,22 +106,18 @@ func (c *completer) Complete(x *Execution, result []byte, done func(error)) {
 	item := &completion{x: x, result: result, done: done}
 	select {
 	case <-c.quit: // stopped: no batch loop any more
-		c.completeNow(item)
+		c.completeAlone(item) // on the caller's goroutine: the batch loop is gone
 		return
 	default:
 	}
 	select {
 	case c.queue <- item:
 	case <-c.quit:
-		c.completeNow(item)
+		c.completeAlone(item) // on the caller's goroutine: the batch loop is gone
 	case <-c.ctx.Done(): // Stop's deadline came while the queue was full
 		item.done(c.ctx.Err())
 	}
 }
-
-// completeNow records one result on the caller's goroutine, once the
-// batch loop is gone.
-func (c *completer) completeNow(item *completion) { c.completeAlone(item) }
 
 // run commits batches until quit, then flushes everything still queued.
 func (c *completer) run() {
@@ -169,6 +166,7 @@ func (c *completer) commit(batch []*completion) {
 		ttl = max(ttl, item.x.LeaseTTL)
 	}
 	var errs []error
+	retry := outbox.NewBackoff()
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(c.ctx, recordTimeout(ttl))
 		start := time.Now()
@@ -186,7 +184,7 @@ func (c *completer) commit(batch []*completion) {
 			}
 			return
 		}
-		if !c.again(try, len(batch), err) {
+		if !c.again(retry, try, len(batch), err) {
 			for _, item := range batch {
 				item.done(err)
 			}
@@ -194,7 +192,7 @@ func (c *completer) commit(batch []*completion) {
 		}
 	}
 	for i, item := range batch {
-		if store.Transient(errs[i]) && c.ctx.Err() == nil {
+		if retriable(c.ctx, errs[i]) {
 			c.wg.Go(func() { c.completeAlone(item) })
 			continue
 		}
@@ -202,22 +200,15 @@ func (c *completer) commit(batch []*completion) {
 	}
 }
 
-// again reports whether a try that failed with err is to be made again,
-// after waiting out its backoff: a transient error, while the worker's
-// Stop has not cut the completer off.
-func (c *completer) again(try, completions int, err error) bool {
-	if !store.Transient(err) || c.ctx.Err() != nil {
+// again reports whether a try that failed with err is to be made again
+// (retriable), after waiting out retry's backoff.
+func (c *completer) again(retry *outbox.Backoff, try, completions int, err error) bool {
+	if !retriable(c.ctx, err) {
 		return false
 	}
-	d := retryBackoff(recordRetryBase, recordRetryMax, try)
 	c.log.Warn("record completions failed; retrying, the leases kept meanwhile",
-		zap.Int("completions", completions), zap.Int("try", try), zap.Duration("backoff", d), zap.Error(err))
-	select {
-	case <-c.ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
-	}
+		zap.Int("completions", completions), zap.Int("try", try), zap.Duration("retry_in", retry.Next()), zap.Error(err))
+	return retry.Wait(c.ctx)
 }
 
 // completeAlone records one completion in a transaction of its own,
@@ -225,6 +216,7 @@ func (c *completer) again(try, completions int, err error) bool {
 // until it is recorded or refused, or Stop cuts the completer off.
 func (c *completer) completeAlone(item *completion) {
 	one := []leases.Completion{{ID: item.x.ID, Epoch: item.x.LeaseEpoch, Result: item.result, Solo: item.x.FlowID == nil}}
+	retry := outbox.NewBackoff()
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(c.ctx, recordTimeout(item.x.LeaseTTL))
 		_, errs, err := leases.CompleteMany(ctx, c.client.pool, c.client.limits, one, c.lockTimeout)
@@ -232,7 +224,7 @@ func (c *completer) completeAlone(item *completion) {
 		if err == nil {
 			err = errs[0]
 		}
-		if !c.again(try, 1, err) {
+		if !c.again(retry, try, 1, err) {
 			item.done(err)
 			return
 		}

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -19,11 +20,15 @@ import (
 // ended (recordTimeout), independent of the handler's context.
 const finishTimeout = 30 * time.Second
 
-// Backoff between tries at recording how a run ended.
-const (
-	recordRetryBase = 100 * time.Millisecond
-	recordRetryMax  = 5 * time.Second
-)
+// retriable reports whether a try at recording an outcome that failed
+// with err is worth another while parent (the executor's or completer's
+// context, which only Stop's deadline cuts) lives: what outbox.Transient
+// retries (a connection lost, the server restarting or out of
+// connections, a lock or serialization conflict), and the try's own
+// deadline (recordTimeout), which outbox.Transient leaves to its caller.
+func retriable(parent context.Context, err error) bool {
+	return err != nil && parent.Err() == nil && (outbox.Transient(err) || errors.Is(err, context.DeadlineExceeded))
+}
 
 // recordTimeout bounds one try at recording an outcome of executions
 // whose longest lease TTL is ttl: the lease is kept meanwhile, so the try
@@ -39,10 +44,12 @@ func recordTimeout(ttl time.Duration) time.Duration { return max(finishTimeout, 
 // is how a slow server became a storm of reconnects and lost leases.
 func renewTimeout(x *Execution) time.Duration { return x.LeaseTTL }
 
-// retryBackoff is the pause after the n-th failed try (n ≥ 1): base,
-// doubling, at most ceiling, then between half and all of it at random,
-// so that the workers one fault hit do not come back in step.
-func retryBackoff(base, ceiling time.Duration, n int) time.Duration {
+// renewBackoff is the pause after the n-th failed renewal in a row
+// (n ≥ 1): base, doubling, at most ceiling, then between half and all of
+// it at random, so that the workers one fault hit do not come back in
+// step. (Recording an outcome waits with outbox.Backoff, 100 ms to 5 s;
+// a renewal must come back within its interval.)
+func renewBackoff(base, ceiling time.Duration, n int) time.Duration {
 	d := ceiling
 	if n < 32 {
 		d = min(base<<(n-1), ceiling)
@@ -460,20 +467,18 @@ func (e *executor) keepLease(j *runningJob) (release func()) {
 func (e *executor) record(j *runningJob, what string, op func(ctx context.Context) error) error {
 	release := e.keepLease(j)
 	defer release()
+	retry := outbox.NewBackoff()
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(e.ctx, recordTimeout(j.x.LeaseTTL))
 		err := op(ctx)
 		cancel()
-		if !store.Transient(err) || e.ctx.Err() != nil {
+		if !retriable(e.ctx, err) {
 			return err
 		}
-		d := retryBackoff(recordRetryBase, recordRetryMax, try)
 		e.log.Warn("record "+what+" failed; retrying, the lease kept meanwhile",
-			jobFields(j.x, zap.Int("try", try), zap.Duration("backoff", d), zap.Error(err))...)
-		select {
-		case <-e.ctx.Done():
+			jobFields(j.x, zap.Int("try", try), zap.Duration("retry_in", retry.Next()), zap.Error(err))...)
+		if !retry.Wait(e.ctx) {
 			return err
-		case <-time.After(d):
 		}
 	}
 }
@@ -524,7 +529,7 @@ func (e *executor) heartbeat(ctx context.Context, j *runningJob, done <-chan str
 			return
 		default:
 			failures++
-			next = retryBackoff(max(interval/8, 10*time.Millisecond), interval, failures)
+			next = renewBackoff(max(interval/8, 10*time.Millisecond), interval, failures)
 			if ctx.Err() == nil {
 				e.log.Warn("heartbeat failed; will retry", jobFields(j.x, zap.Int("failures", failures), zap.Duration("backoff", next), zap.Error(err))...)
 			}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -186,7 +187,7 @@ func (h *harness) verifySuccesses(ctx context.Context, strict bool) {
 // and its LISTEN; the WAL consumer one replication connection per node
 // it streams from; and the harness's own pool.
 func (h *harness) connectionBudget() int {
-	const daemonPool, workerPool, harnessPool = 10, workerMaxConns, harnessMaxConns
+	const daemonPool, workerPool, harnessPool = bound.DefaultPoolMaxConns, workerMaxConns, harnessMaxConns
 	cursorPool := max(4, runtime.NumCPU())
 	walNodes := max(1, h.cfg.CitusNodes)
 	return h.cfg.Daemons*(daemonPool+1) + h.cfg.Workers*(workerPool+1) + cursorPool + 1 + walNodes + harnessPool

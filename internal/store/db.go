@@ -10,8 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/flowfabric/ffd/ffdtype"
 )
 
 // DB is what every statement runs on: a pool, a connection or a caller's
@@ -34,36 +32,6 @@ const MaxRetries = 10
 func Retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
-}
-
-// Transient reports an error that a later try of the same work may not
-// meet: the connection (lost, refused, cut by a deadline), the server
-// (starting, shutting down, out of connections or memory), a lock wait
-// or a serialization conflict, a cancelled statement. An engine error
-// (a lost lease, a missing object, invalid input) and a Postgres error
-// of any other class (a constraint, a bug) come again: they are final.
-func Transient(err error) bool {
-	if err == nil {
-		return false
-	}
-	for _, final := range []error{ffdtype.ErrLeaseLost, ffdtype.ErrNotFound, ffdtype.ErrValidation,
-		ffdtype.ErrConflict, ffdtype.ErrStaleRevision, ffdtype.ErrAlreadyTerminal} {
-		if errors.Is(err, final) {
-			return false
-		}
-	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return true // the network, a deadline, a connection that failed
-	}
-	switch pgErr.Code[:2] {
-	case "08", "40", "53", "57":
-		// connection exception, transaction rollback (serialization,
-		// deadlock), insufficient resources, operator intervention
-		// (cancelled, shutting down, cannot connect now)
-		return true
-	}
-	return pgErr.Code == "55P03" // lock_not_available
 }
 
 // IsLockTimeout reports a statement that gave up waiting for a lock
