@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"time"
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/jackc/pgx/v5"
@@ -65,9 +64,11 @@ var claimSQL = claimStatement("", "now()", func(d string) string { return "now()
 // claimStatement is the claim, narrowed by partition (a condition on
 // e.partition_key, or nothing), with now the expression of the current
 // time and after(d) that of the time the interval column d from now: on a
-// distributed Postgres a parameter and timePlus, since it refuses a
-// STABLE function or operator next to a column in an UPDATE, and any but
-// an immutable function in a COALESCE.
+// distributed Postgres timePlus, since it refuses a STABLE function or
+// operator next to a column in an UPDATE. The first claim's start is
+// least(started_at, now), not a COALESCE (which it refuses around any but
+// an immutable function): least ignores a NULL, and a start already set
+// is in the past.
 func claimStatement(partition, now string, after func(d string) string) string {
 	return `
 WITH picked AS (
@@ -89,7 +90,7 @@ WITH picked AS (
 		lease_owner = $4,
 		lease_expires_at = ` + after("e.lease_ttl") + `,
 		attempt_deadline_at = ` + after("e.attempt_timeout") + `,
-		started_at = coalesce(e.started_at, ` + now + `),
+		started_at = least(e.started_at, ` + now + `),
 		attempt_worker = $4,
 		attempt_started_at = ` + now + `
 	WHERE e.ctid = ANY(ARRAY(SELECT row_ctid FROM picked))` + partition + `
@@ -99,10 +100,9 @@ SELECT * FROM claimed ORDER BY priority DESC, run_at, execution_id`
 }
 
 // claimPickSQL finds, without locking, where the best due executions of a
-// lane are (a partition per execution, best first, at most $3), with the
-// database's time: a routed claim's first statement.
+// lane are: a partition per execution, best first, at most $3.
 const claimPickSQL = `
-SELECT e.partition_key, now()
+SELECT e.partition_key
 FROM ff_execution e
 WHERE e.state = 'pending' AND e.lane = $1 AND e.run_at <= now()
 	AND e.concurrency_key IS NULL
@@ -112,10 +112,9 @@ WHERE e.state = 'pending' AND e.lane = $1 AND e.run_at <= now()
 ORDER BY e.priority DESC, e.run_at, e.execution_id
 LIMIT $3`
 
-// claimRoutedSQL claims from the partitions of one shard ($6) at the
-// time the pick read ($7), with timePlus's arithmetic.
-var claimRoutedSQL = claimStatement(" AND e.partition_key = ANY($6::smallint[])", "$7::timestamptz",
-	func(d string) string { return timePlus("$7::timestamptz", intervalSeconds(d)) })
+// claimRoutedSQL claims from the partitions of one shard ($6).
+var claimRoutedSQL = claimStatement(" AND e.partition_key = ANY($6::smallint[])", "now()",
+	func(d string) string { return nowPlus(intervalSeconds(d)) })
 
 // Claim leases up to max due executions of lane that caps cover, for
 // worker, in one statement.
@@ -227,52 +226,29 @@ func claimCapped(ctx context.Context, db DB, lane string, caps []string, max int
 	return out, err
 }
 
-// claimRouted claims on a distributed Postgres, in two round trips: it
-// reads where the best candidates are (a read locks nothing, so it may
-// span every shard), then claims from the partitions they are in, as many
-// as it found there, in one pipelined batch of statements that each name
-// the partitions of one shard (byShard; one transaction). Within a shard
-// the order is the claim's (priority, then run_at); across shards it is
-// the order the read saw, so a candidate another worker took meanwhile is
-// replaced by the next of its own shard's partitions rather than the next
-// of the lane, and a claim may take fewer than max while more are due.
+// claimRouted claims on a distributed Postgres. In its own transaction
+// it claims shard by shard (claimShards); in a caller's transaction, or
+// with a capped lane's row locked, it reads where the best candidates are
+// (a read locks nothing, so it may span every shard), then claims from
+// the shards they are in, as many as it found there, in one pipelined
+// batch of statements that each name the partitions of one shard
+// (byShard): a transaction that writes every shard it names.
 func claimRouted(ctx context.Context, db DB, lane string, caps []string, max int, worker string, locked bool) ([]*ffdtype.Execution, error) {
-	rows, err := db.Query(ctx, claimPickSQL, lane, caps, max, locked)
-	if err != nil {
+	if !inCallerTx(db) && !locked {
+		return claimShards(ctx, db, lane, caps, max, worker)
+	}
+	cands, err := pickPartitions(ctx, db, lane, caps, max, locked)
+	if err != nil || len(cands) == 0 {
 		return nil, err
 	}
-	var order []int16
-	count := map[int16]int{}
-	var now time.Time
-	for rows.Next() {
-		var p int16
-		if err := rows.Scan(&p, &now); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		if count[p] == 0 {
-			order = append(order, p)
-		}
-		count[p]++
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if len(order) == 0 {
-		return nil, nil
-	}
-	shards, err := byShard(ctx, db, order, func(p int16) int16 { return p })
+	shards, err := byShard(ctx, db, cands, func(p int16) int16 { return p })
 	if err != nil {
 		return nil, err
 	}
 	var out []*ffdtype.Execution
 	b := &pgx.Batch{}
 	for _, g := range shards {
-		n := 0
-		for _, p := range g.parts {
-			n += count[p]
-		}
-		b.Queue(claimRoutedSQL, lane, caps, n, worker, locked, g.parts, now).Query(func(rows pgx.Rows) error {
+		b.Queue(claimRoutedSQL, lane, caps, len(g.items), worker, locked, g.parts).Query(func(rows pgx.Rows) error {
 			xs, err := collectExecutions(rows)
 			out = append(out, xs...)
 			return err
@@ -283,6 +259,17 @@ func claimRouted(ctx context.Context, db DB, lane string, caps []string, max int
 	}
 	sortClaimed(out)
 	return out, nil
+}
+
+// pickPartitions reads, without locking, the partition of each of the
+// best due executions of a lane (at most limit, best first; a partition
+// once per execution).
+func pickPartitions(ctx context.Context, db DB, lane string, caps []string, limit int, locked bool) ([]int16, error) {
+	rows, err := db.Query(ctx, claimPickSQL, lane, caps, limit, locked)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int16])
 }
 
 // sortClaimed puts executions claimed from several shards in the claim's

@@ -16,13 +16,15 @@ const DistributionColumn = "partition_key"
 
 // ReferenceTables are the tables a distributed Postgres copies whole to
 // every node: small, written rarely, read beside any shard (lane
-// controls, concurrency keys, consumer cursors, schedules, keys of executions created
-// before keys were placed). LocalTables stay on the coordinator alone.
+// controls, concurrency keys, consumer cursors, schedules, keys of
+// executions created before keys were placed, and the migration ledger,
+// which every ffd process reads at start on whichever node it connects
+// to). LocalTables stay on the coordinator alone.
 // Every other ff_ table must have DistributionColumn and is distributed
 // by it.
 var (
-	ReferenceTables = []string{"ff_idempotency_legacy", "ff_key", "ff_lane", "ff_outbox_consumer", "ff_schedule"}
-	LocalTables     = []string{"ff_schema_version"}
+	ReferenceTables = []string{"ff_idempotency_legacy", "ff_key", "ff_lane", "ff_outbox_consumer", "ff_schedule", "ff_schema_version"}
+	LocalTables     = []string{}
 )
 
 // Distribution is how one table would be placed on a distributed Postgres.

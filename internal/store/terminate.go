@@ -233,20 +233,9 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 	if len(ends) == 0 {
 		return nil, nil
 	}
-	notices := &Notices{}
-	for _, e := range ends {
-		if !e.State.Terminal() {
-			return nil, fmt.Errorf("terminate %s: %q is not a terminal state", e.ID, e.State)
-		}
-		notices.Completions(e.ID.Partition, !e.Solo)
-		if le := LeaseEndOf(e.State); le == LeaseRevoked || le == LeaseExpired {
-			// A running lease taken away: its holder is told, and the
-			// lease event's consumers woken. An unfenced ending (epoch
-			// 0) leaves no attempt after it, so "whichever runs" is
-			// exact.
-			notices.Revoked(e.ID, e.Epoch)
-			notices.LeaseEvents(e.ID.Partition)
-		}
+	notices, err := terminationNotices(ends)
+	if err != nil {
+		return nil, err
 	}
 	dist, err := Distributed(ctx, db)
 	if err != nil {
@@ -285,6 +274,27 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 	return out, nil
 }
 
+// terminationNotices are the notices ends owe, or an error when one of
+// them is not to a terminal state.
+func terminationNotices(ends []Termination) (*Notices, error) {
+	notices := &Notices{}
+	for _, e := range ends {
+		if !e.State.Terminal() {
+			return nil, fmt.Errorf("terminate %s: %q is not a terminal state", e.ID, e.State)
+		}
+		notices.Completions(e.ID.Partition, !e.Solo)
+		if le := LeaseEndOf(e.State); le == LeaseRevoked || le == LeaseExpired {
+			// A running lease taken away: its holder is told, and the
+			// lease event's consumers woken. An unfenced ending (epoch
+			// 0) leaves no attempt after it, so "whichever runs" is
+			// exact.
+			notices.Revoked(e.ID, e.Epoch)
+			notices.LeaseEvents(e.ID.Partition)
+		}
+	}
+	return notices, nil
+}
+
 // terminationArgs are terminateSQL's parameters for ends: per ending its
 // key, fence, target state and attribution, and the outcome and lease
 // event the store's mappings give its state.
@@ -303,17 +313,52 @@ func terminationArgs(ends []Termination) []any {
 }
 
 // terminateRouted is TerminateWithin on a distributed Postgres: one
-// statement per shard (byShard), in one pipelined batch (the ending's
-// transaction, or the caller's), then, when members of flows ended, a
-// second batch that finishes their flows. Two round trips where one
-// Postgres needs one; the notices ride in the first.
+// statement per shard (byShard). In a caller's transaction they go in one
+// pipelined batch there. In its own, each shard's ending is a transaction
+// of its own (terminateShards): a transaction that writes one shard
+// commits on the node that holds it, in one phase.
 func terminateRouted(ctx context.Context, db DB, ends []Termination, lockTimeout time.Duration, notices *Notices) ([]Ended, error) {
 	groups, err := byShard(ctx, db, ends, func(e Termination) int16 { return e.ID.Partition })
 	if err != nil {
 		return nil, err
 	}
+	if inCallerTx(db) || len(groups) == 1 {
+		out, err := terminateGroups(ctx, db, groups, lockTimeout, notices)
+		if err != nil {
+			return nil, wrap(fmt.Sprintf("terminate %d executions", len(ends)), err)
+		}
+		return out, nil
+	}
+	return terminateShards(ctx, db, groups, lockTimeout)
+}
+
+// terminateShards ends each shard's group in a transaction of its own,
+// with the notices of its own endings. An error after some groups
+// committed returns it alone: an ending is fenced, so a caller that
+// retries the whole batch finds those ended already (as a repeat).
+func terminateShards(ctx context.Context, db DB, groups []shardGroup[Termination], lockTimeout time.Duration) ([]Ended, error) {
 	var out []Ended
-	err = InTx(ctx, db, func(tx pgx.Tx) error {
+	for _, g := range groups {
+		notices, err := terminationNotices(g.items)
+		if err != nil {
+			return nil, err
+		}
+		ended, err := terminateGroups(ctx, db, []shardGroup[Termination]{g}, lockTimeout, notices)
+		if err != nil {
+			return nil, wrap(fmt.Sprintf("terminate %d executions on the shard of partition %d", len(g.items), g.parts[0]), err)
+		}
+		out = append(out, ended...)
+	}
+	return out, nil
+}
+
+// terminateGroups ends groups in one transaction (db's own, or the
+// caller's): their statements in one pipelined batch with the notices,
+// then, when members of flows ended, a second batch that finishes their
+// flows.
+func terminateGroups(ctx context.Context, db DB, groups []shardGroup[Termination], lockTimeout time.Duration, notices *Notices) ([]Ended, error) {
+	var out []Ended
+	err := InTx(ctx, db, func(tx pgx.Tx) error {
 		out = out[:0]
 		b := &pgx.Batch{}
 		if ms := millisOrNull(lockTimeout); ms != nil {
@@ -332,10 +377,7 @@ func terminateRouted(ctx context.Context, db DB, ends []Termination, lockTimeout
 		}
 		return finishFlowsRouted(ctx, tx, out)
 	})
-	if err != nil {
-		return nil, wrap(fmt.Sprintf("terminate %d executions", len(ends)), err)
-	}
-	return out, nil
+	return out, err
 }
 
 // finishFlowsRouted finishes, partition by partition, the open flows of

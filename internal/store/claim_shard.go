@@ -1,0 +1,170 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/flowfabric/ffd/ffdtype"
+)
+
+// Shard-affine claims, on a distributed Postgres.
+//
+// A claim that reads and locks rows on every shard commits in two phases
+// across the nodes it wrote, and a read across every shard costs the
+// coordinator a task per shard: on a cluster the claim was most of an
+// execution's cost. So a claim in its own transaction takes its work
+// shard by shard, each shard's claim a statement of its own (one shard,
+// one round trip, committed on the node that holds it, no two-phase
+// commit), and the worker's completions of that work then fall on one
+// shard too (terminateRouted groups them so).
+//
+// Which shards: a per-process hint, per pool and lane, of the shards
+// where due work was last seen. When it is empty, one read without locks
+// (claimPickSQL, across the shards) lists the shards of the best due
+// executions, best first; each later claim takes the shard at the head of
+// the list off it and claims from it as many as it still wants, then the
+// next while it wants more. A shard is used once per read, however much
+// it still holds, so a shard with a deep backlog cannot keep the others
+// waiting: every shard with work among the best of the lane is visited
+// before the next read looks again.
+//
+// What it gives up: priority order holds within a shard and, across
+// shards, only at each read. Between reads a claim may take a lower
+// priority execution from the shard at the head of the hint while a
+// higher priority one, due since the read, waits on another shard, for
+// at most as many claims as the hint held shards (32 by default, Citus's
+// shard count). Fairness holds: the read is in the lane's order, so an
+// execution that is due comes among the best as those ahead of it are
+// claimed, and its shard then gets a claim before any shard gets two.
+
+// pickFloor is the fewest candidates a hint's read asks for: a claim of
+// one must not read the cluster every time.
+const pickFloor = 64
+
+// shardHint is the list of shards (each as its partitions) where a lane
+// had due work, best first.
+type shardHint struct {
+	mu     sync.Mutex
+	shards [][]int16
+}
+
+// pop takes the shard at the head of the list.
+func (h *shardHint) pop() ([]int16, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.shards) == 0 {
+		return nil, false
+	}
+	s := h.shards[0]
+	h.shards = h.shards[1:]
+	return s, true
+}
+
+// set replaces the list.
+func (h *shardHint) set(shards [][]int16) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.shards = shards
+}
+
+// hintKey is what a hint is kept under: a pool (or connection) and lane.
+type hintKey struct {
+	db   any
+	lane string
+}
+
+// hints maps a hintKey to its *shardHint; knownHints counts its entries,
+// which maxDialects bounds.
+var (
+	hints      sync.Map
+	knownHints atomic.Int64
+)
+
+// hintFor returns the hint of db's pool and lane.
+func hintFor(db DB, lane string) *shardHint {
+	key, ok := dialectKey(db)
+	if !ok {
+		return &shardHint{}
+	}
+	k := hintKey{db: key, lane: lane}
+	if h, hit := hints.Load(k); hit {
+		return h.(*shardHint)
+	}
+	h, loaded := hints.LoadOrStore(k, &shardHint{})
+	if !loaded && knownHints.Add(1) > maxDialects {
+		hints.Clear()
+		knownHints.Store(0)
+	}
+	return h.(*shardHint)
+}
+
+// claimShards claims up to max from the shards of the lane's hint, one
+// statement per shard, each its own transaction, reading the hint anew
+// (once per call) when it runs out. What it claimed before an error is
+// returned without the error: those leases are the caller's, and the
+// error comes again at the next claim.
+func claimShards(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*ffdtype.Execution, error) {
+	h := hintFor(db, lane)
+	var out []*ffdtype.Execution
+	read := false
+	for len(out) < max {
+		parts, ok := h.pop()
+		if !ok {
+			if read {
+				break
+			}
+			read = true
+			shards, err := dueShards(ctx, db, lane, caps, max)
+			if err != nil || len(shards) == 0 {
+				return partial(out, err)
+			}
+			h.set(shards)
+			continue
+		}
+		xs, err := queryExecutions(db.Query(ctx, claimRoutedSQL, lane, caps, max-len(out), worker, false, parts))
+		out = append(out, xs...)
+		if err != nil {
+			return partial(out, err)
+		}
+	}
+	sortClaimed(out)
+	return out, nil
+}
+
+// partial is what a claim that failed after claiming out returns.
+func partial(out []*ffdtype.Execution, err error) ([]*ffdtype.Execution, error) {
+	if len(out) > 0 {
+		sortClaimed(out)
+		return out, nil
+	}
+	return nil, err
+}
+
+// dueShards lists the shards of the best due executions of a lane, best
+// first, each as every partition it holds (the claim that follows takes
+// whatever the shard has, not only what the read saw).
+func dueShards(ctx context.Context, db DB, lane string, caps []string, want int) ([][]int16, error) {
+	cands, err := pickPartitions(ctx, db, lane, caps, max(want, pickFloor), false)
+	if err != nil || len(cands) == 0 {
+		return nil, err
+	}
+	shardOf, err := shardMap(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	held := map[int64][]int16{}
+	for p := range 256 {
+		s := shardOf(int16(p))
+		held[s] = append(held[s], int16(p))
+	}
+	var out [][]int16
+	seen := map[int64]bool{}
+	for _, p := range cands {
+		if s := shardOf(p); !seen[s] {
+			seen[s] = true
+			out = append(out, held[s])
+		}
+	}
+	return out, nil
+}
