@@ -33,6 +33,33 @@ type sweeper struct {
 	failures map[string]int
 	// failing lists the failing steps, for Ready and /readyz.
 	failing atomic.Pointer[[]string]
+
+	// spread says the tables are distributed, where each step that reads
+	// every shard runs in its turn (sweepTurns), once known (read at the
+	// first sweep that can); turn counts the sweeps. Guarded by mu.
+	spread, known bool
+	turn          int
+}
+
+// sweepTurns is how many sweeps a pass over every step takes on a
+// distributed Postgres, and stepTurn the sweep of the pass each step runs
+// in (-1: every sweep). A step there reads every shard (a task per shard
+// on the coordinator or front door, tens of milliseconds each on a small
+// cluster); run together every second they took a core of a two-core
+// node. Spread over a pass, each runs every sweepTurns × SweepInterval,
+// which is how late they find what a lost notification left (the timer
+// worker still acts on the leases and deadlines it knows at their time).
+// A full sweep (after a reconnect) runs every step.
+const sweepTurns = 4
+
+var stepTurn = map[string]int{
+	stepDispatch:       0,
+	stepCancelSiblings: 1,
+	stepSignals:        1,
+	stepLapsedLeases:   2,
+	stepDeadlines:      2,
+	stepDueLanes:       3,
+	stepIdleKeys:       -1, // ff_key is a reference table: a local read
 }
 
 // Sweep steps, as logs and ffd_sweep_errors_total name them.
@@ -93,13 +120,31 @@ func (s *sweeper) sweep(ctx context.Context, full bool) {
 	if full {
 		grace = 0
 	}
-	errs := map[string]error{
-		stepDispatch:       s.dispatch(ctx, grace),
-		stepCancelSiblings: s.cancelSiblings(ctx),
+	if !s.known {
+		dist, err := store.Distributed(ctx, s.e.cfg.Pool)
+		s.spread, s.known = dist, err == nil
 	}
-	errs[stepLapsedLeases], errs[stepDeadlines] = s.expire(ctx)
-	errs[stepDueLanes] = s.e.due.notify(ctx)
-	errs[stepSignals] = s.matchSignals(ctx)
+	runs := func(step string) bool {
+		t := stepTurn[step]
+		return full || !s.spread || t < 0 || s.turn%sweepTurns == t
+	}
+	s.turn++
+	errs := map[string]error{}
+	if runs(stepDispatch) {
+		errs[stepDispatch] = s.dispatch(ctx, grace)
+	}
+	if runs(stepCancelSiblings) {
+		errs[stepCancelSiblings] = s.cancelSiblings(ctx)
+	}
+	if runs(stepLapsedLeases) {
+		errs[stepLapsedLeases], errs[stepDeadlines] = s.expire(ctx)
+	}
+	if runs(stepDueLanes) {
+		errs[stepDueLanes] = s.e.due.notify(ctx)
+	}
+	if runs(stepSignals) {
+		errs[stepSignals] = s.matchSignals(ctx)
+	}
 	errs[stepIdleKeys] = s.forgetIdleKeys(ctx)
 	if ctx.Err() == nil { // a stop is not a failure
 		s.record(errs)
@@ -114,7 +159,13 @@ func (s *sweeper) record(errs map[string]error) {
 	}
 	var failing []string
 	for _, step := range sweepSteps {
-		err := errs[step]
+		err, ran := errs[step]
+		if !ran {
+			if s.failures[step] >= sweepFailLimit {
+				failing = append(failing, step) // failing until it runs and succeeds
+			}
+			continue
+		}
 		was := s.failures[step] >= sweepFailLimit
 		if err == nil {
 			if was {
