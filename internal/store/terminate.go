@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sourcegraph/conc/pool"
 
 	"github.com/flowfabric/ffd/ffdtype"
 )
@@ -333,24 +336,43 @@ func terminateRouted(ctx context.Context, db DB, ends []Termination, lockTimeout
 }
 
 // terminateShards ends each shard's group in a transaction of its own,
-// with the notices of its own endings. An error after some groups
-// committed returns it alone: an ending is fenced, so a caller that
-// retries the whole batch finds those ended already (as a repeat).
+// with the notices of its own endings; on a pool, up to shardWriters
+// groups at once (each transaction holds one connection and the locks of
+// one shard, so they cannot wait on each other). An error after some
+// groups committed returns it alone: an ending is fenced, so a caller
+// that retries the whole batch finds those ended already (as a repeat).
 func terminateShards(ctx context.Context, db DB, groups []shardGroup[Termination], lockTimeout time.Duration) ([]Ended, error) {
-	var out []Ended
-	for _, g := range groups {
+	ended := make([][]Ended, len(groups))
+	errs := make([]error, len(groups))
+	one := func(i int) {
+		g := groups[i]
 		notices, err := terminationNotices(g.items)
-		if err != nil {
-			return nil, err
+		if err == nil {
+			ended[i], err = terminateGroups(ctx, db, []shardGroup[Termination]{g}, lockTimeout, notices)
 		}
-		ended, err := terminateGroups(ctx, db, []shardGroup[Termination]{g}, lockTimeout, notices)
 		if err != nil {
-			return nil, wrap(fmt.Sprintf("terminate %d executions on the shard of partition %d", len(g.items), g.parts[0]), err)
+			errs[i] = wrap(fmt.Sprintf("terminate %d executions on the shard of partition %d", len(g.items), g.parts[0]), err)
 		}
-		out = append(out, ended...)
 	}
-	return out, nil
+	if _, ok := db.(*pgxpool.Pool); ok {
+		p := pool.New().WithMaxGoroutines(shardWriters)
+		for i := range groups {
+			p.Go(func() { one(i) })
+		}
+		p.Wait()
+	} else {
+		for i := range groups {
+			one(i)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return slices.Concat(ended...), nil
 }
+
+// shardWriters bounds the shards one batch of endings writes at once.
+const shardWriters = 4
 
 // terminateGroups ends groups in one transaction (db's own, or the
 // caller's): their statements in one pipelined batch with the notices,
