@@ -231,7 +231,7 @@ func budgetSetup(t *testing.T) (context.Context, *testdb.DB, *writeCounter) {
 	return ctx, db, newWriteCounter(t, ctx, db.URL)
 }
 
-func budgetPool(t *testing.T, ctx context.Context, url string, tracer *statementCounter, maxConns int32) *pgxpool.Pool {
+func budgetPool(t *testing.T, ctx context.Context, url string, tracer pgx.QueryTracer, maxConns int32) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {

@@ -127,6 +127,16 @@ func unroutable(db DB, err error) error {
 // routed statements on one Postgres, where they are valid too.
 var routeAll atomic.Bool
 
+// RouteAll makes every statement take its routed form (as on a
+// distributed Postgres) until the returned function is called. Tests that
+// call it must not run beside other tests of their package (it is
+// process-wide): the routed budget (TestCitusBudget) and the routed
+// statements' test.
+func RouteAll() (restore func()) {
+	routeAll.Store(true)
+	return func() { routeAll.Store(false) }
+}
+
 // dialects maps a pool or connection to Distributed's answer; known
 // counts its entries, which maxDialects bounds.
 var (

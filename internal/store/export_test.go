@@ -35,11 +35,3 @@ func ExecutionRowTags() (tags []string, inOrder bool) {
 	}
 	return tags, inOrder
 }
-
-// RouteAll makes every statement take its routed form (as on a
-// distributed Postgres) until the returned function is called. Tests that
-// call it must not run beside other tests of this package.
-func RouteAll() (restore func()) {
-	routeAll.Store(true)
-	return func() { routeAll.Store(false) }
-}

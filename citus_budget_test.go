@@ -1,0 +1,325 @@
+package ffd_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/cascade"
+	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+// The Citus budget: what one execution costs a distributed Postgres,
+// counted exactly on one Postgres with the routed statements
+// (store.RouteAll; a partition's shard is its number modulo 32 there, as
+// 256 partitions on Citus's default 32 shards).
+//
+//   - Statements that name more than one shard: a statement that locks
+//     or writes rows of several shards commits in two phases, and one
+//     that reads every shard costs the coordinator a task per shard. A
+//     statement's shards are the partitions it is given (the smallint
+//     arguments); one that reads a distributed table and is given none
+//     reads every shard.
+//   - Transactions that write more than one shard, from row triggers the
+//     test adds, which record each written row's transaction and shard.
+//   - Round trips, against the plain form's (TestWriteBudgetSolo,
+//     TestWriteBudgetHop).
+//
+// A change that adds to any of these changes the budget here, in the same
+// commit, and says why. docs/scaling.md explains each entry.
+const (
+	// A claim in its own transaction reads the shards with due work once
+	// per hint (claimShards: one read without locks across the shards,
+	// then one claim per shard it lists), and claims from one shard per
+	// statement. With one execution due on each of the 32 shards, 32
+	// claims of one make one read across the shards and 32 single-shard
+	// claims: 33 round trips. The plain claim: one each.
+	budgetCitusClaimRoundTrips = 33
+	budgetCitusClaimWideReads  = 1
+	// A completion in its own transaction: BEGIN, the ending and its
+	// notification (one pipelined batch), COMMIT; the plain form's is one
+	// implicit transaction (one round trip). A flow member's adds a batch
+	// that locks and finishes its flow (the flow is found from what the
+	// ending returned).
+	budgetCitusSoloCompleteRoundTrips   = 3
+	budgetCitusMemberCompleteRoundTrips = 4
+	// The notified dispatch of one partition: the plain form's eight
+	// statements (BEGIN, take, lock the group, resolve and count, decide,
+	// unblock and notify, COMMIT), each naming the partition.
+	budgetCitusDispatchRoundTrips = 6
+)
+
+// TestCitusBudget is not parallel: store.RouteAll is process-wide, and
+// the package's parallel tests start only once the serial ones are done.
+func TestCitusBudget(t *testing.T) {
+	restore := store.RouteAll()
+	defer restore()
+	ctx, db, _ := budgetSetup(t)
+	setupPool := budgetPool(t, ctx, db.URL, nil, 4)
+	auditShardWrites(t, ctx, setupPool)
+	creator := budgetClient(t, setupPool)
+	for shard := range 32 {
+		key := keyOnShard(t, "default", shard)
+		if _, err := creator.Create(ctx, ffd.CreateParams{Lane: "citus-solo", IdempotencyKey: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const hops = 8
+	for range hops {
+		if _, err := creator.SubmitFlow(ctx, ffd.SubmitFlowParams{
+			Nodes: []ffd.SubmitNode{{Ref: "a", Params: ffd.CreateParams{Lane: "citus-a"}}, {Ref: "b", Params: ffd.CreateParams{Lane: "citus-b"}}},
+			Edges: []ffd.SubmitEdge{{From: "a", To: "b"}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	members, err := creator.Claim(ctx, ffd.ClaimParams{Lane: "citus-a", Worker: "budget/setup", Max: hops})
+	if err != nil || len(members) != hops {
+		t.Fatalf("claim the flows' first steps: %v (%d of %d)", err, len(members), hops)
+	}
+	clearShardWrites(t, ctx, setupPool)
+
+	tracer := &shardTracer{}
+	traced := budgetPool(t, ctx, db.URL, tracer, 1)
+	c := budgetClient(t, traced)
+	warmDistributed(t, ctx, traced)
+
+	var solo []*ffd.Execution
+	claims := tracer.measure(func() {
+		for i := range 32 {
+			xs, err := c.Claim(ctx, ffd.ClaimParams{Lane: "citus-solo", Worker: "budget/1", Max: 1})
+			if err != nil || len(xs) != 1 {
+				t.Fatalf("claim %d: %v (%d claimed)", i, err, len(xs))
+			}
+			solo = append(solo, xs...)
+		}
+	})
+	claims.check(t, "32 claims of one, one due per shard", budgetCitusClaimRoundTrips, budgetCitusClaimWideReads)
+
+	for _, x := range solo {
+		done := tracer.measure(func() {
+			if _, err := c.Complete(ctx, x.ID, x.LeaseEpoch, nil); err != nil {
+				t.Fatal(err)
+			}
+		})
+		done.check(t, "a solo completion", budgetCitusSoloCompleteRoundTrips, 0)
+	}
+	d := cascade.New(traced, nil)
+	for _, x := range members {
+		done := tracer.measure(func() {
+			if _, err := c.Complete(ctx, x.ID, x.LeaseEpoch, nil); err != nil {
+				t.Fatal(err)
+			}
+		})
+		done.check(t, "a flow member's completion", budgetCitusMemberCompleteRoundTrips, 0)
+		hop := tracer.measure(func() {
+			res, err := d.DispatchPartitions(ctx, []int16{x.ID.Partition}, 10, func() {})
+			if err != nil || res.Events != 1 {
+				t.Fatalf("dispatch partition %d: %v (%d events)", x.ID.Partition, err, res.Events)
+			}
+		})
+		hop.check(t, "the notified dispatch of a hop", budgetCitusDispatchRoundTrips, 0)
+	}
+	// A worker's claims and grouped completions, at concurrency: each
+	// group of completions commits per shard.
+	for i := range 64 {
+		if _, err := creator.Create(ctx, ffd.CreateParams{Lane: "citus-worker", IdempotencyKey: fmt.Sprintf("worker-%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runWorkerUntil(t, budgetClient(t, budgetPool(t, ctx, db.URL, nil, 8)), ctx, "citus-worker", 64)
+	if n := multiShardWrites(t, ctx, setupPool); n != 0 {
+		t.Errorf("%d transactions wrote rows of more than one shard, want 0 (the budget)", n)
+	}
+}
+
+// runWorkerUntil runs a worker of concurrency 16 on lane until its
+// handler has run n times, and stops it.
+func runWorkerUntil(t *testing.T, c *ffd.Client, ctx context.Context, lane string, n int64) {
+	t.Helper()
+	var handled atomic.Int64
+	w, err := ffd.NewWorker(c, ffd.WorkerConfig{Lanes: []string{lane}, Concurrency: 16,
+		Handler: func(context.Context, *ffd.Job) ([]byte, error) { handled.Add(1); return nil, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for handled.Load() < n {
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d handled before the test's deadline", handled.Load(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// keyOnShard finds an idempotency key whose partition (the execution's,
+// ident.KeyPartition) is on shard of 32.
+func keyOnShard(t *testing.T, namespace string, shard int) string {
+	t.Helper()
+	for i := range 1 << 16 {
+		k := fmt.Sprintf("shard-%d-%d", shard, i)
+		if int(ident.KeyPartition(namespace, k))%32 == shard {
+			return k
+		}
+	}
+	t.Fatalf("no key on shard %d", shard)
+	return ""
+}
+
+// distributedTables are the tables a distributed Postgres shards by
+// partition_key (store.CheckDistribution places them so).
+var distributedTables = regexp.MustCompile(`\bff_(execution|flow|attempt|edge|edge_group|pending_cancel_group|completion_event|lease_event|signal|wait|spawned)\b`)
+
+// auditShardWrites adds row triggers that record, for every row written
+// to a distributed table, its transaction and shard.
+func auditShardWrites(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
+	t.Helper()
+	sql := `CREATE TABLE budget_shard_write (txid xid8, shard int);
+		CREATE FUNCTION budget_shard_write() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO budget_shard_write VALUES (pg_current_xact_id(),
+				(CASE WHEN TG_OP = 'DELETE' THEN OLD.partition_key ELSE NEW.partition_key END) % 32);
+			RETURN NULL;
+		END$$;`
+	for _, table := range []string{"ff_execution", "ff_flow", "ff_attempt", "ff_edge", "ff_edge_group", "ff_pending_cancel_group",
+		"ff_completion_event", "ff_lease_event", "ff_signal", "ff_wait", "ff_spawned"} {
+		sql += fmt.Sprintf(`CREATE TRIGGER budget_shard_write AFTER INSERT OR UPDATE OR DELETE ON %s
+			FOR EACH ROW EXECUTE FUNCTION budget_shard_write();`, table)
+	}
+	if _, err := pool.Exec(ctx, sql); err != nil {
+		t.Fatalf("add the shard-write triggers: %v", err)
+	}
+}
+
+// clearShardWrites forgets what the set-up wrote.
+func clearShardWrites(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
+	t.Helper()
+	if _, err := pool.Exec(ctx, `TRUNCATE budget_shard_write`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// multiShardWrites counts the transactions that wrote rows of more than
+// one shard.
+func multiShardWrites(t *testing.T, ctx context.Context, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT txid FROM budget_shard_write
+		GROUP BY txid HAVING count(DISTINCT shard) > 1) m`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// shardTracer records what a pool sends: each statement with the shards
+// it names, and round trips (a batch is one).
+type shardTracer struct {
+	mu         sync.Mutex
+	statements []tracedStatement
+	roundTrips int
+}
+
+type tracedStatement struct {
+	sql    string
+	shards map[int16]bool // the partitions' shards among its arguments
+}
+
+// shardsOf reads the shards (partition modulo 32) a statement's
+// arguments name: ffd passes partitions, and nothing else, as smallints.
+func shardsOf(args []any) map[int16]bool {
+	out := map[int16]bool{}
+	for _, a := range args {
+		switch v := a.(type) {
+		case int16:
+			out[v%32] = true
+		case []int16:
+			for _, p := range v {
+				out[p%32] = true
+			}
+		}
+	}
+	return out
+}
+
+func (s *shardTracer) add(sql string, args []any, roundTrip bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.statements = append(s.statements, tracedStatement{sql: sql, shards: shardsOf(args)})
+	if roundTrip {
+		s.roundTrips++
+	}
+}
+
+func (s *shardTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	s.add(d.SQL, d.Args, true)
+	return ctx
+}
+func (s *shardTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (s *shardTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	s.mu.Lock()
+	s.roundTrips++
+	s.mu.Unlock()
+	return ctx
+}
+func (s *shardTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	s.add(d.SQL, d.Args, false)
+}
+func (s *shardTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// traced is what a pool sent while one operation ran.
+type traced struct {
+	statements []tracedStatement
+	roundTrips int
+}
+
+// measure runs f and returns what the pool sent meanwhile.
+func (s *shardTracer) measure(f func()) traced {
+	s.mu.Lock()
+	s.statements, s.roundTrips = nil, 0
+	s.mu.Unlock()
+	f()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return traced{statements: s.statements, roundTrips: s.roundTrips}
+}
+
+// check compares an operation's round trips and its reads across every
+// shard with the budget, and refuses any statement that names more than
+// one shard.
+func (tr traced) check(t *testing.T, what string, roundTrips, wideReads int) {
+	t.Helper()
+	wide := 0
+	for _, st := range tr.statements {
+		switch {
+		case !distributedTables.MatchString(st.sql):
+			// BEGIN, COMMIT, a setting, a notification: no shard.
+		case len(st.shards) > 1:
+			t.Errorf("%s: a statement names %d shards, want 1 (the budget):\n%s", what, len(st.shards), st.sql)
+		case len(st.shards) == 0:
+			wide++
+			if wide > wideReads {
+				t.Errorf("%s: a statement reads every shard, beyond the budget's %d:\n%s", what, wideReads, st.sql)
+			}
+		}
+	}
+	if wide != wideReads {
+		t.Errorf("%s: %d statements read every shard, want %d (the budget)", what, wide, wideReads)
+	}
+	if tr.roundTrips != roundTrips {
+		t.Errorf("%s: %d round trips, want %d (the budget)", what, tr.roundTrips, roundTrips)
+	}
+}
