@@ -170,8 +170,14 @@ func runWorkerUntil(t *testing.T, c *ffd.Client, ctx context.Context, lane strin
 // ident.KeyPartition) is on shard of 32.
 func keyOnShard(t *testing.T, namespace string, shard int) string {
 	t.Helper()
-	for i := range 1 << 16 {
-		k := fmt.Sprintf("shard-%d-%d", shard, i)
+	return keyOnShardN(t, namespace, shard, 0)
+}
+
+// keyOnShardN is keyOnShard's nth key.
+func keyOnShardN(t *testing.T, namespace string, shard, n int) string {
+	t.Helper()
+	for i := range 1 << 20 {
+		k := fmt.Sprintf("shard-%d-%d-%d", shard, n, i)
 		if int(ident.KeyPartition(namespace, k))%32 == shard {
 			return k
 		}
@@ -321,5 +327,59 @@ func (tr traced) check(t *testing.T, what string, roundTrips, wideReads int) {
 	}
 	if tr.roundTrips != roundTrips {
 		t.Errorf("%s: %d round trips, want %d (the budget)", what, tr.roundTrips, roundTrips)
+	}
+}
+
+// TestShardClaimsAreFair: on a distributed Postgres a claim visits the
+// shards of its hint in turn (store's claimShards), so work that became
+// the lane's best after the hint was read waits at most one visit of
+// each shard ahead of it: shardVisit (512) executions of a deep backlog
+// on another shard, however deep. Not parallel: store.RouteAll is
+// process-wide.
+func TestShardClaimsAreFair(t *testing.T) {
+	restore := store.RouteAll()
+	defer restore()
+	ctx, db, _ := budgetSetup(t)
+	pool := budgetPool(t, ctx, db.URL, nil, 4)
+	c := budgetClient(t, pool)
+	const backlog, urgent, visit = 1500, 5, 512
+	for i := range backlog {
+		if _, err := c.Create(ctx, ffd.CreateParams{Lane: "fair", IdempotencyKey: keyOnShardN(t, "default", 0, i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim := func() []*ffd.Execution {
+		t.Helper()
+		xs, err := c.Claim(ctx, ffd.ClaimParams{Lane: "fair", Worker: "fair/1", Max: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return xs
+	}
+	before := len(claim()) // reads the hint: the backlog's shard alone
+	for i := range urgent {
+		if _, err := c.Create(ctx, ffd.CreateParams{Lane: "fair", Priority: 10, IdempotencyKey: keyOnShardN(t, "default", 1, backlog+i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ahead, found := 0, 0
+	for found < urgent {
+		xs := claim()
+		if len(xs) == 0 {
+			t.Fatalf("the lane ran dry with %d of %d urgent executions claimed", found, urgent)
+		}
+		for _, x := range xs {
+			if x.Priority == 10 {
+				found++
+			} else if found < urgent {
+				ahead++
+			}
+		}
+	}
+	if before+ahead > visit {
+		t.Errorf("%d executions of the backlog's shard were claimed before the %d urgent ones of another, want at most one visit (%d)", before+ahead, urgent, visit)
+	}
+	if before+ahead == 0 {
+		t.Errorf("the urgent executions came first: the claim read the lane anew, so this test does not test a visit")
 	}
 }

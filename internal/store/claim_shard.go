@@ -22,21 +22,25 @@ import (
 // Which shards: a per-process hint, per pool and lane, of the shards
 // where due work was last seen. When it is empty, one read without locks
 // (claimPickSQL, across the shards) lists the shards of the best due
-// executions, best first; each later claim takes the shard at the head of
-// the list off it and claims from it as many as it still wants, then the
-// next while it wants more. A shard is used once per read, however much
-// it still holds, so a shard with a deep backlog cannot keep the others
-// waiting: every shard with work among the best of the lane is visited
-// before the next read looks again.
+// executions, best first, with how many of them each holds. A claim
+// takes the shard at the head of the list and claims from it as many as
+// it still wants, then the next while it wants more. A shard that gave
+// all it was asked stays at the head for the next claim (a visit), until
+// it has given shardVisit executions, or, when the read saw every due
+// execution of the lane (fewer than it asked for), all the read saw
+// there; then it leaves the list. So a worker's consecutive claims, and
+// its completions, fall on one shard, and a shard with a deep backlog
+// cannot keep the others waiting: every shard with work among the best
+// of the lane gets its visit before the next read looks again.
 //
 // What it gives up: priority order holds within a shard and, across
 // shards, only at each read. Between reads a claim may take a lower
-// priority execution from the shard at the head of the hint while a
-// higher priority one, due since the read, waits on another shard, for
-// at most as many claims as the hint held shards (32 by default, Citus's
-// shard count). Fairness holds: the read is in the lane's order, so an
-// execution that is due comes among the best as those ahead of it are
-// claimed, and its shard then gets a claim before any shard gets two.
+// priority execution from the shard being visited while a higher
+// priority one, due since the read, waits on another shard: for at most
+// shardVisit executions per shard of the hint (32 shards by default,
+// Citus's shard count). Fairness holds: the read is in the lane's order,
+// so an execution that is due comes among the best as those ahead of it
+// are claimed, and its shard then gets a visit before any shard gets two.
 
 // shardVisit is how many executions a shard of the hint may give, claim
 // after claim, while it gives all that is asked of it, before the next
@@ -57,10 +61,13 @@ type shardHint struct {
 	shards []hintedShard
 }
 
-// hintedShard is a shard of the hint: its partitions, and the
-// executions claimed from it since the hint was read.
+// hintedShard is a shard of the hint: its partitions, the due
+// executions the read saw there (all it held when the read saw fewer than
+// it asked for: exact), and the executions claimed from it since.
 type hintedShard struct {
 	parts []int16
+	seen  int
+	exact bool
 	taken int
 }
 
@@ -81,8 +88,8 @@ func (h *shardHint) pop() (hintedShard, bool) {
 // share of the visit.
 func (h *shardHint) again(s hintedShard, n int) {
 	s.taken += n
-	if s.taken >= shardVisit {
-		return
+	if s.taken >= shardVisit || (s.exact && s.taken >= s.seen) {
+		return // its share given, or all it held when the hint was read
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -90,13 +97,10 @@ func (h *shardHint) again(s hintedShard, n int) {
 }
 
 // set replaces the list.
-func (h *shardHint) set(shards [][]int16) {
+func (h *shardHint) set(shards []hintedShard) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.shards = h.shards[:0]
-	for _, parts := range shards {
-		h.shards = append(h.shards, hintedShard{parts: parts})
-	}
+	h.shards = shards
 }
 
 // hintKey is what a hint is kept under: a pool (or connection) and lane.
@@ -153,7 +157,7 @@ func claimShards(ctx context.Context, db DB, lane string, caps []string, max int
 			h.set(shards)
 			continue
 		}
-		want := max - len(out)
+		want := min(max-len(out), shardVisit-sh.taken)
 		xs, err := queryExecutions(db.Query(ctx, claimRoutedSQL, lane, caps, want, worker, false, sh.parts))
 		out = append(out, xs...)
 		if err != nil {
@@ -178,9 +182,11 @@ func partial(out []*ffdtype.Execution, err error) ([]*ffdtype.Execution, error) 
 
 // dueShards lists the shards of the best due executions of a lane, best
 // first, each as every partition it holds (the claim that follows takes
-// whatever the shard has, not only what the read saw).
-func dueShards(ctx context.Context, db DB, lane string, caps []string, want int) ([][]int16, error) {
-	cands, err := pickPartitions(ctx, db, lane, caps, max(want, pickFloor), false)
+// whatever the shard has, not only what the read saw) and how many of
+// them the read saw there.
+func dueShards(ctx context.Context, db DB, lane string, caps []string, want int) ([]hintedShard, error) {
+	limit := max(want, pickFloor)
+	cands, err := pickPartitions(ctx, db, lane, caps, limit, false)
 	if err != nil || len(cands) == 0 {
 		return nil, err
 	}
@@ -193,13 +199,17 @@ func dueShards(ctx context.Context, db DB, lane string, caps []string, want int)
 		s := shardOf(int16(p))
 		held[s] = append(held[s], int16(p))
 	}
-	var out [][]int16
-	seen := map[int64]bool{}
+	var out []hintedShard
+	at := map[int64]int{}
 	for _, p := range cands {
-		if s := shardOf(p); !seen[s] {
-			seen[s] = true
-			out = append(out, held[s])
+		s := shardOf(p)
+		i, ok := at[s]
+		if !ok {
+			i = len(out)
+			at[s] = i
+			out = append(out, hintedShard{parts: held[s], exact: len(cands) < limit})
 		}
+		out[i].seen++
 	}
 	return out, nil
 }
