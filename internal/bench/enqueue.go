@@ -59,8 +59,11 @@ func enqueue(ctx context.Context, env *Env, p Params, r *Report) error {
 // subtract two readings; the bench's own queries between them count too.
 func (e *Env) dbTime(ctx context.Context) (time.Duration, bool) {
 	var ms float64
+	// Top-level statements only: a nested one's time is in its caller's
+	// already (with pg_stat_statements.track = all, a distributed
+	// Postgres's shard statements run locally are nested ones).
 	err := e.Pool.QueryRow(ctx, `SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements
-		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&ms)
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND toplevel`).Scan(&ms)
 	if err != nil {
 		e.Log.Debug("no database time: pg_stat_statements is not installed in this database", zap.Error(err))
 		return 0, false
