@@ -524,7 +524,9 @@ func TestConsumer(t *testing.T) {
 	}()
 	want := f.runNoops(t, lane, n)
 	seen := map[int64]bool{}
-	deadline := time.After(time.Minute)
+	const stall = time.Minute // the longest wait for one more event
+	idle := time.NewTimer(stall)
+	defer idle.Stop()
 	for len(want) > 0 {
 		select {
 		case e := <-got:
@@ -533,8 +535,9 @@ func TestConsumer(t *testing.T) {
 			}
 			seen[e.EventID] = true
 			delete(want, e.ExecutionID)
-		case <-deadline:
-			t.Fatalf("%d of %d completions not read within a minute", len(want), n)
+			idle.Reset(stall)
+		case <-idle.C:
+			t.Fatalf("%d of %d completions not read, none for %s (the stall budget)", len(want), n, stall)
 		}
 	}
 	cancel()

@@ -52,6 +52,14 @@ type sweeper struct {
 // A full sweep (after a reconnect) runs every step.
 const sweepTurns = 4
 
+// sweepRuns says whether step runs in the sweep numbered turn: every
+// sweep on one Postgres, and after a reconnect (full); on a distributed
+// Postgres (spread) in its turn of the pass.
+func sweepRuns(step string, turn int, spread, full bool) bool {
+	t := stepTurn[step]
+	return full || !spread || t < 0 || turn%sweepTurns == t
+}
+
 var stepTurn = map[string]int{
 	stepDispatch:       0,
 	stepCancelSiblings: 1,
@@ -124,11 +132,9 @@ func (s *sweeper) sweep(ctx context.Context, full bool) {
 		dist, err := store.Distributed(ctx, s.e.cfg.Pool)
 		s.spread, s.known = dist, err == nil
 	}
-	runs := func(step string) bool {
-		t := stepTurn[step]
-		return full || !s.spread || t < 0 || s.turn%sweepTurns == t
-	}
+	turn := s.turn
 	s.turn++
+	runs := func(step string) bool { return sweepRuns(step, turn, s.spread, full) }
 	errs := map[string]error{}
 	if runs(stepDispatch) {
 		errs[stepDispatch] = s.dispatch(ctx, grace)
