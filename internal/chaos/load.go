@@ -216,6 +216,24 @@ func (h *harness) sampleLoad(ctx context.Context) {
 	})
 }
 
+// paced runs f until ctx ends, waiting between runs interval or four
+// times what the last run took, whichever is longer: a harness read that
+// spans every shard of a distributed Postgres (a count of the outboxes)
+// must not take the cores the system under test runs on.
+func paced(ctx context.Context, interval time.Duration, f func()) {
+	for {
+		start := time.Now()
+		f()
+		t := time.NewTimer(max(interval, 4*time.Since(start)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // every runs f every interval until ctx ends.
 func every(ctx context.Context, interval time.Duration, f func()) {
 	t := time.NewTicker(interval)

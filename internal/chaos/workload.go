@@ -188,10 +188,10 @@ func (l *progressLog) grew(from, to time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// monitor samples progress every 100 ms; samples fail while Postgres is
-// down and are simply missing then.
+// monitor samples progress every 100 ms (paced); samples fail while
+// Postgres is down and are simply missing then.
 func (h *harness) monitor(ctx context.Context) {
-	every(ctx, 100*time.Millisecond, func() {
+	paced(ctx, 100*time.Millisecond, func() {
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
 		n, _, err := store.EventCounts(qctx, h.pool)
 		cancel()
@@ -213,7 +213,9 @@ func (h *harness) drain(ctx context.Context) {
 	var left string
 	for {
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		start := time.Now()
 		o, err := store.ReadOutstanding(qctx, h.pool)
+		took := time.Since(start)
 		cancel()
 		if err == nil && o == (store.Outstanding{}) {
 			h.report.Drain = time.Since(from)
@@ -230,7 +232,7 @@ func (h *harness) drain(ctx context.Context) {
 			h.violation("not drained %s after the faults: %s", h.cfg.DrainTimeout, left)
 			return
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(max(100*time.Millisecond, 4*took)) // paced, as monitor
 	}
 }
 
