@@ -336,26 +336,7 @@ func TestWriteBudgetSolo(t *testing.T) {
 	// The same through a Worker, at concurrency, with its group commit.
 	pool = budgetPool(t, ctx, db.URL, nil, 8)
 	c = budgetClient(t, pool)
-	var handled atomic.Int64
-	w, err := ffd.NewWorker(c, ffd.WorkerConfig{Lanes: []string{"budget"}, Concurrency: 10,
-		Handler: func(context.Context, *ffd.Job) ([]byte, error) { handled.Add(1); return nil, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for handled.Load() < n {
-		if ctx.Err() != nil {
-			t.Fatalf("%d of %d handled", handled.Load(), n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	stopCtx, stop := context.WithTimeout(ctx, 10*time.Second)
-	if err := w.Stop(stopCtx); err != nil {
-		t.Fatal(err)
-	}
-	stop()
+	runWorkerUntil(t, c, ctx, "budget", n, 10)
 	pool.Close()
 	final := wc.read()
 	checkWrites(t, "solo (worker)", perExecution(t, after, final, n), budgetSoloRows)

@@ -136,18 +136,18 @@ func TestCitusBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	runWorkerUntil(t, budgetClient(t, budgetPool(t, ctx, db.URL, nil, 8)), ctx, "citus-worker", 64)
+	runWorkerUntil(t, budgetClient(t, budgetPool(t, ctx, db.URL, nil, 8)), ctx, "citus-worker", 64, 16)
 	if n := multiShardWrites(t, ctx, setupPool); n != 0 {
 		t.Errorf("%d transactions wrote rows of more than one shard, want 0 (the budget)", n)
 	}
 }
 
-// runWorkerUntil runs a worker of concurrency 16 on lane until its
-// handler has run n times, and stops it.
-func runWorkerUntil(t *testing.T, c *ffd.Client, ctx context.Context, lane string, n int64) {
+// runWorkerUntil runs a worker of that concurrency on lane until its
+// handler has run n times, and stops it (within 10 s).
+func runWorkerUntil(t *testing.T, c *ffd.Client, ctx context.Context, lane string, n int64, concurrency int) {
 	t.Helper()
 	var handled atomic.Int64
-	w, err := ffd.NewWorker(c, ffd.WorkerConfig{Lanes: []string{lane}, Concurrency: 16,
+	w, err := ffd.NewWorker(c, ffd.WorkerConfig{Lanes: []string{lane}, Concurrency: concurrency,
 		Handler: func(context.Context, *ffd.Job) ([]byte, error) { handled.Add(1); return nil, nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +161,9 @@ func runWorkerUntil(t *testing.T, c *ffd.Client, ctx context.Context, lane strin
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := w.Stop(ctx); err != nil {
+	stopCtx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	if err := w.Stop(stopCtx); err != nil {
 		t.Fatal(err)
 	}
 }
