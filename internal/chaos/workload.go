@@ -211,6 +211,7 @@ func (h *harness) drain(ctx context.Context) {
 	}
 	deadline := time.Now().Add(h.cfg.DrainTimeout)
 	var left string
+	said := time.Now()
 	for {
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		start := time.Now()
@@ -223,6 +224,10 @@ func (h *harness) drain(ctx context.Context) {
 			return
 		}
 		left = fmt.Sprintf("%d live executions, %d undispatched events, %d cancel groups, %d open flows (err %v)", o.Live, o.Undispatched, o.CancelGroups, o.OpenFlows, err)
+		if time.Since(said) >= 10*time.Second {
+			said = time.Now()
+			h.cfg.Logf("chaos: draining, %s after the last fault: %s", time.Since(from).Round(time.Second), left)
+		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			if live, err := store.LiveByLane(ctx, h.pool); err == nil {
 				for _, d := range live {

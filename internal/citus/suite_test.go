@@ -201,6 +201,11 @@ func TestClaimAndRenew(t *testing.T) {
 		if err != nil || !r.LeaseExpiresAt.After(*xs[0].LeaseExpiresAt) {
 			t.Fatalf("renew: %+v, %v; want a later expiry than %v", r, err, xs[0].LeaseExpiresAt)
 		}
+		// A worker's check of the leases it holds (after a reconnect).
+		held := []store.LeaseRef{{ID: xs[0].ID, Epoch: xs[0].LeaseEpoch}, {ID: xs[0].ID, Epoch: xs[0].LeaseEpoch + 1}}
+		if lost, err := store.LostLeases(f.ctx, f.pool, held); err != nil || len(lost) != 1 || lost[0] != held[1] {
+			t.Fatalf("lost leases %+v, %v; want the later epoch's alone", lost, err)
+		}
 	}
 	if xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: lane, Worker: "w/1", Max: 5}); err != nil || len(xs) != 0 {
 		t.Fatalf("claim of an emptied lane: %d, %v; want nothing", len(xs), err)

@@ -50,6 +50,13 @@ func TestRoutedStatements(t *testing.T) {
 	}
 	_, err = leases.Renew(ctx, db.Pool, xs[0].ID, xs[0].LeaseEpoch)
 	must(err)
+	// A worker's check of the leases it holds, after a reconnect: the one
+	// at a later epoch than the row's is lost.
+	gone, err := store.LostLeases(ctx, db.Pool, []store.LeaseRef{{ID: xs[0].ID, Epoch: xs[0].LeaseEpoch}, {ID: xs[1].ID, Epoch: xs[1].LeaseEpoch + 1}})
+	must(err)
+	if len(gone) != 1 || gone[0].ID != xs[1].ID {
+		t.Fatalf("lost leases %+v, want only %s's at epoch %d", gone, xs[1].ID, xs[1].LeaseEpoch+1)
+	}
 
 	// Twenty completions over many partitions in one batch, as a worker
 	// groups them.

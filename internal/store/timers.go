@@ -116,25 +116,37 @@ func NotifyDueLanes(ctx context.Context, db DB, since time.Time) ([]string, time
 }
 
 // LostLeases returns those of the given leases that are no longer held:
-// the execution does not run at that epoch any more.
+// the execution does not run at that epoch any more. It reads those
+// still held (a join, which a distributed Postgres runs on the shards
+// of the leases' partitions; it refuses the anti-join's correlated
+// subquery) and returns the rest.
 func LostLeases(ctx context.Context, db DB, held []LeaseRef) ([]LeaseRef, error) {
 	parts, ids, epochs := make([]int16, len(held)), make([]pgtype.UUID, len(held)), make([]int64, len(held))
 	for i, l := range held {
 		parts[i], ids[i], epochs[i] = l.ID.Partition, pgUUID(l.ID.UUID), l.Epoch
 	}
 	rows, err := db.Query(ctx, `
-		SELECT i.partition_key, i.execution_id, i.lease_epoch
-		FROM unnest($1::smallint[], $2::uuid[], $3::bigint[]) AS i(partition_key, execution_id, lease_epoch)
-		WHERE NOT EXISTS (SELECT 1 FROM ff_execution e
-			WHERE e.partition_key = i.partition_key AND e.execution_id = i.execution_id
-				AND e.state = 'running' AND e.lease_epoch = i.lease_epoch)`, parts, ids, epochs)
+		SELECT e.partition_key, e.execution_id, e.lease_epoch
+		FROM ff_execution e
+		JOIN unnest($1::smallint[], $2::uuid[], $3::bigint[]) AS i(partition_key, execution_id, lease_epoch)
+			ON e.partition_key = i.partition_key AND e.execution_id = i.execution_id AND e.lease_epoch = i.lease_epoch
+		WHERE e.partition_key = ANY($1::smallint[]) AND e.state = 'running'`, parts, ids, epochs)
 	if err != nil {
 		return nil, wrap("check held leases", err)
 	}
-	lost, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LeaseRef, error) {
-		var l LeaseRef
-		err := r.Scan(&l.ID.Partition, &l.ID.UUID, &l.Epoch)
-		return l, err
-	})
-	return lost, wrap("check held leases", err)
+	still := map[LeaseRef]bool{}
+	var l LeaseRef
+	if _, err := pgx.ForEachRow(rows, []any{&l.ID.Partition, &l.ID.UUID, &l.Epoch}, func() error {
+		still[l] = true
+		return nil
+	}); err != nil {
+		return nil, wrap("check held leases", err)
+	}
+	var lost []LeaseRef
+	for _, h := range held {
+		if !still[h] {
+			lost = append(lost, h)
+		}
+	}
+	return lost, nil
 }
