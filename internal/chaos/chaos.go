@@ -439,10 +439,9 @@ func (h *harness) startServer(ctx context.Context, i int) error {
 		// A consumer's events wait for Citus's recovery of two-phase
 		// commits (docs/scaling.md).
 		settings["citus.recover_2pc_interval"] = "1s"
-		// Connections between nodes kept, as docs/scaling.md
-		// ("Settings") has every cluster do; 8, not 32, under the
-		// nodes' 200 connections (the suite's sessions are many).
-		settings["citus.max_cached_conns_per_worker"] = "8"
+		// No cache of connections between nodes (docs/scaling.md,
+		// "Settings"): the suite's many sessions would hold them idle
+		// and starve one another.
 	}
 	srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "data"), SocketDir: sock, Port: h.ports[i],
 		Settings: settings})
