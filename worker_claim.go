@@ -25,12 +25,17 @@ import (
 // connection, to find it in pg_stat_activity.
 const WorkerApplicationName = "ffd-worker"
 
-// claimer is the worker's first part: the claim loop. It claims into the
-// executor's free slots, lanes taking turns, whenever ff_ready names one
-// of its lanes, a run ends, or the jittered poll interval passes; and it
-// owns the worker's LISTEN connection, handing ff_revoke to the executor.
-// While LISTEN is down it polls, and asks the database at each poll which
-// held leases are gone (a revoke sent meanwhile reached nobody).
+// claimer is the worker's first part: the claim loops, one per lane. Each
+// claims its lane into the executor's free slots whenever ff_ready names
+// the lane, a run ends that may leave it room, or the jittered poll
+// interval passes, so a lane whose claims are slow (a controlled lane on
+// a distributed Postgres: a dozen statements) never delays another's.
+// The loops reserve the slots they claim into (reserve), so together
+// they never claim more than the worker may run; a loop that claims
+// while others do takes its share. The claimer also owns the worker's
+// LISTEN connection, handing ff_revoke to the executor. While LISTEN is
+// down it polls, and asks the database at each poll which held leases
+// are gone (a revoke sent meanwhile reached nobody).
 type claimer struct {
 	client *Client
 	cfg    *WorkerConfig
@@ -38,7 +43,7 @@ type claimer struct {
 	log    *zap.Logger
 	exec   *executor
 
-	wake chan struct{}
+	wakes map[string]chan struct{} // per lane
 	// listening is closed once the first LISTEN has succeeded (or failed:
 	// the claimer then polls); no claim is made before, so that no lease
 	// is held while its ff_revoke could go unheard.
@@ -46,17 +51,23 @@ type claimer struct {
 	listeningOnce sync.Once
 	// listenDown is set while the LISTEN connection is down.
 	listenDown atomic.Bool
-	// more: the last claim filled every slot, so there is likely more due
-	// work; a run that ends then claims again at once.
-	more atomic.Bool
-	// held: the lanes whose last claim flow control held back (a key at
-	// its limit, a cap): a run of such a lane that ends may free the
-	// room, so it claims again at once too. Only that lane's runs: on a
-	// distributed Postgres a controlled claim is a dozen round trips, and
-	// re-claiming a held lane at every run's end of any lane saturated
-	// the claim loop (the fault suite's drain on Citus).
+	// more: the lanes whose last claim filled every slot it reserved, so
+	// they likely have more due work; a run that ends then claims them
+	// again at once. held: the lanes whose last claim flow control held
+	// back (a key at its limit, a cap): a run of such a lane that ends
+	// may free the room, so it claims that lane again at once too. Only
+	// that lane's runs: on a distributed Postgres a controlled claim is
+	// a dozen round trips, and re-claiming a held lane at every run's
+	// end of any lane saturated the claim loop (the fault suite's drain
+	// on Citus). Both guarded by heldMu.
 	heldMu sync.Mutex
 	held   map[string]bool
+	more   map[string]bool
+
+	// slotMu guards reserved (slots reserved by claims in flight) and
+	// claiming (how many are in flight).
+	slotMu             sync.Mutex
+	reserved, claiming int
 
 	mu       sync.Mutex
 	stop     context.CancelFunc
@@ -67,10 +78,17 @@ type claimer struct {
 // newClaimer builds the claim loop of a worker named name over exec.
 func newClaimer(client *Client, cfg *WorkerConfig, name string, log *zap.Logger, exec *executor) *claimer {
 	c := &claimer{client: client, cfg: cfg, name: name, log: log, exec: exec,
-		wake: make(chan struct{}, 1), listening: make(chan struct{}), stopping: make(chan struct{})}
-	exec.onDone = func(lane string) {
-		if c.more.Load() || c.isHeld(lane) {
-			c.signal()
+		wakes: map[string]chan struct{}{}, listening: make(chan struct{}), stopping: make(chan struct{})}
+	for _, lane := range cfg.Lanes {
+		c.wakes[lane] = make(chan struct{}, 1)
+	}
+	exec.onDone = func(ended string) {
+		c.heldMu.Lock()
+		defer c.heldMu.Unlock()
+		for _, lane := range cfg.Lanes {
+			if c.more[lane] || (lane == ended && c.held[lane]) {
+				c.signalLane(lane)
+			}
 		}
 	}
 	return c
@@ -88,7 +106,9 @@ func (c *claimer) Start(ctx context.Context) error {
 	ctx, c.stop = context.WithCancel(ctx)
 	c.loops = &conc.WaitGroup{}
 	c.loops.Go(func() { c.listen(ctx) })
-	c.loops.Go(func() { c.fetch(ctx) })
+	for i, lane := range c.cfg.Lanes {
+		c.loops.Go(func() { c.fetch(ctx, lane, i == 0) })
+	}
 	c.loops.Go(func() { c.client.stall.watch(ctx, c.client) })
 	c.signal()
 	return nil
@@ -133,37 +153,79 @@ func (c *claimer) setHeld(lane string, held bool) {
 	if c.held == nil {
 		c.held = map[string]bool{}
 	}
-	if held {
-		c.held[lane] = true
-	} else {
-		delete(c.held, lane)
+	c.held[lane] = held
+}
+
+func (c *claimer) setMore(lane string, more bool) {
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	if c.more == nil {
+		c.more = map[string]bool{}
+	}
+	c.more[lane] = more
+}
+
+// signal wakes every lane's loop.
+func (c *claimer) signal() {
+	for lane := range c.wakes {
+		c.signalLane(lane)
 	}
 }
 
-func (c *claimer) signal() {
+func (c *claimer) signalLane(lane string) {
 	select {
-	case c.wake <- struct{}{}:
+	case c.wakes[lane] <- struct{}{}:
 	default:
 	}
 }
 
-// fetch claims while there are free slots and due work; it sleeps until a
-// notification, a finished run, or the jittered poll interval.
-func (c *claimer) fetch(ctx context.Context) {
+// reserve reserves slots for a claim: every free slot not reserved
+// already, or, while other lanes' claims are in flight, an equal share
+// with them (at least one); and never more than the lane's share of the
+// worker's concurrency, so that a claim that waits long (a slow lane's)
+// cannot hold every slot while the other lanes have work. A busy lane
+// beside idle ones fills the worker in as many claims as there are
+// lanes. release gives them back once the claimed executions run (and
+// hold their slots themselves).
+func (c *claimer) reserve() int {
+	c.slotMu.Lock()
+	defer c.slotMu.Unlock()
+	free := c.exec.Free() - c.reserved
+	if free <= 0 {
+		return 0
+	}
+	lanes := len(c.cfg.Lanes)
+	n := min(max(1, free/(c.claiming+1)), (c.cfg.Concurrency+lanes-1)/lanes)
+	c.reserved += n
+	c.claiming++
+	return n
+}
+
+func (c *claimer) release(n int) {
+	c.slotMu.Lock()
+	defer c.slotMu.Unlock()
+	c.reserved -= n
+	c.claiming--
+}
+
+// fetch claims lane while there are free slots and due work; it sleeps
+// until a notification for the lane, a finished run that may leave it
+// room, or the jittered poll interval. The first lane's loop also asks,
+// once a poll while LISTEN is down, which held leases are gone.
+func (c *claimer) fetch(ctx context.Context, lane string, first bool) {
 	select {
 	case <-c.listening:
 	case <-c.stopping:
 		return
 	}
-	next := 0
 	for {
-		if c.listenDown.Load() {
+		if first && c.listenDown.Load() {
 			// Revocations sent while the LISTEN connection is down reach
 			// nobody: ask, once a poll, which held leases are gone.
 			c.exec.RecheckLeases(ctx)
 		}
 		wait := jitter(c.cfg.PollInterval)
-		if retry := c.claimFree(ctx, &next); retry > 0 && retry < wait {
+		if retry := c.claimFree(ctx, lane); retry > 0 && retry < wait {
 			// A rate-limited lane's next token comes before the poll.
 			wait = retry
 		}
@@ -172,60 +234,53 @@ func (c *claimer) fetch(ctx context.Context) {
 		case <-c.stopping:
 			timer.Stop()
 			return
-		case <-c.wake:
+		case <-c.wakes[lane]:
 		case <-timer.C:
 		}
 		timer.Stop()
 	}
 }
 
-// claimFree claims into the free slots; it returns how soon a lane
-// whose rate held due executions back has its next token (0: none did).
-func (c *claimer) claimFree(ctx context.Context, next *int) (retry time.Duration) {
+// claimFree claims lane into the slots it reserves, again while a claim
+// fills them; it returns how soon the lane's rate lets held-back
+// executions start (0: it held none back).
+func (c *claimer) claimFree(ctx context.Context, lane string) (retry time.Duration) {
 	for {
 		select {
 		case <-c.stopping:
 			return retry
 		default:
 		}
-		free := c.exec.Free()
-		if free <= 0 {
+		n := c.reserve()
+		if n == 0 {
+			// No slot: the next run to end wakes this lane, which
+			// takes its turn beside the lanes that filled theirs.
+			c.setMore(lane, true)
 			return retry
 		}
-		// Lanes take turns so a busy lane cannot starve the others.
-		claimed := 0
-		for range c.cfg.Lanes {
-			lane := c.cfg.Lanes[*next%len(c.cfg.Lanes)]
-			*next++
-			xs, th, err := leases.ClaimThrottled(ctx, c.client.pool, ClaimParams{Lane: lane, Worker: c.name, Capabilities: c.cfg.Capabilities, Max: free - claimed})
-			c.cfg.Metrics.claimed(len(xs))
-			if err == nil {
-				c.setHeld(lane, th.Held)
-			}
-			if th.Held {
-				c.cfg.Metrics.throttle(lane)
-				c.log.Debug("claim held back by flow control", zap.String(logging.FieldLane, lane),
-					zap.Int("claimed", len(xs)), zap.Duration("retry", th.Retry))
-			}
-			if th.Retry > 0 && (retry == 0 || th.Retry < retry) {
-				retry = th.Retry
-			}
-			if err != nil {
-				if ctx.Err() == nil {
-					c.log.Warn("claim failed; retrying at the next poll", zap.String(logging.FieldLane, lane), zap.Error(err))
-				}
-				return retry
-			}
-			for _, x := range xs {
-				c.exec.Run(x)
-			}
-			claimed += len(xs)
-			if claimed == free {
-				break
-			}
+		xs, th, err := leases.ClaimThrottled(ctx, c.client.pool, ClaimParams{Lane: lane, Worker: c.name, Capabilities: c.cfg.Capabilities, Max: n})
+		for _, x := range xs {
+			c.exec.Run(x)
 		}
-		c.more.Store(claimed == free)
-		if claimed < free {
+		c.release(n)
+		c.cfg.Metrics.claimed(len(xs))
+		if err == nil {
+			c.setHeld(lane, th.Held)
+		}
+		if th.Held {
+			c.cfg.Metrics.throttle(lane)
+			c.log.Debug("claim held back by flow control", zap.String(logging.FieldLane, lane),
+				zap.Int("claimed", len(xs)), zap.Duration("retry", th.Retry))
+		}
+		retry = th.Retry
+		c.setMore(lane, err == nil && len(xs) == n)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("claim failed; retrying at the next poll", zap.String(logging.FieldLane, lane), zap.Error(err))
+			}
+			return retry
+		}
+		if len(xs) < n {
 			return retry
 		}
 	}
@@ -295,8 +350,7 @@ func (c *claimer) notified(n listener.Notification) {
 		// Lanes with work due, comma-separated (lane names hold no comma).
 		for _, lane := range store.SplitPayload(n.Payload) {
 			if slices.Contains(c.cfg.Lanes, lane) {
-				c.signal()
-				return
+				c.signalLane(lane)
 			}
 		}
 	case listener.Revoke:
