@@ -55,7 +55,11 @@ func (j *Job) UnmarshalPayload(v any) error {
 
 // WorkerConfig configures a Worker.
 type WorkerConfig struct {
-	// Lanes to claim from; at least one. Required.
+	// Lanes to claim from; at least one. Required. Each lane is claimed
+	// by a loop of its own, so a lane whose claims are slow never delays
+	// another's; while several lanes claim, each takes an equal share of
+	// the free slots, and none more than its share of Concurrency
+	// (Concurrency divided by the lanes, rounded up) in one claim.
 	Lanes []string
 	// Handler runs each execution. Set it, or Kinds; not both.
 	Handler HandlerFunc
