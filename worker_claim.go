@@ -43,6 +43,7 @@ type claimer struct {
 	log    *zap.Logger
 	exec   *executor
 
+	lanes []string                 // cfg.Lanes, each once
 	wakes map[string]chan struct{} // per lane
 	// listening is closed once the first LISTEN has succeeded (or failed:
 	// the claimer then polls); no claim is made before, so that no lease
@@ -80,12 +81,15 @@ func newClaimer(client *Client, cfg *WorkerConfig, name string, log *zap.Logger,
 	c := &claimer{client: client, cfg: cfg, name: name, log: log, exec: exec,
 		wakes: map[string]chan struct{}{}, listening: make(chan struct{}), stopping: make(chan struct{})}
 	for _, lane := range cfg.Lanes {
-		c.wakes[lane] = make(chan struct{}, 1)
+		if _, dup := c.wakes[lane]; !dup {
+			c.wakes[lane] = make(chan struct{}, 1)
+			c.lanes = append(c.lanes, lane)
+		}
 	}
 	exec.onDone = func(ended string) {
 		c.heldMu.Lock()
 		defer c.heldMu.Unlock()
-		for _, lane := range cfg.Lanes {
+		for _, lane := range c.lanes {
 			if c.more[lane] || (lane == ended && c.held[lane]) {
 				c.signalLane(lane)
 			}
@@ -106,7 +110,7 @@ func (c *claimer) Start(ctx context.Context) error {
 	ctx, c.stop = context.WithCancel(ctx)
 	c.loops = &conc.WaitGroup{}
 	c.loops.Go(func() { c.listen(ctx) })
-	for i, lane := range c.cfg.Lanes {
+	for i, lane := range c.lanes {
 		c.loops.Go(func() { c.fetch(ctx, lane, i == 0) })
 	}
 	c.loops.Go(func() { c.client.stall.watch(ctx, c.client) })
@@ -139,12 +143,6 @@ func (c *claimer) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-func (c *claimer) isHeld(lane string) bool {
-	c.heldMu.Lock()
-	defer c.heldMu.Unlock()
-	return c.held[lane]
 }
 
 func (c *claimer) setHeld(lane string, held bool) {
@@ -194,7 +192,7 @@ func (c *claimer) reserve() int {
 	if free <= 0 {
 		return 0
 	}
-	lanes := len(c.cfg.Lanes)
+	lanes := len(c.lanes)
 	n := min(max(1, free/(c.claiming+1)), (c.cfg.Concurrency+lanes-1)/lanes)
 	c.reserved += n
 	c.claiming++
