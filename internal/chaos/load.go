@@ -224,7 +224,7 @@ func paced(ctx context.Context, interval time.Duration, f func()) {
 	for {
 		start := time.Now()
 		f()
-		t := time.NewTimer(max(interval, 4*time.Since(start)))
+		t := time.NewTimer(pace(interval, time.Since(start)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -233,6 +233,10 @@ func paced(ctx context.Context, interval time.Duration, f func()) {
 		}
 	}
 }
+
+// pace is the wait after a read that took took: interval, or four times
+// took when that is longer.
+func pace(interval, took time.Duration) time.Duration { return max(interval, 4*took) }
 
 // every runs f every interval until ctx ends.
 func every(ctx context.Context, interval time.Duration, f func()) {

@@ -237,7 +237,7 @@ func (h *harness) drain(ctx context.Context) {
 			h.violation("not drained %s after the faults: %s", h.cfg.DrainTimeout, left)
 			return
 		}
-		time.Sleep(max(100*time.Millisecond, 4*took)) // paced, as monitor
+		time.Sleep(pace(100*time.Millisecond, took))
 	}
 }
 

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 
 	"github.com/flowfabric/ffd/ffdtype"
 )
@@ -103,35 +102,27 @@ func (h *shardHint) set(shards []hintedShard) {
 	h.shards = shards
 }
 
-// hintKey is what a hint is kept under: a pool (or connection) and lane.
-type hintKey struct {
-	db   any
-	lane string
+// laneHints are a pool's (or connection's) hints, by lane.
+type laneHints struct {
+	mu    sync.Mutex
+	lanes map[string]*shardHint
 }
 
-// hints maps a hintKey to its *shardHint; knownHints counts its entries,
-// which maxDialects bounds.
-var (
-	hints      sync.Map
-	knownHints atomic.Int64
-)
-
-// hintFor returns the hint of db's pool and lane.
+// hintFor returns the hint of db's pool and lane (hints: forgotten with
+// the placement they were read under).
 func hintFor(db DB, lane string) *shardHint {
-	key, ok := dialectKey(db)
+	lh := hints.loadOrStore(db, &laneHints{})
+	lh.mu.Lock()
+	defer lh.mu.Unlock()
+	if lh.lanes == nil {
+		lh.lanes = map[string]*shardHint{}
+	}
+	h, ok := lh.lanes[lane]
 	if !ok {
-		return &shardHint{}
+		h = &shardHint{}
+		lh.lanes[lane] = h
 	}
-	k := hintKey{db: key, lane: lane}
-	if h, hit := hints.Load(k); hit {
-		return h.(*shardHint)
-	}
-	h, loaded := hints.LoadOrStore(k, &shardHint{})
-	if !loaded && knownHints.Add(1) > maxDialects {
-		hints.Clear()
-		knownHints.Store(0)
-	}
-	return h.(*shardHint)
+	return h
 }
 
 // claimShards claims up to max from the shards of the lane's hint, one
@@ -190,24 +181,19 @@ func dueShards(ctx context.Context, db DB, lane string, caps []string, want int)
 	if err != nil || len(cands) == 0 {
 		return nil, err
 	}
-	shardOf, err := shardMap(ctx, db)
+	pl, err := placementOf(ctx, db)
 	if err != nil {
 		return nil, err
-	}
-	held := map[int64][]int16{}
-	for p := range 256 {
-		s := shardOf(int16(p))
-		held[s] = append(held[s], int16(p))
 	}
 	var out []hintedShard
 	at := map[int64]int{}
 	for _, p := range cands {
-		s := shardOf(p)
+		s := pl.of(p)
 		i, ok := at[s]
 		if !ok {
 			i = len(out)
 			at[s] = i
-			out = append(out, hintedShard{parts: held[s], exact: len(cands) < limit})
+			out = append(out, hintedShard{parts: pl.parts[s], exact: len(cands) < limit})
 		}
 		out[i].seen++
 	}

@@ -29,72 +29,80 @@ func Distributed(ctx context.Context, db DB) (bool, error) {
 	if routeAll.Load() {
 		return true, nil
 	}
-	key, ok := dialectKey(db)
-	if ok {
-		if v, hit := dialects.Load(key); hit {
-			return v.(bool), nil
-		}
+	if dist, hit := dialects.load(db); hit {
+		return dist, nil
 	}
 	dist, err := distributedTable(ctx, db, "ff_execution")
 	if err != nil {
 		return false, wrap("read whether the tables are distributed", err)
 	}
-	if ok {
-		if _, loaded := dialects.Swap(key, dist); !loaded && known.Add(1) > maxDialects {
-			// Connections come and go; a pool's entry is read again once.
-			dialects.Clear()
-			known.Store(0)
-		}
-	}
+	dialects.store(db, dist)
 	return dist, nil
 }
 
-// shardMap returns the shard that holds each partition where the tables
-// are distributed. It is read once per pool like Distributed's answer,
-// and forgotten with it (unroutable): a shard split changes it. With
-// routeAll (a test on one Postgres) a partition's shard is its number
-// modulo 32, so that the grouped statements run there too.
-func shardMap(ctx context.Context, db DB) (func(int16) int64, error) {
-	if routeAll.Load() {
-		return func(p int16) int64 { return int64(p % 32) }, nil
+// placement is where the partitions live on a distributed Postgres: the
+// shard of each, and the partitions of each shard, in order.
+type placement struct {
+	shard [256]int64
+	parts map[int64][]int16
+}
+
+// newPlacement builds the placement whose partition p is on shardOf(p).
+func newPlacement(shardOf func(p int16) int64) *placement {
+	pl := &placement{parts: map[int64][]int16{}}
+	for p := range int16(256) {
+		s := shardOf(p)
+		pl.shard[p] = s
+		pl.parts[s] = append(pl.parts[s], p)
 	}
-	key, ok := dialectKey(db)
-	if ok {
-		if v, hit := shardMaps.Load(key); hit {
-			m := v.(*[256]int64)
-			return func(p int16) int64 { return m[uint8(p)] }, nil
-		}
+	return pl
+}
+
+// of is the shard that holds partition p.
+func (pl *placement) of(p int16) int64 { return pl.shard[uint8(p)] }
+
+// routedPlacement is the placement routeAll assumes on one Postgres: a
+// partition's shard is its number modulo 32 (Citus's default shard
+// count), so that the grouped statements run there too.
+var routedPlacement = newPlacement(func(p int16) int64 { return int64(p % 32) })
+
+// placementOf returns where the partitions live where the tables are
+// distributed. It is read once per pool like Distributed's answer, and
+// forgotten with it (unroutable): a shard split changes it.
+func placementOf(ctx context.Context, db DB) (*placement, error) {
+	if routeAll.Load() {
+		return routedPlacement, nil
+	}
+	if pl, hit := placements.load(db); hit {
+		return pl, nil
 	}
 	rows, err := db.Query(ctx, `SELECT p::smallint, get_shard_id_for_distribution_column('ff_execution', p::smallint)
 		FROM generate_series(0, 255) p`)
 	if err != nil {
 		return nil, wrap("read the shards of the partitions", err)
 	}
-	var m [256]int64
+	var shards [256]int64
 	var p int16
 	var shard int64
-	_, err = pgx.ForEachRow(rows, []any{&p, &shard}, func() error {
-		m[uint8(p)] = shard
+	if _, err := pgx.ForEachRow(rows, []any{&p, &shard}, func() error {
+		shards[uint8(p)] = shard
 		return nil
-	})
-	if err != nil {
+	}); err != nil {
 		return nil, wrap("read the shards of the partitions", err)
 	}
-	if ok {
-		if _, loaded := shardMaps.Swap(key, &m); !loaded && knownShardMaps.Add(1) > maxDialects {
-			shardMaps.Clear()
-			knownShardMaps.Store(0)
-		}
-	}
-	return func(p int16) int64 { return m[uint8(p)] }, nil
+	pl := newPlacement(func(p int16) int64 { return shards[uint8(p)] })
+	placements.store(db, pl)
+	return pl, nil
 }
 
-// shardMaps maps a pool or connection to shardMap's answer;
-// knownShardMaps counts its entries, which maxDialects bounds.
-var (
-	shardMaps      sync.Map
-	knownShardMaps atomic.Int64
-)
+// shardMap returns the shard that holds each partition (placementOf).
+func shardMap(ctx context.Context, db DB) (func(int16) int64, error) {
+	pl, err := placementOf(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	return pl.of, nil
+}
 
 // distributedTable reports whether table is distributed by hash (Citus).
 func distributedTable(ctx context.Context, db DB, table string) (bool, error) {
@@ -115,10 +123,9 @@ func distributedTable(ctx context.Context, db DB, table string) (bool, error) {
 func unroutable(db DB, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "0A000" {
-		if key, ok := dialectKey(db); ok {
-			dialects.Delete(key)
-			shardMaps.Delete(key)
-		}
+		dialects.forget(db)
+		placements.forget(db)
+		hints.forget(db)
 	}
 	return err
 }
@@ -137,14 +144,70 @@ func RouteAll() (restore func()) {
 	return func() { routeAll.Store(false) }
 }
 
-// dialects maps a pool or connection to Distributed's answer; known
-// counts its entries, which maxDialects bounds.
+// What is kept per pool or connection: Distributed's answer, where the
+// partitions live, and the claims' shard hints per lane.
 var (
-	dialects sync.Map
-	known    atomic.Int64
+	dialects   poolCache[bool]
+	placements poolCache[*placement]
+	hints      poolCache[*laneHints]
 )
 
+// poolCache keeps a value per pool or connection (dialectKey); a db of
+// neither keeps none. Connections come and go, so past maxDialects
+// entries it starts afresh, and a pool's entry is read again once.
+type poolCache[V any] struct {
+	m sync.Map
+	n atomic.Int64
+}
+
 const maxDialects = 4096
+
+func (c *poolCache[V]) load(db DB) (V, bool) {
+	var zero V
+	key, ok := dialectKey(db)
+	if !ok {
+		return zero, false
+	}
+	v, hit := c.m.Load(key)
+	if !hit {
+		return zero, false
+	}
+	return v.(V), true
+}
+
+func (c *poolCache[V]) store(db DB, v V) {
+	if key, ok := dialectKey(db); ok {
+		if _, loaded := c.m.Swap(key, v); !loaded {
+			c.counted()
+		}
+	}
+}
+
+// loadOrStore returns db's value, keeping v as it when it has none.
+func (c *poolCache[V]) loadOrStore(db DB, v V) V {
+	key, ok := dialectKey(db)
+	if !ok {
+		return v
+	}
+	got, loaded := c.m.LoadOrStore(key, v)
+	if !loaded {
+		c.counted()
+	}
+	return got.(V)
+}
+
+func (c *poolCache[V]) counted() {
+	if c.n.Add(1) > maxDialects {
+		c.m.Clear()
+		c.n.Store(0)
+	}
+}
+
+func (c *poolCache[V]) forget(db DB) {
+	if key, ok := dialectKey(db); ok {
+		c.m.Delete(key)
+	}
+}
 
 // dialectKey is what Distributed's answer for db is kept under: its pool,
 // or its connection.

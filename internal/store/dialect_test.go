@@ -18,19 +18,19 @@ func TestUnroutableForgets(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	dialects.Store(pool, false)
+	dialects.store(pool, false)
 	other := &pgconn.PgError{Code: "40001"}
 	if got := unroutable(pool, other); !errors.Is(got, other) {
 		t.Fatalf("unroutable changed the error: %v", got)
 	}
-	if _, ok := dialects.Load(pool); !ok {
+	if _, ok := dialects.load(pool); !ok {
 		t.Fatal("a serialization failure dropped the pool's answer")
 	}
 	refused := &pgconn.PgError{Code: "0A000", Message: "could not run distributed query with FOR UPDATE/SHARE commands"}
 	if got := unroutable(pool, refused); !errors.Is(got, refused) {
 		t.Fatalf("unroutable changed the error: %v", got)
 	}
-	if _, ok := dialects.Load(pool); ok {
+	if _, ok := dialects.load(pool); ok {
 		t.Fatal("a statement Citus refused kept the pool's answer")
 	}
 }

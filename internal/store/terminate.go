@@ -236,17 +236,19 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 	if len(ends) == 0 {
 		return nil, nil
 	}
-	notices, err := terminationNotices(ends)
-	if err != nil {
-		return nil, err
+	for _, e := range ends {
+		if !e.State.Terminal() {
+			return nil, fmt.Errorf("terminate %s: %q is not a terminal state", e.ID, e.State)
+		}
 	}
 	dist, err := Distributed(ctx, db)
 	if err != nil {
 		return nil, err
 	}
 	if dist {
-		return terminateRouted(ctx, db, ends, lockTimeout, notices)
+		return terminateRouted(ctx, db, ends, lockTimeout)
 	}
+	notices := terminationNotices(ends)
 	// One round trip: the statements go as one pipelined batch, which
 	// Postgres runs as one transaction (or inside the caller's).
 	var out []Ended
@@ -277,14 +279,10 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 	return out, nil
 }
 
-// terminationNotices are the notices ends owe, or an error when one of
-// them is not to a terminal state.
-func terminationNotices(ends []Termination) (*Notices, error) {
+// terminationNotices are the notices ends owe.
+func terminationNotices(ends []Termination) *Notices {
 	notices := &Notices{}
 	for _, e := range ends {
-		if !e.State.Terminal() {
-			return nil, fmt.Errorf("terminate %s: %q is not a terminal state", e.ID, e.State)
-		}
 		notices.Completions(e.ID.Partition, !e.Solo)
 		if le := LeaseEndOf(e.State); le == LeaseRevoked || le == LeaseExpired {
 			// A running lease taken away: its holder is told, and the
@@ -295,7 +293,7 @@ func terminationNotices(ends []Termination) (*Notices, error) {
 			notices.LeaseEvents(e.ID.Partition)
 		}
 	}
-	return notices, nil
+	return notices
 }
 
 // terminationArgs are terminateSQL's parameters for ends: per ending its
@@ -320,13 +318,13 @@ func terminationArgs(ends []Termination) []any {
 // pipelined batch there. In its own, each shard's ending is a transaction
 // of its own (terminateShards): a transaction that writes one shard
 // commits on the node that holds it, in one phase.
-func terminateRouted(ctx context.Context, db DB, ends []Termination, lockTimeout time.Duration, notices *Notices) ([]Ended, error) {
+func terminateRouted(ctx context.Context, db DB, ends []Termination, lockTimeout time.Duration) ([]Ended, error) {
 	groups, err := byShard(ctx, db, ends, func(e Termination) int16 { return e.ID.Partition })
 	if err != nil {
 		return nil, err
 	}
 	if inCallerTx(db) || len(groups) == 1 {
-		out, err := terminateGroups(ctx, db, groups, lockTimeout, notices)
+		out, err := terminateGroups(ctx, db, groups, lockTimeout)
 		if err != nil {
 			return nil, wrap(fmt.Sprintf("terminate %d executions", len(ends)), err)
 		}
@@ -346,11 +344,8 @@ func terminateShards(ctx context.Context, db DB, groups []shardGroup[Termination
 	errs := make([]error, len(groups))
 	one := func(i int) {
 		g := groups[i]
-		notices, err := terminationNotices(g.items)
-		if err == nil {
-			ended[i], err = terminateGroups(ctx, db, []shardGroup[Termination]{g}, lockTimeout, notices)
-		}
-		if err != nil {
+		var err error
+		if ended[i], err = terminateGroups(ctx, db, []shardGroup[Termination]{g}, lockTimeout); err != nil {
 			errs[i] = wrap(fmt.Sprintf("terminate %d executions on the shard of partition %d", len(g.items), g.parts[0]), err)
 		}
 	}
@@ -375,10 +370,15 @@ func terminateShards(ctx context.Context, db DB, groups []shardGroup[Termination
 const shardWriters = 4
 
 // terminateGroups ends groups in one transaction (db's own, or the
-// caller's): their statements in one pipelined batch with the notices,
-// then, when members of flows ended, a second batch that finishes their
-// flows.
-func terminateGroups(ctx context.Context, db DB, groups []shardGroup[Termination], lockTimeout time.Duration, notices *Notices) ([]Ended, error) {
+// caller's): their statements in one pipelined batch with the notices
+// their endings owe, then, when members of flows ended, a second batch
+// that finishes their flows.
+func terminateGroups(ctx context.Context, db DB, groups []shardGroup[Termination], lockTimeout time.Duration) ([]Ended, error) {
+	var items []Termination
+	for _, g := range groups {
+		items = append(items, g.items...)
+	}
+	notices := terminationNotices(items)
 	var out []Ended
 	err := InTx(ctx, db, func(tx pgx.Tx) error {
 		out = out[:0]
