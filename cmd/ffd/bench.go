@@ -45,6 +45,8 @@ type BenchCmd struct {
 	DaemonCurve   []int         `name:"daemon-curve" default:"${bench_daemon_curve}" help:"daemons: numbers of daemons dispatching."`
 	DaemonFan     int           `name:"daemon-fan" default:"${bench_daemon_fan}" help:"daemons: middles per flow (hops per root event)."`
 	Keys          int           `name:"keys" default:"${bench_keys}" help:"keys: distinct concurrency keys of limit 1."`
+	FloorLoops    int           `name:"floor-loops" default:"${bench_floor_loops}" help:"floor, and throughput with --peer: loops claiming and finishing --executions rows."`
+	FloorBatch    int           `name:"floor-batch" default:"${bench_floor_batch}" help:"floor: rows each loop claims and finishes per statement."`
 	Preload       int           `name:"preload" default:"${bench_preload}" help:"history: finished executions already in the tables."`
 	BigFlowSizes  []int         `name:"big-flow-sizes" default:"${bench_big_flow_sizes}" help:"big-flow: fan-out widths of 1 -> N -> 1."`
 	MemoryRounds  int           `name:"memory-rounds" default:"${bench_memory_rounds}" help:"memory: rounds of --executions through a daemon and a --workers worker process."`
@@ -88,7 +90,7 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 	params := bench.Params{Executions: c.Executions, Workers: c.Workers, Flows: c.Flows,
 		ChainLength: c.ChainLength, ChainWorker: c.ChainWorkers, FanWidth: c.FanWidth, Repeats: c.Repeats, FlowSizes: c.FlowSizes,
 		Leases: c.Leases, LeaseTTL: c.LeaseTTL, Burst: c.Burst, SweepInterval: c.SweepInterval, Cancels: c.Cancels, Creates: c.Creates,
-		HopChains: c.HopChains, HopLength: c.HopLength, WorkerCurve: c.WorkerCurve, DaemonCurve: c.DaemonCurve, DaemonFan: c.DaemonFan, Keys: c.Keys, Preload: c.Preload, BigFlowSizes: c.BigFlowSizes,
+		HopChains: c.HopChains, HopLength: c.HopLength, WorkerCurve: c.WorkerCurve, DaemonCurve: c.DaemonCurve, DaemonFan: c.DaemonFan, Keys: c.Keys, FloorLoops: c.FloorLoops, FloorBatch: c.FloorBatch, Preload: c.Preload, BigFlowSizes: c.BigFlowSizes,
 		MemoryRounds: c.MemoryRounds, Rounds: c.Rounds}
 	if c.Peer != "" {
 		cmp, err := bench.Compare(ctx, env, c.Scenario, params, c.Peer)
@@ -266,6 +268,14 @@ func (c *BenchCmd) printComparison(g *Globals, cmp *bench.Comparison) error {
 		if _, ok := s["ratio_db_us_per_execution"]; ok {
 			fmt.Fprintf(g.stdout, "  %-16s database time per execution: ffd %.1f µs, peer %.1f µs, ratio %.2f\n",
 				"", s["ffd_db_us_per_execution"], s["peer_db_us_per_execution"], s["ratio_db_us_per_execution"])
+		}
+		if _, ok := s["ffd_over_floor_"+p.Figure]; ok {
+			fmt.Fprintf(g.stdout, "  %-16s floor %.0f: ffd/floor %.2f, peer/floor %.2f (medians of rounds)\n",
+				"", s["floor_"+p.Figure], s["ffd_over_floor_"+p.Figure], s["peer_over_floor_"+p.Figure])
+		}
+		if _, ok := s["ffd_over_floor_db_us_per_execution"]; ok {
+			fmt.Fprintf(g.stdout, "  %-16s floor database time per execution %.1f µs: ffd/floor %.2f, peer/floor %.2f\n",
+				"", s["floor_db_us_per_execution"], s["ffd_over_floor_db_us_per_execution"], s["peer_over_floor_db_us_per_execution"])
 		}
 	}
 	return nil

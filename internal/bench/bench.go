@@ -38,7 +38,7 @@ var table = []scenario{
 	{"enqueue", enqueue, true}, {"chain", chain, false}, {"hop", hop, false}, {"fanout", fanout, false},
 	{"big-flow", bigFlow, false}, {"cancel-flow", cancelFlow, false}, {"recovery", recovery, false},
 	{"cancel-running", cancelRunning, false}, {"daemons", daemons, false}, {"spawn", spawn, false},
-	{"keys", keys, false},
+	{"keys", keys, false}, {"floor", floor, false},
 }
 
 // Scenarios lists the scenario names; CompareScenarios those with a peer
@@ -107,6 +107,11 @@ type Params struct {
 	DaemonCurve []int `json:"daemon_curve,omitempty"`
 	// keys: distinct concurrency keys of limit 1 (default 1000)
 	Keys int `json:"keys,omitempty"`
+	// floor (and the floor side of a throughput comparison): loops
+	// claiming and finishing Executions rows, FloorBatch at a time
+	// (defaults 4 and 100)
+	FloorLoops int `json:"floor_loops,omitempty"`
+	FloorBatch int `json:"floor_batch,omitempty"`
 }
 
 // Vars are the defaults of Params for the CLI's flags, by the name a
@@ -159,6 +164,8 @@ func (p *Params) defaults() {
 	def(&p.MemoryRounds, 5)
 	def(&p.DaemonFan, 50)
 	def(&p.Keys, 1000)
+	def(&p.FloorLoops, 4)
+	def(&p.FloorBatch, 100)
 	if len(p.DaemonCurve) == 0 {
 		p.DaemonCurve = []int{1, 2, 4}
 	}

@@ -13,8 +13,9 @@ import (
 )
 
 // Comparison is ffd against a peer (bench/peers/river) on one cluster:
-// each round runs both sides, in fresh databases of their own, ffd first
-// in even rounds and the peer first in odd ones.
+// each round runs both sides, and for throughput the floor as a third,
+// each in a fresh database of its own, the order turning by one side
+// every round.
 type Comparison struct {
 	Scenario string         `json:"scenario"`
 	Rounds   int            `json:"rounds"`
@@ -30,9 +31,14 @@ type ComparedRun struct {
 	Figure string               `json:"figure"`
 	FFD    []map[string]float64 `json:"ffd"`
 	Peer   []map[string]float64 `json:"peer"`
+	// Floor is the floor scenario's run in each round, when the point has
+	// one (throughput).
+	Floor []map[string]float64 `json:"floor,omitempty"`
 	// Summary holds the medians of each side, the median of the per-round
 	// ratios (ffd ÷ peer) of the rate and, when both sides report it, of
-	// the database time per execution.
+	// the database time per execution; with a floor, its medians
+	// (floor_*) and the medians of ffd ÷ floor and peer ÷ floor
+	// (ffd_over_floor_*, peer_over_floor_*).
 	Summary map[string]float64 `json:"summary"`
 }
 
@@ -42,6 +48,9 @@ type point struct {
 	figure string
 	ffd    func(ctx context.Context, env *Env) (map[string]float64, error)
 	peer   []string
+	// floor: the floor scenario runs as a third side over the same
+	// executions.
+	floor bool
 }
 
 func comparePoints(scenario string, p Params) ([]point, error) {
@@ -62,7 +71,9 @@ func comparePoints(scenario string, p Params) ([]point, error) {
 	}
 	switch scenario {
 	case "throughput":
-		return []point{workPoint(p.Executions, p.Workers)}, nil
+		pt := workPoint(p.Executions, p.Workers)
+		pt.floor = true
+		return []point{pt}, nil
 	case "curve":
 		var ps []point
 		for _, w := range p.WorkerCurve {
@@ -110,58 +121,84 @@ func Compare(ctx context.Context, env *Env, scenario string, p Params, peerPath 
 	}
 	for round := range rounds {
 		for i, pt := range points {
-			sides := []func() error{
-				func() error {
-					m, err := env.compareFFD(ctx, pt)
-					c.Points[i].FFD = append(c.Points[i].FFD, m)
-					return err
-				},
-				func() error {
-					m, err := env.comparePeer(ctx, peerPath, pt)
-					c.Points[i].Peer = append(c.Points[i].Peer, m)
-					return err
-				},
+			if err := env.compareRound(ctx, c.Points[i], pt, p, peerPath, round); err != nil {
+				return nil, fmt.Errorf("round %d, %s: %w", round+1, pt.name, err)
 			}
-			if round%2 == 1 {
-				sides[0], sides[1] = sides[1], sides[0]
-			}
-			for _, side := range sides {
-				if err := side(); err != nil {
-					return nil, fmt.Errorf("round %d, %s: %w", round+1, pt.name, err)
-				}
-			}
-			env.Log.Info("compared", zap.Int("round", round+1), zap.String("point", pt.name),
-				zap.Float64("ffd", c.Points[i].FFD[round][pt.figure]), zap.Float64("peer", c.Points[i].Peer[round][pt.figure]))
 		}
 	}
 	for _, cr := range c.Points {
-		cr.Summary = summarize(cr.Figure, cr.FFD, cr.Peer)
+		cr.Summary = map[string]float64{}
+		summarize(cr.Summary, cr.Figure, "ffd", "peer", "ratio", cr.FFD, cr.Peer)
+		if len(cr.Floor) > 0 {
+			summarize(cr.Summary, cr.Figure, "ffd", "floor", "ffd_over_floor", cr.FFD, cr.Floor)
+			summarize(cr.Summary, cr.Figure, "peer", "floor", "peer_over_floor", cr.Peer, cr.Floor)
+		}
 	}
 	return c, nil
 }
 
-// summarize gives each side's medians and the medians of the per-round
-// ratios, ffd ÷ peer.
-func summarize(figure string, ffd, peer []map[string]float64) map[string]float64 {
-	s := map[string]float64{}
+// compareRound runs one round of pt: each side once, the first side
+// turning by one every round so that none always runs on a colder or
+// warmer server.
+func (e *Env) compareRound(ctx context.Context, cr *ComparedRun, pt point, p Params, peerPath string, round int) error {
+	sides := []func() error{
+		func() error {
+			m, err := e.compareFFD(ctx, pt)
+			cr.FFD = append(cr.FFD, m)
+			return err
+		},
+		func() error {
+			m, err := e.comparePeer(ctx, peerPath, pt)
+			cr.Peer = append(cr.Peer, m)
+			return err
+		},
+	}
+	if pt.floor {
+		sides = append(sides, func() error {
+			m, err := e.compareFloor(ctx, p)
+			cr.Floor = append(cr.Floor, m)
+			return err
+		})
+	}
+	for k := range sides {
+		if err := sides[(k+round)%len(sides)](); err != nil {
+			return err
+		}
+	}
+	fields := []zap.Field{zap.Int("round", round+1), zap.String("point", pt.name),
+		zap.Float64("ffd", cr.FFD[round][pt.figure]), zap.Float64("peer", cr.Peer[round][pt.figure])}
+	if pt.floor {
+		fields = append(fields, zap.Float64("floor", cr.Floor[round][pt.figure]))
+	}
+	e.Log.Info("compared", fields...)
+	return nil
+}
+
+// summarize writes into s the medians of sides a and b (as aName_key
+// and bName_key, unless already there) and the median of their per-round
+// ratios, a ÷ b (ratioName_key), for the figure and the database time
+// per execution.
+func summarize(s map[string]float64, figure, aName, bName, ratioName string, a, b []map[string]float64) {
 	for _, key := range []string{figure, "db_us_per_execution"} {
-		var fs, ps, ratios []float64
-		for i := range ffd {
-			f, okF := ffd[i][key]
-			q, okP := peer[i][key]
-			if !okF || !okP || q == 0 {
+		var as, bs, ratios []float64
+		for i := range min(len(a), len(b)) {
+			x, okA := a[i][key]
+			y, okB := b[i][key]
+			if !okA || !okB || y == 0 {
 				continue
 			}
-			fs, ps, ratios = append(fs, f), append(ps, q), append(ratios, f/q)
+			as, bs, ratios = append(as, x), append(bs, y), append(ratios, x/y)
 		}
 		if len(ratios) == 0 {
 			continue
 		}
-		s["ffd_"+key] = median(fs)
-		s["peer_"+key] = median(ps)
-		s["ratio_"+key] = median(ratios)
+		for name, vs := range map[string][]float64{aName: as, bName: bs} {
+			if _, ok := s[name+"_"+key]; !ok {
+				s[name+"_"+key] = median(vs)
+			}
+		}
+		s[ratioName+"_"+key] = median(ratios)
 	}
-	return s
 }
 
 // fresh is an Env like e's over a fresh database from NewDatabase.
@@ -180,6 +217,25 @@ func (e *Env) compareFFD(ctx context.Context, pt point) (map[string]float64, err
 	}
 	defer drop()
 	return pt.ffd(ctx, side)
+}
+
+// compareFloor runs the floor over the throughput point's executions in
+// a fresh database.
+func (e *Env) compareFloor(ctx context.Context, p Params) (map[string]float64, error) {
+	side, drop, err := e.fresh(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	f, err := side.floor(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
+	}
+	m := map[string]float64{"executions_per_second": f.Rate}
+	if f.HasDB {
+		m["db_us_per_execution"] = f.DBus
+	}
+	return m, nil
 }
 
 func (e *Env) comparePeer(ctx context.Context, path string, pt point) (map[string]float64, error) {

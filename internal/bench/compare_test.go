@@ -58,15 +58,31 @@ func TestCompare(t *testing.T) {
 	if got := s["ratio_executions_per_second"]; got < want*0.999 || got > want*1.001 {
 		t.Fatalf("ratio %v, want the median of the per-round ratios %v", got, want)
 	}
-	// Four fresh databases (two per round), the peer given the URL of its
-	// own each time, with the point's sizes.
+	// The floor ran as a third side, and the summary has its ratios.
+	if len(p.Floor) != 2 {
+		t.Fatalf("%d floor runs, want one per round", len(p.Floor))
+	}
+	wantFloor := (p.FFD[0]["executions_per_second"]/p.Floor[0]["executions_per_second"] +
+		p.FFD[1]["executions_per_second"]/p.Floor[1]["executions_per_second"]) / 2
+	if got := s["ffd_over_floor_executions_per_second"]; got < wantFloor*0.999 || got > wantFloor*1.001 {
+		t.Fatalf("ffd/floor %v, want the median of the per-round ratios %v (summary %v)", got, wantFloor, s)
+	}
+	wantPeer := (50/p.Floor[0]["executions_per_second"] + 50/p.Floor[1]["executions_per_second"]) / 2
+	if got := s["peer_over_floor_executions_per_second"]; got < wantPeer*0.999 || got > wantPeer*1.001 {
+		t.Fatalf("peer/floor %v, want %v (summary %v)", got, wantPeer, s)
+	}
+	if s["floor_executions_per_second"] <= 0 {
+		t.Fatalf("summary %v: want the floor's median rate", s)
+	}
+	// Six fresh databases (one per side and round), the peer given the
+	// URL of its own each time, with the point's sizes.
 	args, err := os.ReadFile(argsLog)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(args)), "\n")
-	if len(made) != 4 || len(lines) != 2 {
-		t.Fatalf("%d databases and %d peer runs, want 4 and 2", len(made), len(lines))
+	if len(made) != 6 || len(lines) != 2 {
+		t.Fatalf("%d databases and %d peer runs, want 6 and 2", len(made), len(lines))
 	}
 	for _, l := range lines {
 		if !strings.Contains(l, "--mode work --executions 200 --workers 10") {
