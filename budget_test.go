@@ -3,7 +3,9 @@ package ffd_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -49,6 +51,12 @@ var (
 	// one statement more and no round trip.
 	budgetSoloStatements = 5
 	budgetSoloRoundTrips = 2
+	// Notifications: none for the claim; one for the completion (a
+	// bare wake-up on ff_completion for the outbox's consumers), sent by
+	// its transaction, so one per committing transaction however many it
+	// ends.
+	budgetSoloClaimNotifies    = 0
+	budgetSoloCompleteNotifies = 1
 
 	// One all_of hop in a flow, a → b: a's completion (its row, its
 	// completion event), then the daemon's dispatch of that event (marks it
@@ -67,6 +75,10 @@ var (
 	// these are shared by many hops.
 	budgetHopCompleteStatements, budgetHopCompleteRoundTrips = 3, 1
 	budgetHopDispatchStatements, budgetHopDispatchRoundTrips = 8, 6
+	// Notifications: the member's completion names its partition on
+	// ff_completion (for the daemon); the dispatch tells b's lane on
+	// ff_ready that b is due.
+	budgetHopCompleteNotifies, budgetHopDispatchNotifies = 1, 1
 
 	budgetHopRows = map[string]int{
 		"ff_execution.upd":        2,
@@ -104,7 +116,8 @@ func newWriteCounter(t *testing.T, ctx context.Context, url string) *writeCounte
 }
 
 // read waits until no other client backend is connected to the database
-// (so every writer has flushed its statistics), then returns each ff_*
+// (so every writer has flushed its statistics; a notifyCounter, which
+// writes nothing, may stay), then returns each ff_*
 // table's inserts, updates and deletes, keyed "table.ins" and so on.
 func (w *writeCounter) read() map[string]int {
 	w.t.Helper()
@@ -112,7 +125,8 @@ func (w *writeCounter) read() map[string]int {
 	for {
 		var others int
 		if err := w.conn.QueryRow(w.ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&others); err != nil {
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+				AND application_name <> $1`, notifyCounterApp).Scan(&others); err != nil {
 			w.t.Fatal(err)
 		}
 		if others == 0 {
@@ -219,6 +233,83 @@ func (s *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.Trace
 }
 func (s *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
+// notifyCounter counts the notifications the server delivers on ffd's
+// channels: a connection of its own LISTENs on every one of them.
+type notifyCounter struct {
+	t      *testing.T
+	conn   *pgx.Conn
+	marker int
+}
+
+// notifyMarker is the counter's own channel: a notification it sends
+// there arrives after every one committed before it (Postgres delivers
+// them in commit order), so reading up to it reads all of those.
+const notifyMarker = "ff_budget_marker"
+
+// notifyCounterApp names the counter's connection, which the write
+// counter does not wait for.
+const notifyCounterApp = "ffd-budget-notifies"
+
+func newNotifyCounter(t *testing.T, ctx context.Context, url string) *notifyCounter {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = notifyCounterApp
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	for _, ch := range append(slices.Clone(store.Channels), notifyMarker) {
+		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &notifyCounter{t: t, conn: conn}
+}
+
+// take returns the notifications delivered since the last take, by
+// channel.
+func (n *notifyCounter) take(ctx context.Context) map[string]int {
+	n.t.Helper()
+	n.marker++
+	payload := strconv.Itoa(n.marker)
+	if _, err := n.conn.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyMarker, payload); err != nil {
+		n.t.Fatal(err)
+	}
+	out := map[string]int{}
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		note, err := n.conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			n.t.Fatalf("waiting up to 30 s for the counter's own notification %s: %v", payload, err)
+		}
+		if note.Channel == notifyMarker {
+			if note.Payload == payload {
+				return out
+			}
+			continue
+		}
+		out[note.Channel]++
+	}
+}
+
+// checkNotifies compares what take counted with want notifications for
+// each of n calls, in total over ffd's channels.
+func checkNotifies(t *testing.T, what string, got map[string]int, n, want int) {
+	t.Helper()
+	total := 0
+	for _, v := range got {
+		total += v
+	}
+	if total != n*want {
+		t.Errorf("%s: %d notifications for %d (%v), want %d each (the budget)", what, total, n, got, want)
+	}
+}
+
 // budgetSetup gives a test a database whose own pool is closed at once
 // (so that nothing of the harness writes during a measurement), a write
 // counter, and a client over a pool of the test's own, traced.
@@ -313,17 +404,24 @@ func TestWriteBudgetSolo(t *testing.T) {
 	if _, err := store.Distributed(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
+	notes := newNotifyCounter(t, ctx, db.URL)
 	tracer.statements.Store(0)
 	tracer.roundTrips.Store(0)
+	var claimed []*ffd.Execution
 	for i := range n {
 		xs, err := c.Claim(ctx, ffd.ClaimParams{Lane: "budget", Worker: "budget/1", Max: 1})
 		if err != nil || len(xs) != 1 {
 			t.Fatalf("claim %d: %v (%d claimed)", i, err, len(xs))
 		}
-		if _, err := c.Complete(ctx, xs[0].ID, xs[0].LeaseEpoch, []byte(`{}`)); err != nil {
+		claimed = append(claimed, xs[0])
+	}
+	checkNotifies(t, "solo claims", notes.take(ctx), n, budgetSoloClaimNotifies)
+	for i, x := range claimed {
+		if _, err := c.Complete(ctx, x.ID, x.LeaseEpoch, []byte(`{}`)); err != nil {
 			t.Fatalf("complete %d: %v", i, err)
 		}
 	}
+	checkNotifies(t, "solo completions", notes.take(ctx), n, budgetSoloCompleteNotifies)
 	statements, roundTrips := tracer.statements.Load(), tracer.roundTrips.Load()
 	pool.Close()
 	after := wc.read()
@@ -377,6 +475,7 @@ func TestWriteBudgetHop(t *testing.T) {
 	// Once per pool and per connection (the dispatch's statements ask
 	// in its transaction), not per hop.
 	warmDistributed(t, ctx, pool)
+	notes := newNotifyCounter(t, ctx, db.URL)
 	tracer.statements.Store(0)
 	tracer.roundTrips.Store(0)
 	for _, x := range claimed {
@@ -384,6 +483,7 @@ func TestWriteBudgetHop(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	checkNotifies(t, "a flow member's completion", notes.take(ctx), n, budgetHopCompleteNotifies)
 	if s, r := tracer.statements.Load(), tracer.roundTrips.Load(); s != int64(budgetHopCompleteStatements*n) || r != int64(budgetHopCompleteRoundTrips*n) {
 		t.Errorf("a flow member's completion: %d statements and %d round trips for %d, want %d and %d each (the budget)",
 			s, r, n, budgetHopCompleteStatements, budgetHopCompleteRoundTrips)
@@ -401,6 +501,7 @@ func TestWriteBudgetHop(t *testing.T) {
 		}
 		dispatched += res.Events
 	}
+	checkNotifies(t, "the dispatch of a hop's event", notes.take(ctx), n, budgetHopDispatchNotifies)
 	if s, r := tracer.statements.Load(), tracer.roundTrips.Load(); s != int64(budgetHopDispatchStatements*n) || r != int64(budgetHopDispatchRoundTrips*n) {
 		t.Errorf("the dispatch of a hop's event: %d statements and %d round trips for %d, want %d and %d each (the budget)",
 			s, r, n, budgetHopDispatchStatements, budgetHopDispatchRoundTrips)
@@ -550,8 +651,10 @@ func TestFlowControlBudget(t *testing.T) {
 			return err
 		}
 	}
+	notes := newNotifyCounter(t, ctx, db.URL)
 	count("the first keyed claim", 1, budgetFirstKeyedClaimStatements, budgetFirstKeyedClaimRoundTrips, claim("budget-keyed", 1, 1))
 	count("a keyed claim", n-1, budgetKeyedClaimStatements, budgetKeyedClaimRoundTrips, claim("budget-keyed", 1, 1))
+	checkNotifies(t, "keyed claims", notes.take(ctx), n, 0)
 	pool.Close()
 	checkWrites(t, "a keyed claim", perExecution(t, before, wc.read(), n), budgetKeyedClaimRows)
 
