@@ -269,18 +269,25 @@ func (e *executor) execute(ctx context.Context, j *runningJob) {
 func (e *executor) runHandler(ctx context.Context, j *runningJob) (result []byte, herr error) {
 	x := j.x
 	hbDone := make(chan struct{})
-	// The heartbeat ends on its own once hbDone is closed: a renewal in
-	// flight (it may take up to the TTL on a slow server) finishes
-	// without holding up the result. Stop waits for it like a handler.
+	// The heartbeat is a timer until its first renewal is due: most
+	// handlers end before that, and a goroutine with a timer of its own
+	// for each was a tenth of a busy worker's CPU. Once it fires, it
+	// renews at once and every interval after, and ends on its own once
+	// hbDone is closed: a renewal in flight (it may take up to the TTL on
+	// a slow server) finishes without holding up the result. Stop waits
+	// for it like a handler.
 	e.jobs.Add(1)
-	go func() {
+	hb := time.AfterFunc(heartbeatInterval(x), func() {
 		defer e.jobs.Done()
-		e.heartbeat(ctx, j, hbDone, false)
-	}()
+		e.heartbeat(ctx, j, hbDone, true)
+	})
 	var pc panics.Catcher
 	j.job = &Job{Execution: x, client: e.client}
 	pc.Try(func() { result, herr = e.cfg.Handler(ctx, j.job) })
 	close(hbDone)
+	if hb.Stop() {
+		e.jobs.Done() // it never fired: no heartbeat ran
+	}
 	if r := pc.Recovered(); r != nil {
 		herr = fmt.Errorf("handler panicked: %v", r.Value)
 		e.log.Error("handler panicked", jobFields(x, zap.Any("panic", r.Value), zap.String("stack", string(r.Stack)))...)
