@@ -29,9 +29,10 @@ type statistician struct {
 	failing bool // the last check failed: report the next failure at Debug
 }
 
-// Start checks every StatisticsInterval.
+// Start checks at once (tables may have filled while no daemon ran), then
+// every StatisticsInterval.
 func (s *statistician) Start(ctx context.Context) error {
-	return s.start(ctx, every(s.e.cfg.StatisticsInterval, false, func(context.Context) { s.check(s.e.work) }))
+	return s.start(ctx, every(s.e.cfg.StatisticsInterval, true, func(context.Context) { s.check(s.e.work) }))
 }
 
 // check refreshes the stale tables' statistics, if any.

@@ -111,3 +111,54 @@ func TestDaemonRefreshesStaleStatistics(t *testing.T) {
 		t.Fatal("ff_refresh_statistics took min_rows 0, want it refused")
 	}
 }
+
+// A table never analyzed has no statistics of its columns, and the
+// planner takes a default selectivity for every test of one (0.5% of the
+// rows for a lane): ff_key, filled by the first keyed creates, made the
+// keys' turn read every key of a lane. The refresh analyzes a table never
+// analyzed once it holds min_rows / factor rows, and not before.
+func TestRefreshAnalyzesYoungTables(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	estimate := func() int {
+		return f.Count(`SELECT reltuples::bigint FROM pg_class WHERE oid = 'ff_key'::regclass`)
+	}
+	conn, err := f.Pool.Acquire(f.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	f.Exec(`ALTER TABLE ff_key SET (autovacuum_enabled = false)`)
+	insert := func(from, to int) {
+		t.Helper()
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO ff_key (lane, key) SELECT 'young', 'k' || g FROM generate_series($1::int, $2::int) g`, from, to)
+		b.Queue(`SELECT pg_stat_force_next_flush()`)
+		if err := conn.SendBatch(f.Ctx, b).Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := estimate(); got >= 0 {
+		t.Fatalf("set-up: ff_key estimated at %d rows, want never analyzed (-1)", got)
+	}
+	cases := []struct {
+		upTo     int
+		analyzed bool
+	}{
+		{200, false}, // under 1000 / 4
+		{300, true},
+	}
+	from := 1
+	for _, c := range cases {
+		insert(from, c.upTo)
+		from = c.upTo + 1
+		got, err := store.RefreshStaleStatistics(f.Ctx, f.Pool, 1000, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		named := len(got) == 1 && got[0].Name == "ff_key" && got[0].Estimated < 0 && got[0].Live == int64(c.upTo)
+		if c.analyzed != named || c.analyzed != (estimate() == c.upTo) {
+			t.Fatalf("at %d keys: refreshed %+v, estimate now %d; want analyzed %v (at least 1000 / 4 rows)", c.upTo, got, estimate(), c.analyzed)
+		}
+	}
+}

@@ -10,17 +10,18 @@ import (
 // fewer rows than it did.
 type StaleTable struct {
 	Name      string
-	Estimated int64 // pg_class.reltuples: rows at the last ANALYZE or VACUUM
+	Estimated int64 // pg_class.reltuples: rows at the last ANALYZE or VACUUM; -1: never
 	Live      int64 // pg_stat_user_tables.n_live_tup: rows now, as counted since
 }
 
 // RefreshStaleStatistics analyzes, through ff_refresh_statistics
 // (migration 00021), the ff_ tables holding at least minRows live rows
 // that their planner statistics put below 1/factor of them, and returns
-// them as they were before. The function runs as the tables' owner, so
-// that a role that only writes rows may call it; a table never analyzed
-// (an estimate of -1) is estimated from its size, which is fine, and left
-// out.
+// them as they were before, and those never analyzed (an estimate of -1)
+// holding at least minRows/factor (migration 00028): the planner sizes
+// such a table from its pages, but has no statistics of its columns and
+// guesses 0.5% of the rows for any test of one. The function runs as the
+// tables' owner, so that a role that only writes rows may call it.
 //
 // A queue drains and refills. Analyzed while empty, a table keeps a row
 // estimate of zero however much it refills, and the planner plans every
