@@ -666,7 +666,8 @@ func pretty(b []byte) string {
 }
 
 type laneRow struct {
-	store.LaneLoad
+	store.LaneStat
+	Lag      string // the oldest due execution's wait at the count ("-": none due)
 	Paused   bool
 	Max      string
 	Finished int // in the last five minutes
@@ -680,7 +681,7 @@ type laneRow struct {
 
 func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	loads, err := store.LaneLoads(ctx, c.pool)
+	loads, counted, err := c.laneCounts(ctx)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -703,13 +704,16 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 	rows := map[string]*laneRow{}
 	var order []string
 	for _, l := range loads {
-		rows[l.Lane] = &laneRow{LaneLoad: l, Max: "-", Rate: "-", Tokens: "-"}
+		rows[l.Lane] = &laneRow{LaneStat: l, Lag: "-", Max: "-", Rate: "-", Tokens: "-"}
+		if l.OldestDueAt != nil {
+			rows[l.Lane].Lag = l.Lag().Round(time.Millisecond).String()
+		}
 		order = append(order, l.Lane)
 	}
 	for _, l := range controls {
 		row := rows[l.Name]
 		if row == nil {
-			row = &laneRow{LaneLoad: store.LaneLoad{Lane: l.Name}, Max: "-", Rate: "-", Tokens: "-"}
+			row = &laneRow{LaneStat: store.LaneStat{LaneLoad: store.LaneLoad{Lane: l.Name}}, Lag: "-", Max: "-", Rate: "-", Tokens: "-"}
 			rows[l.Name] = row
 			order = append(order, l.Name)
 		}
@@ -724,7 +728,7 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 	}
 	for lane := range rates {
 		if rows[lane] == nil {
-			rows[lane] = &laneRow{LaneLoad: store.LaneLoad{Lane: lane}, Max: "-", Rate: "-", Tokens: "-"}
+			rows[lane] = &laneRow{LaneStat: store.LaneStat{LaneLoad: store.LaneLoad{Lane: lane}}, Lag: "-", Max: "-", Rate: "-", Tokens: "-"}
 			order = append(order, lane)
 		}
 	}
@@ -736,9 +740,31 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 	}
 	c.render(w, r, "lanes", struct {
 		page
-		Lanes  []*laneRow
-		Recent int
-	}{c.page(w, r, "Lanes"), out, recent})
+		Lanes   []*laneRow
+		Recent  int
+		Counted string
+	}{c.page(w, r, "Lanes"), out, recent, counted})
+}
+
+// laneStatsFresh is how old the daemons' lane statistics may be for the
+// lanes page to show them (four of the default 15 s sample intervals);
+// older, or never sampled (no daemon runs), the page counts itself.
+const laneStatsFresh = time.Minute
+
+// laneCounts is each lane's live work for the lanes page, and a line
+// saying where it came from: the statistics a daemon sampled (one row
+// per lane; docs/operations.md, "Lane statistics"), or, when they are
+// stale, a count of the live rows now.
+func (c *Console) laneCounts(ctx context.Context) ([]store.LaneStat, string, error) {
+	stats, at, err := store.LaneStats(ctx, c.pool)
+	if err != nil {
+		return nil, "", err
+	}
+	if age := time.Since(at); !at.IsZero() && age <= laneStatsFresh {
+		return stats, fmt.Sprintf("Counts sampled by a daemon %s ago.", max(age, 0).Round(time.Second)), nil
+	}
+	stats, err = store.CountLanes(ctx, c.pool)
+	return stats, "Counted now: no daemon has sampled the lanes in the last minute.", err
 }
 
 // laneKeys lists a lane's concurrency keys, those holding work back

@@ -285,8 +285,21 @@ func TestConsolePagesRead(t *testing.T) {
 	if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, xs[0].ID, xs[0].LeaseEpoch, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, body := get(t, base+"/lanes"); !regexp.MustCompile(`<td>console</td><td>0</td><td>0</td><td>0</td><td>1</td><td>1</td>`).MatchString(body) {
-		t.Errorf("lanes page: want the console lane with one blocked (render) and one finished (gather); got %s", body)
+	if _, body := get(t, base+"/lanes"); !regexp.MustCompile(`<td>console</td><td>0</td><td>0</td><td>0</td><td>1</td><td>-</td><td>1</td>`).MatchString(body) ||
+		!strings.Contains(body, "Counted now") {
+		t.Errorf("lanes page with no daemon sampling: want the console lane counted now, with one blocked (render), no lag and one finished (gather); got %s", body)
+	}
+	// Once a daemon has sampled, the page shows the sample (one row per
+	// lane), not a count: an execution created since is not in it.
+	if ok, err := store.SampleLaneStats(f.Ctx, f.Pool, time.Minute, "test"); err != nil || !ok {
+		t.Fatalf("sample lane statistics: %v (sampled %v)", err, ok)
+	}
+	if _, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, ffdtype.CreateParams{Lane: "console"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := get(t, base+"/lanes"); !regexp.MustCompile(`<td>console</td><td>0</td><td>0</td><td>0</td><td>1</td><td>-</td><td>1</td>`).MatchString(body) ||
+		!strings.Contains(body, "sampled by a daemon") {
+		t.Errorf("lanes page after a sample: want the sampled counts (no pending) and where they came from; got %s", body)
 	}
 	if _, body := get(t, base+"/consumers"); !strings.Contains(body, "audit") || !strings.Contains(body, " s old") {
 		t.Errorf("consumers page lacks the audit consumer and its lag: %s", body)

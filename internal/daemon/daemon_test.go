@@ -532,6 +532,8 @@ func TestSystemdAndReadiness(t *testing.T) {
 	f.WaitFor("the sampled gauges", func() bool {
 		m := metrics()
 		return strings.Contains(m, `ffd_executions{lane="gauge",state="pending"} 1`) &&
+			strings.Contains(m, `ffd_lane_due_executions{lane="gauge"} 1`) &&
+			strings.Contains(m, `ffd_lane_lag_seconds{lane="gauge"}`) &&
 			strings.Contains(m, `ffd_outbox_consumer_behind_events{consumer="audit"} 1`)
 	})
 	body := metrics()

@@ -2,11 +2,14 @@ package daemon
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -49,9 +52,11 @@ func (w *watchdog) check(ctx context.Context, timeout time.Duration) {
 }
 
 // sampler refreshes the gauges read from the database every
-// SampleInterval: live executions by lane (live states only: counting
-// terminal rows would scan the table), each named consumer's lag, each
-// replication slot's retained WAL.
+// SampleInterval: each lane's live executions and lag, each named
+// consumer's lag, each replication slot's retained WAL. The lanes are
+// counted by one daemon per interval (store.SampleLaneStats: the daemon
+// whose turn it is writes ff_lane_stats), and every daemon reads the
+// rows; counting only the live states' partial indexes.
 type sampler struct {
 	runner
 	e *env
@@ -63,15 +68,7 @@ func (s *sampler) Start(ctx context.Context) error {
 }
 
 func (s *sampler) sample(ctx context.Context) {
-	depths, err := store.LiveByLane(ctx, s.e.cfg.Pool)
-	if err != nil {
-		s.e.log.Debug("sample executions", zap.Error(err))
-		return
-	}
-	s.e.m.executions.Reset()
-	for _, l := range depths {
-		s.e.m.executions.WithLabelValues(l.Lane, string(l.State)).Set(float64(l.Count))
-	}
+	s.lanes(ctx)
 	// Consumers and slots: what dashboards show as consumer lag.
 	if cs, err := store.ConsumerLags(ctx, s.e.cfg.Pool); err != nil {
 		s.e.log.Debug("sample consumer lags", zap.Error(err))
@@ -95,4 +92,44 @@ func (s *sampler) sample(ctx context.Context) {
 			s.e.m.slotRetained.WithLabelValues(sl.Name).Set(float64(sl.RetainedBytes))
 		}
 	}
+}
+
+// lanes samples the lane statistics when it is this daemon's turn (the
+// last sample is older than most of an interval and no other daemon is
+// taking one), then sets the lane gauges from what is stored.
+func (s *sampler) lanes(ctx context.Context) {
+	// A sample a little younger than the interval still counts as fresh,
+	// so that daemons whose timers drift do not each sample in turn.
+	every := s.e.cfg.SampleInterval * 9 / 10
+	if _, err := store.SampleLaneStats(ctx, s.e.cfg.Pool, every, samplerName()); err != nil {
+		s.e.log.Debug("sample lane statistics", zap.Error(err))
+	}
+	stats, at, err := store.LaneStats(ctx, s.e.cfg.Pool)
+	if err != nil {
+		s.e.log.Debug("read lane statistics", zap.Error(err))
+		return
+	}
+	s.e.m.executions.Reset()
+	s.e.m.laneDue.Reset()
+	s.e.m.laneLag.Reset()
+	for _, l := range stats {
+		s.e.m.executions.WithLabelValues(l.Lane, string(ffdtype.StatePending)).Set(float64(l.Pending + l.Delayed))
+		s.e.m.executions.WithLabelValues(l.Lane, string(ffdtype.StateRunning)).Set(float64(l.Running))
+		s.e.m.executions.WithLabelValues(l.Lane, string(ffdtype.StateBlocked)).Set(float64(l.Blocked))
+		s.e.m.laneDue.WithLabelValues(l.Lane).Set(float64(l.Pending))
+		s.e.m.laneLag.WithLabelValues(l.Lane).Set(l.Lag().Seconds())
+	}
+	if !at.IsZero() {
+		s.e.m.laneStatsAge.Set(max(time.Since(at), 0).Seconds())
+	}
+}
+
+// samplerName names this daemon in the lane statistics it samples: its
+// host and process.
+func samplerName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "daemon"
+	}
+	return host + "/" + strconv.Itoa(os.Getpid())
 }

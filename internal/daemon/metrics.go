@@ -32,6 +32,9 @@ type Metrics struct {
 	reconnects        prometheus.Counter
 	droppedHints      *prometheus.CounterVec
 	executions        *prometheus.GaugeVec
+	laneDue           *prometheus.GaugeVec
+	laneLag           *prometheus.GaugeVec
+	laneStatsAge      prometheus.Gauge
 	readyNotified     prometheus.Counter
 	outboxDeleted     *prometheus.CounterVec
 	idleConsumers     prometheus.Gauge
@@ -135,8 +138,16 @@ func (m *Metrics) leaseMetrics(mk metricMaker) {
 // sampledMetrics: what the daemon samples and its housekeeping.
 func (m *Metrics) sampledMetrics(mk metricMaker) {
 	m.executions = mk.gaugeVec("ffd_executions",
-		"Live executions by lane and state, sampled periodically.",
+		"Live executions by lane and state, from the lane statistics one daemon samples periodically.",
 		"lane", "state")
+	m.laneDue = mk.gaugeVec("ffd_lane_due_executions",
+		"Pending executions due now (not delayed) by lane, from the sampled lane statistics.",
+		"lane")
+	m.laneLag = mk.gaugeVec("ffd_lane_lag_seconds",
+		"How long each lane's oldest due execution had waited when the lane statistics were sampled (0: none due).",
+		"lane")
+	m.laneStatsAge = mk.gauge("ffd_lane_stats_age_seconds",
+		"Age of the lane statistics this daemon last read (a daemon samples them every sample interval).")
 	m.readyNotified = mk.counter("ffd_ready_notified_total",
 		"ff_ready notifications sent for lanes whose delayed executions came due.")
 	m.outboxDeleted = mk.counterVec("ffd_outbox_deleted_total",
@@ -168,8 +179,9 @@ func (m *Metrics) readyBy(ready func() bool) { m.readyFn.Store(&ready) }
 // zeroLabels creates every labelled series whose label values are known
 // in advance, at 0: a fresh daemon then exposes every documented metric,
 // so that dashboards and rate() alerts see a series before its first
-// event instead of "no data". Only ffd_executions, whose lanes are the
-// application's, starts empty.
+// event instead of "no data". Only the lane gauges (ffd_executions,
+// ffd_lane_due_executions, ffd_lane_lag_seconds), whose lanes are the
+// application's, start empty.
 func (m *Metrics) zeroLabels() {
 	for _, v := range []struct {
 		vec    *prometheus.CounterVec

@@ -40,7 +40,8 @@ func TestFreshDaemonExposesEveryDocumentedMetric(t *testing.T) {
 	}
 	for name := range documented {
 		switch name {
-		case "ffd_executions", "ffd_outbox_consumer_behind_events", "ffd_outbox_consumer_lag_seconds", "ffd_wal_slot_retained_bytes":
+		case "ffd_executions", "ffd_lane_due_executions", "ffd_lane_lag_seconds",
+			"ffd_outbox_consumer_behind_events", "ffd_outbox_consumer_lag_seconds", "ffd_wal_slot_retained_bytes":
 			continue // labelled by the application's lanes, consumers and slots
 		}
 		if exposed[name] == 0 {

@@ -17,39 +17,6 @@ func FlowStateCounts(ctx context.Context, db DB, namespace string) (map[ffdtype.
 	return out, wrap("count flows by state", err)
 }
 
-// LaneLoad is one lane's live work.
-type LaneLoad struct {
-	Lane    string `db:"lane"`
-	Pending int    `db:"pending"` // due now
-	Delayed int    `db:"delayed"` // pending, due later
-	Running int    `db:"running"`
-	Blocked int    `db:"blocked"`
-}
-
-// LaneLoads reads every lane's live work. Each state is read on its own
-// so that each part uses its partial index (pending: the claim index,
-// running: the lease index, blocked: the live-members index, whose
-// predicate names flow_id, which every blocked row has): the cost follows
-// the live rows, not the table.
-func LaneLoads(ctx context.Context, db DB) ([]LaneLoad, error) {
-	rows, err := db.Query(ctx, `SELECT lane,
-			count(*) FILTER (WHERE s = 'pending' AND due) AS pending,
-			count(*) FILTER (WHERE s = 'pending' AND NOT due) AS delayed,
-			count(*) FILTER (WHERE s = 'running') AS running,
-			count(*) FILTER (WHERE s = 'blocked') AS blocked
-		FROM (
-			SELECT lane, 'pending' AS s, run_at <= now() AS due FROM ff_execution WHERE state = 'pending'
-			UNION ALL SELECT lane, 'running', true FROM ff_execution WHERE state = 'running'
-			UNION ALL SELECT lane, 'blocked', true FROM ff_execution WHERE state = 'blocked' AND flow_id IS NOT NULL
-		) live
-		GROUP BY lane ORDER BY lane`)
-	if err != nil {
-		return nil, wrap("read lane loads", err)
-	}
-	ls, err := pgx.CollectRows(rows, pgx.RowToStructByName[LaneLoad])
-	return ls, wrap("read lane loads", err)
-}
-
 // RecentCompletions counts the completion events of executions in the
 // last minutes, reading at most the newest 100,000 events (the id index,
 // backwards), so the answer costs the same however large the outbox.

@@ -16,14 +16,15 @@ const DistributionColumn = "partition_key"
 
 // ReferenceTables are the tables a distributed Postgres copies whole to
 // every node: small, written rarely, read beside any shard (lane
-// controls, concurrency keys, consumer cursors, schedules, keys of
-// executions created before keys were placed, and the migration ledger,
-// which every ffd process reads at start on whichever node it connects
-// to). LocalTables stay on the coordinator alone.
+// controls, concurrency keys, consumer cursors, schedules, the lanes'
+// statistics a daemon samples, keys of executions created before keys
+// were placed, and the migration ledger, which every ffd process reads
+// at start on whichever node it connects to). LocalTables stay on the
+// coordinator alone.
 // Every other ff_ table must have DistributionColumn and is distributed
 // by it.
 var (
-	ReferenceTables = []string{"ff_idempotency_legacy", "ff_key", "ff_lane", "ff_outbox_consumer", "ff_schedule", "ff_schema_version"}
+	ReferenceTables = []string{"ff_idempotency_legacy", "ff_key", "ff_lane", "ff_lane_stats", "ff_lane_stats_sample", "ff_outbox_consumer", "ff_schedule", "ff_schema_version"}
 	LocalTables     = []string{}
 )
 
