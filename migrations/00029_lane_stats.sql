@@ -15,10 +15,10 @@ CREATE TABLE IF NOT EXISTS ff_lane_stats (
     sampled_at    timestamptz NOT NULL
 );
 
--- The sample's own row: the daemon taking a sample locks it (SKIP
--- LOCKED, so a second daemon sampling at the same moment leaves it to
--- the first) and takes one only when the last is older than its
--- interval.
+-- The sample's own row: when the last sample was taken and by whom. A
+-- daemon samples only when it is older than its interval, under a
+-- transaction-scoped advisory lock (store.LaneSampleLock) that keeps a
+-- second daemon sampling at the same moment out.
 CREATE TABLE IF NOT EXISTS ff_lane_stats_sample (
     id         boolean PRIMARY KEY DEFAULT true CHECK (id),
     sampled_at timestamptz,

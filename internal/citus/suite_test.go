@@ -489,6 +489,55 @@ func TestLanes(t *testing.T) {
 	}
 }
 
+// Lane statistics are sampled on the coordinator (a multi-shard count
+// written to reference tables), one sampler at a time, and read back.
+// The database is shared, so the test samples with no interval (other
+// tests' lanes come and go) and looks for its own lane.
+func TestLaneStats(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	lane := f.lane("stats")
+	ps := make([]ffd.CreateParams, 5)
+	for i := range ps {
+		ps[i] = ffd.CreateParams{Lane: lane}
+	}
+	ps[4].Delay = time.Hour
+	if _, err := f.client.CreateMany(f.ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	if xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: lane, Worker: "w/1", Max: 1}); err != nil || len(xs) != 1 {
+		t.Fatalf("claim: %d, %v", len(xs), err)
+	}
+	waitFor(t, f, "a sample of the lanes", func() (bool, error) {
+		return store.SampleLaneStats(f.ctx, f.pool, 0, "citus-test")
+	})
+	stats, at, err := store.LaneStats(f.ctx, f.pool)
+	if err != nil || at.IsZero() {
+		t.Fatalf("read lane statistics: %v (sampled at %v)", err, at)
+	}
+	var got *store.LaneStat
+	for i := range stats {
+		if stats[i].Lane == lane {
+			got = &stats[i]
+		}
+	}
+	if want := (store.LaneLoad{Lane: lane, Pending: 3, Delayed: 1, Running: 1}); got == nil || got.LaneLoad != want || got.OldestDueAt == nil {
+		t.Fatalf("lane %s: %+v, want %+v with its oldest due time", lane, got, want)
+	}
+	// A sampler holding the lock keeps a second one out.
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(f.ctx) //nolint:errcheck
+	if _, err := tx.Exec(f.ctx, `SELECT pg_advisory_xact_lock($1)`, store.LaneSampleLock); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := store.SampleLaneStats(f.ctx, f.pool, 0, "citus-test"); err != nil || ok {
+		t.Fatalf("a second sampler while the first holds the lock: sampled %v (%v), want none", ok, err)
+	}
+}
+
 // A schedule fires under the daemon.
 func TestSchedule(t *testing.T) {
 	t.Parallel()

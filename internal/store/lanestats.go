@@ -66,14 +66,8 @@ const laneSampleSQL = `SELECT lane,
 func SampleLaneStats(ctx context.Context, db DB, every time.Duration, by string) (bool, error) {
 	sampled := false
 	err := InTx(ctx, db, func(tx pgx.Tx) error {
-		var fresh bool
-		var now time.Time
-		err := tx.QueryRow(ctx, `SELECT coalesce(sampled_at > now() - $1::bigint * interval '1 microsecond', false), now()
-			FROM ff_lane_stats_sample FOR UPDATE SKIP LOCKED`, micros(every)).Scan(&fresh, &now)
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && fresh) {
-			return nil // another session samples now, or sampled lately
-		}
-		if err != nil {
+		fresh, now, err := lockLaneSample(ctx, tx, every)
+		if err != nil || fresh {
 			return err
 		}
 		rows, err := tx.Query(ctx, laneSampleSQL)
@@ -87,7 +81,38 @@ func SampleLaneStats(ctx context.Context, db DB, every time.Duration, by string)
 		sampled = true
 		return writeLaneStats(ctx, tx, stats, now, by)
 	})
+	if errors.Is(err, errSampleTaken) {
+		return false, nil
+	}
 	return sampled, wrap("sample lane statistics", err)
+}
+
+// errSampleTaken: another session is sampling.
+var errSampleTaken = errors.New("another session is sampling the lanes")
+
+// LaneSampleLock is the transaction-scoped advisory lock a sampler of
+// the lane statistics holds ("ffd.lane" in ASCII): one sample at a time
+// per node.
+const LaneSampleLock int64 = 0x6666642e6c616e65
+
+// lockLaneSample takes the sampler's advisory lock for tx and reports
+// whether the last sample is younger than every, with the transaction's
+// time; errSampleTaken when another session holds the lock. An advisory
+// lock, not the sample row's: a distributed Postgres serializes writers
+// of a reference table with locks of its own on the nodes, which neither
+// SKIP LOCKED nor lock_timeout reach (a second sampler waited for the
+// first's commit). It holds on the node the session is connected to, so
+// daemons connected to different nodes may sample at the same moment:
+// the sample is written twice, which costs a count and changes nothing.
+func lockLaneSample(ctx context.Context, tx pgx.Tx, every time.Duration) (fresh bool, now time.Time, err error) {
+	var locked bool
+	err = tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1),
+			coalesce((SELECT sampled_at > now() - $2::bigint * interval '1 microsecond' FROM ff_lane_stats_sample), false), now()`,
+		LaneSampleLock, micros(every)).Scan(&locked, &fresh, &now)
+	if err == nil && !locked {
+		err = errSampleTaken
+	}
+	return fresh, now, err
 }
 
 // writeLaneStats replaces the rows of ff_lane_stats with stats, counted
