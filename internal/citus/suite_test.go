@@ -497,10 +497,7 @@ func TestLaneStats(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	lane := f.lane("stats")
-	ps := make([]ffd.CreateParams, 5)
-	for i := range ps {
-		ps[i] = ffd.CreateParams{Lane: lane}
-	}
+	ps := make2(lane, 5)
 	ps[4].Delay = time.Hour
 	if _, err := f.client.CreateMany(f.ctx, ps); err != nil {
 		t.Fatal(err)
