@@ -472,7 +472,11 @@ func TestLaneRateAcrossWorkers(t *testing.T) {
 }
 
 // A tenant's backlog does not starve another: 10,000 pending of tenant A
-// and then 10 of tenant B; B's finish within the first 2 % of A's.
+// and then 10 of tenant B; B's start within the first 2 % of A's. Starts,
+// which the claims decide, not ends: on a loaded machine a handler's
+// result can wait for its goroutine and its completion batch while the
+// other worker claims and ends A's (258 of A's ended before B's last did,
+// once, with B started among the first 20).
 func TestKeysAreFair(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -487,12 +491,12 @@ func TestKeysAreFair(t *testing.T) {
 	f.WaitFor("B's executions to finish", func() bool {
 		return f.Count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND concurrency_key = 'B' AND state = 'completed'`, lane) == 10
 	})
-	before := f.Count(`SELECT count(*) FROM ff_execution a WHERE a.lane = $1 AND a.concurrency_key = 'A' AND a.state = 'completed'
-		AND a.terminal_at <= (SELECT max(terminal_at) FROM ff_execution b WHERE b.lane = $1 AND b.concurrency_key = 'B')`, lane)
+	before := f.Count(`SELECT count(*) FROM ff_execution a WHERE a.lane = $1 AND a.concurrency_key = 'A'
+		AND a.started_at <= (SELECT max(started_at) FROM ff_execution b WHERE b.lane = $1 AND b.concurrency_key = 'B')`, lane)
 	if before > 200 {
-		t.Fatalf("%d of A's 10,000 finished before B's last; want at most 200 (2 %%)", before)
+		t.Fatalf("%d of A's 10,000 started before B's last; want at most 200 (2 %%)", before)
 	}
-	t.Logf("%d of A's finished before B's 10", before)
+	t.Logf("%d of A's started before B's 10", before)
 }
 
 // A pool remembers for a second that a lane is under control and claims
