@@ -60,7 +60,7 @@ const laneSampleSQL = `SELECT lane,
 
 // SampleLaneStats replaces the lane statistics with a fresh count, unless
 // the last sample is younger than every or another session is taking
-// one now (it holds the sample's row): so however many daemons call it,
+// one now (it holds the sampler's lock): so however many daemons call it,
 // the lanes are counted about once per every. by names the sampler
 // (shown with the sample). It reports whether it sampled.
 func SampleLaneStats(ctx context.Context, db DB, every time.Duration, by string) (bool, error) {
@@ -138,7 +138,10 @@ func writeLaneStats(ctx context.Context, tx pgx.Tx, stats []LaneStat, now time.T
 				blocked = EXCLUDED.blocked, oldest_due_at = EXCLUDED.oldest_due_at, sampled_at = EXCLUDED.sampled_at`,
 			lanes, pending, delayed, running, blocked, oldest, now)
 	}
-	b.Queue(`UPDATE ff_lane_stats_sample SET sampled_at = $1, sampled_by = $2`, now, by)
+	// An upsert, so that a sample row deleted by hand comes back rather
+	// than leaving every sample looking stale.
+	b.Queue(`INSERT INTO ff_lane_stats_sample (id, sampled_at, sampled_by) VALUES (true, $1, $2)
+		ON CONFLICT (id) DO UPDATE SET sampled_at = EXCLUDED.sampled_at, sampled_by = EXCLUDED.sampled_by`, now, by)
 	return tx.SendBatch(ctx, b).Close()
 }
 
@@ -146,7 +149,7 @@ func writeLaneStats(ctx context.Context, tx pgx.Tx, stats []LaneStat, now time.T
 // when it was taken (zero: never).
 func LaneStats(ctx context.Context, db DB) ([]LaneStat, time.Time, error) {
 	var at *time.Time
-	if err := db.QueryRow(ctx, `SELECT sampled_at FROM ff_lane_stats_sample`).Scan(&at); err != nil {
+	if err := db.QueryRow(ctx, `SELECT max(sampled_at) FROM ff_lane_stats_sample`).Scan(&at); err != nil {
 		return nil, time.Time{}, wrap("read lane statistics", err)
 	}
 	rows, err := db.Query(ctx, `SELECT lane, pending, delayed, running, blocked, oldest_due_at, sampled_at

@@ -97,4 +97,18 @@ func TestSampleLaneStats(t *testing.T) {
 	if err := db.Pool.QueryRow(db.Ctx, `SELECT sampled_by FROM ff_lane_stats_sample`).Scan(&by); err != nil || by != "test/1" {
 		t.Fatalf("sampled_by %q (%v), want the sampler's name", by, err)
 	}
+	// The sample's row deleted by hand: never sampled, and the next
+	// sample puts it back.
+	if _, err := db.Pool.Exec(db.Ctx, `DELETE FROM ff_lane_stats_sample`); err != nil {
+		t.Fatal(err)
+	}
+	if _, at, err := store.LaneStats(db.Ctx, db.Pool); err != nil || !at.IsZero() {
+		t.Fatalf("with no sample row: sampled at %v (%v), want never", at, err)
+	}
+	if !sample(time.Minute) {
+		t.Fatal("a sample with no sample row: want it taken")
+	}
+	if _, at, err := store.LaneStats(db.Ctx, db.Pool); err != nil || at.IsZero() {
+		t.Fatalf("after the sample: sampled at %v (%v), want a time", at, err)
+	}
 }
