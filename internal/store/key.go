@@ -124,7 +124,8 @@ const laneLockSQL = `SELECT 1 FROM ff_lane WHERE lane = $1 AND (max_running IS N
 // so its snapshot sees every claim that held those locks before: its
 // counts of running executions, and the tokens it reads, are current.
 //
-// Room: the claim takes at most $3, the lane's cap less what runs in it,
+// Room: the claim takes at most $3, the lane's cap less what runs in it
+// (counted only in a capped lane: the count reads every running row),
 // and the lane's whole tokens. Each key (the empty key being the lane's
 // unkeyed executions; a lane never keyed has only that group) offers its
 // best due executions, by priority then run_at then id, at most its own
@@ -144,7 +145,9 @@ lane AS MATERIALIZED (
 ),
 room AS MATERIALIZED (
 	SELECT greatest(0, least($3::bigint,
-		coalesce(lane.max_running - (SELECT count(*) FROM ff_execution r WHERE r.state = 'running' AND r.lane = $1), $3::bigint),
+		CASE WHEN lane.max_running IS NOT NULL
+			THEN lane.max_running - (SELECT count(*) FROM ff_execution r WHERE r.state = 'running' AND r.lane = $1)
+			ELSE $3::bigint END,
 		coalesce(floor(lane.tokens)::bigint, $3::bigint))) AS n
 	FROM lane
 ),
