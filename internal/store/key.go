@@ -45,20 +45,21 @@ const keyRunningSQL = `(SELECT count(*) FILTER (WHERE r.state = 'running') FROM 
 // keyDueSQL says key k.key of lane $1 has a due execution the claimer can
 // run (the empty key stands for the lane's unkeyed executions).
 var keyDueSQL = `CASE WHEN k.key = ''
-	THEN ` + dueExists(`e.concurrency_key IS NULL`) + `
-	ELSE ` + dueExists(`e.concurrency_key = k.key`) + ` END`
+	THEN ` + dueExists(`e.concurrency_key IS NULL`, "") + `
+	ELSE ` + dueExists(`e.concurrency_key = k.key`, "") + ` END`
 
 // dueExists says a due row of lane $1 passing test exists, in a form
-// only the claim's own index can serve: the first row in claim order.
-// As EXISTS, with statistics taken while the table held another mix of
-// rows (another lane's unkeyed work, say), the planner expected a match
-// within a few rows of a sequential scan and read the whole table where
-// none was (10-27 ms a keyed claim at 20,000 rows; auto_explain). In
-// claim order a sequential scan must sort every match first, which it
+// only a claim index can serve: the first row in that index's order
+// (lead: its columns between the lane and the claim order, "" for
+// none). As EXISTS, with statistics taken while the table held another
+// mix of rows (another lane's unkeyed work, say), the planner expected a
+// match within a few rows of a sequential scan and read the whole table
+// where none was (10-27 ms a keyed claim at 20,000 rows; auto_explain).
+// In index order a sequential scan must sort every match first, which it
 // never prices below the index.
-func dueExists(test string) string {
+func dueExists(test, lead string) string {
 	return `coalesce((SELECT true FROM ff_execution e WHERE ` + dueFilter + ` AND ` + test + `
-		ORDER BY e.priority DESC, e.run_at, e.execution_id LIMIT 1), false)`
+		ORDER BY ` + lead + `e.priority DESC, e.run_at, e.execution_id LIMIT 1), false)`
 }
 
 // keyTurnSQL is a keyed claim's first statement: it locks the keys whose
@@ -273,7 +274,11 @@ type Throttle struct {
 
 // throttleSQL reads, after a claim took less than it asked for from a
 // controlled lane, whether due executions wait behind a limit and when
-// the lane's or a waiting key's next rate token comes.
+// the lane's or a waiting key's next rate token comes. Whether any due
+// execution waits is asked of each claim index in its order: asked as
+// one EXISTS over the lane, keyed and unkeyed, it had no index to use
+// and read the whole table (17-31 ms a call at 60,000 rows, once per
+// short claim; auto_explain).
 var throttleSQL = `
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t),
 lane_wait AS (
@@ -285,9 +290,9 @@ key_wait AS (
 	SELECT min((1 - ` + tokensAt("k", "clock.t") + `) * extract(epoch FROM k.rate_interval)::float8 / k.rate_count) AS wait
 	FROM ff_key k, clock
 	WHERE k.lane = $1 AND k.rate_count IS NOT NULL AND ` + tokensAt("k", "clock.t") + ` < 1
-		AND ` + dueExists(`e.concurrency_key = k.key`) + `
+		AND ` + dueExists(`e.concurrency_key = k.key`, "") + `
 )
-SELECT EXISTS (SELECT 1 FROM ff_execution e WHERE ` + dueFilter + `),
+SELECT ` + dueExists(`e.concurrency_key IS NULL`, "") + ` OR ` + dueExists(`e.concurrency_key IS NOT NULL`, "e.concurrency_key, ") + `,
 	least((SELECT wait FROM lane_wait), (SELECT wait FROM key_wait))`
 
 // ClaimThrottle reads why a claim from lane (with capabilities caps) took
