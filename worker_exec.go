@@ -271,7 +271,7 @@ func (e *executor) runHandler(ctx context.Context, j *runningJob) (result []byte
 	hbDone := make(chan struct{})
 	// The heartbeat is a timer until its first renewal is due: most
 	// handlers end before that, and a goroutine with a timer of its own
-	// for each was a tenth of a busy worker's CPU. Once it fires, it
+	// for each was 8% of a busy worker's CPU (pprof). Once it fires, it
 	// renews at once and every interval after, and ends on its own once
 	// hbDone is closed: a renewal in flight (it may take up to the TTL on
 	// a slow server) finishes without holding up the result. Stop waits
