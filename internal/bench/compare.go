@@ -61,10 +61,8 @@ func comparePoints(scenario string, p Params) ([]point, error) {
 				if err != nil {
 					return nil, err
 				}
-				m := map[string]float64{"executions_per_second": f.Rate, "claim_to_complete_p50_ms": ms(f.Lat[0])}
-				if f.HasDB {
-					m["db_us_per_execution"] = f.DBus
-				}
+				m := f.compared()
+				m["claim_to_complete_p50_ms"] = ms(f.Lat[0])
 				return m, env.checkInvariants(ctx)
 			},
 			peer: []string{"--mode", "work", "--executions", strconv.Itoa(n), "--workers", strconv.Itoa(w)}}
@@ -143,7 +141,7 @@ func Compare(ctx context.Context, env *Env, scenario string, p Params, peerPath 
 func (e *Env) compareRound(ctx context.Context, cr *ComparedRun, pt point, p Params, peerPath string, round int) error {
 	sides := []func() error{
 		func() error {
-			m, err := e.compareFFD(ctx, pt)
+			m, err := e.onFresh(ctx, pt.ffd)
 			cr.FFD = append(cr.FFD, m)
 			return err
 		},
@@ -155,7 +153,13 @@ func (e *Env) compareRound(ctx context.Context, cr *ComparedRun, pt point, p Par
 	}
 	if pt.floor {
 		sides = append(sides, func() error {
-			m, err := e.compareFloor(ctx, p)
+			m, err := e.onFresh(ctx, func(ctx context.Context, side *Env) (map[string]float64, error) {
+				f, err := side.floor(ctx, p)
+				if err != nil {
+					return nil, fmt.Errorf("floor: %w", err)
+				}
+				return f.compared(), nil
+			})
 			cr.Floor = append(cr.Floor, m)
 			return err
 		})
@@ -210,32 +214,24 @@ func (e *Env) fresh(ctx context.Context) (*Env, func(), error) {
 	return &Env{Pool: pool, URL: url, Log: e.Log, Namespace: e.Namespace}, drop, nil
 }
 
-func (e *Env) compareFFD(ctx context.Context, pt point) (map[string]float64, error) {
+// onFresh runs one side of a round in a fresh database.
+func (e *Env) onFresh(ctx context.Context, run func(context.Context, *Env) (map[string]float64, error)) (map[string]float64, error) {
 	side, drop, err := e.fresh(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer drop()
-	return pt.ffd(ctx, side)
+	return run(ctx, side)
 }
 
-// compareFloor runs the floor over the throughput point's executions in
-// a fresh database.
-func (e *Env) compareFloor(ctx context.Context, p Params) (map[string]float64, error) {
-	side, drop, err := e.fresh(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer drop()
-	f, err := side.floor(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("floor: %w", err)
-	}
+// compared is a run's figures as a comparison records them: the rate,
+// and the database time per execution when the server reports it.
+func (f workFigures) compared() map[string]float64 {
 	m := map[string]float64{"executions_per_second": f.Rate}
 	if f.HasDB {
 		m["db_us_per_execution"] = f.DBus
 	}
-	return m, nil
+	return m
 }
 
 func (e *Env) comparePeer(ctx context.Context, path string, pt point) (map[string]float64, error) {

@@ -679,6 +679,16 @@ type laneRow struct {
 	Keys, KeysHeld, Waiting int
 }
 
+// newLaneRow is the lanes page's row of l, before its lane's controls
+// and finished count are filled in ("-": none).
+func newLaneRow(l store.LaneStat) *laneRow {
+	row := &laneRow{LaneStat: l, Lag: "-", Max: "-", Rate: "-", Tokens: "-"}
+	if l.OldestDueAt != nil {
+		row.Lag = l.Lag().Round(time.Millisecond).String()
+	}
+	return row
+}
+
 func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	loads, counted, err := c.laneCounts(ctx)
@@ -704,16 +714,13 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 	rows := map[string]*laneRow{}
 	var order []string
 	for _, l := range loads {
-		rows[l.Lane] = &laneRow{LaneStat: l, Lag: "-", Max: "-", Rate: "-", Tokens: "-"}
-		if l.OldestDueAt != nil {
-			rows[l.Lane].Lag = l.Lag().Round(time.Millisecond).String()
-		}
+		rows[l.Lane] = newLaneRow(l)
 		order = append(order, l.Lane)
 	}
 	for _, l := range controls {
 		row := rows[l.Name]
 		if row == nil {
-			row = &laneRow{LaneStat: store.LaneStat{LaneLoad: store.LaneLoad{Lane: l.Name}}, Lag: "-", Max: "-", Rate: "-", Tokens: "-"}
+			row = newLaneRow(store.LaneStat{LaneLoad: store.LaneLoad{Lane: l.Name}})
 			rows[l.Name] = row
 			order = append(order, l.Name)
 		}
@@ -728,7 +735,7 @@ func (c *Console) lanes(w http.ResponseWriter, r *http.Request) {
 	}
 	for lane := range rates {
 		if rows[lane] == nil {
-			rows[lane] = &laneRow{LaneStat: store.LaneStat{LaneLoad: store.LaneLoad{Lane: lane}}, Lag: "-", Max: "-", Rate: "-", Tokens: "-"}
+			rows[lane] = newLaneRow(store.LaneStat{LaneLoad: store.LaneLoad{Lane: lane}})
 			order = append(order, lane)
 		}
 	}

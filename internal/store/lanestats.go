@@ -70,11 +70,7 @@ func SampleLaneStats(ctx context.Context, db DB, every time.Duration, by string)
 		if err != nil || fresh {
 			return err
 		}
-		rows, err := tx.Query(ctx, laneSampleSQL)
-		if err != nil {
-			return err
-		}
-		stats, err := pgx.CollectRows(rows, pgx.RowToStructByName[LaneStat])
+		stats, err := CountLanes(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -146,22 +142,23 @@ func writeLaneStats(ctx context.Context, tx pgx.Tx, stats []LaneStat, now time.T
 }
 
 // LaneStats reads the lane statistics of the last sample, by lane, and
-// when it was taken (zero: never).
-func LaneStats(ctx context.Context, db DB) ([]LaneStat, time.Time, error) {
-	var at *time.Time
-	if err := db.QueryRow(ctx, `SELECT max(sampled_at) FROM ff_lane_stats_sample`).Scan(&at); err != nil {
+// when it was taken (zero: never), in one round trip.
+func LaneStats(ctx context.Context, db DB) (stats []LaneStat, at time.Time, err error) {
+	var when *time.Time
+	b := &pgx.Batch{}
+	b.Queue(`SELECT max(sampled_at) FROM ff_lane_stats_sample`).QueryRow(func(row pgx.Row) error { return row.Scan(&when) })
+	b.Queue(`SELECT lane, pending, delayed, running, blocked, oldest_due_at, sampled_at
+		FROM ff_lane_stats ORDER BY lane`).Query(func(rows pgx.Rows) error {
+		stats, err = pgx.CollectRows(rows, pgx.RowToStructByName[LaneStat])
+		return err
+	})
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, time.Time{}, wrap("read lane statistics", err)
 	}
-	rows, err := db.Query(ctx, `SELECT lane, pending, delayed, running, blocked, oldest_due_at, sampled_at
-		FROM ff_lane_stats ORDER BY lane`)
-	if err != nil {
-		return nil, time.Time{}, wrap("read lane statistics", err)
+	if when != nil {
+		at = *when
 	}
-	stats, err := pgx.CollectRows(rows, pgx.RowToStructByName[LaneStat])
-	if err != nil || at == nil {
-		return stats, time.Time{}, wrap("read lane statistics", err)
-	}
-	return stats, *at, nil
+	return stats, at, nil
 }
 
 // CountLanes counts every lane's live work now, as a sample would: for
