@@ -61,6 +61,11 @@ type DaemonConfig struct {
 	// NamespaceRetention overrides ExecutionRetention for the namespaces
 	// it names; KeepForever keeps that namespace's. Default none.
 	NamespaceRetention map[string]time.Duration
+	// DeadLetterRetention keeps dead letters (ListDeadLetters) this long
+	// after they ended, in every namespace, instead of their namespace's
+	// retention; KeepForever keeps them until they are rerun. Default 0:
+	// as other finished executions.
+	DeadLetterRetention time.Duration
 }
 
 // Daemon is the daemon's work, run inside the application's process:
@@ -97,14 +102,15 @@ func NewDaemon(pool *pgxpool.Pool, cfg *DaemonConfig) (*Daemon, error) {
 		byNamespace[ns] = max(age, 0) // the internal daemon's "forever" is 0
 	}
 	d, err := daemon.New(daemon.Config{
-		Pool:               pool,
-		ExecutionRetention: keepOrDefault(c.ExecutionRetention, DefaultExecutionRetention),
-		NamespaceRetention: byNamespace,
-		CascadeWorkers:     c.CascadeWorkers,
-		SweepInterval:      c.SweepInterval,
-		StopTimeout:        c.StopTimeout,
-		Retention:          keepOrDefault(c.OutboxRetention, DefaultOutboxRetention),
-		Logger:             c.Logger.Named("daemon"),
+		Pool:                pool,
+		ExecutionRetention:  keepOrDefault(c.ExecutionRetention, DefaultExecutionRetention),
+		NamespaceRetention:  byNamespace,
+		DeadLetterRetention: c.DeadLetterRetention,
+		CascadeWorkers:      c.CascadeWorkers,
+		SweepInterval:       c.SweepInterval,
+		StopTimeout:         c.StopTimeout,
+		Retention:           keepOrDefault(c.OutboxRetention, DefaultOutboxRetention),
+		Logger:              c.Logger.Named("daemon"),
 		// An application reports to systemd itself, if at all.
 		Supervisor: daemon.NopSupervisor{},
 	})

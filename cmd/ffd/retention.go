@@ -70,6 +70,15 @@ func (r retention) internal() time.Duration {
 	return r.age
 }
 
+// dead is the value internal/daemon's DeadLetterRetention takes: 0 (the
+// flag unset) as other executions, less than 0 forever.
+func (r retention) dead() time.Duration {
+	if r.keep {
+		return -1
+	}
+	return r.age
+}
+
 // namespaceRetentions is --namespace-retention: namespace=age pairs
 // separated by ";", each age as a retention.
 type namespaceRetentions map[string]retention

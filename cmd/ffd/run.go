@@ -37,8 +37,9 @@ type DaemonFlags struct {
 	Console        bool          `name:"console" env:"FFD_CONSOLE" help:"Serve the web console on the admin address too."`
 	ConsumerIdle   time.Duration `name:"consumer-idle-limit" env:"FFD_CONSUMER_IDLE_LIMIT" default:"${consumer_idle_limit}" help:"Report named consumers idle this long while events wait for them."`
 	// Retention of finished work (internal/store.Ages).
-	ExecutionRetention retention           `name:"execution-retention" env:"FFD_EXECUTION_RETENTION" default:"${execution_retention}" help:"Delete finished executions, and finished flows with their members, edges and groups, this long after they finished; forever keeps them."`
-	NamespaceRetention namespaceRetentions `name:"namespace-retention" env:"FFD_NAMESPACE_RETENTION" placeholder:"NS=AGE;..." help:"Per-namespace overrides of --execution-retention, as namespace=age;... (an age, or forever)."`
+	ExecutionRetention  retention           `name:"execution-retention" env:"FFD_EXECUTION_RETENTION" default:"${execution_retention}" help:"Delete finished executions, and finished flows with their members, edges and groups, this long after they finished; forever keeps them."`
+	DeadLetterRetention retention           `name:"dead-letter-retention" env:"FFD_DEAD_LETTER_RETENTION" help:"Keep dead letters (executions that ended failed or expired and were not rerun) this long instead, in every namespace; forever keeps them. Default: as --execution-retention."`
+	NamespaceRetention  namespaceRetentions `name:"namespace-retention" env:"FFD_NAMESPACE_RETENTION" placeholder:"NS=AGE;..." help:"Per-namespace overrides of --execution-retention, as namespace=age;... (an age, or forever)."`
 }
 
 // Validate checks every flag against the range the daemon accepts
@@ -54,6 +55,7 @@ func (f *DaemonFlags) Validate() error {
 		bound.StopTimeout.Check("--stop-timeout", f.StopTimeout),
 		f.Retention.check("--retention"),
 		f.ExecutionRetention.check("--execution-retention"),
+		f.DeadLetterRetention.check("--dead-letter-retention"),
 		namespaceRetention(f.NamespaceRetention),
 		bound.ConsumerIdleLimit.Check("--consumer-idle-limit", f.ConsumerIdle),
 	)
@@ -94,7 +96,7 @@ func (f *DaemonFlags) config(ctx context.Context, g *Globals, databaseURL string
 		Pool: pool, ListenConnConfig: listen, CascadeWorkers: f.CascadeWorkers, SiblingWorkers: f.SiblingWorkers,
 		QueueSize: f.QueueSize, SweepInterval: f.SweepInterval, SweepBatch: f.SweepBatch, StopTimeout: f.StopTimeout,
 		AdminAddr: f.AdminAddr, Retention: f.Retention.internal(), ConsumerIdleLimit: f.ConsumerIdle, Logger: g.log,
-		ExecutionRetention: f.ExecutionRetention.internal(),
+		ExecutionRetention: f.ExecutionRetention.internal(), DeadLetterRetention: f.DeadLetterRetention.dead(),
 	}
 	if len(f.NamespaceRetention) > 0 {
 		cfg.NamespaceRetention = make(map[string]time.Duration, len(f.NamespaceRetention))

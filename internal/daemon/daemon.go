@@ -124,6 +124,12 @@ type Config struct {
 	// NamespaceRetention overrides ExecutionRetention for the namespaces
 	// it names (0: keep that namespace's forever). Default none.
 	NamespaceRetention map[string]time.Duration
+	// DeadLetterRetention, when not 0, is how long dead letters (solo
+	// executions that ended failed or expired and were not rerun) are
+	// kept instead, in every namespace, so that operators can work them
+	// (docs/intake.md); less than 0 keeps them forever. Default 0: as
+	// other finished executions.
+	DeadLetterRetention time.Duration
 	// ScheduleInterval is how often due schedules are fired: a tick fires
 	// up to this late. Default DefaultScheduleInterval (1 s).
 	ScheduleInterval time.Duration
@@ -178,6 +184,11 @@ func (c *Config) normalize() error {
 			return err
 		}
 		if err := bound.ExecutionRetention.Check("NamespaceRetention["+ns+"]", age); err != nil {
+			return err
+		}
+	}
+	if c.DeadLetterRetention > 0 {
+		if err := bound.ExecutionRetention.Check("DeadLetterRetention", c.DeadLetterRetention); err != nil {
 			return err
 		}
 	}

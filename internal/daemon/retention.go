@@ -56,7 +56,7 @@ const maxFinishedBatches = 100
 // that skip rows other transactions hold.
 func (r *retainer) retainFinished(ctx context.Context) {
 	cfg, log, m := r.e.cfg, r.e.log, r.e.m
-	ages := store.Ages{Default: cfg.ExecutionRetention, ByNamespace: cfg.NamespaceRetention}
+	ages := store.Ages{Default: cfg.ExecutionRetention, ByNamespace: cfg.NamespaceRetention, Dead: cfg.DeadLetterRetention}
 	for _, t := range []struct {
 		kind   string
 		delete func(context.Context, store.DB, store.Ages, int) (int, error)

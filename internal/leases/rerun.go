@@ -30,15 +30,9 @@ func Rerun(ctx context.Context, db store.DB, lim Limits, id ffdtype.ExecutionID)
 	case !old.State.Terminal():
 		return nil, &ffdtype.ConflictError{Object: "execution", ID: id.String(), Reason: "still " + string(old.State) + ": cancel it, or wait for it to end, before a rerun"}
 	}
-	p := ffdtype.CreateParams{Namespace: old.Namespace, Lane: old.Lane, Kind: old.Kind, Payload: old.Payload, Priority: old.Priority,
-		RequiredCapabilities: old.RequiredCapabilities, MaxAttempts: old.MaxAttempts, Retry: old.Retry, LeaseTTL: old.LeaseTTL,
-		AttemptTimeout: old.AttemptTimeout, Tags: old.Tags, ConcurrencyKey: old.ConcurrencyKey}
-	if old.DeadlineAt != nil {
-		p.Deadline = old.DeadlineAt.Sub(old.CreatedAt)
-	}
 	lim = lim.AtLeast(len(old.Payload)) // accepted once: a smaller limit here must not refuse it
 	// Minted beside its original, on the same partition.
-	n, err := Normalize(p, Placement{Partition: &old.ID.Partition}, lim)
+	n, err := Normalize(rerunParams(old), Placement{Partition: &old.ID.Partition}, lim)
 	if err != nil {
 		return nil, err
 	}
@@ -64,4 +58,16 @@ func Rerun(ctx context.Context, db store.DB, lim Limits, id ffdtype.ExecutionID)
 		return nil, wrap("rerun execution "+id.String(), err)
 	}
 	return x, nil
+}
+
+// rerunParams are the parameters a rerun of old is created with: its
+// own, but for its idempotency key.
+func rerunParams(old *ffdtype.Execution) ffdtype.CreateParams {
+	p := ffdtype.CreateParams{Namespace: old.Namespace, Lane: old.Lane, Kind: old.Kind, Payload: old.Payload, Priority: old.Priority,
+		RequiredCapabilities: old.RequiredCapabilities, MaxAttempts: old.MaxAttempts, Retry: old.Retry, LeaseTTL: old.LeaseTTL,
+		AttemptTimeout: old.AttemptTimeout, Tags: old.Tags, ConcurrencyKey: old.ConcurrencyKey}
+	if old.DeadlineAt != nil {
+		p.Deadline = old.DeadlineAt.Sub(old.CreatedAt)
+	}
+	return p
 }

@@ -16,11 +16,17 @@ import (
 type Ages struct {
 	Default     time.Duration
 	ByNamespace map[string]time.Duration
+	// Dead, when not 0, is how long dead letters (DeadFilter) are kept
+	// instead, in every namespace; less than 0 keeps them forever.
+	Dead time.Duration
 }
 
 // youngest is the shortest age that deletes anything; 0 when none does.
 func (a Ages) youngest() time.Duration {
 	y := a.Default
+	if a.Dead > 0 && (y <= 0 || a.Dead < y) {
+		y = a.Dead
+	}
 	for _, age := range a.ByNamespace {
 		if age > 0 && (y <= 0 || age < y) {
 			y = age
@@ -58,18 +64,21 @@ var (
 )
 
 // deleteExecutionsStatement is deleteExecutionsSQL, narrowed to the one
-// partition $6 when routed: every table of it then names that partition,
-// which is how a distributed Postgres routes it to one shard.
+// partition $7 when routed: every table of it then names that partition,
+// which is how a distributed Postgres routes it to one shard. A dead
+// letter is kept for $6 instead of its namespace's age when $6 is not 0.
 func deleteExecutionsStatement(routed bool) string {
-	one := narrowTo(routed, "$6")
+	one := narrowTo(routed, "$7")
 	return `
 WITH ages(namespace, age_us) AS (SELECT * FROM unnest($1::text[], $2::bigint[])),
 victims AS (
 	SELECT e.partition_key, e.execution_id
 	FROM ff_execution e LEFT JOIN ages a ON a.namespace = e.namespace
+	CROSS JOIN LATERAL (SELECT CASE WHEN $6::bigint <> 0 AND ` + deadTest + `
+		THEN $6::bigint ELSE coalesce(a.age_us, $4) END AS age_us) k
 	WHERE e.execution_id < $3 AND e.flow_id IS NULL AND e.terminal_at IS NOT NULL` + one("e") + `
-		AND coalesce(a.age_us, $4) > 0
-		AND e.terminal_at < now() - coalesce(a.age_us, $4) * interval '1 microsecond'
+		AND k.age_us > 0
+		AND e.terminal_at < now() - k.age_us * interval '1 microsecond'
 	ORDER BY e.execution_id
 	LIMIT $5
 	FOR UPDATE OF e SKIP LOCKED),
@@ -95,18 +104,22 @@ WHERE e.partition_key = v.partition_key AND e.execution_id = v.execution_id` + o
 // again. Outbox events are not touched: outbox retention deletes them
 // once every consumer has read them.
 func DeleteFinishedExecutions(ctx context.Context, db DB, ages Ages, limit int) (int, error) {
+	dead := micros(ages.Dead)
+	if ages.Dead < 0 {
+		dead = -1
+	}
 	return deleteFinished(ctx, db, "executions", deleteExecutionsSQL, deleteExecutionsRoutedSQL,
 		`SELECT DISTINCT partition_key FROM ff_execution WHERE flow_id IS NULL AND terminal_at < now() - $1::bigint * interval '1 microsecond'`,
-		ages, limit, func(youngest time.Duration) any { return uuidAt(time.Now().Add(-youngest)) })
+		ages, limit, func(youngest time.Duration) any { return uuidAt(time.Now().Add(-youngest)) }, dead)
 }
 
 // deleteFinished runs one retention statement: $1 and $2 the namespaces'
 // ages, $3 the bound that lets it read only old rows (bound of the
-// youngest age), $4 the default age, $5 the batch size. On a distributed
+// youngest age), $4 the default age, $5 the batch size, then extra. On a distributed
 // Postgres it runs routed, once per partition that candidates reads
 // holds old rows in ($1 the youngest age), each its own transaction,
 // until limit rows are gone.
-func deleteFinished(ctx context.Context, db DB, what, sql, routed, candidates string, ages Ages, limit int, bound func(time.Duration) any) (int, error) {
+func deleteFinished(ctx context.Context, db DB, what, sql, routed, candidates string, ages Ages, limit int, bound func(time.Duration) any, extra ...any) (int, error) {
 	youngest := ages.youngest()
 	if youngest == 0 {
 		return 0, nil
@@ -117,7 +130,7 @@ func deleteFinished(ctx context.Context, db DB, what, sql, routed, candidates st
 		return 0, err
 	}
 	if !dist {
-		tag, err := db.Exec(ctx, sql, names, us, bound(youngest), micros(max(ages.Default, 0)), limit)
+		tag, err := db.Exec(ctx, sql, append([]any{names, us, bound(youngest), micros(max(ages.Default, 0)), limit}, extra...)...)
 		if err != nil {
 			return 0, wrap("delete finished "+what, err)
 		}
@@ -134,7 +147,8 @@ func deleteFinished(ctx context.Context, db DB, what, sql, routed, candidates st
 	slices.Sort(parts)
 	n := 0
 	for _, p := range parts {
-		tag, err := db.Exec(ctx, routed, names, us, bound(youngest), micros(max(ages.Default, 0)), limit-n, p)
+		args := append([]any{names, us, bound(youngest), micros(max(ages.Default, 0)), limit - n}, extra...)
+		tag, err := db.Exec(ctx, routed, append(args, p)...)
 		if err != nil {
 			return n, wrap("delete finished "+what, err)
 		}

@@ -42,6 +42,13 @@ type retention struct {
 // completion, and dates its end `age` ago.
 func (f retention) finished(ns, key string, age time.Duration) ffdtype.ExecutionID {
 	f.T.Helper()
+	return f.ended(ns, key, age, false)
+}
+
+// ended is finished, the execution failing instead when fail is set: a
+// dead letter.
+func (f retention) ended(ns, key string, age time.Duration, fail bool) ffdtype.ExecutionID {
+	f.T.Helper()
 	u := v7At(f.T, time.Now().Add(-age))
 	lane := "ret_" + u.String()[:8]
 	id := ffdtype.ExecutionID{Partition: ident.Partition(u), UUID: u}
@@ -60,7 +67,12 @@ func (f retention) finished(ns, key string, age time.Duration) ffdtype.Execution
 	if err != nil || len(claimed) != 1 {
 		f.T.Fatalf("claim: %v %v", claimed, err)
 	}
-	if _, err := leases.Complete(f.Ctx, f.Pool, leases.Limits{}, x.ID, claimed[0].LeaseEpoch, nil); err != nil {
+	if fail {
+		_, err = leases.Fail(f.Ctx, f.Pool, x.ID, claimed[0].LeaseEpoch, ffdtype.FailParams{Error: "boom"})
+	} else {
+		_, err = leases.Complete(f.Ctx, f.Pool, leases.Limits{}, x.ID, claimed[0].LeaseEpoch, nil)
+	}
+	if err != nil {
 		f.T.Fatal(err)
 	}
 	f.Exec(`UPDATE ff_execution SET terminal_at = now() - $2 * interval '1 second' WHERE execution_id = $1`, u, age.Seconds())
@@ -114,6 +126,41 @@ func TestRetentionDeletesFinishedExecutions(t *testing.T) {
 	}
 	if n, _ := store.DeleteFinishedExecutions(f.Ctx, f.Pool, store.Ages{}, 10); n != 0 {
 		t.Fatalf("retention off deleted %d", n)
+	}
+}
+
+// Dead letters are kept for their own age when one is set: longer or
+// shorter than other finished executions, or forever; once rerun, one is
+// an execution like any other.
+func TestRetentionOfDeadLetters(t *testing.T) {
+	t.Parallel()
+	f := retention{testdb.Checked(t, 2*time.Minute)}
+	done := f.finished("default", "", 40*day)
+	dead := f.ended("default", "", 40*day, true)
+	older := f.ended("default", "", 100*day, true)
+	young := f.ended("scratch", "", 3*day, true)
+	rerun := f.ended("default", "", 100*day, true)
+	if _, err := leases.Rerun(f.Ctx, f.Pool, leases.Limits{}, rerun); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		dead time.Duration
+		want map[ffdtype.ExecutionID]bool
+	}{
+		{"forever", -1, map[ffdtype.ExecutionID]bool{done: false, dead: true, older: true, young: true, rerun: false}},
+		{"90 days", 90 * day, map[ffdtype.ExecutionID]bool{dead: true, older: false, young: true}},
+		{"2 days", 2 * day, map[ffdtype.ExecutionID]bool{dead: false, young: false}},
+	} {
+		ages := store.Ages{Default: 30 * day, ByNamespace: map[string]time.Duration{"scratch": day}, Dead: c.dead}
+		if _, err := store.DeleteFinishedExecutions(f.Ctx, f.Pool, ages, 100); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		for id, want := range c.want {
+			if f.exists(id) != want {
+				t.Errorf("dead letters kept %s: execution %s exists = %v, want %v", c.name, id, !want, want)
+			}
+		}
 	}
 }
 
