@@ -76,6 +76,7 @@ type CLI struct {
 	Migrate  MigrateCmd  `cmd:"" help:"Apply or inspect the schema migrations."`
 	Exec     ExecCmd     `cmd:"" help:"Inspect and cancel executions."`
 	Flow     FlowCmd     `cmd:"" help:"Inspect and cancel flows."`
+	Dead     DeadCmd     `cmd:"" help:"List dead letters and rerun them in bulk."`
 	Events   EventsCmd   `cmd:"" help:"Read the outbox: tail events, manage consumers and WAL slots."`
 	Schedule ScheduleCmd `cmd:"" help:"Create, list, pause, resume and delete schedules."`
 	Lane     LaneCmd     `cmd:"" help:"Pause, resume and cap lanes."`

@@ -311,6 +311,7 @@ func (c *Console) routeActions() {
 		}
 		return "/flows/" + sub.Flow.ID.String(), nil
 	}))
+	c.mux.HandleFunc("POST /actions/dead/rerun", c.act("rerun dead letters", c.rerunDead))
 	for _, paused := range []bool{true, false} {
 		name := map[bool]string{true: "pause", false: "resume"}[paused]
 		c.mux.HandleFunc("POST /actions/lanes/{lane}/"+name, c.act(name+" lane", func(r *http.Request, who string) (string, error) {

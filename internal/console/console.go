@@ -103,6 +103,7 @@ func New(cfg Config) (*Console, error) {
 	c.mux.HandleFunc("GET /lanes", c.lanes)
 	c.mux.HandleFunc("GET /lanes/{lane}/keys", c.laneKeys)
 	c.mux.HandleFunc("GET /consumers", c.consumers)
+	c.mux.HandleFunc("GET /dead", c.dead)
 	return c, nil
 }
 
