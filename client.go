@@ -125,11 +125,15 @@ func (c *Client) CreateTx(ctx context.Context, tx pgx.Tx, p CreateParams) (*Crea
 }
 
 func (c *Client) create(ctx context.Context, db store.DB, p CreateParams) (*CreateResult, error) {
-	x, existed, err := leases.Create(ctx, db, c.limits, c.own(ctx, p))
+	n, err := leases.Normalize(c.own(ctx, p), leases.Placement{}, c.limits)
 	if err != nil {
 		return nil, err
 	}
-	return &CreateResult{Execution: x, Existed: existed}, nil
+	x, existed, folds, err := leases.InsertFolding(ctx, db, n)
+	if err != nil {
+		return nil, err
+	}
+	return &CreateResult{Execution: x, Existed: existed, Folds: folds}, nil
 }
 
 // MaxCreateMany bounds one CreateMany call.

@@ -43,10 +43,16 @@ func (c *Client) own(ctx context.Context, p CreateParams) CreateParams {
 // CreateResult is a created (or, by idempotency key, found) execution.
 type CreateResult struct {
 	Execution *Execution
-	// Existed is true when the idempotency key was already used, or the
-	// unique key is held: nothing was created and Execution is the
-	// earlier one.
+	// Existed is true when the idempotency key was already used, the
+	// unique key is held, or the create folded into its debounce
+	// window's execution: nothing was created and Execution is the
+	// earlier one (for a trailing debounce, with this create's payload).
 	Existed bool
+	// Folds, for a debounced create, is how many creates the execution
+	// now stands for, this one included: 1 when this create made it,
+	// more when it folded into the window's execution (Existed). 0
+	// without a debounce.
+	Folds int64
 }
 
 // Attempts lists an execution's attempts, oldest first: who ran it, under

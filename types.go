@@ -41,6 +41,14 @@ type (
 	Lane           = ffdtype.Lane
 	Rate           = ffdtype.Rate
 	Key            = ffdtype.Key
+	Debounce       = ffdtype.Debounce
+	DebounceMode   = ffdtype.DebounceMode
+)
+
+// Debounce modes (Debounce.Mode).
+const (
+	DebounceTrailing = ffdtype.DebounceTrailing
+	DebounceLeading  = ffdtype.DebounceLeading
 )
 
 // Execution states (docs/design.md section 3).

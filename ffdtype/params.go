@@ -140,6 +140,11 @@ type CreateParams struct {
 	UniqueKey string
 	// UniqueWindow is 0 (unique while live) or 1 s..366 days.
 	UniqueWindow time.Duration
+	// Debounce, when set, folds the creates of one key within a window
+	// into one execution (docs/intake.md, "Debounce"). A folded create
+	// returns the execution it joined with Existed = true. Not with
+	// IdempotencyKey, UniqueKey or Delay; not in CreateMany or flows.
+	Debounce *Debounce
 	// Tags are free-form metadata, stored as a JSON object.
 	Tags map[string]any
 	// Step names a flow member within its flow (at most 128 bytes, unique
@@ -272,4 +277,36 @@ type SpawnParams struct {
 // Spawned is what a spawn added: the new executions by ref.
 type Spawned struct {
 	Executions map[string]*Execution
+}
+
+// DebounceMode says which create of a window runs.
+type DebounceMode string
+
+// Debounce modes.
+const (
+	// DebounceTrailing (the default) runs once the key has been quiet for
+	// the window, with the last create's payload: each create within
+	// the window replaces the payload and restarts the wait, up to
+	// MaxWait after the first.
+	DebounceTrailing DebounceMode = "trailing"
+	// DebounceLeading runs the first create at once; the creates within
+	// the window after it fold into it, its payload kept.
+	DebounceLeading DebounceMode = "leading"
+)
+
+// Debounce folds many creates of one key into one execution per window.
+type Debounce struct {
+	// Key names what is debounced, in the namespace: 1-512 bytes, no
+	// control characters.
+	Key string
+	// Window: 1 ms..366 days. Trailing: the quiet time before the
+	// execution runs. Leading: how long after the first create the
+	// others fold into it.
+	Window time.Duration
+	// Mode: DebounceTrailing by default.
+	Mode DebounceMode
+	// MaxWait bounds a trailing window: the execution runs at most this
+	// long after the window's first create, however busy the key. 0:
+	// no bound; else at least Window. Trailing only.
+	MaxWait time.Duration
 }

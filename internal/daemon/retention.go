@@ -35,6 +35,7 @@ func (r *retainer) retain(ctx context.Context) {
 		}
 	}
 	r.retainFinished(ctx)
+	r.forgetClosedDebounces(ctx)
 	idle, err := store.IdleConsumers(ctx, cfg.Pool, cfg.ConsumerIdleLimit)
 	if err != nil {
 		log.Warn("read idle consumers", zap.Error(err))
@@ -80,5 +81,19 @@ func (r *retainer) retainFinished(ctx context.Context) {
 			m.retentionDeleted.WithLabelValues(t.kind).Add(float64(total))
 			log.Info("retention deleted finished work", zap.String("kind", t.kind), zap.Int("deleted", total))
 		}
+	}
+}
+
+// forgetClosedDebounces deletes the debounce windows that are over, with
+// whatever execution retention is set: a window's row is small, but one
+// is left per key ever debounced.
+func (r *retainer) forgetClosedDebounces(ctx context.Context) {
+	n, err := store.DeleteClosedDebounces(ctx, r.e.cfg.Pool)
+	if err != nil {
+		r.e.log.Error("forget closed debounce windows", zap.Error(err))
+		return
+	}
+	if n > 0 {
+		r.e.log.Debug("forgot closed debounce windows", zap.Int("deleted", n))
 	}
 }

@@ -223,6 +223,9 @@ func normalize(p *ffdtype.CreateParams, place Placement, lim Limits) error {
 	if err := validateConcurrency(p); err != nil {
 		return err
 	}
+	if err := validateDebounce(p, place); err != nil {
+		return err
+	}
 	if p.Step != "" {
 		if err := ValidateText("step", p.Step, MaxNameLength); err != nil {
 			return err
@@ -351,7 +354,22 @@ func Create(ctx context.Context, db store.DB, lim Limits, p ffdtype.CreateParams
 
 // Insert is Create of params already normalized.
 func Insert(ctx context.Context, db store.DB, n Normalized) (x *ffdtype.Execution, existed bool, err error) {
-	return store.InsertExecution(ctx, db, newRow(&n))
+	x, existed, _, err = InsertFolding(ctx, db, n)
+	return x, existed, err
+}
+
+// InsertFolding is Insert that says, for a debounced create, how many
+// creates the execution now stands for (1: this one created it; 0 for a
+// create without a debounce). A create folded into an earlier one's
+// execution reports existed.
+func InsertFolding(ctx context.Context, db store.DB, n Normalized) (x *ffdtype.Execution, existed bool, folds int64, err error) {
+	r := newRow(&n)
+	if r.Debounce == nil {
+		x, existed, err = store.InsertExecution(ctx, db, r)
+		return x, existed, 0, err
+	}
+	x, folds, err = store.InsertDebounced(ctx, db, r)
+	return x, folds > 1, folds, err
 }
 
 // CreateMany inserts executions in one statement and returns them in the
@@ -379,6 +397,9 @@ func InsertMany(ctx context.Context, db store.DB, ns []Normalized) ([]*ffdtype.E
 		if p.UniqueKey != "" {
 			return nil, fault.Invalid(ffdtype.KindInvalidValue, "unique_key", p.UniqueKey, "not supported in a batch create")
 		}
+		if p.Debounce != nil {
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "debounce.key", p.Debounce.Key, "not supported in a batch create")
+		}
 		rows[i] = newRow(&ns[i])
 	}
 	return store.InsertExecutions(ctx, db, rows)
@@ -395,6 +416,12 @@ func newRow(n *Normalized) store.NewExecution {
 		IdempotencyKey: p.IdempotencyKey, Tags: p.Tags, Step: p.Step,
 		ConcurrencyKey: p.ConcurrencyKey, ConcurrencyLimit: p.ConcurrencyLimit}
 	r.UniqueKey, r.UniqueWhileLive = uniqueKey(p, time.Now())
+	if d := p.Debounce; d != nil {
+		r.Debounce = &store.Debounce{Key: d.Key, Window: d.Window, MaxWait: d.MaxWait, Leading: d.Mode == ffdtype.DebounceLeading}
+		if !r.Debounce.Leading {
+			r.Delay = d.Window
+		}
+	}
 	// Placement: a flow member on its flow's partition; a solo execution
 	// with a key on the key's, where the key's unique index looks; a rerun
 	// on its original's (Partition set without a flow).
@@ -405,6 +432,8 @@ func newRow(n *Normalized) store.NewExecution {
 		r.ID = ident.NewExecutionIDForKey(r.Namespace, r.IdempotencyKey)
 	case r.UniqueKey != "":
 		r.ID = ident.NewExecutionIDForKey(r.Namespace, r.UniqueKey)
+	case p.Debounce != nil:
+		r.ID = ident.NewExecutionIDForKey(r.Namespace, p.Debounce.Key)
 	case place.Partition != nil:
 		r.ID = ident.NewSoloExecutionIDIn(*place.Partition)
 	}

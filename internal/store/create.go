@@ -48,6 +48,8 @@ type NewExecution struct {
 	// its lane are known to the claim first (EnsureKeys).
 	ConcurrencyKey   string
 	ConcurrencyLimit int
+	// Debounce, when set, creates through InsertDebounced.
+	Debounce *Debounce
 }
 
 // insertColumns and insertValues are one execution's row: $1..$25.
