@@ -126,6 +126,11 @@ type KeyParams struct {
 	// DefaultKeyWeight until set): a key of weight 3 may start three
 	// executions in a round where a key of weight 1 starts one.
 	Weight *int
+	// Order: OrderStrict runs the key's executions one at a time in the
+	// order they were created (docs/intake.md): its running limit is 1,
+	// set when it has none; a limit above 1 is refused. OrderFair goes
+	// back to turns by priority.
+	Order *KeyOrder
 }
 
 // SetKey configures the concurrency key of a lane (docs/flow-control.md)
@@ -146,6 +151,13 @@ func (c *Client) SetKey(ctx context.Context, lane, key string, p KeyParams, opts
 		return nil, err
 	}
 	ch := store.KeyChange{MaxRunning: p.MaxRunning, Weight: p.Weight}
+	if p.Order != nil {
+		strict := *p.Order == OrderStrict
+		if !strict && *p.Order != OrderFair {
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "order", string(*p.Order), "want strict or fair")
+		}
+		ch.Strict = &strict
+	}
 	if p.MaxRunning != nil {
 		if err := leases.ValidateKeyLimit("max_running", *p.MaxRunning); err != nil {
 			return nil, err
@@ -170,6 +182,13 @@ func (c *Client) SetKey(ctx context.Context, lane, key string, p KeyParams, opts
 	if errors.Is(err, store.ErrKeyNotFound) {
 		return nil, &ffdtype.NotFoundError{Object: "key", ID: lane + "/(no key)"}
 	}
+	if errors.Is(err, store.ErrStrictLimit) {
+		v := "none"
+		if p.MaxRunning != nil {
+			v = strconv.Itoa(*p.MaxRunning)
+		}
+		return nil, fault.Invalid(ffdtype.KindInvalidValue, "max_running", v, err.Error())
+	}
 	return k, err
 }
 
@@ -179,7 +198,7 @@ func validateKeyParams(key string, p KeyParams) error {
 	if key != "" {
 		return leases.ValidateKey("key", key)
 	}
-	if p.MaxRunning != nil || p.Rate != nil {
+	if p.MaxRunning != nil || p.Rate != nil || p.Order != nil {
 		return fault.Invalid(ffdtype.KindInvalidValue, "key", `""`,
 			"the lane's executions without a key take a weight only: cap them with SetLaneLimit, rate them with SetLaneRate")
 	}

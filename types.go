@@ -41,8 +41,15 @@ type (
 	Lane           = ffdtype.Lane
 	Rate           = ffdtype.Rate
 	Key            = ffdtype.Key
+	KeyOrder       = ffdtype.KeyOrder
 	Debounce       = ffdtype.Debounce
 	DebounceMode   = ffdtype.DebounceMode
+)
+
+// Key orders (KeyParams.Order, Key.Order).
+const (
+	OrderFair   = ffdtype.OrderFair
+	OrderStrict = ffdtype.OrderStrict
 )
 
 // Debounce modes (Debounce.Mode).

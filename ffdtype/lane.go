@@ -57,6 +57,9 @@ type Key struct {
 	Rate *Rate
 	// Weight is the key's share of each round of turns; default 1.
 	Weight int
+	// Order is OrderFair, or OrderStrict: the key runs its executions
+	// one at a time in creation order.
+	Order KeyOrder
 	// Configured: set by SetKey, and kept while idle. A key only its
 	// executions named is forgotten once it has no live execution.
 	Configured bool
@@ -72,3 +75,16 @@ type Key struct {
 	Tokens  float64
 	Held    bool
 }
+
+// KeyOrder is how a key orders its executions.
+type KeyOrder string
+
+// Key orders.
+const (
+	// OrderFair: the key's executions start by priority, then run_at,
+	// up to its running limit, as its turns come (the default).
+	OrderFair KeyOrder = "fair"
+	// OrderStrict: the key runs its executions one at a time, in the
+	// order they were created; a retrying execution holds its place.
+	OrderStrict KeyOrder = "strict"
+)

@@ -2,6 +2,7 @@ package leases
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -366,10 +367,19 @@ func InsertFolding(ctx context.Context, db store.DB, n Normalized) (x *ffdtype.E
 	r := newRow(&n)
 	if r.Debounce == nil {
 		x, existed, err = store.InsertExecution(ctx, db, r)
-		return x, existed, 0, err
+		return x, existed, 0, strictLimit(err, r.ConcurrencyLimit)
 	}
 	x, folds, err = store.InsertDebounced(ctx, db, r)
-	return x, folds > 1, folds, err
+	return x, folds > 1, folds, strictLimit(err, r.ConcurrencyLimit)
+}
+
+// strictLimit is a *ValidationError for a create that gave a key of
+// strict order a running limit above 1 (which writes nothing), else err.
+func strictLimit(err error, limit int) error {
+	if errors.Is(err, store.ErrStrictLimit) {
+		return fault.Invalid(ffdtype.KindInvalidValue, "concurrency_limit", strconv.Itoa(limit), store.ErrStrictLimit.Error())
+	}
+	return err
 }
 
 // CreateMany inserts executions in one statement and returns them in the
@@ -402,7 +412,11 @@ func InsertMany(ctx context.Context, db store.DB, ns []Normalized) ([]*ffdtype.E
 		}
 		rows[i] = newRow(&ns[i])
 	}
-	return store.InsertExecutions(ctx, db, rows)
+	xs, err := store.InsertExecutions(ctx, db, rows)
+	if errors.Is(err, store.ErrStrictLimit) {
+		return nil, fault.Invalid(ffdtype.KindInvalidValue, "concurrency_limit", "above 1", store.ErrStrictLimit.Error())
+	}
+	return xs, err
 }
 
 // newRow is the row to insert for normalized params: a fresh id on the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -50,21 +51,24 @@ type NewExecution struct {
 	ConcurrencyLimit int
 	// Debounce, when set, creates through InsertDebounced.
 	Debounce *Debounce
+	// KeySeq is the execution's place in its key of strict order, set by
+	// EnsureKeys; nil for any other.
+	KeySeq *int64
 }
 
-// insertColumns and insertValues are one execution's row: $1..$25.
+// insertColumns and insertValues are one execution's row: $1..$26.
 const (
 	insertColumns = `INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
 	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
 	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, idempotency_key, tags, step,
-	unique_key, unique_while_live, concurrency_key)`
+	unique_key, unique_while_live, concurrency_key, key_seq)`
 	insertValues = `$1, $2, $3, $4, $5, $6, $7, $8, $9,
 	now() + $10::bigint * interval '1 microsecond', $11,
 	$12::bigint * interval '1 microsecond', $13::bigint * interval '1 microsecond', $14, $15,
 	$16::bigint * interval '1 microsecond',
 	CASE WHEN $17::bigint > 0 THEN $17::bigint * interval '1 microsecond' END,
 	CASE WHEN $18::bigint > 0 THEN now() + $18::bigint * interval '1 microsecond' END,
-	$19, $20, $21, $22, $23, CASE WHEN $23::text IS NOT NULL THEN $24::boolean END, $25`
+	$19, $20, $21, $22, $23, CASE WHEN $23::text IS NOT NULL THEN $24::boolean END, $25, $26`
 )
 
 // insertExecutionSQL inserts an execution without an idempotency key.
@@ -105,14 +109,16 @@ func InsertExecution(ctx context.Context, db DB, r NewExecution) (x *ffdtype.Exe
 		})
 		return x, existed, err
 	}
+	rs := []NewExecution{r}
+	if err := EnsureKeys(ctx, db, rs); err != nil {
+		return nil, false, err
+	}
+	r = rs[0] // with its place, in a key of strict order
 	args := []any{r.ID.Partition, r.ID.UUID, r.FlowID, r.Namespace, r.Lane, r.Kind, r.Priority,
 		r.RequiredCapabilities, string(r.State), micros(r.Delay), r.MaxAttempts, micros(r.Retry.Base),
 		micros(r.Retry.Max), r.Retry.Multiplier, r.Retry.Jitter, micros(r.LeaseTTL), micros(r.AttemptTimeout),
 		micros(r.Deadline), r.Payload, nullIfEmpty(r.IdempotencyKey), r.Tags, nullIfEmpty(r.Step),
-		nullIfEmpty(r.UniqueKey), r.UniqueWhileLive, nullIfEmpty(r.ConcurrencyKey)}
-	if err := EnsureKeys(ctx, db, []NewExecution{r}); err != nil {
-		return nil, false, err
-	}
+		nullIfEmpty(r.UniqueKey), r.UniqueWhileLive, nullIfEmpty(r.ConcurrencyKey), r.KeySeq}
 	if r.UniqueKey != "" {
 		if want := ident.KeyPartition(r.Namespace, r.UniqueKey); r.ID.Partition != want {
 			return nil, false, fmt.Errorf("create execution with unique key %q: placed on partition %d, want the key's %d", r.UniqueKey, r.ID.Partition, want)
@@ -229,7 +235,7 @@ func UniqueHolder(ctx context.Context, db DB, partition int16, namespace, key st
 const insertManySQL = `
 INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
 	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
-	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, tags, step, concurrency_key)
+	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, tags, step, concurrency_key, key_seq)
 SELECT i.partition_key, i.execution_id, i.flow_id, i.namespace, i.lane, i.kind, i.priority,
 	ARRAY(SELECT jsonb_array_elements_text(i.caps)), i.state,
 	now() + i.delay * interval '1 microsecond', i.max_attempts,
@@ -237,13 +243,13 @@ SELECT i.partition_key, i.execution_id, i.flow_id, i.namespace, i.lane, i.kind, 
 	i.ttl * interval '1 microsecond',
 	CASE WHEN i.timeout > 0 THEN i.timeout * interval '1 microsecond' END,
 	CASE WHEN i.deadline > 0 THEN now() + i.deadline * interval '1 microsecond' END,
-	i.payload, i.tags, nullif(i.step, ''), nullif(i.ckey, '')
+	i.payload, i.tags, nullif(i.step, ''), nullif(i.ckey, ''), i.seq
 FROM unnest($1::smallint[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::int[],
 	$8::jsonb[], $9::text[], $10::bigint[], $11::int[], $12::bigint[], $13::bigint[], $14::float8[],
 	$15::float8[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bytea[], $20::jsonb[], $21::text[],
-	$22::text[])
+	$22::text[], $23::bigint[])
 	AS i(partition_key, execution_id, flow_id, namespace, lane, kind, priority, caps, state, delay,
-		max_attempts, base, max_backoff, multiplier, jitter, ttl, timeout, deadline, payload, tags, step, ckey)
+		max_attempts, base, max_backoff, multiplier, jitter, ttl, timeout, deadline, payload, tags, step, ckey, seq)
 RETURNING ` + execColumns
 
 // CopyThreshold is the batch size from which InsertExecutions writes by
@@ -285,6 +291,7 @@ func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype
 		multipliers, jitters      = make([]float64, n), make([]float64, n)
 		payloads, steps           = make([][]byte, n), make([]string, n)
 		ckeys                     = make([]string, n)
+		seqs                      = make([]*int64, n)
 		order                     = make(map[uuid.UUID]int, n)
 	)
 	for i := range rs {
@@ -305,7 +312,7 @@ func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype
 		delays[i], bases[i], maxes[i] = micros(r.Delay), micros(r.Retry.Base), micros(r.Retry.Max)
 		multipliers[i], jitters[i] = r.Retry.Multiplier, r.Retry.Jitter
 		ttls[i], timeouts[i], deadlines[i] = micros(r.LeaseTTL), micros(r.AttemptTimeout), micros(r.Deadline)
-		payloads[i], steps[i], ckeys[i] = r.Payload, r.Step, r.ConcurrencyKey
+		payloads[i], steps[i], ckeys[i], seqs[i] = r.Payload, r.Step, r.ConcurrencyKey, r.KeySeq
 	}
 	out := make([]*ffdtype.Execution, n)
 	notices := readyNotices(rs...)
@@ -316,7 +323,7 @@ func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype
 			xs, err = collectExecutions(rows)
 			return err
 		}, insertManySQL, parts, ids, flowIDs, namespaces, lanes, kinds, priorities,
-			caps, states, delays, maxAttempts, bases, maxes, multipliers, jitters, ttls, timeouts, deadlines, payloads, tags, steps, ckeys)
+			caps, states, delays, maxAttempts, bases, maxes, multipliers, jitters, ttls, timeouts, deadlines, payloads, tags, steps, ckeys, seqs)
 		if err != nil {
 			return err
 		}
@@ -353,6 +360,15 @@ var copyColumns = []string{"partition_key", "execution_id", "flow_id", "namespac
 // built from what was written, without reading it back.
 func copyExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype.Execution, error) {
 	var out []*ffdtype.Execution
+	// Places in strict keys go as a column of their own, only in a batch
+	// that has some: other batches copy what they always did.
+	columns, placed := copyColumns, false
+	for i := range rs {
+		if rs[i].KeySeq != nil {
+			columns, placed = append(slices.Clip(copyColumns), "key_seq"), true
+			break
+		}
+	}
 	write := func(tx pgx.Tx) error {
 		// The notices go with the read of now(): a transaction's
 		// notifications are sent at its commit, wherever it queued them,
@@ -377,11 +393,14 @@ func copyExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype.E
 			if err != nil {
 				return nil, err
 			}
+			if placed {
+				row = append(row, rs[i].KeySeq)
+			}
 			out[i] = x
 			i++
 			return row, nil
 		})
-		n, err := tx.CopyFrom(ctx, pgx.Identifier{"ff_execution"}, copyColumns, src)
+		n, err := tx.CopyFrom(ctx, pgx.Identifier{"ff_execution"}, columns, src)
 		if err == nil && n != int64(len(rs)) {
 			err = fmt.Errorf("copied %d of %d executions", n, len(rs))
 		}

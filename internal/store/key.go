@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/ffdtype"
@@ -115,6 +116,15 @@ UPDATE ff_key f SET claim_token = $4,
 FROM s
 WHERE f.lane = s.lane AND f.key = s.key AND s.before < $3`
 
+// strictHeadSQL is the head of strict key g.key of lane $1: its pending
+// execution of the lowest place, due or not. Only the head may start, so
+// a retry waiting out its backoff holds its place, and the key's next
+// execution starts once the head has ended (or been cancelled). Read by
+// ff_execution_key_order, whose entries are only places in strict keys.
+const strictHeadSQL = `(SELECT h.execution_id FROM ff_execution h
+	WHERE h.state = 'pending' AND h.key_seq IS NOT NULL AND h.lane = $1 AND h.concurrency_key = g.key
+	ORDER BY h.key_seq LIMIT 1)`
+
 // laneLockSQL locks a capped or rate-limited lane's row, so that its
 // claims count the lane's room one after the other.
 const laneLockSQL = `SELECT 1 FROM ff_lane WHERE lane = $1 AND (max_running IS NOT NULL OR rate_count IS NOT NULL) FOR UPDATE`
@@ -153,13 +163,13 @@ room AS MATERIALIZED (
 	FROM lane
 ),
 groups AS MATERIALIZED (
-	SELECT k.key, k.weight, k.served_at, greatest(0, least($3::bigint,
+	SELECT k.key, k.weight, k.served_at, k.strict, greatest(0, least($3::bigint,
 		coalesce(k.max_running - ` + keyRunningSQL + `, $3::bigint),
 		coalesce(floor(CASE WHEN k.rate_count IS NOT NULL THEN ` + tokensAt("k", "clock.t") + ` END)::bigint, $3::bigint))) AS room
 	FROM ff_key k, clock, lane
 	WHERE k.lane = $1 AND k.claim_token = $5 AND lane.keyed
 	UNION ALL
-	SELECT '', 1, '-infinity'::timestamptz, $3::bigint FROM lane WHERE NOT lane.keyed
+	SELECT '', 1, '-infinity'::timestamptz, false, $3::bigint FROM lane WHERE NOT lane.keyed
 ),
 cand AS (
 	SELECT c.row_ctid, g.key, g.weight, g.served_at,
@@ -168,6 +178,7 @@ cand AS (
 		SELECT e.ctid AS row_ctid, e.priority, e.run_at, e.execution_id
 		FROM ff_execution e
 		WHERE ` + dueFilter + ` AND e.concurrency_key = g.key
+			AND CASE WHEN g.strict THEN e.execution_id = ` + strictHeadSQL + ` ELSE true END
 		ORDER BY e.priority DESC, e.run_at, e.execution_id
 		LIMIT g.room
 		FOR NO KEY UPDATE OF e SKIP LOCKED) c
@@ -324,7 +335,10 @@ func ClaimThrottle(ctx context.Context, db DB, lane string, caps []string) (Thro
 // A key row that exists is locked FOR KEY SHARE until the creating
 // transaction ends, so the sweep cannot forget it under the new rows; the
 // lock does not conflict with the claims' locks. Only rows that change
-// are written: creating into known keys writes nothing here.
+// are written: creating into known keys writes nothing here. It returns
+// the keys of strict order among them, locked FOR NO KEY UPDATE: the
+// creates of one strict key take their places one after the other
+// (place).
 const ensureKeysSQL = `
 WITH want AS (
 	SELECT DISTINCT ON (lane, key) lane, key, lim
@@ -333,13 +347,17 @@ WITH want AS (
 ), held AS (
 	SELECT f.lane, f.key, f.max_running FROM ff_key f JOIN want w ON f.lane = w.lane AND f.key = w.key
 	FOR KEY SHARE OF f
+), strict AS (
+	SELECT f.lane, f.key FROM ff_key f JOIN want w ON f.lane = w.lane AND f.key = w.key
+	WHERE f.strict ORDER BY f.lane, f.key
+	FOR NO KEY UPDATE OF f
 ), lanes AS (
 	INSERT INTO ff_lane AS l (lane, keyed)
 	SELECT DISTINCT w.lane, true FROM want w
 	WHERE NOT EXISTS (SELECT 1 FROM ff_lane x WHERE x.lane = w.lane AND x.keyed)
 	ON CONFLICT (lane) DO UPDATE SET keyed = true
 	RETURNING l.lane
-)
+), keys AS (
 INSERT INTO ff_key AS f (lane, key, max_running)
 SELECT w.lane, w.key, nullif(w.lim, 0) FROM want w
 WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.lane = w.lane AND h.key = w.key
@@ -348,11 +366,14 @@ UNION ALL
 SELECT x.lane, '', NULL FROM (SELECT DISTINCT lane FROM want) x
 WHERE NOT EXISTS (SELECT 1 FROM ff_key u WHERE u.lane = x.lane AND u.key = '')
 ON CONFLICT (lane, key) DO UPDATE SET max_running = coalesce(excluded.max_running, f.max_running),
-	updated_at = excluded.updated_at`
+	updated_at = excluded.updated_at
+)
+SELECT lane, key FROM strict`
 
 // EnsureKeys makes the concurrency keys of rs known to the claim (see
-// ensureKeysSQL); a no-op when none has a key. db must be the
-// transaction that inserts rs (withKeys).
+// ensureKeysSQL), and gives the rows of strict keys their places
+// (KeySeq, in the order of rs); a no-op when none has a key. db must be
+// the transaction that inserts rs (withKeys).
 func EnsureKeys(ctx context.Context, db DB, rs []NewExecution) error {
 	var lanes, keys []string
 	var lims []int32
@@ -367,25 +388,85 @@ func EnsureKeys(ctx context.Context, db DB, rs []NewExecution) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	return ensureKeys(ctx, db, lanes, keys, lims)
+	strict, err := ensureKeys(ctx, db, lanes, keys, lims)
+	if err != nil || len(strict) == 0 {
+		return err
+	}
+	return place(ctx, db, rs, strict)
+}
+
+// place gives each row of a strict key its place in the key: the next
+// values of ff_key_seq, in the order of rs. The caller holds the keys'
+// rows (ensureKeysSQL, makeStrict), so a key's places follow the order
+// its creates commit in.
+func place(ctx context.Context, db DB, rs []NewExecution, strict map[[2]string]bool) error {
+	n := 0
+	for i := range rs {
+		if strict[[2]string{rs[i].Lane, rs[i].ConcurrencyKey}] {
+			n++
+		}
+	}
+	rows, err := db.Query(ctx, `SELECT nextval('ff_key_seq') FROM generate_series(1, $1) ORDER BY 1`, n)
+	if err != nil {
+		return wrap("take places in strict keys", err)
+	}
+	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil || len(seqs) != n {
+		return fmt.Errorf("take %d places in strict keys: got %d: %w", n, len(seqs), err)
+	}
+	for i := range rs {
+		if strict[[2]string{rs[i].Lane, rs[i].ConcurrencyKey}] {
+			rs[i].KeySeq, seqs = &seqs[0], seqs[1:]
+		}
+	}
+	return nil
 }
 
 // ensureKeys records keys of lanes with limits (0: unchanged), as
-// ensureKeysSQL says.
-func ensureKeys(ctx context.Context, db DB, lanes, keys []string, lims []int32) error {
+// ensureKeysSQL says, and returns the keys of strict order among them,
+// locked.
+func ensureKeys(ctx context.Context, db DB, lanes, keys []string, lims []int32) (map[[2]string]bool, error) {
 	dist, err := Distributed(ctx, db)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var strict map[[2]string]bool
 	if dist {
-		err = ensureKeysRouted(ctx, db, lanes, keys, lims)
+		strict, err = ensureKeysRouted(ctx, db, lanes, keys, lims)
 	} else {
-		_, err = db.Exec(ctx, ensureKeysSQL, lanes, keys, lims)
+		strict, err = strictKeys(db.Query(ctx, ensureKeysSQL, lanes, keys, lims))
 	}
 	if err != nil {
-		return wrap(fmt.Sprintf("record the concurrency keys of %d executions", len(keys)), err)
+		return nil, wrap(fmt.Sprintf("record the concurrency keys of %d executions", len(keys)), mapStrictLimit(err))
 	}
-	return nil
+	return strict, nil
+}
+
+// strictKeys reads rows of (lane, key).
+func strictKeys(rows pgx.Rows, err error) (map[[2]string]bool, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := map[[2]string]bool{}
+	var k [2]string
+	_, err = pgx.ForEachRow(rows, []any{&k[0], &k[1]}, func() error {
+		out[k] = true
+		return nil
+	})
+	return out, err
+}
+
+// ErrStrictLimit: a key of strict order runs one execution at a time; a
+// running limit above 1 was asked of one (ff_key_strict).
+var ErrStrictLimit = errors.New("a key of strict order runs one execution at a time: its running limit is 1")
+
+// mapStrictLimit is ErrStrictLimit for a refusal by ff_key_strict.
+func mapStrictLimit(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23514" && pgErr.ConstraintName == "ff_key_strict" {
+		return ErrStrictLimit
+	}
+	return err
 }
 
 // hasKeys says whether any of rs has a concurrency key.
@@ -487,6 +568,9 @@ type KeyChange struct {
 	MaxRunning *int          // 0: none
 	Rate       *ffdtype.Rate // Count 0: none
 	Weight     *int
+	// Strict: strict order (its running limit 1 when it has none), or
+	// fair turns again.
+	Strict *bool
 }
 
 // rateArgs are a rate's columns: count, interval (microseconds) and
@@ -510,14 +594,24 @@ func SetKey(ctx context.Context, db DB, lane, key string, ch KeyChange) (*ffdtyp
 		// The key "" (the lane's unkeyed executions) exists from the
 		// lane's first keyed execution on; it is not created here.
 		if key != "" {
-			if err := ensureKeys(ctx, tx, []string{lane}, []string{key}, []int32{0}); err != nil {
+			if _, err := ensureKeys(ctx, tx, []string{lane}, []string{key}, []int32{0}); err != nil {
+				return err
+			}
+		}
+		if ch.Strict != nil && *ch.Strict {
+			if err := makeStrict(ctx, tx, lane, key); err != nil {
 				return err
 			}
 		}
 		// The time goes in through VALUES: a distributed Postgres allows
-		// only immutable functions in DO UPDATE SET.
+		// only immutable functions in DO UPDATE SET. A key made strict
+		// without a limit gets 1; a limit above 1 on a strict key, or
+		// none, ff_key_strict refuses.
 		tag, err := tx.Exec(ctx, `UPDATE ff_key k SET configured = true,
-				max_running = CASE WHEN $3::int IS NULL THEN k.max_running WHEN $3::int > 0 THEN $3::int END,
+				strict = coalesce($10::boolean, k.strict),
+				max_running = CASE
+					WHEN $3::int IS NULL THEN CASE WHEN coalesce($10::boolean, k.strict) THEN coalesce(k.max_running, 1) ELSE k.max_running END
+					WHEN $3::int > 0 THEN $3::int END,
 				rate_count = CASE WHEN $4::boolean THEN $5::int ELSE k.rate_count END,
 				rate_interval = CASE WHEN $4::boolean THEN $6::bigint * interval '1 microsecond' ELSE k.rate_interval END,
 				rate_burst = CASE WHEN $4::boolean THEN $7::int ELSE k.rate_burst END,
@@ -525,9 +619,9 @@ func SetKey(ctx context.Context, db DB, lane, key string, ch KeyChange) (*ffdtyp
 				tokens_at = CASE WHEN $4::boolean THEN NULL ELSE k.tokens_at END,
 				weight = coalesce($8::int, k.weight),
 				updated_at = $9
-			WHERE k.lane = $1 AND k.key = $2`, lane, key, ch.MaxRunning, rateSet, count, per, burst, ch.Weight, time.Now())
+			WHERE k.lane = $1 AND k.key = $2`, lane, key, ch.MaxRunning, rateSet, count, per, burst, ch.Weight, time.Now(), ch.Strict)
 		if err != nil {
-			return err
+			return mapStrictLimit(err)
 		}
 		if tag.RowsAffected() == 0 {
 			return ErrKeyNotFound
@@ -545,7 +639,7 @@ func SetKey(ctx context.Context, db DB, lane, key string, ch KeyChange) (*ffdtyp
 		k = ks[0]
 		return nil
 	})
-	if errors.Is(err, ErrKeyNotFound) {
+	if errors.Is(err, ErrKeyNotFound) || errors.Is(err, ErrStrictLimit) {
 		return nil, err
 	}
 	if err != nil {
@@ -554,10 +648,48 @@ func SetKey(ctx context.Context, db DB, lane, key string, ch KeyChange) (*ffdtyp
 	return k, nil
 }
 
+// makeStrict gives the live executions of a key about to be made strict
+// their places, in the order the key's claims took them (priority, then
+// run_at, then id). It first locks the key's row FOR UPDATE, which waits
+// for the creates under way (they hold it FOR KEY SHARE) and holds off
+// new ones until the key is strict: each execution of the key then has a
+// place, from here or from its create.
+func makeStrict(ctx context.Context, tx pgx.Tx, lane, key string) error {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM ff_key WHERE lane = $1 AND key = $2 FOR UPDATE`, lane, key); err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, `SELECT partition_key, execution_id FROM ff_execution
+		WHERE state IN ('blocked', 'pending') AND lane = $1 AND concurrency_key = $2 AND key_seq IS NULL
+		ORDER BY priority DESC, run_at, execution_id`, lane, key)
+	if err != nil {
+		return err
+	}
+	var rs []NewExecution
+	var p int16
+	var id uuid.UUID
+	if _, err := pgx.ForEachRow(rows, []any{&p, &id}, func() error {
+		rs = append(rs, NewExecution{ID: ffdtype.ExecutionID{Partition: p, UUID: id}, Lane: lane, ConcurrencyKey: key})
+		return nil
+	}); err != nil || len(rs) == 0 {
+		return err
+	}
+	if err := place(ctx, tx, rs, map[[2]string]bool{{lane, key}: true}); err != nil {
+		return err
+	}
+	parts, ids, seqs := make([]int16, len(rs)), make([]uuid.UUID, len(rs)), make([]int64, len(rs))
+	for i, r := range rs {
+		parts[i], ids[i], seqs[i] = r.ID.Partition, r.ID.UUID, *r.KeySeq
+	}
+	_, err = tx.Exec(ctx, `UPDATE ff_execution e SET key_seq = i.seq
+		FROM unnest($1::smallint[], $2::uuid[], $3::bigint[]) AS i(p, id, seq)
+		WHERE e.partition_key = i.p AND e.execution_id = i.id`, parts, ids, seqs)
+	return err
+}
+
 // ForgetKey returns a configured key to one its executions name: its
 // limits and weight cleared, forgotten by the sweep once idle.
 func ForgetKey(ctx context.Context, db DB, lane, key string) error {
-	tag, err := db.Exec(ctx, `UPDATE ff_key SET configured = false, max_running = NULL, rate_count = NULL,
+	tag, err := db.Exec(ctx, `UPDATE ff_key SET configured = false, strict = false, max_running = NULL, rate_count = NULL,
 		rate_interval = NULL, rate_burst = NULL, tokens = NULL, tokens_at = NULL, weight = 1
 		WHERE lane = $1 AND key = $2`, lane, key)
 	if err != nil {

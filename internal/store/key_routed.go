@@ -87,6 +87,7 @@ type routedKey struct {
 	rate       rateState
 	weight     int
 	turnUsed   int // starts in its current turn (keyTurnSQL)
+	strict     bool
 }
 
 // turnLeft is what is left of k's turn: its weight less what it took in
@@ -98,11 +99,11 @@ const routedLaneSQL = `SELECT paused, keyed, max_running, rate_count,
 FROM ff_lane WHERE lane = $1`
 
 const routedKeyColumns = `key, max_running, rate_count, (extract(epoch FROM rate_interval) * 1e6)::bigint,
-	rate_burst, tokens, tokens_at, weight, turn_used`
+	rate_burst, tokens, tokens_at, weight, turn_used, strict`
 
 func scanRoutedKey(row pgx.Row) (routedKey, error) {
 	var k routedKey
-	err := row.Scan(&k.key, &k.maxRunning, &k.rate.count, &k.rate.perUS, &k.rate.burst, &k.rate.tokens, &k.rate.at, &k.weight, &k.turnUsed)
+	err := row.Scan(&k.key, &k.maxRunning, &k.rate.count, &k.rate.perUS, &k.rate.burst, &k.rate.tokens, &k.rate.at, &k.weight, &k.turnUsed, &k.strict)
 	return k, err
 }
 
@@ -121,6 +122,13 @@ const (
 	routedCandidatesSQL = `SELECT e.partition_key, e.execution_id, e.priority, e.run_at FROM ff_execution e
 WHERE ` + dueFilter + ` AND e.concurrency_key = $3
 ORDER BY e.priority DESC, e.run_at, e.execution_id LIMIT $4`
+	// routedStrictSQL is routedCandidatesSQL for a key of strict order:
+	// its head (strictHeadSQL), when due.
+	routedStrictSQL = `SELECT e.partition_key, e.execution_id, e.priority, e.run_at FROM ff_execution e
+WHERE ` + dueFilter + ` AND e.concurrency_key = $3 AND e.execution_id = (SELECT h.execution_id FROM ff_execution h
+	WHERE h.state = 'pending' AND h.key_seq IS NOT NULL AND h.lane = $1 AND h.concurrency_key = $3
+	ORDER BY h.key_seq LIMIT 1)
+LIMIT $4`
 	routedUnkeyedSQL = `SELECT e.partition_key, e.execution_id, e.priority, e.run_at FROM ff_execution e
 WHERE ` + dueFilter + ` AND e.concurrency_key IS NULL AND $3::text IS NULL
 ORDER BY e.priority DESC, e.run_at, e.execution_id LIMIT $4`
@@ -150,6 +158,7 @@ type routedGroup struct {
 	rate   rateState
 	rated  bool
 	tokens float64
+	strict bool
 }
 
 // routedCandidate is a due execution a group offers.
@@ -337,7 +346,7 @@ func routedTakeTurns(ctx context.Context, tx pgx.Tx, lane string, turn []routedK
 		if !ok {
 			continue // another claim holds it
 		}
-		g := routedGroup{key: k.key, room: room, weight: k.weight, rate: k.rate}
+		g := routedGroup{key: k.key, room: room, weight: k.weight, rate: k.rate, strict: k.strict}
 		if k.maxRunning != nil {
 			g.room = min(g.room, *k.maxRunning-running[k.key])
 		}
@@ -387,7 +396,10 @@ func routedPick(ctx context.Context, tx pgx.Tx, lane string, caps []string, grou
 	b := &pgx.Batch{}
 	for gi, g := range groups {
 		sql, key := routedUnkeyedSQL, (*string)(nil)
-		if g.key != "" {
+		switch {
+		case g.strict:
+			sql, key = routedStrictSQL, &g.key
+		case g.key != "":
 			sql, key = routedCandidatesSQL, &g.key
 		}
 		b.Queue(sql, lane, caps, key, g.room).Query(func(rows pgx.Rows) error {
@@ -524,7 +536,7 @@ func routedKeyStats(ctx context.Context, db DB, lanes []string) (map[[2]string]k
 func routedKeyRows(ctx context.Context, db DB, where string, args ...any) ([]*ffdtype.Key, []rateState, error) {
 	rows, err := db.Query(ctx, `SELECT lane, key, coalesce(max_running, 0), rate_count,
 			(extract(epoch FROM rate_interval) * 1e6)::bigint, rate_burst, tokens, tokens_at, weight, configured,
-			nullif(served_at, '-infinity')
+			nullif(served_at, '-infinity'), CASE WHEN strict THEN 'strict' ELSE 'fair' END
 		FROM ff_key WHERE `+where, args...)
 	if err != nil {
 		return nil, nil, err
@@ -536,7 +548,7 @@ func routedKeyRows(ctx context.Context, db DB, where string, args ...any) ([]*ff
 		var k ffdtype.Key
 		var r rateState
 		if err := rows.Scan(&k.Lane, &k.Key, &k.MaxRunning, &r.count, &r.perUS, &r.burst, &r.tokens, &r.at,
-			&k.Weight, &k.Configured, &k.ServedAt); err != nil {
+			&k.Weight, &k.Configured, &k.ServedAt, &k.Order); err != nil {
 			return nil, nil, err
 		}
 		if r.count != nil {
@@ -657,7 +669,7 @@ func listLanesRouted(ctx context.Context, db DB, only *string) ([]*ffdtype.Lane,
 // statement that writes a reference table takes no data-modifying CTE:
 // the keys already known locked FOR KEY SHARE, then a row for each lane
 // not yet keyed and each key missing or whose limit changes.
-func ensureKeysRouted(ctx context.Context, db DB, lanes, keys []string, lims []int32) error {
+func ensureKeysRouted(ctx context.Context, db DB, lanes, keys []string, lims []int32) (map[[2]string]bool, error) {
 	type want struct {
 		lane, key string
 		lim       int32
@@ -676,31 +688,36 @@ func ensureKeysRouted(ctx context.Context, db DB, lanes, keys []string, lims []i
 	for k := range wants {
 		ls, ks = append(ls, k[0]), append(ks, k[1])
 	}
-	rows, err := db.Query(ctx, `SELECT lane, key, max_running FROM ff_key
+	rows, err := db.Query(ctx, `SELECT lane, key, max_running, strict FROM ff_key
 		WHERE lane = ANY($1::text[]) AND key = ANY($2::text[]) ORDER BY lane, key FOR KEY SHARE`, ls, ks)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	held := map[[2]string]*int{}
+	var strict [][2]string
 	for rows.Next() {
 		var l, k string
 		var m *int
-		if err := rows.Scan(&l, &k, &m); err != nil {
+		var st bool
+		if err := rows.Scan(&l, &k, &m, &st); err != nil {
 			rows.Close()
-			return err
+			return nil, err
 		}
 		held[[2]string{l, k}] = m
+		if _, ok := wants[[2]string{l, k}]; ok && st {
+			strict = append(strict, [2]string{l, k})
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	rows, err = db.Query(ctx, `SELECT lane FROM ff_lane WHERE lane = ANY($1::text[]) AND keyed`, ls)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	keyed, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b := &pgx.Batch{}
 	done := map[string]bool{}
@@ -725,10 +742,25 @@ func ensureKeysRouted(ctx context.Context, db DB, lanes, keys []string, lims []i
 		b.Queue(`INSERT INTO ff_key AS f (lane, key, max_running) VALUES ($1, $2, $3)
 			ON CONFLICT (lane, key) DO UPDATE SET max_running = coalesce(excluded.max_running, f.max_running)`, w.lane, w.key, lim)
 	}
-	if b.Len() == 0 {
-		return nil
+	if len(strict) > 0 {
+		// The strict keys locked in key order, as ensureKeysSQL does.
+		sl, sk := make([]string, len(strict)), make([]string, len(strict))
+		for i, k := range strict {
+			sl[i], sk[i] = k[0], k[1]
+		}
+		// (The lanes and keys cross: a strict key of another of these
+		// lanes may be locked too, which only orders more creates.)
+		b.Queue(`SELECT 1 FROM ff_key WHERE lane = ANY($1::text[]) AND key = ANY($2::text[]) AND strict
+			ORDER BY lane, key FOR NO KEY UPDATE`, sl, sk)
 	}
-	return db.SendBatch(ctx, b).Close()
+	out := make(map[[2]string]bool, len(strict))
+	for _, k := range strict {
+		out[k] = true
+	}
+	if b.Len() == 0 {
+		return out, nil
+	}
+	return out, db.SendBatch(ctx, b).Close()
 }
 
 // forgetIdleKeysRouted is ForgetIdleKeys on a distributed Postgres: the
