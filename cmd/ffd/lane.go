@@ -206,6 +206,7 @@ type LaneKeyCmd struct {
 	Rate       string `help:"Starts of the key per interval, such as 100/1m; 0 removes the limit."`
 	Burst      int    `help:"With --rate: most starts at once (default: one second's worth, at least 1)."`
 	Weight     *int   `help:"The key's share of each round of turns (1..1000)."`
+	Order      string `enum:",fair,strict" default:"" help:"strict: run the key's executions one at a time in creation order (its running limit is 1); fair: turns by priority again."`
 	Forget     bool   `help:"Clear the key's limits and weight; the sweep forgets it once it has no live execution."`
 	newLane
 }
@@ -217,7 +218,7 @@ func (c *LaneKeyCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	if c.Forget {
-		if c.MaxRunning != nil || c.Rate != "" || c.Weight != nil {
+		if c.MaxRunning != nil || c.Rate != "" || c.Weight != nil || c.Order != "" {
 			return errors.New("--forget takes no other setting")
 		}
 		if err := client.ForgetKey(ctx, c.Lane, c.Key); err != nil {
@@ -228,6 +229,10 @@ func (c *LaneKeyCmd) Run(ctx context.Context, g *Globals) error {
 		})
 	}
 	p := ffd.KeyParams{MaxRunning: c.MaxRunning, Weight: c.Weight}
+	if c.Order != "" {
+		o := ffd.KeyOrder(c.Order)
+		p.Order = &o
+	}
 	if c.Rate != "" {
 		r, err := parseRateArg(c.Rate, c.Burst)
 		if err != nil {
@@ -242,8 +247,8 @@ func (c *LaneKeyCmd) Run(ctx context.Context, g *Globals) error {
 		return c.hint(err)
 	}
 	return c.print(g.stdout, keyJSON(k), func(tw *tabwriter.Writer) {
-		fmt.Fprintf(tw, "key %q of lane %s max_running=%s rate=%s weight=%d\n", k.Key, k.Lane, capString(k.MaxRunning),
-			strings.ReplaceAll(leases.RateString(k.Rate), " ", "_"), k.Weight)
+		fmt.Fprintf(tw, "key %q of lane %s max_running=%s rate=%s weight=%d order=%s\n", k.Key, k.Lane, capString(k.MaxRunning),
+			strings.ReplaceAll(leases.RateString(k.Rate), " ", "_"), k.Weight, k.Order)
 	})
 }
 
@@ -280,13 +285,13 @@ func (c *LaneKeysCmd) Run(ctx context.Context, g *Globals) error {
 		ks = held
 	}
 	return printPage(c.output, g.stdout, "keys", ks, next, keyJSON,
-		"KEY\tMAX RUNNING\tRATE\tTOKENS\tWEIGHT\tRUNNING\tDUE\tHELD\tLAST SERVED",
+		"KEY\tORDER\tMAX RUNNING\tRATE\tTOKENS\tWEIGHT\tRUNNING\tDUE\tHELD\tLAST SERVED",
 		func(tw *tabwriter.Writer, k *ffd.Key) {
 			name := k.Key
 			if name == "" {
 				name = "(no key)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%v\t%s\n", name, capString(k.MaxRunning), leases.RateString(k.Rate),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%v\t%s\n", name, k.Order, capString(k.MaxRunning), leases.RateString(k.Rate),
 				tokenString(k.Rate, k.Tokens), k.Weight, k.Running, k.Due, k.Held, ts(k.ServedAt))
 		})
 }
@@ -294,7 +299,7 @@ func (c *LaneKeysCmd) Run(ctx context.Context, g *Globals) error {
 func keyJSON(k *ffd.Key) map[string]any {
 	return map[string]any{"lane": k.Lane, "key": k.Key, "max_running": k.MaxRunning, "rate": rateJSON(k.Rate),
 		"tokens": tokenJSON(k.Rate, k.Tokens), "weight": k.Weight, "configured": k.Configured, "running": k.Running,
-		"due": k.Due, "held": k.Held, "served_at": k.ServedAt}
+		"due": k.Due, "held": k.Held, "served_at": k.ServedAt, "order": k.Order}
 }
 
 func capString(n int) string {

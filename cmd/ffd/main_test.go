@@ -806,7 +806,7 @@ func TestFlowControlCommands(t *testing.T) {
 		t.Fatalf("claim under the key's limit: %d %v; want 1", len(xs), err)
 	}
 	code, out, _ := runFFD(t, "lane", "keys", "api", "--held", url)
-	if code != 0 || !regexp.MustCompile(`acme\s+1\s+10/1s burst 10\s+\S+\s+1\s+1\s+3\s+true`).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`acme\s+fair\s+1\s+10/1s burst 10\s+\S+\s+1\s+1\s+3\s+true`).MatchString(out) {
 		t.Fatalf("keys --held: %d %q; want acme held with 1 running and 3 due", code, out)
 	}
 	code, out, _ = runFFD(t, "lane", "list", "--json", url)
@@ -818,10 +818,15 @@ func TestFlowControlCommands(t *testing.T) {
 		t.Fatalf("list --json: %d %q %v; want api keyed, one key holding 3 back", code, out, err)
 	}
 	for _, bad := range [][]string{{"lane", "rate", "api", "600"}, {"lane", "rate", "api", "5/0s"}, {"lane", "key", "api", "acme", "--weight", "0"},
-		{"lane", "key", "api", "acme", "--burst", "3"}, {"lane", "key", "api", "acme", "--forget", "--weight", "2"}} {
+		{"lane", "key", "api", "acme", "--burst", "3"}, {"lane", "key", "api", "acme", "--forget", "--weight", "2"},
+		{"lane", "key", "api", "acme", "--order", "sideways"}, {"lane", "key", "api", "acme", "--order", "strict", "--max-running", "2"}} {
 		if code, _, _ := runFFD(t, append(bad, url)...); code == 0 {
 			t.Errorf("%v was accepted", bad)
 		}
+	}
+	if code, out, errOut := runFFD(t, "lane", "key", "api", "serial", "--order", "strict", "--new", url); code != 0 ||
+		!strings.Contains(out, "order=strict") || !strings.Contains(out, "max_running=1") {
+		t.Fatalf("key --order strict: %d %q %q; want a strict key of limit 1", code, out, errOut)
 	}
 	if code, out, errOut := runFFD(t, "lane", "key", "api", "acme", "--forget", url); code != 0 || !strings.Contains(out, "forgotten once idle") {
 		t.Fatalf("forget: %d %q %q", code, out, errOut)

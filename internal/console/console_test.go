@@ -331,9 +331,9 @@ func TestConsoleFlowControl(t *testing.T) {
 		t.Errorf("lanes page: want tenants with its rate, 8 tokens left, 2 keys, 1 holding 4 back; got %s", body)
 	}
 	code, body := get(t, base+"/lanes/tenants/keys")
-	if code != 200 || !regexp.MustCompile(`(?s)<tr data-key="acme"><td>acme</td><td>1</td>.*<td>1</td><td>4</td><td>true</td>`).MatchString(body) ||
+	if code != 200 || !regexp.MustCompile(`(?s)<tr data-key="acme"><td>acme</td><td>fair</td><td>1</td>.*<td>1</td><td>4</td><td>true</td>`).MatchString(body) ||
 		strings.Contains(body, `data-key=""`) {
-		t.Errorf("keys page: %d; want acme first, limit 1, 1 running, 4 due, held, and no row for unkeyed work (there is none); got %s", code, body)
+		t.Errorf("keys page: %d; want acme first, fair, limit 1, 1 running, 4 due, held, and no row for unkeyed work (there is none); got %s", code, body)
 	}
 	if code, _ := get(t, base+"/lanes/bad%20lane/keys"); code != http.StatusBadRequest {
 		t.Errorf("keys of a bad lane name: %d, want 400", code)
