@@ -16,6 +16,7 @@ import (
 type Kinds struct {
 	handlers map[string]HandlerFunc
 	err      error // a registration refused; NewWorker reports it
+	batchMax int   // the largest batch of a HandleBatch kind; 0: none
 }
 
 // NewKinds returns an empty set of handlers.
@@ -51,16 +52,22 @@ func Handle[In, Out any](k *Kinds, kind string, fn func(ctx context.Context, job
 // the result as bytes.
 func HandleBytes(k *Kinds, kind string, fn HandlerFunc) { k.add(kind, fn) }
 
-func (k *Kinds) add(kind string, fn HandlerFunc) {
+// add registers fn for kind, reporting whether it did.
+func (k *Kinds) add(kind string, fn HandlerFunc) bool {
 	switch {
 	case fn == nil:
-		k.err = errors.Join(k.err, fmt.Errorf("ffd: kind %q: nil handler", kind))
+		k.refuse(fmt.Errorf("ffd: kind %q: nil handler", kind))
 	case k.handlers[kind] != nil:
-		k.err = errors.Join(k.err, fmt.Errorf("ffd: kind %q registered twice", kind))
+		k.refuse(fmt.Errorf("ffd: kind %q registered twice", kind))
 	default:
 		k.handlers[kind] = fn
+		return true
 	}
+	return false
 }
+
+// refuse records a refused registration, for NewWorker to report.
+func (k *Kinds) refuse(err error) { k.err = errors.Join(k.err, err) }
 
 // Names lists the registered kinds, sorted.
 func (k *Kinds) Names() []string {

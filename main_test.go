@@ -9,6 +9,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envBatchWorker) != "" {
+		os.Exit(batchWorkerMain())
+	}
 	// The runnable examples read FFD_DATABASE_URL, as a program would.
 	db, err := testdb.Open()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -164,6 +165,10 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	if cfg.Kinds != nil && cfg.Kinds.batchMax > cfg.Concurrency {
+		return nil, fault.Invalid(ffdtype.KindOutOfRange, "Concurrency", strconv.Itoa(cfg.Concurrency),
+			fmt.Sprintf("a batch kind takes up to %d at once: want a Concurrency of at least that", cfg.Kinds.batchMax))
 	}
 	if cfg.ID == "" {
 		host, err := os.Hostname()
