@@ -619,7 +619,7 @@ func TestConsumer(t *testing.T) {
 func TestRetention(t *testing.T) {
 	f := setup(t)
 	lane := f.lane("old")
-	if _, err := f.client.CreateMany(f.ctx, []ffd.CreateParams{{Lane: lane}, {Lane: lane}, {Lane: lane}}); err != nil {
+	if _, err := f.client.CreateMany(f.ctx, []ffd.CreateParams{{Lane: lane}, {Lane: lane}, {Lane: lane}, {Lane: lane, MaxAttempts: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	sub, err := f.client.SubmitFlow(f.ctx, dag(lane, map[string][]string{"a": {"root"}}, nil))
@@ -629,12 +629,17 @@ func TestRetention(t *testing.T) {
 	if _, err := f.client.CancelFlow(f.ctx, sub.Flow.ID, ffd.CancelAll, "done"); err != nil {
 		t.Fatal(err)
 	}
-	xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: lane, Worker: "w/1", Max: 3})
-	if err != nil || len(xs) != 3 {
+	xs, err := f.client.Claim(f.ctx, ffd.ClaimParams{Lane: lane, Worker: "w/1", Max: 4})
+	if err != nil || len(xs) != 4 {
 		t.Fatalf("claim: %d, %v", len(xs), err)
 	}
 	for _, x := range xs {
-		if _, err := f.client.Complete(f.ctx, x.ID, x.LeaseEpoch, nil); err != nil {
+		if x.MaxAttempts == 1 { // a dead letter
+			_, err = f.client.Fail(f.ctx, x.ID, x.LeaseEpoch, ffd.FailParams{Error: "boom"})
+		} else {
+			_, err = f.client.Complete(f.ctx, x.ID, x.LeaseEpoch, nil)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -644,12 +649,20 @@ func TestRetention(t *testing.T) {
 		t.Fatalf("dispatch: %v", err)
 	}
 	time.Sleep(10 * time.Millisecond)
-	ages := store.Ages{Default: time.Millisecond}
+	// Dead letters kept forever first, then for a millisecond.
+	ages := store.Ages{Default: time.Millisecond, Dead: -1}
 	if n, err := store.DeleteFinishedExecutions(f.ctx, f.pool, ages, 100000); err != nil || n < 3 {
 		t.Fatalf("retention of executions: %d, %v; want at least 3", n, err)
 	}
 	if n, err := store.DeleteFinishedFlows(f.ctx, f.pool, ages, 100000); err != nil || n < 1 {
 		t.Fatalf("retention of flows: %d, %v; want at least 1", n, err)
+	}
+	if n, err := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'failed'`, lane); err != nil || n != 1 {
+		t.Fatalf("%d dead letters of the lane left, %v; want the one, kept forever", n, err)
+	}
+	ages.Dead = time.Millisecond
+	if n, err := store.DeleteFinishedExecutions(f.ctx, f.pool, ages, 100000); err != nil || n < 1 {
+		t.Fatalf("retention of dead letters: %d, %v; want at least 1", n, err)
 	}
 	if n, err := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1`, lane); err != nil || n != 0 {
 		t.Fatalf("%d executions of the lane left, %v; want none", n, err)

@@ -688,30 +688,11 @@ func ensureKeysRouted(ctx context.Context, db DB, lanes, keys []string, lims []i
 	for k := range wants {
 		ls, ks = append(ls, k[0]), append(ks, k[1])
 	}
-	rows, err := db.Query(ctx, `SELECT lane, key, max_running, strict FROM ff_key
-		WHERE lane = ANY($1::text[]) AND key = ANY($2::text[]) ORDER BY lane, key FOR KEY SHARE`, ls, ks)
+	held, strict, err := heldKeys(ctx, db, ls, ks, func(k [2]string) bool { _, ok := wants[k]; return ok })
 	if err != nil {
 		return nil, err
 	}
-	held := map[[2]string]*int{}
-	var strict [][2]string
-	for rows.Next() {
-		var l, k string
-		var m *int
-		var st bool
-		if err := rows.Scan(&l, &k, &m, &st); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		held[[2]string{l, k}] = m
-		if _, ok := wants[[2]string{l, k}]; ok && st {
-			strict = append(strict, [2]string{l, k})
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	rows, err = db.Query(ctx, `SELECT lane FROM ff_lane WHERE lane = ANY($1::text[]) AND keyed`, ls)
+	rows, err := db.Query(ctx, `SELECT lane FROM ff_lane WHERE lane = ANY($1::text[]) AND keyed`, ls)
 	if err != nil {
 		return nil, err
 	}
@@ -742,25 +723,58 @@ func ensureKeysRouted(ctx context.Context, db DB, lanes, keys []string, lims []i
 		b.Queue(`INSERT INTO ff_key AS f (lane, key, max_running) VALUES ($1, $2, $3)
 			ON CONFLICT (lane, key) DO UPDATE SET max_running = coalesce(excluded.max_running, f.max_running)`, w.lane, w.key, lim)
 	}
-	if len(strict) > 0 {
-		// The strict keys locked in key order, as ensureKeysSQL does.
-		sl, sk := make([]string, len(strict)), make([]string, len(strict))
-		for i, k := range strict {
-			sl[i], sk[i] = k[0], k[1]
-		}
-		// (The lanes and keys cross: a strict key of another of these
-		// lanes may be locked too, which only orders more creates.)
-		b.Queue(`SELECT 1 FROM ff_key WHERE lane = ANY($1::text[]) AND key = ANY($2::text[]) AND strict
-			ORDER BY lane, key FOR NO KEY UPDATE`, sl, sk)
-	}
-	out := make(map[[2]string]bool, len(strict))
-	for _, k := range strict {
-		out[k] = true
-	}
+	out := lockStrict(b, strict)
 	if b.Len() == 0 {
 		return out, nil
 	}
 	return out, db.SendBatch(ctx, b).Close()
+}
+
+// heldKeys locks the known keys among lanes ls and keys ks FOR KEY
+// SHARE and reads their limits, and which of those wanted are strict.
+func heldKeys(ctx context.Context, db DB, ls, ks []string, wanted func([2]string) bool) (map[[2]string]*int, [][2]string, error) {
+	rows, err := db.Query(ctx, `SELECT lane, key, max_running, strict FROM ff_key
+		WHERE lane = ANY($1::text[]) AND key = ANY($2::text[]) ORDER BY lane, key FOR KEY SHARE`, ls, ks)
+	if err != nil {
+		return nil, nil, err
+	}
+	held := map[[2]string]*int{}
+	var strict [][2]string
+	var k [2]string
+	var m *int
+	var st bool
+	_, err = pgx.ForEachRow(rows, []any{&k[0], &k[1], &m, &st}, func() error {
+		var lim *int // a copy: the scan may reuse m's target
+		if m != nil {
+			v := *m
+			lim = &v
+		}
+		held[k] = lim
+		if st && wanted(k) {
+			strict = append(strict, k)
+		}
+		return nil
+	})
+	return held, strict, err
+}
+
+// lockStrict queues the lock of the strict keys, in key order as
+// ensureKeysSQL takes them, and returns them as EnsureKeys wants them.
+// (The lanes and keys cross: a strict key of another of these lanes may
+// be locked too, which only orders more creates.)
+func lockStrict(b *pgx.Batch, strict [][2]string) map[[2]string]bool {
+	out := make(map[[2]string]bool, len(strict))
+	if len(strict) == 0 {
+		return out
+	}
+	sl, sk := make([]string, len(strict)), make([]string, len(strict))
+	for i, k := range strict {
+		sl[i], sk[i] = k[0], k[1]
+		out[k] = true
+	}
+	b.Queue(`SELECT 1 FROM ff_key WHERE lane = ANY($1::text[]) AND key = ANY($2::text[]) AND strict
+		ORDER BY lane, key FOR NO KEY UPDATE`, sl, sk)
+	return out
 }
 
 // forgetIdleKeysRouted is ForgetIdleKeys on a distributed Postgres: the
