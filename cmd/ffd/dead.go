@@ -39,14 +39,11 @@ type DeadListCmd struct {
 
 // Run prints one page, each dead letter with its attempts and last error.
 func (c *DeadListCmd) Run(ctx context.Context, g *Globals) error {
-	p := ffd.ListDeadParams{DeadLetterFilter: c.filter(), Limit: c.Limit}
-	if c.After != "" {
-		id, err := ffd.ParseExecutionID(c.After)
-		if err != nil {
-			return err
-		}
-		p.After = &id
+	after, err := afterFlag(c.After)
+	if err != nil {
+		return err
 	}
+	p := ffd.ListDeadParams{DeadLetterFilter: c.filter(), After: after, Limit: c.Limit}
 	client, err := g.client(ctx)
 	if err != nil {
 		return err

@@ -113,12 +113,9 @@ func (c *ExecListCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		p.FlowID = &id
 	}
-	if c.After != "" {
-		id, err := ffd.ParseExecutionID(c.After)
-		if err != nil {
-			return err
-		}
-		p.After = &id
+	var err error
+	if p.After, err = afterFlag(c.After); err != nil {
+		return err
 	}
 	client, err := g.client(ctx)
 	if err != nil {
@@ -137,6 +134,18 @@ func (c *ExecListCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", x.ID, flow, dash(x.Step), dash(x.Kind), x.Lane, x.State,
 				x.Attempt, x.MaxAttempts, ts(&x.CreatedAt))
 		})
+}
+
+// afterFlag is an --after flag's execution id; nil when it is not set.
+func afterFlag(s string) (*ffd.ExecutionID, error) {
+	if s == "" {
+		return nil, nil
+	}
+	id, err := ffd.ParseExecutionID(s)
+	if err != nil {
+		return nil, err
+	}
+	return &id, nil
 }
 
 // cursor is the next page's cursor as a flag value; "" on the last page.

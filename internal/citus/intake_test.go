@@ -255,18 +255,7 @@ func TestBatchHandlerOnCitus(t *testing.T) {
 		}
 		return out, nil
 	})
-	w, err := ffd.NewWorker(f.client, ffd.WorkerConfig{Lanes: []string{lane}, Kinds: k, Concurrency: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(f.ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-	})
+	f.startWorker(t, ffd.WorkerConfig{Lanes: []string{lane}, Kinds: k, Concurrency: 20})
 	var ps []ffd.CreateParams
 	for i := range 25 {
 		ps = append(ps, ffd.CreateParams{Lane: lane, Kind: "double", Payload: []byte(strconv.Itoa(i))})

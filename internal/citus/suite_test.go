@@ -419,7 +419,13 @@ func (f *fixture) daemon(t *testing.T) *ffd.Daemon {
 // worker runs a worker on lane until the test ends.
 func (f *fixture) worker(t *testing.T, lane string, h ffd.HandlerFunc) {
 	t.Helper()
-	w, err := ffd.NewWorker(f.client, ffd.WorkerConfig{Lanes: []string{lane}, Concurrency: 8, Handler: h})
+	f.startWorker(t, ffd.WorkerConfig{Lanes: []string{lane}, Concurrency: 8, Handler: h})
+}
+
+// startWorker runs a worker of cfg until the test ends.
+func (f *fixture) startWorker(t *testing.T, cfg ffd.WorkerConfig) {
+	t.Helper()
+	w, err := ffd.NewWorker(f.client, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (ffdtype.Submi
 		policy[gr.Downstream.UUID] = gr.Policy
 	}
 	for _, x := range xs {
-		n := ffdtype.SubmitNode{Ref: ref[x.ID.UUID], Params: paramsOf(x)}
+		n := ffdtype.SubmitNode{Ref: ref[x.ID.UUID], Params: leases.ParamsOf(x)}
 		if pol, ok := policy[x.ID.UUID]; ok && indeg[n.Ref] > 0 {
 			n.Policy = &pol
 		}
@@ -122,16 +122,6 @@ func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (ffdtype.Submi
 	return p, members, nil
 }
 
-// paramsOf is what an execution was created with, to create it again.
-func paramsOf(x *ffdtype.Execution) ffdtype.CreateParams {
-	p := ffdtype.CreateParams{Namespace: x.Namespace, Lane: x.Lane, Kind: x.Kind, Payload: x.Payload, Priority: x.Priority,
-		RequiredCapabilities: x.RequiredCapabilities, MaxAttempts: x.MaxAttempts, Retry: x.Retry, LeaseTTL: x.LeaseTTL,
-		AttemptTimeout: x.AttemptTimeout, Tags: x.Tags, ConcurrencyKey: x.ConcurrencyKey}
-	if x.DeadlineAt != nil {
-		p.Deadline = x.DeadlineAt.Sub(x.CreatedAt)
-	}
-	return p
-}
 
 // linkRerun records the rerun (which fails on a second rerun of the same
 // flow) and carries the completed steps over.

@@ -174,7 +174,7 @@ func rerunBatch(ctx context.Context, db store.DB, lim Limits, dead []*ffdtype.Ex
 func insertReruns(ctx context.Context, db store.DB, lim Limits, dead []*ffdtype.Execution) ([]*ffdtype.Execution, error) {
 	ns := make([]Normalized, len(dead))
 	for i, old := range dead {
-		n, err := Normalize(rerunParams(old), Placement{Partition: &old.ID.Partition}, lim.AtLeast(len(old.Payload)))
+		n, err := Normalize(ParamsOf(old), Placement{Partition: &old.ID.Partition}, lim.AtLeast(len(old.Payload)))
 		if err != nil {
 			return nil, fmt.Errorf("rerun execution %s: %w", old.ID, err)
 		}

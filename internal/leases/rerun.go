@@ -32,7 +32,7 @@ func Rerun(ctx context.Context, db store.DB, lim Limits, id ffdtype.ExecutionID)
 	}
 	lim = lim.AtLeast(len(old.Payload)) // accepted once: a smaller limit here must not refuse it
 	// Minted beside its original, on the same partition.
-	n, err := Normalize(rerunParams(old), Placement{Partition: &old.ID.Partition}, lim)
+	n, err := Normalize(ParamsOf(old), Placement{Partition: &old.ID.Partition}, lim)
 	if err != nil {
 		return nil, err
 	}
@@ -60,14 +60,15 @@ func Rerun(ctx context.Context, db store.DB, lim Limits, id ffdtype.ExecutionID)
 	return x, nil
 }
 
-// rerunParams are the parameters a rerun of old is created with: its
-// own, but for its idempotency key.
-func rerunParams(old *ffdtype.Execution) ffdtype.CreateParams {
-	p := ffdtype.CreateParams{Namespace: old.Namespace, Lane: old.Lane, Kind: old.Kind, Payload: old.Payload, Priority: old.Priority,
-		RequiredCapabilities: old.RequiredCapabilities, MaxAttempts: old.MaxAttempts, Retry: old.Retry, LeaseTTL: old.LeaseTTL,
-		AttemptTimeout: old.AttemptTimeout, Tags: old.Tags, ConcurrencyKey: old.ConcurrencyKey}
-	if old.DeadlineAt != nil {
-		p.Deadline = old.DeadlineAt.Sub(old.CreatedAt)
+// ParamsOf is what x was created with, to create it again (a rerun of
+// it, or of its flow): its parameters but for its idempotency key and
+// its place (flow, step, partition), which the rerun decides.
+func ParamsOf(x *ffdtype.Execution) ffdtype.CreateParams {
+	p := ffdtype.CreateParams{Namespace: x.Namespace, Lane: x.Lane, Kind: x.Kind, Payload: x.Payload, Priority: x.Priority,
+		RequiredCapabilities: x.RequiredCapabilities, MaxAttempts: x.MaxAttempts, Retry: x.Retry, LeaseTTL: x.LeaseTTL,
+		AttemptTimeout: x.AttemptTimeout, Tags: x.Tags, ConcurrencyKey: x.ConcurrencyKey}
+	if x.DeadlineAt != nil {
+		p.Deadline = x.DeadlineAt.Sub(x.CreatedAt)
 	}
 	return p
 }
