@@ -122,7 +122,6 @@ func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (ffdtype.Submi
 	return p, members, nil
 }
 
-
 // linkRerun records the rerun (which fails on a second rerun of the same
 // flow) and carries the completed steps over.
 func linkRerun(ctx context.Context, tx pgx.Tx, oldID uuid.UUID, res *ffdtype.SubmittedFlow, p ffdtype.SubmitFlowParams, members map[string]*ffdtype.Execution) error {
