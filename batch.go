@@ -78,6 +78,7 @@ type batcher struct {
 type batch struct {
 	jobs    []*Job
 	ctxs    []context.Context
+	timer   *time.Timer // ends the wait; stopped when the batch fills first
 	started bool
 	done    chan struct{} // closed when out and err are set
 	out     []BatchResult // by position in jobs
@@ -90,7 +91,7 @@ func (b *batcher) handle(ctx context.Context, job *Job) ([]byte, error) {
 	if bt == nil {
 		bt = &batch{done: make(chan struct{})}
 		b.open = bt
-		time.AfterFunc(b.wait, func() { b.start(bt) })
+		bt.timer = time.AfterFunc(b.wait, func() { b.start(bt) })
 	}
 	i := len(bt.jobs)
 	bt.jobs, bt.ctxs = append(bt.jobs, job), append(bt.ctxs, ctx)
@@ -125,6 +126,9 @@ func (b *batcher) start(bt *batch) {
 		b.open = nil
 	}
 	b.mu.Unlock()
+	// A batch that filled first lets its timer go, rather than be held
+	// (with its jobs) until the wait would have ended.
+	bt.timer.Stop()
 	go b.run(bt)
 }
 
