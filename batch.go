@@ -96,6 +96,9 @@ func (b *batcher) handle(ctx context.Context, job *Job) ([]byte, error) {
 	i := len(bt.jobs)
 	bt.jobs, bt.ctxs = append(bt.jobs, job), append(bt.ctxs, ctx)
 	full := len(bt.jobs) == b.max
+	if full {
+		b.open = nil // closed to the next, before it is started
+	}
 	b.mu.Unlock()
 	if full {
 		b.start(bt)
