@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Dead letters across the shards: listed by lane and error text, a dry
@@ -156,6 +157,14 @@ func TestDebounceOnCitus(t *testing.T) {
 	b, err := f.client.Create(f.ctx, ffd.CreateParams{Lane: lane, Payload: []byte(`2`), Debounce: &lead})
 	if err != nil || b.Execution.ID != a.Execution.ID || string(b.Execution.Payload) != `1` || !b.Existed {
 		t.Fatalf("second leading create: %+v, %v; want the first, its payload kept", b, err)
+	}
+	// The daemon's retention pass forgets closed windows across the
+	// shards: none of these is closed.
+	if _, err := store.DeleteClosedDebounces(f.ctx, f.pool); err != nil {
+		t.Fatalf("forget closed debounce windows: %v", err)
+	}
+	if n, err := f.count(`SELECT count(*) FROM ff_debounce WHERE debounce_key LIKE $1`, f.prefix+":%"); err != nil || n != 2 {
+		t.Fatalf("%d debounce windows left, %v; want both, open", n, err)
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/ffdtype"
@@ -214,9 +213,7 @@ type uniqueRace struct {
 // IsUniqueTaken reports an insert refused because its unique key is held
 // (ff_execution_unique_live or ff_execution_unique_window).
 func IsUniqueTaken(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505" &&
-		(pgErr.ConstraintName == "ff_execution_unique_live" || pgErr.ConstraintName == "ff_execution_unique_window")
+	return refusedBy(err, "23505", "ff_execution_unique_live", "ff_execution_unique_window")
 }
 
 // UniqueHolder reads the execution holding a unique key (as stored) on

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,8 +47,35 @@ func IsLockTimeout(err error) bool {
 // IsStepTaken reports an insert that gave a flow member a step name
 // another member of its flow already has (ff_execution_flow_step).
 func IsStepTaken(err error) bool {
+	return refusedBy(err, "23505", "ff_execution_flow_step")
+}
+
+// constraintInMessage finds the constraint an error message names.
+var constraintInMessage = regexp.MustCompile(`constraint "([^"]+)"`)
+
+// refusedBy reports err as Postgres's error code refusing a row by one
+// of the constraints named. On a distributed Postgres a shard's
+// constraint carries the shard's id (ff_execution_rerun_102113), and
+// that is the name the error gives.
+func refusedBy(err error, code string, names ...string) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "ff_execution_flow_step"
+	if !errors.As(err, &pgErr) || pgErr.Code != code {
+		return false
+	}
+	got := pgErr.ConstraintName
+	if got == "" {
+		// A distributed Postgres passing a shard's error on may keep
+		// the constraint's name in the message alone.
+		if m := constraintInMessage.FindStringSubmatch(pgErr.Message); m != nil {
+			got = m[1]
+		}
+	}
+	if i := strings.LastIndexByte(got, '_'); i > 0 && i < len(got)-1 && strings.Trim(got[i+1:], "0123456789") == "" {
+		if slices.Contains(names, got[:i]) {
+			return true
+		}
+	}
+	return slices.Contains(names, got)
 }
 
 // InTx runs fn in a transaction on db (a savepoint when db is itself a

@@ -13,8 +13,14 @@ import (
 // ff_execution_dead's predicate, so a read of dead letters is a read of
 // that index. The rerun is looked for on e's partition, where a rerun is
 // minted (ff_execution_rerun).
-const deadTest = `e.flow_id IS NULL AND e.state IN ('failed', 'expired')
-	AND NOT EXISTS (SELECT 1 FROM ff_execution r WHERE r.partition_key = e.partition_key AND r.rerun_of = e.execution_id)`
+var deadTest = deadTestIn(narrowTo(false, ""))
+
+// deadTestIn is deadTest with the rerun's table narrowed by one, as a
+// routed statement narrows each of its tables to its partition.
+func deadTestIn(one func(alias string) string) string {
+	return `e.flow_id IS NULL AND e.state IN ('failed', 'expired')
+	AND NOT EXISTS (SELECT 1 FROM ff_execution r WHERE r.partition_key = e.partition_key AND r.rerun_of = e.execution_id` + one("r") + `)`
+}
 
 // DeadFilter selects dead letters. Empty fields select any.
 type DeadFilter struct {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/ffdtype"
@@ -462,8 +461,7 @@ var ErrStrictLimit = errors.New("a key of strict order runs one execution at a t
 
 // mapStrictLimit is ErrStrictLimit for a refusal by ff_key_strict.
 func mapStrictLimit(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23514" && pgErr.ConstraintName == "ff_key_strict" {
+	if refusedBy(err, "23514", "ff_key_strict") {
 		return ErrStrictLimit
 	}
 	return err

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -16,9 +15,7 @@ import (
 // IsRerunTaken reports a second rerun of the same flow or execution
 // (ff_flow_rerun, ff_execution_rerun).
 func IsRerunTaken(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505" &&
-		(pgErr.ConstraintName == "ff_flow_rerun" || pgErr.ConstraintName == "ff_execution_rerun")
+	return refusedBy(err, "23505", "ff_flow_rerun", "ff_execution_rerun")
 }
 
 // FindRerun returns the flow that reruns flow id (on id's partition), or

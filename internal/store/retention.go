@@ -74,7 +74,7 @@ WITH ages(namespace, age_us) AS (SELECT * FROM unnest($1::text[], $2::bigint[]))
 victims AS (
 	SELECT e.partition_key, e.execution_id
 	FROM ff_execution e LEFT JOIN ages a ON a.namespace = e.namespace
-	CROSS JOIN LATERAL (SELECT CASE WHEN $6::bigint <> 0 AND ` + deadTest + `
+	CROSS JOIN LATERAL (SELECT CASE WHEN $6::bigint <> 0 AND ` + deadTestIn(one) + `
 		THEN $6::bigint ELSE coalesce(a.age_us, $4) END AS age_us) k
 	WHERE e.execution_id < $3 AND e.flow_id IS NULL AND e.terminal_at IS NOT NULL` + one("e") + `
 		AND k.age_us > 0

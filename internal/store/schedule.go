@@ -3,12 +3,10 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ScheduleRow is one row of ff_schedule: the schedule callers see, and
@@ -36,8 +34,7 @@ func collectSchedules(rows pgx.Rows, err error) ([]*ScheduleRow, error) {
 
 // IsScheduleTaken reports an insert of a schedule whose name exists.
 func IsScheduleTaken(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "ff_schedule_pkey"
+	return refusedBy(err, "23505", "ff_schedule_pkey")
 }
 
 // InsertSchedule inserts a schedule.
