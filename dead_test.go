@@ -152,9 +152,9 @@ func TestDeadLettersRefuseBadInput(t *testing.T) {
 	if _, err := f.client.ListDeadLetters(f.Ctx, ffd.ListDeadParams{Limit: 1001}); !errors.As(err, &ve) {
 		t.Fatalf("list with limit 1001: %v; want a ValidationError", err)
 	}
-	out, err := f.client.RerunDeadLetters(f.Ctx, ffd.RerunDeadParams{DeadLetterFilter: ffd.DeadLetterFilter{IDs: []ffd.ExecutionID{failed.Execution.ID}}})
+	out, err := f.client.RerunDeadLetters(f.Ctx, ffd.RerunDeadParams{DeadLetterFilter: ffd.DeadLetterFilter{IDs: []ffd.ExecutionID{failed.Execution.ID, failed.Execution.ID}}})
 	if err != nil || len(out.Reruns) != 1 || *out.Reruns[0].RerunOf != failed.Execution.ID.UUID {
-		t.Fatalf("rerun by id: %+v, %v; want one rerun of %s", out, err, failed.Execution.ID)
+		t.Fatalf("rerun by id, given twice: %+v, %v; want one rerun of %s", out, err, failed.Execution.ID)
 	}
 	if _, err := f.client.RerunDeadLetters(f.Ctx, ffd.RerunDeadParams{DeadLetterFilter: ffd.DeadLetterFilter{IDs: []ffd.ExecutionID{failed.Execution.ID}}}); !errors.As(err, &ce) {
 		t.Fatalf("second rerun by id: %v; want a ConflictError (rerun already)", err)

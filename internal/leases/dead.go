@@ -94,6 +94,7 @@ func RerunDead(ctx context.Context, db store.DB, lim Limits, p ffdtype.RerunDead
 	if err := deadRerunLimit.Fill("limit", &limit); err != nil {
 		return nil, err
 	}
+	p.IDs = uniqueIDs(p.IDs) // an id given twice is rerun once
 	if len(p.IDs) > limit {
 		return nil, fault.Invalid(ffdtype.KindOutOfRange, "ids", fmt.Sprintf("%d ids", len(p.IDs)), fmt.Sprintf("at most the limit, %d", limit))
 	}
@@ -122,6 +123,19 @@ func RerunDead(ctx context.Context, db store.DB, lim Limits, p ffdtype.RerunDead
 	return out, nil
 }
 
+// uniqueIDs is ids without repeats, in their first order.
+func uniqueIDs(ids []ffdtype.ExecutionID) []ffdtype.ExecutionID {
+	seen := make(map[ffdtype.ExecutionID]bool, len(ids))
+	out := ids[:0:0]
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // notDead is the error for ids of which some are not dead letters: the
 // first such, as Rerun would refuse it.
 func notDead(ctx context.Context, db store.DB, ids []ffdtype.ExecutionID, dead []*ffdtype.Execution) error {
@@ -148,7 +162,7 @@ func notDead(ctx context.Context, db store.DB, ids []ffdtype.ExecutionID, dead [
 		}
 		return &ffdtype.ConflictError{Object: "execution", ID: id.String(), Reason: reason, Existing: x}
 	}
-	return fmt.Errorf("rerun dead letters: %d ids, %d dead letters, but every id was found dead", len(ids), len(dead))
+	return fmt.Errorf("rerun dead letters: %d ids, %d dead letters, and no id missing from them", len(ids), len(dead))
 }
 
 // rerunBatch reruns dead letters in one transaction. When another caller
