@@ -431,8 +431,8 @@ func newRow(n *Normalized) store.NewExecution {
 		ConcurrencyKey: p.ConcurrencyKey, ConcurrencyLimit: p.ConcurrencyLimit}
 	r.UniqueKey, r.UniqueWhileLive = uniqueKey(p, time.Now())
 	if d := p.Debounce; d != nil {
-		r.Debounce = &store.Debounce{Key: d.Key, Window: d.Window, MaxWait: d.MaxWait, Leading: d.Mode == ffdtype.DebounceLeading}
-		if !r.Debounce.Leading {
+		r.Debounce = d
+		if d.Mode != ffdtype.DebounceLeading {
 			r.Delay = d.Window
 		}
 	}

@@ -48,8 +48,9 @@ type NewExecution struct {
 	// its lane are known to the claim first (EnsureKeys).
 	ConcurrencyKey   string
 	ConcurrencyLimit int
-	// Debounce, when set, creates through InsertDebounced.
-	Debounce *Debounce
+	// Debounce, when set (checked, its mode filled), creates through
+	// InsertDebounced.
+	Debounce *ffdtype.Debounce
 	// KeySeq is the execution's place in its key of strict order, set by
 	// EnsureKeys; nil for any other.
 	KeySeq *int64

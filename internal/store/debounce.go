@@ -10,13 +10,6 @@ import (
 	"github.com/flowfabric/ffd/ffdtype"
 )
 
-// Debounce is a create's debounce (ffdtype.Debounce, checked).
-type Debounce struct {
-	Key             string
-	Window, MaxWait time.Duration
-	Leading         bool
-}
-
 // A debounced create reads the transaction's time (now()) with its first
 // statement and computes every later time from it here: a distributed
 // Postgres allows no function but an immutable one in an UPDATE's SET,
@@ -62,10 +55,11 @@ type window struct {
 // (1: this one created it).
 func InsertDebounced(ctx context.Context, db DB, r NewExecution) (x *ffdtype.Execution, folds int64, err error) {
 	d := r.Debounce
+	leading := d.Mode == ffdtype.DebounceLeading
 	err = InTx(ctx, db, func(tx pgx.Tx) error {
 		pk := []any{r.ID.Partition, r.Namespace, d.Key}
 		var lead *int64
-		if d.Leading {
+		if leading {
 			us := micros(d.Window)
 			lead = &us
 		}
@@ -87,7 +81,7 @@ func InsertDebounced(ctx context.Context, db DB, r NewExecution) (x *ffdtype.Exe
 				return wrap("fold into debounce window "+d.Key, err)
 			}
 			var until *time.Time
-			if d.Leading {
+			if leading {
 				end := w.now.Add(d.Window)
 				until = &end
 			}
@@ -109,7 +103,7 @@ func InsertDebounced(ctx context.Context, db DB, r NewExecution) (x *ffdtype.Exe
 func fold(ctx context.Context, tx pgx.Tx, r NewExecution, w window) (*ffdtype.Execution, error) {
 	var x *ffdtype.Execution
 	var err error
-	if d := r.Debounce; d.Leading {
+	if d := r.Debounce; d.Mode == ffdtype.DebounceLeading {
 		if w.until == nil || !w.until.After(w.now) {
 			return nil, nil
 		}
