@@ -349,7 +349,11 @@ func TestWorkerStopHandsBackInOneBatch(t *testing.T) {
 	for range 5 {
 		<-h.started
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	// The hand-back gets the last quarter of Stop's deadline, at most
+	// HandBackTimeout (2 s): a deadline of 8 s gives it 2 s, enough for
+	// one statement on a machine with every core busy (a deadline of
+	// 500 ms gave it 125 ms, which such a machine did not always give).
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
 	if err := w.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop: %v, want DeadlineExceeded", err)
