@@ -132,6 +132,9 @@ func validExecution(lim leases.Limits, p ffdtype.CreateParams, ns string) error 
 	if p.IdempotencyKey != "" {
 		return fault.Invalid(ffdtype.KindInvalidValue, "idempotency_key", p.IdempotencyKey, "a schedule keys each tick's execution itself")
 	}
+	if p.Debounce != nil {
+		return fault.Invalid(ffdtype.KindInvalidValue, "debounce.key", p.Debounce.Key, "a schedule creates one execution a tick: no debounce")
+	}
 	p.Namespace = ns
 	_, err := leases.Normalize(p, leases.Placement{}, lim)
 	return err

@@ -117,9 +117,10 @@ func TestScheduleLifecycle(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	bad := []schedule.Params{
-		{Name: "x", Spec: "0 0 30 2 *", Execution: &ffdtype.CreateParams{Lane: "l"}},                   // February 30th
-		{Name: "x", Spec: "@hourly", Execution: &ffdtype.CreateParams{Lane: "bad lane"}},               // invalid execution
-		{Name: "x", Spec: "@hourly", Execution: &ffdtype.CreateParams{Lane: "l", IdempotencyKey: "k"}}, // keyed by the schedule
+		{Name: "x", Spec: "0 0 30 2 *", Execution: &ffdtype.CreateParams{Lane: "l"}},                                                          // February 30th
+		{Name: "x", Spec: "@hourly", Execution: &ffdtype.CreateParams{Lane: "bad lane"}},                                                      // invalid execution
+		{Name: "x", Spec: "@hourly", Execution: &ffdtype.CreateParams{Lane: "l", IdempotencyKey: "k"}},                                        // keyed by the schedule
+		{Name: "x", Spec: "@hourly", Execution: &ffdtype.CreateParams{Lane: "l", Debounce: &ffdtype.Debounce{Key: "k", Window: time.Second}}}, // one a tick
 		{Name: "x", Spec: "@hourly"}, // no target
 		{Name: "bad name", Spec: "@hourly", Execution: &ffdtype.CreateParams{Lane: "l"}},
 		{Name: "x", Spec: "@hourly", Timezone: "Nowhere/City", Execution: &ffdtype.CreateParams{Lane: "l"}},
