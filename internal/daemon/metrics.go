@@ -40,6 +40,7 @@ type Metrics struct {
 	idleConsumers     prometheus.Gauge
 	retentionDeleted  *prometheus.CounterVec
 	scheduleTicks     prometheus.Counter
+	eventsFired       prometheus.Counter
 	consumerBehind    *prometheus.GaugeVec
 	consumerLag       *prometheus.GaugeVec
 	slotRetained      *prometheus.GaugeVec
@@ -157,6 +158,8 @@ func (m *Metrics) sampledMetrics(mk metricMaker) {
 		"Named consumers idle beyond the limit while events wait for them.")
 	m.scheduleTicks = mk.counter("ffd_schedule_ticks_total",
 		"Schedule ticks fired by this daemon (each created an execution or submitted a flow).")
+	m.eventsFired = mk.counter("ffd_events_fired_total",
+		"Published events this daemon fired (each started what its triggers ask for).")
 	m.consumerBehind = mk.gaugeVec("ffd_outbox_consumer_behind_events",
 		"Events a named consumer has not read yet (counted up to 100,000 per stream), sampled periodically.",
 		"consumer")

@@ -85,6 +85,14 @@ func (l Limits) maxPayload() int {
 	return l.MaxPayloadBytes
 }
 
+// CheckPayload refuses a payload of n bytes above the limit.
+func (l Limits) CheckPayload(n int) error {
+	if n > l.maxPayload() {
+		return fault.Invalid(ffdtype.KindTooLarge, "payload", strconv.Itoa(n)+" bytes", fmt.Sprintf("at most %d bytes", l.maxPayload()))
+	}
+	return nil
+}
+
 // AtLeast is l raised, where needed, to accept payloads of n bytes: for
 // what re-creates stored work (a rerun, a schedule's tick), whose payload
 // was accepted once, by a client whose limit may have been larger than
@@ -181,9 +189,8 @@ func normalize(p *ffdtype.CreateParams, place Placement, lim Limits) error {
 	if err := ValidateText("kind", p.Kind, MaxKindLength); err != nil {
 		return err
 	}
-	if len(p.Payload) > lim.maxPayload() {
-		return fault.Invalid(ffdtype.KindTooLarge, "payload", strconv.Itoa(len(p.Payload))+" bytes",
-			fmt.Sprintf("at most %d bytes", lim.maxPayload()))
+	if err := lim.CheckPayload(len(p.Payload)); err != nil {
+		return err
 	}
 	if p.Priority < -1<<31 || p.Priority > 1<<31-1 {
 		return fault.Invalid(ffdtype.KindOutOfRange, "priority", strconv.Itoa(p.Priority), "want a 32-bit integer")

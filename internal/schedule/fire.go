@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -94,15 +95,33 @@ func fireOne(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedul
 // (a tick can only be planned twice if a transaction was retried).
 func fireTick(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.ScheduleRow, tick time.Time) (bool, error) {
 	tags := map[string]any{"ffd_schedule": s.Name, "ffd_tick": tick.UTC().Format(time.RFC3339Nano)}
-	ep, fp, err := decodeParams(s.Params, s.Target)
+	return Start(ctx, tx, lim, Firing{Namespace: s.Namespace, Target: s.Target, Params: s.Params,
+		Key: Key(s.Name, tick), FlowID: FlowID(s.Name, tick), Tags: tags})
+}
+
+// Firing is one firing of a stored target: the execution it creates is
+// keyed Key, the flow it submits has id FlowID; both carry Tags too.
+type Firing struct {
+	Namespace, Target string
+	Params            json.RawMessage
+	Key               string
+	FlowID            uuid.UUID
+	Tags              map[string]any
+}
+
+// Start creates what a firing asks for; false when it already exists
+// (the same firing again: a transaction retried, a daemon that died
+// after creating and before recording it).
+func Start(ctx context.Context, tx pgx.Tx, lim leases.Limits, f Firing) (bool, error) {
+	ep, fp, err := decodeParams(f.Params, f.Target)
 	if err != nil {
 		return false, err
 	}
 	switch {
 	case ep != nil:
 		p := *ep
-		p.Namespace, p.IdempotencyKey, p.Tags = s.Namespace, Key(s.Name, tick), merge(p.Tags, tags)
-		// The payload was accepted when the schedule was stored, by a
+		p.Namespace, p.IdempotencyKey, p.Tags = f.Namespace, f.Key, merge(p.Tags, f.Tags)
+		// The payload was accepted when the target was stored, by a
 		// client whose limit may be larger than the daemon's.
 		n, err := leases.Normalize(p, leases.Placement{}, lim.AtLeast(len(p.Payload)))
 		if err != nil {
@@ -112,7 +131,7 @@ func fireTick(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedu
 		return !existed, err
 	default:
 		p := *fp
-		p.Flow.ID, p.Flow.Namespace, p.Flow.Tags = FlowID(s.Name, tick), s.Namespace, merge(p.Flow.Tags, tags)
+		p.Flow.ID, p.Flow.Namespace, p.Flow.Tags = f.FlowID, f.Namespace, merge(p.Flow.Tags, f.Tags)
 		_, err := flows.Submit(ctx, tx, lim.AtLeast(flows.MaxPayload(p)), p)
 		var ce *ffdtype.ConflictError
 		if errors.As(err, &ce) && ce.Object == "flow" {

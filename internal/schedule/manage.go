@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -94,55 +95,62 @@ func validate(lim leases.Limits, p Params) (store.ScheduleRow, *Spec, error) {
 	if row.Timezone == "" {
 		row.Timezone = DefaultTimezone
 	}
-	switch {
-	case (p.Execution == nil) == (p.Flow == nil):
-		return store.ScheduleRow{}, nil, fault.Invalid(ffdtype.KindRequired, "target", "", "give an execution or a flow, not both")
-	case p.Execution != nil:
-		row.Target = TargetExecution
-		x := *p.Execution
-		if err = leases.EncodePayload(&x); err == nil {
-			err = validExecution(lim, x, p.Namespace)
-		}
-		if err == nil {
-			row.Params, err = encodeExecution(x)
-		}
-	default:
-		row.Target = TargetFlow
-		f := *p.Flow
-		f.Nodes = slices.Clone(f.Nodes)
-		for i := range f.Nodes {
-			if err = leases.EncodePayload(&f.Nodes[i].Params); err != nil {
-				break
-			}
-		}
-		if err == nil {
-			err = validFlow(lim, f, p.Namespace)
-		}
-		if err == nil {
-			row.Params, err = encodeFlow(f)
-		}
-	}
-	if err != nil {
+	if row.Target, row.Params, err = EncodeTarget(lim, p.Namespace, p.Execution, p.Flow, "a schedule", "tick"); err != nil {
 		return store.ScheduleRow{}, nil, err
 	}
 	return row, spec, nil
 }
 
-func validExecution(lim leases.Limits, p ffdtype.CreateParams, ns string) error {
+// EncodeTarget checks what one firing (a schedule's tick, a trigger's
+// event) creates, exactly one of exec and flow, in namespace ns, and
+// returns its target and stored params. who and each name the firer in
+// errors ("a schedule", "tick").
+func EncodeTarget(lim leases.Limits, ns string, exec *ffdtype.CreateParams, flow *ffdtype.SubmitFlowParams, who, each string) (string, json.RawMessage, error) {
+	switch {
+	case (exec == nil) == (flow == nil):
+		return "", nil, fault.Invalid(ffdtype.KindRequired, "target", "", "give an execution or a flow, not both")
+	case exec != nil:
+		x := *exec
+		err := leases.EncodePayload(&x)
+		if err == nil {
+			err = validExecution(lim, x, ns, who, each)
+		}
+		if err != nil {
+			return "", nil, err
+		}
+		params, err := encodeExecution(x)
+		return TargetExecution, params, err
+	default:
+		f := *flow
+		f.Nodes = slices.Clone(f.Nodes)
+		for i := range f.Nodes {
+			if err := leases.EncodePayload(&f.Nodes[i].Params); err != nil {
+				return "", nil, err
+			}
+		}
+		if err := validFlow(lim, f, ns, who, each); err != nil {
+			return "", nil, err
+		}
+		params, err := encodeFlow(f)
+		return TargetFlow, params, err
+	}
+}
+
+func validExecution(lim leases.Limits, p ffdtype.CreateParams, ns, who, each string) error {
 	if p.IdempotencyKey != "" {
-		return fault.Invalid(ffdtype.KindInvalidValue, "idempotency_key", p.IdempotencyKey, "a schedule keys each tick's execution itself")
+		return fault.Invalid(ffdtype.KindInvalidValue, "idempotency_key", p.IdempotencyKey, who+" keys each "+each+"'s execution itself")
 	}
 	if p.Debounce != nil {
-		return fault.Invalid(ffdtype.KindInvalidValue, "debounce.key", p.Debounce.Key, "a schedule creates one execution a tick: no debounce")
+		return fault.Invalid(ffdtype.KindInvalidValue, "debounce.key", p.Debounce.Key, who+" creates one execution a "+each+": no debounce")
 	}
 	p.Namespace = ns
 	_, err := leases.Normalize(p, leases.Placement{}, lim)
 	return err
 }
 
-func validFlow(lim leases.Limits, p ffdtype.SubmitFlowParams, ns string) error {
+func validFlow(lim leases.Limits, p ffdtype.SubmitFlowParams, ns, who, each string) error {
 	if p.Flow.ID != uuid.Nil {
-		return fault.Invalid(ffdtype.KindInvalidValue, "flow.id", p.Flow.ID.String(), "a schedule names each tick's flow itself")
+		return fault.Invalid(ffdtype.KindInvalidValue, "flow.id", p.Flow.ID.String(), who+" names each "+each+"'s flow itself")
 	}
 	p.Flow.Namespace = ns
 	return flows.Validate(p, lim)

@@ -1,0 +1,43 @@
+package daemon
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/trigger"
+)
+
+// eventBatch bounds the events one transaction fires.
+const eventBatch = 100
+
+// triggerer fires published events every ScheduleInterval: each starts
+// what its triggers ask for. Every daemon runs one; events are taken
+// with SKIP LOCKED, so each fires once.
+type triggerer struct {
+	runner
+	e *env
+}
+
+// Start fires at once and then every ScheduleInterval.
+func (t *triggerer) Start(ctx context.Context) error {
+	return t.start(ctx, every(t.e.cfg.ScheduleInterval, true, func(context.Context) { t.fire(t.e.work) }))
+}
+
+func (t *triggerer) fire(ctx context.Context) {
+	for {
+		res, err := trigger.Fire(ctx, t.e.cfg.Pool, leases.Limits{}, eventBatch, t.e.log)
+		if err != nil {
+			t.e.log.Warn("fire events; retrying next tick", zap.Error(err))
+			return
+		}
+		if res.Events > 0 {
+			t.e.m.eventsFired.Add(float64(res.Events))
+			t.e.log.Debug("events fired", zap.Int("events", res.Events), zap.Int("started", res.Started))
+		}
+		if res.Events < eventBatch {
+			return
+		}
+	}
+}

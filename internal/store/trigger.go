@@ -1,0 +1,193 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffd/ffdtype"
+	"github.com/flowfabric/ffd/internal/ident"
+)
+
+// TriggerRow is a stored trigger with its target's params (the schedules'
+// params format).
+type TriggerRow struct {
+	ffdtype.Trigger
+	Params json.RawMessage
+}
+
+const triggerColumns = `name, namespace, event, filter, target, params, paused, fired, created_at`
+
+func collectTriggers(rows pgx.Rows, err error) ([]*TriggerRow, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*TriggerRow, error) {
+		var t TriggerRow
+		err := row.Scan(&t.Name, &t.Namespace, &t.Event, &t.Filter, &t.Target, &t.Params, &t.Paused, &t.Fired, &t.CreatedAt)
+		return &t, err
+	})
+}
+
+// InsertTrigger stores a trigger; a name in use is IsTriggerTaken.
+func InsertTrigger(ctx context.Context, db DB, t TriggerRow) (*TriggerRow, error) {
+	var filter any
+	if t.Filter != nil {
+		filter = t.Filter
+	}
+	ts, err := collectTriggers(db.Query(ctx, `INSERT INTO ff_trigger (name, namespace, event, filter, target, params, paused)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+triggerColumns,
+		t.Name, t.Namespace, t.Event, filter, t.Target, t.Params, t.Paused))
+	if err != nil {
+		return nil, err
+	}
+	return ts[0], nil
+}
+
+// IsTriggerTaken reports an insert of a trigger whose name exists.
+func IsTriggerTaken(err error) bool { return refusedBy(err, "23505", "ff_trigger_pkey") }
+
+// ListTriggers reads every trigger, by name.
+func ListTriggers(ctx context.Context, db DB) ([]*TriggerRow, error) {
+	ts, err := collectTriggers(db.Query(ctx, `SELECT `+triggerColumns+` FROM ff_trigger ORDER BY name`))
+	return ts, wrap("list triggers", err)
+}
+
+// GetTrigger reads one trigger, or pgx.ErrNoRows.
+func GetTrigger(ctx context.Context, db DB, name string) (*TriggerRow, error) {
+	ts, err := collectTriggers(db.Query(ctx, `SELECT `+triggerColumns+` FROM ff_trigger WHERE name = $1`, name))
+	if err != nil {
+		return nil, wrap("read trigger "+name, err)
+	}
+	if len(ts) == 0 {
+		return nil, pgx.ErrNoRows
+	}
+	return ts[0], nil
+}
+
+// DeleteTrigger deletes a trigger; false when there was none.
+func DeleteTrigger(ctx context.Context, db DB, name string) (bool, error) {
+	tag, err := db.Exec(ctx, `DELETE FROM ff_trigger WHERE name = $1`, name)
+	return tag.RowsAffected() == 1, wrap("delete trigger "+name, err)
+}
+
+// EventPartition is the partition of the event key of name in namespace
+// (ff_key_partition of the namespace and "name/key", as
+// ff_publish_event places it).
+func EventPartition(namespace, name, key string) int16 {
+	return ident.KeyPartition(namespace, name+"/"+key)
+}
+
+const publishedColumns = `event_id, namespace, name, event_key, payload, published_at, fired_at, started, coalesce(error, '')`
+
+func scanPublished(row pgx.CollectableRow) (*ffdtype.Event, error) {
+	var e ffdtype.Event
+	var payload []byte
+	err := row.Scan(&e.ID, &e.Namespace, &e.Name, &e.Key, &payload, &e.PublishedAt, &e.FiredAt, &e.Started, &e.Error)
+	e.Payload = payload
+	return &e, err
+}
+
+// PublishEvent stores an event, or returns the one published under its
+// key before (existed).
+func PublishEvent(ctx context.Context, db DB, namespace, name, key string, payload []byte) (e *ffdtype.Event, existed bool, err error) {
+	p := EventPartition(namespace, name, key)
+	var body any
+	if len(payload) > 0 {
+		body = string(payload)
+	}
+	rows, err := db.Query(ctx, `INSERT INTO ff_event (partition_key, event_id, namespace, name, event_key, payload)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb)
+		ON CONFLICT (partition_key, namespace, name, event_key) DO NOTHING
+		RETURNING `+publishedColumns, p, ident.NewUUIDIn(p), namespace, name, key, body)
+	if err != nil {
+		return nil, false, wrap("publish event "+name, err)
+	}
+	es, err := pgx.CollectRows(rows, scanPublished)
+	if err != nil {
+		return nil, false, wrap("publish event "+name, err)
+	}
+	if len(es) == 1 {
+		return es[0], false, nil
+	}
+	rows, err = db.Query(ctx, `SELECT `+publishedColumns+` FROM ff_event
+		WHERE partition_key = $1 AND namespace = $2 AND name = $3 AND event_key = $4`, p, namespace, name, key)
+	if err == nil {
+		e, err = pgx.CollectExactlyOneRow(rows, scanPublished)
+	}
+	return e, true, wrap("read event "+name+" of key "+key, err)
+}
+
+// GetEvent reads one event by id, or pgx.ErrNoRows.
+func GetEvent(ctx context.Context, db DB, id uuid.UUID) (*ffdtype.Event, error) {
+	rows, err := db.Query(ctx, `SELECT `+publishedColumns+` FROM ff_event WHERE event_id = $1`, id)
+	if err != nil {
+		return nil, wrap("read event "+id.String(), err)
+	}
+	return pgx.CollectExactlyOneRow(rows, scanPublished)
+}
+
+// UnfiredEvent is an event the daemon has still to fire, locked.
+type UnfiredEvent struct {
+	Partition int16
+	ffdtype.Event
+}
+
+// LockUnfiredEvents locks up to limit events not fired yet, oldest
+// first, skipping those another daemon holds.
+func LockUnfiredEvents(ctx context.Context, tx pgx.Tx, limit int) ([]*UnfiredEvent, error) {
+	rows, err := tx.Query(ctx, `SELECT partition_key, `+publishedColumns+` FROM ff_event
+		WHERE fired_at IS NULL ORDER BY published_at LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+	if err != nil {
+		return nil, wrap("lock unfired events", err)
+	}
+	es, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*UnfiredEvent, error) {
+		var u UnfiredEvent
+		var payload []byte
+		err := row.Scan(&u.Partition, &u.ID, &u.Namespace, &u.Name, &u.Key, &payload, &u.PublishedAt, &u.FiredAt, &u.Started, &u.Error)
+		u.Payload = payload
+		return &u, err
+	})
+	return es, wrap("lock unfired events", err)
+}
+
+// MatchingTriggers reads the triggers an event fires: of its namespace
+// and name, not paused, whose filter its payload contains.
+func MatchingTriggers(ctx context.Context, db DB, e *UnfiredEvent) ([]*TriggerRow, error) {
+	var payload any
+	if len(e.Payload) > 0 {
+		payload = string(e.Payload)
+	}
+	ts, err := collectTriggers(db.Query(ctx, `SELECT `+triggerColumns+` FROM ff_trigger
+		WHERE namespace = $1 AND event = $2 AND NOT paused
+			AND (filter IS NULL OR coalesce($3::jsonb @> filter, false))
+		ORDER BY name`, e.Namespace, e.Name, payload))
+	return ts, wrap(fmt.Sprintf("read the triggers of event %s", e.Name), err)
+}
+
+// MarkFired records that an event's triggers fired: started is what they
+// started, failure why one failed ("": none); it counts what each
+// trigger started.
+func MarkFired(ctx context.Context, tx pgx.Tx, e *UnfiredEvent, started map[string]int, failure string) error {
+	total := 0
+	names, counts := make([]string, 0, len(started)), make([]int64, 0, len(started))
+	for n, c := range started {
+		total += c
+		names, counts = append(names, n), append(counts, int64(c))
+	}
+	b := &pgx.Batch{}
+	b.Queue(`UPDATE ff_event SET fired_at = $3, started = $4, error = nullif($5, '')
+		WHERE partition_key = $1 AND event_id = $2`, e.Partition, e.ID, time.Now(), total, failure)
+	if len(names) > 0 {
+		b.Queue(`UPDATE ff_trigger t SET fired = t.fired + c.n
+			FROM unnest($1::text[], $2::bigint[]) AS c(name, n) WHERE t.name = c.name`, names, counts)
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return wrap("mark event "+e.ID.String()+" fired", err)
+	}
+	return nil
+}

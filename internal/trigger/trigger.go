@@ -1,0 +1,190 @@
+package trigger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/flowfabric/ffd/ffdtype"
+	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/schedule"
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+// Params is a trigger to create: each event Event of Namespace whose
+// payload contains Filter creates Execution, or submits Flow (exactly
+// one of them).
+type Params struct {
+	Name      string
+	Namespace string // default leases.DefaultNamespace
+	Event     string
+	Filter    map[string]any
+	Paused    bool
+	Execution *ffdtype.CreateParams
+	Flow      *ffdtype.SubmitFlowParams
+}
+
+// Create checks a trigger, everything an event will start included, and
+// stores it. A name in use is a conflict carrying the existing trigger.
+func Create(ctx context.Context, db store.DB, lim leases.Limits, p Params) (*store.TriggerRow, error) {
+	if err := leases.ValidateName("name", p.Name); err != nil {
+		return nil, err
+	}
+	if err := leases.NormalizeNamespace(&p.Namespace); err != nil {
+		return nil, err
+	}
+	if err := leases.ValidateName("event", p.Event); err != nil {
+		return nil, err
+	}
+	if p.Filter != nil {
+		if _, err := json.Marshal(p.Filter); err != nil {
+			return nil, fault.Invalid(ffdtype.KindInvalidValue, "filter", fmt.Sprint(p.Filter), "a JSON object: "+err.Error())
+		}
+	}
+	row := store.TriggerRow{Trigger: ffdtype.Trigger{Name: p.Name, Namespace: p.Namespace, Event: p.Event, Filter: p.Filter, Paused: p.Paused}}
+	var err error
+	if row.Target, row.Params, err = schedule.EncodeTarget(lim, p.Namespace, p.Execution, p.Flow, "a trigger", "event"); err != nil {
+		return nil, err
+	}
+	t, err := store.InsertTrigger(ctx, db, row)
+	if store.IsTriggerTaken(err) {
+		existing, _ := store.GetTrigger(ctx, db, p.Name)
+		return nil, &ffdtype.ConflictError{Object: "trigger", ID: p.Name, Reason: "a trigger with this name exists; delete it first", Existing: existing}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create trigger %s: %w", p.Name, err)
+	}
+	return t, nil
+}
+
+// Delete deletes a trigger; events published after it start nothing of
+// it. A trigger that does not exist is a *NotFoundError.
+func Delete(ctx context.Context, db store.DB, name string) error {
+	ok, err := store.DeleteTrigger(ctx, db, name)
+	if err == nil && !ok {
+		return &ffdtype.NotFoundError{Object: "trigger", ID: name}
+	}
+	return err
+}
+
+// MaxEventKey bounds an event's key.
+const MaxEventKey = 512
+
+// Publication is an event to publish. An empty Key makes the event its own
+// (a fresh id); a Key published before in the namespace, under Name, is
+// that event.
+type Publication struct {
+	Namespace, Name, Key string
+	Payload              []byte // JSON, or empty
+}
+
+// Publish stores an event, or returns the event published under its key
+// before (existed).
+func Publish(ctx context.Context, db store.DB, lim leases.Limits, e Publication) (*ffdtype.Event, bool, error) {
+	if err := leases.NormalizeNamespace(&e.Namespace); err != nil {
+		return nil, false, err
+	}
+	if err := leases.ValidateName("event", e.Name); err != nil {
+		return nil, false, err
+	}
+	if e.Key == "" {
+		e.Key = uuid.NewString()
+	}
+	if err := leases.ValidateText("key", e.Key, MaxEventKey); err != nil {
+		return nil, false, err
+	}
+	if len(e.Payload) > 0 && !json.Valid(e.Payload) {
+		return nil, false, fault.Invalid(ffdtype.KindInvalidValue, "payload", fmt.Sprintf("%d bytes", len(e.Payload)), "an event's payload is JSON")
+	}
+	if err := lim.CheckPayload(len(e.Payload)); err != nil {
+		return nil, false, err
+	}
+	return store.PublishEvent(ctx, db, e.Namespace, e.Name, e.Key, e.Payload)
+}
+
+// flowIDSpace derives the flow id of a firing: the same (trigger, event)
+// always names the same flow.
+var flowIDSpace = uuid.MustParse("2d7c9a4e-51b6-4f0e-8e3a-6a1f0c9b7d25")
+
+// FlowID is the id of the flow trigger starts for event.
+func FlowID(trigger string, event uuid.UUID) uuid.UUID {
+	return uuid.NewSHA1(flowIDSpace, []byte(trigger+"@"+event.String()))
+}
+
+// Key is the idempotency key of the execution trigger starts for event.
+func Key(trigger string, event uuid.UUID) string { return "ffd-trigger:" + trigger + ":" + event.String() }
+
+// Result is what one Fire pass did.
+type Result struct {
+	Events  int // events fired
+	Started int // executions and flows they started
+}
+
+// Fire takes up to limit unfired events in one transaction, starts what
+// their triggers ask for, and marks each fired. A trigger that fails to
+// start an event's target (its template no longer valid, say) is logged
+// and its failure kept on the event; the event's other triggers fire.
+func Fire(ctx context.Context, db store.DB, lim leases.Limits, limit int, log *zap.Logger) (Result, error) {
+	var res Result
+	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
+		res = Result{}
+		events, err := store.LockUnfiredEvents(ctx, tx, limit)
+		if err != nil {
+			return err
+		}
+		for _, e := range events {
+			started, err := fireEvent(ctx, tx, lim, e, log)
+			if err != nil {
+				return err
+			}
+			res.Events++
+			res.Started += started
+		}
+		return nil
+	})
+	return res, err
+}
+
+// fireEvent starts what each trigger of e asks for, each in a savepoint,
+// and marks e fired.
+func fireEvent(ctx context.Context, tx pgx.Tx, lim leases.Limits, e *store.UnfiredEvent, log *zap.Logger) (int, error) {
+	triggers, err := store.MatchingTriggers(ctx, tx, e)
+	if err != nil {
+		return 0, err
+	}
+	started := map[string]int{}
+	var failures []error
+	for _, t := range triggers {
+		tags := map[string]any{"ffd_trigger": t.Name, "ffd_event": e.ID.String(), "ffd_event_key": e.Key}
+		var made bool
+		err := store.InTx(ctx, tx, func(sp pgx.Tx) (err error) {
+			made, err = schedule.Start(ctx, sp, lim, schedule.Firing{Namespace: t.Namespace, Target: t.Target,
+				Params: t.Params, Key: Key(t.Name, e.ID), FlowID: FlowID(t.Name, e.ID), Tags: tags})
+			return err
+		})
+		if err != nil {
+			log.Error("trigger failed to start its target for an event", zap.String("trigger", t.Name),
+				zap.String("event", e.Name), zap.String("event_id", e.ID.String()), zap.Error(err))
+			failures = append(failures, fmt.Errorf("trigger %s: %w", t.Name, err))
+			continue
+		}
+		if made {
+			started[t.Name]++
+		}
+	}
+	failure := ""
+	if err := errors.Join(failures...); err != nil {
+		failure = leases.CleanText(err.Error(), 4096)
+	}
+	n := 0
+	for _, c := range started {
+		n += c
+	}
+	return n, store.MarkFired(ctx, tx, e, started, failure)
+}
