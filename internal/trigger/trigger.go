@@ -118,7 +118,9 @@ func FlowID(trigger string, event uuid.UUID) uuid.UUID {
 }
 
 // Key is the idempotency key of the execution trigger starts for event.
-func Key(trigger string, event uuid.UUID) string { return "ffd-trigger:" + trigger + ":" + event.String() }
+func Key(trigger string, event uuid.UUID) string {
+	return "ffd-trigger:" + trigger + ":" + event.String()
+}
 
 // Result is what one Fire pass did.
 type Result struct {
