@@ -172,7 +172,7 @@ func (m *Metrics) sampledMetrics(mk metricMaker) {
 	m.statsRefreshed = mk.counter("ffd_statistics_refreshed_total",
 		"Tables this daemon analyzed because their planner statistics said they held under a quarter of their rows.")
 	m.retentionDeleted = mk.counterVec("ffd_retention_deleted_total",
-		"Finished solo executions and finished flows (each with its members, edges and groups) deleted by retention, by kind.",
+		"Finished solo executions, finished flows (each with its members, edges and groups) and fired events deleted by retention, by kind.",
 		"kind")
 }
 
@@ -199,7 +199,7 @@ func (m *Metrics) zeroLabels() {
 		{m.sweepErrors, [][]string{{stepDispatch}, {stepCancelSiblings}, {stepLapsedLeases}, {stepDeadlines}, {stepDueLanes}, {stepSignals}, {stepIdleKeys}}},
 		{m.droppedHints, [][]string{{"timeout"}}},
 		{m.outboxDeleted, [][]string{{"completion"}, {"lease"}}},
-		{m.retentionDeleted, [][]string{{"execution"}, {"flow"}}},
+		{m.retentionDeleted, [][]string{{"execution"}, {"flow"}, {"event"}}},
 	} {
 		for _, l := range v.labels {
 			v.vec.WithLabelValues(l...)

@@ -36,6 +36,7 @@ func (r *retainer) retain(ctx context.Context) {
 	}
 	r.retainFinished(ctx)
 	r.forgetClosedDebounces(ctx)
+	r.deleteFiredEvents(ctx)
 	idle, err := store.IdleConsumers(ctx, cfg.Pool, cfg.ConsumerIdleLimit)
 	if err != nil {
 		log.Warn("read idle consumers", zap.Error(err))
@@ -95,5 +96,19 @@ func (r *retainer) forgetClosedDebounces(ctx context.Context) {
 	}
 	if n > 0 {
 		r.e.log.Debug("forgot closed debounce windows", zap.Int("deleted", n))
+	}
+}
+
+// deleteFiredEvents deletes events fired longer ago than the execution
+// retention: what they started is kept (or deleted) on its own terms.
+func (r *retainer) deleteFiredEvents(ctx context.Context) {
+	n, err := store.DeleteFiredEvents(ctx, r.e.cfg.Pool, r.e.cfg.ExecutionRetention)
+	if err != nil {
+		r.e.log.Error("delete fired events", zap.Error(err))
+		return
+	}
+	if n > 0 {
+		r.e.m.retentionDeleted.WithLabelValues("event").Add(float64(n))
+		r.e.log.Info("retention deleted fired events", zap.Int("deleted", n))
 	}
 }

@@ -230,3 +230,29 @@ func TestRetentionDeletesFinishedFlows(t *testing.T) {
 		}
 	}
 }
+
+// Fired events go once fired longer ago than the age, which frees their
+// keys; unfired ones stay however old.
+func TestRetentionOfFiredEvents(t *testing.T) {
+	t.Parallel()
+	f := retention{testdb.Checked(t, 2*time.Minute)}
+	old, _, err := store.PublishEvent(f.Ctx, f.Pool, "default", "e", "old", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unfired, _, err := store.PublishEvent(f.Ctx, f.Pool, "default", "e", "unfired", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Exec(`UPDATE ff_event SET published_at = now() - interval '40 days' WHERE event_id = ANY($1)`, []uuid.UUID{old.ID, unfired.ID})
+	f.Exec(`UPDATE ff_event SET fired_at = now() - interval '40 days' WHERE event_id = $1`, old.ID)
+	if n, err := store.DeleteFiredEvents(f.Ctx, f.Pool, 30*day); err != nil || n != 1 {
+		t.Fatalf("delete fired events: %d, %v; want the old fired one", n, err)
+	}
+	if _, existed, err := store.PublishEvent(f.Ctx, f.Pool, "default", "e", "old", nil); err != nil || existed {
+		t.Fatalf("publish the deleted event's key again: existed %v, %v; want a new event", existed, err)
+	}
+	if _, existed, err := store.PublishEvent(f.Ctx, f.Pool, "default", "e", "unfired", nil); err != nil || !existed {
+		t.Fatalf("publish the unfired event's key again: existed %v, %v; want the kept one", existed, err)
+	}
+}

@@ -191,3 +191,22 @@ func MarkFired(ctx context.Context, tx pgx.Tx, e *UnfiredEvent, started map[stri
 	}
 	return nil
 }
+
+// DeleteFiredEvents deletes the events fired longer ago than age, which
+// frees their keys: a key publishes once for as long as its event is
+// kept. The cutoff is read from the database's clock and passed in (a
+// distributed Postgres evaluates no now() in a multi-shard delete's test).
+func DeleteFiredEvents(ctx context.Context, db DB, age time.Duration) (int, error) {
+	if age <= 0 {
+		return 0, nil
+	}
+	now, err := Now(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	tag, err := db.Exec(ctx, `DELETE FROM ff_event WHERE fired_at < $1`, now.Add(-age))
+	if err != nil {
+		return 0, wrap("delete fired events", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
