@@ -51,7 +51,7 @@ func TestFreshDaemonExposesEveryDocumentedMetric(t *testing.T) {
 	for name, want := range map[string]int{
 		"ffd_dispatch_takes_total": 2, "ffd_edges_resolved_total": 3, "ffd_group_decisions_total": 2,
 		"ffd_leases_expired_total": 4, "ffd_lease_timers_total": 1, "ffd_sweep_found_total": 5,
-		"ffd_dropped_hints_total": 1, "ffd_outbox_deleted_total": 2, "ffd_retention_deleted_total": 2,
+		"ffd_dropped_hints_total": 1, "ffd_outbox_deleted_total": 2, "ffd_retention_deleted_total": 3,
 	} {
 		if exposed[name] != want {
 			t.Errorf("%s: %d series at start, want %d (one per label value)", name, exposed[name], want)
