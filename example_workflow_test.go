@@ -75,6 +75,7 @@ func ExampleClient_WaitFlow() {
 	}
 	fmt.Println(out.Flow.State, string(out.Steps["report"].Result))
 	// --8<--
+
 	// Output: completed "oslo 4, lima 5"
 }
 
@@ -203,4 +204,51 @@ func ExampleSleep() {
 	}
 	fmt.Println(x.State, string(x.Result))
 	// Output: completed reminded after 1 sleep
+}
+
+// Start a flow when an event happens: a trigger names the event and the
+// flow; each event starts it once, however often it is published.
+func ExampleClient_CreateTrigger() {
+	kinds := ffd.NewKinds()
+	ffd.Handle(kinds, "welcome", func(_ context.Context, _ *ffd.Job, in struct{ User string }) (string, error) {
+		return "welcome, " + in.User, nil
+	})
+	client, stop := engine([]string{"signups"}, kinds)
+	defer stop()
+
+	// --8<-- trigger
+	ctx := context.Background()
+	_, err := client.CreateTrigger(ctx, ffd.TriggerParams{
+		Name:  "welcome-new-users",
+		Event: "user.signed_up",
+		Flow: &ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{
+			{Ref: "welcome", Params: ffd.CreateParams{Lane: "signups", Kind: "welcome"}},
+		}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	// The event's payload is the payload of each step that has none of its
+	// own; its key makes it once: the second publication is the first event.
+	first, err := client.PublishEvent(ctx, ffd.PublishParams{Name: "user.signed_up", Key: "user-42", JSON: map[string]string{"User": "ada"}})
+	if err != nil {
+		panic(err)
+	}
+	again, err := client.PublishEvent(ctx, ffd.PublishParams{Name: "user.signed_up", Key: "user-42", JSON: map[string]string{"User": "ada"}})
+	if err != nil {
+		panic(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := client.WaitEvent(waitCtx, first.Event.ID); err != nil { // fired: its flow exists
+		panic(err)
+	}
+	out, err := client.WaitFlow(waitCtx, ffd.TriggerFlowID("welcome-new-users", first.Event.ID))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(again.Existed, out.Flow.State, string(out.Steps["welcome"].Result))
+	// --8<--
+
+	// Output: true completed "welcome, ada"
 }

@@ -3,6 +3,8 @@ package ffd
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -119,6 +121,25 @@ func (c *Client) publish(ctx context.Context, db store.DB, p PublishParams) (*Pu
 		return nil, err
 	}
 	return &Published{Event: e, Existed: existed}, nil
+}
+
+// WaitEvent waits until a published event has been fired (its triggers
+// started what they start: TriggerFlowID names a flow one started) and
+// returns it; ctx bounds the wait. An unknown id is a *NotFoundError.
+func (c *Client) WaitEvent(ctx context.Context, id uuid.UUID) (*Event, error) {
+	tick := time.NewTicker(min(c.cfg.WaitPollInterval, 50*time.Millisecond))
+	defer tick.Stop()
+	for {
+		e, err := c.GetEvent(ctx, id)
+		if err != nil || e.FiredAt != nil {
+			return e, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for event %s to fire: %w", id, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // GetEvent reads a published event: whether it was fired, and what its

@@ -2,6 +2,7 @@ package ffd_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -108,6 +109,20 @@ func TestEventTriggersStartOnce(t *testing.T) {
 		e, err := f.client.GetEvent(f.Ctx, id)
 		if want := 1 + map[bool]int{true: 1}[i%10 == 0]; err != nil || e.FiredAt == nil || e.Started != want || e.Error != "" {
 			t.Fatalf("event %d: %+v, %v; want fired, %d started", i, e, err, want)
+		}
+	}
+	// The event's payload is each step's (their templates have none).
+	page, err := f.client.List(f.Ctx, ffd.ListParams{FlowID: ptr(ffd.TriggerFlowID("order-flow", uuid.MustParse(ids[10])))})
+	if err != nil || len(page.Executions) != 2 {
+		t.Fatalf("the steps of event 10's flow: %v, %v", page, err)
+	}
+	for _, x := range page.Executions {
+		var in struct {
+			I   int
+			VIP bool
+		}
+		if err := json.Unmarshal(x.Payload, &in); err != nil || in.I != 10 || !in.VIP {
+			t.Fatalf("step %s of event 10's flow has payload %s; want the event's", x.Step, x.Payload)
 		}
 	}
 	ts, err := f.client.ListTriggers(f.Ctx)
@@ -225,3 +240,5 @@ func TestKeyPartitionInSQL(t *testing.T) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -101,12 +102,15 @@ func fireTick(ctx context.Context, tx pgx.Tx, lim leases.Limits, s *store.Schedu
 
 // Firing is one firing of a stored target: the execution it creates is
 // keyed Key, the flow it submits has id FlowID; both carry Tags too.
+// Payload, when set, is the payload of the execution, or of each step,
+// whose template has none (an event's).
 type Firing struct {
 	Namespace, Target string
 	Params            json.RawMessage
 	Key               string
 	FlowID            uuid.UUID
 	Tags              map[string]any
+	Payload           []byte
 }
 
 // Start creates what a firing asks for; false when it already exists
@@ -121,6 +125,9 @@ func Start(ctx context.Context, tx pgx.Tx, lim leases.Limits, f Firing) (bool, e
 	case ep != nil:
 		p := *ep
 		p.Namespace, p.IdempotencyKey, p.Tags = f.Namespace, f.Key, merge(p.Tags, f.Tags)
+		if len(p.Payload) == 0 {
+			p.Payload = f.Payload
+		}
 		// The payload was accepted when the target was stored, by a
 		// client whose limit may be larger than the daemon's.
 		n, err := leases.Normalize(p, leases.Placement{}, lim.AtLeast(len(p.Payload)))
@@ -132,6 +139,14 @@ func Start(ctx context.Context, tx pgx.Tx, lim leases.Limits, f Firing) (bool, e
 	default:
 		p := *fp
 		p.Flow.ID, p.Flow.Namespace, p.Flow.Tags = f.FlowID, f.Namespace, merge(p.Flow.Tags, f.Tags)
+		if len(f.Payload) > 0 {
+			p.Nodes = slices.Clone(p.Nodes)
+			for i := range p.Nodes {
+				if len(p.Nodes[i].Params.Payload) == 0 {
+					p.Nodes[i].Params.Payload = f.Payload
+				}
+			}
+		}
 		_, err := flows.Submit(ctx, tx, lim.AtLeast(flows.MaxPayload(p)), p)
 		var ce *ffdtype.ConflictError
 		if errors.As(err, &ce) && ce.Object == "flow" {

@@ -167,7 +167,7 @@ func fireEvent(ctx context.Context, tx pgx.Tx, lim leases.Limits, e *store.Unfir
 		var made bool
 		err := store.InTx(ctx, tx, func(sp pgx.Tx) (err error) {
 			made, err = schedule.Start(ctx, sp, lim, schedule.Firing{Namespace: t.Namespace, Target: t.Target,
-				Params: t.Params, Key: Key(t.Name, e.ID), FlowID: FlowID(t.Name, e.ID), Tags: tags})
+				Params: t.Params, Key: Key(t.Name, e.ID), FlowID: FlowID(t.Name, e.ID), Tags: tags, Payload: e.Payload})
 			return err
 		})
 		if err != nil {
