@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -278,5 +280,56 @@ func TestBatchHandlerOnCitus(t *testing.T) {
 	defer mu.Unlock()
 	if slices.Max(sizes) > 10 {
 		t.Fatalf("batches of %v; want at most 10", sizes)
+	}
+}
+
+// Events on Citus: published from Go and from SQL, each twice, fired by
+// a daemon: each starts its trigger's flow once, with its derived id, and
+// a filtered trigger's execution only when its filter matches.
+func TestEventTriggersOnCitus(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	lane, event := f.lane("events"), f.prefix+".placed"
+	flow := ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "a", Params: ffd.CreateParams{Lane: lane}}}}
+	if _, err := f.client.CreateTrigger(f.ctx, ffd.TriggerParams{Name: f.prefix + ".flow", Event: event, Flow: &flow}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.CreateTrigger(f.ctx, ffd.TriggerParams{Name: f.prefix + ".vip", Event: event,
+		Filter: map[string]any{"vip": true}, Execution: &ffd.CreateParams{Lane: lane, Kind: "vip"}}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	ids := make([]string, n)
+	for round := range 2 {
+		for i := range n {
+			key, payload := fmt.Sprint("k", i), fmt.Sprintf(`{"i": %d, "vip": %v}`, i, i%10 == 0)
+			var id string
+			if (i+round)%2 == 0 {
+				p, err := f.client.PublishEvent(f.ctx, ffd.PublishParams{Name: event, Key: key, Payload: []byte(payload)})
+				if err != nil {
+					t.Fatalf("publish %d: %v", i, err)
+				}
+				id = p.Event.ID.String()
+			} else if err := f.pool.QueryRow(f.ctx, `SELECT ff_publish_event('default', $1, $2, $3::jsonb)::text`, event, key, payload).Scan(&id); err != nil {
+				t.Fatalf("publish %d from SQL: %v", i, err)
+			}
+			if round == 1 && id != ids[i] {
+				t.Fatalf("event %d published again: %s, want %s", i, id, ids[i])
+			}
+			ids[i] = id
+		}
+	}
+	f.daemon(t)
+	f.waitCount(t, "100 events fired", n, `SELECT count(*) FROM ff_event WHERE name = $1 AND fired_at IS NOT NULL`, event)
+	if c, err := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND kind = 'vip'`, lane); err != nil || c != n/10 {
+		t.Fatalf("%d executions of the filtered trigger, %v; want %d", c, err, n/10)
+	}
+	if c, err := f.count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND flow_id IS NOT NULL`, lane); err != nil || c != n {
+		t.Fatalf("%d flow members, %v; want one flow of one step per event: %d", c, err, n)
+	}
+	for _, i := range []int{0, 57, 99} {
+		if _, err := f.client.DescribeFlow(f.ctx, ffd.TriggerFlowID(f.prefix+".flow", uuid.MustParse(ids[i]))); err != nil {
+			t.Fatalf("the flow of event %d: %v", i, err)
+		}
 	}
 }

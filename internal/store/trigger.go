@@ -137,11 +137,52 @@ type UnfiredEvent struct {
 	ffdtype.Event
 }
 
+// lockUnfiredSQL locks up to $1 events not fired yet, oldest first,
+// skipping those another daemon holds; routed, of partition $2 only (a
+// distributed Postgres locks rows of one shard at a time).
+var lockUnfiredSQL = [2]string{lockUnfiredStatement(false), lockUnfiredStatement(true)}
+
+func lockUnfiredStatement(routed bool) string {
+	return `SELECT e.partition_key, ` + publishedColumns + ` FROM ff_event e
+		WHERE e.fired_at IS NULL` + narrowTo(routed, "$2")("e") + `
+		ORDER BY e.published_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED`
+}
+
 // LockUnfiredEvents locks up to limit events not fired yet, oldest
-// first, skipping those another daemon holds.
+// first, skipping those another daemon holds. On a distributed Postgres
+// it locks them partition by partition, the partitions that hold unfired
+// events in order, until it has limit.
 func LockUnfiredEvents(ctx context.Context, tx pgx.Tx, limit int) ([]*UnfiredEvent, error) {
-	rows, err := tx.Query(ctx, `SELECT partition_key, `+publishedColumns+` FROM ff_event
-		WHERE fired_at IS NULL ORDER BY published_at LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+	dist, err := Distributed(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	if !dist {
+		return lockUnfired(ctx, tx, lockUnfiredSQL[0], limit)
+	}
+	rows, err := tx.Query(ctx, `SELECT DISTINCT partition_key FROM ff_event WHERE fired_at IS NULL ORDER BY 1`)
+	if err != nil {
+		return nil, wrap("find unfired events", err)
+	}
+	parts, err := pgx.CollectRows(rows, pgx.RowTo[int16])
+	if err != nil {
+		return nil, wrap("find unfired events", err)
+	}
+	var out []*UnfiredEvent
+	for _, p := range parts {
+		es, err := lockUnfired(ctx, tx, lockUnfiredSQL[1], limit-len(out), p)
+		if err != nil {
+			return nil, err
+		}
+		if out = append(out, es...); len(out) >= limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+func lockUnfired(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]*UnfiredEvent, error) {
+	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, wrap("lock unfired events", err)
 	}
