@@ -79,6 +79,7 @@ type CLI struct {
 	Dead     DeadCmd     `cmd:"" help:"List dead letters and rerun them in bulk."`
 	Events   EventsCmd   `cmd:"" help:"Read the outbox: tail events, manage consumers and WAL slots."`
 	Schedule ScheduleCmd `cmd:"" help:"Create, list, pause, resume and delete schedules."`
+	Trigger  TriggerCmd  `cmd:"" help:"Start executions or flows from published events: triggers, and events to publish."`
 	Lane     LaneCmd     `cmd:"" help:"Pause, resume and cap lanes."`
 	Console  ConsoleCmd  `cmd:"" help:"Serve the web console: flows as live graphs, executions, lanes, consumers."`
 	Dev      DevCmd      `cmd:"" help:"Run a private PostgreSQL and the daemon for development until interrupted."`
