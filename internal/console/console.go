@@ -104,6 +104,7 @@ func New(cfg Config) (*Console, error) {
 	c.mux.HandleFunc("GET /lanes/{lane}/keys", c.laneKeys)
 	c.mux.HandleFunc("GET /consumers", c.consumers)
 	c.mux.HandleFunc("GET /dead", c.dead)
+	c.mux.HandleFunc("GET /triggers", c.triggers)
 	return c, nil
 }
 
@@ -624,6 +625,43 @@ func (c *Console) schedules(w http.ResponseWriter, r *http.Request) {
 		page
 		Schedules []*store.ScheduleRow
 	}{c.page(w, r, "Schedules"), ss})
+}
+
+// triggers lists the triggers and the events still to fire, oldest
+// first.
+func (c *Console) triggers(w http.ResponseWriter, r *http.Request) {
+	ts, err := store.ListTriggers(r.Context(), c.pool)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	const countCap = 100000
+	es, n, err := store.UnfiredEvents(r.Context(), c.pool, pageSize, countCap)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	rows := make([]triggerRow, len(ts))
+	for i, t := range ts {
+		rows[i] = triggerRow{TriggerRow: t, Filter: "-"}
+		if t.Filter != nil {
+			b, _ := json.Marshal(t.Filter)
+			rows[i].Filter = string(b)
+		}
+	}
+	c.render(w, r, "triggers", struct {
+		page
+		Triggers []triggerRow
+		Unfired  []*ffdtype.Event
+		Waiting  int
+		AtCap    bool
+	}{c.page(w, r, "Triggers"), rows, es, n, n >= countCap})
+}
+
+// triggerRow is a trigger as the triggers page shows it.
+type triggerRow struct {
+	*store.TriggerRow
+	Filter string
 }
 
 // isID says whether s is an execution id or a bare uuid.

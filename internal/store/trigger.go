@@ -251,3 +251,19 @@ func DeleteFiredEvents(ctx context.Context, db DB, age time.Duration) (int, erro
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// UnfiredEvents reads up to limit events not fired yet, oldest first
+// (ff_event_unfired), and how many there are, counted up to countCap.
+func UnfiredEvents(ctx context.Context, db DB, limit, countCap int) ([]*ffdtype.Event, int, error) {
+	rows, err := db.Query(ctx, `SELECT `+publishedColumns+` FROM ff_event WHERE fired_at IS NULL ORDER BY published_at LIMIT $1`, limit)
+	if err != nil {
+		return nil, 0, wrap("list unfired events", err)
+	}
+	es, err := pgx.CollectRows(rows, scanPublished)
+	if err != nil {
+		return nil, 0, wrap("list unfired events", err)
+	}
+	var n int
+	err = db.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM ff_event WHERE fired_at IS NULL LIMIT $1) x`, countCap).Scan(&n)
+	return es, n, wrap("count unfired events", err)
+}
