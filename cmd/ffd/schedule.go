@@ -38,23 +38,9 @@ type ScheduleCreateCmd struct {
 // Run creates the schedule.
 func (c *ScheduleCreateCmd) Run(ctx context.Context, g *Globals) error {
 	p := ffd.ScheduleParams{Name: c.Name, Namespace: c.Namespace, Cron: c.Cron, Timezone: c.Timezone, Missed: ffd.MissedPolicy(c.Missed), Paused: c.Paused}
-	switch {
-	case (c.Lane == "") == (c.FlowFile == ""):
-		return badArg("give --lane (an execution per tick) or --flow-file (a flow per tick), not both")
-	case c.FlowFile != "":
-		b, err := os.ReadFile(c.FlowFile)
-		if err != nil {
-			return err
-		}
-		if p.Flow, err = decodeFlowFile(c.FlowFile, b); err != nil {
-			return err
-		}
-	default:
-		if c.Payload != "" && !json.Valid([]byte(c.Payload)) {
-			var v any
-			return badArg("--payload is not valid JSON: %s", jsonErrorAt([]byte(c.Payload), json.Unmarshal([]byte(c.Payload), &v)))
-		}
-		p.Execution = &ffd.CreateParams{Lane: c.Lane, Kind: c.Kind, Payload: []byte(c.Payload)}
+	var err error
+	if p.Execution, p.Flow, err = targetFlags(c.Lane, c.Kind, c.Payload, c.FlowFile, "tick"); err != nil {
+		return err
 	}
 	client, err := g.client(ctx)
 	if err != nil {
@@ -151,4 +137,34 @@ func (c *ScheduleDeleteCmd) Run(ctx context.Context, g *Globals) error {
 func scheduleJSON(s *ffd.Schedule) map[string]any {
 	return map[string]any{"name": s.Name, "namespace": s.Namespace, "cron": s.Cron, "timezone": s.Timezone, "target": s.Target,
 		"missed": s.Missed, "paused": s.Paused, "next_run_at": s.NextRunAt, "last_run_at": s.LastRunAt, "fired": s.Fired, "created_at": s.CreatedAt}
+}
+
+// targetFlags reads what a firing (a schedule's tick, a trigger's event)
+// starts from the flags: an execution in lane (of kind, with payload),
+// or the flow of flowFile; exactly one.
+func targetFlags(lane, kind, payload, flowFile, each string) (*ffd.CreateParams, *ffd.SubmitFlowParams, error) {
+	switch {
+	case (lane == "") == (flowFile == ""):
+		return nil, nil, badArg("give --lane (an execution per %s) or --flow-file (a flow per %s), not both", each, each)
+	case flowFile != "":
+		b, err := os.ReadFile(flowFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		flow, err := decodeFlowFile(flowFile, b)
+		return nil, flow, err
+	}
+	if err := jsonFlag("--payload", payload); err != nil {
+		return nil, nil, err
+	}
+	return &ffd.CreateParams{Lane: lane, Kind: kind, Payload: []byte(payload)}, nil, nil
+}
+
+// jsonFlag refuses a flag's value that is set and not JSON, saying where.
+func jsonFlag(flag, v string) error {
+	if v == "" || json.Valid([]byte(v)) {
+		return nil
+	}
+	var x any
+	return badArg("%s is not valid JSON: %s", flag, jsonErrorAt([]byte(v), json.Unmarshal([]byte(v), &x)))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"text/tabwriter"
 
 	"github.com/google/uuid"
@@ -43,19 +42,9 @@ func (c *TriggerCreateCmd) Run(ctx context.Context, g *Globals) error {
 			return badArg("--filter is not a JSON object: %s", c.Filter)
 		}
 	}
-	switch {
-	case (c.Lane == "") == (c.FlowFile == ""):
-		return badArg("give --lane (an execution per event) or --flow-file (a flow per event), not both")
-	case c.FlowFile != "":
-		b, err := os.ReadFile(c.FlowFile)
-		if err != nil {
-			return err
-		}
-		if p.Flow, err = decodeFlowFile(c.FlowFile, b); err != nil {
-			return err
-		}
-	default:
-		p.Execution = &ffd.CreateParams{Lane: c.Lane, Kind: c.Kind}
+	var err error
+	if p.Execution, p.Flow, err = targetFlags(c.Lane, c.Kind, "", c.FlowFile, "event"); err != nil {
+		return err
 	}
 	client, err := g.client(ctx)
 	if err != nil {
@@ -130,9 +119,8 @@ type TriggerPublishCmd struct {
 
 // Run publishes the event and prints its id.
 func (c *TriggerPublishCmd) Run(ctx context.Context, g *Globals) error {
-	if c.Payload != "" && !json.Valid([]byte(c.Payload)) {
-		var v any
-		return badArg("--payload is not valid JSON: %s", jsonErrorAt([]byte(c.Payload), json.Unmarshal([]byte(c.Payload), &v)))
+	if err := jsonFlag("--payload", c.Payload); err != nil {
+		return err
 	}
 	client, err := g.client(ctx)
 	if err != nil {
