@@ -242,3 +242,37 @@ func TestKeyPartitionInSQL(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A trigger whose target cannot start for an event (here: it gives a key
+// a limit of 2, and the key was made strict since) leaves its failure on
+// the event, which is fired all the same; the event's other trigger
+// starts its target.
+func TestEventTriggerFailureIsKept(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if _, err := f.client.CreateTrigger(f.Ctx, ffd.TriggerParams{Name: "limited", Event: "e",
+		Execution: &ffd.CreateParams{Lane: "l", ConcurrencyKey: "k", ConcurrencyLimit: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.CreateTrigger(f.Ctx, ffd.TriggerParams{Name: "plain", Event: "e", Execution: &ffd.CreateParams{Lane: "m"}}); err != nil {
+		t.Fatal(err)
+	}
+	strict := ffd.OrderStrict
+	if _, err := f.client.SetKey(f.Ctx, "l", "k", ffd.KeyParams{Order: &strict}, ffd.NewLane()); err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.client.PublishEvent(f.Ctx, ffd.PublishParams{Name: "e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.startDaemon()
+	ctx, cancel := context.WithTimeout(f.Ctx, 2*time.Minute)
+	defer cancel()
+	e, err := f.client.WaitEvent(ctx, p.Event.ID)
+	if err != nil || e.Started != 1 || !strings.Contains(e.Error, "trigger limited") || !strings.Contains(e.Error, "strict order") {
+		t.Fatalf("the event: %+v, %v; want fired, 1 started, the failure of trigger limited kept", e, err)
+	}
+	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE lane = 'm'`); n != 1 {
+		t.Fatalf("%d executions of the plain trigger, want 1", n)
+	}
+}
