@@ -309,6 +309,23 @@ func TestClaimerFillsFreeSlotsAndStops(t *testing.T) {
 	if err := p.claims.Stop(p.ctx); err != nil {
 		t.Fatalf("claim loop Stop: %v", err)
 	}
+	// A claim cut short by Stop may still run on the server: its
+	// pipeline was sent whole, and the server finds its client gone only
+	// when it answers. Its last statement would see a row created now.
+	// So wait until no statement of the database but this wait's runs.
+	for wait := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		var busy int
+		if err := p.client.pool.QueryRow(p.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND state NOT IN ('idle')`).Scan(&busy); err != nil {
+			t.Fatal(err)
+		}
+		if busy == 0 {
+			break
+		}
+		if time.Now().After(wait) {
+			t.Fatalf("%d statements still running a minute (the budget) after the claim loop stopped", busy)
+		}
+	}
 	late := p.create(1)[0]
 	time.Sleep(200 * time.Millisecond) // four poll intervals
 	x, err := p.client.Get(p.ctx, late)
