@@ -69,7 +69,10 @@ $$;
 -- transaction: it fires once the transaction commits, not if it rolls
 -- back. A key already published in the namespace under this name
 -- publishes nothing. It returns the event's id, the first publication's
--- when the key was taken.
+-- when the key was taken. It sends no notification (no function of the
+-- schema does: on a distributed Postgres a function may run where nobody
+-- listens): the caller adds SELECT pg_notify('ff_event', '') to have the
+-- daemons fire it at its commit, or they fire it within a second.
 CREATE OR REPLACE FUNCTION ff_publish_event(namespace text, name text, event_key text, payload jsonb DEFAULT NULL)
 RETURNS uuid LANGUAGE plpgsql AS $$
 #variable_conflict use_column

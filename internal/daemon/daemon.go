@@ -280,7 +280,7 @@ func New(cfg Config) (*Daemon, error) {
 		l, err := listener.New(listener.Config{
 			ConnConfig:      cfg.ListenConnConfig,
 			ApplicationName: ListenApplicationName,
-			Topics:          []listener.Topic{listener.Completion, listener.Lease},
+			Topics:          []listener.Topic{listener.Completion, listener.Lease, listener.Event},
 			Handle:          e.fanout.Handle,
 			OnConnect: func(ctx context.Context, reconnect bool) {
 				if reconnect {

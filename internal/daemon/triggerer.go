@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -12,17 +13,30 @@ import (
 // eventBatch bounds the events one transaction fires.
 const eventBatch = 100
 
-// triggerer fires published events every ScheduleInterval: each starts
-// what its triggers ask for. Every daemon runs one; events are taken
-// with SKIP LOCKED, so each fires once.
+// triggerer fires published events as their notifications (ff_event)
+// come, and every ScheduleInterval for any a lost notification left:
+// each starts what its triggers ask for. Every daemon runs one; events
+// are taken with SKIP LOCKED, so each fires once.
 type triggerer struct {
 	runner
 	e *env
 }
 
-// Start fires at once and then every ScheduleInterval.
+// Start fires at once, then on each nudge and every ScheduleInterval.
 func (t *triggerer) Start(ctx context.Context) error {
-	return t.start(ctx, every(t.e.cfg.ScheduleInterval, true, func(context.Context) { t.fire(t.e.work) }))
+	return t.start(ctx, func(ctx context.Context) {
+		tick := time.NewTicker(t.e.cfg.ScheduleInterval)
+		defer tick.Stop()
+		for {
+			t.fire(t.e.work)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			case <-t.e.fanout.Events():
+			}
+		}
+	})
 }
 
 func (t *triggerer) fire(ctx context.Context) {

@@ -26,6 +26,7 @@ type Fanout struct {
 	dueAt    chan time.Time
 	siblings chan struct{}
 	sweepNow chan bool
+	events   chan struct{}
 	onDrop   func(queue string)
 }
 
@@ -45,6 +46,7 @@ func NewFanout(size int, onDrop func(queue string)) *Fanout {
 		dueAt:    make(chan time.Time, size),
 		siblings: make(chan struct{}, 1),
 		sweepNow: make(chan bool, 1),
+		events:   make(chan struct{}, 1),
 		onDrop:   onDrop,
 	}
 }
@@ -106,6 +108,10 @@ func (f *Fanout) signal() {
 // worker.
 func (f *Fanout) DueAt() <-chan time.Time { return f.dueAt }
 
+// Events carries a nudge when events were published, for the daemon's
+// triggerer.
+func (f *Fanout) Events() <-chan struct{} { return f.events }
+
 // Siblings carries nudges for the sibling-cancel pool.
 func (f *Fanout) Siblings() <-chan struct{} { return f.siblings }
 
@@ -122,6 +128,11 @@ func (f *Fanout) Handle(n Notification) {
 		// Empty: events born dispatched, nothing for the daemon.
 		if parts, ok := store.ParsePartitions(n.Payload); ok {
 			f.MarkPartitions(parts)
+		}
+	case Event:
+		select {
+		case f.events <- struct{}{}:
+		default: // a nudge is pending: it covers this event too
 		}
 	case Lease:
 		// Partitions of lease events are for outbox consumers; the timeout

@@ -46,6 +46,8 @@ const (
 	Ready Topic = store.ChannelReady
 	// Revoke carries "partition:uuid:epoch" of a lease taken away.
 	Revoke Topic = store.ChannelRevoke
+	// Event says an event was published.
+	Event Topic = store.ChannelEvent
 )
 
 // Notification is one notification on a topic.

@@ -77,6 +77,9 @@ const (
 	// lease taken away (cancel, revoke, expiry); epoch 0 is whichever
 	// attempt runs.
 	ChannelRevoke = "ff_revoke"
+	// ChannelEvent carries nothing: an event was published
+	// (docs/workflows.md, "Flows started by events").
+	ChannelEvent = "ff_event"
 )
 
 // DuePrefix starts a ChannelLease item that names a due time rather than
@@ -84,4 +87,4 @@ const (
 const DuePrefix = "due:"
 
 // Channels lists every channel.
-var Channels = []string{ChannelCompletion, ChannelLease, ChannelReady, ChannelRevoke}
+var Channels = []string{ChannelCompletion, ChannelLease, ChannelReady, ChannelRevoke, ChannelEvent}

@@ -100,21 +100,26 @@ func PublishEvent(ctx context.Context, db DB, namespace, name, key string, paylo
 	if len(payload) > 0 {
 		body = string(payload)
 	}
-	rows, err := db.Query(ctx, `INSERT INTO ff_event (partition_key, event_id, namespace, name, event_key, payload)
+	// The notification goes in the same batch, sent when the event
+	// commits (with the caller's transaction, when there is one).
+	var es []*ffdtype.Event
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO ff_event (partition_key, event_id, namespace, name, event_key, payload)
 		VALUES ($1, $2, $3, $4, $5, $6::jsonb)
 		ON CONFLICT (partition_key, namespace, name, event_key) DO NOTHING
-		RETURNING `+publishedColumns, p, ident.NewUUIDIn(p), namespace, name, key, body)
-	if err != nil {
-		return nil, false, wrap("publish event "+name, err)
-	}
-	es, err := pgx.CollectRows(rows, scanPublished)
-	if err != nil {
+		RETURNING `+publishedColumns, p, ident.NewUUIDIn(p), namespace, name, key, body).Query(func(rows pgx.Rows) error {
+		var err error
+		es, err = pgx.CollectRows(rows, scanPublished)
+		return err
+	})
+	b.Queue(`SELECT pg_notify($1, '')`, ChannelEvent)
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, false, wrap("publish event "+name, err)
 	}
 	if len(es) == 1 {
 		return es[0], false, nil
 	}
-	rows, err = db.Query(ctx, `SELECT `+publishedColumns+` FROM ff_event
+	rows, err := db.Query(ctx, `SELECT `+publishedColumns+` FROM ff_event
 		WHERE partition_key = $1 AND namespace = $2 AND name = $3 AND event_key = $4`, p, namespace, name, key)
 	if err == nil {
 		e, err = pgx.CollectExactlyOneRow(rows, scanPublished)
