@@ -13,6 +13,7 @@ import (
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/schedule"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -132,7 +133,8 @@ type Result struct {
 // their triggers ask for, and marks each fired. A trigger whose target
 // cannot start for an event (its template no longer valid, say) is
 // logged and its failure kept on the event; the event's other triggers
-// fire. A failure of the database rolls the pass back, for the next.
+// fire. A failure of the database that passes (outbox.Transient) rolls
+// the pass back, for the next.
 func Fire(ctx context.Context, db store.DB, lim leases.Limits, limit int, log *zap.Logger) (Result, error) {
 	var res Result
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
@@ -171,21 +173,22 @@ func fireEvent(ctx context.Context, tx pgx.Tx, lim leases.Limits, e *store.Unfir
 				Params: t.Params, Key: Key(t.Name, e.ID), FlowID: FlowID(t.Name, e.ID), Tags: tags, Payload: e.Payload})
 			return err
 		})
-		var ve *ffdtype.ValidationError
-		var ce *ffdtype.ConflictError
 		switch {
-		case errors.As(err, &ve) || errors.As(err, &ce):
+		case err == nil:
+		case outbox.Transient(err) || ctx.Err() != nil:
+			// The database failed for now (a lost connection, a
+			// conflict, a restart): the whole pass rolls back and the
+			// next one fires the event.
+			return 0, fmt.Errorf("fire event %s by trigger %s: %w", e.ID, t.Name, err)
+		default:
 			// The target cannot start for this event (its template no
-			// longer valid, a name taken): kept on the event, and the
-			// event's other triggers fire.
+			// longer valid, a name taken, a row a check refuses): kept
+			// on the event, whose other triggers fire, rather than
+			// refused again at every pass ahead of the events behind.
 			log.Error("trigger failed to start its target for an event", zap.String("trigger", t.Name),
 				zap.String("event", e.Name), zap.String("event_id", e.ID.String()), zap.Error(err))
 			failures = append(failures, fmt.Errorf("trigger %s: %w", t.Name, err))
 			continue
-		case err != nil:
-			// The database failed (a lost connection, a conflict): the
-			// whole pass rolls back and the next one fires the event.
-			return 0, fmt.Errorf("fire event %s by trigger %s: %w", e.ID, t.Name, err)
 		}
 		if made {
 			started[t.Name]++
