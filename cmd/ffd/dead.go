@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"text/tabwriter"
-
-	"github.com/google/uuid"
 
 	"github.com/flowfabric/ffd"
 )
@@ -106,24 +103,6 @@ func (c *DeadRerunCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Fprintf(tw, "more dead letters match than --limit %d: run again for the rest\n", c.Limit)
 		}
 	})
-}
-
-// executionID parses s, a full execution id or a bare uuid, which it
-// looks up.
-func executionID(ctx context.Context, client *ffd.Client, s string) (ffd.ExecutionID, error) {
-	id, perr := ffd.ParseExecutionID(s)
-	if perr == nil {
-		return id, nil
-	}
-	u, err := uuid.Parse(s)
-	if err != nil || strings.HasPrefix(s, "{") {
-		return ffd.ExecutionID{}, perr
-	}
-	x, err := client.GetByUUID(ctx, u)
-	if err != nil {
-		return ffd.ExecutionID{}, err
-	}
-	return x.ID, nil
 }
 
 func deadRerunJSON(out *ffd.DeadRerun) map[string]any {

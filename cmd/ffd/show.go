@@ -24,22 +24,49 @@ const previewBytes = 120
 // "{fp:N}:<uuid>" id, or a bare uuid (what people copy from logs), which
 // is looked up on every partition.
 func (g *Globals) execution(ctx context.Context, s string) (*ffd.Client, *ffd.Execution, error) {
-	id, perr := ffd.ParseExecutionID(s)
-	u, uerr := uuid.Parse(s)
-	if perr != nil && (uerr != nil || strings.HasPrefix(s, "{")) {
-		return nil, nil, perr // neither form: say what the full form wants
+	id, bare, err := parseExecutionRef(s)
+	if err != nil {
+		return nil, nil, err
 	}
 	client, err := g.client(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	var x *ffd.Execution
-	if perr == nil {
+	if bare == nil {
 		x, err = client.Get(ctx, id)
 	} else {
-		x, err = client.GetByUUID(ctx, u)
+		x, err = client.GetByUUID(ctx, *bare)
 	}
 	return client, x, err
+}
+
+// parseExecutionRef reads s, a full execution id or a bare uuid (bare
+// set). Neither form is the full form's error, saying what it wants.
+func parseExecutionRef(s string) (id ffd.ExecutionID, bare *uuid.UUID, err error) {
+	id, perr := ffd.ParseExecutionID(s)
+	if perr == nil {
+		return id, nil, nil
+	}
+	u, uerr := uuid.Parse(s)
+	if uerr != nil || strings.HasPrefix(s, "{") {
+		return id, nil, perr
+	}
+	return id, &u, nil
+}
+
+// executionID is the id s names, a bare uuid looked up on every
+// partition.
+func executionID(ctx context.Context, client *ffd.Client, s string) (ffd.ExecutionID, error) {
+	id, bare, err := parseExecutionRef(s)
+	if err != nil || bare == nil {
+		return id, err
+	}
+	x, err := client.GetByUUID(ctx, *bare)
+	if err != nil {
+		return ffd.ExecutionID{}, err
+	}
+	return x.ID, nil
 }
 
 // flow connects and parses the flow id s.

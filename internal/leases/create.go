@@ -374,17 +374,18 @@ func InsertFolding(ctx context.Context, db store.DB, n Normalized) (x *ffdtype.E
 	r := newRow(&n)
 	if r.Debounce == nil {
 		x, existed, err = store.InsertExecution(ctx, db, r)
-		return x, existed, 0, strictLimit(err, r.ConcurrencyLimit)
+		return x, existed, 0, strictLimit(err, strconv.Itoa(r.ConcurrencyLimit))
 	}
 	x, folds, err = store.InsertDebounced(ctx, db, r)
-	return x, folds > 1, folds, strictLimit(err, r.ConcurrencyLimit)
+	return x, folds > 1, folds, strictLimit(err, strconv.Itoa(r.ConcurrencyLimit))
 }
 
 // strictLimit is a *ValidationError for a create that gave a key of
-// strict order a running limit above 1 (which writes nothing), else err.
-func strictLimit(err error, limit int) error {
+// strict order a running limit (limit, as given) above 1, which writes
+// nothing; else err.
+func strictLimit(err error, limit string) error {
 	if errors.Is(err, store.ErrStrictLimit) {
-		return fault.Invalid(ffdtype.KindInvalidValue, "concurrency_limit", strconv.Itoa(limit), store.ErrStrictLimit.Error())
+		return fault.Invalid(ffdtype.KindInvalidValue, "concurrency_limit", limit, store.ErrStrictLimit.Error())
 	}
 	return err
 }
@@ -420,10 +421,7 @@ func InsertMany(ctx context.Context, db store.DB, ns []Normalized) ([]*ffdtype.E
 		rows[i] = newRow(&ns[i])
 	}
 	xs, err := store.InsertExecutions(ctx, db, rows)
-	if errors.Is(err, store.ErrStrictLimit) {
-		return nil, fault.Invalid(ffdtype.KindInvalidValue, "concurrency_limit", "above 1", store.ErrStrictLimit.Error())
-	}
-	return xs, err
+	return xs, strictLimit(err, "above 1")
 }
 
 // newRow is the row to insert for normalized params: a fresh id on the

@@ -54,12 +54,9 @@ func ListDead(ctx context.Context, db store.DB, p ffdtype.ListDeadParams) (*ffdt
 	if err := checkDeadFilter(p.DeadLetterFilter); err != nil {
 		return nil, err
 	}
-	if err := bound.ListLimit.CheckOrZero("limit", p.Limit); err != nil {
+	limit, err := pageLimit(p.Limit)
+	if err != nil {
 		return nil, err
-	}
-	limit := p.Limit
-	if limit == 0 {
-		limit = DefaultListLimit
 	}
 	f := storeFilter(p.DeadLetterFilter, limit+1)
 	if p.After != nil {
@@ -69,13 +66,7 @@ func ListDead(ctx context.Context, db store.DB, p ffdtype.ListDeadParams) (*ffdt
 	if err != nil {
 		return nil, err
 	}
-	page := &ffdtype.ListPage{Executions: xs}
-	if len(xs) > limit {
-		page.Executions = xs[:limit]
-		next := xs[limit-1].ID
-		page.Next = &next
-	}
-	return page, nil
+	return pageOf(xs, limit), nil
 }
 
 // RerunDead reruns the dead letters p selects, as Rerun does one: each a

@@ -29,12 +29,9 @@ func List(ctx context.Context, db store.DB, p ffdtype.ListParams) (*ffdtype.List
 	if p.State != "" && !p.State.Valid() {
 		return nil, fault.Invalid(ffdtype.KindInvalidValue, "state", string(p.State), "want blocked, pending, running, completed, failed, cancelled, skipped or expired")
 	}
-	if err := bound.ListLimit.CheckOrZero("limit", p.Limit); err != nil {
+	limit, err := pageLimit(p.Limit)
+	if err != nil {
 		return nil, err
-	}
-	limit := p.Limit
-	if limit == 0 {
-		limit = DefaultListLimit
 	}
 	var after *uuid.UUID
 	if p.After != nil {
@@ -45,11 +42,28 @@ func List(ctx context.Context, db store.DB, p ffdtype.ListParams) (*ffdtype.List
 	if err != nil {
 		return nil, err
 	}
+	return pageOf(xs, limit), nil
+}
+
+// pageLimit checks a list call's page size and fills its default.
+func pageLimit(limit int) (int, error) {
+	if err := bound.ListLimit.CheckOrZero("limit", limit); err != nil {
+		return 0, err
+	}
+	if limit == 0 {
+		limit = DefaultListLimit
+	}
+	return limit, nil
+}
+
+// pageOf is a page of up to limit of xs, read with one row more than
+// limit: that row, when there, says another page follows.
+func pageOf(xs []*ffdtype.Execution, limit int) *ffdtype.ListPage {
 	page := &ffdtype.ListPage{Executions: xs}
-	if len(page.Executions) > limit {
-		page.Executions = page.Executions[:limit]
-		next := page.Executions[limit-1].ID
+	if len(xs) > limit {
+		page.Executions = xs[:limit]
+		next := xs[limit-1].ID
 		page.Next = &next
 	}
-	return page, nil
+	return page
 }

@@ -215,10 +215,10 @@ func MatchingTriggers(ctx context.Context, db DB, e *UnfiredEvent) ([]*TriggerRo
 	return ts, wrap(fmt.Sprintf("read the triggers of event %s", e.Name), err)
 }
 
-// MarkFired records that an event's triggers fired: started is what they
-// started, failure why one failed ("": none); it counts what each
-// trigger started.
-func MarkFired(ctx context.Context, tx pgx.Tx, e *UnfiredEvent, started map[string]int, failure string) error {
+// MarkFired records that an event's triggers fired at the database's
+// time at: started is what they started, failure why one failed ("":
+// none); it counts what each trigger started.
+func MarkFired(ctx context.Context, tx pgx.Tx, e *UnfiredEvent, at time.Time, started map[string]int, failure string) error {
 	total := 0
 	names, counts := make([]string, 0, len(started)), make([]int64, 0, len(started))
 	for n, c := range started {
@@ -227,7 +227,7 @@ func MarkFired(ctx context.Context, tx pgx.Tx, e *UnfiredEvent, started map[stri
 	}
 	b := &pgx.Batch{}
 	b.Queue(`UPDATE ff_event SET fired_at = $3, started = $4, error = nullif($5, '')
-		WHERE partition_key = $1 AND event_id = $2`, e.Partition, e.ID, time.Now(), total, failure)
+		WHERE partition_key = $1 AND event_id = $2`, e.Partition, e.ID, at, total, failure)
 	if len(names) > 0 {
 		b.Queue(`UPDATE ff_trigger t SET fired = t.fired + c.n
 			FROM unnest($1::text[], $2::bigint[]) AS c(name, n) WHERE t.name = c.name`, names, counts)

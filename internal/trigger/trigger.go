@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -140,11 +141,17 @@ func Fire(ctx context.Context, db store.DB, lim leases.Limits, limit int, log *z
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		res = Result{}
 		events, err := store.LockUnfiredEvents(ctx, tx, limit)
+		if err != nil || len(events) == 0 {
+			return err
+		}
+		// The database's clock dates the firings, as retention reads
+		// them by it.
+		now, err := store.Now(ctx, tx)
 		if err != nil {
 			return err
 		}
 		for _, e := range events {
-			started, err := fireEvent(ctx, tx, lim, e, log)
+			started, err := fireEvent(ctx, tx, lim, e, now, log)
 			if err != nil {
 				return err
 			}
@@ -158,7 +165,7 @@ func Fire(ctx context.Context, db store.DB, lim leases.Limits, limit int, log *z
 
 // fireEvent starts what each trigger of e asks for, each in a savepoint,
 // and marks e fired.
-func fireEvent(ctx context.Context, tx pgx.Tx, lim leases.Limits, e *store.UnfiredEvent, log *zap.Logger) (int, error) {
+func fireEvent(ctx context.Context, tx pgx.Tx, lim leases.Limits, e *store.UnfiredEvent, now time.Time, log *zap.Logger) (int, error) {
 	triggers, err := store.MatchingTriggers(ctx, tx, e)
 	if err != nil {
 		return 0, err
@@ -202,5 +209,5 @@ func fireEvent(ctx context.Context, tx pgx.Tx, lim leases.Limits, e *store.Unfir
 	for _, c := range started {
 		n += c
 	}
-	return n, store.MarkFired(ctx, tx, e, started, failure)
+	return n, store.MarkFired(ctx, tx, e, now, started, failure)
 }
