@@ -19,6 +19,17 @@ const (
 	FlowCancelled FlowState = "cancelled"
 )
 
+// Where a flow's compensations stand (Flow.Compensation).
+const (
+	// CompensationArmed: they run if the flow fails or is cancelled.
+	CompensationArmed = "armed"
+	// CompensationStarted: the flow failed or was cancelled and its
+	// compensation flow was submitted.
+	CompensationStarted = "started"
+	// CompensationNotNeeded: the flow completed.
+	CompensationNotNeeded = "not_needed"
+)
+
 // FlowStates lists every flow state.
 var FlowStates = []FlowState{FlowOpen, FlowCompleted, FlowFailed, FlowCancelled}
 
@@ -52,6 +63,19 @@ type Flow struct {
 	TerminalAt *time.Time
 	// RerunOf is the flow this one reruns (RerunFlow); nil otherwise.
 	RerunOf *uuid.UUID
+	// Parent is, for a sub-flow, the step of the parent flow whose body
+	// it is; nil otherwise.
+	Parent *ExecutionID
+	// Version is the version of the handler set the flow runs under; ""
+	// for none.
+	Version string
+	// Compensation is "" for a flow without compensations, else
+	// CompensationArmed, CompensationStarted or CompensationNotNeeded;
+	// CompensationFlow is the flow that runs them once started, and
+	// CompensationOf, on that flow, the flow it compensates.
+	Compensation     string
+	CompensationFlow *uuid.UUID
+	CompensationOf   *uuid.UUID
 	// Groups is filled by DescribeFlow: every edge group, by downstream id.
 	Groups []EdgeGroup
 }

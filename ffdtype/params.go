@@ -66,6 +66,15 @@ type CreateFlowParams struct {
 	Kind string
 	// Tags are free-form metadata, a JSON object.
 	Tags map[string]any
+	// Version is the version of the handler set the flow runs under; its
+	// members, the ones spawned later, its sub-flows and its
+	// compensations take it (CreateParams.Version). Default "":
+	// unversioned.
+	Version string
+	// OnFailure, when set, is a step that runs once if the flow fails or
+	// is cancelled, with the failure as its payload (docs/workflows.md,
+	// "Compensation"); its own Payload must be empty. Only in SubmitFlow.
+	OnFailure *CreateParams
 }
 
 // ListFlowsParams pages through flows; zero fields do not filter.
@@ -151,6 +160,14 @@ type CreateParams struct {
 	// in the flow: a taken name is a *ConflictError). Only for
 	// CreateInFlow; SubmitFlow sets it to each node's Ref.
 	Step string
+	// Version is the version of the handler set the execution runs under
+	// (docs/workflows.md, "Versions"): only workers that serve it claim
+	// it. It must have been announced (a worker's WorkerConfig.Versions,
+	// or AnnounceVersion); an unknown one is a *ValidationError (kind
+	// unknown_version) and writes nothing. 1-64 of [A-Za-z0-9_.:+-];
+	// default "": unversioned, claimed by any worker. A flow's members
+	// take the flow's version and may not name another.
+	Version string
 }
 
 // SubmitNode is one execution of a submitted DAG, named by Ref.
@@ -159,6 +176,18 @@ type SubmitNode struct {
 	Params CreateParams
 	// Policy joins the node's incoming edges; default all_of.
 	Policy *Policy
+	// Flow, when set, makes the node a sub-flow step: its body is this
+	// flow, started on the parent's partition when the step may run,
+	// and the step ends as the child flow ends (docs/workflows.md,
+	// "Sub-flows"). Params then carries only what a step itself has:
+	// MaxAttempts 1, no lane (the engine runs it), Deadline, Priority,
+	// Tags. The child takes the parent's namespace and version.
+	Flow *SubmitFlowParams
+	// Compensate, when set, is the step that undoes this one: it runs if
+	// the flow fails or is cancelled after this step completed, in
+	// reverse dependency order with the other compensations
+	// (docs/workflows.md, "Compensation").
+	Compensate *CreateParams
 }
 
 // SubmitEdge makes To depend on From.

@@ -16,6 +16,7 @@ import (
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
+	"github.com/flowfabric/ffd/internal/wire"
 )
 
 // flowIDSpace derives the flow id of a tick: the same (schedule, tick)
@@ -117,7 +118,7 @@ type Firing struct {
 // (the same firing again: a transaction retried, a daemon that died
 // after creating and before recording it).
 func Start(ctx context.Context, tx pgx.Tx, lim leases.Limits, f Firing) (bool, error) {
-	ep, fp, err := decodeParams(f.Params, f.Target)
+	ep, fp, err := wire.Decode(f.Params, f.Target)
 	if err != nil {
 		return false, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
+	"github.com/flowfabric/ffd/internal/wire"
 )
 
 // Params is a schedule to create: a tick creates Execution, or submits
@@ -118,7 +119,7 @@ func EncodeTarget(lim leases.Limits, ns string, exec *ffdtype.CreateParams, flow
 		if err != nil {
 			return "", nil, err
 		}
-		params, err := encodeExecution(x)
+		params, err := wire.EncodeExecution(x)
 		return TargetExecution, params, err
 	default:
 		f := *flow
@@ -131,7 +132,7 @@ func EncodeTarget(lim leases.Limits, ns string, exec *ffdtype.CreateParams, flow
 		if err := validFlow(lim, f, ns, who, each); err != nil {
 			return "", nil, err
 		}
-		params, err := encodeFlow(f)
+		params, err := wire.EncodeFlow(f)
 		return TargetFlow, params, err
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/wire"
 )
 
 // Missed-tick policies: what a daemon does with ticks that came due while
@@ -33,8 +34,8 @@ const (
 
 // Targets: what a tick creates.
 const (
-	TargetExecution = "execution"
-	TargetFlow      = "flow"
+	TargetExecution = wire.TargetExecution
+	TargetFlow      = wire.TargetFlow
 )
 
 const (
