@@ -28,6 +28,9 @@ const (
 	KindTooLarge     ValidationKind = "too_large"
 	KindCycle        ValidationKind = "cycle"
 	KindNotMember    ValidationKind = "not_member"
+	// KindUnknownVersion: a version no worker announced
+	// (docs/workflows.md, "Versions").
+	KindUnknownVersion ValidationKind = "unknown_version"
 )
 
 // ValidationError is bad input, caught before anything was written.

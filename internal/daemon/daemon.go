@@ -272,7 +272,7 @@ func New(cfg Config) (*Daemon, error) {
 	e.cascade.SetLockTimeout(cfg.DispatchLockTimeout)
 	e.due = &dueLanes{e: e}
 	d := &Daemon{e: e, sweeper: &sweeper{e: e}, watchdog: &watchdog{e: e}, firstConnect: make(chan struct{}), becameReady: make(chan struct{})}
-	d.workers = []component{&cascadePool{e: e}, &siblingPool{e: e}, newTimerWorker(e), d.sweeper, d.watchdog, &sampler{e: e}, &statistician{e: e}, &retainer{e: e}, &scheduler{e: e}, &triggerer{e: e}}
+	d.workers = []component{&cascadePool{e: e}, &siblingPool{e: e}, newTimerWorker(e), d.sweeper, d.watchdog, &sampler{e: e}, &statistician{e: e}, &retainer{e: e}, &scheduler{e: e}, &triggerer{e: e}, &linker{e: e}}
 	if cfg.AdminAddr != "" {
 		d.admin = &adminServer{addr: cfg.AdminAddr, notReady: d.NotReady, m: cfg.Metrics, extra: cfg.Console}
 	}

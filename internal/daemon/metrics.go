@@ -41,6 +41,7 @@ type Metrics struct {
 	retentionDeleted  *prometheus.CounterVec
 	scheduleTicks     prometheus.Counter
 	eventsFired       prometheus.Counter
+	linked            *prometheus.CounterVec
 	consumerBehind    *prometheus.GaugeVec
 	consumerLag       *prometheus.GaugeVec
 	slotRetained      *prometheus.GaugeVec
@@ -160,6 +161,9 @@ func (m *Metrics) sampledMetrics(mk metricMaker) {
 		"Schedule ticks fired by this daemon (each created an execution or submitted a flow).")
 	m.eventsFired = mk.counter("ffd_events_fired_total",
 		"Published events this daemon fired (each started what its triggers ask for).")
+	m.linked = mk.counterVec("ffd_links_total",
+		"Sub-flow and compensation steps this daemon took: a sub-flow started or ended, a compensation flow started.",
+		"action")
 	m.consumerBehind = mk.gaugeVec("ffd_outbox_consumer_behind_events",
 		"Events a named consumer has not read yet (counted up to 100,000 per stream), sampled periodically.",
 		"consumer")

@@ -2,6 +2,7 @@ package flows
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -10,6 +11,7 @@ import (
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
+	"github.com/flowfabric/ffd/internal/wire"
 )
 
 // RerunFlow reruns a failed or cancelled flow as a new flow linked to it
@@ -23,38 +25,21 @@ import (
 // skipped, cancelled) runs again. The old flow and its history stay as
 // they are. A flow is rerun at most once (a second call is a conflict
 // carrying the rerun); to try again, rerun the rerun.
+//
+// A sub-flow's rerun is its parent's: RerunFlow on a child reruns the
+// outermost flow above it, whose failed sub-flow steps rerun their
+// children (carrying their completed steps over). A flow whose
+// compensations ran is not rerun: its completed steps were undone.
 func RerunFlow(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.UUID) (*ffdtype.SubmittedFlow, error) {
+	top, err := outermost(ctx, db, flowID)
+	if err != nil {
+		return nil, wrapOp("rerun flow "+flowID.String(), err)
+	}
+	flowID = top
 	var res *ffdtype.SubmittedFlow
-	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
-		old, err := store.NewLocks(tx).Flow(ctx, flowID, store.ForShare)
-		if err != nil {
-			return flowErr("lock", flowID, err)
-		}
-		switch old.State {
-		case ffdtype.FlowOpen:
-			return &ffdtype.ConflictError{Object: "flow", ID: flowID.String(), Reason: "still open: wait for it to finish, or cancel it, before a rerun"}
-		case ffdtype.FlowCompleted:
-			return &ffdtype.ConflictError{Object: "flow", ID: flowID.String(), Reason: "completed: every step succeeded, so there is nothing to rerun"}
-		}
-		p, members, err := rerunPlan(ctx, tx, old)
-		if err != nil {
-			return err
-		}
-		g, err := graphOf(p)
-		if err != nil {
-			return err
-		}
-		// The members' payloads were accepted once: a smaller limit here
-		// (the console's, say) must not refuse them.
-		lim := lim.AtLeast(MaxPayload(p))
-		params, groups, err := planNodes(p, g, lim)
-		if err != nil {
-			return err
-		}
-		if res, err = submit(ctx, tx, lim, p, g, params, groups); err != nil {
-			return err
-		}
-		return linkRerun(ctx, tx, old.ID, res, p, members)
+	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
+		res, err = rerunInTx(ctx, tx, lim, flowID, store.FlowLinks{})
+		return err
 	})
 	if store.IsRerunTaken(err) {
 		again, ferr := store.FindRerun(ctx, db, flowID)
@@ -67,6 +52,80 @@ func RerunFlow(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.
 		return nil, wrapOp("rerun flow "+flowID.String(), err)
 	}
 	return res, nil
+}
+
+// outermost is the flow above every parent of flowID's (flowID itself
+// when it is no sub-flow).
+func outermost(ctx context.Context, db store.DB, flowID uuid.UUID) (uuid.UUID, error) {
+	for range MaxSubflowDepth * 4 {
+		f, err := store.GetFlow(ctx, db, flowID)
+		if err != nil {
+			return uuid.Nil, flowErr("read", flowID, err)
+		}
+		if f.Parent == nil {
+			return flowID, nil
+		}
+		step, err := store.GetExecution(ctx, db, *f.Parent)
+		if err != nil || step.FlowID == nil {
+			return uuid.Nil, fmt.Errorf("read the parent step %s of flow %s: %w", f.Parent, flowID, err)
+		}
+		flowID = *step.FlowID
+	}
+	return uuid.Nil, fmt.Errorf("flow %s: sub-flows nest deeper than %d", flowID, MaxSubflowDepth*4)
+}
+
+// rerunInTx reruns flowID in tx, the new flow linked by links (a rerun
+// child's parent step).
+func rerunInTx(ctx context.Context, tx pgx.Tx, lim leases.Limits, flowID uuid.UUID, links store.FlowLinks) (*ffdtype.SubmittedFlow, error) {
+	old, err := store.NewLocks(tx).Flow(ctx, flowID, store.ForShare)
+	if err != nil {
+		return nil, flowErr("lock", flowID, err)
+	}
+	switch {
+	case old.State == ffdtype.FlowOpen:
+		return nil, &ffdtype.ConflictError{Object: "flow", ID: flowID.String(), Reason: "still open: wait for it to finish, or cancel it, before a rerun"}
+	case old.State == ffdtype.FlowCompleted:
+		return nil, &ffdtype.ConflictError{Object: "flow", ID: flowID.String(), Reason: "completed: every step succeeded, so there is nothing to rerun"}
+	case old.Compensation == ffdtype.CompensationStarted:
+		return nil, &ffdtype.ConflictError{Object: "flow", ID: flowID.String(), Reason: "compensated: its completed steps were undone, so there is nothing to carry over; submit it anew"}
+	}
+	p, members, err := rerunPlan(ctx, tx, old)
+	if err != nil {
+		return nil, err
+	}
+	// The members' payloads were accepted once: a smaller limit here
+	// (the console's, say) must not refuse them.
+	sub, err := planSubmit(p, lim.AtLeast(MaxPayload(p)), 0, nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := sub.write(ctx, tx, links)
+	if err != nil {
+		return nil, err
+	}
+	if err := linkRerun(ctx, tx, old.ID, res, p, members); err != nil {
+		return nil, err
+	}
+	return res, linkRerunChildren(ctx, tx, old.ID, res)
+}
+
+// linkRerunChildren tells each sub-flow step of a rerun that runs again
+// the child its old step had, to rerun it when it starts.
+func linkRerunChildren(ctx context.Context, tx pgx.Tx, oldID uuid.UUID, res *ffdtype.SubmittedFlow) error {
+	olds, err := store.FlowSubflows(ctx, tx, oldID)
+	if err != nil || len(olds) == 0 {
+		return err
+	}
+	var pairs []store.NewSubflow
+	for _, x := range res.Executions {
+		if x.RerunOf == nil || x.State == ffdtype.StateCompleted {
+			continue
+		}
+		if s, ok := olds[*x.RerunOf]; ok && s.Child != nil {
+			pairs = append(pairs, store.NewSubflow{Step: x.ID, RerunOfChild: s.Child})
+		}
+	}
+	return store.SetRerunOfChild(ctx, tx, pairs)
 }
 
 // rerunPlan is the old flow as a submission: a node per member (named by
@@ -86,7 +145,11 @@ func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (ffdtype.Submi
 	if err != nil {
 		return ffdtype.SubmitFlowParams{}, nil, err
 	}
-	p := ffdtype.SubmitFlowParams{Flow: ffdtype.CreateFlowParams{ID: ident.NewUUIDIn(ident.Partition(old.ID)), Namespace: old.Namespace, Kind: old.Kind, Tags: old.Tags}}
+	p := ffdtype.SubmitFlowParams{Flow: ffdtype.CreateFlowParams{ID: ident.NewUUIDIn(ident.Partition(old.ID)), Namespace: old.Namespace, Kind: old.Kind, Tags: old.Tags, Version: old.Version}}
+	extra, err := oldExtras(ctx, tx, old, &p)
+	if err != nil {
+		return ffdtype.SubmitFlowParams{}, nil, err
+	}
 	ref := make(map[uuid.UUID]string, len(xs))
 	members := make(map[string]*ffdtype.Execution, len(xs))
 	for _, x := range xs {
@@ -114,6 +177,7 @@ func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (ffdtype.Submi
 	}
 	for _, x := range xs {
 		n := ffdtype.SubmitNode{Ref: ref[x.ID.UUID], Params: leases.ParamsOf(x)}
+		extra(x, &n)
 		if pol, ok := policy[x.ID.UUID]; ok && indeg[n.Ref] > 0 {
 			n.Policy = &pol
 		}
@@ -156,4 +220,45 @@ func linkRerun(ctx context.Context, tx pgx.Tx, oldID uuid.UUID, res *ffdtype.Sub
 		res.Executions[x.Step] = x
 	}
 	return nil
+}
+
+// oldExtras reads what the old flow keeps beside its members (sub-flow
+// templates, compensations, its on-failure step, which it puts on p)
+// and returns what puts them on a member's node.
+func oldExtras(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow, p *ffdtype.SubmitFlowParams) (func(*ffdtype.Execution, *ffdtype.SubmitNode), error) {
+	subs, err := store.FlowSubflows(ctx, tx, old.ID)
+	if err != nil {
+		return nil, err
+	}
+	comps := map[string]*ffdtype.CreateParams{}
+	if old.Compensation != "" {
+		raw, err := store.FlowCompensations(ctx, tx, old.ID)
+		if err != nil {
+			return nil, err
+		}
+		for step, r := range raw {
+			cp, _, err := wire.Decode(r, wire.TargetExecution)
+			if err != nil {
+				return nil, fmt.Errorf("the compensation of step %s of flow %s: %w", step, old.ID, err)
+			}
+			comps[step] = cp
+		}
+		p.Flow.OnFailure = comps[OnFailureStep]
+	}
+	children := make(map[uuid.UUID]*ffdtype.SubmitFlowParams, len(subs))
+	for id, s := range subs {
+		_, fp, err := wire.Decode(s.Template, wire.TargetFlow)
+		if err != nil {
+			return nil, fmt.Errorf("the child of sub-flow step %s: %w", s.Step, err)
+		}
+		children[id] = fp
+	}
+	return func(x *ffdtype.Execution, n *ffdtype.SubmitNode) {
+		if c, ok := children[x.ID.UUID]; ok {
+			n.Flow = c
+		}
+		if x.Step != "" {
+			n.Compensate = comps[x.Step]
+		}
+	}, nil
 }

@@ -285,10 +285,24 @@ func (s *spawn) insertSteps(ctx context.Context) error {
 			cp.Namespace = s.flow.Namespace
 		}
 		cp.Step = n.Ref
+		if err := memberVersion(&cp, s.flow.Version, n.Ref); err != nil {
+			return err
+		}
+		if n.Flow != nil {
+			if err := subflowStep(&cp, n.Ref); err != nil {
+				return err
+			}
+		}
 		var err error
-		if params[i], err = leases.Normalize(cp, leases.Placement{FlowID: &s.flowID, Partition: &part, Blocked: s.pl.indeg[i] > 0}, s.lim); err != nil {
+		if params[i], err = leases.Normalize(cp, leases.Placement{FlowID: &s.flowID, Partition: &part, Blocked: s.pl.indeg[i] > 0, Subflow: n.Flow != nil}, s.lim); err != nil {
 			return refine(err, n.Ref)
 		}
+	}
+	// The new steps' sub-flows and compensations, checked as a
+	// submission's are.
+	ex, err := planExtras(ffdtype.SubmitFlowParams{Flow: ffdtype.CreateFlowParams{ID: s.flowID, Namespace: s.flow.Namespace, Version: s.flow.Version}, Nodes: s.p.Nodes}, s.lim, 0, nil)
+	if err != nil {
+		return err
 	}
 	xs, err := leases.InsertMany(ctx, s.tx, params)
 	if store.IsStepTaken(err) {
@@ -299,8 +313,12 @@ func (s *spawn) insertSteps(ctx context.Context) error {
 	}
 	s.xs = xs
 	ids := make([]ffdtype.ExecutionID, len(xs))
+	byRef := make(map[string]*ffdtype.Execution, len(xs))
 	for i, x := range xs {
-		ids[i] = x.ID
+		ids[i], byRef[s.p.Nodes[i].Ref] = x.ID, x
+	}
+	if err := ex.writeSpawned(ctx, s.tx, s.flow, byRef); err != nil {
+		return err
 	}
 	return store.MarkSpawned(ctx, s.tx, s.flowID, s.id, ids)
 }

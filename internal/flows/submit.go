@@ -32,12 +32,47 @@ func MaxPayload(p ffdtype.SubmitFlowParams) int {
 // Submit creates a flow with all its executions, edges and policies in one
 // transaction (submit_flow): roots start pending, the others blocked with
 // their edges already applied. Any invalid part (unknown or duplicate ref,
-// self or duplicate edge, cycle, bad policy or execution parameters)
-// rejects the whole submission before anything is written.
-//
-// It validates the graph (graphOf), plans every row (planNodes), and only
-// then writes (submit).
+// self or duplicate edge, cycle, bad policy or execution parameters, a
+// bad sub-flow or compensation) rejects the whole submission before
+// anything is written.
 func Submit(ctx context.Context, db store.DB, lim leases.Limits, p ffdtype.SubmitFlowParams) (*ffdtype.SubmittedFlow, error) {
+	sub, err := planSubmit(p, lim, 0, nil)
+	if err != nil {
+		return nil, err
+	}
+	var res *ffdtype.SubmittedFlow
+	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
+		res, err = sub.write(ctx, tx, store.FlowLinks{})
+		return err
+	})
+	if err != nil {
+		return nil, wrapOp("submit flow "+sub.p.Flow.ID.String(), err)
+	}
+	return res, nil
+}
+
+// Validate checks a submission as Submit would, without writing: for a
+// submission stored to be made later (a schedule's).
+func Validate(p ffdtype.SubmitFlowParams, lim leases.Limits) error {
+	_, err := planSubmit(p, lim, 0, nil)
+	return err
+}
+
+// submission is a validated submission, every row planned: the graph
+// (graphOf), the executions and joins (planNodes), and what goes beside
+// them (planExtras).
+type submission struct {
+	p      ffdtype.SubmitFlowParams
+	g      *graph
+	params []leases.Normalized
+	groups []*ffdtype.Policy
+	extras *extras
+	lim    leases.Limits
+}
+
+// planSubmit validates p, nested at depth under the sub-flows in path,
+// and plans every row, touching no database.
+func planSubmit(p ffdtype.SubmitFlowParams, lim leases.Limits, depth int, path []*ffdtype.SubmitFlowParams) (*submission, error) {
 	if err := normalizeFlow(&p.Flow); err != nil {
 		return nil, err
 	}
@@ -49,29 +84,11 @@ func Submit(ctx context.Context, db store.DB, lim leases.Limits, p ffdtype.Submi
 	if err != nil {
 		return nil, err
 	}
-	var res *ffdtype.SubmittedFlow
-	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
-		res, err = submit(ctx, tx, lim, p, g, params, groups)
-		return err
-	})
+	ex, err := planExtras(p, lim, depth, path)
 	if err != nil {
-		return nil, wrapOp("submit flow "+p.Flow.ID.String(), err)
+		return nil, err
 	}
-	return res, nil
-}
-
-// Validate checks a submission as Submit would, without writing: for a
-// submission stored to be made later (a schedule's).
-func Validate(p ffdtype.SubmitFlowParams, lim leases.Limits) error {
-	if err := normalizeFlow(&p.Flow); err != nil {
-		return err
-	}
-	g, err := graphOf(p)
-	if err != nil {
-		return err
-	}
-	_, _, err = planNodes(p, g, lim)
-	return err
+	return &submission{p: p, g: g, params: params, groups: groups, extras: ex, lim: lim}, nil
 }
 
 // graph is a validated submission's shape: node indexes by ref, and each
@@ -173,7 +190,15 @@ func planNodes(p ffdtype.SubmitFlowParams, g *graph, lim leases.Limits) ([]lease
 			return nil, nil, fault.Invalid(ffdtype.KindInvalidValue, "nodes.params.step", cp.Step, "node "+n.Ref+": a submitted node's step is its ref; leave step empty")
 		}
 		cp.Step = n.Ref
-		norm, err := leases.Normalize(cp, leases.Placement{FlowID: &p.Flow.ID, Partition: &part, Blocked: g.indeg[i] > 0}, lim)
+		if err := memberVersion(&cp, p.Flow.Version, n.Ref); err != nil {
+			return nil, nil, err
+		}
+		if n.Flow != nil {
+			if err := subflowStep(&cp, n.Ref); err != nil {
+				return nil, nil, err
+			}
+		}
+		norm, err := leases.Normalize(cp, leases.Placement{FlowID: &p.Flow.ID, Partition: &part, Blocked: g.indeg[i] > 0, Subflow: n.Flow != nil}, lim)
 		if err != nil {
 			return nil, nil, refine(err, n.Ref)
 		}
@@ -182,10 +207,12 @@ func planNodes(p ffdtype.SubmitFlowParams, g *graph, lim leases.Limits) ([]lease
 	return params, policies, nil
 }
 
-// submit writes a planned submission: the flow, its executions, its
-// edges (applied) and groups, then the flow's size. Every row is new, so
-// it takes no lock but the new rows'.
-func submit(ctx context.Context, tx pgx.Tx, lim leases.Limits, p ffdtype.SubmitFlowParams, g *graph, params []leases.Normalized, policies []*ffdtype.Policy) (*ffdtype.SubmittedFlow, error) {
+// write writes a planned submission: the flow, its executions, its
+// edges (applied) and groups, the flow's size, and what goes beside them
+// (sub-flow steps, compensations, the flow's links, with links' Parent
+// for a child). Every row is new, so it takes no lock but the new rows'.
+func (s *submission) write(ctx context.Context, tx pgx.Tx, links store.FlowLinks) (*ffdtype.SubmittedFlow, error) {
+	p, g, params, policies := s.p, s.g, s.params, s.groups
 	f, exists, err := CreateFlow(ctx, tx, p.Flow)
 	if err != nil {
 		return nil, err
@@ -223,6 +250,9 @@ func submit(ctx context.Context, tx pgx.Tx, lim leases.Limits, p ffdtype.SubmitF
 	res := &ffdtype.SubmittedFlow{Flow: f, Executions: make(map[string]*ffdtype.Execution, len(xs))}
 	for i, x := range xs {
 		res.Executions[p.Nodes[i].Ref] = x
+	}
+	if err := s.extras.write(ctx, tx, res, links); err != nil {
+		return nil, err
 	}
 	return res, nil
 }

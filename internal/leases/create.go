@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -71,6 +72,9 @@ type Placement struct {
 	FlowID    *uuid.UUID
 	Partition *int16
 	Blocked   bool
+	// Subflow places a sub-flow step, the only execution of
+	// store.SubflowLane.
+	Subflow bool
 }
 
 // Limits are the configurable input limits.
@@ -186,6 +190,12 @@ func normalize(p *ffdtype.CreateParams, place Placement, lim Limits) error {
 	if err := ValidateName("lane", p.Lane); err != nil {
 		return err
 	}
+	if p.Lane == store.SubflowLane && !place.Subflow {
+		return fault.Invalid(ffdtype.KindInvalidValue, "lane", p.Lane, "the lane of sub-flow steps, which the daemon starts; give a SubmitNode a Flow to make one")
+	}
+	if err := ValidateVersion("version", p.Version); err != nil {
+		return err
+	}
 	if err := ValidateText("kind", p.Kind, MaxKindLength); err != nil {
 		return err
 	}
@@ -243,6 +253,25 @@ func normalize(p *ffdtype.CreateParams, place Placement, lim Limits) error {
 		}
 	}
 	return normalizeTags(p)
+}
+
+// MaxVersionLength bounds a version's name.
+const MaxVersionLength = 64
+
+// ValidateVersion checks a version's name: "" (none), or 1-64 of
+// [A-Za-z0-9_.:+-] (the schema's check on ff_version).
+func ValidateVersion(field, v string) error {
+	if v == "" {
+		return nil
+	}
+	ok := len(v) <= MaxVersionLength
+	for _, r := range v {
+		ok = ok && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_.:+-", r))
+	}
+	if !ok {
+		return fault.Invalid(ffdtype.KindInvalidValue, field, v, "want 1-64 of [A-Za-z0-9_.:+-]")
+	}
+	return nil
 }
 
 // MaxUniqueWindow bounds CreateParams.UniqueWindow.

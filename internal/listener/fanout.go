@@ -1,6 +1,7 @@
 package listener
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,8 @@ type Fanout struct {
 	siblings chan struct{}
 	sweepNow chan bool
 	events   chan struct{}
+	subflows chan struct{}
+	ends     chan struct{}
 	onDrop   func(queue string)
 }
 
@@ -47,6 +50,8 @@ func NewFanout(size int, onDrop func(queue string)) *Fanout {
 		siblings: make(chan struct{}, 1),
 		sweepNow: make(chan bool, 1),
 		events:   make(chan struct{}, 1),
+		subflows: make(chan struct{}, 1),
+		ends:     make(chan struct{}, 1),
 		onDrop:   onDrop,
 	}
 }
@@ -112,6 +117,24 @@ func (f *Fanout) DueAt() <-chan time.Time { return f.dueAt }
 // triggerer.
 func (f *Fanout) Events() <-chan struct{} { return f.events }
 
+// Subflows carries a nudge when sub-flow steps may start, for the
+// daemon's linker.
+func (f *Fanout) Subflows() <-chan struct{} { return f.subflows }
+
+// Ends carries a nudge on every completion notification: an execution
+// or a flow ended, which may end a sub-flow or start compensations (the
+// linker).
+func (f *Fanout) Ends() <-chan struct{} { return f.ends }
+
+// nudge leaves a token on c unless one is there: a pending nudge covers
+// every notification behind it.
+func nudge(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
 // Siblings carries nudges for the sibling-cancel pool.
 func (f *Fanout) Siblings() <-chan struct{} { return f.siblings }
 
@@ -125,15 +148,17 @@ func (f *Fanout) SweepNow() <-chan bool { return f.sweepNow }
 func (f *Fanout) Handle(n Notification) {
 	switch n.Topic {
 	case Completion:
-		// Empty: events born dispatched, nothing for the daemon.
+		nudge(f.ends)
+		// Empty: events born dispatched, nothing for the cascade.
 		if parts, ok := store.ParsePartitions(n.Payload); ok {
 			f.MarkPartitions(parts)
 		}
 	case Event:
-		select {
-		case f.events <- struct{}{}:
-		default: // a nudge is pending: it covers this event too
+		if slices.Contains(store.SplitPayload(n.Payload), store.EventSubflow) {
+			nudge(f.subflows)
+			return
 		}
+		nudge(f.events)
 	case Lease:
 		// Partitions of lease events are for outbox consumers; the timeout
 		// worker learns of renewed leases from its reloads.

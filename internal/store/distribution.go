@@ -24,7 +24,7 @@ const DistributionColumn = "partition_key"
 // Every other ff_ table must have DistributionColumn and is distributed
 // by it.
 var (
-	ReferenceTables = []string{"ff_idempotency_legacy", "ff_key", "ff_lane", "ff_lane_stats", "ff_lane_stats_sample", "ff_outbox_consumer", "ff_schedule", "ff_schema_version", "ff_trigger"}
+	ReferenceTables = []string{"ff_idempotency_legacy", "ff_key", "ff_lane", "ff_lane_stats", "ff_lane_stats_sample", "ff_outbox_consumer", "ff_schedule", "ff_schema_version", "ff_trigger", "ff_version"}
 	LocalTables     = []string{}
 )
 

@@ -14,7 +14,8 @@ import (
 // flowColumns is the select list of a Flow, for a row aliased f.
 const flowColumns = `f.partition_key, f.flow_id, f.namespace, f.kind, f.state, f.graph_revision, f.node_count,
 	f.edge_count, f.cancellation_policy, f.cancel_reason, f.cancelled_members, f.tags,
-	f.created_at, f.updated_at, f.terminal_at, f.rerun_of`
+	f.created_at, f.updated_at, f.terminal_at, f.rerun_of, f.parent_execution_id, f.version, f.compensation,
+	f.compensation_flow_id, f.compensation_of`
 
 // flowRow is one row of flowColumns, scanned by name.
 type flowRow struct {
@@ -34,6 +35,11 @@ type flowRow struct {
 	UpdatedAt          time.Time         `db:"updated_at"`
 	TerminalAt         *time.Time        `db:"terminal_at"`
 	RerunOf            *uuid.UUID        `db:"rerun_of"`
+	Parent             *uuid.UUID        `db:"parent_execution_id"`
+	Version            *string           `db:"version"`
+	Compensation       *string           `db:"compensation"`
+	CompensationFlow   *uuid.UUID        `db:"compensation_flow_id"`
+	CompensationOf     *uuid.UUID        `db:"compensation_of"`
 }
 
 func scanFlow(row pgx.CollectableRow) (*ffdtype.Flow, error) {
@@ -41,7 +47,17 @@ func scanFlow(row pgx.CollectableRow) (*ffdtype.Flow, error) {
 	if err != nil {
 		return nil, err
 	}
+	var parent *ffdtype.ExecutionID
+	if r.Parent != nil {
+		// A child lives on its parent's partition.
+		parent = &ffdtype.ExecutionID{Partition: r.PartitionKey, UUID: *r.Parent}
+	}
 	return &ffdtype.Flow{
+		Parent:             parent,
+		Version:            deref(r.Version),
+		Compensation:       deref(r.Compensation),
+		CompensationFlow:   r.CompensationFlow,
+		CompensationOf:     r.CompensationOf,
 		ID:                 r.FlowID,
 		Partition:          r.PartitionKey,
 		Namespace:          r.Namespace,

@@ -77,10 +77,20 @@ const (
 	// lease taken away (cancel, revoke, expiry); epoch 0 is whichever
 	// attempt runs.
 	ChannelRevoke = "ff_revoke"
-	// ChannelEvent carries nothing: an event was published
-	// (docs/workflows.md, "Flows started by events").
+	// ChannelEvent carries nothing when an event was published
+	// (docs/workflows.md, "Flows started by events"), and EventSubflow
+	// when sub-flow steps may start.
 	ChannelEvent = "ff_event"
 )
+
+// SubflowLane is the lane of sub-flow steps, which the daemon starts
+// (docs/workflows.md, "Sub-flows"); no worker claims from it, and no
+// other execution may be created in it.
+const SubflowLane = "ffd.subflow"
+
+// EventSubflow is the ChannelEvent item that says sub-flow steps may
+// start; an event publication's notification is empty.
+const EventSubflow = "subflow"
 
 // DuePrefix starts a ChannelLease item that names a due time rather than
 // a partition.

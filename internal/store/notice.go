@@ -93,8 +93,16 @@ func (n *Notices) LeaseEvents(partition int16) {
 	n.add(ChannelLease, strconv.Itoa(int(partition)))
 }
 
-// Ready owes lane's workers a claim.
-func (n *Notices) Ready(lane string) { n.add(ChannelReady, lane) }
+// Ready owes lane's workers a claim. Sub-flow steps are started by the
+// daemon, not claimed by workers: their lane owes the daemons a nudge
+// on ChannelEvent instead, which they listen on.
+func (n *Notices) Ready(lane string) {
+	if lane == SubflowLane {
+		n.add(ChannelEvent, EventSubflow)
+		return
+	}
+	n.add(ChannelReady, lane)
+}
 
 // due owes the daemon a timer at at, when executions put back for later
 // come due: one per Notices, the soonest.
