@@ -37,6 +37,8 @@ const (
 	KindTooLarge     = ffdtype.KindTooLarge
 	KindCycle        = ffdtype.KindCycle
 	KindNotMember    = ffdtype.KindNotMember
+	// KindUnknownVersion: a version no worker announced.
+	KindUnknownVersion = ffdtype.KindUnknownVersion
 )
 
 // ErrWorkerStopped is the cause of a handler context cancelled because its

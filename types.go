@@ -1,6 +1,10 @@
 package ffd
 
-import "github.com/flowfabric/ffd/ffdtype"
+import (
+	"github.com/flowfabric/ffd/ffdtype"
+	"github.com/flowfabric/ffd/internal/flows"
+	"github.com/flowfabric/ffd/internal/store"
+)
 
 // The rows the API hands out, the vocabulary they are written in and
 // execution ids are declared once, in package ffdtype, which the store
@@ -19,6 +23,9 @@ type (
 	Upstream       = ffdtype.Upstream
 	Flow           = ffdtype.Flow
 	FlowOutcome    = ffdtype.FlowOutcome
+	SubflowResult  = ffdtype.SubflowResult
+	Failure        = ffdtype.Failure
+	FailedStep     = ffdtype.FailedStep
 	Wake           = ffdtype.Wake
 	WakeReason     = ffdtype.WakeReason
 	Signal         = ffdtype.Signal
@@ -104,6 +111,23 @@ const (
 	FlowCompleted = ffdtype.FlowCompleted
 	FlowFailed    = ffdtype.FlowFailed
 	FlowCancelled = ffdtype.FlowCancelled
+)
+
+// Where a flow's compensations stand (Flow.Compensation).
+const (
+	CompensationArmed     = ffdtype.CompensationArmed
+	CompensationStarted   = ffdtype.CompensationStarted
+	CompensationNotNeeded = ffdtype.CompensationNotNeeded
+)
+
+// Names the engine gives: the lane of sub-flow steps (the daemon starts
+// them; no worker claims from it), the step of a flow's on-failure step
+// in its compensation flow, and the kind of compensation flows.
+const (
+	SubflowLane      = store.SubflowLane
+	OnFailureStep    = flows.OnFailureStep
+	CompensationKind = flows.CompensationKind
+	MaxSubflowDepth  = flows.MaxSubflowDepth
 )
 
 // Cancel policies (CancelFlow).

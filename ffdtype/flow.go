@@ -1,6 +1,7 @@
 package ffdtype
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -282,4 +283,35 @@ type FlowOutcome struct {
 	Members []*Execution
 	// Steps are the members that have a step name, by name.
 	Steps map[string]*Execution
+}
+
+// SubflowResult is a completed sub-flow step's result (JSON): its child
+// flow, and the results of the child's last steps (those no edge leaves)
+// by step name; a result that is not JSON is a JSON string of it. When
+// they would pass the payload limit they are left out and Truncated
+// says so.
+type SubflowResult struct {
+	Flow      uuid.UUID                  `json:"flow_id"`
+	State     FlowState                  `json:"state"`
+	Results   map[string]json.RawMessage `json:"results"`
+	Truncated bool                       `json:"truncated,omitempty"`
+}
+
+// Failure is the payload (JSON) of a flow's on-failure step: the flow,
+// how it ended, its members that did not complete, and the steps whose
+// compensations run.
+type Failure struct {
+	Flow         uuid.UUID    `json:"flow_id"`
+	State        FlowState    `json:"state"`
+	Failed       []FailedStep `json:"failed"`
+	Compensating []string     `json:"compensating"`
+}
+
+// FailedStep is a member of a failed or cancelled flow that did not
+// complete.
+type FailedStep struct {
+	Step      string      `json:"step"`
+	Execution ExecutionID `json:"execution_id"`
+	State     State       `json:"state"`
+	Error     string      `json:"error,omitempty"`
 }

@@ -19,25 +19,6 @@ import (
 // CompensationKind is the kind of a compensation flow.
 const CompensationKind = "ffd.compensation"
 
-// Failure is the payload of a flow's on-failure step: the flow, how it
-// ended, its members that did not complete, and the steps being
-// compensated.
-type Failure struct {
-	Flow         uuid.UUID         `json:"flow_id"`
-	State        ffdtype.FlowState `json:"state"`
-	Failed       []FailedStep      `json:"failed"`
-	Compensating []string          `json:"compensating"`
-}
-
-// FailedStep is a member of a failed or cancelled flow that did not
-// complete.
-type FailedStep struct {
-	Step      string              `json:"step"`
-	Execution ffdtype.ExecutionID `json:"execution_id"`
-	State     ffdtype.State       `json:"state"`
-	Error     string              `json:"error,omitempty"`
-}
-
 // Compensate runs the compensations of an armed flow that finished, in
 // one transaction with the flow locked: for a flow that failed or was
 // cancelled, and has no live member left, it submits the compensation
@@ -105,7 +86,7 @@ func compensationPlan(ctx context.Context, tx pgx.Tx, f *ffdtype.Flow) (ffdtype.
 	}
 	p := ffdtype.SubmitFlowParams{Flow: ffdtype.CreateFlowParams{ID: ident.NewUUIDIn(f.Partition), Namespace: f.Namespace,
 		Kind: CompensationKind, Version: f.Version, Tags: map[string]any{"compensates": f.ID.String()}}}
-	failure := Failure{Flow: f.ID, State: f.State, Failed: []FailedStep{}, Compensating: []string{}}
+	failure := ffdtype.Failure{Flow: f.ID, State: f.State, Failed: []ffdtype.FailedStep{}, Compensating: []string{}}
 	byID := make(map[uuid.UUID]*ffdtype.Execution, len(xs))
 	comp := map[uuid.UUID]bool{} // completed members with a compensation
 	for _, x := range xs {
@@ -124,7 +105,7 @@ func compensationPlan(ctx context.Context, tx pgx.Tx, f *ffdtype.Flow) (ffdtype.
 			p.Nodes = append(p.Nodes, ffdtype.SubmitNode{Ref: x.Step, Params: *cp})
 			failure.Compensating = append(failure.Compensating, x.Step)
 		case x.State != ffdtype.StateCompleted:
-			failure.Failed = append(failure.Failed, FailedStep{Step: x.Step, Execution: x.ID, State: x.State, Error: x.LastError})
+			failure.Failed = append(failure.Failed, ffdtype.FailedStep{Step: x.Step, Execution: x.ID, State: x.State, Error: x.LastError})
 		}
 	}
 	p.Edges = reverseEdges(edges, byID, comp)

@@ -278,23 +278,12 @@ func markEnded(ctx context.Context, db store.DB, step ffdtype.ExecutionID) error
 	})
 }
 
-// SubflowResult is a completed sub-flow step's result: its child, and
-// the results of the child's last steps (those no edge leaves) by step
-// name; a result that is not JSON is a JSON string of it. Results over
-// the payload limit are left out, and Truncated says so.
-type SubflowResult struct {
-	Flow      uuid.UUID                  `json:"flow_id"`
-	State     ffdtype.FlowState          `json:"state"`
-	Results   map[string]json.RawMessage `json:"results"`
-	Truncated bool                       `json:"truncated,omitempty"`
-}
-
 func childResult(ctx context.Context, db store.DB, lim leases.Limits, child uuid.UUID) ([]byte, error) {
 	rs, err := store.FlowResults(ctx, db, child)
 	if err != nil {
 		return nil, err
 	}
-	out := SubflowResult{Flow: child, State: ffdtype.FlowCompleted, Results: make(map[string]json.RawMessage, len(rs))}
+	out := ffdtype.SubflowResult{Flow: child, State: ffdtype.FlowCompleted, Results: make(map[string]json.RawMessage, len(rs))}
 	for step, r := range rs {
 		switch {
 		case len(r) == 0:
