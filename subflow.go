@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/leases"
@@ -33,29 +32,4 @@ func (c *Client) ChildFlow(ctx context.Context, step ExecutionID) (*Flow, error)
 		return nil, nil
 	}
 	return c.DescribeFlow(ctx, *s.Child)
-}
-
-// Compensation reads the compensation flow of a flow whose compensations
-// started (Flow.Compensation is CompensationStarted), with its
-// executions by step: each compensated step's name, and OnFailureStep.
-// It is nil for a flow whose compensations did not start (none, armed,
-// or not needed).
-func (c *Client) Compensation(ctx context.Context, flowID uuid.UUID) (*SubmittedFlow, error) {
-	f, err := c.DescribeFlow(ctx, flowID)
-	if err != nil || f.CompensationFlow == nil {
-		return nil, err
-	}
-	cf, err := c.DescribeFlow(ctx, *f.CompensationFlow)
-	if err != nil {
-		return nil, err
-	}
-	xs, err := store.FlowMembers(ctx, c.pool, cf.ID)
-	if err != nil {
-		return nil, err
-	}
-	out := &SubmittedFlow{Flow: cf, Executions: make(map[string]*Execution, len(xs))}
-	for _, x := range xs {
-		out.Executions[x.Step] = x
-	}
-	return out, nil
 }

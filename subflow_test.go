@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/flowfabric/ffd"
 )
@@ -163,4 +166,153 @@ func (f *fixture) waitChild(step ffd.ExecutionID) *ffd.Flow {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// Bad sub-flows and compensations are typed errors and write nothing.
+func TestWorkflowLinksRefuseBadInput(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	cyclic := &ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "again"}}}
+	cyclic.Nodes[0].Flow = cyclic
+	deep := childOf("ok")
+	for range ffd.MaxSubflowDepth + 1 {
+		deep = &ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "down", Flow: deep}}}
+	}
+	ok := ffd.CreateParams{Lane: "sub", Kind: "ok"}
+	one := func(n ffd.SubmitNode) ffd.SubmitFlowParams { return ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{n}} }
+	for _, tt := range []struct {
+		name string
+		p    ffd.SubmitFlowParams
+		kind ffd.ValidationKind
+	}{
+		{"a sub-flow that contains itself", *cyclic, ffd.KindCycle},
+		{"sub-flows nested too deep", *deep, ffd.KindOutOfRange},
+		{"a sub-flow step with a lane", one(ffd.SubmitNode{Ref: "c", Params: ok, Flow: childOf("ok")}), ffd.KindInvalidValue},
+		{"a sub-flow step with a payload", one(ffd.SubmitNode{Ref: "c", Params: ffd.CreateParams{Payload: []byte("x")}, Flow: childOf("ok")}), ffd.KindInvalidValue},
+		{"a sub-flow step with retries", one(ffd.SubmitNode{Ref: "c", Params: ffd.CreateParams{MaxAttempts: 3}, Flow: childOf("ok")}), ffd.KindInvalidValue},
+		{"a child with a bad step", one(ffd.SubmitNode{Ref: "c", Flow: &ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "x"}}}}), ffd.KindRequired},
+		{"a child with a cycle", one(ffd.SubmitNode{Ref: "c", Flow: &ffd.SubmitFlowParams{
+			Nodes: []ffd.SubmitNode{{Ref: "x", Params: ok}, {Ref: "y", Params: ok}},
+			Edges: []ffd.SubmitEdge{{From: "x", To: "y"}, {From: "y", To: "x"}}}}), ffd.KindCycle},
+		{"a child that names its id", one(ffd.SubmitNode{Ref: "c", Flow: &ffd.SubmitFlowParams{Flow: ffd.CreateFlowParams{ID: uuid.New()},
+			Nodes: []ffd.SubmitNode{{Ref: "x", Params: ok}}}}), ffd.KindInvalidValue},
+		{"a compensation without a lane", one(ffd.SubmitNode{Ref: "c", Params: ok, Compensate: &ffd.CreateParams{Kind: "undo"}}), ffd.KindRequired},
+		{"a compensation that names a step", one(ffd.SubmitNode{Ref: "c", Params: ok, Compensate: &ffd.CreateParams{Lane: "sub", Step: "other"}}), ffd.KindInvalidValue},
+		{"an on-failure step with a payload", ffd.SubmitFlowParams{Flow: ffd.CreateFlowParams{OnFailure: &ffd.CreateParams{Lane: "sub", Payload: []byte("x")}},
+			Nodes: []ffd.SubmitNode{{Ref: "c", Params: ok}}}, ffd.KindInvalidValue},
+		{"a step named as the on-failure step", ffd.SubmitFlowParams{Flow: ffd.CreateFlowParams{OnFailure: &ffd.CreateParams{Lane: "sub"}},
+			Nodes: []ffd.SubmitNode{{Ref: ffd.OnFailureStep, Params: ok}}}, ffd.KindInvalidValue},
+		{"a step in the sub-flow lane", one(ffd.SubmitNode{Ref: "c", Params: ffd.CreateParams{Lane: ffd.SubflowLane}}), ffd.KindInvalidValue},
+	} {
+		_, err := f.client.SubmitFlow(f.Ctx, tt.p)
+		var ve *ffd.ValidationError
+		if !errors.As(err, &ve) || ve.Kind != tt.kind {
+			t.Errorf("%s: %v; want a validation error of kind %s", tt.name, err, tt.kind)
+		}
+	}
+	if _, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: ffd.SubflowLane}); !errors.Is(err, ffd.ErrValidation) {
+		t.Errorf("a solo execution in the sub-flow lane: %v; want a validation error", err)
+	}
+	var flowsWritten, execs, comps, subs int
+	if err := f.Pool.QueryRow(f.Ctx, `SELECT (SELECT count(*) FROM ff_flow), (SELECT count(*) FROM ff_execution),
+		(SELECT count(*) FROM ff_compensation), (SELECT count(*) FROM ff_subflow)`).Scan(&flowsWritten, &execs, &comps, &subs); err != nil {
+		t.Fatal(err)
+	}
+	if flowsWritten+execs+comps+subs != 0 {
+		t.Fatalf("refused input wrote %d flows, %d executions, %d compensations, %d sub-flows; want nothing", flowsWritten, execs, comps, subs)
+	}
+
+	// AddCompensation, for flows built member by member.
+	fl, err := f.client.CreateFlow(f.Ctx, ffd.CreateFlowParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.CreateInFlow(f.Ctx, fl.Flow.ID, ffd.CreateParams{Lane: "sub", Step: "pay"}); err != nil {
+		t.Fatal(err)
+	}
+	undo := ffd.CreateParams{Lane: "sub", Kind: "refund"}
+	if err := f.client.AddCompensation(f.Ctx, fl.Flow.ID, "missing", undo); !errors.Is(err, ffd.ErrValidation) {
+		t.Errorf("a compensation of a missing step: %v; want a validation error", err)
+	}
+	if err := f.client.AddCompensation(f.Ctx, fl.Flow.ID, "pay", undo); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.client.AddCompensation(f.Ctx, fl.Flow.ID, "pay", undo); !errors.Is(err, ffd.ErrConflict) {
+		t.Errorf("a second compensation of one step: %v; want a conflict", err)
+	}
+	got, err := f.client.DescribeFlow(f.Ctx, fl.Flow.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Compensation != ffd.CompensationArmed {
+		t.Errorf("a flow given a compensation is %q; want armed", got.Compensation)
+	}
+	if _, err := f.client.CancelFlow(f.Ctx, fl.Flow.ID, ffd.CancelFlowOnly, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.client.AddCompensation(f.Ctx, fl.Flow.ID, ffd.OnFailureStep, undo); !errors.Is(err, ffd.ErrAlreadyTerminal) {
+		t.Errorf("a compensation added to a finished flow: %v; want already terminal", err)
+	}
+}
+
+// Rerunning a failed child reruns its parent: the parent's failed
+// sub-flow step reruns the old child, whose completed steps are carried
+// over, not run again.
+func TestSubflowRerunGoesBothWays(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.startDaemon()
+	var mu sync.Mutex
+	runs := map[string]int{}
+	kinds := ffd.NewKinds()
+	ffd.HandleBytes(kinds, "ok", func(ctx context.Context, job *ffd.Job) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		runs[job.Step]++
+		return job.Payload, nil
+	})
+	ffd.HandleBytes(kinds, "flaky", func(ctx context.Context, job *ffd.Job) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if runs[job.Step]++; runs[job.Step] == 1 {
+			return nil, ffd.Permanent(errors.New("first run fails"))
+		}
+		return []byte(`"fixed"`), nil
+	})
+	f.startWorker(ffd.WorkerConfig{Lanes: []string{"sub"}, Kinds: kinds, Concurrency: 4, PollInterval: 20 * time.Millisecond})
+	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "child", Flow: childOf("flaky")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := f.client.WaitFlow(f.Ctx, sub.Flow.ID); err != nil || out.Flow.State != ffd.FlowFailed {
+		t.Fatalf("the parent: %v, %v; want failed", out, err)
+	}
+	oldChild := f.waitChild(sub.Executions["child"].ID)
+	rerun, err := f.client.RerunFlow(f.Ctx, oldChild.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rerun.Flow.RerunOf == nil || *rerun.Flow.RerunOf != sub.Flow.ID {
+		t.Fatalf("rerunning the child made flow %s rerunning %v; want a rerun of the parent %s", rerun.Flow.ID, rerun.Flow.RerunOf, sub.Flow.ID)
+	}
+	out, err := f.client.WaitFlow(f.Ctx, rerun.Flow.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Flow.State != ffd.FlowCompleted {
+		t.Fatalf("the rerun parent is %s; want completed", out.Flow.State)
+	}
+	newChild, err := f.client.ChildFlow(f.Ctx, out.Steps["child"].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newChild.RerunOf == nil || *newChild.RerunOf != oldChild.ID {
+		t.Fatalf("the new child reruns %v; want the old child %s", newChild.RerunOf, oldChild.ID)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if runs["a"] != 1 || runs["b"] != 2 {
+		t.Fatalf("a ran %d times, b %d; want a once (carried over), b twice", runs["a"], runs["b"])
+	}
+	f.checkInvariants()
 }

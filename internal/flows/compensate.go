@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/ffdtype"
+	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
@@ -161,4 +162,53 @@ func reverseEdges(edges []*ffdtype.Edge, byID map[uuid.UUID]*ffdtype.Execution, 
 		}
 	}
 	return out
+}
+
+// AddCompensation gives a step of an open flow built member by member
+// (CreateInFlow) its compensation, or the flow its on-failure step (step
+// OnFailureStep), as SubmitNode.Compensate and CreateFlowParams.OnFailure
+// do at submission. A step the flow does not have is a *ValidationError;
+// a step that has one already a *ConflictError; a finished flow an
+// *AlreadyTerminalError. It arms the flow.
+func AddCompensation(ctx context.Context, db store.DB, lim leases.Limits, flowID uuid.UUID, step string, cp ffdtype.CreateParams) error {
+	if step == "" || len(step) > leases.MaxNameLength {
+		return fault.Invalid(ffdtype.KindInvalidValue, "step", step, "want a step's name, or "+OnFailureStep)
+	}
+	if step == OnFailureStep && (len(cp.Payload) > 0 || cp.JSON != nil) {
+		return fault.Invalid(ffdtype.KindInvalidValue, "payload", "", "the on-failure step's payload is the failure; leave it empty")
+	}
+	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
+		f, err := lockOpenFlow(ctx, store.NewLocks(tx), flowID, store.ForUpdate)
+		if err != nil {
+			return err
+		}
+		if step != OnFailureStep {
+			has, err := store.MembersByStep(ctx, tx, flowID, []string{step})
+			if err != nil {
+				return err
+			}
+			if _, ok := has[step]; !ok {
+				return fault.Invalid(ffdtype.KindInvalidValue, "step", step, "flow "+flowID.String()+" has no step of this name")
+			}
+		}
+		p := ffdtype.SubmitFlowParams{Flow: ffdtype.CreateFlowParams{ID: flowID, Namespace: f.Namespace, Version: f.Version}}
+		c, err := planCompensation(p, step, cp, lim)
+		if err != nil {
+			return err
+		}
+		if err := store.InsertCompensations(ctx, tx, flowID, []store.NewCompensation{c}); err != nil {
+			if store.IsCompensationTaken(err) {
+				return &ffdtype.ConflictError{Object: "compensation", ID: step, Reason: "step " + step + " of flow " + flowID.String() + " has a compensation already"}
+			}
+			return err
+		}
+		if f.Compensation == "" {
+			return store.ArmCompensation(ctx, tx, flowID)
+		}
+		return nil
+	})
+	if err != nil {
+		return wrapOp("add a compensation to step "+step+" of flow "+flowID.String(), err)
+	}
+	return nil
 }

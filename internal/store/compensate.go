@@ -92,3 +92,9 @@ func ArmCompensation(ctx context.Context, tx pgx.Tx, flowID uuid.UUID) error {
 		ident.Partition(flowID), flowID)
 	return wrap("arm the compensations of flow "+flowID.String(), err)
 }
+
+// IsCompensationTaken says err is the refusal of a second compensation
+// for one step.
+func IsCompensationTaken(err error) bool {
+	return refusedBy(err, "23505", "ff_compensation_pkey")
+}
