@@ -316,3 +316,38 @@ func TestSubflowRerunGoesBothWays(t *testing.T) {
 	}
 	f.checkInvariants()
 }
+
+// A step spawns a sub-flow at run time, with a compensated step; the
+// join after it waits for the child.
+func TestSubflowSpawnedAtRunTime(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.startDaemon()
+	kinds := echoKinds()
+	ffd.HandleBytes(kinds, "plan", func(ctx context.Context, job *ffd.Job) ([]byte, error) {
+		err := job.Spawn(ffd.SpawnParams{
+			Nodes: []ffd.SubmitNode{
+				{Ref: "child", Flow: childOf("ok"), Compensate: &ffd.CreateParams{Lane: "sub", Kind: "ok"}},
+				{Ref: "join", Params: ffd.CreateParams{Lane: "sub", Kind: "ok", Payload: []byte(`"joined"`)}},
+			},
+			Edges: []ffd.SubmitEdge{{From: "child", To: "join"}},
+		})
+		return nil, err
+	})
+	f.startWorker(ffd.WorkerConfig{Lanes: []string{"sub"}, Kinds: kinds, Concurrency: 4, PollInterval: 20 * time.Millisecond})
+	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "plan", Params: ffd.CreateParams{Lane: "sub", Kind: "plan"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := f.client.WaitFlow(f.Ctx, sub.Flow.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Flow.State != ffd.FlowCompleted || out.Steps["child"].State != ffd.StateCompleted || string(out.Steps["join"].Result) != `"joined"` {
+		t.Fatalf("flow %s, child %v, join %v; want all completed", out.Flow.State, out.Steps["child"], out.Steps["join"])
+	}
+	if out.Flow.Compensation == "" {
+		t.Fatal("a flow a spawn gave a compensation is not armed")
+	}
+	f.checkInvariants()
+}

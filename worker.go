@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/logging"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Worker defaults.
@@ -87,6 +90,13 @@ type WorkerConfig struct {
 	// Capabilities the worker has; it claims only executions whose required
 	// capabilities are among them. Default none.
 	Capabilities []string
+	// Versions are the versions of the handler set this worker serves
+	// (docs/workflows.md, "Versions"): it claims executions of these
+	// versions, and unversioned ones, and never those of another
+	// version. Start announces them in the client's namespace, so that
+	// creates may name them. Each is 1-64 of [A-Za-z0-9_.:+-]. Default
+	// none: the worker claims unversioned executions only.
+	Versions []string
 	// Concurrency is how many handlers run at once: 1..10000. Default
 	// DefaultConcurrency.
 	Concurrency int
@@ -137,10 +147,8 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	if len(cfg.Lanes) == 0 {
 		return nil, fault.Invalid(ffdtype.KindRequired, "lanes", "", "at least one lane is required")
 	}
-	for _, l := range cfg.Lanes {
-		if err := leases.ValidateName("lanes", l); err != nil {
-			return nil, err
-		}
+	if err := workerLanesAndVersions(&cfg); err != nil {
+		return nil, err
 	}
 	switch {
 	case cfg.Handler != nil && cfg.Kinds != nil:
@@ -191,6 +199,38 @@ func NewWorker(client *Client, cfg WorkerConfig) (*Worker, error) {
 	return w, nil
 }
 
+// workerLanesAndVersions checks a worker's lanes (none the daemon's own)
+// and versions, and gives it the capability of each version.
+func workerLanesAndVersions(cfg *WorkerConfig) error {
+	for _, l := range cfg.Lanes {
+		if err := leases.ValidateName("lanes", l); err != nil {
+			return err
+		}
+		if l == store.SubflowLane {
+			return fault.Invalid(ffdtype.KindInvalidValue, "lanes", l, "the lane of sub-flow steps, which the daemon starts")
+		}
+	}
+	caps := slices.Clone(cfg.Capabilities)
+	for _, c := range caps {
+		if strings.HasPrefix(c, ffdtype.VersionCapabilityPrefix) {
+			return fault.Invalid(ffdtype.KindInvalidValue, "capabilities", c, "a version's capability; list the version in Versions")
+		}
+	}
+	for _, v := range cfg.Versions {
+		if v == "" {
+			return fault.Invalid(ffdtype.KindRequired, "versions", "", "a version needs a name")
+		}
+		if err := leases.ValidateVersion("versions", v); err != nil {
+			return err
+		}
+		if c := ffdtype.VersionCapability(v); !slices.Contains(caps, c) {
+			caps = append(caps, c)
+		}
+	}
+	cfg.Capabilities = caps
+	return nil
+}
+
 // Name is "ID/Instance", as recorded on leases.
 func (w *Worker) Name() string { return w.name }
 
@@ -201,6 +241,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	defer w.mu.Unlock()
 	if w.started {
 		return errors.New("ffd: worker already started")
+	}
+	if len(w.cfg.Versions) > 0 {
+		if err := store.AnnounceVersions(ctx, w.client.pool, w.client.cfg.Namespace, w.cfg.Versions); err != nil {
+			return err
+		}
 	}
 	w.started = true
 	// Results are recorded and handlers run on contexts that only Stop's

@@ -164,6 +164,11 @@ type Execution struct {
 	// Step is a flow member's name in its flow (SubmitNode.Ref, or
 	// CreateParams.Step); "" outside flows.
 	Step string
+	// Version is the version of the handler set it runs under
+	// (CreateParams.Version); "" for none. It is held as the capability
+	// VersionCapability(Version) among RequiredCapabilities, which only
+	// workers serving the version have.
+	Version string
 	// RerunOf is the uuid of the execution this one reruns (RerunExecution,
 	// RerunFlow); nil otherwise.
 	RerunOf *uuid.UUID
@@ -321,4 +326,23 @@ type Signal struct {
 	// nil while it is kept for a wait to come.
 	ConsumedBy *ExecutionID
 	ConsumedAt *time.Time
+}
+
+// VersionCapabilityPrefix starts the capability that carries an
+// execution's version.
+const VersionCapabilityPrefix = "ffd.version:"
+
+// VersionCapability is the capability a worker serving version v has,
+// and an execution of version v requires.
+func VersionCapability(v string) string { return VersionCapabilityPrefix + v }
+
+// VersionOf is the version a set of required capabilities carries, ""
+// for none.
+func VersionOf(caps []string) string {
+	for _, c := range caps {
+		if len(c) > len(VersionCapabilityPrefix) && c[:len(VersionCapabilityPrefix)] == VersionCapabilityPrefix {
+			return c[len(VersionCapabilityPrefix):]
+		}
+	}
+	return ""
 }

@@ -54,9 +54,12 @@ CREATE INDEX IF NOT EXISTS ff_flow_compensate ON ff_flow (partition_key, flow_id
 CREATE INDEX IF NOT EXISTS ff_flow_armed ON ff_flow (partition_key, flow_id) WHERE compensation = 'armed';
 
 -- The versions of handler sets that workers serve. A worker announces
--- its own when it starts (or an operator adds one); a create that names a
--- version nobody announced is refused by the foreign keys below, which
--- check nothing for the NULL of unversioned work.
+-- its own when it starts (or an operator adds one); a flow that names a
+-- version nobody announced is refused by the foreign key below, which
+-- checks nothing for the NULL of an unversioned flow. An execution
+-- carries its version as a capability its worker must have
+-- ('ffd.version:' and the version, in required_capabilities), so the
+-- claim needs no test of its own; its create looks the version up here.
 CREATE TABLE IF NOT EXISTS ff_version (
     namespace     text        NOT NULL,
     version       text        NOT NULL CHECK (length(version) BETWEEN 1 AND 64 AND version ~ '^[A-Za-z0-9_.:+-]+$'),
@@ -65,18 +68,13 @@ CREATE TABLE IF NOT EXISTS ff_version (
     PRIMARY KEY (namespace, version)
 );
 ALTER TABLE ff_flow ADD COLUMN IF NOT EXISTS version text;
-ALTER TABLE ff_execution ADD COLUMN IF NOT EXISTS version text;
 -- NOT VALID, then validated: every existing row is NULL, and the
 -- validation does not block writers while it reads them.
 ALTER TABLE ff_flow ADD CONSTRAINT ff_flow_version FOREIGN KEY (namespace, version) REFERENCES ff_version (namespace, version) NOT VALID;
 ALTER TABLE ff_flow VALIDATE CONSTRAINT ff_flow_version;
-ALTER TABLE ff_execution ADD CONSTRAINT ff_execution_version FOREIGN KEY (namespace, version) REFERENCES ff_version (namespace, version) NOT VALID;
-ALTER TABLE ff_execution VALIDATE CONSTRAINT ff_execution_version;
 
 -- +goose Down
-ALTER TABLE ff_execution DROP CONSTRAINT IF EXISTS ff_execution_version;
 ALTER TABLE ff_flow DROP CONSTRAINT IF EXISTS ff_flow_version;
-ALTER TABLE ff_execution DROP COLUMN IF EXISTS version;
 ALTER TABLE ff_flow DROP COLUMN IF EXISTS version;
 DROP TABLE IF EXISTS ff_version;
 DROP INDEX IF EXISTS ff_flow_armed;

@@ -75,8 +75,18 @@ func CreateMember(ctx context.Context, db store.DB, lim leases.Limits, flowID uu
 		return nil, false, err
 	}
 	err = store.InTx(ctx, db, func(tx pgx.Tx) error {
-		if _, err := lockOpenFlow(ctx, store.NewLocks(tx), flowID, store.ForUpdate); err != nil {
+		f, err := lockOpenFlow(ctx, store.NewLocks(tx), flowID, store.ForUpdate)
+		if err != nil {
 			return err
+		}
+		if p.Version != f.Version {
+			// A member runs under its flow's version.
+			if err := memberVersion(&p, f.Version, p.Step); err != nil {
+				return err
+			}
+			if n, err = leases.Normalize(p, leases.Placement{FlowID: &flowID, Partition: &part}, lim); err != nil {
+				return err
+			}
 		}
 		x, existed, err = leases.Insert(ctx, tx, n)
 		if store.IsStepTaken(err) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -208,6 +209,9 @@ func normalize(p *ffdtype.CreateParams, place Placement, lim Limits) error {
 	if err := validateCapabilities("required_capabilities", p.RequiredCapabilities); err != nil {
 		return err
 	}
+	if err := versionCapability(p); err != nil {
+		return err
+	}
 	if p.MaxAttempts == 0 {
 		p.MaxAttempts = DefaultMaxAttempts
 	}
@@ -253,6 +257,25 @@ func normalize(p *ffdtype.CreateParams, place Placement, lim Limits) error {
 		}
 	}
 	return normalizeTags(p)
+}
+
+// versionCapability adds the capability of p's version to its required
+// capabilities (once); a version capability given outright is refused:
+// a version is named in Version, and must be announced.
+func versionCapability(p *ffdtype.CreateParams) error {
+	want := ffdtype.VersionCapability(p.Version)
+	for _, c := range p.RequiredCapabilities {
+		if strings.HasPrefix(c, ffdtype.VersionCapabilityPrefix) && (p.Version == "" || c != want) {
+			return fault.Invalid(ffdtype.KindInvalidValue, "required_capabilities", c, "a version's capability; name the version in Version")
+		}
+	}
+	if p.Version != "" && !slices.Contains(p.RequiredCapabilities, want) {
+		if len(p.RequiredCapabilities) >= MaxCapabilities {
+			return fault.Invalid(ffdtype.KindTooLarge, "required_capabilities", strconv.Itoa(len(p.RequiredCapabilities))+" capabilities", fmt.Sprintf("at most %d with the version's", MaxCapabilities))
+		}
+		p.RequiredCapabilities = append(slices.Clip(p.RequiredCapabilities), want)
+	}
+	return nil
 }
 
 // MaxVersionLength bounds a version's name.
@@ -400,6 +423,9 @@ func Insert(ctx context.Context, db store.DB, n Normalized) (x *ffdtype.Executio
 // create without a debounce). A create folded into an earlier one's
 // execution reports existed.
 func InsertFolding(ctx context.Context, db store.DB, n Normalized) (x *ffdtype.Execution, existed bool, folds int64, err error) {
+	if err := knownVersions(ctx, db, n); err != nil {
+		return nil, false, 0, err
+	}
 	r := newRow(&n)
 	if r.Debounce == nil {
 		x, existed, err = store.InsertExecution(ctx, db, r)
@@ -407,6 +433,27 @@ func InsertFolding(ctx context.Context, db store.DB, n Normalized) (x *ffdtype.E
 	}
 	x, folds, err = store.InsertDebounced(ctx, db, r)
 	return x, folds > 1, folds, strictLimit(err, strconv.Itoa(r.ConcurrencyLimit))
+}
+
+// knownVersions refuses executions whose version no worker announced in
+// their namespace (*ValidationError, kind unknown_version); it reads
+// nothing for unversioned ones.
+func knownVersions(ctx context.Context, db store.DB, ns ...Normalized) error {
+	var want []store.VersionRef
+	for i := range ns {
+		if v := ns[i].p.Version; v != "" && !slices.Contains(want, store.VersionRef{Namespace: ns[i].p.Namespace, Version: v}) {
+			want = append(want, store.VersionRef{Namespace: ns[i].p.Namespace, Version: v})
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	missing, err := store.UnknownVersions(ctx, db, want)
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	return fault.Invalid(ffdtype.KindUnknownVersion, "version", missing[0].Version,
+		"no worker announced this version in namespace "+missing[0].Namespace+": start a worker that serves it (WorkerConfig.Versions), or announce it (ffd version add)")
 }
 
 // strictLimit is a *ValidationError for a create that gave a key of
@@ -434,6 +481,9 @@ func CreateMany(ctx context.Context, db store.DB, lim Limits, ps []ffdtype.Creat
 func InsertMany(ctx context.Context, db store.DB, ns []Normalized) ([]*ffdtype.Execution, error) {
 	if len(ns) == 0 {
 		return nil, nil
+	}
+	if err := knownVersions(ctx, db, ns...); err != nil {
+		return nil, err
 	}
 	rows := make([]store.NewExecution, len(ns))
 	for i := range ns {

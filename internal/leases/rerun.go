@@ -3,6 +3,7 @@ package leases
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -64,9 +65,12 @@ func Rerun(ctx context.Context, db store.DB, lim Limits, id ffdtype.ExecutionID)
 // it, or of its flow): its parameters but for its idempotency key and
 // its place (flow, step, partition), which the rerun decides.
 func ParamsOf(x *ffdtype.Execution) ffdtype.CreateParams {
+	// The version travels as Version; its capability is added back
+	// when the params are normalized.
+	caps := slices.DeleteFunc(slices.Clone(x.RequiredCapabilities), func(c string) bool { return c == ffdtype.VersionCapability(x.Version) })
 	p := ffdtype.CreateParams{Namespace: x.Namespace, Lane: x.Lane, Kind: x.Kind, Payload: x.Payload, Priority: x.Priority,
-		RequiredCapabilities: x.RequiredCapabilities, MaxAttempts: x.MaxAttempts, Retry: x.Retry, LeaseTTL: x.LeaseTTL,
-		AttemptTimeout: x.AttemptTimeout, Tags: x.Tags, ConcurrencyKey: x.ConcurrencyKey}
+		RequiredCapabilities: caps, MaxAttempts: x.MaxAttempts, Retry: x.Retry, LeaseTTL: x.LeaseTTL,
+		AttemptTimeout: x.AttemptTimeout, Tags: x.Tags, ConcurrencyKey: x.ConcurrencyKey, Version: x.Version}
 	if x.DeadlineAt != nil {
 		p.Deadline = x.DeadlineAt.Sub(x.CreatedAt)
 	}

@@ -437,7 +437,7 @@ func (r *NewExecution) copyRow(now time.Time) (*ffdtype.Execution, []any, error)
 		return pgtype.Interval{Microseconds: micros(d), Valid: true}
 	}
 	x := &ffdtype.Execution{ID: r.ID, FlowID: r.FlowID, Namespace: r.Namespace, Lane: r.Lane, Kind: r.Kind,
-		Priority: r.Priority, RequiredCapabilities: r.RequiredCapabilities, State: r.State,
+		Priority: r.Priority, RequiredCapabilities: r.RequiredCapabilities, Version: ffdtype.VersionOf(r.RequiredCapabilities), State: r.State,
 		RunAt: now.Add(us(r.Delay)), MaxAttempts: r.MaxAttempts,
 		Retry:    ffdtype.RetryPolicy{Base: us(r.Retry.Base), Max: us(r.Retry.Max), Multiplier: r.Retry.Multiplier, Jitter: r.Retry.Jitter},
 		LeaseTTL: us(r.LeaseTTL), Payload: r.Payload, CreatedAt: now, Tags: tags, Step: r.Step,

@@ -99,6 +99,7 @@ func (r *executionRow) execution() *ffdtype.Execution {
 		Kind:                 r.Kind,
 		Priority:             r.Priority,
 		RequiredCapabilities: r.RequiredCapabilities,
+		Version:              ffdtype.VersionOf(r.RequiredCapabilities),
 		State:                r.State,
 		RunAt:                r.RunAt,
 		Attempt:              r.Attempt,

@@ -238,7 +238,7 @@ func TxNow(ctx context.Context, tx pgx.Tx) (time.Time, error) {
 // version was never announced) as the validation error it is; other
 // errors pass as they are.
 func refusedVersion(err error) error {
-	if refusedBy(err, "23503", "ff_flow_version", "ff_execution_version") {
+	if refusedBy(err, "23503", "ff_flow_version") {
 		return fault.Invalid(ffdtype.KindUnknownVersion, "version", "", "no worker announced this version in the namespace: start a worker that serves it (WorkerConfig.Versions), or announce it (ffd version add)")
 	}
 	return err
