@@ -81,6 +81,7 @@ type CLI struct {
 	Schedule ScheduleCmd `cmd:"" help:"Create, list, pause, resume and delete schedules."`
 	Trigger  TriggerCmd  `cmd:"" help:"Start executions or flows from published events: triggers, and events to publish."`
 	Lane     LaneCmd     `cmd:"" help:"Pause, resume and cap lanes."`
+	Versions VersionsCmd `cmd:"" help:"List and announce the versions of handler sets that workers serve."`
 	Console  ConsoleCmd  `cmd:"" help:"Serve the web console: flows as live graphs, executions, lanes, consumers."`
 	Dev      DevCmd      `cmd:"" help:"Run a private PostgreSQL and the daemon for development until interrupted."`
 	Demo     DemoCmd     `cmd:"" help:"Run a realistic DAG end to end on a private PostgreSQL and report."`

@@ -31,6 +31,7 @@ type FlowCmd struct {
 	Rerun  FlowRerunCmd  `cmd:"" help:"Run a failed or cancelled flow again as a new flow: steps that succeeded keep their results."`
 	Wait   FlowWaitCmd   `cmd:"" help:"Wait for a flow to end; print every step's outcome and result; exit 0 completed, 3 failed, 4 cancelled, 5 --timeout."`
 	Signal FlowSignalCmd `cmd:"" help:"Send a named signal with a payload to a flow; the first step that waits for the name takes it."`
+	Submit FlowSubmitCmd `cmd:"" help:"Submit a flow from a flow file (sub-flows, compensations and versions included)."`
 }
 
 type output struct {
@@ -64,6 +65,16 @@ func (g *Globals) client(ctx context.Context) (*ffd.Client, error) {
 	return ffd.NewClient(pool, nil)
 }
 
+// clientIn is client in namespace ("" for the default).
+func (g *Globals) clientIn(ctx context.Context, namespace string) (*ffd.Client, error) {
+	pool, err := g.checkedPool(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g.closes = append(g.closes, pool.Close)
+	return ffd.NewClient(pool, &ffd.Config{Namespace: namespace})
+}
+
 // execJSON is the stable JSON form of an execution (snake_case, as in the
 // schema).
 func execJSON(x *ffd.Execution) map[string]any {
@@ -75,6 +86,7 @@ func execJSON(x *ffd.Execution) map[string]any {
 		"deadline_at": x.DeadlineAt, "last_error": x.LastError, "created_at": x.CreatedAt,
 		"started_at": x.StartedAt, "terminal_at": x.TerminalAt, "cancellation_reason": x.CancellationReason,
 		"cancelled_by": x.CancelledBy, "tags": x.Tags, "payload_bytes": len(x.Payload), "result_bytes": len(x.Result),
+		"version": x.Version,
 	}
 	if x.FlowID != nil {
 		m["flow_id"], m["step"] = x.FlowID.String(), x.Step
@@ -223,7 +235,9 @@ func flowJSON(f *ffd.Flow) map[string]any {
 	return map[string]any{"flow_id": f.ID.String(), "namespace": f.Namespace, "kind": f.Kind, "state": f.State,
 		"graph_revision": f.GraphRevision, "node_count": f.NodeCount, "edge_count": f.EdgeCount,
 		"cancellation_policy": f.CancellationPolicy, "cancel_reason": f.CancelReason, "cancelled_members": members,
-		"tags": f.Tags, "created_at": f.CreatedAt, "terminal_at": f.TerminalAt, "edge_groups": groups, "rerun_of": f.RerunOf}
+		"tags": f.Tags, "created_at": f.CreatedAt, "terminal_at": f.TerminalAt, "edge_groups": groups, "rerun_of": f.RerunOf,
+		"parent_execution_id": f.Parent, "version": f.Version, "compensation": f.Compensation,
+		"compensation_flow_id": f.CompensationFlow, "compensation_of": f.CompensationOf}
 }
 
 func policyString(p ffd.Policy) string {

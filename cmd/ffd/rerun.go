@@ -51,7 +51,8 @@ func (c *FlowRerunCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	out["steps"] = steps
 	return c.print(g.stdout, out, func(tw *tabwriter.Writer) {
-		fmt.Fprintf(tw, "flow %s reruns %s\n\nSTEP\tSTATE\tEXECUTION\n", sub.Flow.ID, id)
+		// A sub-flow's rerun is its outermost parent's.
+		fmt.Fprintf(tw, "flow %s reruns %s\n\nSTEP\tSTATE\tEXECUTION\n", sub.Flow.ID, sub.Flow.RerunOf)
 		for _, x := range sortedSteps(sub.Executions) {
 			what := string(x.State)
 			if x.State == "completed" {

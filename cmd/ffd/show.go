@@ -311,6 +311,12 @@ func stepReasons(ctx context.Context, client *ffd.Client, members []*ffd.Executi
 			out[x.ID] = "waits for upstream " + strings.Join(waitingOn[x.ID], ", ")
 		case ffd.StateRunning:
 			out[x.ID] = "runs on " + dash(x.LeaseOwner) + ", lease until " + ts(x.LeaseExpiresAt)
+			if x.Lane == ffd.SubflowLane && reads < maxWakeReads {
+				reads++
+				if child, err := client.ChildFlow(ctx, x.ID); err == nil && child != nil {
+					out[x.ID] = "runs sub-flow " + child.ID.String() + " (ffd flow show " + child.ID.String() + ")"
+				}
+			}
 		case ffd.StatePending:
 			out[x.ID] = pendingReason(ctx, client, x, now, &reads)
 		}
@@ -353,9 +359,31 @@ func flowMembers(ctx context.Context, client *ffd.Client, id uuid.UUID) ([]*ffd.
 	}
 }
 
+// printLinks prints what a flow is linked to: its version, the step it
+// is the sub-flow of, its compensations.
+func printLinks(tw *tabwriter.Writer, f *ffd.Flow) {
+	if f.Version != "" {
+		fmt.Fprintf(tw, "version %s\n", f.Version)
+	}
+	if f.Parent != nil {
+		fmt.Fprintf(tw, "sub-flow of step %s (ffd exec show %s)\n", f.Parent, f.Parent)
+	}
+	if f.CompensationOf != nil {
+		fmt.Fprintf(tw, "compensates flow %s\n", f.CompensationOf)
+	}
+	switch {
+	case f.CompensationFlow != nil:
+		fmt.Fprintf(tw, "compensation started: flow %s\n", f.CompensationFlow)
+	case f.Compensation != "":
+		fmt.Fprintf(tw, "compensation %s\n", f.Compensation)
+	}
+}
+
 // printFlow is flow show's table: the steps, then the edges between them.
 func printFlow(tw *tabwriter.Writer, f *ffd.Flow, members []*ffd.Execution, edges []*ffd.Edge, whys map[ffd.ExecutionID]string) {
-	fmt.Fprintf(tw, "flow %s (%s) %s, %d steps, %d edges, revision %d\n\n", f.ID, dash(f.Kind), f.State, f.NodeCount, f.EdgeCount, f.GraphRevision)
+	fmt.Fprintf(tw, "flow %s (%s) %s, %d steps, %d edges, revision %d\n", f.ID, dash(f.Kind), f.State, f.NodeCount, f.EdgeCount, f.GraphRevision)
+	printLinks(tw, f)
+	fmt.Fprintln(tw)
 	name := map[ffd.ExecutionID]string{}
 	for _, x := range members {
 		name[x.ID] = x.Step

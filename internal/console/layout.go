@@ -36,6 +36,8 @@ type gnode struct {
 	Error                 string // the last error, for a failed step's tooltip
 	Spawned               string // the step that added it at run time; "" for a step submitted
 	Waiting               bool   // a wait of its own (a sleep, a signal) holds it back
+	Subflow               bool   // a sub-flow step: its body is a flow
+	Child                 string // the sub-flow step's child flow, once started
 	X, Y                  int
 }
 
@@ -118,6 +120,10 @@ func (g *graph) addNodes(members []*ffdtype.Execution, groups []ffdtype.EdgeGrou
 			Error: x.LastError, Waiting: note.Waiting}
 		if note.SpawnedBy != nil {
 			n.Spawned = names[*note.SpawnedBy]
+		}
+		n.Subflow = x.Lane == store.SubflowLane
+		if note.Child != nil {
+			n.Child = note.Child.String()
 		}
 		byID[x.ID] = &slot{node: n, name: name + "\x00" + n.ID}
 		g.Nodes = append(g.Nodes, n)

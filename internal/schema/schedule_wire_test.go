@@ -58,7 +58,7 @@ func TestScheduleParamsMigrateToTheWireFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, file := range map[string]string{"exec": "wire_v1_execution.json", "flow": "wire_v1_flow.json"} {
-		want, err := os.ReadFile("../schedule/testdata/" + file)
+		want, err := os.ReadFile("../wire/testdata/" + file)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -90,28 +90,35 @@ type MemberNote struct {
 	WaitFor   string // "sleep", "signal"; "" for none
 	Signal    string
 	Until     *time.Time
-	Waiting   bool // the wait lasts now
+	Waiting   bool       // the wait lasts now
+	Child     *uuid.UUID // a sub-flow step's child, once started
 }
 
 // FlowMemberNotes reads the notes of a flow's members that have any: the
 // spawned ones, and those that waited.
 func FlowMemberNotes(ctx context.Context, db DB, flowID uuid.UUID) (map[uuid.UUID]MemberNote, error) {
 	rows, err := db.Query(ctx, `SELECT x.execution_id, sp.spawned_by, coalesce(w.wait_for, ''), coalesce(w.wait_signal, ''), w.wait_until,
-			coalesce(x.state = 'pending' AND w.wait_attempt = x.attempt AND w.woken_by IS NULL AND x.run_at > now(), false)
+			coalesce(x.state = 'pending' AND w.wait_attempt = x.attempt AND w.woken_by IS NULL AND x.run_at > now(), false), sf.child_flow_id
 		FROM ff_execution x
 		LEFT JOIN ff_wait w ON w.partition_key = x.partition_key AND w.execution_id = x.execution_id
 		LEFT JOIN ff_spawned sp ON sp.partition_key = x.partition_key AND sp.flow_id = x.flow_id AND sp.execution_id = x.execution_id
-		WHERE x.partition_key = $1 AND x.flow_id = $2 AND (w.execution_id IS NOT NULL OR sp.execution_id IS NOT NULL)`,
+		LEFT JOIN ff_subflow sf ON sf.partition_key = x.partition_key AND sf.flow_id = x.flow_id AND sf.execution_id = x.execution_id
+		WHERE x.partition_key = $1 AND x.flow_id = $2
+			AND (w.execution_id IS NOT NULL OR sp.execution_id IS NOT NULL OR sf.child_flow_id IS NOT NULL)`,
 		ident.Partition(flowID), flowID)
 	if err != nil {
 		return nil, wrap("read notes of flow "+flowID.String(), unroutable(db, err))
 	}
 	out := map[uuid.UUID]MemberNote{}
 	var id uuid.UUID
-	var by pgtype.UUID
+	var by, child pgtype.UUID
 	var n MemberNote
-	_, err = pgx.ForEachRow(rows, []any{&id, &by, &n.WaitFor, &n.Signal, &n.Until, &n.Waiting}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &by, &n.WaitFor, &n.Signal, &n.Until, &n.Waiting, &child}, func() error {
 		note := n
+		if child.Valid {
+			c := uuid.UUID(child.Bytes)
+			note.Child = &c
+		}
 		if by.Valid {
 			u := uuid.UUID(by.Bytes)
 			note.SpawnedBy = &u
