@@ -197,6 +197,16 @@ type Report struct {
 	KeyedFlows      int `json:"keyed_flows"`
 	KeySamples      int `json:"key_samples"`
 	KeyedPeakStarts int `json:"keyed_peak_starts"`
+	// The workflows workload (internal/chaos/links.go), found at the
+	// end: sub-flows (SubflowsCancelled of them cancelled mid-way),
+	// sagas and the compensation steps they ran, versioned flows, and
+	// the events published twice that each started one flow.
+	Subflows          int `json:"subflows"`
+	SubflowsCancelled int `json:"subflows_cancelled"`
+	Sagas             int `json:"sagas"`
+	Compensations     int `json:"compensations"`
+	VersionedFlows    int `json:"versioned_flows"`
+	EventsFired       int `json:"events_fired"`
 	// Executions in the database at the end, and their outbox events.
 	Executions int `json:"executions"`
 	Events     int `json:"events"`
@@ -263,6 +273,7 @@ type harness struct {
 	flows     map[string]*submitted // by flow id
 	durable   map[string]*durable   // by flow id
 	keyed     map[string]*keyedFlow // by flow id
+	links     links                 // the workflows workload
 	kills     map[*proc]int         // SIGKILLs the suite sent, by process
 	serverMu  sync.Mutex            // held while Postgres is being crashed and restarted
 	progress  progressLog
@@ -276,7 +287,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	h := &harness{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0xc4a05)),
-		flows: map[string]*submitted{}, durable: map[string]*durable{}, keyed: map[string]*keyedFlow{}, kills: map[*proc]int{}}
+		flows: map[string]*submitted{}, durable: map[string]*durable{}, keyed: map[string]*keyedFlow{}, kills: map[*proc]int{},
+		links: links{flows: map[string]*linked{}, events: map[string]bool{}}}
 	h.report.Seed = cfg.Seed
 	h.report.Faults = map[string]int{}
 	h.report.Starts = map[string]int{}
@@ -356,6 +368,9 @@ func (h *harness) setUp(ctx context.Context) error {
 	if h.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
+	if err := h.setUpLinks(ctx); err != nil {
+		return err
+	}
 	return h.setUpKeyed(ctx)
 }
 
@@ -367,6 +382,7 @@ func (h *harness) faultPhase(ctx context.Context) error {
 	workCtx, endWork := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { h.submit(workCtx) })
+	wg.Go(func() { h.publishEvents(workCtx) })
 	if slices.Contains(h.cfg.Faults, FaultKillConsumer) {
 		wg.Go(func() { h.killConsumers(workCtx) })
 	}
@@ -534,6 +550,7 @@ func (h *harness) startProcesses(ctx context.Context) error {
 	for i := range h.cfg.Workers {
 		name := fmt.Sprintf("worker-%d", i+1)
 		env := []string{EnvRole + "=" + RoleWorker, envURL + "=" + h.url, envName + "=" + name,
+			envVersions + "=" + strings.Join(versionsOf(i, h.cfg.Workers), ","),
 			envSuccessLog + "=" + filepath.Join(dir, "successes-"+name+".log")}
 		if h.cfg.LongRuns {
 			env = append(env, envLongRuns+"=1")

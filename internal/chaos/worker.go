@@ -84,7 +84,7 @@ func runWorker(log *zap.Logger) error {
 	}
 	w, err := ffd.NewWorker(client, ffd.WorkerConfig{
 		Lanes: []string{Lane, KeyedLane}, ID: name, Concurrency: 16, PollInterval: 250 * time.Millisecond,
-		Handler: handle,
+		Handler: handle, Versions: strings.Split(os.Getenv(envVersions), ","),
 	})
 	if err != nil {
 		return err
@@ -109,6 +109,9 @@ func handle(ctx context.Context, job *ffd.Job) ([]byte, error) {
 	}
 	if strings.HasPrefix(job.Kind, "d.") {
 		return handleDurable(ctx, job)
+	}
+	if len(job.Kind) > 2 && strings.Contains("sgve", job.Kind[:1]) && job.Kind[1] == '.' {
+		return handleLinked(ctx, job)
 	}
 	if strings.HasSuffix(job.Kind, ".fail") {
 		return nil, ffd.Permanent(errors.New("planned failure"))

@@ -72,6 +72,10 @@ func (h *harness) submit(ctx context.Context) {
 			h.submitKeyed(ctx, client, rng)
 			continue
 		}
+		if i%linksEvery == linksSlot {
+			h.submitLinked(ctx, client, rng)
+			continue
+		}
 		n := h.cfg.MinNodes + rng.IntN(h.cfg.MaxNodes-h.cfg.MinNodes+1)
 		d := oracle.Random(rng, n, rng.IntN(4) == 0)
 		id := uuid.New()
@@ -223,7 +227,8 @@ func (h *harness) drain(ctx context.Context) {
 			h.cfg.Logf("chaos: drained %s after the last fault", h.report.Drain.Round(10*time.Millisecond))
 			return
 		}
-		left = fmt.Sprintf("%d live executions, %d undispatched events, %d cancel groups, %d open flows (err %v)", o.Live, o.Undispatched, o.CancelGroups, o.OpenFlows, err)
+		left = fmt.Sprintf("%d live executions, %d undispatched events, %d cancel groups, %d open flows, %d sub-flows, compensations and events to act on (err %v)",
+			o.Live, o.Undispatched, o.CancelGroups, o.OpenFlows, o.Links, err)
 		if time.Since(said) >= 10*time.Second {
 			said = time.Now()
 			h.cfg.Logf("chaos: draining, %s after the last fault: %s", time.Since(from).Round(time.Second), left)
@@ -257,9 +262,9 @@ func (h *harness) verify(ctx context.Context) {
 		return
 	}
 	for _, m := range members {
-		if strings.HasPrefix(m.Kind, "d.") || strings.HasPrefix(m.Kind, "k.") {
+		if !strings.HasPrefix(m.Kind, "n") {
 			h.report.Executions++
-			continue // a durable or keyed flow's: verifyDurable and verifyKeyed check them
+			continue // a durable, keyed or workflows flow's: verifyDurable, verifyKeyed and verifyLinks check them
 		}
 		i, err := strconv.Atoi(strings.TrimPrefix(strings.SplitN(m.Kind, ".", 2)[0], "n"))
 		if err != nil {
@@ -279,6 +284,7 @@ func (h *harness) verify(ctx context.Context) {
 	} else {
 		h.verifyDurable(ctx, client)
 		h.verifyKeyed(ctx, client)
+		h.verifyLinks(ctx, client)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

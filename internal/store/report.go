@@ -64,6 +64,9 @@ type Outstanding struct {
 	Undispatched int `db:"undispatched"` // completion events not yet dispatched
 	CancelGroups int `db:"cancel_groups"`
 	OpenFlows    int `db:"open_flows"`
+	// Links: sub-flows not yet ended, failed or cancelled flows whose
+	// compensations have not started, events not yet fired.
+	Links int `db:"links"`
 }
 
 // ReadOutstanding counts the work left.
@@ -72,7 +75,10 @@ func ReadOutstanding(ctx context.Context, db DB) (Outstanding, error) {
 		(SELECT count(*) FROM ff_execution WHERE state IN ('blocked', 'pending', 'running')) AS live,
 		(SELECT count(*) FROM ff_completion_event WHERE dispatched_at IS NULL) AS undispatched,
 		(SELECT count(*) FROM ff_pending_cancel_group) AS cancel_groups,
-		(SELECT count(*) FROM ff_flow WHERE state = 'open') AS open_flows`)
+		(SELECT count(*) FROM ff_flow WHERE state = 'open') AS open_flows,
+		(SELECT count(*) FROM ff_subflow WHERE ended_at IS NULL)
+			+ (SELECT count(*) FROM ff_flow WHERE compensation = 'armed' AND state <> 'open')
+			+ (SELECT count(*) FROM ff_event WHERE fired_at IS NULL) AS links`)
 	if err != nil {
 		return Outstanding{}, wrap("count outstanding work", err)
 	}
