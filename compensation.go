@@ -2,11 +2,13 @@ package ffd
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/internal/flows"
+	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -49,4 +51,27 @@ func (c *Client) AddCompensation(ctx context.Context, flowID uuid.UUID, step str
 // AddCompensationTx is AddCompensation inside tx.
 func (c *Client) AddCompensationTx(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, step string, p CreateParams) error {
 	return flows.AddCompensation(ctx, tx, c.limits, flowID, step, p)
+}
+
+// WaitCompensation blocks until a flow has finished and, when it failed
+// or was cancelled with compensations, until its compensation flow has
+// ended too, and returns that flow with its steps by name: each
+// compensated step's compensation, and OnFailureStep. It is nil for a
+// flow that needed none (completed, or without compensations).
+func (c *Client) WaitCompensation(ctx context.Context, flowID uuid.UUID) (*FlowOutcome, error) {
+	var f *Flow
+	err := c.waitFor(ctx, ident.Partition(flowID), func(ctx context.Context) (bool, error) {
+		var err error
+		if f, err = flows.Get(ctx, c.pool, flowID); err != nil {
+			return false, err
+		}
+		return f.State != FlowOpen && f.Compensation != CompensationArmed, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("wait for the compensation of flow %s: %w", flowID, err)
+	}
+	if f.CompensationFlow == nil {
+		return nil, nil
+	}
+	return c.WaitFlow(ctx, *f.CompensationFlow)
 }

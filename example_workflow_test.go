@@ -2,11 +2,15 @@ package ffd_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd"
@@ -251,4 +255,174 @@ func ExampleClient_CreateTrigger() {
 	// --8<--
 
 	// Output: true completed "welcome, ada"
+}
+
+// A whole flow as one step: the shipping step's body is a flow of its
+// own, started when the step may run; the step ends as its child ends,
+// with the results of the child's last steps.
+func ExampleSubmitNode_subflow() {
+	kinds := ffd.NewKinds()
+	for _, kind := range []string{"order", "pick", "pack", "notify"} {
+		ffd.Handle(kinds, kind, func(_ context.Context, _ *ffd.Job, _ struct{}) (string, error) { return kind + "ed", nil })
+	}
+	client, stop := engine([]string{"shop"}, kinds)
+	defer stop()
+
+	// --8<-- subflow
+	ctx := context.Background()
+	sub, err := client.SubmitFlow(ctx, ffd.SubmitFlowParams{
+		Nodes: []ffd.SubmitNode{
+			{Ref: "order", Params: ffd.CreateParams{Lane: "shop", Kind: "order"}},
+			// A step whose body is a flow: no lane, no payload of its own.
+			{Ref: "shipping", Flow: &ffd.SubmitFlowParams{
+				Nodes: []ffd.SubmitNode{
+					{Ref: "pick", Params: ffd.CreateParams{Lane: "shop", Kind: "pick"}},
+					{Ref: "pack", Params: ffd.CreateParams{Lane: "shop", Kind: "pack"}},
+				},
+				Edges: []ffd.SubmitEdge{{From: "pick", To: "pack"}},
+			}},
+			{Ref: "notify", Params: ffd.CreateParams{Lane: "shop", Kind: "notify"}},
+		},
+		Edges: []ffd.SubmitEdge{{From: "order", To: "shipping"}, {From: "shipping", To: "notify"}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := client.WaitFlow(waitCtx, sub.Flow.ID)
+	if err != nil {
+		panic(err)
+	}
+	var shipped ffd.SubflowResult // the step's result
+	if err := json.Unmarshal(out.Steps["shipping"].Result, &shipped); err != nil {
+		panic(err)
+	}
+	child, err := client.ChildFlow(ctx, out.Steps["shipping"].ID)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(out.Flow.State, shipped.State, string(shipped.Results["pack"]), *child.Parent == out.Steps["shipping"].ID)
+	// --8<--
+
+	// Output: completed completed "packed" true
+}
+
+// A saga: each booking names the step that undoes it. When the car
+// cannot be booked, the flow fails, and the bookings made are undone,
+// the last one first; the on-failure step runs once with the failure.
+func ExampleSubmitNode_compensate() {
+	var mu sync.Mutex
+	var undone []string
+	kinds := ffd.NewKinds()
+	ffd.HandleBytes(kinds, "book", func(_ context.Context, job *ffd.Job) ([]byte, error) {
+		if job.Step == "car" {
+			return nil, ffd.Permanent(errors.New("no cars left"))
+		}
+		return nil, nil
+	})
+	ffd.HandleBytes(kinds, "unbook", func(_ context.Context, job *ffd.Job) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		undone = append(undone, job.Step)
+		return nil, nil
+	})
+	ffd.Handle(kinds, "apologize", func(_ context.Context, _ *ffd.Job, f ffd.Failure) (string, error) {
+		return fmt.Sprintf("sorry: %s %s", f.Failed[0].Step, f.Failed[0].State), nil
+	})
+	client, stop := engine([]string{"trips"}, kinds)
+	defer stop()
+
+	// --8<-- compensate
+	ctx := context.Background()
+	book := ffd.CreateParams{Lane: "trips", Kind: "book"}
+	unbook := &ffd.CreateParams{Lane: "trips", Kind: "unbook", MaxAttempts: 25} // retried like any step
+	sub, err := client.SubmitFlow(ctx, ffd.SubmitFlowParams{
+		Flow: ffd.CreateFlowParams{OnFailure: &ffd.CreateParams{Lane: "trips", Kind: "apologize"}},
+		Nodes: []ffd.SubmitNode{
+			{Ref: "flight", Params: book, Compensate: unbook},
+			{Ref: "hotel", Params: book, Compensate: unbook},
+			{Ref: "car", Params: book, Compensate: unbook},
+		},
+		Edges: []ffd.SubmitEdge{{From: "flight", To: "hotel"}, {From: "hotel", To: "car"}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	comp, err := client.WaitCompensation(waitCtx, sub.Flow.ID) // the compensation flow, once it ended
+	if err != nil {
+		panic(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	fmt.Println(comp.Flow.State, undone, string(comp.Steps[ffd.OnFailureStep].Result))
+	// --8<--
+
+	// Output: completed [hotel flight] "sorry: car failed"
+}
+
+// Versions: a flow runs under the version of the handlers it started
+// with. Flows started on v1 finish on v1 workers while new flows run on
+// v2 workers, side by side, through a rollout.
+func ExampleWorkerConfig_versions() {
+	ctx := context.Background()
+	ran := func(version string) *ffd.Kinds {
+		kinds := ffd.NewKinds()
+		ffd.HandleBytes(kinds, "bill", func(_ context.Context, job *ffd.Job) ([]byte, error) {
+			return []byte(`"billed by ` + version + `"`), nil
+		})
+		return kinds
+	}
+	client, stop := engine([]string{"unused"}, ran("none"))
+	defer stop()
+
+	// --8<-- versions
+	// The old release's workers serve v1; Start announces the version.
+	v1, err := ffd.NewWorker(client, ffd.WorkerConfig{Lanes: []string{"billing"}, Kinds: ran("v1"), Versions: []string{"v1"}})
+	if err != nil {
+		panic(err)
+	}
+	if err := v1.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer v1.Stop(ctx)
+	bill := ffd.SubmitFlowParams{
+		Nodes: []ffd.SubmitNode{{Ref: "bill", Params: ffd.CreateParams{Lane: "billing", Kind: "bill"}}},
+	}
+	bill.Flow.Version = "v1"
+	old, err := client.SubmitFlow(ctx, bill)
+	if err != nil {
+		panic(err)
+	}
+	// The new release's workers serve v2, beside the old ones; producers
+	// then start flows under v2.
+	v2, err := ffd.NewWorker(client, ffd.WorkerConfig{Lanes: []string{"billing"}, Kinds: ran("v2"), Versions: []string{"v2"}})
+	if err != nil {
+		panic(err)
+	}
+	if err := v2.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer v2.Stop(ctx)
+	bill.Flow.Version = "v2"
+	fresh, err := client.SubmitFlow(ctx, bill)
+	if err != nil {
+		panic(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for _, id := range []uuid.UUID{old.Flow.ID, fresh.Flow.ID} {
+		out, err := client.WaitFlow(waitCtx, id)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(out.Flow.Version, string(out.Steps["bill"].Result))
+	}
+	// --8<--
+
+	// Output:
+	// v1 "billed by v1"
+	// v2 "billed by v2"
 }

@@ -136,6 +136,13 @@ func TestSubflowCancelGoesDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	child := f.waitChild(sub.Executions["child"].ID)
+	step, err := f.client.Get(f.Ctx, sub.Executions["child"].ID)
+	if err != nil {
+		t.Fatalf("read the running sub-flow step: %v", err)
+	}
+	if step.State != ffd.StateRunning || step.LeaseOwner != "ffd:subflow" || step.LeaseExpiresAt == nil || step.LeaseExpiresAt.Year() != 9999 {
+		t.Fatalf("a started sub-flow step is %s held by %q until %v; want running, held by the engine until 9999", step.State, step.LeaseOwner, step.LeaseExpiresAt)
+	}
 	if _, err := f.client.CancelFlow(f.Ctx, sub.Flow.ID, ffd.CancelAll, "test"); err != nil {
 		t.Fatal(err)
 	}

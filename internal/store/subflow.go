@@ -176,18 +176,19 @@ func SubflowsEnded(ctx context.Context, db DB, limit int) ([]SubflowEnd, error) 
 }
 
 // StartSubflowStep makes a pending sub-flow step running, held by the
-// engine with a lease that does not lapse (the daemon ends it with its
-// child), and records its child; the caller holds the step locked. It
+// engine with a lease that does not lapse (it runs until Never: the
+// daemon ends it with its child; a finite time, which every consumer of
+// the outbox can read), and records its child; the caller holds the step locked. It
 // returns the step's new epoch, or pgx.ErrNoRows when the step is no
 // longer pending. now is the transaction's now(): a distributed Postgres
 // refuses now() beside a column in an UPDATE.
 func StartSubflowStep(ctx context.Context, tx pgx.Tx, step ffdtype.ExecutionID, child uuid.UUID, now time.Time) (int64, error) {
 	var epoch int64
 	err := tx.QueryRow(ctx, `UPDATE ff_execution e SET state = 'running', attempt = e.attempt + 1, lease_epoch = e.lease_epoch + 1,
-			lease_owner = $3, lease_expires_at = 'infinity', started_at = least(e.started_at, $4::timestamptz),
+			lease_owner = $3, lease_expires_at = $5::timestamptz, started_at = least(e.started_at, $4::timestamptz),
 			attempt_worker = $3, attempt_started_at = $4::timestamptz
-		WHERE e.partition_key = $1 AND e.execution_id = $2 AND e.state = 'pending'
-		RETURNING e.lease_epoch`, step.Partition, step.UUID, SubflowHolder, now).Scan(&epoch)
+		WHERE e.partition_key = $1 AND e.execution_id = $2 AND e.state = 'pending' AND e.run_at <= $4::timestamptz
+		RETURNING e.lease_epoch`, step.Partition, step.UUID, SubflowHolder, now, Never).Scan(&epoch)
 	if err != nil {
 		return 0, err
 	}
