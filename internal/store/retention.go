@@ -186,6 +186,10 @@ victims AS (
 		AND NOT EXISTS (
 			SELECT 1 FROM ff_completion_event c
 			WHERE c.dispatched_at IS NULL AND c.partition_key = f.partition_key AND c.flow_id = f.flow_id)
+		AND f.compensation IS DISTINCT FROM 'armed'
+		AND NOT EXISTS (
+			SELECT 1 FROM ff_subflow sf
+			WHERE sf.partition_key = f.partition_key AND sf.flow_id = f.flow_id AND sf.ended_at IS NULL)
 	ORDER BY f.terminal_at
 	LIMIT $5
 	FOR UPDATE OF f SKIP LOCKED),
@@ -198,6 +202,12 @@ waits AS (
 spawned AS (
 	DELETE FROM ff_spawned p USING victims v
 	WHERE p.partition_key = v.partition_key AND p.flow_id = v.flow_id` + one("p") + `),
+subflows AS (
+	DELETE FROM ff_subflow sf USING victims v
+	WHERE sf.partition_key = v.partition_key AND sf.flow_id = v.flow_id` + one("sf") + `),
+compensations AS (
+	DELETE FROM ff_compensation cp USING victims v
+	WHERE cp.partition_key = v.partition_key AND cp.flow_id = v.flow_id` + one("cp") + `),
 cancels AS (
 	DELETE FROM ff_pending_cancel_group p USING victims v
 	WHERE p.partition_key = v.partition_key AND p.flow_id = v.flow_id` + one("p") + `),
@@ -220,7 +230,9 @@ WHERE f.partition_key = v.partition_key AND f.flow_id = v.flow_id` + one("f") + 
 
 // DeleteFinishedFlows deletes up to limit finished flows older than their
 // namespace's age, with their members, attempts, edges, groups,
-// signals, waits and spawn records.
+// signals, waits, spawn records, sub-flow steps and compensations. A
+// flow whose compensations have not started, or whose sub-flow steps
+// the linker has not finished with, is kept until they have.
 func DeleteFinishedFlows(ctx context.Context, db DB, ages Ages, limit int) (int, error) {
 	return deleteFinished(ctx, db, "flows", deleteFlowsSQL, deleteFlowsRoutedSQL,
 		`SELECT DISTINCT partition_key FROM ff_flow WHERE state <> 'open' AND terminal_at < now() - $1::bigint * interval '1 microsecond'`,

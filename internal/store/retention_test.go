@@ -256,3 +256,43 @@ func TestRetentionOfFiredEvents(t *testing.T) {
 		t.Fatalf("publish the unfired event's key again: existed %v, %v; want the kept one", existed, err)
 	}
 }
+
+// A finished flow goes with its sub-flow steps and compensations, but
+// not while its compensations have not started.
+func TestRetentionOfLinkedFlows(t *testing.T) {
+	t.Parallel()
+	f := retention{testdb.Checked(t, 2*time.Minute)}
+	submit := func(kind string) *ffdtype.SubmittedFlow {
+		sub, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, ffdtype.SubmitFlowParams{
+			Flow: ffdtype.CreateFlowParams{Kind: kind},
+			Nodes: []ffdtype.SubmitNode{
+				{Ref: "pay", Params: ffdtype.CreateParams{Lane: "l"}, Compensate: &ffdtype.CreateParams{Lane: "l"}},
+				{Ref: "child", Flow: &ffdtype.SubmitFlowParams{Nodes: []ffdtype.SubmitNode{{Ref: "x", Params: ffdtype.CreateParams{Lane: "l"}}}}},
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := flows.Cancel(f.Ctx, f.Pool, sub.Flow.ID, ffdtype.CancelAll, "test"); err != nil {
+			t.Fatal(err)
+		}
+		f.Exec(`UPDATE ff_flow SET terminal_at = now() - interval '40 days' WHERE flow_id = $1`, sub.Flow.ID)
+		f.Exec(`UPDATE ff_execution SET terminal_at = now() - interval '40 days' WHERE flow_id = $1`, sub.Flow.ID)
+		f.Exec(`UPDATE ff_subflow SET ended_at = now() WHERE flow_id = $1`, sub.Flow.ID)
+		return sub
+	}
+	armed, done := submit("armed"), submit("done")
+	f.Exec(`UPDATE ff_flow SET compensation = 'not_needed' WHERE flow_id = $1`, done.Flow.ID)
+	n, err := store.DeleteFinishedFlows(f.Ctx, f.Pool, store.Ages{Default: 30 * 24 * time.Hour}, 10)
+	if err != nil || n != 1 {
+		t.Fatalf("deleted %d flows, %v; want 1 (the armed one stays)", n, err)
+	}
+	for _, table := range []string{"ff_flow", "ff_subflow", "ff_compensation"} {
+		if n := f.Count(`SELECT count(*) FROM `+table+` WHERE flow_id = $1`, done.Flow.ID); n != 0 {
+			t.Errorf("%d rows of the deleted flow left in %s", n, table)
+		}
+		if n := f.Count(`SELECT count(*) FROM `+table+` WHERE flow_id = $1`, armed.Flow.ID); n == 0 {
+			t.Errorf("the armed flow's rows in %s were deleted", table)
+		}
+	}
+}
