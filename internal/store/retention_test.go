@@ -283,6 +283,9 @@ func TestRetentionOfLinkedFlows(t *testing.T) {
 	}
 	armed, done := submit("armed"), submit("done")
 	f.Exec(`UPDATE ff_flow SET compensation = 'not_needed' WHERE flow_id = $1`, done.Flow.ID)
+	if _, err := cascade.New(f.Pool, nil).DispatchBatch(f.Ctx, 100, 0); err != nil {
+		t.Fatal(err)
+	}
 	n, err := store.DeleteFinishedFlows(f.Ctx, f.Pool, store.Ages{Default: 30 * 24 * time.Hour}, 10)
 	if err != nil || n != 1 {
 		t.Fatalf("deleted %d flows, %v; want 1 (the armed one stays)", n, err)
