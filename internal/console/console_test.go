@@ -432,3 +432,45 @@ func TestConsoleShowsWaitsSignalsAndSpawns(t *testing.T) {
 		t.Errorf("execution page lacks what woke it and its signal:\n%s", body)
 	}
 }
+
+// A sub-flow step's box opens its child's graph once started; the
+// child's page links back to its step; a flow's page names its version
+// and its compensation.
+func TestConsoleFollowsSubflowsAndCompensations(t *testing.T) {
+	t.Parallel()
+	f, base, _ := setup(t)
+	if err := store.AnnounceVersions(f.Ctx, f.Pool, "default", []string{"v3"}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := flows.Submit(f.Ctx, f.Pool, leases.Limits{}, ffdtype.SubmitFlowParams{
+		Flow: ffdtype.CreateFlowParams{Kind: "order", Version: "v3"},
+		Nodes: []ffdtype.SubmitNode{
+			{Ref: "charge", Params: ffdtype.CreateParams{Lane: "console"}, Compensate: &ffdtype.CreateParams{Lane: "console"}},
+			{Ref: "ship", Flow: &ffdtype.SubmitFlowParams{Nodes: []ffdtype.SubmitNode{{Ref: "pick", Params: ffdtype.CreateParams{Lane: "console"}}}}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := sub.Executions["ship"].ID
+	_, body := get(t, base+"/flows/"+sub.Flow.ID.String())
+	for _, want := range []string{`class="node st-pending subflow"`, `data-id="` + step.String() + `" data-step="ship"`, "sub-flow: starts when the step may run",
+		"version v3", "compensation armed"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("flow page before the child starts lacks %q:\n%s", want, body)
+		}
+	}
+	child, err := flows.StartSubflow(f.Ctx, f.Pool, leases.Limits{}, step)
+	if err != nil || child == nil {
+		t.Fatalf("start the sub-flow: %v, %v", child, err)
+	}
+	_, body = get(t, base+"/flows/"+sub.Flow.ID.String())
+	for _, want := range []string{`<a href="/flows/` + child.String() + `">`, `data-child="` + child.String() + `"`, "sub-flow " + child.String() + ": click to open its graph"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("flow page of a started sub-flow lacks %q:\n%s", want, body)
+		}
+	}
+	if _, body := get(t, base+"/flows/"+child.String()); !strings.Contains(body, `id="parent">sub-flow of step <a href="/executions/`+step.UUID.String()+`">`) {
+		t.Errorf("the child's page does not link back to its step:\n%s", body)
+	}
+}
