@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
@@ -42,6 +43,10 @@ func (c *Client) CreateFlowTx(ctx context.Context, tx pgx.Tx, p CreateFlowParams
 func (c *Client) createFlow(ctx context.Context, db store.DB, p CreateFlowParams) (*CreateFlowResult, error) {
 	if p.Namespace == "" {
 		p.Namespace = c.cfg.Namespace
+	}
+	if p.OnFailure != nil {
+		return nil, fault.Invalid(KindInvalidValue, "on_failure", p.OnFailure.Kind,
+			"an on-failure step is given at SubmitFlow; to a flow built member by member, add it with AddCompensation(ctx, flow, OnFailureStep, params)")
 	}
 	f, exists, err := flows.CreateFlow(ctx, db, p)
 	if err != nil {

@@ -120,6 +120,12 @@ func TestVersionsRefuseAndFence(t *testing.T) {
 	if _, err := f.client.SubmitFlow(f.Ctx, chain("v9")); !isKind(err, ffd.KindUnknownVersion) {
 		t.Fatalf("a flow of an unknown version: %v; want kind unknown_version", err)
 	}
+	if _, err := f.client.CreateFlow(f.Ctx, ffd.CreateFlowParams{Version: "v9"}); !isKind(err, ffd.KindUnknownVersion) {
+		t.Fatalf("an empty flow of an unknown version: %v; want kind unknown_version", err)
+	}
+	if _, err := f.client.CreateFlow(f.Ctx, ffd.CreateFlowParams{OnFailure: &ffd.CreateParams{Lane: "v"}}); !errors.Is(err, ffd.ErrValidation) {
+		t.Fatalf("CreateFlow with an on-failure step: %v; want a validation error (AddCompensation adds one)", err)
+	}
 	for _, tt := range []struct {
 		name string
 		p    ffd.CreateParams

@@ -54,12 +54,14 @@ CREATE INDEX IF NOT EXISTS ff_flow_compensate ON ff_flow (partition_key, flow_id
 CREATE INDEX IF NOT EXISTS ff_flow_armed ON ff_flow (partition_key, flow_id) WHERE compensation = 'armed';
 
 -- The versions of handler sets that workers serve. A worker announces
--- its own when it starts (or an operator adds one); a flow that names a
--- version nobody announced is refused by the foreign key below, which
--- checks nothing for the NULL of an unversioned flow. An execution
--- carries its version as a capability its worker must have
--- ('ffd.version:' and the version, in required_capabilities), so the
--- claim needs no test of its own; its create looks the version up here.
+-- its own when it starts (or an operator adds one); a create or a flow
+-- that names a version nobody announced is refused: it looks the
+-- version up here (no foreign key: on Citus a distributed table's key
+-- into a reference table must exist before either is placed, which an
+-- upgrade of a placed schema cannot arrange). An execution carries its
+-- version as a capability its worker must have ('ffd.version:' and the
+-- version, in required_capabilities), so the claim needs no test of its
+-- own.
 CREATE TABLE IF NOT EXISTS ff_version (
     namespace     text        NOT NULL,
     version       text        NOT NULL CHECK (length(version) BETWEEN 1 AND 64 AND version ~ '^[A-Za-z0-9_.:+-]+$'),
@@ -67,14 +69,10 @@ CREATE TABLE IF NOT EXISTS ff_version (
     last_seen_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (namespace, version)
 );
-ALTER TABLE ff_flow ADD COLUMN IF NOT EXISTS version text;
--- NOT VALID, then validated: every existing row is NULL, and the
--- validation does not block writers while it reads them.
-ALTER TABLE ff_flow ADD CONSTRAINT ff_flow_version FOREIGN KEY (namespace, version) REFERENCES ff_version (namespace, version) NOT VALID;
-ALTER TABLE ff_flow VALIDATE CONSTRAINT ff_flow_version;
+ALTER TABLE ff_flow ADD COLUMN IF NOT EXISTS version text
+    CHECK (version IS NULL OR (length(version) BETWEEN 1 AND 64 AND version ~ '^[A-Za-z0-9_.:+-]+$'));
 
 -- +goose Down
-ALTER TABLE ff_flow DROP CONSTRAINT IF EXISTS ff_flow_version;
 ALTER TABLE ff_flow DROP COLUMN IF EXISTS version;
 DROP TABLE IF EXISTS ff_version;
 DROP INDEX IF EXISTS ff_flow_armed;

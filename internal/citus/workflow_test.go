@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,5 +189,99 @@ func TestRacesOnCitus(t *testing.T) {
 	if got, err := f.count(`SELECT total FROM ff_edge_group WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`,
 		sub.Flow.Partition, sub.Flow.ID, sub.Executions["join"].ID.UUID); err != nil || got != n+n/2 {
 		t.Fatalf("the join counts %d upstreams (%v); want %d", got, err, n+n/2)
+	}
+}
+
+// Sub-flows, compensations and versions on Citus: a versioned flow
+// whose sub-flow completes and whose last step fails runs its
+// compensation; a parent cancelled while its child runs cancels the
+// child; each on the flow's one partition.
+func TestLinkedFlowsOnCitus(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.daemon(t)
+	lane := f.lane("linked")
+	version := f.prefix + "-v1"
+	var undone atomic.Int32
+	kinds := ffd.NewKinds()
+	ffd.HandleBytes(kinds, "ok", func(ctx context.Context, job *ffd.Job) ([]byte, error) {
+		if job.Version != version {
+			return nil, ffd.Permanent(fmt.Errorf("a step of version %q on a %s worker", job.Version, version))
+		}
+		return []byte(`"ok"`), nil
+	})
+	ffd.HandleBytes(kinds, "boom", func(ctx context.Context, job *ffd.Job) ([]byte, error) {
+		return nil, ffd.Permanent(errors.New("boom"))
+	})
+	ffd.HandleBytes(kinds, "undo", func(ctx context.Context, job *ffd.Job) ([]byte, error) {
+		undone.Add(1)
+		return nil, nil
+	})
+	w, err := ffd.NewWorker(f.client, ffd.WorkerConfig{Lanes: []string{lane}, Concurrency: 8, Kinds: kinds, Versions: []string{version}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
+	ok := ffd.CreateParams{Lane: lane, Kind: "ok"}
+	sub, err := f.client.SubmitFlow(f.ctx, ffd.SubmitFlowParams{
+		Flow: ffd.CreateFlowParams{Version: version},
+		Nodes: []ffd.SubmitNode{
+			{Ref: "pay", Params: ok, Compensate: &ffd.CreateParams{Lane: lane, Kind: "undo"}},
+			{Ref: "child", Flow: &ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "a", Params: ok}, {Ref: "b", Params: ok}},
+				Edges: []ffd.SubmitEdge{{From: "a", To: "b"}}}},
+			{Ref: "boom", Params: ffd.CreateParams{Lane: lane, Kind: "boom"}},
+		},
+		Edges: []ffd.SubmitEdge{{From: "pay", To: "child"}, {From: "child", To: "boom"}},
+	})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, 2*time.Minute)
+	defer cancel()
+	comp, err := f.client.WaitCompensation(ctx, sub.Flow.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := f.client.WaitFlow(ctx, sub.Flow.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Flow.State != ffd.FlowFailed || out.Steps["child"].State != ffd.StateCompleted || comp == nil ||
+		comp.Flow.State != ffd.FlowCompleted || comp.Steps["pay"] == nil || undone.Load() != 1 || comp.Flow.Partition != sub.Flow.Partition {
+		t.Fatalf("flow %s, sub-flow step %s, compensation %+v, %d undone; want failed, completed, pay's compensation once on the flow's partition",
+			out.Flow.State, out.Steps["child"].State, comp, undone.Load())
+	}
+
+	// Cancel the parent while its child waits for a lane nobody serves.
+	waiting, err := f.client.SubmitFlow(f.ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "child",
+		Flow: &ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "w", Params: ffd.CreateParams{Lane: f.lane("nobody")}}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var child *ffd.Flow
+	waitFor(t, f, "the child to start", func() (bool, error) {
+		child, err = f.client.ChildFlow(f.ctx, waiting.Executions["child"].ID)
+		return child != nil, err
+	})
+	if _, err := f.client.CancelFlow(f.ctx, waiting.Flow.ID, ffd.CancelAll, "test"); err != nil {
+		t.Fatal(err)
+	}
+	done, err := f.client.WaitFlow(ctx, child.ID)
+	if err != nil || done.Flow.State != ffd.FlowCancelled {
+		t.Fatalf("the child of a cancelled parent: %v, %v; want cancelled", done, err)
+	}
+	if _, err := f.client.SubmitFlow(f.ctx, ffd.SubmitFlowParams{Flow: ffd.CreateFlowParams{Version: f.prefix + "-unknown"},
+		Nodes: []ffd.SubmitNode{{Ref: "x", Params: ok}}}); !errors.Is(err, ffd.ErrValidation) {
+		t.Fatalf("a flow of an unknown version: %v; want a validation error", err)
+	}
+	if vs, err := f.client.ListVersions(f.ctx, ""); err != nil || !slices.ContainsFunc(vs, func(v *ffd.Version) bool { return v.Version == version }) {
+		t.Fatalf("versions: %v, %v; want %s among them", vs, err, version)
 	}
 }

@@ -22,12 +22,11 @@ const OnFailureStep = "ffd.on-failure"
 
 // extras are what a submission writes beside its executions and edges:
 // the templates of its sub-flow steps (by ref), its compensations
-// (by step; OnFailureStep for the on-failure step), and its version. A
-// submission that uses none of them writes nothing more.
+// (by step; OnFailureStep for the on-failure step). A submission that
+// uses neither writes nothing more.
 type extras struct {
 	templates map[string]json.RawMessage
 	comps     []store.NewCompensation
-	version   string
 }
 
 // memberVersion gives a member its flow's version; naming another is
@@ -47,7 +46,7 @@ func planExtras(p ffdtype.SubmitFlowParams, lim leases.Limits, depth int, path [
 	if err := leases.ValidateVersion("flow.version", p.Flow.Version); err != nil {
 		return nil, err
 	}
-	ex := &extras{version: p.Flow.Version}
+	ex := &extras{}
 	for _, n := range p.Nodes {
 		if n.Flow != nil {
 			if err := checkChild(p, n, lim, depth, path); err != nil {
@@ -155,7 +154,6 @@ func (ex *extras) writeRows(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, xs
 // write records the extras of a flow just written (res), with links
 // (a child's parent) merged into the flow's own.
 func (ex *extras) write(ctx context.Context, tx pgx.Tx, res *ffdtype.SubmittedFlow, links store.FlowLinks) error {
-	links.Version = ex.version
 	if len(ex.comps) > 0 {
 		links.Compensation = ffdtype.CompensationArmed
 	}
@@ -168,6 +166,6 @@ func (ex *extras) write(ctx context.Context, tx pgx.Tx, res *ffdtype.SubmittedFl
 	if err := store.LinkFlow(ctx, tx, res.Flow.ID, links); err != nil {
 		return err
 	}
-	res.Flow.Parent, res.Flow.Version, res.Flow.Compensation, res.Flow.CompensationOf = links.Parent, links.Version, links.Compensation, links.Compensates
+	res.Flow.Parent, res.Flow.Compensation, res.Flow.CompensationOf = links.Parent, links.Compensation, links.Compensates
 	return nil
 }

@@ -25,6 +25,9 @@ func normalizeFlow(p *ffdtype.CreateFlowParams) error {
 	if err := leases.NormalizeNamespace(&p.Namespace); err != nil {
 		return err
 	}
+	if err := leases.ValidateVersion("flow.version", p.Version); err != nil {
+		return err
+	}
 	if len(p.Kind) > leases.MaxKindLength {
 		return fault.Invalid(ffdtype.KindTooLarge, "kind", p.Kind, fmt.Sprintf("at most %d bytes", leases.MaxKindLength))
 	}
@@ -43,7 +46,10 @@ func CreateFlow(ctx context.Context, db store.DB, p ffdtype.CreateFlowParams) (f
 	if err := normalizeFlow(&p); err != nil {
 		return nil, false, err
 	}
-	f, err = store.InsertFlow(ctx, db, store.NewFlow{ID: p.ID, Namespace: p.Namespace, Kind: p.Kind, Tags: p.Tags})
+	if err := leases.KnownVersion(ctx, db, p.Namespace, p.Version); err != nil {
+		return nil, false, err
+	}
+	f, err = store.InsertFlow(ctx, db, store.NewFlow{ID: p.ID, Namespace: p.Namespace, Kind: p.Kind, Tags: p.Tags, Version: p.Version})
 	if err == nil {
 		return f, false, nil
 	}

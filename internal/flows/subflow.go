@@ -182,7 +182,7 @@ func startChild(ctx context.Context, tx pgx.Tx, lim leases.Limits, s store.Subfl
 	if err != nil {
 		return nil, flowErr("read", s.FlowID, err)
 	}
-	links := store.FlowLinks{Parent: &s.Step, Version: parent.Version}
+	links := store.FlowLinks{Parent: &s.Step}
 	if s.RerunOfChild != nil {
 		res, err := rerunInTx(ctx, tx, lim, *s.RerunOfChild, links)
 		var conflict *ffdtype.ConflictError

@@ -435,6 +435,15 @@ func InsertFolding(ctx context.Context, db store.DB, n Normalized) (x *ffdtype.E
 	return x, folds > 1, folds, strictLimit(err, strconv.Itoa(r.ConcurrencyLimit))
 }
 
+// KnownVersion refuses a flow's version that no worker announced in its
+// namespace (*ValidationError, kind unknown_version); "" reads nothing.
+func KnownVersion(ctx context.Context, db store.DB, namespace, version string) error {
+	if version == "" {
+		return nil
+	}
+	return knownRefs(ctx, db, []store.VersionRef{{Namespace: namespace, Version: version}})
+}
+
 // knownVersions refuses executions whose version no worker announced in
 // their namespace (*ValidationError, kind unknown_version); it reads
 // nothing for unversioned ones.
@@ -448,6 +457,10 @@ func knownVersions(ctx context.Context, db store.DB, ns ...Normalized) error {
 	if len(want) == 0 {
 		return nil
 	}
+	return knownRefs(ctx, db, want)
+}
+
+func knownRefs(ctx context.Context, db store.DB, want []store.VersionRef) error {
 	missing, err := store.UnknownVersions(ctx, db, want)
 	if err != nil || len(missing) == 0 {
 		return err

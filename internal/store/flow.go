@@ -101,15 +101,16 @@ type NewFlow struct {
 	Namespace string
 	Kind      string
 	Tags      map[string]any
+	Version   string // "": none
 }
 
 // InsertFlow inserts an open flow on its id's partition, or returns
 // pgx.ErrNoRows when a flow with that id exists.
 func InsertFlow(ctx context.Context, db DB, f NewFlow) (*ffdtype.Flow, error) {
-	return oneFlow(db.Query(ctx, `INSERT INTO ff_flow AS f (partition_key, flow_id, namespace, kind, tags)
-		VALUES ($1, $2, $3, $4, $5)
+	return oneFlow(db.Query(ctx, `INSERT INTO ff_flow AS f (partition_key, flow_id, namespace, kind, tags, version)
+		VALUES ($1, $2, $3, $4, $5, nullif($6, ''))
 		ON CONFLICT (partition_key, flow_id) DO NOTHING
-		RETURNING `+flowColumns, ident.Partition(f.ID), f.ID, f.Namespace, f.Kind, f.Tags))
+		RETURNING `+flowColumns, ident.Partition(f.ID), f.ID, f.Namespace, f.Kind, f.Tags, f.Version))
 }
 
 // GetFlow reads a flow without its groups, or returns pgx.ErrNoRows.

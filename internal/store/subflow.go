@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/ffdtype"
-	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
 )
 
@@ -53,13 +52,12 @@ func SetRerunOfChild(ctx context.Context, tx pgx.Tx, rows []NewSubflow) error {
 	return wrap("link rerun sub-flow steps to their old children", err)
 }
 
-// FlowLinks are what a flow records of sub-flows, compensations and
-// versions; the zero value records nothing.
+// FlowLinks are what a flow records of sub-flows and compensations (its
+// version it has from its insert); the zero value records nothing.
 type FlowLinks struct {
 	Parent       *ffdtype.ExecutionID // the sub-flow step whose body the flow is
-	Version      string
-	Compensation string     // ffdtype.CompensationArmed, or ""
-	Compensates  *uuid.UUID // on a compensation flow, the flow it compensates
+	Compensation string               // ffdtype.CompensationArmed, or ""
+	Compensates  *uuid.UUID           // on a compensation flow, the flow it compensates
 }
 
 // Zero says the links record nothing.
@@ -72,11 +70,10 @@ func LinkFlow(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, l FlowLinks) err
 	if l.Parent != nil {
 		parent = pgUUID(l.Parent.UUID)
 	}
-	_, err := tx.Exec(ctx, `UPDATE ff_flow SET parent_execution_id = $3, version = nullif($4, ''),
-			compensation = nullif($5, ''), compensation_of = $6
+	_, err := tx.Exec(ctx, `UPDATE ff_flow SET parent_execution_id = $3, compensation = nullif($4, ''), compensation_of = $5
 		WHERE partition_key = $1 AND flow_id = $2`,
-		ident.Partition(flowID), flowID, parent, l.Version, l.Compensation, pgUUIDOrNull(l.Compensates))
-	return wrap("link flow "+flowID.String(), refusedVersion(err))
+		ident.Partition(flowID), flowID, parent, l.Compensation, pgUUIDOrNull(l.Compensates))
+	return wrap("link flow "+flowID.String(), err)
 }
 
 // Subflow is a sub-flow step as its row records it.
@@ -233,14 +230,4 @@ func TxNow(ctx context.Context, tx pgx.Tx) (time.Time, error) {
 	var now time.Time
 	err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now)
 	return now, wrap("read the database's time", err)
-}
-
-// refusedVersion is a create's refusal by a version foreign key (the
-// version was never announced) as the validation error it is; other
-// errors pass as they are.
-func refusedVersion(err error) error {
-	if refusedBy(err, "23503", "ff_flow_version") {
-		return fault.Invalid(ffdtype.KindUnknownVersion, "version", "", "no worker announced this version in the namespace: start a worker that serves it (WorkerConfig.Versions), or announce it (ffd version add)")
-	}
-	return err
 }

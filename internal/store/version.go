@@ -45,17 +45,48 @@ type VersionRow struct {
 
 // ListVersions lists the announced versions, newest first, with their
 // executions pending or running (what the claim and lease indexes hold)
-// and their open flows.
+// and their open flows. Three statements, each a plain scan or a
+// grouped count, so that a distributed Postgres runs each on its own
+// (it refuses a count correlated to a reference table's rows).
 func ListVersions(ctx context.Context, db DB, namespace string) ([]VersionRow, error) {
-	rows, err := db.Query(ctx, `SELECT v.namespace, v.version, v.announced_at, v.last_seen_at,
-			(SELECT count(*) FROM ff_execution x WHERE x.namespace = v.namespace AND x.state IN ('pending', 'running')
-				AND x.required_capabilities @> ARRAY['ffd.version:' || v.version]),
-			(SELECT count(*) FROM ff_flow f WHERE f.namespace = v.namespace AND f.version = v.version AND f.state = 'open')
-		FROM ff_version v WHERE $1 = '' OR v.namespace = $1
-		ORDER BY v.announced_at DESC, v.version`, namespace)
+	rows, err := db.Query(ctx, `SELECT namespace, version, announced_at, last_seen_at, 0::bigint, 0::bigint
+		FROM ff_version WHERE $1 = '' OR namespace = $1 ORDER BY announced_at DESC, version`, namespace)
 	if err != nil {
 		return nil, wrap("list versions", err)
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[VersionRow])
-	return out, wrap("list versions", err)
+	if err != nil || len(out) == 0 {
+		return out, wrap("list versions", err)
+	}
+	live := map[VersionRef][2]int64{}
+	count := func(what, sql string, slot int) error {
+		rows, err := db.Query(ctx, sql, namespace)
+		if err != nil {
+			return wrap("count the "+what+" of each version", err)
+		}
+		var ref VersionRef
+		var n int64
+		_, err = pgx.ForEachRow(rows, []any{&ref.Namespace, &ref.Version, &n}, func() error {
+			c := live[ref]
+			c[slot] = n
+			live[ref] = c
+			return nil
+		})
+		return wrap("count the "+what+" of each version", err)
+	}
+	if err := count("executions", `SELECT x.namespace, substr(c, length('ffd.version:') + 1), count(*)
+		FROM ff_execution x, unnest(x.required_capabilities) AS c
+		WHERE x.state IN ('pending', 'running') AND c LIKE 'ffd.version:%' AND ($1 = '' OR x.namespace = $1)
+		GROUP BY 1, 2`, 0); err != nil {
+		return nil, err
+	}
+	if err := count("flows", `SELECT namespace, version, count(*) FROM ff_flow
+		WHERE state = 'open' AND version IS NOT NULL AND ($1 = '' OR namespace = $1) GROUP BY 1, 2`, 1); err != nil {
+		return nil, err
+	}
+	for i := range out {
+		c := live[VersionRef{out[i].Namespace, out[i].Version}]
+		out[i].LiveExecutions, out[i].LiveFlows = c[0], c[1]
+	}
+	return out, nil
 }
