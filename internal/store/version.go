@@ -28,10 +28,17 @@ func UnknownVersions(ctx context.Context, db DB, vs []VersionRef) ([]VersionRef,
 }
 
 // AnnounceVersions records that a worker serves versions in namespace:
-// new ones are added, known ones seen again.
+// new ones are added, known ones seen again. The time is the database's,
+// read first: a distributed Postgres refuses now() in the ON CONFLICT
+// update.
 func AnnounceVersions(ctx context.Context, db DB, namespace string, versions []string) error {
-	_, err := db.Exec(ctx, `INSERT INTO ff_version (namespace, version) SELECT $1, v FROM unnest($2::text[]) AS v
-		ON CONFLICT (namespace, version) DO UPDATE SET last_seen_at = now()`, namespace, versions)
+	now, err := Now(ctx, db)
+	if err != nil {
+		return err
+	}
+	_, err = db.Exec(ctx, `INSERT INTO ff_version (namespace, version, announced_at, last_seen_at)
+		SELECT $1, v, $3, $3 FROM (SELECT DISTINCT unnest($2::text[])) AS t(v)
+		ON CONFLICT (namespace, version) DO UPDATE SET last_seen_at = excluded.last_seen_at`, namespace, versions, now)
 	return wrap("announce versions", err)
 }
 
