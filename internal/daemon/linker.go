@@ -15,6 +15,11 @@ import (
 // each kind; a full batch is followed by another pass at once.
 const linkBatch = 100
 
+// linkGap is the least time between two passes: completions come by the
+// thousand a second on a busy database, and one pass serves all those
+// that came during the last.
+const linkGap = 50 * time.Millisecond
+
 // Actions of ffd_links_total.
 const (
 	linkStarted     = "subflow_started"
@@ -43,6 +48,11 @@ func (l *linker) Start(ctx context.Context) error {
 		defer tick.Stop()
 		for {
 			watching := l.pass(l.e.work)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(linkGap):
+			}
 			if !l.wait(ctx, tick.C, watching) {
 				return
 			}
