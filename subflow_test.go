@@ -287,14 +287,16 @@ func TestSubflowRerunGoesBothWays(t *testing.T) {
 		return []byte(`"fixed"`), nil
 	})
 	f.startWorker(ffd.WorkerConfig{Lanes: []string{"sub"}, Kinds: kinds, Concurrency: 4, PollInterval: 20 * time.Millisecond})
-	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "child", Flow: childOf("flaky")}}})
+	done := &ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "d", Params: ffd.CreateParams{Lane: "sub", Kind: "ok"}}}}
+	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "child", Flow: childOf("flaky")}, {Ref: "done", Flow: done}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := f.client.WaitFlow(f.Ctx, sub.Flow.ID); err != nil || out.Flow.State != ffd.FlowFailed {
-		t.Fatalf("the parent: %v, %v; want failed", out, err)
+	if out, err := f.client.WaitFlow(f.Ctx, sub.Flow.ID); err != nil || out.Flow.State != ffd.FlowFailed || out.Steps["done"].State != ffd.StateCompleted {
+		t.Fatalf("the parent: %v, %v; want failed, its step done completed", out, err)
 	}
 	oldChild := f.waitChild(sub.Executions["child"].ID)
+	oldDone := f.waitChild(sub.Executions["done"].ID)
 	rerun, err := f.client.RerunFlow(f.Ctx, oldChild.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -316,10 +318,18 @@ func TestSubflowRerunGoesBothWays(t *testing.T) {
 	if newChild.RerunOf == nil || *newChild.RerunOf != oldChild.ID {
 		t.Fatalf("the new child reruns %v; want the old child %s", newChild.RerunOf, oldChild.ID)
 	}
+	// The step carried over keeps its old child, and nothing of the rerun
+	// is left for the daemon to watch.
+	if carried, err := f.client.ChildFlow(f.Ctx, out.Steps["done"].ID); err != nil || carried == nil || carried.ID != oldDone.ID {
+		t.Fatalf("the carried step's child: %v, %v; want the old one %s", carried, err, oldDone.ID)
+	}
+	f.WaitFor("every sub-flow step of the rerun marked ended", func() bool {
+		return f.Count(`SELECT count(*) FROM ff_subflow WHERE flow_id = $1 AND ended_at IS NULL`, rerun.Flow.ID) == 0
+	})
 	mu.Lock()
 	defer mu.Unlock()
-	if runs["a"] != 1 || runs["b"] != 2 {
-		t.Fatalf("a ran %d times, b %d; want a once (carried over), b twice", runs["a"], runs["b"])
+	if runs["a"] != 1 || runs["b"] != 2 || runs["d"] != 1 {
+		t.Fatalf("a ran %d times, b %d, d %d; want a once (carried over), b twice, d once (its step carried over)", runs["a"], runs["b"], runs["d"])
 	}
 	f.checkInvariants()
 }
@@ -357,4 +367,29 @@ func TestSubflowSpawnedAtRunTime(t *testing.T) {
 		t.Fatal("a flow a spawn gave a compensation is not armed")
 	}
 	f.checkInvariants()
+}
+
+// A sub-flow step that ends before it starts a child (its parent
+// cancelled while it waits for an upstream) is done with: the daemon
+// marks it ended, so nothing watches it, and retention may take it.
+func TestSubflowEndedBeforeItStarted(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.startDaemon()
+	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{
+		Nodes: []ffd.SubmitNode{{Ref: "gate", Params: ffd.CreateParams{Lane: "nobody"}}, {Ref: "child", Flow: childOf("ok")}},
+		Edges: []ffd.SubmitEdge{{From: "gate", To: "child"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.CancelFlow(f.Ctx, sub.Flow.ID, ffd.CancelAll, "test"); err != nil {
+		t.Fatal(err)
+	}
+	f.WaitFor("the cancelled sub-flow step marked ended", func() bool {
+		return f.Count(`SELECT count(*) FROM ff_subflow WHERE flow_id = $1 AND ended_at IS NULL`, sub.Flow.ID) == 0
+	})
+	if child, err := f.client.ChildFlow(f.Ctx, sub.Executions["child"].ID); err != nil || child != nil {
+		t.Fatalf("the child of a step cancelled before it started: %v, %v; want none", child, err)
+	}
 }

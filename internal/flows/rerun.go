@@ -110,22 +110,29 @@ func rerunInTx(ctx context.Context, tx pgx.Tx, lim leases.Limits, flowID uuid.UU
 }
 
 // linkRerunChildren tells each sub-flow step of a rerun that runs again
-// the child its old step had, to rerun it when it starts.
+// the child its old step had, to rerun it when it starts; a step carried
+// over (completed) keeps its old child.
 func linkRerunChildren(ctx context.Context, tx pgx.Tx, oldID uuid.UUID, res *ffdtype.SubmittedFlow) error {
 	olds, err := store.FlowSubflows(ctx, tx, oldID)
 	if err != nil || len(olds) == 0 {
 		return err
 	}
-	var pairs []store.NewSubflow
+	var again, carried []store.NewSubflow
 	for _, x := range res.Executions {
-		if x.RerunOf == nil || x.State == ffdtype.StateCompleted {
+		s, ok := olds[uuidOr(x.RerunOf)]
+		if !ok || s.Child == nil {
 			continue
 		}
-		if s, ok := olds[*x.RerunOf]; ok && s.Child != nil {
-			pairs = append(pairs, store.NewSubflow{Step: x.ID, RerunOfChild: s.Child})
+		if x.State == ffdtype.StateCompleted {
+			carried = append(carried, store.NewSubflow{Step: x.ID, RerunOfChild: s.Child})
+			continue
 		}
+		again = append(again, store.NewSubflow{Step: x.ID, RerunOfChild: s.Child})
 	}
-	return store.SetRerunOfChild(ctx, tx, pairs)
+	if err := store.SetCarriedChild(ctx, tx, carried); err != nil {
+		return err
+	}
+	return store.SetRerunOfChild(ctx, tx, again)
 }
 
 // rerunPlan is the old flow as a submission: a node per member (named by
@@ -261,4 +268,12 @@ func oldExtras(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow, p *ffdtype.Sub
 			n.Compensate = comps[x.Step]
 		}
 	}, nil
+}
+
+// uuidOr is *u, or the nil uuid.
+func uuidOr(u *uuid.UUID) uuid.UUID {
+	if u == nil {
+		return uuid.Nil
+	}
+	return *u
 }

@@ -221,14 +221,16 @@ func startChild(ctx context.Context, tx pgx.Tx, lim leases.Limits, s store.Subfl
 // something.
 func EndSubflow(ctx context.Context, db store.DB, lim leases.Limits, e store.SubflowEnd) (acted bool, err error) {
 	switch {
-	case e.StepState == ffdtype.StateRunning && e.ChildState != ffdtype.FlowOpen:
+	case e.Child != nil && e.StepState == ffdtype.StateRunning && e.ChildState != ffdtype.FlowOpen:
 		return endStep(ctx, db, lim, e)
-	case e.StepState.Terminal() && e.ChildState == ffdtype.FlowOpen:
-		if _, err := Cancel(ctx, db, e.Child, ffdtype.CancelAll, ParentEndedReason); err != nil && !errors.Is(err, ffdtype.ErrAlreadyTerminal) {
+	case e.Child != nil && e.StepState.Terminal() && e.ChildState == ffdtype.FlowOpen:
+		if _, err := Cancel(ctx, db, *e.Child, ffdtype.CancelAll, ParentEndedReason); err != nil && !errors.Is(err, ffdtype.ErrAlreadyTerminal) {
 			return false, fmt.Errorf("cancel sub-flow %s of step %s: %w", e.Child, e.Step, err)
 		}
 		return true, markEnded(ctx, db, e.Step)
 	case e.StepState.Terminal():
+		// Both ended; or the step ended before it started a child
+		// (cancelled while it waited, skipped by its join).
 		return true, markEnded(ctx, db, e.Step)
 	}
 	return false, nil // a step put back to pending: its start takes it again
@@ -242,7 +244,7 @@ func endStep(ctx context.Context, db store.DB, lim leases.Limits, e store.Subflo
 		switch e.ChildState {
 		case ffdtype.FlowCompleted:
 			var result []byte
-			if result, err = childResult(ctx, tx, lim, e.Child); err == nil {
+			if result, err = childResult(ctx, tx, lim, *e.Child); err == nil {
 				_, err = leases.Complete(ctx, tx, lim, e.Step, e.Epoch, result)
 			}
 		case ffdtype.FlowFailed:

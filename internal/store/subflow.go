@@ -144,23 +144,28 @@ func SubflowsDue(ctx context.Context, db DB, limit int) ([]ffdtype.ExecutionID, 
 	})
 }
 
-// SubflowEnd is a started sub-flow step whose step or child ended.
+// SubflowEnd is a sub-flow step whose step or child has ended, not yet
+// marked ended.
 type SubflowEnd struct {
-	Step       ffdtype.ExecutionID
-	StepState  ffdtype.State
-	Epoch      int64
-	Child      uuid.UUID
+	Step      ffdtype.ExecutionID
+	StepState ffdtype.State
+	Epoch     int64
+	// Child and ChildState are the step's child and its state; nil and
+	// "" for a step that ended before it started one (cancelled while
+	// waiting, skipped).
+	Child      *uuid.UUID
 	ChildState ffdtype.FlowState
 }
 
-// SubflowsEnded lists up to limit started sub-flow steps that are not
-// yet marked ended and whose step or child has ended.
+// SubflowsEnded lists up to limit sub-flow steps not yet marked ended
+// whose step or child has ended.
 func SubflowsEnded(ctx context.Context, db DB, limit int) ([]SubflowEnd, error) {
-	rows, err := db.Query(ctx, `SELECT s.partition_key, s.execution_id, x.state, x.lease_epoch, s.child_flow_id, c.state
+	rows, err := db.Query(ctx, `SELECT s.partition_key, s.execution_id, x.state, x.lease_epoch, s.child_flow_id, coalesce(c.state, '')
 		FROM ff_subflow s
 		JOIN ff_execution x ON x.partition_key = s.partition_key AND x.execution_id = s.execution_id
-		JOIN ff_flow c ON c.partition_key = s.partition_key AND c.flow_id = s.child_flow_id
-		WHERE s.ended_at IS NULL AND (c.state <> 'open' OR x.state IN ('completed', 'failed', 'cancelled', 'skipped', 'expired'))
+		LEFT JOIN ff_flow c ON c.partition_key = s.partition_key AND c.flow_id = s.child_flow_id
+		WHERE s.ended_at IS NULL
+			AND (c.state <> 'open' OR x.state IN ('completed', 'failed', 'cancelled', 'skipped', 'expired'))
 		LIMIT $1`, limit)
 	if err != nil {
 		return nil, wrap("find ended sub-flows", err)
@@ -170,6 +175,23 @@ func SubflowsEnded(ctx context.Context, db DB, limit int) ([]SubflowEnd, error) 
 		return e, r.Scan(&e.Step.Partition, &e.Step.UUID, &e.StepState, &e.Epoch, &e.Child, &e.ChildState)
 	})
 	return ends, wrap("find ended sub-flows", err)
+}
+
+// SetCarriedChild gives the sub-flow steps a rerun carried over
+// (completed with their old results) their old children (RerunOfChild):
+// the linker then finds step and child ended.
+func SetCarriedChild(ctx context.Context, tx pgx.Tx, rows []NewSubflow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	ids, olds := make([]pgtype.UUID, len(rows)), make([]pgtype.UUID, len(rows))
+	for i, r := range rows {
+		ids[i], olds[i] = pgUUID(r.Step.UUID), pgUUIDOrNull(r.RerunOfChild)
+	}
+	_, err := tx.Exec(ctx, `UPDATE ff_subflow s SET child_flow_id = r.old
+		FROM unnest($2::uuid[], $3::uuid[]) AS r(id, old)
+		WHERE s.partition_key = $1 AND s.execution_id = r.id`, rows[0].Step.Partition, ids, olds)
+	return wrap("link carried sub-flow steps to their old children", err)
 }
 
 // StartSubflowStep makes a pending sub-flow step running, held by the
