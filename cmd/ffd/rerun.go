@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"text/tabwriter"
+
+	"github.com/flowfabric/ffd"
 )
 
 // ExecRerunCmd reruns a solo execution.
@@ -44,13 +46,7 @@ func (c *FlowRerunCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	out := flowJSON(sub.Flow)
-	steps := map[string]any{}
-	for step, x := range sub.Executions {
-		steps[step] = execJSON(x)
-	}
-	out["steps"] = steps
-	return c.print(g.stdout, out, func(tw *tabwriter.Writer) {
+	return c.print(g.stdout, submittedJSON(sub), func(tw *tabwriter.Writer) {
 		// A sub-flow's rerun is its outermost parent's.
 		fmt.Fprintf(tw, "flow %s reruns %s\n\nSTEP\tSTATE\tEXECUTION\n", sub.Flow.ID, sub.Flow.RerunOf)
 		for _, x := range sortedSteps(sub.Executions) {
@@ -61,4 +57,16 @@ func (c *FlowRerunCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", x.Step, what, x.ID)
 		}
 	})
+}
+
+// submittedJSON is a submitted flow (a submission, a rerun) as JSON: the
+// flow, and its steps by name.
+func submittedJSON(sub *ffd.SubmittedFlow) map[string]any {
+	out := flowJSON(sub.Flow)
+	steps := map[string]any{}
+	for step, x := range sub.Executions {
+		steps[step] = execJSON(x)
+	}
+	out["steps"] = steps
+	return out
 }

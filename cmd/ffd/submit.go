@@ -35,13 +35,7 @@ func (c *FlowSubmitCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	out := flowJSON(sub.Flow)
-	steps := map[string]any{}
-	for step, x := range sub.Executions {
-		steps[step] = execJSON(x)
-	}
-	out["steps"] = steps
-	return c.print(g.stdout, out, func(tw *tabwriter.Writer) {
+	return c.print(g.stdout, submittedJSON(sub), func(tw *tabwriter.Writer) {
 		fmt.Fprintf(tw, "flow %s submitted (%d steps)\n", sub.Flow.ID, len(sub.Executions))
 		printLinks(tw, sub.Flow)
 		fmt.Fprintln(tw, "\nSTEP\tSTATE\tLANE\tEXECUTION")

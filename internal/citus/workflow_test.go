@@ -217,18 +217,7 @@ func TestLinkedFlowsOnCitus(t *testing.T) {
 		undone.Add(1)
 		return nil, nil
 	})
-	w, err := ffd.NewWorker(f.client, ffd.WorkerConfig{Lanes: []string{lane}, Concurrency: 8, Kinds: kinds, Versions: []string{version}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(f.ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-	})
+	f.startWorker(t, ffd.WorkerConfig{Lanes: []string{lane}, Concurrency: 8, Kinds: kinds, Versions: []string{version}})
 	ok := ffd.CreateParams{Lane: lane, Kind: "ok"}
 	sub, err := f.client.SubmitFlow(f.ctx, ffd.SubmitFlowParams{
 		Flow: ffd.CreateFlowParams{Version: version},
