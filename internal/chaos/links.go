@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // The workflows workload (docs/workflows.md): every linksEvery-th flow
@@ -321,8 +322,7 @@ func (h *harness) verifySaga(ctx context.Context, client *ffd.Client, id string,
 	h.mu.Lock()
 	h.report.Sagas++
 	h.mu.Unlock()
-	var n int
-	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM ff_flow WHERE compensation_of = $1`, out.Flow.ID).Scan(&n); err != nil || n != 1 {
+	if n, err := store.CompensationFlows(ctx, h.pool, out.Flow.ID); err != nil || n != 1 {
 		h.violation("saga %s: %d compensation flows (%v); want 1", id, n, err)
 	}
 	done, err := client.WaitFlow(ctx, comp.Flow.ID)
@@ -354,20 +354,12 @@ func (h *harness) verifyVersioned(ctx context.Context, id string, l *linked, out
 		h.violation("%s flow %s: %s under version %q; want completed under %s", l.version, id, out.Flow.State, out.Flow.Version, l.version)
 		return
 	}
-	rows, err := h.pool.Query(ctx, `SELECT a.worker FROM ff_attempt_all a
-		JOIN ff_execution x ON x.partition_key = a.partition_key AND x.execution_id = a.execution_id
-		WHERE x.partition_key = $1 AND x.flow_id = $2`, out.Flow.Partition, out.Flow.ID)
+	workers, err := store.FlowAttemptWorkers(ctx, h.pool, out.Flow.ID)
 	if err != nil {
 		h.violation("%s flow %s: read its attempts: %v", l.version, id, err)
 		return
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var worker string
-		if err := rows.Scan(&worker); err != nil {
-			h.violation("%s flow %s: %v", l.version, id, err)
-			return
-		}
+	for _, worker := range workers {
 		var i int
 		if _, err := fmt.Sscanf(worker, "worker-%d/", &i); err != nil || !strings.Contains(strings.Join(versionsOf(i-1, h.cfg.Workers), ","), l.version) {
 			h.violation("%s flow %s: an attempt ran on %s, which serves %v", l.version, id, worker, versionsOf(i-1, h.cfg.Workers))
@@ -381,30 +373,18 @@ func (h *harness) verifyVersioned(ctx context.Context, id string, l *linked, out
 // verifyEvents checks that every event published fired once and started
 // one flow, which completed.
 func (h *harness) verifyEvents(ctx context.Context, client *ffd.Client) {
-	rows, err := h.pool.Query(ctx, `SELECT event_key, event_id, fired_at IS NOT NULL, started FROM ff_event WHERE name = $1`, eventName)
+	events, err := store.EventsNamed(ctx, h.pool, eventName)
 	if err != nil {
 		h.violation("read events: %v", err)
 		return
 	}
-	type ev struct {
-		id      uuid.UUID
-		fired   bool
-		started int
-	}
-	seen := map[string]ev{}
-	for rows.Next() {
-		var key string
-		var e ev
-		if err := rows.Scan(&key, &e.id, &e.fired, &e.started); err != nil {
-			h.violation("read events: %v", err)
-			return
+	seen := map[string]store.EventState{}
+	for _, e := range events {
+		if _, dup := seen[e.Key]; dup {
+			h.violation("event %s stored twice", e.Key)
 		}
-		if _, dup := seen[key]; dup {
-			h.violation("event %s stored twice", key)
-		}
-		seen[key] = e
+		seen[e.Key] = e
 	}
-	rows.Close()
 	h.links.mu.Lock()
 	acked := make([]string, 0, len(h.links.events))
 	for key := range h.links.events {
@@ -413,17 +393,16 @@ func (h *harness) verifyEvents(ctx context.Context, client *ffd.Client) {
 	h.links.mu.Unlock()
 	for _, key := range acked {
 		e, ok := seen[key]
-		if !ok || !e.fired || e.started != 1 {
-			h.violation("event %s: stored %v, fired %v, started %d; want stored, fired, one flow", key, ok, e.fired, e.started)
+		if !ok || !e.Fired || e.Started != 1 {
+			h.violation("event %s: stored %v, fired %v, started %d; want stored, fired, one flow", key, ok, e.Fired, e.Started)
 			continue
 		}
-		f, err := client.DescribeFlow(ctx, ffd.TriggerFlowID(eventTrigger, e.id))
+		f, err := client.DescribeFlow(ctx, ffd.TriggerFlowID(eventTrigger, e.ID))
 		if err != nil || f.State != ffd.FlowCompleted {
 			h.violation("event %s: its flow %v (%v); want completed", key, f, err)
 		}
 	}
-	var flows int
-	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM ff_flow WHERE kind = 'chaos.event'`).Scan(&flows); err != nil || flows != len(seen) {
+	if flows, err := store.FlowsOfKind(ctx, h.pool, "chaos.event"); err != nil || flows != len(seen) {
 		h.violation("%d event flows for %d events (%v); want one each", flows, len(seen), err)
 	}
 	h.mu.Lock()

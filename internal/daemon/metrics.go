@@ -204,6 +204,7 @@ func (m *Metrics) zeroLabels() {
 		{m.droppedHints, [][]string{{"timeout"}}},
 		{m.outboxDeleted, [][]string{{"completion"}, {"lease"}}},
 		{m.retentionDeleted, [][]string{{"execution"}, {"flow"}, {"event"}}},
+		{m.linked, [][]string{{linkStarted}, {linkEnded}, {linkCompensated}}},
 	} {
 		for _, l := range v.labels {
 			v.vec.WithLabelValues(l...)

@@ -3,9 +3,11 @@ package store
 import (
 	"context"
 
-	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffd/ffdtype"
+	"github.com/flowfabric/ffd/internal/ident"
 )
 
 // FlowEventCounts counts a flow's outbox rows: its steps' completion
@@ -128,4 +130,50 @@ func FlowMemberStates(ctx context.Context, db DB) ([]MemberState, error) {
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[MemberState])
 	return out, wrap("read flow members", err)
+}
+
+// CompensationFlows counts the compensation flows of a flow.
+func CompensationFlows(ctx context.Context, db DB, flowID uuid.UUID) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `SELECT count(*) FROM ff_flow WHERE partition_key = $1 AND compensation_of = $2`,
+		ident.Partition(flowID), flowID).Scan(&n)
+	return n, wrap("count the compensation flows of flow "+flowID.String(), err)
+}
+
+// FlowAttemptWorkers lists the worker of every attempt of every member of
+// a flow.
+func FlowAttemptWorkers(ctx context.Context, db DB, flowID uuid.UUID) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT a.worker FROM ff_attempt_all a
+		JOIN ff_execution x ON x.partition_key = a.partition_key AND x.execution_id = a.execution_id
+		WHERE x.partition_key = $1 AND x.flow_id = $2`, ident.Partition(flowID), flowID)
+	if err != nil {
+		return nil, wrap("read the attempts of flow "+flowID.String(), err)
+	}
+	ws, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ws, wrap("read the attempts of flow "+flowID.String(), err)
+}
+
+// EventState is how a published event stands.
+type EventState struct {
+	Key     string
+	ID      uuid.UUID
+	Fired   bool
+	Started int
+}
+
+// EventsNamed lists the events published under name, in any namespace.
+func EventsNamed(ctx context.Context, db DB, name string) ([]EventState, error) {
+	rows, err := db.Query(ctx, `SELECT event_key, event_id, fired_at IS NOT NULL, started FROM ff_event WHERE name = $1`, name)
+	if err != nil {
+		return nil, wrap("read the events named "+name, err)
+	}
+	es, err := pgx.CollectRows(rows, pgx.RowToStructByPos[EventState])
+	return es, wrap("read the events named "+name, err)
+}
+
+// FlowsOfKind counts the flows of a kind.
+func FlowsOfKind(ctx context.Context, db DB, kind string) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `SELECT count(*) FROM ff_flow WHERE kind = $1`, kind).Scan(&n)
+	return n, wrap("count the flows of kind "+kind, err)
 }
