@@ -393,3 +393,30 @@ func TestSubflowEndedBeforeItStarted(t *testing.T) {
 		t.Fatalf("the child of a step cancelled before it started: %v, %v; want none", child, err)
 	}
 }
+
+// A sub-flow step past its deadline expires, and its child is cancelled
+// with it.
+func TestSubflowDeadlineCancelsTheChild(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.startDaemon()
+	waiting := &ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "w", Params: ffd.CreateParams{Lane: "nobody"}}}}
+	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{
+		{Ref: "child", Params: ffd.CreateParams{Deadline: 500 * time.Millisecond}, Flow: waiting}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := f.waitChild(sub.Executions["child"].ID)
+	out, err := f.client.WaitFlow(f.Ctx, child.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step, err := f.client.Get(f.Ctx, sub.Executions["child"].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if step.State != ffd.StateExpired || out.Flow.State != ffd.FlowCancelled || out.Steps["w"].State != ffd.StateCancelled {
+		t.Fatalf("step %s, child %s, its step %s; want the step expired, the child and its step cancelled", step.State, out.Flow.State, out.Steps["w"].State)
+	}
+	f.checkInvariants()
+}
