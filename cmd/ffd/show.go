@@ -115,7 +115,7 @@ func (c *ExecShowCmd) Run(ctx context.Context, g *Globals) error {
 			flow = x.FlowID.String()
 		}
 		rows := [][2]string{
-			{"execution_id", x.ID.String()}, {"flow_id", flow}, {"step", dash(x.Step)}, {"namespace", x.Namespace},
+			{"execution_id", x.ID.String()}, {"flow_id", flow}, {"step", dash(x.Step)}, {"namespace", x.Namespace}, {"version", dash(x.Version)},
 			{"lane", x.Lane}, {"kind", dash(x.Kind)}, {"state", string(x.State)}, {"priority", fmt.Sprint(x.Priority)},
 			{"attempt", fmt.Sprintf("%d of %d", x.Attempt, x.MaxAttempts)}, {"lease_epoch", fmt.Sprint(x.LeaseEpoch)},
 			{"lease_owner", dash(x.LeaseOwner)}, {"lease_expires_at", ts(x.LeaseExpiresAt)}, {"run_at", ts(&x.RunAt)},

@@ -51,6 +51,10 @@ func TestSubmitAndVersionsCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "version v2") || !strings.Contains(out, "compensation armed") {
 		t.Fatalf("flow show: %d %q; want its version and compensation", code, out)
 	}
+	code, out, _ = runFFD(t, "exec", "show", steps["charge"].(map[string]any)["execution_id"].(string), url)
+	if code != 0 || !regexp.MustCompile(`version\s+v2`).MatchString(out) {
+		t.Fatalf("exec show: %d %q; want the step's version", code, out)
+	}
 	code, out, _ = runFFD(t, "versions", "list", url)
 	if code != 0 || !regexp.MustCompile(`default\s+v2\s+\S+\s+\S+\s+1\s+1`).MatchString(out) {
 		t.Fatalf("versions list: %d %q; want v2 with 1 pending execution and 1 open flow", code, out)

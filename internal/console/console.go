@@ -526,6 +526,8 @@ func (c *Console) execution(w http.ResponseWriter, r *http.Request) {
 		Upstreams       []ffdtype.Upstream
 		Downstreams     []store.Downstream
 		Payload, Result string
+		// Child is a sub-flow step's child flow, once started.
+		Child *uuid.UUID
 		// The actions this execution's state allows: cancel while it
 		// has not ended; rerun once it failed, expired or was cancelled,
 		// outside a flow (a member reruns with its flow).
@@ -535,6 +537,11 @@ func (c *Console) execution(w http.ResponseWriter, r *http.Request) {
 		Payload: pretty(x.Payload), Result: pretty(x.Result),
 		CanCancel: !x.State.Terminal(),
 		CanRerun:  x.FlowID == nil && x.State.Terminal() && x.State != ffdtype.StateCompleted && x.State != ffdtype.StateSkipped}
+	if x.Lane == store.SubflowLane {
+		if sf, err := store.GetSubflow(ctx, c.pool, x.ID); err == nil {
+			data.Child = sf.Child
+		}
+	}
 	if x.FlowID != nil {
 		if data.Upstreams, err = store.UpstreamsOf(ctx, c.pool, *x.FlowID, x.ID); err != nil {
 			c.fail(w, r, err)

@@ -473,4 +473,7 @@ func TestConsoleFollowsSubflowsAndCompensations(t *testing.T) {
 	if _, body := get(t, base+"/flows/"+child.String()); !strings.Contains(body, `id="parent">sub-flow of step <a href="/executions/`+step.UUID.String()+`">`) {
 		t.Errorf("the child's page does not link back to its step:\n%s", body)
 	}
+	if _, body := get(t, base+"/executions/"+step.UUID.String()); !strings.Contains(body, `<td>v3</td>`) || !strings.Contains(body, `id="child"><a href="/flows/`+child.String()+`">`) {
+		t.Errorf("the step's page lacks its version and its child:\n%s", body)
+	}
 }
