@@ -89,7 +89,7 @@ func rerunInTx(ctx context.Context, tx pgx.Tx, lim leases.Limits, flowID uuid.UU
 	case old.Compensation == ffdtype.CompensationStarted:
 		return nil, &ffdtype.ConflictError{Object: "flow", ID: flowID.String(), Reason: "compensated: its completed steps were undone, so there is nothing to carry over; submit it anew"}
 	}
-	p, members, err := rerunPlan(ctx, tx, old)
+	p, members, olds, err := rerunPlan(ctx, tx, old)
 	if err != nil {
 		return nil, err
 	}
@@ -106,62 +106,49 @@ func rerunInTx(ctx context.Context, tx pgx.Tx, lim leases.Limits, flowID uuid.UU
 	if err := linkRerun(ctx, tx, old.ID, res, p, members); err != nil {
 		return nil, err
 	}
-	return res, linkRerunChildren(ctx, tx, old.ID, res)
+	return res, linkRerunChildren(ctx, tx, olds, res)
 }
 
 // linkRerunChildren tells each sub-flow step of a rerun that runs again
-// the child its old step had, to rerun it when it starts; a step carried
-// over (completed) keeps its old child.
-func linkRerunChildren(ctx context.Context, tx pgx.Tx, oldID uuid.UUID, res *ffdtype.SubmittedFlow) error {
-	olds, err := store.FlowSubflows(ctx, tx, oldID)
-	if err != nil || len(olds) == 0 {
-		return err
-	}
-	var again, carried []store.NewSubflow
+// the child its old step (of olds, by id) had, to rerun it when it
+// starts; a step carried over (completed) keeps its old child.
+func linkRerunChildren(ctx context.Context, tx pgx.Tx, olds map[uuid.UUID]store.Subflow, res *ffdtype.SubmittedFlow) error {
+	var links []store.RerunSubflow
 	for _, x := range res.Executions {
-		s, ok := olds[uuidOr(x.RerunOf)]
-		if !ok || s.Child == nil {
-			continue
+		if s, ok := olds[uuidOr(x.RerunOf)]; ok && s.Child != nil {
+			links = append(links, store.RerunSubflow{Step: x.ID, OldChild: *s.Child, Carried: x.State == ffdtype.StateCompleted})
 		}
-		if x.State == ffdtype.StateCompleted {
-			carried = append(carried, store.NewSubflow{Step: x.ID, RerunOfChild: s.Child})
-			continue
-		}
-		again = append(again, store.NewSubflow{Step: x.ID, RerunOfChild: s.Child})
 	}
-	if err := store.SetCarriedChild(ctx, tx, carried); err != nil {
-		return err
-	}
-	return store.SetRerunOfChild(ctx, tx, again)
+	return store.LinkRerunSubflows(ctx, tx, links)
 }
 
 // rerunPlan is the old flow as a submission: a node per member (named by
 // its step, or by its id when it has none), its applied and resolved
 // edges, its groups' policies. members maps each node's ref to the
-// execution it reruns.
-func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (ffdtype.SubmitFlowParams, map[string]*ffdtype.Execution, error) {
+// execution it reruns; olds are the old flow's sub-flow steps, by id.
+func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (p ffdtype.SubmitFlowParams, members map[string]*ffdtype.Execution, olds map[uuid.UUID]store.Subflow, err error) {
 	xs, err := store.FlowMembers(ctx, tx, old.ID)
 	if err != nil {
-		return ffdtype.SubmitFlowParams{}, nil, err
+		return p, nil, nil, err
 	}
 	edges, err := store.FlowEdges(ctx, tx, old.ID)
 	if err != nil {
-		return ffdtype.SubmitFlowParams{}, nil, err
+		return p, nil, nil, err
 	}
 	groups, err := store.ListGroups(ctx, tx, old.ID)
 	if err != nil {
-		return ffdtype.SubmitFlowParams{}, nil, err
+		return p, nil, nil, err
 	}
-	p := ffdtype.SubmitFlowParams{Flow: ffdtype.CreateFlowParams{ID: ident.NewUUIDIn(ident.Partition(old.ID)), Namespace: old.Namespace, Kind: old.Kind, Tags: old.Tags, Version: old.Version}}
-	extra, err := oldExtras(ctx, tx, old, &p)
+	p = ffdtype.SubmitFlowParams{Flow: ffdtype.CreateFlowParams{ID: ident.NewUUIDIn(ident.Partition(old.ID)), Namespace: old.Namespace, Kind: old.Kind, Tags: old.Tags, Version: old.Version}}
+	extra, olds, err := oldExtras(ctx, tx, old, &p)
 	if err != nil {
-		return ffdtype.SubmitFlowParams{}, nil, err
+		return p, nil, nil, err
 	}
 	ref := make(map[uuid.UUID]string, len(xs))
-	members := make(map[string]*ffdtype.Execution, len(xs))
+	members = make(map[string]*ffdtype.Execution, len(xs))
 	for _, x := range xs {
 		if !x.State.Terminal() {
-			return ffdtype.SubmitFlowParams{}, nil, &ffdtype.ConflictError{Object: "flow", ID: old.ID.String(),
+			return p, nil, nil, &ffdtype.ConflictError{Object: "flow", ID: old.ID.String(),
 				Reason: "member " + x.ID.String() + " is still " + string(x.State) + " (the flow was cancelled flow_only): wait for it before a rerun"}
 		}
 		r := x.Step
@@ -190,7 +177,7 @@ func rerunPlan(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow) (ffdtype.Submi
 		}
 		p.Nodes = append(p.Nodes, n)
 	}
-	return p, members, nil
+	return p, members, olds, nil
 }
 
 // linkRerun records the rerun (which fails on a second rerun of the same
@@ -230,23 +217,23 @@ func linkRerun(ctx context.Context, tx pgx.Tx, oldID uuid.UUID, res *ffdtype.Sub
 }
 
 // oldExtras reads what the old flow keeps beside its members (sub-flow
-// templates, compensations, its on-failure step, which it puts on p)
-// and returns what puts them on a member's node.
-func oldExtras(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow, p *ffdtype.SubmitFlowParams) (func(*ffdtype.Execution, *ffdtype.SubmitNode), error) {
+// steps, compensations, its on-failure step, which it puts on p) and
+// returns what puts them on a member's node, and the sub-flow steps.
+func oldExtras(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow, p *ffdtype.SubmitFlowParams) (func(*ffdtype.Execution, *ffdtype.SubmitNode), map[uuid.UUID]store.Subflow, error) {
 	subs, err := store.FlowSubflows(ctx, tx, old.ID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	comps := map[string]*ffdtype.CreateParams{}
 	if old.Compensation != "" {
 		raw, err := store.FlowCompensations(ctx, tx, old.ID)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for step, r := range raw {
 			cp, _, err := wire.Decode(r, wire.TargetExecution)
 			if err != nil {
-				return nil, fmt.Errorf("the compensation of step %s of flow %s: %w", step, old.ID, err)
+				return nil, nil, fmt.Errorf("the compensation of step %s of flow %s: %w", step, old.ID, err)
 			}
 			comps[step] = cp
 		}
@@ -256,7 +243,7 @@ func oldExtras(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow, p *ffdtype.Sub
 	for id, s := range subs {
 		_, fp, err := wire.Decode(s.Template, wire.TargetFlow)
 		if err != nil {
-			return nil, fmt.Errorf("the child of sub-flow step %s: %w", s.Step, err)
+			return nil, nil, fmt.Errorf("the child of sub-flow step %s: %w", s.Step, err)
 		}
 		children[id] = fp
 	}
@@ -267,7 +254,7 @@ func oldExtras(ctx context.Context, tx pgx.Tx, old *ffdtype.Flow, p *ffdtype.Sub
 		if x.Step != "" {
 			n.Compensate = comps[x.Step]
 		}
-	}, nil
+	}, subs, nil
 }
 
 // uuidOr is *u, or the nil uuid.

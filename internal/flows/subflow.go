@@ -144,7 +144,7 @@ func StartSubflow(ctx context.Context, db store.DB, lim leases.Limits, step ffdt
 		if err != nil {
 			return err
 		}
-		now, err := store.TxNow(ctx, tx)
+		now, err := store.Now(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -255,7 +255,7 @@ func endStep(ctx context.Context, db store.DB, lim leases.Limits, e store.Subflo
 		if err != nil {
 			return err
 		}
-		now, err := store.TxNow(ctx, tx)
+		now, err := store.Now(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -272,7 +272,7 @@ func endStep(ctx context.Context, db store.DB, lim leases.Limits, e store.Subflo
 
 func markEnded(ctx context.Context, db store.DB, step ffdtype.ExecutionID) error {
 	return store.InTx(ctx, db, func(tx pgx.Tx) error {
-		now, err := store.TxNow(ctx, tx)
+		now, err := store.Now(ctx, tx)
 		if err != nil {
 			return err
 		}

@@ -35,21 +35,31 @@ func InsertSubflows(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, rows []New
 	return wrap("record the sub-flow steps of flow "+flowID.String(), err)
 }
 
-// SetRerunOfChild tells rerun sub-flow steps (Step) which old child to
-// rerun when they start (RerunOfChild).
-func SetRerunOfChild(ctx context.Context, tx pgx.Tx, rows []NewSubflow) error {
+// RerunSubflow is a sub-flow step of a rerun and the child of the step
+// it reruns: carried over (completed), it keeps that child; else it
+// reruns it when it starts.
+type RerunSubflow struct {
+	Step     ffdtype.ExecutionID
+	OldChild uuid.UUID
+	Carried  bool
+}
+
+// LinkRerunSubflows links a rerun's sub-flow steps (on one partition) to
+// their old children, in one statement.
+func LinkRerunSubflows(ctx context.Context, tx pgx.Tx, rows []RerunSubflow) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	part := rows[0].Step.Partition
-	ids, olds := make([]pgtype.UUID, len(rows)), make([]pgtype.UUID, len(rows))
+	ids, olds, carried := make([]pgtype.UUID, len(rows)), make([]pgtype.UUID, len(rows)), make([]bool, len(rows))
 	for i, r := range rows {
-		ids[i], olds[i] = pgUUID(r.Step.UUID), pgUUIDOrNull(r.RerunOfChild)
+		ids[i], olds[i], carried[i] = pgUUID(r.Step.UUID), pgUUID(r.OldChild), r.Carried
 	}
-	_, err := tx.Exec(ctx, `UPDATE ff_subflow s SET rerun_of_child = r.old
-		FROM unnest($2::uuid[], $3::uuid[]) AS r(id, old)
-		WHERE s.partition_key = $1 AND s.execution_id = r.id`, part, ids, olds)
-	return wrap("link rerun sub-flow steps to their old children", err)
+	_, err := tx.Exec(ctx, `UPDATE ff_subflow s
+		SET child_flow_id = CASE WHEN r.carried THEN r.old ELSE s.child_flow_id END,
+			rerun_of_child = CASE WHEN r.carried THEN s.rerun_of_child ELSE r.old END
+		FROM unnest($2::uuid[], $3::uuid[], $4::boolean[]) AS r(id, old, carried)
+		WHERE s.partition_key = $1 AND s.execution_id = r.id`, rows[0].Step.Partition, ids, olds, carried)
+	return wrap("link a rerun's sub-flow steps to their old children", err)
 }
 
 // FlowLinks are what a flow records of sub-flows and compensations (its
@@ -177,23 +187,6 @@ func SubflowsEnded(ctx context.Context, db DB, limit int) ([]SubflowEnd, error) 
 	return ends, wrap("find ended sub-flows", err)
 }
 
-// SetCarriedChild gives the sub-flow steps a rerun carried over
-// (completed with their old results) their old children (RerunOfChild):
-// the linker then finds step and child ended.
-func SetCarriedChild(ctx context.Context, tx pgx.Tx, rows []NewSubflow) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	ids, olds := make([]pgtype.UUID, len(rows)), make([]pgtype.UUID, len(rows))
-	for i, r := range rows {
-		ids[i], olds[i] = pgUUID(r.Step.UUID), pgUUIDOrNull(r.RerunOfChild)
-	}
-	_, err := tx.Exec(ctx, `UPDATE ff_subflow s SET child_flow_id = r.old
-		FROM unnest($2::uuid[], $3::uuid[]) AS r(id, old)
-		WHERE s.partition_key = $1 AND s.execution_id = r.id`, rows[0].Step.Partition, ids, olds)
-	return wrap("link carried sub-flow steps to their old children", err)
-}
-
 // StartSubflowStep makes a pending sub-flow step running, held by the
 // engine with a lease that does not lapse (it runs until Never: the
 // daemon ends it with its child; a finite time, which every consumer of
@@ -245,11 +238,4 @@ func FlowResults(ctx context.Context, db DB, flowID uuid.UUID) (map[string][]byt
 		return nil
 	})
 	return out, wrap("read the results of flow "+flowID.String(), err)
-}
-
-// TxNow reads the transaction's now().
-func TxNow(ctx context.Context, tx pgx.Tx) (time.Time, error) {
-	var now time.Time
-	err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now)
-	return now, wrap("read the database's time", err)
 }
