@@ -78,10 +78,12 @@ func checkChild(parent ffdtype.SubmitFlowParams, n ffdtype.SubmitNode, lim lease
 	return nil
 }
 
-// encodedCopy is p with every JSON value turned into payload bytes
-// (leases.EncodePayload), nested flows included, for storing: p itself
-// is the caller's and is left as it is.
-func encodedCopy(p ffdtype.SubmitFlowParams) (ffdtype.SubmitFlowParams, error) {
+// EncodePayloads is p with every JSON value turned into payload bytes
+// (leases.EncodePayload): its steps', their compensations', its
+// on-failure step's and its sub-flows', nested ones too, for storing
+// (a sub-flow's child, a schedule's or a trigger's flow). p itself is
+// the caller's and is left as it is.
+func EncodePayloads(p ffdtype.SubmitFlowParams) (ffdtype.SubmitFlowParams, error) {
 	p.Nodes = slices.Clone(p.Nodes)
 	enc := func(cp **ffdtype.CreateParams) error {
 		if *cp == nil {
@@ -103,7 +105,7 @@ func encodedCopy(p ffdtype.SubmitFlowParams) (ffdtype.SubmitFlowParams, error) {
 			return p, err
 		}
 		if n.Flow != nil {
-			c, err := encodedCopy(*n.Flow)
+			c, err := EncodePayloads(*n.Flow)
 			if err != nil {
 				return p, err
 			}
@@ -115,7 +117,7 @@ func encodedCopy(p ffdtype.SubmitFlowParams) (ffdtype.SubmitFlowParams, error) {
 
 // encodeTemplate is a checked child's stored form.
 func encodeTemplate(child ffdtype.SubmitFlowParams) (json.RawMessage, error) {
-	c, err := encodedCopy(child)
+	c, err := EncodePayloads(child)
 	if err != nil {
 		return nil, err
 	}

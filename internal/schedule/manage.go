@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -122,12 +121,9 @@ func EncodeTarget(lim leases.Limits, ns string, exec *ffdtype.CreateParams, flow
 		params, err := wire.EncodeExecution(x)
 		return TargetExecution, params, err
 	default:
-		f := *flow
-		f.Nodes = slices.Clone(f.Nodes)
-		for i := range f.Nodes {
-			if err := leases.EncodePayload(&f.Nodes[i].Params); err != nil {
-				return "", nil, err
-			}
+		f, err := flows.EncodePayloads(*flow)
+		if err != nil {
+			return "", nil, err
 		}
 		if err := validFlow(lim, f, ns, who, each); err != nil {
 			return "", nil, err
