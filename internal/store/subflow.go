@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"time"
 
@@ -114,7 +115,7 @@ func GetSubflow(ctx context.Context, db DB, step ffdtype.ExecutionID) (Subflow, 
 		return Subflow{}, wrap("read sub-flow step "+step.String(), err)
 	}
 	s, err := pgx.CollectExactlyOneRow(rows, scanSubflow)
-	if err != nil && err != pgx.ErrNoRows {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		err = wrap("read sub-flow step "+step.String(), err)
 	}
 	return s, err
