@@ -61,22 +61,23 @@ func (l *linker) Start(ctx context.Context) error {
 }
 
 // wait blocks until the next pass is due: a tick, a sub-flow nudge, or,
-// while watching, a completion. It is false once ctx is done.
+// while watching, a completion. While nothing is in progress it does not
+// even wake for completions (a nil channel is never ready), so a busy
+// database's notifications cost it nothing. It is false once ctx is
+// done.
 func (l *linker) wait(ctx context.Context, tick <-chan time.Time, watching bool) bool {
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-tick:
-			return true
-		case <-l.e.fanout.Subflows():
-			return true
-		case <-l.e.fanout.Ends():
-			if watching {
-				return true
-			}
-		}
+	var ends <-chan struct{}
+	if watching {
+		ends = l.e.fanout.Ends()
 	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tick:
+	case <-l.e.fanout.Subflows():
+	case <-ends:
+	}
+	return true
 }
 
 // pass does what is due, batch after batch while batches come full, and
