@@ -241,6 +241,9 @@ func TestWorkflowLinksRefuseBadInput(t *testing.T) {
 	if err := f.client.AddCompensation(f.Ctx, fl.Flow.ID, "missing", undo); !errors.Is(err, ffd.ErrValidation) {
 		t.Errorf("a compensation of a missing step: %v; want a validation error", err)
 	}
+	if n := f.Count(`SELECT count(*) FROM ff_compensation`) + f.Count(`SELECT count(*) FROM ff_flow WHERE compensation IS NOT NULL`); n != 0 {
+		t.Errorf("a refused compensation wrote %d rows; want none", n)
+	}
 	if err := f.client.AddCompensation(f.Ctx, fl.Flow.ID, "pay", undo); err != nil {
 		t.Fatal(err)
 	}
