@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/bound"
 	"github.com/flowfabric/ffd/internal/console"
 	"github.com/flowfabric/ffd/internal/daemon"
@@ -35,6 +39,8 @@ type DaemonFlags struct {
 	StopTimeout    time.Duration `name:"stop-timeout" env:"FFD_STOP_TIMEOUT" default:"${stop_timeout}" help:"How long a graceful stop may take."`
 	Retention      retention     `name:"retention" env:"FFD_RETENTION" default:"${outbox_retention}" help:"Delete outbox events older than this once dispatched and consumed by every named consumer; forever keeps them."`
 	Console        bool          `name:"console" env:"FFD_CONSOLE" help:"Serve the web console on the admin address too."`
+	WorkerAPI      bool          `name:"worker-api" env:"FFD_WORKER_API" help:"Serve the worker protocol (docs/worker-protocol.md) on the admin address too, for handlers in other languages; needs --worker-token-file."`
+	WorkerTokens   string        `name:"worker-token-file" env:"FFD_WORKER_TOKEN_FILE" help:"File of the worker protocol's bearer tokens, one per line (blank lines and # comments ignored)."`
 	ConsumerIdle   time.Duration `name:"consumer-idle-limit" env:"FFD_CONSUMER_IDLE_LIMIT" default:"${consumer_idle_limit}" help:"Report named consumers idle this long while events wait for them."`
 	// Retention of finished work (internal/store.Ages).
 	ExecutionRetention  retention           `name:"execution-retention" env:"FFD_EXECUTION_RETENTION" default:"${execution_retention}" help:"Delete finished executions, and finished flows with their members, edges and groups, this long after they finished; forever keeps them."`
@@ -117,7 +123,62 @@ func (f *DaemonFlags) config(ctx context.Context, g *Globals, databaseURL string
 		g.closes = append(g.closes, con.Close)
 		cfg.Console = con
 	}
+	if f.WorkerAPI {
+		if err := f.mountWorkerAPI(g, pool, &cfg); err != nil {
+			pool.Close()
+			return daemon.Config{}, nil, err
+		}
+	}
 	return cfg, pool, nil
+}
+
+// mountWorkerAPI serves the worker protocol under ffd.WorkerAPIPrefix on
+// the admin address, beside the console when it is on.
+func (f *DaemonFlags) mountWorkerAPI(g *Globals, pool *pgxpool.Pool, cfg *daemon.Config) error {
+	if f.AdminAddr == "" {
+		return errors.New("--worker-api needs --admin-addr")
+	}
+	if f.WorkerTokens == "" {
+		return errors.New("--worker-api needs --worker-token-file")
+	}
+	tokens, err := readTokens(f.WorkerTokens)
+	if err != nil {
+		return err
+	}
+	c, err := ffd.NewClient(pool, &ffd.Config{Logger: g.log.Named("worker-api")})
+	if err != nil {
+		return err
+	}
+	api, err := ffd.NewWorkerAPI(c, ffd.WorkerAPIConfig{Tokens: tokens, Logger: g.log.Named("worker-api")})
+	if err != nil {
+		return fmt.Errorf("--worker-token-file %s: %w", f.WorkerTokens, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(ffd.WorkerAPIPrefix, api)
+	if cfg.Console != nil {
+		mux.Handle("/", cfg.Console)
+	}
+	cfg.Console = mux
+	return nil
+}
+
+// readTokens reads a token file: one token per line, blank lines and
+// lines starting with # ignored.
+func readTokens(name string) ([]string, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("--worker-token-file: %w", err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
+			out = append(out, t)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--worker-token-file %s: no token in it", name)
+	}
+	return out, nil
 }
 
 // namespaceRetention checks --namespace-retention's names and ages.
