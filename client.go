@@ -137,7 +137,7 @@ func (c *Client) create(ctx context.Context, db store.DB, p CreateParams) (*Crea
 }
 
 // MaxCreateMany bounds one CreateMany call.
-const MaxCreateMany = 10000
+const MaxCreateMany = leases.MaxCreateMany
 
 // CreateMany creates executions in one statement and returns them in the
 // order of ps: the fast way to enqueue many. Every row is validated before

@@ -5,13 +5,13 @@ package fault
 
 import "github.com/flowfabric/ffd/ffdtype"
 
-// maxValue is the longest value a ValidationError quotes whole.
-const maxValue = 200
+// MaxValue is the longest value a ValidationError quotes whole.
+const MaxValue = 200
 
 // Invalid builds a ValidationError, shortening very long values.
 func Invalid(kind ffdtype.ValidationKind, field, value, detail string) *ffdtype.ValidationError {
-	if len(value) > maxValue {
-		value = value[:maxValue] + "…"
+	if len(value) > MaxValue {
+		value = value[:MaxValue] + "…"
 	}
 	return &ffdtype.ValidationError{Kind: kind, Field: field, Value: value, Detail: detail}
 }

@@ -44,7 +44,7 @@ const (
 	MaxKindLength       = 256
 	MaxIdempotencyKey   = 512
 	MaxBackoffFactor    = 100.0
-	maxCapabilityLength = 128
+	MaxCapabilityLength = 128
 )
 
 // validName reports whether v is 1 to MaxNameLength characters of
@@ -362,8 +362,8 @@ func validateCapabilities(field string, caps []string) error {
 		return fault.Invalid(ffdtype.KindTooLarge, field, strconv.Itoa(len(caps))+" capabilities", fmt.Sprintf("at most %d", MaxCapabilities))
 	}
 	for _, c := range caps {
-		if c == "" || len(c) > maxCapabilityLength {
-			return fault.Invalid(ffdtype.KindInvalidValue, field, c, fmt.Sprintf("each capability is 1 to %d bytes", maxCapabilityLength))
+		if c == "" || len(c) > MaxCapabilityLength {
+			return fault.Invalid(ffdtype.KindInvalidValue, field, c, fmt.Sprintf("each capability is 1 to %d bytes", MaxCapabilityLength))
 		}
 		if err := ValidateText(field, c, 0); err != nil {
 			return err

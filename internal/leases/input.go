@@ -24,6 +24,8 @@ const (
 	MaxByBytes = 256
 	// MaxTagsBytes bounds an execution's tags, as JSON.
 	MaxTagsBytes = 64 << 10
+	// MaxCreateMany bounds one batch create.
+	MaxCreateMany = 10000
 	// MaxMaxPayloadBytes is the largest payload (and result) limit a
 	// client may configure.
 	MaxMaxPayloadBytes = 64 << 20

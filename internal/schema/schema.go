@@ -22,6 +22,12 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/flowfabric/ffd/ffdtype"
+	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/flows"
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
+	"github.com/flowfabric/ffd/internal/trigger"
 	"github.com/flowfabric/ffd/migrations"
 )
 
@@ -145,6 +151,13 @@ func UpTo(ctx context.Context, pool *pgxpool.Pool, version int64, lockWait time.
 	for _, r := range results {
 		out = append(out, Applied{Version: r.Source.Version, Name: r.Source.Path, Duration: r.Duration})
 	}
+	if version >= Latest() {
+		// The SQL API runs the latest schema's statements: it is
+		// installed on a current schema only, and again on every Up.
+		if err := InstallAPI(ctx, pool); err != nil {
+			return out, err
+		}
+	}
 	return out, nil
 }
 
@@ -187,4 +200,31 @@ func provider(pool *pgxpool.Pool, lockWait time.Duration) (*goose.Provider, *sql
 		return nil, nil, fmt.Errorf("load migrations: %w", err)
 	}
 	return p, db, nil
+}
+
+// apiLimits are the Go API's limits and defaults, for the SQL API.
+func apiLimits() store.APILimits {
+	return store.APILimits{
+		DefaultNamespace: leases.DefaultNamespace, DefaultMaxPayloadBytes: leases.DefaultMaxPayloadBytes,
+		MaxMaxPayloadBytes: leases.MaxMaxPayloadBytes, MaxNameLength: leases.MaxNameLength,
+		MaxKindLength: leases.MaxKindLength, MaxIdempotencyKey: leases.MaxIdempotencyKey,
+		MaxCapabilities: leases.MaxCapabilities, MaxCapabilityLength: leases.MaxCapabilityLength,
+		MaxTagsBytes: leases.MaxTagsBytes, DefaultMaxAttempts: leases.DefaultMaxAttempts,
+		MaxMaxAttempts: leases.MaxMaxAttempts, MaxReasonBytes: leases.MaxReasonBytes, MaxByBytes: leases.MaxByBytes,
+		MaxEventKey: trigger.MaxEventKey, MaxCreateMany: leases.MaxCreateMany, MaxSubmitNodes: flows.MaxSubmitNodes,
+		MaxSubmitEdges: flows.MaxSubmitEdges, DefaultLeaseTTL: leases.DefaultLeaseTTL, MinLeaseTTL: leases.MinLeaseTTL,
+		MaxLeaseTTL: leases.MaxLeaseTTL, MaxAttemptTimeout: leases.MaxAttemptTimeout, MaxDeadline: leases.MaxDeadline,
+		MaxDelay: leases.MaxDelay, DefaultBackoffBase: leases.DefaultBackoffBase, DefaultBackoffMax: leases.DefaultBackoffMax,
+		DefaultBackoffFactor: leases.DefaultBackoffFactor, DefaultBackoffJitter: leases.DefaultBackoffJitter,
+		VersionCapabilityPrefix: ffdtype.VersionCapabilityPrefix, DefaultCancelReason: leases.DefaultCancelReason,
+		DefaultCancelledBy: leases.DefaultCancelledBy, FlowCancelReason: flows.FlowCancelReason,
+		FlowCancelledBy: flows.FlowCancelledBy, DefaultDependencyKind: flows.DefaultDependencyKind,
+		SQLStates: fault.SQLStates, MaxValue: fault.MaxValue,
+	}
+}
+
+// InstallAPI (re)creates the SQL API's functions (docs/sql.md) from this
+// binary's statements and limits; Up runs it once the schema is current.
+func InstallAPI(ctx context.Context, pool *pgxpool.Pool) error {
+	return store.InstallAPI(ctx, pool, advisoryLockID, apiLimits())
 }

@@ -155,11 +155,7 @@ func InsertAppliedEdges(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, es []N
 	for i, e := range es {
 		ids[i], ups[i], downs[i], kinds[i], refs[i] = pgUUID(e.ID), pgUUID(e.Upstream.UUID), pgUUID(e.Downstream.UUID), e.DependencyKind, nullIfEmpty(e.DataPassingRef)
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_id, downstream_id,
-			dependency_kind, data_passing_ref, state, applied_at)
-		SELECT $1, $2, i.edge_id, i.up, i.down, i.kind, i.ref, 'applied', now()
-		FROM unnest($3::uuid[], $4::uuid[], $5::uuid[], $6::text[], $7::text[]) AS i(edge_id, up, down, kind, ref)`,
-		ident.Partition(flowID), flowID, ids, ups, downs, kinds, refs)
+	_, err := tx.Exec(ctx, insertAppliedEdgesSQL, ident.Partition(flowID), flowID, ids, ups, downs, kinds, refs)
 	return err
 }
 
@@ -197,3 +193,8 @@ func UpstreamsOf(ctx context.Context, db DB, flowID uuid.UUID, down ffdtype.Exec
 	})
 	return us, wrap("read the upstreams of "+down.String(), err)
 }
+
+const insertAppliedEdgesSQL = `INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_id, downstream_id,
+			dependency_kind, data_passing_ref, state, applied_at)
+		SELECT $1, $2, i.edge_id, i.up, i.down, i.kind, i.ref, 'applied', now()
+		FROM unnest($3::uuid[], $4::uuid[], $5::uuid[], $6::text[], $7::text[]) AS i(edge_id, up, down, kind, ref)`

@@ -186,8 +186,7 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 
 // GetExecution reads one execution, or returns pgx.ErrNoRows.
 func GetExecution(ctx context.Context, db DB, id ffdtype.ExecutionID) (*ffdtype.Execution, error) {
-	return oneExecution(db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e
-		WHERE e.partition_key = $1 AND e.execution_id = $2`, id.Partition, id.UUID))
+	return oneExecution(db.Query(ctx, getExecutionSQL, id.Partition, id.UUID))
 }
 
 // ExecutionsByUUID reads the executions with this uuid on any partition
@@ -252,3 +251,6 @@ func ExecutionFlow(ctx context.Context, db DB, id ffdtype.ExecutionID) (*uuid.UU
 		id.Partition, id.UUID).Scan(&flowID)
 	return flowID, err
 }
+
+const getExecutionSQL = `SELECT ` + execColumns + ` FROM ff_execution e
+		WHERE e.partition_key = $1 AND e.execution_id = $2`

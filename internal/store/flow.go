@@ -107,11 +107,13 @@ type NewFlow struct {
 // InsertFlow inserts an open flow on its id's partition, or returns
 // pgx.ErrNoRows when a flow with that id exists.
 func InsertFlow(ctx context.Context, db DB, f NewFlow) (*ffdtype.Flow, error) {
-	return oneFlow(db.Query(ctx, `INSERT INTO ff_flow AS f (partition_key, flow_id, namespace, kind, tags, version)
+	return oneFlow(db.Query(ctx, insertFlowSQL, ident.Partition(f.ID), f.ID, f.Namespace, f.Kind, f.Tags, f.Version))
+}
+
+const insertFlowSQL = `INSERT INTO ff_flow AS f (partition_key, flow_id, namespace, kind, tags, version)
 		VALUES ($1, $2, $3, $4, $5, nullif($6, ''))
 		ON CONFLICT (partition_key, flow_id) DO NOTHING
-		RETURNING `+flowColumns, ident.Partition(f.ID), f.ID, f.Namespace, f.Kind, f.Tags, f.Version))
-}
+		RETURNING ` + flowColumns
 
 // GetFlow reads a flow without its groups, or returns pgx.ErrNoRows.
 func GetFlow(ctx context.Context, db DB, id uuid.UUID) (*ffdtype.Flow, error) {
@@ -155,10 +157,12 @@ func ListFlows(ctx context.Context, db DB, f FlowFilter) ([]*ffdtype.Flow, error
 // SetFlowSize records the size of a freshly submitted flow: its node and
 // edge counts, and a graph revision that counts both.
 func SetFlowSize(ctx context.Context, tx pgx.Tx, id uuid.UUID, nodes, edges int) (*ffdtype.Flow, error) {
-	return oneFlow(tx.Query(ctx, `UPDATE ff_flow f SET node_count = $3::int, edge_count = $4::int,
-			graph_revision = $3::int + $4::int, updated_at = now()
-		WHERE partition_key = $1 AND flow_id = $2 RETURNING `+flowColumns, ident.Partition(id), id, nodes, edges))
+	return oneFlow(tx.Query(ctx, setFlowSizeSQL, ident.Partition(id), id, nodes, edges))
 }
+
+const setFlowSizeSQL = `UPDATE ff_flow f SET node_count = $3::int, edge_count = $4::int,
+			graph_revision = $3::int + $4::int, updated_at = now()
+		WHERE partition_key = $1 AND flow_id = $2 RETURNING ` + flowColumns
 
 // StageOnFlow counts a staged edge on its open flow if the flow is still
 // at the expected graph revision (compare-and-set), and returns the new
@@ -204,14 +208,16 @@ func CancelFlow(ctx context.Context, tx pgx.Tx, id uuid.UUID, policy ffdtype.Can
 	notices := &Notices{}
 	notices.Completions(ident.Partition(id), false)
 	b := &pgx.Batch{}
-	b.Queue(`WITH f AS (
+	b.Queue(cancelFlowSQL, ident.Partition(id), id, string(policy), reason, members, string(ffdtype.OutcomeCancelled))
+	notices.Queue(b)
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// cancelFlowSQL marks a flow cancelled and writes its completion event.
+const cancelFlowSQL = `WITH f AS (
 			UPDATE ff_flow SET state = 'cancelled', cancellation_policy = $3, cancel_reason = $4,
 				cancelled_members = $5, terminal_at = now(), updated_at = now()
 			WHERE partition_key = $1 AND flow_id = $2
 			RETURNING partition_key, flow_id, namespace)
 		INSERT INTO ff_completion_event (partition_key, flow_id, outcome, namespace, dispatched_at)
-		SELECT partition_key, flow_id, $6, namespace, now() FROM f`,
-		ident.Partition(id), id, string(policy), reason, members, string(ffdtype.OutcomeCancelled))
-	notices.Queue(b)
-	return tx.SendBatch(ctx, b).Close()
-}
+		SELECT partition_key, flow_id, $6, namespace, now() FROM f`

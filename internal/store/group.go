@@ -118,10 +118,7 @@ func InsertGroups(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, gs []NewGrou
 		downs[i], kinds[i], totals[i] = pgUUID(g.Downstream.UUID), string(g.Policy.Kind), g.Total
 		ks[i], ons[i] = policyColumns(g.Policy)
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO ff_edge_group (partition_key, flow_id, downstream_id, policy, k, on_satisfied, total)
-		SELECT $1, $2, i.down, i.policy, i.k, i.on_satisfied, i.total
-		FROM unnest($3::uuid[], $4::text[], $5::int[], $6::text[], $7::int[]) AS i(down, policy, k, on_satisfied, total)`,
-		ident.Partition(flowID), flowID, downs, kinds, ks, ons, totals)
+	_, err := tx.Exec(ctx, insertGroupsSQL, ident.Partition(flowID), flowID, downs, kinds, ks, ons, totals)
 	return err
 }
 
@@ -434,3 +431,7 @@ func DoneCancelGroup(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, down ffdt
 		WHERE partition_key = $1 AND flow_id = $2 AND downstream_id = $3`, down.Partition, flowID, down.UUID)
 	return err
 }
+
+const insertGroupsSQL = `INSERT INTO ff_edge_group (partition_key, flow_id, downstream_id, policy, k, on_satisfied, total)
+		SELECT $1, $2, i.down, i.policy, i.k, i.on_satisfied, i.total
+		FROM unnest($3::uuid[], $4::text[], $5::int[], $6::text[], $7::int[]) AS i(down, policy, k, on_satisfied, total)`

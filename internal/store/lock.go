@@ -180,9 +180,7 @@ func (l *Locks) Members(ctx context.Context, flowID uuid.UUID, states []ffdtype.
 	if err := l.take(rankExecution); err != nil {
 		return nil, err
 	}
-	rows, err := l.tx.Query(ctx, `SELECT execution_id FROM ff_execution
-		WHERE partition_key = $1 AND flow_id = $2 AND state = ANY($3)
-		ORDER BY partition_key, execution_id FOR NO KEY UPDATE`, ident.Partition(flowID), flowID, states)
+	rows, err := l.tx.Query(ctx, lockMembersSQL, ident.Partition(flowID), flowID, states)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +206,16 @@ func (l *Locks) Flow(ctx context.Context, id uuid.UUID, mode LockMode) (*ffdtype
 	}
 	sql := `SELECT ` + flowColumns + ` FROM ff_flow f WHERE f.partition_key = $1 AND f.flow_id = $2 FOR SHARE`
 	if mode == ForUpdate {
-		sql = `SELECT ` + flowColumns + ` FROM ff_flow f WHERE f.partition_key = $1 AND f.flow_id = $2 FOR NO KEY UPDATE`
+		sql = lockFlowSQL
 	}
 	return oneFlow(l.tx.Query(ctx, sql, ident.Partition(id), id))
 }
+
+// lockMembersSQL locks a flow's members in the given states, in the
+// global lock order.
+const lockMembersSQL = `SELECT execution_id FROM ff_execution
+		WHERE partition_key = $1 AND flow_id = $2 AND state = ANY($3)
+		ORDER BY partition_key, execution_id FOR NO KEY UPDATE`
+
+// lockFlowSQL locks a flow for a change of membership or state.
+const lockFlowSQL = `SELECT ` + flowColumns + ` FROM ff_flow f WHERE f.partition_key = $1 AND f.flow_id = $2 FOR NO KEY UPDATE`

@@ -104,10 +104,7 @@ func PublishEvent(ctx context.Context, db DB, namespace, name, key string, paylo
 	// commits (with the caller's transaction, when there is one).
 	var es []*ffdtype.Event
 	b := &pgx.Batch{}
-	b.Queue(`INSERT INTO ff_event (partition_key, event_id, namespace, name, event_key, payload)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb)
-		ON CONFLICT (partition_key, namespace, name, event_key) DO NOTHING
-		RETURNING `+publishedColumns, p, ident.NewUUIDIn(p), namespace, name, key, body).Query(func(rows pgx.Rows) error {
+	b.Queue(publishEventSQL, p, ident.NewUUIDIn(p), namespace, name, key, body).Query(func(rows pgx.Rows) error {
 		var err error
 		es, err = pgx.CollectRows(rows, scanPublished)
 		return err
@@ -119,8 +116,7 @@ func PublishEvent(ctx context.Context, db DB, namespace, name, key string, paylo
 	if len(es) == 1 {
 		return es[0], false, nil
 	}
-	rows, err := db.Query(ctx, `SELECT `+publishedColumns+` FROM ff_event
-		WHERE partition_key = $1 AND namespace = $2 AND name = $3 AND event_key = $4`, p, namespace, name, key)
+	rows, err := db.Query(ctx, eventByKeySQL, p, namespace, name, key)
 	if err == nil {
 		e, err = pgx.CollectExactlyOneRow(rows, scanPublished)
 	}
@@ -272,3 +268,13 @@ func UnfiredEvents(ctx context.Context, db DB, limit, countCap int) ([]*ffdtype.
 	err = db.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM ff_event WHERE fired_at IS NULL LIMIT $1) x`, countCap).Scan(&n)
 	return es, n, wrap("count unfired events", err)
 }
+
+// publishEventSQL stores an event unless its key was published before.
+const publishEventSQL = `INSERT INTO ff_event (partition_key, event_id, namespace, name, event_key, payload)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb)
+		ON CONFLICT (partition_key, namespace, name, event_key) DO NOTHING
+		RETURNING ` + publishedColumns
+
+// eventByKeySQL reads the event published under a key.
+const eventByKeySQL = `SELECT ` + publishedColumns + ` FROM ff_event
+		WHERE partition_key = $1 AND namespace = $2 AND name = $3 AND event_key = $4`

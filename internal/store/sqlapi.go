@@ -1,0 +1,118 @@
+package store
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffd/ffdtype"
+)
+
+// apiTemplate is the SQL API (docs/sql.md): a template of the store's own
+// statements and the Go API's limits.
+//
+//go:embed sqlapi.sql
+var apiTemplate string
+
+// APILimits are the Go API's input limits and defaults, which the SQL API
+// enforces and fills the same way. They are defined above the store
+// (internal/leases, internal/flows), whose caller passes them in.
+type APILimits struct {
+	DefaultNamespace                                   string
+	DefaultMaxPayloadBytes, MaxMaxPayloadBytes         int
+	MaxNameLength, MaxKindLength, MaxIdempotencyKey    int
+	MaxCapabilities, MaxCapabilityLength, MaxTagsBytes int
+	DefaultMaxAttempts, MaxMaxAttempts                 int
+	MaxReasonBytes, MaxByBytes, MaxEventKey            int
+	MaxCreateMany, MaxSubmitNodes, MaxSubmitEdges      int
+	DefaultLeaseTTL, MinLeaseTTL, MaxLeaseTTL          time.Duration
+	MaxAttemptTimeout, MaxDeadline, MaxDelay           time.Duration
+	DefaultBackoffBase, DefaultBackoffMax              time.Duration
+	DefaultBackoffFactor, DefaultBackoffJitter         float64
+	VersionCapabilityPrefix                            string
+	DefaultCancelReason, DefaultCancelledBy            string
+	FlowCancelReason, FlowCancelledBy                  string
+	DefaultDependencyKind                              string
+	// SQLStates maps each error code to the SQLSTATE raised with it
+	// (fault.SQLStates); MaxValue is how much of a value an error quotes.
+	SQLStates map[string]string
+	MaxValue  int
+}
+
+// apiStatements are the statements of the Go API that the SQL API runs,
+// by the names the template gives them.
+func apiStatements() map[string]string {
+	return map[string]string{
+		"Notify": notifySQL, "InsertExecution": insertExecutionSQL, "InsertKeyed": insertKeyedSQL,
+		"KeyHolder": keyHolderSQL, "InsertMany": insertManySQL, "InsertFlow": insertFlowSQL,
+		"InsertAppliedEdges": insertAppliedEdgesSQL, "InsertGroups": insertGroupsSQL, "SetFlowSize": setFlowSizeSQL,
+		"Terminate": terminateSQL, "FinishFlows": finishFlowsSQL, "GetExecution": getExecutionSQL,
+		"LockMembers": lockMembersSQL, "LockFlow": lockFlowSQL, "CancelFlow": cancelFlowSQL,
+		"AnchorLock": anchorLockSQL, "SendSignal": sendSignalSQL, "PublishEvent": publishEventSQL,
+		"EventByKey": eventByKeySQL,
+	}
+}
+
+// APIFunctions renders the SQL API's functions for the schema ffd lives
+// in.
+func APIFunctions(schema string, l APILimits) (string, error) {
+	const tag = "$ffdq$"
+	funcs := template.FuncMap{
+		// q quotes a statement as an SQL string literal, dollar-quoted so
+		// that it reads as it does in Go.
+		"q": func(s string) (string, error) {
+			if strings.Contains(s, tag) {
+				return "", fmt.Errorf("statement holds %s", tag)
+			}
+			return tag + s + tag, nil
+		},
+		"lit": func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" },
+		"us":  func(d time.Duration) int64 { return d.Microseconds() },
+	}
+	t, err := template.New("sqlapi.sql").Funcs(funcs).Option("missingkey=error").Parse(apiTemplate)
+	if err != nil {
+		return "", fmt.Errorf("parse the SQL API's template: %w", err)
+	}
+	data := map[string]any{
+		"L": l, "S": apiStatements(), "States": l.SQLStates, "Schema": schema, "MaxValue": l.MaxValue,
+		"Partitions": ffdtype.Partitions, "LastPartition": ffdtype.Partitions - 1, "SubflowLane": SubflowLane,
+		"ChannelReady": ChannelReady, "ChannelCompletion": ChannelCompletion, "ChannelRevoke": ChannelRevoke,
+		"ChannelLease": ChannelLease, "ChannelEvent": ChannelEvent,
+		"OutcomeCancelled":  string(ffdtype.OutcomeOf(ffdtype.StateCancelled)),
+		"LeaseEndCancelled": string(LeaseEndOf(ffdtype.StateCancelled)),
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, data); err != nil {
+		return "", fmt.Errorf("render the SQL API: %w", err)
+	}
+	return b.String(), nil
+}
+
+// InstallAPI (re)creates the SQL API's functions in the schema ffd lives
+// in (the connection's current schema), in one transaction: every `ffd
+// migrate up` runs it, so that the functions always run this binary's
+// statements. lockID serializes it with the migrations.
+func InstallAPI(ctx context.Context, db DB, lockID int64, l APILimits) error {
+	return InTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockID); err != nil {
+			return fmt.Errorf("lock the schema: %w", err)
+		}
+		var schema string
+		if err := tx.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+			return fmt.Errorf("read the current schema: %w", err)
+		}
+		sql, err := APIFunctions(schema, l)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("install the SQL API: %w", err)
+		}
+		return nil
+	})
+}
