@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -157,3 +159,230 @@ func TestSQLIDsAreTheGoAPIs(t *testing.T) {
 }
 
 var _ = errors.Is
+
+// refusal is one bad input given to the Go API and to the SQL API.
+type refusal struct {
+	name  string
+	goAPI func(context.Context, *fixture) error
+	fn    string // the SQL function
+	args  []any  // its arguments (a map or slice is sent as JSON text)
+}
+
+func createCase(name string, p ffd.CreateParams, sql map[string]any) refusal {
+	return refusal{name: "create: " + name, fn: "ffd_create", args: []any{sql},
+		goAPI: func(ctx context.Context, f *fixture) error { _, err := f.client.Create(ctx, p); return err }}
+}
+
+func flowCase(name string, p ffd.SubmitFlowParams, sql map[string]any) refusal {
+	return refusal{name: "flow: " + name, fn: "ffd_submit_flow", args: []any{sql},
+		goAPI: func(ctx context.Context, f *fixture) error { _, err := f.client.SubmitFlow(ctx, p); return err }}
+}
+
+func node(ref, lane string) ffd.SubmitNode {
+	return ffd.SubmitNode{Ref: ref, Params: ffd.CreateParams{Lane: lane}}
+}
+
+func sqlNode(ref, lane string) map[string]any { return map[string]any{"ref": ref, "lane": lane} }
+
+func edge(from, to string) ffd.SubmitEdge { return ffd.SubmitEdge{From: from, To: to} }
+
+func sqlEdge(from, to string) map[string]any { return map[string]any{"from": from, "to": to} }
+
+func createRefusals() []refusal {
+	caps := make([]string, 65)
+	for i := range caps {
+		caps[i] = fmt.Sprintf("c%d", i)
+	}
+	big := strings.Repeat("k", 300)
+	return []refusal{
+		createCase("no lane", ffd.CreateParams{}, map[string]any{}),
+		createCase("bad lane", ffd.CreateParams{Lane: "no spaces"}, map[string]any{"lane": "no spaces"}),
+		createCase("sub-flow lane", ffd.CreateParams{Lane: "ffd.subflow"}, map[string]any{"lane": "ffd.subflow"}),
+		createCase("bad namespace", ffd.CreateParams{Lane: "l", Namespace: "a/b"}, map[string]any{"lane": "l", "namespace": "a/b"}),
+		createCase("long kind", ffd.CreateParams{Lane: "l", Kind: big}, map[string]any{"lane": "l", "kind": big}),
+		createCase("payload too large", ffd.CreateParams{Lane: "l", JSON: strings.Repeat("x", 1<<20)},
+			map[string]any{"lane": "l", "payload": strings.Repeat("x", 1<<20)}),
+		createCase("priority", ffd.CreateParams{Lane: "l", Priority: 1 << 31}, map[string]any{"lane": "l", "priority": 1 << 31}),
+		createCase("too many capabilities", ffd.CreateParams{Lane: "l", RequiredCapabilities: caps}, map[string]any{"lane": "l", "capabilities": caps}),
+		createCase("empty capability", ffd.CreateParams{Lane: "l", RequiredCapabilities: []string{""}}, map[string]any{"lane": "l", "capabilities": []string{""}}),
+		createCase("version capability", ffd.CreateParams{Lane: "l", RequiredCapabilities: []string{"ffd.version:2"}},
+			map[string]any{"lane": "l", "capabilities": []string{"ffd.version:2"}}),
+		createCase("max attempts", ffd.CreateParams{Lane: "l", MaxAttempts: 1001}, map[string]any{"lane": "l", "max_attempts": 1001}),
+		createCase("negative attempts", ffd.CreateParams{Lane: "l", MaxAttempts: -1}, map[string]any{"lane": "l", "max_attempts": -1}),
+		createCase("short lease", ffd.CreateParams{Lane: "l", LeaseTTL: 500 * time.Millisecond}, map[string]any{"lane": "l", "lease_ttl": 500}),
+		createCase("long attempt", ffd.CreateParams{Lane: "l", AttemptTimeout: 8 * 24 * time.Hour}, map[string]any{"lane": "l", "attempt_timeout": "8 days"}),
+		createCase("negative delay", ffd.CreateParams{Lane: "l", Delay: -time.Second}, map[string]any{"lane": "l", "delay": -1000}),
+		createCase("long key", ffd.CreateParams{Lane: "l", IdempotencyKey: strings.Repeat("x", 513)},
+			map[string]any{"lane": "l", "idempotency_key": strings.Repeat("x", 513)}),
+		createCase("large tags", ffd.CreateParams{Lane: "l", Tags: map[string]any{"t": strings.Repeat("x", 70000)}},
+			map[string]any{"lane": "l", "tags": map[string]any{"t": strings.Repeat("x", 70000)}}),
+		{name: "create many: too many", fn: "ffd_create_many", args: []any{make([]map[string]any, 10001)},
+			goAPI: func(ctx context.Context, f *fixture) error {
+				_, err := f.client.CreateMany(ctx, make([]ffd.CreateParams, 10001))
+				return err
+			}},
+		{name: "create many: a key", fn: "ffd_create_many", args: []any{[]map[string]any{{"lane": "l"}, {"lane": "l", "idempotency_key": "k"}}},
+			goAPI: func(ctx context.Context, f *fixture) error {
+				_, err := f.client.CreateMany(ctx, []ffd.CreateParams{{Lane: "l"}, {Lane: "l", IdempotencyKey: "k"}})
+				return err
+			}},
+		{name: "create many: a bad row", fn: "ffd_create_many", args: []any{[]map[string]any{{"lane": "l"}, {"lane": "l l"}}},
+			goAPI: func(ctx context.Context, f *fixture) error {
+				_, err := f.client.CreateMany(ctx, []ffd.CreateParams{{Lane: "l"}, {Lane: "l l"}})
+				return err
+			}},
+	}
+}
+
+func flowRefusals() []refusal {
+	quorum := &ffd.Policy{Kind: ffd.Quorum, K: 3}
+	return []refusal{
+		flowCase("no nodes", ffd.SubmitFlowParams{}, map[string]any{"nodes": []any{}}),
+		flowCase("duplicate ref", ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{node("a", "l"), node("a", "l")}},
+			map[string]any{"nodes": []any{sqlNode("a", "l"), sqlNode("a", "l")}}),
+		flowCase("empty ref", ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{node("", "l")}}, map[string]any{"nodes": []any{sqlNode("", "l")}}),
+		flowCase("unknown edge end", ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{node("a", "l")}, Edges: []ffd.SubmitEdge{edge("a", "z")}},
+			map[string]any{"nodes": []any{sqlNode("a", "l")}, "edges": []any{sqlEdge("a", "z")}}),
+		flowCase("self edge", ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{node("a", "l")}, Edges: []ffd.SubmitEdge{edge("a", "a")}},
+			map[string]any{"nodes": []any{sqlNode("a", "l")}, "edges": []any{sqlEdge("a", "a")}}),
+		flowCase("duplicate edge", ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{node("a", "l"), node("b", "l")}, Edges: []ffd.SubmitEdge{edge("a", "b"), edge("a", "b")}},
+			map[string]any{"nodes": []any{sqlNode("a", "l"), sqlNode("b", "l")}, "edges": []any{sqlEdge("a", "b"), sqlEdge("a", "b")}}),
+		flowCase("cycle", ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{node("r", "l"), node("a", "l"), node("b", "l")},
+			Edges: []ffd.SubmitEdge{edge("r", "a"), edge("a", "b"), edge("b", "a")}},
+			map[string]any{"nodes": []any{sqlNode("r", "l"), sqlNode("a", "l"), sqlNode("b", "l")},
+				"edges": []any{sqlEdge("r", "a"), sqlEdge("a", "b"), sqlEdge("b", "a")}}),
+		flowCase("policy on a root", ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "a", Params: ffd.CreateParams{Lane: "l"}, Policy: &ffd.Policy{Kind: ffd.AnyOf}}}},
+			map[string]any{"nodes": []any{map[string]any{"ref": "a", "lane": "l", "policy": map[string]any{"kind": "any_of"}}}}),
+		flowCase("quorum beyond the edges", ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{node("a", "l"), node("b", "l"), {Ref: "c", Params: ffd.CreateParams{Lane: "l"}, Policy: quorum}},
+			Edges: []ffd.SubmitEdge{edge("a", "c"), edge("b", "c")}},
+			map[string]any{"nodes": []any{sqlNode("a", "l"), sqlNode("b", "l"), map[string]any{"ref": "c", "lane": "l", "policy": map[string]any{"kind": "quorum", "k": 3}}},
+				"edges": []any{sqlEdge("a", "c"), sqlEdge("b", "c")}}),
+		flowCase("bad policy", ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{node("a", "l"), {Ref: "b", Params: ffd.CreateParams{Lane: "l"}, Policy: &ffd.Policy{Kind: "most_of"}}},
+			Edges: []ffd.SubmitEdge{edge("a", "b")}},
+			map[string]any{"nodes": []any{sqlNode("a", "l"), map[string]any{"ref": "b", "lane": "l", "policy": map[string]any{"kind": "most_of"}}},
+				"edges": []any{sqlEdge("a", "b")}}),
+		flowCase("node key", ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "a", Params: ffd.CreateParams{Lane: "l", IdempotencyKey: "k"}}}},
+			map[string]any{"nodes": []any{map[string]any{"ref": "a", "lane": "l", "idempotency_key": "k"}}}),
+		flowCase("node lane", ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{node("a", "l"), node("b", "")}},
+			map[string]any{"nodes": []any{sqlNode("a", "l"), sqlNode("b", "")}}),
+		flowCase("long kind", ffd.SubmitFlowParams{Flow: ffd.CreateFlowParams{Kind: strings.Repeat("x", 257)}, Nodes: []ffd.SubmitNode{node("a", "l")}},
+			map[string]any{"kind": strings.Repeat("x", 257), "nodes": []any{sqlNode("a", "l")}}),
+	}
+}
+
+func otherRefusals(done ffd.ExecutionID, doneFlow uuid.UUID) []refusal {
+	missing := ffd.ExecutionID{Partition: 3, UUID: uuid.New()}
+	return []refusal{
+		{name: "cancel: malformed id", fn: "ffd_cancel", args: []any{"nope"},
+			goAPI: func(ctx context.Context, f *fixture) error { _, err := ffd.ParseExecutionID("nope"); return err }},
+		{name: "cancel: missing", fn: "ffd_cancel", args: []any{missing.String()},
+			goAPI: func(ctx context.Context, f *fixture) error { _, err := f.client.Cancel(ctx, missing, "", ""); return err }},
+		{name: "cancel: completed", fn: "ffd_cancel", args: []any{done.String()},
+			goAPI: func(ctx context.Context, f *fixture) error { _, err := f.client.Cancel(ctx, done, "", ""); return err }},
+		{name: "cancel: long reason", fn: "ffd_cancel", args: []any{done.String(), strings.Repeat("x", 5000)},
+			goAPI: func(ctx context.Context, f *fixture) error { _, err := f.client.Cancel(ctx, done, strings.Repeat("x", 5000), ""); return err }},
+		{name: "cancel flow: policy", fn: "ffd_cancel_flow", args: []any{doneFlow.String(), "everything"},
+			goAPI: func(ctx context.Context, f *fixture) error { _, err := f.client.CancelFlow(ctx, doneFlow, "everything", ""); return err }},
+		{name: "cancel flow: missing", fn: "ffd_cancel_flow", args: []any{missing.UUID.String()},
+			goAPI: func(ctx context.Context, f *fixture) error { _, err := f.client.CancelFlow(ctx, missing.UUID, ffd.CancelAll, ""); return err }},
+		{name: "signal: bad name", fn: "ffd_signal", args: []any{map[string]any{"flow_id": doneFlow, "name": "a b"}},
+			goAPI: func(ctx context.Context, f *fixture) error {
+				_, err := f.client.Signal(ctx, ffd.SignalParams{FlowID: &doneFlow, Name: "a b"})
+				return err
+			}},
+		{name: "signal: two targets", fn: "ffd_signal", args: []any{map[string]any{"flow_id": doneFlow, "execution_id": done, "name": "go"}},
+			goAPI: func(ctx context.Context, f *fixture) error {
+				_, err := f.client.Signal(ctx, ffd.SignalParams{FlowID: &doneFlow, Execution: &done, Name: "go"})
+				return err
+			}},
+		{name: "signal: finished flow", fn: "ffd_signal", args: []any{map[string]any{"flow_id": doneFlow, "name": "go"}},
+			goAPI: func(ctx context.Context, f *fixture) error {
+				_, err := f.client.Signal(ctx, ffd.SignalParams{FlowID: &doneFlow, Name: "go"})
+				return err
+			}},
+		{name: "signal: missing execution", fn: "ffd_signal", args: []any{map[string]any{"execution_id": missing, "name": "go"}},
+			goAPI: func(ctx context.Context, f *fixture) error {
+				_, err := f.client.Signal(ctx, ffd.SignalParams{Execution: &missing, Name: "go"})
+				return err
+			}},
+		{name: "publish: bad name", fn: "ffd_publish", args: []any{map[string]any{"name": "a b"}},
+			goAPI: func(ctx context.Context, f *fixture) error {
+				_, err := f.client.PublishEvent(ctx, ffd.PublishParams{Name: "a b"})
+				return err
+			}},
+		{name: "publish: long key", fn: "ffd_publish", args: []any{map[string]any{"name": "e", "key": strings.Repeat("x", 513)}},
+			goAPI: func(ctx context.Context, f *fixture) error {
+				_, err := f.client.PublishEvent(ctx, ffd.PublishParams{Name: "e", Key: strings.Repeat("x", 513)})
+				return err
+			}},
+	}
+}
+
+// Bad input through SQL gets the typed error the Go API gives for the
+// same input (the same code, kind and field), and writes nothing.
+func TestSQLRefusesAsTheGoAPIDoes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.startDaemon()
+	done, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "sql.done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Cancel(f.Ctx, done.Execution.ID, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	flow, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{node("a", "sql.done")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.CancelFlow(f.Ctx, flow.Flow.ID, ffd.CancelFlowOnly, ""); err != nil {
+		t.Fatal(err)
+	}
+	// A completed execution and flow: refuse a cancel as already terminal.
+	x, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "sql.fin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fin := x.Execution.ID
+	claimAndComplete(t, f, "sql.fin")
+	cases := append(append(createRefusals(), flowRefusals()...), otherRefusals(fin, flow.Flow.ID)...)
+	cases = append(cases, refusal{name: "create: malformed JSON", fn: "ffd_create", args: []any{`{"lane": `},
+		goAPI: func(context.Context, *fixture) error {
+			return fault.Invalid(ffd.KindInvalidValue, "params", "", "not JSON")
+		}})
+	counts := `SELECT (SELECT count(*) FROM ff_execution) + (SELECT count(*) FROM ff_flow) + (SELECT count(*) FROM ff_event) + (SELECT count(*) FROM ff_signal)`
+	before := f.Count(counts)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			goErr := c.goAPI(f.Ctx, f)
+			args := make([]any, len(c.args))
+			for i, a := range c.args {
+				if s, ok := a.(string); ok {
+					args[i] = s
+				} else {
+					args[i] = mustJSON(t, a)
+				}
+			}
+			_, sqlErr := sqlCall(f.Ctx, f.Pool, c.fn, args...)
+			g, s := fault.ToWire(goErr), fault.ToWire(sqlErr)
+			if goErr == nil || sqlErr == nil || g.Code == fault.CodeInternal || g.Code != s.Code || g.Kind != s.Kind || g.Field != s.Field {
+				t.Fatalf("Go: %v (%s %s %s)\nSQL: %v (%s %s %s)\nwant the same typed error", goErr, g.Code, g.Kind, g.Field, sqlErr, s.Code, s.Kind, s.Field)
+			}
+		})
+	}
+	if after := f.Count(counts); after != before {
+		t.Fatalf("the refusals wrote %d rows, want none", after-before)
+	}
+}
+
+// claimAndComplete runs one execution of lane to completion.
+func claimAndComplete(t *testing.T, f *fixture, lane string) {
+	t.Helper()
+	xs, err := f.client.Claim(f.Ctx, ffd.ClaimParams{Lane: lane, Worker: "t/1"})
+	if err != nil || len(xs) != 1 {
+		t.Fatalf("claim %s: %v %v", lane, xs, err)
+	}
+	if _, err := f.client.Complete(f.Ctx, xs[0].ID, xs[0].LeaseEpoch, []byte(`1`)); err != nil {
+		t.Fatal(err)
+	}
+}

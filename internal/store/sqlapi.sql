@@ -900,6 +900,37 @@ BEGIN
 END
 $fn$;
 
+-- Text forms ------------------------------------------------------------------
+
+-- ffd_parse_json reads the JSON of a text argument, refusing malformed
+-- JSON as a validation error. Each function that takes JSON has a text
+-- form through it; an untyped literal or a driver's text parameter picks
+-- the text form (Postgres prefers the string category for unknowns).
+CREATE OR REPLACE FUNCTION ffd_parse_json(field text, s text) RETURNS jsonb LANGUAGE plpgsql IMMUTABLE AS $fn$
+BEGIN
+	RETURN s::jsonb;
+EXCEPTION WHEN invalid_text_representation OR untranslatable_character THEN
+	PERFORM ffd_invalid('invalid_value', field, coalesce(s, ''), 'not JSON: ' || SQLERRM);
+	RETURN NULL;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION ffd_create(params text) RETURNS jsonb LANGUAGE sql AS $fn$
+	SELECT ffd_create(ffd_parse_json('params', params))
+$fn$;
+CREATE OR REPLACE FUNCTION ffd_create_many(params text) RETURNS jsonb LANGUAGE sql AS $fn$
+	SELECT ffd_create_many(ffd_parse_json('executions', params))
+$fn$;
+CREATE OR REPLACE FUNCTION ffd_submit_flow(params text) RETURNS jsonb LANGUAGE sql AS $fn$
+	SELECT ffd_submit_flow(ffd_parse_json('params', params))
+$fn$;
+CREATE OR REPLACE FUNCTION ffd_signal(params text) RETURNS jsonb LANGUAGE sql AS $fn$
+	SELECT ffd_signal(ffd_parse_json('params', params))
+$fn$;
+CREATE OR REPLACE FUNCTION ffd_publish(params text) RETURNS jsonb LANGUAGE sql AS $fn$
+	SELECT ffd_publish(ffd_parse_json('params', params))
+$fn$;
+
 -- Privileges: every function runs as its owner with this schema's
 -- search_path; none is executable by PUBLIC (deploy/roles.sql grants the
 -- API's entry points to ffd_producer and ffd_runtime).
