@@ -386,3 +386,189 @@ func claimAndComplete(t *testing.T, f *fixture, lane string) {
 		t.Fatal(err)
 	}
 }
+
+// A flow submitted through SQL runs like one submitted through Go: its
+// join waits for its quorum, each step is claimed by its lane's worker,
+// and the flow's state reads back through ffd_flow.
+func TestSQLSubmittedFlowRuns(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.startDaemon()
+	f.startWorker(ffd.WorkerConfig{Lanes: []string{"sql.flow"}, PollInterval: 50 * time.Millisecond,
+		Handler: func(_ context.Context, j *ffd.Job) ([]byte, error) { return []byte(`"` + j.Step + `"`), nil }})
+	params := mustJSON(t, map[string]any{"kind": "sql-demo", "tags": map[string]any{"from": "sql"},
+		"nodes": []any{sqlNode("a", "sql.flow"), sqlNode("b", "sql.flow"), sqlNode("c", "sql.flow"),
+			map[string]any{"ref": "join", "lane": "sql.flow", "policy": map[string]any{"kind": "quorum", "k": 2, "on_satisfied": "let_run"}}},
+		"edges": []any{sqlEdge("a", "join"), sqlEdge("b", "join"), sqlEdge("c", "join")}})
+	out, err := sqlCall(f.Ctx, f.Pool, "ffd_submit_flow", params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fid, err := uuid.Parse(out["flow_id"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(out["executions"].(map[string]any)); got != 4 {
+		t.Fatalf("executions = %v, want the four refs", out["executions"])
+	}
+	var state string
+	f.WaitFor("the SQL flow to finish", func() bool {
+		fl, err := sqlCall(f.Ctx, f.Pool, "ffd_flow", fid.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		state = fl["state"].(string)
+		return state != "open"
+	})
+	fl, err := sqlCall(f.Ctx, f.Pool, "ffd_flow", fid.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	join := fl["members"].(map[string]any)["join"].(map[string]any)
+	if state != "completed" || join["state"] != "completed" || join["result"] != "join" || fl["node_count"] != 4.0 || fl["edge_count"] != 3.0 {
+		t.Fatalf("flow read through SQL: %v", fl)
+	}
+	d, err := f.client.DescribeFlow(f.Ctx, fid)
+	if err != nil || d.Kind != "sql-demo" || len(d.Groups) != 1 || d.Groups[0].Policy.K != 2 {
+		t.Fatalf("the flow as Go reads it: %+v, %v", d, err)
+	}
+	if err := store.CheckInvariants(f.Ctx, f.Pool); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ffd_create_many creates a batch in order; ffd_execution reads each.
+func TestSQLCreateMany(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var raw []byte
+	batch := []map[string]any{{"lane": "sql.many", "payload": 1}, {"lane": "sql.many", "payload": 2, "delay": "1 hour"}, {"lane": "sql.other", "kind": "k"}}
+	if err := f.Pool.QueryRow(f.Ctx, `SELECT ffd_create_many($1)::text`, mustJSON(t, batch)).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	if err := json.Unmarshal(raw, &ids); err != nil || len(ids) != 3 {
+		t.Fatalf("ffd_create_many answered %s, %v; want three ids", raw, err)
+	}
+	for i, id := range ids {
+		x, err := sqlCall(f.Ctx, f.Pool, "ffd_execution", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x["lane"] != batch[i]["lane"] || (batch[i]["payload"] != nil && x["payload"] != float64(batch[i]["payload"].(int))) {
+			t.Fatalf("execution %d: %v, want %v", i, x, batch[i])
+		}
+	}
+	xs, err := f.client.Claim(f.Ctx, ffd.ClaimParams{Lane: "sql.many", Worker: "t/1", Max: 10})
+	if err != nil || len(xs) != 1 || xs[0].ID.String() != ids[0] {
+		t.Fatalf("claim: %v %v; want only the first (the second is delayed an hour)", xs, err)
+	}
+	if err := store.CheckInvariants(f.Ctx, f.Pool); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ffd_cancel fences a running execution (its holder's lease is lost) and
+// repeats as a no-op; ffd_cancel_flow cancels a flow's live members.
+func TestSQLCancels(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.startDaemon()
+	x, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "sql.cancel"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs, err := f.client.Claim(f.Ctx, ffd.ClaimParams{Lane: "sql.cancel", Worker: "t/1"})
+	if err != nil || len(xs) != 1 {
+		t.Fatal(xs, err)
+	}
+	out, err := sqlCall(f.Ctx, f.Pool, "ffd_cancel", x.Execution.ID.String(), "no longer wanted", "shop")
+	if err != nil || out["state"] != "cancelled" || out["repeated"] != false {
+		t.Fatalf("ffd_cancel: %v, %v", out, err)
+	}
+	if _, err := f.client.Renew(f.Ctx, xs[0].ID, xs[0].LeaseEpoch); !errors.Is(err, ffd.ErrLeaseLost) {
+		t.Fatalf("renew after the cancel: %v, want lease lost", err)
+	}
+	got, err := f.client.Get(f.Ctx, x.Execution.ID)
+	if err != nil || got.CancellationReason != "no longer wanted" || got.CancelledBy != "shop" {
+		t.Fatalf("cancelled: %+v, %v", got, err)
+	}
+	if out, err := sqlCall(f.Ctx, f.Pool, "ffd_cancel", x.Execution.ID.String()); err != nil || out["repeated"] != true {
+		t.Fatalf("repeat: %v, %v; want repeated", out, err)
+	}
+	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{node("a", "sql.cf"), node("b", "sql.cf")},
+		Edges: []ffd.SubmitEdge{edge("a", "b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = sqlCall(f.Ctx, f.Pool, "ffd_cancel_flow", sub.Flow.ID.String())
+	if err != nil || len(out["members"].([]any)) != 2 || out["policy"] != "cancel_all" {
+		t.Fatalf("ffd_cancel_flow: %v, %v; want both members cancelled", out, err)
+	}
+	d, err := f.client.DescribeFlow(f.Ctx, sub.Flow.ID)
+	if err != nil || d.State != ffd.FlowCancelled {
+		t.Fatalf("flow: %+v, %v", d, err)
+	}
+	if out, err := sqlCall(f.Ctx, f.Pool, "ffd_cancel_flow", sub.Flow.ID.String()); err != nil || out["repeated"] != true {
+		t.Fatalf("repeat: %v, %v", out, err)
+	}
+	if err := store.CheckInvariants(f.Ctx, f.Pool); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ffd_signal wakes an execution waiting for the signal, handing it the
+// payload; ffd_publish starts what a trigger asks for, once per key.
+func TestSQLSignalsAndPublishes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.startDaemon()
+	got := make(chan string, 1)
+	f.startWorker(ffd.WorkerConfig{Lanes: []string{"sql.wait"}, PollInterval: 50 * time.Millisecond,
+		Handler: func(ctx context.Context, j *ffd.Job) ([]byte, error) {
+			w, err := j.Wake(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if w == nil {
+				return nil, ffd.WaitForSignal("approve", time.Hour)
+			}
+			got <- string(w.Received.Payload)
+			return nil, nil
+		}})
+	x, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "sql.wait"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WaitFor("the execution to wait", func() bool {
+		w, err := f.client.Wake(f.Ctx, x.Execution.ID)
+		return err == nil && w != nil
+	})
+	out, err := sqlCall(f.Ctx, f.Pool, "ffd_signal", mustJSON(t, map[string]any{"execution_id": x.Execution.ID, "name": "approve", "payload": map[string]bool{"ok": true}}))
+	if err != nil || out["woke"] != x.Execution.ID.String() {
+		t.Fatalf("ffd_signal: %v, %v; want it to wake %s", out, err, x.Execution.ID)
+	}
+	select {
+	case p := <-got:
+		if p != `{"ok": true}` {
+			t.Fatalf("the handler got %q", p)
+		}
+	case <-f.Ctx.Done():
+		t.Fatal("the signalled execution never ran again")
+	}
+	if _, err := f.client.CreateTrigger(f.Ctx, ffd.TriggerParams{Name: "on-order", Event: "order.placed",
+		Execution: &ffd.CreateParams{Lane: "sql.triggered"}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := sqlCall(f.Ctx, f.Pool, "ffd_publish", mustJSON(t, map[string]any{"name": "order.placed", "key": "o-1", "payload": map[string]int{"n": 1}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.WaitFor("the trigger to start its execution", func() bool {
+		return f.Count(`SELECT count(*) FROM ff_execution WHERE lane = 'sql.triggered'`) > 0
+	})
+	if n := f.Count(`SELECT count(*) FROM ff_event`); n != 1 {
+		t.Fatalf("%d events for one key published twice, want 1", n)
+	}
+}
