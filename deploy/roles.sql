@@ -21,6 +21,10 @@
 --   ffd_worker    your worker and client processes: the same DML.
 --   ffd_wal       `ffd events tail --wal` and ffd.StreamWAL: REPLICATION,
 --                 which logical decoding needs and nothing else grants.
+--   ffd_producer  applications in any language that create and read work
+--                 through the SQL API (docs/sql.md): EXECUTE on its
+--                 functions, which run as their owner, and no privilege
+--                 on any table.
 --
 -- Cursor consumers (`ffd events tail --consumer`, Client.Consume) run as
 -- ffd_worker or any role granted ffd_runtime.
@@ -36,7 +40,7 @@ DECLARE r record;
 BEGIN
     FOR r IN SELECT * FROM (VALUES
         ('ffd_migrator', 'LOGIN'), ('ffd_runtime', 'NOLOGIN'), ('ffd_daemon', 'LOGIN'),
-        ('ffd_worker', 'LOGIN'), ('ffd_wal', 'LOGIN REPLICATION')) AS v(name, options)
+        ('ffd_worker', 'LOGIN'), ('ffd_wal', 'LOGIN REPLICATION'), ('ffd_producer', 'LOGIN')) AS v(name, options)
     LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r.name) THEN
             EXECUTE format('CREATE ROLE %I %s', r.name, r.options);
@@ -53,9 +57,9 @@ DO $$
 DECLARE s text := current_setting('ffd.schema');
 BEGIN
     EXECUTE format('GRANT CONNECT, CREATE ON DATABASE %I TO ffd_migrator', current_database());
-    EXECUTE format('GRANT CONNECT ON DATABASE %I TO ffd_runtime, ffd_wal', current_database());
+    EXECUTE format('GRANT CONNECT ON DATABASE %I TO ffd_runtime, ffd_wal, ffd_producer', current_database());
     EXECUTE format('GRANT USAGE, CREATE ON SCHEMA %I TO ffd_migrator', s);
-    EXECUTE format('GRANT USAGE ON SCHEMA %I TO ffd_runtime, ffd_wal', s);
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO ffd_runtime, ffd_wal, ffd_producer', s);
 END
 $$;
 
@@ -100,6 +104,18 @@ BEGIN
     IF to_regprocedure(format('%I.ff_refresh_statistics(bigint, double precision)', s)) IS NOT NULL THEN
         EXECUTE format('ALTER FUNCTION %I.ff_refresh_statistics(bigint, double precision) OWNER TO ffd_migrator', s);
     END IF;
+    -- The SQL API's functions (docs/sql.md) run as their owner: the
+    -- tables' owner, so that a role that may only execute them needs no
+    -- table privilege. `ffd migrate up` (re)creates them; these are the
+    -- ones a migration before this script made.
+    FOR t IN SELECT p.oid::regprocedure AS f FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = s AND p.proname LIKE 'ffd\_%'
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s OWNER TO ffd_migrator', t.f);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO ffd_runtime, ffd_producer', t.f);
+    END LOOP;
+    EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE ffd_migrator IN SCHEMA %I
+        GRANT EXECUTE ON FUNCTIONS TO ffd_runtime, ffd_producer', s);
     -- Tables and sequences later migrations create, run as ffd_migrator.
     EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE ffd_migrator IN SCHEMA %I
         GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO ffd_runtime', s);

@@ -65,7 +65,7 @@ func leastPrivilegeRoles(t *testing.T, schema string) {
 		dbs = append(dbs, testdb.New(t))
 	}
 	t.Cleanup(func() {
-		for _, r := range []string{"daemon", "worker", "wal", "runtime", "migrator"} {
+		for _, r := range []string{"daemon", "worker", "wal", "producer", "runtime", "migrator"} {
 			for _, d := range dbs {
 				d.Pool.Exec(context.Background(), `DROP OWNED BY `+prefix+`_`+r) //nolint:errcheck
 			}
@@ -157,6 +157,7 @@ func leastPrivilegeRoles(t *testing.T, schema string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	producerMayOnlyExecute(ctx, t, as("producer"), client)
 	// The daemon refreshes planner statistics through a function that
 	// runs as the tables' owner: the runtime roles may call it.
 	if _, err := store.RefreshStaleStatistics(ctx, pool, 1000, 4); err != nil {
@@ -193,5 +194,42 @@ func leastPrivilegeRoles(t *testing.T, schema string) {
 			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// producerMayOnlyExecute: the producer role submits a flow through the
+// SQL API, which runs to its end, and can touch no table itself.
+func producerMayOnlyExecute(ctx context.Context, t *testing.T, url string, client *ffd.Client) {
+	t.Helper()
+	producer, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	var fid string
+	if err := producer.QueryRow(ctx, `SELECT ffd_submit_flow('{"nodes": [{"ref": "a", "lane": "roles"}, {"ref": "b", "lane": "roles"}], "edges": [{"from": "a", "to": "b"}]}')->>'flow_id'`).Scan(&fid); err != nil {
+		t.Fatalf("submit through SQL as the producer role: %v", err)
+	}
+	for _, sql := range []string{
+		`SELECT count(*) FROM ff_execution`,
+		`UPDATE ff_flow SET state = 'completed'`,
+		`INSERT INTO ff_event (partition_key, event_id, namespace, name, event_key) VALUES (0, gen_random_uuid(), 'd', 'e', 'k')`,
+	} {
+		if _, err := producer.Exec(ctx, sql); err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Fatalf("the producer role ran %q: %v; want permission denied", sql, err)
+		}
+	}
+	for {
+		var state string
+		if err := producer.QueryRow(ctx, `SELECT ffd_flow($1)->>'state'`, fid).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if state == "completed" {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the producer's flow is still %s", state)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
