@@ -1,0 +1,249 @@
+"""The worker side: handlers run under ffd's worker protocol (HTTP, JSON;
+docs/worker-protocol.md), served by `ffd run --worker-api`.
+
+A Worker claims executions of its lanes, runs the handler registered for
+each one's kind in a thread of its own, renews the lease while it runs
+(the heartbeat), and completes or fails it fenced on the claim's epoch. A
+lease lost while the handler runs (the execution was cancelled, or the
+lease expired) sets job.cancelled: Python cannot stop a thread, so a
+long handler checks it (job.check(), job.sleep()) and returns.
+"""
+
+import base64
+import dataclasses
+import inspect
+import json
+import logging
+import socket
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.request
+import uuid
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+
+from .errors import FfdError, LeaseLostError, ProtocolError, from_fields
+
+log = logging.getLogger("ffd")
+
+
+class Cancelled(Exception):
+    """Raised by Job.check and Job.sleep once the lease is lost."""
+
+
+class Permanent(Exception):
+    """Raise it (or raise from it) to fail the execution without a retry."""
+
+
+@dataclasses.dataclass
+class Job:
+    """One claimed execution, as a handler sees it."""
+
+    id: str
+    epoch: int
+    attempt: int
+    max_attempts: int
+    lane: str
+    kind: str
+    namespace: str
+    flow_id: Optional[str]
+    step: str
+    payload: Any
+    upstreams: Dict[str, Any]
+    lease_ttl: float
+    cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
+    lost: Optional[LeaseLostError] = None
+
+    def check(self) -> None:
+        """Raise Cancelled once the lease is lost."""
+        if self.cancelled.is_set():
+            raise Cancelled(str(self.lost) if self.lost else "lease lost")
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, or raise Cancelled as soon as the lease is lost."""
+        if self.cancelled.wait(seconds):
+            self.check()
+
+
+Handler = Callable[..., Any]
+
+
+class Worker:
+    """Runs handlers for lanes through the worker protocol at url.
+
+    handlers maps a kind to a callable taking (job) or (job, payload);
+    when the payload parameter is annotated with a dataclass, the payload
+    is decoded into it, and a dataclass returned is encoded as JSON. The
+    kind "*" takes every kind without a handler of its own.
+
+    heartbeat is how often a running handler's lease is renewed (default
+    a third of the lease): how soon a handler hears that its execution
+    was cancelled.
+    """
+
+    def __init__(self, url: str, token: str, lanes: Union[str, Iterable[str]], handlers: Optional[Dict[str, Handler]] = None, *,
+                 concurrency: int = 4, worker_id: str = "", capabilities: Iterable[str] = (), claim_wait: float = 5.0,
+                 heartbeat: Optional[float] = None):
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.url = url.rstrip("/") + "/v1/worker/"
+        self.token = token
+        self.lanes: List[str] = [lanes] if isinstance(lanes, str) else list(lanes)
+        if not self.lanes:
+            raise ValueError("a worker needs at least one lane")
+        self.handlers: Dict[str, Handler] = dict(handlers or {})
+        self.concurrency = concurrency
+        self.worker_id = worker_id or f"py:{socket.gethostname()}/{uuid.uuid4().hex[:8]}"
+        self.capabilities = list(capabilities)
+        self.claim_wait = claim_wait
+        self.heartbeat = heartbeat
+        self._stop = threading.Event()
+        self._threads: List[threading.Thread] = []
+
+    def handler(self, kind: str) -> Callable[[Handler], Handler]:
+        """Register the decorated function as the handler of kind."""
+        def register(fn: Handler) -> Handler:
+            self.handlers[kind] = fn
+            return fn
+        return register
+
+    # The protocol.
+
+    def _post(self, op: str, body: Dict[str, Any], timeout: float) -> Dict[str, Any]:
+        req = urllib.request.Request(self.url + op, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", "Authorization": "Bearer " + self.token})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            raw = err.read()
+            try:
+                fields = json.loads(raw)["error"]
+            except (ValueError, KeyError, TypeError):
+                raise ProtocolError(f"{op}: HTTP {err.code}: {raw[:200]!r}") from err
+            raise from_fields(fields) from err
+
+    def claim(self, lane: str, wait: float) -> List[Job]:
+        out = self._post("claim", {"lane": lane, "worker": self.worker_id, "capabilities": self.capabilities,
+                                   "max": 1, "wait_ms": int(wait * 1000)}, timeout=wait + 30)
+        return [self._job(x) for x in out["executions"]]
+
+    @staticmethod
+    def _job(x: Dict[str, Any]) -> Job:
+        payload = x.get("payload")
+        if x.get("payload_base64"):
+            payload = base64.b64decode(x["payload_base64"])
+        return Job(id=x["id"], epoch=x["epoch"], attempt=x["attempt"], max_attempts=x["max_attempts"], lane=x["lane"],
+                   kind=x["kind"], namespace=x["namespace"], flow_id=x.get("flow_id"), step=x.get("step", ""),
+                   payload=payload, upstreams=x.get("upstreams") or {}, lease_ttl=x["lease_ttl_ms"] / 1000.0)
+
+    def renew(self, job: Job) -> None:
+        self._post("renew", {"id": job.id, "epoch": job.epoch}, timeout=30)
+
+    def complete(self, job: Job, result: Any) -> Dict[str, Any]:
+        return self._post("complete", {"id": job.id, "epoch": job.epoch, "result": result}, timeout=30)
+
+    def fail(self, job: Job, error: str, retryable: bool = True) -> Dict[str, Any]:
+        return self._post("fail", {"id": job.id, "epoch": job.epoch, "error": error[:16000], "retryable": retryable}, timeout=30)
+
+    # Running.
+
+    def start(self) -> None:
+        """Start the worker's threads: concurrency claimers, spread over its lanes."""
+        for i in range(self.concurrency):
+            lane = self.lanes[i % len(self.lanes)]
+            t = threading.Thread(target=self._loop, args=(lane,), name=f"ffd-worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop claiming and wait (up to timeout) for the running handlers."""
+        self._stop.set()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def run(self) -> None:
+        """start, then block until stop is called from another thread (or Ctrl-C)."""
+        self.start()
+        try:
+            while not self._stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+        self.stop()
+
+    def _loop(self, lane: str) -> None:
+        pause = 0.1
+        while not self._stop.is_set():
+            try:
+                jobs = self.claim(lane, min(self.claim_wait, 30.0))
+                pause = 0.1
+            except (OSError, FfdError) as err:
+                log.warning("ffd: claim on lane %s failed, retrying in %.1fs: %s", lane, pause, err)
+                self._stop.wait(pause)
+                pause = min(pause * 2, 5.0)
+                continue
+            for job in jobs:
+                self._run(job)
+
+    def _run(self, job: Job) -> None:
+        done = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(job, done), daemon=True)
+        beat.start()
+        try:
+            result = self._call(job)
+        except Cancelled:
+            return
+        except Permanent as err:
+            self._end(job, lambda: self.fail(job, str(err) or repr(err), retryable=False))
+        except Exception as err:  # a handler's failure is the execution's, retried
+            detail = "".join(traceback.format_exception_only(type(err), err)).strip()
+            self._end(job, lambda: self.fail(job, detail))
+        else:
+            self._end(job, lambda: self.complete(job, result))
+        finally:
+            done.set()
+            beat.join()
+
+    def _end(self, job: Job, op: Callable[[], Any]) -> None:
+        if job.cancelled.is_set():
+            return  # the lease is gone: whatever the handler did is dropped
+        try:
+            op()
+        except LeaseLostError as err:
+            log.info("ffd: execution %s: lease lost before its end was recorded: %s", job.id, err)
+        except (OSError, FfdError) as err:
+            log.error("ffd: execution %s: recording its end failed (the lease will lapse and it is retried): %s", job.id, err)
+
+    def _call(self, job: Job) -> Any:
+        fn = self.handlers.get(job.kind) or self.handlers.get("*")
+        if fn is None:
+            raise Permanent(f"no handler for kind {job.kind!r} on this worker")
+        params = list(inspect.signature(fn).parameters.values())
+        if len(params) < 2:
+            out = fn(job)
+        else:
+            typ = params[1].annotation
+            payload = job.payload
+            if dataclasses.is_dataclass(typ) and isinstance(payload, dict):
+                payload = typ(**payload)
+            out = fn(job, payload)
+        if dataclasses.is_dataclass(out) and not isinstance(out, type):
+            out = dataclasses.asdict(out)
+        return out
+
+    def _heartbeat(self, job: Job, done: threading.Event) -> None:
+        # A third of the lease keeps it through two lost renewals; a
+        # shorter heartbeat hears of a cancel sooner.
+        every = max(0.2, min(job.lease_ttl / 3, self.heartbeat or job.lease_ttl))
+        while not done.wait(every):
+            try:
+                self.renew(job)
+            except LeaseLostError as err:
+                job.lost = err
+                job.cancelled.set()
+                return
+            except (OSError, FfdError) as err:
+                log.warning("ffd: renewing the lease of %s failed: %s", job.id, err)
