@@ -1,0 +1,240 @@
+// The worker side: handlers run under ffd's worker protocol (HTTP, JSON;
+// docs/worker-protocol.md), served by `ffd run --worker-api`.
+//
+// A Worker claims executions of its lanes, runs the handler registered
+// for each one's kind, renews the lease while it runs (the heartbeat), and
+// completes or fails it fenced on the claim's epoch. A lease lost while
+// the handler runs (the execution was cancelled, or the lease expired)
+// aborts job.signal: pass it to what the handler awaits.
+
+import { hostname } from "node:os";
+import { randomUUID } from "node:crypto";
+
+import { ErrorFields, FfdError, LeaseLostError, ProtocolError, fromFields } from "./errors";
+
+/** One claimed execution, as a handler sees it. */
+export interface Job<P = unknown> {
+  id: string;
+  epoch: number;
+  attempt: number;
+  maxAttempts: number;
+  lane: string;
+  kind: string;
+  namespace: string;
+  flowId: string | null;
+  step: string;
+  payload: P;
+  /** The results of the flow member's completed upstreams, by step. */
+  upstreams: Record<string, unknown>;
+  leaseTtlMs: number;
+  /** Aborted once the lease is lost; its reason is the LeaseLostError. */
+  signal: AbortSignal;
+}
+
+/** A handler: its payload typed P, its result R (encoded as JSON). */
+export type Handler<P = any, R = unknown> = (payload: P, job: Job<P>) => R | Promise<R>;
+
+/** Throw it (or one wrapping a cause) to fail the execution without a retry. */
+export class Permanent extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "Permanent";
+  }
+}
+
+export interface WorkerOptions {
+  /** The daemon's admin address, e.g. http://127.0.0.1:9464. */
+  url: string;
+  /** A token of the daemon's --worker-token-file. */
+  token: string;
+  lanes: string | string[];
+  /** Handlers by kind; "*" takes every kind without one of its own. */
+  handlers?: Record<string, Handler>;
+  /** Handlers running at once. Default 4. */
+  concurrency?: number;
+  workerId?: string;
+  capabilities?: string[];
+  /** How long a claim waits for work. Default 5000 ms. */
+  claimWaitMs?: number;
+  /** How often a running handler's lease is renewed: how soon it hears of a
+   * cancel. Default a third of the lease. */
+  heartbeatMs?: number;
+}
+
+interface WireJob {
+  id: string;
+  epoch: number;
+  attempt: number;
+  max_attempts: number;
+  lane: string;
+  kind: string;
+  namespace: string;
+  flow_id: string | null;
+  step: string;
+  payload?: unknown;
+  payload_base64?: string;
+  lease_ttl_ms: number;
+  upstreams?: Record<string, unknown>;
+}
+
+/** Runs handlers for lanes through the worker protocol. */
+export class Worker {
+  private readonly url: string;
+  private readonly lanes: string[];
+  private readonly handlers: Record<string, Handler>;
+  private readonly workerId: string;
+  private readonly stopping = new AbortController();
+  private loops: Promise<void>[] = [];
+
+  constructor(private readonly opts: WorkerOptions) {
+    this.url = opts.url.replace(/\/+$/, "") + "/v1/worker/";
+    this.lanes = typeof opts.lanes === "string" ? [opts.lanes] : [...opts.lanes];
+    if (this.lanes.length === 0) {
+      throw new Error("a worker needs at least one lane");
+    }
+    this.handlers = { ...(opts.handlers ?? {}) };
+    this.workerId = opts.workerId ?? `ts:${hostname()}/${randomUUID().slice(0, 8)}`;
+  }
+
+  /** Register fn as the handler of kind, typed by its payload and result. */
+  handle<P, R>(kind: string, fn: Handler<P, R>): this {
+    this.handlers[kind] = fn as Handler;
+    return this;
+  }
+
+  private async post<T>(op: string, body: unknown, timeoutMs: number): Promise<T> {
+    const signal = AbortSignal.any([AbortSignal.timeout(timeoutMs), ...(op === "claim" ? [this.stopping.signal] : [])]);
+    const resp = await fetch(this.url + op, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Authorization: `Bearer ${this.opts.token}` },
+      body: JSON.stringify(body),
+      signal,
+    });
+    const text = await resp.text();
+    let parsed: any;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      throw new ProtocolError({ code: "internal", message: `${op}: HTTP ${resp.status}: ${text.slice(0, 200)}` });
+    }
+    if (!resp.ok) {
+      throw parsed?.error ? fromFields(parsed.error as ErrorFields) : new ProtocolError({ code: "internal", message: `${op}: HTTP ${resp.status}` });
+    }
+    return parsed as T;
+  }
+
+  /** Claim up to one execution of lane, waiting up to waitMs for it. */
+  async claim(lane: string, waitMs: number): Promise<Job[]> {
+    const out = await this.post<{ executions: WireJob[] }>("claim",
+      { lane, worker: this.workerId, capabilities: this.opts.capabilities ?? [], max: 1, wait_ms: waitMs }, waitMs + 30000);
+    return out.executions.map((x) => toJob(x, new AbortController().signal));
+  }
+
+  renew(job: Job): Promise<{ lease_expires_at: string }> {
+    return this.post("renew", { id: job.id, epoch: job.epoch }, 30000);
+  }
+
+  complete(job: Job, result: unknown): Promise<{ state: string }> {
+    return this.post("complete", { id: job.id, epoch: job.epoch, result: result ?? null }, 30000);
+  }
+
+  fail(job: Job, error: string, retryable = true): Promise<{ state: string }> {
+    return this.post("fail", { id: job.id, epoch: job.epoch, error: error.slice(0, 16000), retryable }, 30000);
+  }
+
+  /** Start claiming: concurrency loops, spread over the lanes. */
+  start(): void {
+    const n = this.opts.concurrency ?? 4;
+    for (let i = 0; i < n; i++) {
+      this.loops.push(this.loop(this.lanes[i % this.lanes.length]));
+    }
+  }
+
+  /** Stop claiming and wait for the running handlers to end. */
+  async stop(): Promise<void> {
+    this.stopping.abort();
+    await Promise.all(this.loops);
+  }
+
+  private async loop(lane: string): Promise<void> {
+    let pause = 100;
+    while (!this.stopping.signal.aborted) {
+      let wire: { executions: WireJob[] };
+      try {
+        wire = await this.post("claim", { lane, worker: this.workerId, capabilities: this.opts.capabilities ?? [], max: 1,
+          wait_ms: Math.min(this.opts.claimWaitMs ?? 5000, 30000) }, 60000);
+        pause = 100;
+      } catch (err) {
+        if (this.stopping.signal.aborted) {
+          return;
+        }
+        console.warn(`ffd: claim on lane ${lane} failed, retrying in ${pause} ms: ${err}`);
+        await new Promise((r) => setTimeout(r, pause));
+        pause = Math.min(pause * 2, 5000);
+        continue;
+      }
+      for (const x of wire.executions) {
+        await this.run(x);
+      }
+    }
+  }
+
+  private async run(x: WireJob): Promise<void> {
+    const lost = new AbortController();
+    const job = toJob(x, lost.signal);
+    const every = Math.max(200, Math.min(job.leaseTtlMs / 3, this.opts.heartbeatMs ?? job.leaseTtlMs));
+    const beat = setInterval(() => {
+      this.renew(job).catch((err) => {
+        if (err instanceof LeaseLostError) {
+          lost.abort(err);
+          clearInterval(beat);
+        } else {
+          console.warn(`ffd: renewing the lease of ${job.id} failed: ${err}`);
+        }
+      });
+    }, every);
+    try {
+      const result = await this.call(job);
+      await this.end(job, () => this.complete(job, result));
+    } catch (err) {
+      if (lost.signal.aborted) {
+        return;
+      }
+      const permanent = err instanceof Permanent;
+      await this.end(job, () => this.fail(job, err instanceof Error ? `${err.name}: ${err.message}` : String(err), !permanent));
+    } finally {
+      clearInterval(beat);
+    }
+  }
+
+  private async call(job: Job): Promise<unknown> {
+    const fn = this.handlers[job.kind] ?? this.handlers["*"];
+    if (!fn) {
+      throw new Permanent(`no handler for kind ${JSON.stringify(job.kind)} on this worker`);
+    }
+    return fn(job.payload, job);
+  }
+
+  private async end(job: Job, op: () => Promise<unknown>): Promise<void> {
+    if (job.signal.aborted) {
+      return; // the lease is gone: whatever the handler did is dropped
+    }
+    try {
+      await op();
+    } catch (err) {
+      if (err instanceof FfdError && err.code === "lease_lost") {
+        return;
+      }
+      console.error(`ffd: execution ${job.id}: recording its end failed (the lease will lapse and it is retried): ${err}`);
+    }
+  }
+}
+
+function toJob(x: WireJob, signal: AbortSignal): Job {
+  const payload = x.payload_base64 !== undefined ? Buffer.from(x.payload_base64, "base64") : x.payload ?? null;
+  return {
+    id: x.id, epoch: x.epoch, attempt: x.attempt, maxAttempts: x.max_attempts, lane: x.lane, kind: x.kind,
+    namespace: x.namespace, flowId: x.flow_id, step: x.step, payload, upstreams: x.upstreams ?? {},
+    leaseTtlMs: x.lease_ttl_ms, signal,
+  };
+}
