@@ -6,11 +6,16 @@ package clients_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,4 +121,119 @@ func TestTypeScriptClient(t *testing.T) {
 	cmd := exec.CommandContext(e.Ctx, "node", "--test", "--test-concurrency=1", filepath.Join(dir, "dist", "test"))
 	cmd.Env = e.environ()
 	t.Log(run(t, cmd))
+}
+
+// proc is a worker program running beside the test, its output kept.
+type proc struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+}
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// startProc starts cmd; the test's end stops it (SIGTERM, then a kill).
+func startProc(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p, p
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", cmd.Path, err)
+	}
+	go func() {
+		cmd.Wait() //nolint:errcheck // its exit is read through done
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill() //nolint:errcheck // it may have exited
+			<-p.done
+		}
+	})
+	return p
+}
+
+// waitOutput waits until p has printed want.
+func (e *env) waitOutput(p *proc, want string) {
+	e.T.Helper()
+	e.WaitFor(fmt.Sprintf("%q from %s", want, filepath.Base(p.cmd.Path)), func() bool {
+		select {
+		case <-p.done:
+			e.T.Fatalf("%s exited before printing %q:\n%s", p.cmd.Path, want, p.output())
+		default:
+		}
+		return strings.Contains(p.output(), want)
+	})
+}
+
+// The mixed flow of docs/languages.md: a Go step, a Python step and a
+// TypeScript step, each claimed by its own language's worker, each
+// failing once and retried, each handed the result before it; then a
+// cancel reaching a running Python handler.
+func TestMixedFlow(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	ts := typescript(t)
+	workerEnv := append(e.environ(), "FFD_API_URL="+e.api, "FFD_WORKER_TOKEN="+token)
+	py := exec.Command(python(t), "python/examples/mixed_worker.py")
+	py.Env = workerEnv
+	pyProc := startProc(t, py)
+	node := exec.Command("node", filepath.Join(ts, "dist", "examples", "mixed-worker.js"))
+	node.Env = workerEnv
+	nodeProc := startProc(t, node)
+	e.waitOutput(pyProc, "ready")
+	e.waitOutput(nodeProc, "ready")
+
+	goRun := exec.CommandContext(e.Ctx, goTool(t), "run", "../examples/mixed")
+	goRun.Env = append(os.Environ(), "FFD_DATABASE_URL="+e.DB.URL)
+	out := run(t, goRun)
+	if !strings.Contains(out, `"by":["go","python","typescript"]`) {
+		t.Fatalf("the mixed example printed:\n%s\nwant the result handled by go, python and typescript", out)
+	}
+	t.Log(out)
+
+	var sub struct {
+		FlowID     string            `json:"flow_id"`
+		Executions map[string]string `json:"executions"`
+	}
+	var raw []byte
+	if err := e.Pool.QueryRow(e.Ctx, `SELECT ffd_submit_flow('{"nodes": [{"ref": "hold", "lane": "mixed.py", "kind": "hold", "lease_ttl": "10s"}]}')::text`).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &sub); err != nil {
+		t.Fatal(err)
+	}
+	hold := sub.Executions["hold"]
+	e.waitOutput(pyProc, "started "+hold)
+	if _, err := e.Pool.Exec(e.Ctx, `SELECT ffd_cancel_flow($1)`, sub.FlowID); err != nil {
+		t.Fatal(err)
+	}
+	e.waitOutput(pyProc, "cancelled "+hold)
+}
+
+// goTool is the go command of the toolchain running the test.
+func goTool(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("no go command on PATH or in %s", p)
+	}
+	return p
 }

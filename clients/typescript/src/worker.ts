@@ -103,14 +103,28 @@ export class Worker {
   }
 
   private async post<T>(op: string, body: unknown, timeoutMs: number): Promise<T> {
-    const signal = AbortSignal.any([AbortSignal.timeout(timeoutMs), ...(op === "claim" ? [this.stopping.signal] : [])]);
-    const resp = await fetch(this.url + op, {
-      method: "POST",
-      headers: { "Content-Type": "application/json", Authorization: `Bearer ${this.opts.token}` },
-      body: JSON.stringify(body),
-      signal,
-    });
-    const text = await resp.text();
+    // Aborted by the timeout, or for a claim by stop (AbortSignal.any
+    // would do it, from Node 20.3 on).
+    const ac = new AbortController();
+    const timer = setTimeout(() => ac.abort(new Error(`${op}: no answer within ${timeoutMs} ms`)), timeoutMs);
+    const onStop = () => ac.abort(this.stopping.signal.reason);
+    if (op === "claim") {
+      this.stopping.signal.addEventListener("abort", onStop);
+    }
+    let resp: Response;
+    let text: string;
+    try {
+      resp = await fetch(this.url + op, {
+        method: "POST",
+        headers: { "Content-Type": "application/json", Authorization: `Bearer ${this.opts.token}` },
+        body: JSON.stringify(body),
+        signal: ac.signal,
+      });
+      text = await resp.text();
+    } finally {
+      clearTimeout(timer);
+      this.stopping.signal.removeEventListener("abort", onStop);
+    }
     let parsed: any;
     try {
       parsed = JSON.parse(text);
