@@ -1,9 +1,11 @@
 #!/usr/bin/env sh
-# Runs ffd's whole test suite, after making sure the three programs the
-# tests start are on this machine: PostgreSQL's server binaries (every
-# test binary starts a private cluster), PgBouncer (TestThroughPgBouncer)
-# and Chromium (the console's browser tests). None of those tests skips
-# when its program is missing, so a missing one would fail the run.
+# Runs ffd's whole test suite, after making sure the programs the tests
+# start are on this machine: PostgreSQL's server binaries (every test
+# binary starts a private cluster), PgBouncer (TestThroughPgBouncer),
+# Chromium (the console's browser tests), and Python 3 with psycopg 3 and
+# Node.js with npm (the clients in clients/, whose packages `npm ci`
+# fetches). None of those tests skips when its program is missing, so a
+# missing one would fail the run.
 #
 #   ./test.sh                 install what is missing (asking before sudo), then test
 #   ./test.sh --yes           the same, without asking
@@ -47,6 +49,13 @@ have_postgres() {
   command -v initdb >/dev/null 2>&1
 }
 have_pgbouncer() { command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; }
+have_psycopg() {
+  for p in "${FFD_PYTHON:-}" python3 /usr/bin/python3; do
+    if [ -n "$p" ] && "$p" -c 'import psycopg' >/dev/null 2>&1; then return 0; fi
+  done
+  return 1
+}
+have_node() { command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; }
 have_chromium() {
   for b in chromium chromium-browser google-chrome; do
     if command -v "$b" >/dev/null 2>&1; then return 0; fi
@@ -65,6 +74,8 @@ missing=""
 debs=""
 if ! have_postgres; then missing="$missing postgresql-server"; debs="$debs postgresql"; fi
 if ! have_pgbouncer; then missing="$missing pgbouncer"; debs="$debs pgbouncer"; fi
+if ! have_psycopg; then missing="$missing psycopg"; debs="$debs python3-psycopg"; fi
+if ! have_node; then missing="$missing node"; debs="$debs nodejs npm"; fi
 if ! have_chromium; then
   missing="$missing chromium"
   case "$os_id" in
@@ -111,22 +122,28 @@ if [ -n "$missing" ]; then
       esac
       ;;
     macos)
-      say "install them with Homebrew: brew install postgresql@17 pgbouncer && brew install --cask chromium"
+      say "install them with Homebrew: brew install postgresql@17 pgbouncer node psycopg && brew install --cask chromium (or pip3 install psycopg)"
       exit 1
       ;;
     *fedora* | *rhel* | *centos*)
-      say "install them: the PGDG postgresql17-server (or postgresql-server), pgbouncer and chromium packages (dnf install postgresql-server pgbouncer chromium)"
+      say "install them: the PGDG postgresql17-server (or postgresql-server), pgbouncer, chromium, python3-psycopg3 and nodejs packages (dnf install postgresql-server pgbouncer chromium python3-psycopg3 nodejs npm)"
       exit 1
       ;;
     *)
-      say "install PostgreSQL 14 or newer (server binaries: initdb, postgres), PgBouncer and Chromium (or Google Chrome), then run ./test.sh again"
+      say "install PostgreSQL 14 or newer (server binaries: initdb, postgres), PgBouncer, Chromium (or Google Chrome), Python 3 with psycopg 3 and Node.js with npm, then run ./test.sh again"
       exit 1
       ;;
   esac
 fi
 
+# The TypeScript client's packages, as its package-lock.json pins them.
+if [ ! -d clients/typescript/node_modules ] || [ clients/typescript/package-lock.json -nt clients/typescript/node_modules ]; then
+  say "installing clients/typescript's packages with npm ci"
+  (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
 if [ "$install_only" = 1 ]; then
-  say "PostgreSQL, PgBouncer and Chromium are here"
+  say "PostgreSQL, PgBouncer, Chromium, psycopg, Node.js and the TypeScript client's packages are here"
   exit 0
 fi
 # go test gives each package 10 minutes by default; on a machine whose
