@@ -1003,3 +1003,82 @@ func TestCommandHelpNamesGlobalFlagsBriefly(t *testing.T) {
 		t.Errorf("ffd --help no longer describes the global flags:\n%s", out)
 	}
 }
+
+// ffd run --worker-api serves the worker protocol beside the console,
+// to holders of a token of --worker-token-file only; without a token file
+// it refuses to start.
+func TestRunServesTheWorkerAPI(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("# the workers' tokens\n\nworker-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("# none yet\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ args, want string }{
+		{"--worker-api --admin-addr 127.0.0.1:0", "--worker-api needs --worker-token-file"},
+		{"--worker-api --admin-addr 127.0.0.1:0 --worker-token-file " + empty, "no token in it"},
+		{"--worker-api --admin-addr= --worker-token-file " + tokens, "--worker-api needs --admin-addr"},
+	} {
+		var errOut bytes.Buffer
+		args := append([]string{"run", "--database-url", db.URL, "--log-format", "json"}, strings.Fields(c.args)...)
+		if code := run(context.Background(), args, io.Discard, &errOut); code == 0 || !strings.Contains(errOut.String(), c.want) {
+			t.Fatalf("ffd run %s: exit %d, %q; want a refusal saying %q", c.args, code, errOut.String(), c.want)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"run", "--console", "--worker-api", "--worker-token-file", tokens, "--database-url", db.URL,
+			"--admin-addr", addr, "--log-format", "json", "--stop-timeout", "5s"}, io.Discard, io.Discard)
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("ffd run exited %d", code)
+		}
+	}()
+	post := func(token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+ffd.WorkerAPIPrefix+"claim", strings.NewReader(`{"lane": "w", "worker": "t/1"}`))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	const budget = 2 * time.Minute
+	for deadline := time.Now().Add(budget); ; time.Sleep(50 * time.Millisecond) {
+		if code, _ := post("worker-token-0123456789"); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ffd run --worker-api did not answer a claim within %s", budget)
+		}
+	}
+	if code, body := post("worker-token-0123456789"); code != 200 || !strings.Contains(body, `"executions":[]`) {
+		t.Fatalf("claim with the token: %d %s", code, body)
+	}
+	if code, body := post("worker-token-01234567"); code != 401 {
+		t.Fatalf("claim with a wrong token: %d %s, want 401", code, body)
+	}
+	resp, err := http.Get("http://" + addr + "/flows")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the console beside the worker API: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
