@@ -276,15 +276,27 @@ func otherRefusals(done ffd.ExecutionID, doneFlow uuid.UUID) []refusal {
 		{name: "cancel: malformed id", fn: "ffd_cancel", args: []any{"nope"},
 			goAPI: func(ctx context.Context, f *fixture) error { _, err := ffd.ParseExecutionID("nope"); return err }},
 		{name: "cancel: missing", fn: "ffd_cancel", args: []any{missing.String()},
-			goAPI: func(ctx context.Context, f *fixture) error { _, err := f.client.Cancel(ctx, missing, "", ""); return err }},
+			goAPI: func(ctx context.Context, f *fixture) error {
+				_, err := f.client.Cancel(ctx, missing, "", "")
+				return err
+			}},
 		{name: "cancel: completed", fn: "ffd_cancel", args: []any{done.String()},
 			goAPI: func(ctx context.Context, f *fixture) error { _, err := f.client.Cancel(ctx, done, "", ""); return err }},
 		{name: "cancel: long reason", fn: "ffd_cancel", args: []any{done.String(), strings.Repeat("x", 5000)},
-			goAPI: func(ctx context.Context, f *fixture) error { _, err := f.client.Cancel(ctx, done, strings.Repeat("x", 5000), ""); return err }},
+			goAPI: func(ctx context.Context, f *fixture) error {
+				_, err := f.client.Cancel(ctx, done, strings.Repeat("x", 5000), "")
+				return err
+			}},
 		{name: "cancel flow: policy", fn: "ffd_cancel_flow", args: []any{doneFlow.String(), "everything"},
-			goAPI: func(ctx context.Context, f *fixture) error { _, err := f.client.CancelFlow(ctx, doneFlow, "everything", ""); return err }},
+			goAPI: func(ctx context.Context, f *fixture) error {
+				_, err := f.client.CancelFlow(ctx, doneFlow, "everything", "")
+				return err
+			}},
 		{name: "cancel flow: missing", fn: "ffd_cancel_flow", args: []any{missing.UUID.String()},
-			goAPI: func(ctx context.Context, f *fixture) error { _, err := f.client.CancelFlow(ctx, missing.UUID, ffd.CancelAll, ""); return err }},
+			goAPI: func(ctx context.Context, f *fixture) error {
+				_, err := f.client.CancelFlow(ctx, missing.UUID, ffd.CancelAll, "")
+				return err
+			}},
 		{name: "signal: bad name", fn: "ffd_signal", args: []any{map[string]any{"flow_id": doneFlow, "name": "a b"}},
 			goAPI: func(ctx context.Context, f *fixture) error {
 				_, err := f.client.Signal(ctx, ffd.SignalParams{FlowID: &doneFlow, Name: "a b"})
