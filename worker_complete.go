@@ -20,7 +20,8 @@ const maxCompletionBatch = 500
 type completion struct {
 	x      *Execution
 	result []byte
-	done   func(error) // called once, when the result is recorded or refused
+	solo   bool                 // the execution is in no flow (leases.Completion.Solo)
+	done   func(*Ending, error) // called once, when the result is recorded (its ending) or refused
 }
 
 // completer is the worker's third part: it records handlers' results in
@@ -102,8 +103,11 @@ func (c *completer) Stop(ctx context.Context) error {
 // slot, so that a slow database slows claims rather than piling results
 // up in memory. A queue of one batch lets the next batch gather while
 // one commits.
-func (c *completer) Complete(x *Execution, result []byte, done func(error)) {
-	item := &completion{x: x, result: result, done: done}
+//
+// solo says the caller knows x is in no flow; a caller that does not
+// know passes false (the daemon then looks at its event).
+func (c *completer) Complete(x *Execution, result []byte, solo bool, done func(*Ending, error)) {
+	item := &completion{x: x, result: result, solo: solo, done: done}
 	select {
 	case <-c.quit: // stopped: no batch loop any more
 		c.completeAlone(item) // on the caller's goroutine: the batch loop is gone
@@ -115,7 +119,7 @@ func (c *completer) Complete(x *Execution, result []byte, done func(error)) {
 	case <-c.quit:
 		c.completeAlone(item) // on the caller's goroutine: the batch loop is gone
 	case <-c.ctx.Done(): // Stop's deadline came while the queue was full
-		item.done(c.ctx.Err())
+		item.done(nil, c.ctx.Err())
 	}
 }
 
@@ -162,16 +166,17 @@ func (c *completer) commit(batch []*completion) {
 	items := make([]leases.Completion, len(batch))
 	var ttl time.Duration
 	for i, item := range batch {
-		items[i] = leases.Completion{ID: item.x.ID, Epoch: item.x.LeaseEpoch, Result: item.result, Solo: item.x.FlowID == nil}
+		items[i] = leases.Completion{ID: item.x.ID, Epoch: item.x.LeaseEpoch, Result: item.result, Solo: item.solo}
 		ttl = max(ttl, item.x.LeaseTTL)
 	}
+	var ends []*Ending
 	var errs []error
 	retry := outbox.NewBackoff()
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(c.ctx, recordTimeout(ttl))
 		start := time.Now()
 		var err error
-		_, errs, err = leases.CompleteMany(ctx, c.client.pool, c.client.limits, items, c.lockTimeout)
+		ends, errs, err = leases.CompleteMany(ctx, c.client.pool, c.client.limits, items, c.lockTimeout)
 		c.metrics.committed(time.Since(start))
 		cancel()
 		if err == nil {
@@ -186,7 +191,7 @@ func (c *completer) commit(batch []*completion) {
 		}
 		if !c.again(retry, try, len(batch), err) {
 			for _, item := range batch {
-				item.done(err)
+				item.done(nil, err)
 			}
 			return
 		}
@@ -196,7 +201,7 @@ func (c *completer) commit(batch []*completion) {
 			c.wg.Go(func() { c.completeAlone(item) })
 			continue
 		}
-		item.done(errs[i])
+		item.done(ends[i], errs[i])
 	}
 }
 
@@ -215,17 +220,18 @@ func (c *completer) again(retry *outbox.Backoff, try, completions int, err error
 // trying again after a lock timeout or any other transient failure,
 // until it is recorded or refused, or Stop cuts the completer off.
 func (c *completer) completeAlone(item *completion) {
-	one := []leases.Completion{{ID: item.x.ID, Epoch: item.x.LeaseEpoch, Result: item.result, Solo: item.x.FlowID == nil}}
+	one := []leases.Completion{{ID: item.x.ID, Epoch: item.x.LeaseEpoch, Result: item.result, Solo: item.solo}}
 	retry := outbox.NewBackoff()
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(c.ctx, recordTimeout(item.x.LeaseTTL))
-		_, errs, err := leases.CompleteMany(ctx, c.client.pool, c.client.limits, one, c.lockTimeout)
+		ends, errs, err := leases.CompleteMany(ctx, c.client.pool, c.client.limits, one, c.lockTimeout)
 		cancel()
+		var end *Ending
 		if err == nil {
-			err = errs[0]
+			end, err = ends[0], errs[0]
 		}
 		if !c.again(retry, try, 1, err) {
-			item.done(err)
+			item.done(end, err)
 			return
 		}
 	}

@@ -332,7 +332,7 @@ func (e *executor) finish(ctx context.Context, j *runningJob, result []byte, her
 		// again elsewhere and this result is refused. The slot is free
 		// meanwhile.
 		release := e.keepLease(j)
-		e.done.Complete(x, result, func(err error) {
+		e.done.Complete(x, result, x.FlowID == nil, func(_ *Ending, err error) {
 			release()
 			e.logFinish(x, "completed", err)
 			if errors.Is(err, ErrLeaseLost) {

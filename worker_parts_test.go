@@ -113,7 +113,7 @@ func TestCompleterRecordsBatchesAndFlushesOnStop(t *testing.T) {
 		wg.Add(1)
 		stale := *x
 		stale.LeaseEpoch = epoch
-		p.done.Complete(&stale, []byte(`{"ok":true}`), func(err error) {
+		p.done.Complete(&stale, []byte(`{"ok":true}`), stale.FlowID == nil, func(_ *Ending, err error) {
 			mu.Lock()
 			got[x.ID] = err
 			mu.Unlock()

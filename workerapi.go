@@ -53,6 +53,10 @@ type WorkerAPI struct {
 	wait   time.Duration
 	log    *zap.Logger
 	mux    *http.ServeMux
+	// done records completions in batches, as a Go worker's do (group
+	// commit): a worker in another language completes one execution a
+	// request, and many requests at once share a transaction.
+	done *completer
 }
 
 // NewWorkerAPI returns the worker protocol's handler over c.
@@ -76,11 +80,23 @@ func NewWorkerAPI(c *Client, cfg WorkerAPIConfig) (*WorkerAPI, error) {
 	if a.log == nil {
 		a.log = zap.NewNop()
 	}
+	a.done = newCompleter(c, DefaultCompletionLockTimeout, nil, a.log, maxCompletionBatch)
+	if err := a.done.Start(context.Background()); err != nil {
+		return nil, err
+	}
 	a.mux.HandleFunc("POST "+WorkerAPIPrefix+"claim", serve(a, a.claim))
 	a.mux.HandleFunc("POST "+WorkerAPIPrefix+"renew", serve(a, a.renew))
 	a.mux.HandleFunc("POST "+WorkerAPIPrefix+"complete", serve(a, a.complete))
 	a.mux.HandleFunc("POST "+WorkerAPIPrefix+"fail", serve(a, a.fail))
 	return a, nil
+}
+
+// Close records the completions under way and stops; a completion asked
+// for after Close is recorded on its own.
+func (a *WorkerAPI) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
+	defer cancel()
+	return a.done.Stop(ctx)
 }
 
 // ServeHTTP answers a request of the protocol, after its token.
@@ -294,11 +310,23 @@ func (a *WorkerAPI) complete(ctx context.Context, in *apiComplete) (*apiEnding, 
 	if string(in.Result) == "null" {
 		result = nil
 	}
-	e, err := a.c.Complete(ctx, in.ID, in.Epoch, result)
-	if err != nil {
-		return nil, err
+	type answer struct {
+		e   *Ending
+		err error
 	}
-	return ending(e), nil
+	ch := make(chan answer, 1)
+	x := &Execution{ID: in.ID, LeaseEpoch: in.Epoch}
+	a.done.Complete(x, result, false, func(e *Ending, err error) { ch <- answer{e, err} })
+	select {
+	case got := <-ch:
+		if got.err != nil {
+			return nil, got.err
+		}
+		return ending(got.e), nil
+	case <-ctx.Done():
+		// The caller went away; the completion is still recorded.
+		return nil, ctx.Err()
+	}
 }
 
 func (a *WorkerAPI) fail(ctx context.Context, in *apiFail) (*apiEnding, error) {

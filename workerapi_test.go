@@ -55,7 +55,12 @@ func newAPI(t *testing.T, f *fixture) *httptest.Server {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		srv.Close()
+		if err := api.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	return srv
 }
 

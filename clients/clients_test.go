@@ -56,7 +56,10 @@ func start(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		srv.Close()
+		_ = api.Close()
+	})
 	return &env{Fixture: f, client: client, api: srv.URL}
 }
 

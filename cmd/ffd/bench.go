@@ -50,6 +50,10 @@ type BenchCmd struct {
 	Preload       int           `name:"preload" default:"${bench_preload}" help:"history: finished executions already in the tables."`
 	BigFlowSizes  []int         `name:"big-flow-sizes" default:"${bench_big_flow_sizes}" help:"big-flow: fan-out widths of 1 -> N -> 1."`
 	MemoryRounds  int           `name:"memory-rounds" default:"${bench_memory_rounds}" help:"memory: rounds of --executions through a daemon and a --workers worker process."`
+	LangExecs     int           `name:"lang-executions" default:"${bench_lang_executions}" help:"python-worker: executions each side (Python, Go) works per round."`
+	LangWorkers   int           `name:"lang-workers" default:"${bench_lang_workers}" help:"python-worker: handlers each side runs at once."`
+	Python        string        `name:"python" help:"python-worker: the Python 3 interpreter (default: FFD_PYTHON, else python3)."`
+	PythonClient  string        `name:"python-client" type:"path" help:"python-worker: the Python client's directory (default: clients/python of the checkout the command runs in)."`
 	Peer          string        `name:"peer" type:"path" help:"Compare with this peer program (bench/peers/river built; bench/compare.sh builds it): throughput, curve or enqueue, each side in fresh databases, alternately."`
 	Rounds        int           `name:"rounds" default:"${bench_rounds}" help:"history, and with --peer: alternating rounds of both sides."`
 	CPUProfile    string        `name:"cpu-profile" type:"path" help:"Write a CPU profile of this process (pprof format: go tool pprof) to this file, to see where ffd's own time goes."`
@@ -91,7 +95,8 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 		ChainLength: c.ChainLength, ChainWorker: c.ChainWorkers, FanWidth: c.FanWidth, Repeats: c.Repeats, FlowSizes: c.FlowSizes,
 		Leases: c.Leases, LeaseTTL: c.LeaseTTL, Burst: c.Burst, SweepInterval: c.SweepInterval, Cancels: c.Cancels, Creates: c.Creates,
 		HopChains: c.HopChains, HopLength: c.HopLength, WorkerCurve: c.WorkerCurve, DaemonCurve: c.DaemonCurve, DaemonFan: c.DaemonFan, Keys: c.Keys, FloorLoops: c.FloorLoops, FloorBatch: c.FloorBatch, Preload: c.Preload, BigFlowSizes: c.BigFlowSizes,
-		MemoryRounds: c.MemoryRounds, Rounds: c.Rounds}
+		MemoryRounds: c.MemoryRounds, Rounds: c.Rounds, LangExecutions: c.LangExecs, LangWorkers: c.LangWorkers, Python: c.Python,
+		PythonClient: c.PythonClient}
 	if c.Peer != "" {
 		cmp, err := bench.Compare(ctx, env, c.Scenario, params, c.Peer)
 		if err != nil {

@@ -153,6 +153,7 @@ func (f *DaemonFlags) mountWorkerAPI(g *Globals, pool *pgxpool.Pool, cfg *daemon
 	if err != nil {
 		return fmt.Errorf("--worker-token-file %s: %w", f.WorkerTokens, err)
 	}
+	g.closes = append(g.closes, func() { _ = api.Close() })
 	mux := http.NewServeMux()
 	mux.Handle(ffd.WorkerAPIPrefix, api)
 	if cfg.Console != nil {

@@ -38,7 +38,7 @@ var table = []scenario{
 	{"enqueue", enqueue, true}, {"chain", chain, false}, {"hop", hop, false}, {"fanout", fanout, false},
 	{"big-flow", bigFlow, false}, {"cancel-flow", cancelFlow, false}, {"recovery", recovery, false},
 	{"cancel-running", cancelRunning, false}, {"daemons", daemons, false}, {"spawn", spawn, false},
-	{"keys", keys, false}, {"floor", floor, false},
+	{"keys", keys, false}, {"floor", floor, false}, {"python-worker", pythonWorker, false},
 }
 
 // Scenarios lists the scenario names; CompareScenarios those with a peer
@@ -112,6 +112,14 @@ type Params struct {
 	// (defaults 4 and 100)
 	FloorLoops int `json:"floor_loops,omitempty"`
 	FloorBatch int `json:"floor_batch,omitempty"`
+	// python-worker: executions each side works, and its handlers at
+	// once (defaults 5000 and 16); the interpreter and the Python
+	// client's directory (defaults: FFD_PYTHON or python3, and
+	// clients/python of the checkout)
+	LangExecutions int    `json:"lang_executions,omitempty"`
+	LangWorkers    int    `json:"lang_workers,omitempty"`
+	Python         string `json:"python,omitempty"`
+	PythonClient   string `json:"python_client,omitempty"`
 }
 
 // Vars are the defaults of Params for the CLI's flags, by the name a
@@ -166,6 +174,8 @@ func (p *Params) defaults() {
 	def(&p.Keys, 1000)
 	def(&p.FloorLoops, 4)
 	def(&p.FloorBatch, 100)
+	def(&p.LangExecutions, 5000)
+	def(&p.LangWorkers, 16)
 	if len(p.DaemonCurve) == 0 {
 		p.DaemonCurve = []int{1, 2, 4}
 	}

@@ -26,7 +26,8 @@ func TestScenariosTiny(t *testing.T) {
 	t.Parallel()
 	tiny := bench.Params{Executions: 300, Workers: 20, Flows: 10, ChainLength: 4, FanWidth: 30, Repeats: 1,
 		FlowSizes: []int{4, 20}, Leases: 30, LeaseTTL: time.Second, Burst: 300, SweepInterval: 200 * time.Millisecond, Cancels: 10, Creates: 20, HopChains: 2, HopLength: 4,
-		WorkerCurve: []int{1, 4}, Preload: 500, Rounds: 1, BigFlowSizes: []int{5, 50}, MemoryRounds: 2, DaemonCurve: []int{1, 2}, DaemonFan: 5}
+		WorkerCurve: []int{1, 4}, Preload: 500, Rounds: 1, BigFlowSizes: []int{5, 50}, MemoryRounds: 2, DaemonCurve: []int{1, 2}, DaemonFan: 5,
+		LangExecutions: 200, LangWorkers: 4}
 	for _, name := range bench.Scenarios {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

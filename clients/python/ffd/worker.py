@@ -11,15 +11,16 @@ long handler checks it (job.check(), job.sleep()) and returns.
 
 import base64
 import dataclasses
+import http.client
 import inspect
 import json
 import logging
+import queue
 import socket
 import threading
 import time
 import traceback
-import urllib.error
-import urllib.request
+import urllib.parse
 import uuid
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
@@ -87,7 +88,8 @@ class Worker:
                  heartbeat: Optional[float] = None):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        self.url = url.rstrip("/") + "/v1/worker/"
+        self.url = url.rstrip("/")
+        self._path = (urllib.parse.urlsplit(self.url).path or "") + "/v1/worker/"
         self.token = token
         self.lanes: List[str] = [lanes] if isinstance(lanes, str) else list(lanes)
         if not self.lanes:
@@ -100,6 +102,10 @@ class Worker:
         self.heartbeat = heartbeat
         self._stop = threading.Event()
         self._threads: List[threading.Thread] = []
+        self._queue: "queue.Queue[Optional[Job]]" = queue.Queue()
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._running: Dict[str, Any] = {}
 
     def handler(self, kind: str) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of kind."""
@@ -110,23 +116,44 @@ class Worker:
 
     # The protocol.
 
-    def _post(self, op: str, body: Dict[str, Any], timeout: float) -> Dict[str, Any]:
-        req = urllib.request.Request(self.url + op, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json", "Authorization": "Bearer " + self.token})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as err:
-            raw = err.read()
-            try:
-                fields = json.loads(raw)["error"]
-            except (ValueError, KeyError, TypeError):
-                raise ProtocolError(f"{op}: HTTP {err.code}: {raw[:200]!r}") from err
-            raise from_fields(fields) from err
+    def _conn(self) -> http.client.HTTPConnection:
+        # One kept-alive connection per thread: a request reuses it.
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            u = urllib.parse.urlsplit(self.url)
+            cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+            c = self._local.conn = cls(u.hostname, u.port, timeout=60)
+        return c
 
-    def claim(self, lane: str, wait: float) -> List[Job]:
+    def _post(self, op: str, body: Dict[str, Any], timeout: float) -> Dict[str, Any]:
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", "Authorization": "Bearer " + self.token}
+        for retry in (False, True):
+            c = self._conn()
+            c.timeout = timeout
+            try:
+                c.request("POST", self._path + op, body=data, headers=headers)
+                resp = c.getresponse()
+                raw = resp.read()
+                break
+            except (http.client.HTTPException, OSError):
+                # A kept-alive connection the server closed: once more on
+                # a new one.
+                c.close()
+                self._local.conn = None
+                if retry:
+                    raise
+        if resp.status == 200:
+            return json.loads(raw)
+        try:
+            fields = json.loads(raw)["error"]
+        except (ValueError, KeyError, TypeError):
+            raise ProtocolError(f"{op}: HTTP {resp.status}: {raw[:200]!r}") from None
+        raise from_fields(fields)
+
+    def claim(self, lane: str, wait: float, max: int = 1) -> List[Job]:
         out = self._post("claim", {"lane": lane, "worker": self.worker_id, "capabilities": self.capabilities,
-                                   "max": 1, "wait_ms": int(wait * 1000)}, timeout=wait + 30)
+                                   "max": max, "wait_ms": int(wait * 1000)}, timeout=wait + 30)
         return [self._job(x) for x in out["executions"]]
 
     @staticmethod
@@ -147,19 +174,29 @@ class Worker:
     def fail(self, job: Job, error: str, retryable: bool = True) -> Dict[str, Any]:
         return self._post("fail", {"id": job.id, "epoch": job.epoch, "error": error[:16000], "retryable": retryable}, timeout=30)
 
-    # Running.
+    # Running: a claimer per lane claims as many executions as there are
+    # free handler threads (up to 100 a claim), the handler threads run
+    # them, and one heartbeat thread renews the leases of those running.
 
     def start(self) -> None:
-        """Start the worker's threads: concurrency claimers, spread over its lanes."""
+        """Start the worker's threads."""
+        self._slots = threading.Semaphore(self.concurrency)
         for i in range(self.concurrency):
-            lane = self.lanes[i % len(self.lanes)]
-            t = threading.Thread(target=self._loop, args=(lane,), name=f"ffd-worker-{i}", daemon=True)
-            t.start()
-            self._threads.append(t)
+            self._spawn(self._handle, f"ffd-handler-{i}")
+        for lane in self.lanes:
+            self._spawn(lambda lane=lane: self._claim_loop(lane), f"ffd-claim-{lane}")
+        self._spawn(self._heartbeat, "ffd-heartbeat")
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop claiming and wait (up to timeout) for the running handlers."""
         self._stop.set()
+        for _ in range(self.concurrency):
+            self._queue.put(None)
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -174,24 +211,40 @@ class Worker:
             pass
         self.stop()
 
-    def _loop(self, lane: str) -> None:
+    def _claim_loop(self, lane: str) -> None:
         pause = 0.1
         while not self._stop.is_set():
+            if not self._slots.acquire(timeout=0.5):
+                continue
+            free = 1
+            while free < 100 and self._slots.acquire(blocking=False):
+                free += 1
             try:
-                jobs = self.claim(lane, min(self.claim_wait, 30.0))
+                jobs = self.claim(lane, min(self.claim_wait, 30.0), max=free)
                 pause = 0.1
             except (OSError, FfdError) as err:
+                jobs = []
                 log.warning("ffd: claim on lane %s failed, retrying in %.1fs: %s", lane, pause, err)
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
-                continue
+            for _ in range(free - len(jobs)):
+                self._slots.release()
             for job in jobs:
+                self._queue.put(job)
+
+    def _handle(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            try:
                 self._run(job)
+            finally:
+                self._slots.release()
 
     def _run(self, job: Job) -> None:
-        done = threading.Event()
-        beat = threading.Thread(target=self._heartbeat, args=(job, done), daemon=True)
-        beat.start()
+        with self._lock:
+            self._running[job.id] = (job, time.monotonic() + self._every(job))
         try:
             result = self._call(job)
         except Cancelled:
@@ -204,8 +257,8 @@ class Worker:
         else:
             self._end(job, lambda: self.complete(job, result))
         finally:
-            done.set()
-            beat.join()
+            with self._lock:
+                self._running.pop(job.id, None)
 
     def _end(self, job: Job, op: Callable[[], Any]) -> None:
         if job.cancelled.is_set():
@@ -234,16 +287,27 @@ class Worker:
             out = dataclasses.asdict(out)
         return out
 
-    def _heartbeat(self, job: Job, done: threading.Event) -> None:
+    def _every(self, job: Job) -> float:
         # A third of the lease keeps it through two lost renewals; a
         # shorter heartbeat hears of a cancel sooner.
-        every = max(0.2, min(job.lease_ttl / 3, self.heartbeat or job.lease_ttl))
-        while not done.wait(every):
-            try:
-                self.renew(job)
-            except LeaseLostError as err:
-                job.lost = err
-                job.cancelled.set()
-                return
-            except (OSError, FfdError) as err:
-                log.warning("ffd: renewing the lease of %s failed: %s", job.id, err)
+        return max(0.2, min(job.lease_ttl / 3, self.heartbeat or job.lease_ttl))
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(0.1) or self._running:
+            now = time.monotonic()
+            with self._lock:
+                due = [job for job, at in self._running.values() if at <= now]
+            for job in due:
+                try:
+                    self.renew(job)
+                except LeaseLostError as err:
+                    job.lost = err
+                    job.cancelled.set()
+                    with self._lock:
+                        self._running.pop(job.id, None)
+                    continue
+                except (OSError, FfdError) as err:
+                    log.warning("ffd: renewing the lease of %s failed: %s", job.id, err)
+                with self._lock:
+                    if job.id in self._running:
+                        self._running[job.id] = (job, time.monotonic() + self._every(job))
