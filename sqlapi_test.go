@@ -148,7 +148,7 @@ func TestSQLIDsAreTheGoAPIs(t *testing.T) {
 		key := fmt.Sprintf("k%d-é-%d", i, i*7919)
 		var part, keyPart int16
 		var in uuid.UUID
-		if err := f.Pool.QueryRow(f.Ctx, `SELECT ffd_partition($1), ffd_key_partition('ns', $2), ffd_uuid_in($3)`, u, key, int16(i%256)).Scan(&part, &keyPart, &in); err != nil {
+		if err := f.Pool.QueryRow(f.Ctx, `SELECT ffd_partition($1), ff_key_partition('ns', $2), ffd_uuid_in($3)`, u, key, int16(i%256)).Scan(&part, &keyPart, &in); err != nil {
 			t.Fatal(err)
 		}
 		if part != ident.Partition(u) || keyPart != ident.KeyPartition("ns", key) || ident.Partition(in) != int16(i%256) || in.Version() != 7 {

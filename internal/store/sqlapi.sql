@@ -74,12 +74,6 @@ CREATE OR REPLACE FUNCTION ffd_partition(u uuid) RETURNS smallint LANGUAGE sql I
 	SELECT (ffd_crc16(0, uuid_send(u)) % {{.Partitions}})::smallint
 $fn$;
 
--- ffd_key_partition is the partition of a key in a namespace
--- (ident.KeyPartition).
-CREATE OR REPLACE FUNCTION ffd_key_partition(ns text, key text) RETURNS smallint LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $fn$
-	SELECT (ffd_crc16(0, convert_to(ns, 'UTF8') || '\x00'::bytea || convert_to(key, 'UTF8')) % {{.Partitions}})::smallint
-$fn$;
-
 -- ffd_uuid7 mints a version 7 uuid (ident.NewUUID): time-ordered, so that
 -- rows made together sit together in the btrees.
 CREATE OR REPLACE FUNCTION ffd_uuid7() RETURNS uuid LANGUAGE sql VOLATILE AS $fn$
@@ -374,7 +368,7 @@ BEGIN
 	PERFORM ffd_fields(params, '', ffd_create_keys());
 	n := ffd_normalize(params, '', NULL);
 	IF n->>'idempotency_key' <> '' THEN
-		part := ffd_key_partition(n->>'namespace', n->>'idempotency_key');
+		part := ff_key_partition(n->>'namespace', n->>'idempotency_key');
 		eid := ffd_uuid_in(part);
 	ELSE
 		eid := ffd_uuid7();
@@ -853,7 +847,7 @@ BEGIN
 	IF octet_length(payload) > ffd_max_payload() THEN
 		PERFORM ffd_invalid('too_large', 'payload', octet_length(payload) || ' bytes', format('at most %s bytes', ffd_max_payload()));
 	END IF;
-	part := ffd_key_partition(ns, name || '/' || key);
+	part := ff_key_partition(ns, name || '/' || key);
 	EXECUTE {{q .S.PublishEvent}} INTO r USING part, ffd_uuid_in(part), ns, name, key, convert_from(payload, 'UTF8');
 	GET DIAGNOSTICS cnt = ROW_COUNT;
 	IF cnt = 0 THEN
