@@ -9,11 +9,14 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/listener"
+	"github.com/flowfabric/ffd/internal/session"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -57,6 +60,43 @@ type WorkerAPI struct {
 	// commit): a worker in another language completes one execution a
 	// request, and many requests at once share a transaction.
 	done *completer
+	// wakes wakes the claims waiting on a lane when ff_ready names it,
+	// which listen hears on a connection of its own.
+	wakes  laneWakes
+	listen *listener.Listener
+}
+
+// laneWakes hands each claim waiting on a lane a channel that is closed
+// when the lane has work due.
+type laneWakes struct {
+	mu sync.Mutex
+	ch map[string]chan struct{}
+}
+
+func (w *laneWakes) on(lane string) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c, ok := w.ch[lane]
+	if !ok {
+		if w.ch == nil {
+			w.ch = map[string]chan struct{}{}
+		}
+		c = make(chan struct{})
+		w.ch[lane] = c
+	}
+	return c
+}
+
+// wake wakes lane's waiters, or every lane's for "".
+func (w *laneWakes) wake(lane string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for l, c := range w.ch {
+		if lane == "" || l == lane {
+			close(c)
+			delete(w.ch, l)
+		}
+	}
 }
 
 // NewWorkerAPI returns the worker protocol's handler over c.
@@ -84,6 +124,10 @@ func NewWorkerAPI(c *Client, cfg WorkerAPIConfig) (*WorkerAPI, error) {
 	if err := a.done.Start(context.Background()); err != nil {
 		return nil, err
 	}
+	if err := a.startListening(); err != nil {
+		_ = a.done.Stop(context.Background())
+		return nil, err
+	}
 	a.mux.HandleFunc("POST "+WorkerAPIPrefix+"claim", serve(a, a.claim))
 	a.mux.HandleFunc("POST "+WorkerAPIPrefix+"renew", serve(a, a.renew))
 	a.mux.HandleFunc("POST "+WorkerAPIPrefix+"complete", serve(a, a.complete))
@@ -91,12 +135,43 @@ func NewWorkerAPI(c *Client, cfg WorkerAPIConfig) (*WorkerAPI, error) {
 	return a, nil
 }
 
+// startListening LISTENs for ff_ready on a connection of the client's
+// pool's configuration, so that a waiting claim is answered as soon as
+// its lane has work; after a reconnect (notifications sent meanwhile are
+// lost) it wakes every waiting claim to look again.
+func (a *WorkerAPI) startListening() error {
+	cfg := a.c.pool.Config().ConnConfig.Copy()
+	if !session.Guarded(&cfg.Config) {
+		session.Apply(session.Default(), cfg)
+	}
+	l, err := listener.New(listener.Config{
+		ConnConfig: cfg, ApplicationName: WorkerAPIApplicationName, Topics: []listener.Topic{listener.Ready},
+		Handle: func(n listener.Notification) {
+			for _, lane := range store.SplitPayload(n.Payload) {
+				a.wakes.wake(lane)
+			}
+		},
+		OnConnect: func(context.Context, bool) { a.wakes.wake("") },
+		Logger:    a.log.Named("listener"),
+	})
+	if err != nil {
+		return err
+	}
+	a.listen = l
+	return l.Start(context.Background())
+}
+
+// WorkerAPIApplicationName is the application_name of the worker API's
+// LISTEN connection.
+const WorkerAPIApplicationName = "ffd-worker-api"
+
 // Close records the completions under way and stops; a completion asked
 // for after Close is recorded on its own.
 func (a *WorkerAPI) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
 	defer cancel()
-	return a.done.Stop(ctx)
+	err := a.listen.Stop(ctx)
+	return errors.Join(err, a.done.Stop(ctx))
 }
 
 // ServeHTTP answers a request of the protocol, after its token.
@@ -235,15 +310,16 @@ type (
 )
 
 // claim claims, waiting up to wait_ms (bounded by MaxWait) for work: it
-// polls, from 20 ms doubling to 250 ms, so that an idle lane costs a
-// claim statement a quarter-second per waiting worker.
+// claims again when ff_ready names the lane, and polls meanwhile (from
+// 20 ms doubling to a second: a notification can be lost).
 func (a *WorkerAPI) claim(ctx context.Context, in *apiClaim) (*apiJobs, error) {
 	wait := time.Duration(in.WaitMS) * time.Millisecond
 	if in.WaitMS < 0 || wait > a.wait {
 		return nil, fault.Invalid(KindOutOfRange, "wait_ms", fmt.Sprint(in.WaitMS), fmt.Sprintf("want 0 to %d", a.wait.Milliseconds()))
 	}
 	deadline := time.Now().Add(wait)
-	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 250*time.Millisecond) {
+	for pause := 20 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		ready := a.wakes.on(in.Lane)
 		xs, err := a.c.Claim(ctx, ClaimParams{Lane: in.Lane, Worker: in.Worker, Capabilities: in.Capabilities, Max: in.Max})
 		if err != nil {
 			return nil, err
@@ -256,6 +332,8 @@ func (a *WorkerAPI) claim(ctx context.Context, in *apiClaim) (*apiJobs, error) {
 		case <-ctx.Done():
 			t.Stop()
 			return nil, ctx.Err()
+		case <-ready:
+			t.Stop()
 		case <-t.C:
 		}
 	}

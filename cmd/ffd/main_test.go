@@ -880,23 +880,7 @@ func TestConsoleCommand(t *testing.T) {
 func TestRunServesTheConsole(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"run", "--console", "--database-url", db.URL, "--admin-addr", addr, "--log-format", "json", "--stop-timeout", "5s"}, io.Discard, io.Discard)
-	}()
-	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("ffd run exited %d", code)
-		}
-	}()
+	addr := serveRun(t, "--console", "--database-url", db.URL)
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -1030,24 +1014,7 @@ func TestRunServesTheWorkerAPI(t *testing.T) {
 			t.Fatalf("ffd run %s: exit %d, %q; want a refusal saying %q", c.args, code, errOut.String(), c.want)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"run", "--console", "--worker-api", "--worker-token-file", tokens, "--database-url", db.URL,
-			"--admin-addr", addr, "--log-format", "json", "--stop-timeout", "5s"}, io.Discard, io.Discard)
-	}()
-	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("ffd run exited %d", code)
-		}
-	}()
+	addr := serveRun(t, "--console", "--worker-api", "--worker-token-file", tokens, "--database-url", db.URL)
 	post := func(token string) (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+ffd.WorkerAPIPrefix+"claim", strings.NewReader(`{"lane": "w", "worker": "t/1"}`))
 		if token != "" {
@@ -1081,4 +1048,28 @@ func TestRunServesTheWorkerAPI(t *testing.T) {
 		t.Fatalf("the console beside the worker API: %v %v", resp, err)
 	}
 	resp.Body.Close()
+}
+
+// serveRun runs `ffd run` with these flags on a free loopback admin
+// address until the test ends, then checks that it stopped cleanly; it
+// returns the address.
+func serveRun(t *testing.T, flags ...string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	args := append(append([]string{"run"}, flags...), "--admin-addr", addr, "--log-format", "json", "--stop-timeout", "5s")
+	go func() { done <- run(ctx, args, io.Discard, io.Discard) }()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("ffd run exited %d", code)
+		}
+	})
+	return addr
 }

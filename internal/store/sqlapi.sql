@@ -677,17 +677,54 @@ $fn$;
 
 -- Cancelling ----------------------------------------------------------------
 
--- ffd_end ends executions as cancelled through the Go API's ending
--- (store.Terminate): the fenced update, the events, the flows it
--- finishes, and the notifications; it answers the rows it ended.
-CREATE OR REPLACE FUNCTION ffd_end(parts smallint[], ids uuid[], reason text, by_whom text) RETURNS SETOF record LANGUAGE plpgsql AS $fn$
-DECLARE n int := cardinality(ids);
+-- ffd_distributed reports whether ff_execution is distributed by a
+-- distributed Postgres (store.Distributed): there the ending takes its
+-- routed form.
+CREATE OR REPLACE FUNCTION ffd_distributed() RETURNS boolean LANGUAGE plpgsql STABLE AS $fn$
+DECLARE dist boolean := false;
 BEGIN
-	RETURN QUERY EXECUTE {{q .S.Terminate}} USING parts, ids, array_fill(0::bigint, ARRAY[n]),
-		array_fill('cancelled'::text, ARRAY[n]), array_fill(NULL::bytea, ARRAY[n]), array_fill(NULL::text, ARRAY[n]),
-		array_fill(reason, ARRAY[n]), array_fill(by_whom, ARRAY[n]), array_fill({{lit .OutcomeCancelled}}::text, ARRAY[n]),
-		array_fill({{lit .LeaseEndCancelled}}::text, ARRAY[n]);
-	EXECUTE {{q .S.FinishFlows}};
+	IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') THEN
+		-- pg_dist_partition exists only where the extension is.
+		EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass(''ff_execution'') AND partmethod = ''h'')' INTO dist;
+	END IF;
+	RETURN dist;
+END
+$fn$;
+
+-- ffd_end ends executions of one partition as cancelled through the Go
+-- API's ending (store.Terminate): the fenced update, the events, the
+-- flows it finishes, and the notifications; it answers the rows it
+-- ended. On a distributed Postgres it runs the routed form, narrowed to
+-- the partition's shard, and finishes the flows by name after it, as
+-- store.terminateRouted does.
+CREATE OR REPLACE FUNCTION ffd_end(parts smallint[], ids uuid[], reason text, by_whom text) RETURNS SETOF record LANGUAGE plpgsql AS $fn$
+DECLARE
+	n int := cardinality(ids);
+	e record;
+	flows uuid[] := '{}';
+BEGIN
+	IF NOT ffd_distributed() THEN
+		RETURN QUERY EXECUTE {{q .S.Terminate}} USING parts, ids, array_fill(0::bigint, ARRAY[n]),
+			array_fill('cancelled'::text, ARRAY[n]), array_fill(NULL::bytea, ARRAY[n]), array_fill(NULL::text, ARRAY[n]),
+			array_fill(reason, ARRAY[n]), array_fill(by_whom, ARRAY[n]), array_fill({{lit .OutcomeCancelled}}::text, ARRAY[n]),
+			array_fill({{lit .LeaseEndCancelled}}::text, ARRAY[n]);
+		EXECUTE {{q .S.FinishFlows}};
+	ELSE
+		FOR e IN EXECUTE {{q .S.TerminateRouted}} USING parts, ids, array_fill(0::bigint, ARRAY[n]),
+			array_fill('cancelled'::text, ARRAY[n]), array_fill(NULL::bytea, ARRAY[n]), array_fill(NULL::text, ARRAY[n]),
+			array_fill(reason, ARRAY[n]), array_fill(by_whom, ARRAY[n]), array_fill({{lit .OutcomeCancelled}}::text, ARRAY[n]),
+			array_fill({{lit .LeaseEndCancelled}}::text, ARRAY[n]), ARRAY[parts[1]]
+		LOOP
+			IF e.flow_id IS NOT NULL AND NOT e.flow_id = ANY (flows) THEN
+				flows := flows || e.flow_id;
+			END IF;
+			RETURN NEXT e;
+		END LOOP;
+		IF cardinality(flows) > 0 THEN
+			EXECUTE {{q .S.LockFlowsRouted}} USING parts[1], flows;
+			EXECUTE {{q .S.FinishFlowsRouted}} USING parts[1], flows;
+		END IF;
+	END IF;
 	PERFORM ffd_notify(
 		array_fill({{lit .ChannelCompletion}}::text, ARRAY[n]) || array_fill({{lit .ChannelRevoke}}::text, ARRAY[n]) || array_fill({{lit .ChannelLease}}::text, ARRAY[n]),
 		ARRAY(SELECT p::text FROM unnest(parts) p) || ARRAY(SELECT p || ':' || u || ':0' FROM unnest(parts, ids) AS x(p, u))

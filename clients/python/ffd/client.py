@@ -43,12 +43,7 @@ class Client:
         attempt_timeout, deadline, delay, idempotency_key, tags). Durations
         are milliseconds or an interval string ("30s"). Answers the
         execution, with existed=True when its idempotency key was used."""
-        params = {"lane": lane, **options}
-        if kind:
-            params["kind"] = kind
-        if payload is not None:
-            params["payload"] = payload
-        return self._call("ffd_create", self._json(params))
+        return self._call("ffd_create", self._json(self._given(lane=lane, kind=kind, payload=payload, **options)))
 
     def create_many(self, executions: Iterable[Mapping[str, Any]]) -> List[str]:
         """Create a batch (at most 10,000) in one statement; answers the ids in order."""
@@ -60,25 +55,18 @@ class Client:
         tags. Answers {"flow_id", "executions": {ref: id}}."""
         return self._call("ffd_submit_flow", self._json({**flow, "nodes": list(nodes), "edges": list(edges)}))
 
+    @staticmethod
+    def _given(**fields: Any) -> Dict[str, Any]:
+        # The fields given: an empty or None one is left to its default.
+        return {k: v for k, v in fields.items() if v is not None and v != ""}
+
     def signal(self, name: str, *, flow_id: Optional[str] = None, execution_id: Optional[str] = None, payload: Any = None) -> Dict[str, Any]:
-        params: Dict[str, Any] = {"name": name}
-        if flow_id:
-            params["flow_id"] = flow_id
-        if execution_id:
-            params["execution_id"] = execution_id
-        if payload is not None:
-            params["payload"] = payload
-        return self._call("ffd_signal", self._json(params))
+        """Signal a flow or an execution (exactly one)."""
+        return self._call("ffd_signal", self._json(self._given(name=name, flow_id=flow_id, execution_id=execution_id, payload=payload)))
 
     def publish(self, name: str, *, key: str = "", payload: Any = None, namespace: str = "") -> Dict[str, Any]:
-        params: Dict[str, Any] = {"name": name}
-        if key:
-            params["key"] = key
-        if namespace:
-            params["namespace"] = namespace
-        if payload is not None:
-            params["payload"] = payload
-        return self._call("ffd_publish", self._json(params))
+        """Publish an event; a key published before under name is that event (existed)."""
+        return self._call("ffd_publish", self._json(self._given(name=name, key=key, namespace=namespace, payload=payload)))
 
     def cancel(self, execution_id: str, reason: str = "", by: str = "") -> Dict[str, Any]:
         return self._call("ffd_cancel", execution_id, reason, by)

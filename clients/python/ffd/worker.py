@@ -101,7 +101,9 @@ class Worker:
         self.claim_wait = claim_wait
         self.heartbeat = heartbeat
         self._stop = threading.Event()
-        self._threads: List[threading.Thread] = []
+        self._handler_threads: List[threading.Thread] = []
+        self._claimers: List[threading.Thread] = []
+        self._beat: Optional[threading.Thread] = None
         self._queue: "queue.Queue[Optional[Job]]" = queue.Queue()
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -181,24 +183,27 @@ class Worker:
     def start(self) -> None:
         """Start the worker's threads."""
         self._slots = threading.Semaphore(self.concurrency)
-        for i in range(self.concurrency):
-            self._spawn(self._handle, f"ffd-handler-{i}")
-        for lane in self.lanes:
-            self._spawn(lambda lane=lane: self._claim_loop(lane), f"ffd-claim-{lane}")
-        self._spawn(self._heartbeat, "ffd-heartbeat")
+        self._handler_threads = [self._spawn(self._handle, f"ffd-handler-{i}") for i in range(self.concurrency)]
+        self._claimers = [self._spawn(lambda lane=lane: self._claim_loop(lane), f"ffd-claim-{lane}") for lane in self.lanes]
+        self._beat = self._spawn(self._heartbeat, "ffd-heartbeat")
 
-    def _spawn(self, target: Callable[[], None], name: str) -> None:
+    @staticmethod
+    def _spawn(target: Callable[[], None], name: str) -> threading.Thread:
         t = threading.Thread(target=target, name=name, daemon=True)
         t.start()
-        self._threads.append(t)
+        return t
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop claiming and wait (up to timeout) for the running handlers."""
+        """Stop claiming, run what was claimed, and wait (up to timeout)
+        for the handlers to end."""
         self._stop.set()
-        for _ in range(self.concurrency):
-            self._queue.put(None)
         deadline = time.monotonic() + timeout
-        for t in self._threads:
+        for t in self._claimers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        # What the claimers queued runs before these ends.
+        for _ in self._handler_threads:
+            self._queue.put(None)
+        for t in self._handler_threads + ([self._beat] if self._beat else []):
             t.join(max(0.0, deadline - time.monotonic()))
 
     def run(self) -> None:
