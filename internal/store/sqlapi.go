@@ -63,15 +63,21 @@ func apiStatements() map[string]string {
 // in.
 func APIFunctions(schema string, l APILimits) (string, error) {
 	const tag = "$ffdq$"
+	q := func(s string) (string, error) {
+		if strings.Contains(s, tag) {
+			return "", fmt.Errorf("statement holds %s", tag)
+		}
+		return tag + s + tag, nil
+	}
 	funcs := template.FuncMap{
 		// q quotes a statement as an SQL string literal, dollar-quoted so
 		// that it reads as it does in Go.
-		"q": func(s string) (string, error) {
-			if strings.Contains(s, tag) {
-				return "", fmt.Errorf("statement holds %s", tag)
-			}
-			return tag + s + tag, nil
-		},
+		"q": q,
+		// rows quotes a statement that writes and returns rows, wrapped
+		// as a query of them: run INTO a variable, a distributed
+		// Postgres's INSERT ... SELECT that returns no row otherwise
+		// fails PL/pgSQL's check of the rows it processed.
+		"rows": func(s string) (string, error) { return q("WITH w AS (" + s + ") SELECT * FROM w") },
 		"lit": func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" },
 		"us":  func(d time.Duration) int64 { return d.Microseconds() },
 	}

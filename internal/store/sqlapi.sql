@@ -5,7 +5,7 @@
 -- A template: APIFunctions (sqlapi.go) renders it, and every `ffd
 -- migrate up` runs it after the migrations. What writes is the Go API's
 -- own statements, rendered in from the constants the store runs (the
--- q .S actions), and the limits and defaults are the Go API's, rendered
+-- q .S and rows .S actions), and the limits and defaults are the Go API's, rendered
 -- in from its constants; only the checks that turn JSON into
 -- those statements' arguments are written here, and a differential test
 -- (sqlapi_test.go) holds them to the Go API's answers.
@@ -375,7 +375,7 @@ BEGIN
 		part := ffd_partition(eid);
 	END IF;
 	caps := ARRAY(SELECT jsonb_array_elements_text(n->'caps'));
-	EXECUTE CASE WHEN n->>'idempotency_key' <> '' THEN {{q .S.InsertKeyed}} ELSE {{q .S.InsertExecution}} END INTO r
+	EXECUTE CASE WHEN n->>'idempotency_key' <> '' THEN {{rows .S.InsertKeyed}} ELSE {{rows .S.InsertExecution}} END INTO r
 		USING part, eid, NULL::uuid, n->>'namespace', n->>'lane', n->>'kind', (n->>'priority')::int, caps, 'pending',
 			(n->>'delay')::bigint, (n->>'max_attempts')::int, {{us .L.DefaultBackoffBase}}::bigint, {{us .L.DefaultBackoffMax}}::bigint,
 			{{.L.DefaultBackoffFactor}}::float8, {{.L.DefaultBackoffJitter}}::float8, (n->>'ttl')::bigint, (n->>'timeout')::bigint,
@@ -649,7 +649,7 @@ BEGIN
 		END IF;
 		answer := answer || jsonb_build_object(ref, ffd_id(part, ids[i]));
 	END LOOP;
-	EXECUTE {{q .S.InsertFlow}} INTO r USING part, fid, ns, kind, tags, ''::text;
+	EXECUTE {{rows .S.InsertFlow}} INTO r USING part, fid, ns, kind, tags, ''::text;
 	GET DIAGNOSTICS cnt = ROW_COUNT;
 	IF cnt = 0 THEN
 		PERFORM ffd_raise(jsonb_build_object('code', 'conflict', 'object', 'flow', 'id', fid, 'reason', 'a flow with this id already exists',
@@ -669,7 +669,7 @@ BEGIN
 		ARRAY(SELECT ids[t::int] FROM jsonb_array_elements_text(g->'to') WITH ORDINALITY AS et(t, o) ORDER BY o),
 		array_fill({{lit .L.DefaultDependencyKind}}::text, ARRAY[cardinality(eids)]), array_fill(NULL::text, ARRAY[cardinality(eids)]);
 	EXECUTE {{q .S.InsertGroups}} USING part, fid, gdowns, gkinds, gks, gons, gtotals;
-	EXECUTE {{q .S.SetFlowSize}} INTO r USING part, fid, total, cardinality(eids);
+	EXECUTE {{rows .S.SetFlowSize}} INTO r USING part, fid, total, cardinality(eids);
 	PERFORM ffd_notify(array_fill({{lit .ChannelReady}}::text, ARRAY[cardinality(ready)]), ready);
 	RETURN jsonb_build_object('flow_id', fid, 'executions', answer);
 END
@@ -885,7 +885,7 @@ BEGIN
 		PERFORM ffd_invalid('too_large', 'payload', octet_length(payload) || ' bytes', format('at most %s bytes', ffd_max_payload()));
 	END IF;
 	part := ff_key_partition(ns, name || '/' || key);
-	EXECUTE {{q .S.PublishEvent}} INTO r USING part, ffd_uuid_in(part), ns, name, key, convert_from(payload, 'UTF8');
+	EXECUTE {{rows .S.PublishEvent}} INTO r USING part, ffd_uuid_in(part), ns, name, key, convert_from(payload, 'UTF8');
 	GET DIAGNOSTICS cnt = ROW_COUNT;
 	IF cnt = 0 THEN
 		EXECUTE {{q .S.EventByKey}} INTO r USING part, ns, name, key;
