@@ -78,8 +78,8 @@ func APIFunctions(schema string, l APILimits) (string, error) {
 		// Postgres's INSERT ... SELECT that returns no row otherwise
 		// fails PL/pgSQL's check of the rows it processed.
 		"rows": func(s string) (string, error) { return q("WITH w AS (" + s + ") SELECT * FROM w") },
-		"lit": func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" },
-		"us":  func(d time.Duration) int64 { return d.Microseconds() },
+		"lit":  func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" },
+		"us":   func(d time.Duration) int64 { return d.Microseconds() },
 	}
 	t, err := template.New("sqlapi.sql").Funcs(funcs).Option("missingkey=error").Parse(apiTemplate)
 	if err != nil {
