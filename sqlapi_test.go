@@ -15,6 +15,7 @@ import (
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/schema"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -582,5 +583,31 @@ func TestSQLSignalsAndPublishes(t *testing.T) {
 	})
 	if n := f.Count(`SELECT count(*) FROM ff_event`); n != 1 {
 		t.Fatalf("%d events for one key published twice, want 1", n)
+	}
+}
+
+// Every migrate up marks the SQL API as its binary's; a function another
+// binary left is reported, and a migrate up replaces it.
+func TestSQLAPIKnowsItsBinary(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	current, err := schema.APICurrent(f.Ctx, f.Pool)
+	if err != nil || !current {
+		t.Fatalf("after the migrations: current %v, %v; want the SQL API this binary's", current, err)
+	}
+	f.Exec(`COMMENT ON FUNCTION ffd_create(jsonb) IS 'ffd SQL API of an older binary'`)
+	if current, err := schema.APICurrent(f.Ctx, f.Pool); err != nil || current {
+		t.Fatalf("with another binary's mark: current %v, %v; want false", current, err)
+	}
+	if err := schema.InstallAPI(f.Ctx, f.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if current, err := schema.APICurrent(f.Ctx, f.Pool); err != nil || !current {
+		t.Fatalf("after installing again: current %v, %v; want true", current, err)
+	}
+	f.Exec(`DROP FUNCTION ffd_create(text)`)
+	f.Exec(`DROP FUNCTION ffd_create(jsonb)`)
+	if current, err := schema.APICurrent(f.Ctx, f.Pool); err != nil || current {
+		t.Fatalf("without the functions: current %v, %v; want false", current, err)
 	}
 }

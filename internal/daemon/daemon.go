@@ -404,7 +404,21 @@ func (d *Daemon) waitForDatabase(ctx context.Context) error {
 	}
 	d.watchdog.dbOK.Store(true)
 	d.e.cfg.Supervisor.Notify("STATUS=starting: schema verified")
+	d.checkAPI(ctx)
 	return nil
+}
+
+// checkAPI warns when the SQL API's functions (docs/sql.md) are not this
+// binary's: a binary upgraded without `ffd migrate up` leaves the
+// previous one's, which may run statements this one no longer does.
+func (d *Daemon) checkAPI(ctx context.Context) {
+	current, err := schema.APICurrent(ctx, d.e.cfg.Pool)
+	switch {
+	case err != nil:
+		d.e.log.Warn("could not read whether the SQL API is this binary's", zap.Error(err))
+	case !current:
+		d.e.log.Warn("the SQL API's functions are missing or another binary's: run ffd migrate up")
+	}
 }
 
 // stop stops listening, then every worker in reverse start order, letting

@@ -228,3 +228,10 @@ func apiLimits() store.APILimits {
 func InstallAPI(ctx context.Context, pool *pgxpool.Pool) error {
 	return store.InstallAPI(ctx, pool, advisoryLockID, apiLimits())
 }
+
+// APICurrent reports whether the SQL API's functions are this binary's
+// (false: missing, or installed by another binary; `ffd migrate up`
+// installs them).
+func APICurrent(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	return store.APICurrent(ctx, pool, apiLimits())
+}

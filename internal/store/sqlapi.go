@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"text/template"
@@ -97,7 +99,33 @@ func APIFunctions(schema string, l APILimits) (string, error) {
 	if err := t.Execute(&b, data); err != nil {
 		return "", fmt.Errorf("render the SQL API: %w", err)
 	}
+	// The digest of what was rendered marks the functions as this
+	// binary's (APICurrent).
+	fmt.Fprintf(&b, "\nCOMMENT ON FUNCTION ffd_create(jsonb) IS '%s';\n", apiMark(b.String()))
 	return b.String(), nil
+}
+
+// apiMark is the comment that names the SQL API rendered as text.
+func apiMark(text string) string {
+	sum := sha256.Sum256([]byte(text))
+	return "ffd SQL API " + hex.EncodeToString(sum[:8])
+}
+
+// APICurrent reports whether the SQL API installed in the current schema
+// is the one this binary renders (false when it is missing, or another
+// binary's: `ffd migrate up` installs this one).
+func APICurrent(ctx context.Context, db DB, l APILimits) (bool, error) {
+	var schema string
+	var mark *string
+	err := db.QueryRow(ctx, `SELECT current_schema(), obj_description(to_regprocedure('ffd_create(jsonb)'), 'pg_proc')`).Scan(&schema, &mark)
+	if err != nil {
+		return false, wrap("read the SQL API's mark", err)
+	}
+	text, err := APIFunctions(schema, l)
+	if err != nil {
+		return false, err
+	}
+	return mark != nil && strings.Contains(text, "'"+*mark+"'"), nil
 }
 
 // InstallAPI (re)creates the SQL API's functions in the schema ffd lives
