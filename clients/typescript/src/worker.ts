@@ -50,7 +50,7 @@ export interface WorkerOptions {
   lanes: string | string[];
   /** Handlers by kind; "*" takes every kind without one of its own. */
   handlers?: Record<string, Handler>;
-  /** Handlers running at once. Default 4. */
+  /** Handlers running at once, over all lanes. Default 4. */
   concurrency?: number;
   workerId?: string;
   capabilities?: string[];
@@ -156,39 +156,67 @@ export class Worker {
     return this.post("fail", { id: job.id, epoch: job.epoch, error: error.slice(0, 16000), retryable }, 30000);
   }
 
-  /** Start claiming: concurrency loops, spread over the lanes. */
+  /** Start claiming: a loop a lane, each claiming as many executions as
+   * there are free handler slots (up to 100 a claim). */
   start(): void {
-    const n = this.opts.concurrency ?? 4;
-    for (let i = 0; i < n; i++) {
-      this.loops.push(this.loop(this.lanes[i % this.lanes.length]));
+    for (const lane of this.lanes) {
+      this.loops.push(this.loop(lane));
     }
   }
 
   /** Stop claiming and wait for the running handlers to end. */
   async stop(): Promise<void> {
     this.stopping.abort();
+    this.wakeAll();
     await Promise.all(this.loops);
+    await Promise.all(this.inflight);
+  }
+
+  private running = 0;
+  private readonly inflight = new Set<Promise<void>>();
+  private waiting: (() => void)[] = [];
+
+  // A slot came free: wake the loops waiting for one (they look again).
+  private release(): void {
+    this.running--;
+    this.wakeAll();
+  }
+
+  private wakeAll(): void {
+    const waiting = this.waiting;
+    this.waiting = [];
+    waiting.forEach((wake) => wake());
   }
 
   private async loop(lane: string): Promise<void> {
+    const concurrency = this.opts.concurrency ?? 4;
     let pause = 100;
     while (!this.stopping.signal.aborted) {
-      let wire: { executions: WireJob[] };
+      const free = Math.min(concurrency - this.running, 100);
+      if (free <= 0) {
+        await new Promise<void>((r) => this.waiting.push(r));
+        continue;
+      }
+      this.running += free; // reserved while the claim is out
+      let wire: { executions: WireJob[] } = { executions: [] };
       try {
-        wire = await this.post("claim", { lane, worker: this.workerId, capabilities: this.opts.capabilities ?? [], max: 1,
+        wire = await this.post("claim", { lane, worker: this.workerId, capabilities: this.opts.capabilities ?? [], max: free,
           wait_ms: Math.min(this.opts.claimWaitMs ?? 5000, 30000) }, 60000);
         pause = 100;
       } catch (err) {
-        if (this.stopping.signal.aborted) {
-          return;
+        if (!this.stopping.signal.aborted) {
+          console.warn(`ffd: claim on lane ${lane} failed, retrying in ${pause} ms: ${err}`);
+          await new Promise((r) => setTimeout(r, pause));
+          pause = Math.min(pause * 2, 5000);
         }
-        console.warn(`ffd: claim on lane ${lane} failed, retrying in ${pause} ms: ${err}`);
-        await new Promise((r) => setTimeout(r, pause));
-        pause = Math.min(pause * 2, 5000);
-        continue;
       }
+      this.running -= free - wire.executions.length;
       for (const x of wire.executions) {
-        await this.run(x);
+        const p: Promise<void> = this.run(x).finally(() => {
+          this.inflight.delete(p);
+          this.release();
+        });
+        this.inflight.add(p);
       }
     }
   }
