@@ -99,7 +99,9 @@ func (w *laneWakes) wake(lane string) {
 	}
 }
 
-// NewWorkerAPI returns the worker protocol's handler over c.
+// NewWorkerAPI returns the worker protocol's handler over c. It starts
+// what serves it in the background (a LISTEN connection for ff_ready, the
+// completions' group commit); Close stops them.
 func NewWorkerAPI(c *Client, cfg WorkerAPIConfig) (*WorkerAPI, error) {
 	if c == nil {
 		return nil, errors.New("ffd: NewWorkerAPI needs a Client")
