@@ -15,6 +15,7 @@ import (
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/schema"
 	"github.com/flowfabric/ffd/internal/store"
 )
@@ -609,5 +610,35 @@ func TestSQLAPIKnowsItsBinary(t *testing.T) {
 	f.Exec(`DROP FUNCTION ffd_create(jsonb)`)
 	if current, err := schema.APICurrent(f.Ctx, f.Pool); err != nil || current {
 		t.Fatalf("without the functions: current %v, %v; want false", current, err)
+	}
+}
+
+// The SQL API's checks of integer fields are rendered from the Go API's
+// ranges: at and just past each bound, both accept or both refuse.
+func TestSQLRangesAreTheGoAPIs(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, r := range []fault.Range{leases.PriorityRange, leases.MaxAttemptsRange, leases.LeaseTTLRange,
+		leases.AttemptTimeoutRange, leases.DeadlineRange, leases.DelayRange} {
+		unit := int64(1)
+		if r.Scale > 1 {
+			unit = int64(time.Millisecond) // the SQL API reads durations in milliseconds
+		}
+		for _, v := range []int64{0, r.Min - unit, r.Min, r.Max, r.Max + unit} {
+			input := float64(v / unit)
+			goErr := r.Check(v, fmt.Sprint(v))
+			if r.Field == "max_attempts" && v == 0 || r.Field == "lease_ttl" && v == 0 {
+				goErr = nil // 0 takes the default
+			}
+			tx, err := f.Pool.Begin(f.Ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, sqlErr := sqlCall(f.Ctx, tx, "ffd_create", mustJSON(t, map[string]any{"lane": "sql.ranges", r.Field: input}))
+			_ = tx.Rollback(f.Ctx)
+			if (goErr == nil) != (sqlErr == nil) || (sqlErr != nil && fault.ToWire(sqlErr).Field != r.Field) {
+				t.Errorf("%s = %v: Go %v, SQL %v; want the same answer", r.Field, input, goErr, sqlErr)
+			}
+		}
 	}
 }

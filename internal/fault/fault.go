@@ -15,3 +15,30 @@ func Invalid(kind ffdtype.ValidationKind, field, value, detail string) *ffdtype.
 	}
 	return &ffdtype.ValidationError{Kind: kind, Field: field, Value: value, Detail: detail}
 }
+
+// Range is an integer field's accepted values and the refusal of any
+// other: one statement of a check that the Go API makes (Check) and the
+// SQL API renders (internal/store, sqlapi.sql), so the two cannot drift.
+type Range struct {
+	// Field names the field in the error.
+	Field string
+	// Min and Max bound the value, in the Go API's unit (nanoseconds for a
+	// duration).
+	Min, Max int64
+	// None accepts 0 too: the field's "none".
+	None bool
+	// Scale divides the bounds for the SQL API, which reads durations in
+	// microseconds (1000 for a duration; 0 or 1 for a plain integer).
+	Scale int64
+	// Detail is the error's detail.
+	Detail string
+}
+
+// Check refuses v (quoted as value) outside the range with an
+// out_of_range ValidationError.
+func (r Range) Check(v int64, value string) error {
+	if (r.None && v == 0) || (v >= r.Min && v <= r.Max) {
+		return nil
+	}
+	return Invalid(ffdtype.KindOutOfRange, r.Field, value, r.Detail)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +29,20 @@ const (
 	DefaultBackoffFactor   = 2.0
 	DefaultBackoffJitter   = 0.1
 	DefaultMaxPayloadBytes = 1 << 20
+)
+
+// The ranges of a create's integer fields, which the SQL API renders too
+// (docs/sql.md).
+var (
+	PriorityRange    = fault.Range{Field: "priority", Min: math.MinInt32, Max: math.MaxInt32, Detail: "want a 32-bit integer"}
+	MaxAttemptsRange = fault.Range{Field: "max_attempts", Min: 1, Max: MaxMaxAttempts, Detail: fmt.Sprintf("want 1..%d", MaxMaxAttempts)}
+	LeaseTTLRange    = fault.Range{Field: "lease_ttl", Min: int64(MinLeaseTTL), Max: int64(MaxLeaseTTL), Scale: 1000,
+		Detail: fmt.Sprintf("want %s..%s", MinLeaseTTL, MaxLeaseTTL)}
+	AttemptTimeoutRange = fault.Range{Field: "attempt_timeout", Min: int64(time.Millisecond), Max: int64(MaxAttemptTimeout), None: true,
+		Scale: 1000, Detail: fmt.Sprintf("want 0 (none) or 1ms..%s", MaxAttemptTimeout)}
+	DeadlineRange = fault.Range{Field: "deadline", Min: int64(time.Millisecond), Max: int64(MaxDeadline), None: true, Scale: 1000,
+		Detail: fmt.Sprintf("want 0 (none) or 1ms..%s", MaxDeadline)}
+	DelayRange = fault.Range{Field: "delay", Min: 0, Max: int64(MaxDelay), Scale: 1000, Detail: fmt.Sprintf("want 0..%s", MaxDelay)}
 )
 
 // Bounds on inputs; anything outside is refused as absurd (docs/design.md section 11).
@@ -203,8 +218,8 @@ func normalize(p *ffdtype.CreateParams, place Placement, lim Limits) error {
 	if err := lim.CheckPayload(len(p.Payload)); err != nil {
 		return err
 	}
-	if p.Priority < -1<<31 || p.Priority > 1<<31-1 {
-		return fault.Invalid(ffdtype.KindOutOfRange, "priority", strconv.Itoa(p.Priority), "want a 32-bit integer")
+	if err := PriorityRange.Check(int64(p.Priority), strconv.Itoa(p.Priority)); err != nil {
+		return err
 	}
 	if err := validateCapabilities("required_capabilities", p.RequiredCapabilities); err != nil {
 		return err
@@ -215,8 +230,8 @@ func normalize(p *ffdtype.CreateParams, place Placement, lim Limits) error {
 	if p.MaxAttempts == 0 {
 		p.MaxAttempts = DefaultMaxAttempts
 	}
-	if p.MaxAttempts < 1 || p.MaxAttempts > MaxMaxAttempts {
-		return fault.Invalid(ffdtype.KindOutOfRange, "max_attempts", strconv.Itoa(p.MaxAttempts), fmt.Sprintf("want 1..%d", MaxMaxAttempts))
+	if err := MaxAttemptsRange.Check(int64(p.MaxAttempts), strconv.Itoa(p.MaxAttempts)); err != nil {
+		return err
 	}
 	if err := normalizeRetry(&p.Retry); err != nil {
 		return err
@@ -224,17 +239,13 @@ func normalize(p *ffdtype.CreateParams, place Placement, lim Limits) error {
 	if p.LeaseTTL == 0 {
 		p.LeaseTTL = DefaultLeaseTTL
 	}
-	if p.LeaseTTL < MinLeaseTTL || p.LeaseTTL > MaxLeaseTTL {
-		return fault.Invalid(ffdtype.KindOutOfRange, "lease_ttl", p.LeaseTTL.String(), fmt.Sprintf("want %s..%s", MinLeaseTTL, MaxLeaseTTL))
-	}
-	if p.AttemptTimeout < 0 || p.AttemptTimeout > MaxAttemptTimeout || (p.AttemptTimeout > 0 && p.AttemptTimeout < time.Millisecond) {
-		return fault.Invalid(ffdtype.KindOutOfRange, "attempt_timeout", p.AttemptTimeout.String(), fmt.Sprintf("want 0 (none) or 1ms..%s", MaxAttemptTimeout))
-	}
-	if p.Deadline < 0 || p.Deadline > MaxDeadline || (p.Deadline > 0 && p.Deadline < time.Millisecond) {
-		return fault.Invalid(ffdtype.KindOutOfRange, "deadline", p.Deadline.String(), fmt.Sprintf("want 0 (none) or 1ms..%s", MaxDeadline))
-	}
-	if p.Delay < 0 || p.Delay > MaxDelay {
-		return fault.Invalid(ffdtype.KindOutOfRange, "delay", p.Delay.String(), fmt.Sprintf("want 0..%s", MaxDelay))
+	for _, d := range []struct {
+		r fault.Range
+		v time.Duration
+	}{{LeaseTTLRange, p.LeaseTTL}, {AttemptTimeoutRange, p.AttemptTimeout}, {DeadlineRange, p.Deadline}, {DelayRange, p.Delay}} {
+		if err := d.r.Check(int64(d.v), d.v.String()); err != nil {
+			return err
+		}
 	}
 	if err := ValidateText("idempotency_key", p.IdempotencyKey, MaxIdempotencyKey); err != nil {
 		return err

@@ -212,15 +212,24 @@ func apiLimits() store.APILimits {
 		MaxTagsBytes: leases.MaxTagsBytes, DefaultMaxAttempts: leases.DefaultMaxAttempts,
 		MaxMaxAttempts: leases.MaxMaxAttempts, MaxReasonBytes: leases.MaxReasonBytes, MaxByBytes: leases.MaxByBytes,
 		MaxEventKey: trigger.MaxEventKey, MaxCreateMany: leases.MaxCreateMany, MaxSubmitNodes: flows.MaxSubmitNodes,
-		MaxSubmitEdges: flows.MaxSubmitEdges, DefaultLeaseTTL: leases.DefaultLeaseTTL, MinLeaseTTL: leases.MinLeaseTTL,
-		MaxLeaseTTL: leases.MaxLeaseTTL, MaxAttemptTimeout: leases.MaxAttemptTimeout, MaxDeadline: leases.MaxDeadline,
-		MaxDelay: leases.MaxDelay, DefaultBackoffBase: leases.DefaultBackoffBase, DefaultBackoffMax: leases.DefaultBackoffMax,
+		MaxSubmitEdges: flows.MaxSubmitEdges, DefaultLeaseTTL: leases.DefaultLeaseTTL,
+		DefaultBackoffBase: leases.DefaultBackoffBase, DefaultBackoffMax: leases.DefaultBackoffMax,
 		DefaultBackoffFactor: leases.DefaultBackoffFactor, DefaultBackoffJitter: leases.DefaultBackoffJitter,
 		VersionCapabilityPrefix: ffdtype.VersionCapabilityPrefix, DefaultCancelReason: leases.DefaultCancelReason,
 		DefaultCancelledBy: leases.DefaultCancelledBy, FlowCancelReason: flows.FlowCancelReason,
 		FlowCancelledBy: flows.FlowCancelledBy, DefaultDependencyKind: flows.DefaultDependencyKind,
-		SQLStates: fault.SQLStates, MaxValue: fault.MaxValue,
+		SQLStates: fault.SQLStates, MaxValue: fault.MaxValue, Ranges: ranges(),
 	}
+}
+
+// ranges are the Go API's checks of a create's integer fields, by field.
+func ranges() map[string]fault.Range {
+	out := map[string]fault.Range{}
+	for _, r := range []fault.Range{leases.PriorityRange, leases.MaxAttemptsRange, leases.LeaseTTLRange,
+		leases.AttemptTimeoutRange, leases.DeadlineRange, leases.DelayRange} {
+		out[r.Field] = r
+	}
+	return out
 }
 
 // InstallAPI (re)creates the SQL API's functions (docs/sql.md) from this

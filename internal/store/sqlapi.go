@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"text/template"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/ffdtype"
+	"github.com/flowfabric/ffd/internal/fault"
 )
 
 // apiTemplate is the SQL API (docs/sql.md): a template of the store's own
@@ -32,14 +34,16 @@ type APILimits struct {
 	DefaultMaxAttempts, MaxMaxAttempts                 int
 	MaxReasonBytes, MaxByBytes, MaxEventKey            int
 	MaxCreateMany, MaxSubmitNodes, MaxSubmitEdges      int
-	DefaultLeaseTTL, MinLeaseTTL, MaxLeaseTTL          time.Duration
-	MaxAttemptTimeout, MaxDeadline, MaxDelay           time.Duration
+	DefaultLeaseTTL                                    time.Duration
 	DefaultBackoffBase, DefaultBackoffMax              time.Duration
 	DefaultBackoffFactor, DefaultBackoffJitter         float64
 	VersionCapabilityPrefix                            string
 	DefaultCancelReason, DefaultCancelledBy            string
 	FlowCancelReason, FlowCancelledBy                  string
 	DefaultDependencyKind                              string
+	// Ranges are the integer fields' checks, by field, which the Go API
+	// makes with fault.Range.Check and the template renders (check).
+	Ranges map[string]fault.Range
 	// SQLStates maps each error code to the SQLSTATE raised with it
 	// (fault.SQLStates); MaxValue is how much of a value an error quotes.
 	SQLStates map[string]string
@@ -61,6 +65,27 @@ func apiStatements() map[string]string {
 	}
 }
 
+func lit(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// checkRange renders r's check of the PL/pgSQL variable v (in the SQL
+// API's unit), refusing it as an out_of_range error quoting value (an
+// SQL expression) under the field prefix names.
+func checkRange(r fault.Range, v, value string) (string, error) {
+	if r.Field == "" {
+		return "", errors.New("check: no such range")
+	}
+	scale := max(r.Scale, 1)
+	if r.Min%scale != 0 || r.Max%scale != 0 {
+		return "", fmt.Errorf("check %s: bounds %d..%d are not whole in the SQL API's unit", r.Field, r.Min, r.Max)
+	}
+	cond := fmt.Sprintf("%s BETWEEN %d AND %d", v, r.Min/scale, r.Max/scale)
+	if r.None {
+		cond = fmt.Sprintf("%s = 0 OR %s", v, cond)
+	}
+	return fmt.Sprintf("IF NOT (%s) THEN\n\t\tPERFORM ffd_invalid('out_of_range', prefix || %s, %s, %s);\n\tEND IF;",
+		cond, lit(r.Field), value, lit(r.Detail)), nil
+}
+
 // APIFunctions renders the SQL API's functions for the schema ffd lives
 // in.
 func APIFunctions(schema string, l APILimits) (string, error) {
@@ -79,9 +104,10 @@ func APIFunctions(schema string, l APILimits) (string, error) {
 		// as a query of them: run INTO a variable, a distributed
 		// Postgres's INSERT ... SELECT that returns no row otherwise
 		// fails PL/pgSQL's check of the rows it processed.
-		"rows": func(s string) (string, error) { return q("WITH w AS (" + s + ") SELECT * FROM w") },
-		"lit":  func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" },
-		"us":   func(d time.Duration) int64 { return d.Microseconds() },
+		"rows":  func(s string) (string, error) { return q("WITH w AS (" + s + ") SELECT * FROM w") },
+		"lit":   lit,
+		"check": checkRange,
+		"us":    func(d time.Duration) int64 { return d.Microseconds() },
 	}
 	t, err := template.New("sqlapi.sql").Funcs(funcs).Option("missingkey=error").Parse(apiTemplate)
 	if err != nil {

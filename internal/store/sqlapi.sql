@@ -275,9 +275,7 @@ BEGIN
 	IF octet_length(payload) > ffd_max_payload() THEN
 		PERFORM ffd_invalid('too_large', prefix || 'payload', octet_length(payload) || ' bytes', format('at most %s bytes', ffd_max_payload()));
 	END IF;
-	IF prio NOT BETWEEN -2147483648 AND 2147483647 THEN
-		PERFORM ffd_invalid('out_of_range', prefix || 'priority', prio::text, 'want a 32-bit integer');
-	END IF;
+	{{check .L.Ranges.priority "prio" "prio::text"}}
 	IF jsonb_typeof(caps) <> 'array' OR EXISTS (SELECT 1 FROM jsonb_array_elements(caps) x WHERE jsonb_typeof(x) <> 'string') THEN
 		PERFORM ffd_invalid('invalid_value', prefix || 'required_capabilities', caps::text, 'want an array of strings');
 	END IF;
@@ -295,24 +293,14 @@ BEGIN
 	IF attempts = 0 THEN
 		attempts := {{.L.DefaultMaxAttempts}};
 	END IF;
-	IF attempts NOT BETWEEN 1 AND {{.L.MaxMaxAttempts}} THEN
-		PERFORM ffd_invalid('out_of_range', prefix || 'max_attempts', attempts::text, 'want 1..{{.L.MaxMaxAttempts}}');
-	END IF;
+	{{check .L.Ranges.max_attempts "attempts" "attempts::text"}}
 	IF ttl = 0 THEN
 		ttl := {{us .L.DefaultLeaseTTL}};
 	END IF;
-	IF ttl NOT BETWEEN {{us .L.MinLeaseTTL}} AND {{us .L.MaxLeaseTTL}} THEN
-		PERFORM ffd_invalid('out_of_range', prefix || 'lease_ttl', (p->'lease_ttl')::text, 'want {{.L.MinLeaseTTL}}..{{.L.MaxLeaseTTL}}');
-	END IF;
-	IF timeout < 0 OR timeout > {{us .L.MaxAttemptTimeout}} OR (timeout > 0 AND timeout < 1000) THEN
-		PERFORM ffd_invalid('out_of_range', prefix || 'attempt_timeout', (p->'attempt_timeout')::text, 'want 0 (none) or 1ms..{{.L.MaxAttemptTimeout}}');
-	END IF;
-	IF deadline < 0 OR deadline > {{us .L.MaxDeadline}} OR (deadline > 0 AND deadline < 1000) THEN
-		PERFORM ffd_invalid('out_of_range', prefix || 'deadline', (p->'deadline')::text, 'want 0 (none) or 1ms..{{.L.MaxDeadline}}');
-	END IF;
-	IF delay < 0 OR delay > {{us .L.MaxDelay}} THEN
-		PERFORM ffd_invalid('out_of_range', prefix || 'delay', (p->'delay')::text, 'want 0..{{.L.MaxDelay}}');
-	END IF;
+	{{check .L.Ranges.lease_ttl "ttl" "(p->'lease_ttl')::text"}}
+	{{check .L.Ranges.attempt_timeout "timeout" "(p->'attempt_timeout')::text"}}
+	{{check .L.Ranges.deadline "deadline" "(p->'deadline')::text"}}
+	{{check .L.Ranges.delay "delay" "(p->'delay')::text"}}
 	PERFORM ffd_check_text(prefix || 'idempotency_key', idem, {{.L.MaxIdempotencyKey}});
 	IF jsonb_typeof(tags) <> 'object' THEN
 		PERFORM ffd_invalid('invalid_value', prefix || 'tags', tags::text, 'must encode as a JSON object');
