@@ -626,7 +626,10 @@ func TestSQLRangesAreTheGoAPIs(t *testing.T) {
 		}
 		for _, v := range []int64{0, r.Min - unit, r.Min, r.Max, r.Max + unit} {
 			input := float64(v / unit)
-			goErr := r.Check(v, fmt.Sprint(v))
+			var goErr error
+			if !r.Holds(v) {
+				goErr = r.Refusal(fmt.Sprint(v))
+			}
 			if r.Field == "max_attempts" && v == 0 || r.Field == "lease_ttl" && v == 0 {
 				goErr = nil // 0 takes the default
 			}

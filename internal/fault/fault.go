@@ -17,7 +17,7 @@ func Invalid(kind ffdtype.ValidationKind, field, value, detail string) *ffdtype.
 }
 
 // Range is an integer field's accepted values and the refusal of any
-// other: one statement of a check that the Go API makes (Check) and the
+// other: one statement of a check that the Go API makes (Holds) and the
 // SQL API renders (internal/store, sqlapi.sql), so the two cannot drift.
 type Range struct {
 	// Field names the field in the error.
@@ -34,11 +34,12 @@ type Range struct {
 	Detail string
 }
 
-// Check refuses v (quoted as value) outside the range with an
-// out_of_range ValidationError.
-func (r Range) Check(v int64, value string) error {
-	if (r.None && v == 0) || (v >= r.Min && v <= r.Max) {
-		return nil
-	}
+// Holds reports whether v is in the range.
+func (r *Range) Holds(v int64) bool { return (r.None && v == 0) || (v >= r.Min && v <= r.Max) }
+
+// Refusal is the out_of_range ValidationError of a value outside the
+// range, quoted as value (formatted only once it is refused: creates
+// check every field on the hot path).
+func (r *Range) Refusal(value string) error {
 	return Invalid(ffdtype.KindOutOfRange, r.Field, value, r.Detail)
 }

@@ -218,8 +218,8 @@ func normalize(p *ffdtype.CreateParams, place Placement, lim Limits) error {
 	if err := lim.CheckPayload(len(p.Payload)); err != nil {
 		return err
 	}
-	if err := PriorityRange.Check(int64(p.Priority), strconv.Itoa(p.Priority)); err != nil {
-		return err
+	if !PriorityRange.Holds(int64(p.Priority)) {
+		return PriorityRange.Refusal(strconv.Itoa(p.Priority))
 	}
 	if err := validateCapabilities("required_capabilities", p.RequiredCapabilities); err != nil {
 		return err
@@ -230,8 +230,8 @@ func normalize(p *ffdtype.CreateParams, place Placement, lim Limits) error {
 	if p.MaxAttempts == 0 {
 		p.MaxAttempts = DefaultMaxAttempts
 	}
-	if err := MaxAttemptsRange.Check(int64(p.MaxAttempts), strconv.Itoa(p.MaxAttempts)); err != nil {
-		return err
+	if !MaxAttemptsRange.Holds(int64(p.MaxAttempts)) {
+		return MaxAttemptsRange.Refusal(strconv.Itoa(p.MaxAttempts))
 	}
 	if err := normalizeRetry(&p.Retry); err != nil {
 		return err
@@ -239,13 +239,8 @@ func normalize(p *ffdtype.CreateParams, place Placement, lim Limits) error {
 	if p.LeaseTTL == 0 {
 		p.LeaseTTL = DefaultLeaseTTL
 	}
-	for _, d := range []struct {
-		r fault.Range
-		v time.Duration
-	}{{LeaseTTLRange, p.LeaseTTL}, {AttemptTimeoutRange, p.AttemptTimeout}, {DeadlineRange, p.Deadline}, {DelayRange, p.Delay}} {
-		if err := d.r.Check(int64(d.v), d.v.String()); err != nil {
-			return err
-		}
+	if err := checkDurations(p); err != nil {
+		return err
 	}
 	if err := ValidateText("idempotency_key", p.IdempotencyKey, MaxIdempotencyKey); err != nil {
 		return err
@@ -268,6 +263,21 @@ func normalize(p *ffdtype.CreateParams, place Placement, lim Limits) error {
 		}
 	}
 	return normalizeTags(p)
+}
+
+// checkDurations checks p's durations against their ranges.
+func checkDurations(p *ffdtype.CreateParams) error {
+	switch {
+	case !LeaseTTLRange.Holds(int64(p.LeaseTTL)):
+		return LeaseTTLRange.Refusal(p.LeaseTTL.String())
+	case !AttemptTimeoutRange.Holds(int64(p.AttemptTimeout)):
+		return AttemptTimeoutRange.Refusal(p.AttemptTimeout.String())
+	case !DeadlineRange.Holds(int64(p.Deadline)):
+		return DeadlineRange.Refusal(p.Deadline.String())
+	case !DelayRange.Holds(int64(p.Delay)):
+		return DelayRange.Refusal(p.Delay.String())
+	}
+	return nil
 }
 
 // versionCapability adds the capability of p's version to its required
