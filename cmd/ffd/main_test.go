@@ -42,7 +42,7 @@ func TestMigrateCommands(t *testing.T) {
 	url := "--database-url=" + db.URL
 
 	code, out, errOut := runFFD(t, "migrate", "status", url)
-	if code != 0 || !strings.Contains(out, "current version: 0") || !strings.Contains(out, "pending") {
+	if code != 0 || !strings.Contains(out, "current version: 0") || !strings.Contains(out, "pending") || !strings.Contains(out, "SQL API:         missing") {
 		t.Fatalf("status on empty database: code %d, out %q, err %q", code, out, errOut)
 	}
 	for range 2 {
@@ -52,7 +52,7 @@ func TestMigrateCommands(t *testing.T) {
 		}
 	}
 	code, out, _ = runFFD(t, "migrate", "status", url)
-	if code != 0 || !strings.Contains(out, "up to date") {
+	if code != 0 || !strings.Contains(out, "up to date") || !strings.Contains(out, "SQL API:         this binary's") {
 		t.Fatalf("status after up: code %d, out %q", code, out)
 	}
 

@@ -70,6 +70,13 @@ func (c *MigrateStatusCmd) Run(ctx context.Context, g *Globals) error {
 	if current > latest {
 		return &schema.VersionError{Found: current, Expected: latest}
 	}
+	api := "this binary's"
+	if ok, err := schema.APICurrent(ctx, pool); err != nil {
+		return err
+	} else if !ok {
+		api = "missing or another binary's: run `ffd migrate up`"
+	}
+	fmt.Fprintf(g.stdout, "SQL API:         %s\n", api)
 	return nil
 }
 
