@@ -64,6 +64,9 @@ type WorkerAPI struct {
 	// which listen hears on a connection of its own.
 	wakes  laneWakes
 	listen *listener.Listener
+	// revokes hands ff_revoke, heard on the same connection, to the watch
+	// calls.
+	revokes revokeHub
 }
 
 // laneWakes hands each claim waiting on a lane a channel that is closed
@@ -134,23 +137,32 @@ func NewWorkerAPI(c *Client, cfg WorkerAPIConfig) (*WorkerAPI, error) {
 	a.mux.HandleFunc("POST "+WorkerAPIPrefix+"renew", serve(a, a.renew))
 	a.mux.HandleFunc("POST "+WorkerAPIPrefix+"complete", serve(a, a.complete))
 	a.mux.HandleFunc("POST "+WorkerAPIPrefix+"fail", serve(a, a.fail))
+	a.mux.HandleFunc("POST "+WorkerAPIPrefix+"watch", serve(a, a.watchLeases))
 	return a, nil
 }
 
-// startListening LISTENs for ff_ready on a connection of the client's
-// pool's configuration, so that a waiting claim is answered as soon as
-// its lane has work; after a reconnect (notifications sent meanwhile are
-// lost) it wakes every waiting claim to look again.
+// startListening LISTENs for ff_ready and ff_revoke on a connection of
+// the client's pool's configuration, so that a waiting claim is answered
+// as soon as its lane has work, and a watch as soon as its lease is taken
+// away; after a reconnect (notifications sent meanwhile are lost) it wakes
+// every waiting claim to look again (a watch's fallback is the worker's
+// next renewal).
 func (a *WorkerAPI) startListening() error {
 	cfg := a.c.pool.Config().ConnConfig.Copy()
 	if !session.Guarded(&cfg.Config) {
 		session.Apply(session.Default(), cfg)
 	}
 	l, err := listener.New(listener.Config{
-		ConnConfig: cfg, ApplicationName: WorkerAPIApplicationName, Topics: []listener.Topic{listener.Ready},
+		ConnConfig: cfg, ApplicationName: WorkerAPIApplicationName, Topics: []listener.Topic{listener.Ready, listener.Revoke},
 		Handle: func(n listener.Notification) {
-			for _, lane := range store.SplitPayload(n.Payload) {
-				a.wakes.wake(lane)
+			for _, item := range store.SplitPayload(n.Payload) {
+				if n.Topic == listener.Revoke {
+					if id, epoch, ok := parseRevoke(item); ok {
+						a.revokes.revoked(id, epoch)
+					}
+					continue
+				}
+				a.wakes.wake(item)
 			}
 		},
 		OnConnect: func(context.Context, bool) { a.wakes.wake("") },

@@ -35,6 +35,7 @@ func TestWorkerProtocolSchemaIsTheMessages(t *testing.T) {
 	for def, v := range map[string]any{
 		"claimRequest": apiClaim{}, "claimAnswer": apiJobs{}, "job": apiJob{}, "renewRequest": apiFence{},
 		"renewAnswer": apiRenewed{}, "completeRequest": apiComplete{}, "failRequest": apiFail{}, "endingAnswer": apiEnding{},
+		"watchRequest": apiWatch{}, "watchAnswer": apiWatched{},
 	} {
 		var want []string
 		rt := reflect.TypeOf(v)

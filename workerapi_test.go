@@ -185,3 +185,50 @@ func TestWorkerAPIRefusals(t *testing.T) {
 		t.Fatalf("after the refusals: %+v, %v; want it pending and never claimed", got, err)
 	}
 }
+
+// A watch on a running execution's lease answers with it as soon as the
+// execution is cancelled, and the renewal it prompts says the lease is
+// lost; a watch on leases nobody takes away answers none.
+func TestWorkerAPIWatchHearsACancel(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	srv := newAPI(t, f)
+	x, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "api.watch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out := apiCall(t, srv, apiToken, "claim", map[string]any{"lane": "api.watch", "worker": "py/1", "wait_ms": 5000})
+	xs, _ := out["executions"].([]any)
+	if code != 200 || len(xs) != 1 {
+		t.Fatalf("claim: %d %v", code, out)
+	}
+	job := xs[0].(map[string]any)
+	lease := map[string]any{"id": job["id"], "epoch": job["epoch"]}
+	if code, out := apiCall(t, srv, apiToken, "watch", map[string]any{"leases": []any{lease}, "wait_ms": 50}); code != 200 || len(out["revoked"].([]any)) != 0 {
+		t.Fatalf("a watch with nothing taken away: %d %v, want none revoked", code, out)
+	}
+	type answer struct {
+		code int
+		out  map[string]any
+	}
+	got := make(chan answer, 1)
+	go func() {
+		code, out := apiCall(t, srv, apiToken, "watch", map[string]any{"leases": []any{lease}, "wait_ms": 30000})
+		got <- answer{code, out}
+	}()
+	// Whether the watch is waiting when the cancel commits (ff_revoke
+	// wakes it) or not yet (it reads the lease lost), it answers the lease.
+	if _, err := f.client.Cancel(f.Ctx, x.Execution.ID, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	a := <-got
+	if a.code != 200 || fmt.Sprint(a.out["revoked"]) != fmt.Sprint([]any{job["id"]}) {
+		t.Fatalf("watch: %d %v; want the cancelled lease", a.code, a.out)
+	}
+	if code, out := apiCall(t, srv, apiToken, "renew", lease); code != 409 || out["error"].(map[string]any)["state"] != "cancelled" {
+		t.Fatalf("renew after the watch: %d %v, want lease_lost, cancelled", code, out)
+	}
+	if code, _ := apiCall(t, srv, apiToken, "watch", map[string]any{"leases": []any{}, "wait_ms": 10}); code != 400 {
+		t.Fatalf("a watch of no lease: %d, want 400", code)
+	}
+}

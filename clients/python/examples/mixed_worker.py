@@ -14,7 +14,7 @@ import threading
 
 import ffd
 
-worker = ffd.Worker(os.environ["FFD_API_URL"], os.environ["FFD_WORKER_TOKEN"], "mixed.py", heartbeat=0.5)
+worker = ffd.Worker(os.environ["FFD_API_URL"], os.environ["FFD_WORKER_TOKEN"], "mixed.py")
 
 
 @worker.handler("score")

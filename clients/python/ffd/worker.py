@@ -79,8 +79,9 @@ class Worker:
     kind "*" takes every kind without a handler of its own.
 
     heartbeat is how often a running handler's lease is renewed (default
-    a third of the lease): how soon a handler hears that its execution
-    was cancelled.
+    a third of the lease). A cancel reaches a running handler at once
+    through the protocol's watch call, and at its next renewal at the
+    latest.
     """
 
     def __init__(self, url: str, token: str, lanes: Union[str, Iterable[str]], handlers: Optional[Dict[str, Handler]] = None, *,
@@ -104,10 +105,12 @@ class Worker:
         self._handler_threads: List[threading.Thread] = []
         self._claimers: List[threading.Thread] = []
         self._beat: Optional[threading.Thread] = None
+        self._watcher: Optional[threading.Thread] = None
         self._queue: "queue.Queue[Optional[Job]]" = queue.Queue()
         self._local = threading.local()
         self._lock = threading.Lock()
         self._running: Dict[str, Any] = {}
+        self._conns: List[http.client.HTTPConnection] = []
 
     def handler(self, kind: str) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of kind."""
@@ -125,6 +128,8 @@ class Worker:
             u = urllib.parse.urlsplit(self.url)
             cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
             c = self._local.conn = cls(u.hostname, u.port, timeout=60)
+            with self._lock:
+                self._conns.append(c)
         return c
 
     def _post(self, op: str, body: Dict[str, Any], timeout: float) -> Dict[str, Any]:
@@ -186,6 +191,7 @@ class Worker:
         self._handler_threads = [self._spawn(self._handle, f"ffd-handler-{i}") for i in range(self.concurrency)]
         self._claimers = [self._spawn(lambda lane=lane: self._claim_loop(lane), f"ffd-claim-{lane}") for lane in self.lanes]
         self._beat = self._spawn(self._heartbeat, "ffd-heartbeat")
+        self._watcher = self._spawn(self._watch, "ffd-watch")
 
     @staticmethod
     def _spawn(target: Callable[[], None], name: str) -> threading.Thread:
@@ -203,8 +209,12 @@ class Worker:
         # What the claimers queued runs before these ends.
         for _ in self._handler_threads:
             self._queue.put(None)
-        for t in self._handler_threads + ([self._beat] if self._beat else []):
+        for t in self._handler_threads + [t for t in (self._beat, self._watcher) if t]:
             t.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            c.close()
 
     def run(self) -> None:
         """start, then block until stop is called from another thread (or Ctrl-C)."""
@@ -303,16 +313,43 @@ class Worker:
             with self._lock:
                 due = [job for job, at in self._running.values() if at <= now]
             for job in due:
-                try:
-                    self.renew(job)
-                except LeaseLostError as err:
-                    job.lost = err
-                    job.cancelled.set()
-                    with self._lock:
-                        self._running.pop(job.id, None)
-                    continue
-                except (OSError, FfdError) as err:
-                    log.warning("ffd: renewing the lease of %s failed: %s", job.id, err)
-                with self._lock:
-                    if job.id in self._running:
-                        self._running[job.id] = (job, time.monotonic() + self._every(job))
+                self._renew(job)
+
+    def _renew(self, job: Job) -> None:
+        """Renew job's lease; a lost one cancels the job."""
+        try:
+            self.renew(job)
+        except LeaseLostError as err:
+            job.lost = err
+            job.cancelled.set()
+            with self._lock:
+                self._running.pop(job.id, None)
+            return
+        except (OSError, FfdError) as err:
+            log.warning("ffd: renewing the lease of %s failed: %s", job.id, err)
+        with self._lock:
+            if job.id in self._running:
+                self._running[job.id] = (job, time.monotonic() + self._every(job))
+
+    def _watch(self) -> None:
+        # The daemon answers a watch as soon as a running job's lease is
+        # taken away (a cancel): the renewal it prompts tells the handler
+        # at once, not at its next heartbeat.
+        while not self._stop.is_set() or self._running:
+            with self._lock:
+                jobs = {job.id: job for job, _ in self._running.values()}
+            if not jobs:
+                self._stop.wait(0.05)
+                continue
+            try:
+                out = self._post("watch", {"leases": [{"id": j.id, "epoch": j.epoch} for j in jobs.values()], "wait_ms": 2000}, timeout=32)
+            except ProtocolError as err:
+                log.warning("ffd: the daemon does not answer watch (%s): cancels are heard at the heartbeat only", err)
+                return
+            except (OSError, FfdError) as err:
+                log.warning("ffd: watch failed: %s", err)
+                self._stop.wait(1.0)
+                continue
+            for id in out["revoked"]:
+                if id in jobs:
+                    self._renew(jobs[id])

@@ -95,6 +95,7 @@ class ClientTest(unittest.TestCase):
         l = lane("stale")
         self.client.create(l)
         w = ffd.Worker(API, TOKEN, l)
+        self.addCleanup(w.stop)
         jobs = w.claim(l, 10)
         self.assertEqual(len(jobs), 1)
         job = jobs[0]
@@ -153,8 +154,10 @@ class ClientTest(unittest.TestCase):
                 stopped.set()
                 raise
 
-        self.worker(l, {"*": long}, heartbeat=0.3)
-        x = self.client.create(l, lease_ttl="10s")
+        self.worker(l, {"*": long})
+        # A heartbeat every 20 minutes: within the budget, only the
+        # protocol's watch can tell the handler.
+        x = self.client.create(l, lease_ttl="1 hour")
         self.assertTrue(started.wait(BUDGET), f"the handler did not start within {BUDGET}s")
         self.assertEqual(self.client.cancel(x["id"], reason="changed my mind")["state"], "cancelled")
         self.assertTrue(stopped.wait(BUDGET), f"the cancel did not reach the handler within {BUDGET}s")

@@ -56,8 +56,9 @@ export interface WorkerOptions {
   capabilities?: string[];
   /** How long a claim waits for work. Default 5000 ms. */
   claimWaitMs?: number;
-  /** How often a running handler's lease is renewed: how soon it hears of a
-   * cancel. Default a third of the lease. */
+  /** How often a running handler's lease is renewed. Default a third of
+   * the lease; a cancel reaches a running handler at once through the
+   * protocol's watch call, and at its next renewal at the latest. */
   heartbeatMs?: number;
 }
 
@@ -162,6 +163,7 @@ export class Worker {
     for (const lane of this.lanes) {
       this.loops.push(this.loop(lane));
     }
+    this.loops.push(this.watch());
   }
 
   /** Stop claiming and wait for the running handlers to end. */
@@ -173,6 +175,7 @@ export class Worker {
   }
 
   private running = 0;
+  private readonly held = new Map<string, { job: Job; lost: AbortController }>();
   private readonly inflight = new Set<Promise<void>>();
   private waiting: (() => void)[] = [];
 
@@ -221,9 +224,45 @@ export class Worker {
     }
   }
 
+  // watch asks the daemon to answer as soon as a running job's lease is
+  // taken away (a cancel), and confirms with a renewal, so that the
+  // handler hears of it at once, not at its next heartbeat.
+  private async watch(): Promise<void> {
+    while (!this.stopping.signal.aborted || this.held.size > 0) {
+      if (this.held.size === 0) {
+        await new Promise((r) => setTimeout(r, 50));
+        continue;
+      }
+      const held = [...this.held.values()];
+      let out: { revoked: string[] };
+      try {
+        out = await this.post("watch", { leases: held.map((h) => ({ id: h.job.id, epoch: h.job.epoch })), wait_ms: 2000 }, 32000);
+      } catch (err) {
+        if (err instanceof ProtocolError) {
+          console.warn(`ffd: the daemon does not answer watch (${err.message}): cancels are heard at the heartbeat only`);
+          return;
+        }
+        console.warn(`ffd: watch failed: ${err}`);
+        await new Promise((r) => setTimeout(r, 1000));
+        continue;
+      }
+      for (const id of out.revoked) {
+        const h = this.held.get(id);
+        if (h) {
+          await this.renew(h.job).catch((err) => {
+            if (err instanceof LeaseLostError) {
+              h.lost.abort(err);
+            }
+          });
+        }
+      }
+    }
+  }
+
   private async run(x: WireJob): Promise<void> {
     const lost = new AbortController();
     const job = toJob(x, lost.signal);
+    this.held.set(job.id, { job, lost });
     const every = Math.max(200, Math.min(job.leaseTtlMs / 3, this.opts.heartbeatMs ?? job.leaseTtlMs));
     const beat = setInterval(() => {
       this.renew(job).catch((err) => {
@@ -246,6 +285,7 @@ export class Worker {
       await this.end(job, () => this.fail(job, err instanceof Error ? `${err.name}: ${err.message}` : String(err), !permanent));
     } finally {
       clearInterval(beat);
+      this.held.delete(job.id);
     }
   }
 

@@ -116,14 +116,16 @@ test("a cancel aborts a running handler's signal", async () => {
   const running = new Promise<void>((r) => (started = r));
   let aborted!: (reason: unknown) => void;
   const stopped = new Promise<unknown>((r) => (aborted = r));
-  const w = new Worker({ url, token, lanes: l, claimWaitMs: 1000, heartbeatMs: 300, handlers: {
+  const w = new Worker({ url, token, lanes: l, claimWaitMs: 1000, handlers: {
     "*": (_p, job) => new Promise((_, reject) => {
       started();
       job.signal.addEventListener("abort", () => { aborted(job.signal.reason); reject(job.signal.reason); });
     }),
   } });
   await withWorker(w, async () => {
-    const x = await client.create({ lane: l, lease_ttl: "10s" });
+    // A heartbeat every 20 minutes: within the budget, only the
+    // protocol's watch can tell the handler.
+    const x = await client.create({ lane: l, lease_ttl: "1 hour" });
     await running;
     assert.equal((await client.cancel(x.id, "changed my mind")).state, "cancelled");
     let timer: NodeJS.Timeout | undefined;
