@@ -350,6 +350,14 @@ class Worker:
                 log.warning("ffd: watch failed: %s", err)
                 self._stop.wait(1.0)
                 continue
+            held = 0
             for id in out["revoked"]:
-                if id in jobs:
+                with self._lock:
+                    running = id in self._running
+                if running:
+                    held += 1
                     self._renew(jobs[id])
+            if out["revoked"] and not held:
+                # Jobs that ended on their own since the watch began: a
+                # pause, so that short jobs do not keep the watch spinning.
+                self._stop.wait(0.1)

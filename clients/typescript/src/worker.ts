@@ -246,15 +246,22 @@ export class Worker {
         await new Promise((r) => setTimeout(r, 1000));
         continue;
       }
+      let stillHeld = 0;
       for (const id of out.revoked) {
         const h = this.held.get(id);
         if (h) {
+          stillHeld++;
           await this.renew(h.job).catch((err) => {
             if (err instanceof LeaseLostError) {
               h.lost.abort(err);
             }
           });
         }
+      }
+      if (out.revoked.length > 0 && stillHeld === 0) {
+        // Jobs that ended on their own since the watch began: a pause, so
+        // that short jobs do not keep the watch spinning.
+        await new Promise((r) => setTimeout(r, 100));
       }
     }
   }
