@@ -841,18 +841,14 @@ func TestFlowControlCommands(t *testing.T) {
 func TestConsoleCommand(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"console", "--database-url", db.URL, "--addr", addr, "--log-format", "json"}, io.Discard, io.Discard)
 	}()
 	var resp *http.Response
+	var err error
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if resp, err = http.Get("http://" + addr + "/flows"); err == nil {
 			break
@@ -1055,12 +1051,7 @@ func TestRunServesTheWorkerAPI(t *testing.T) {
 // returns the address.
 func serveRun(t *testing.T, flags ...string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	args := append(append([]string{"run"}, flags...), "--admin-addr", addr, "--log-format", "json", "--stop-timeout", "5s")
@@ -1072,4 +1063,15 @@ func serveRun(t *testing.T, flags ...string) string {
 		}
 	})
 	return addr
+}
+
+// freeAddr is a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
