@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/internal/fault"
@@ -42,6 +45,10 @@ type WorkerAPIConfig struct {
 	// Logger receives failures the caller is only told were internal.
 	// Default: none.
 	Logger *zap.Logger
+	// Registerer, when set, receives the protocol's metrics:
+	// ffd_worker_api_requests_total{call, status} and
+	// ffd_worker_api_request_seconds{call}. Default: none.
+	Registerer prometheus.Registerer
 }
 
 // WorkerAPI serves the worker protocol over HTTP (docs/worker-protocol.md):
@@ -67,6 +74,43 @@ type WorkerAPI struct {
 	// revokes hands ff_revoke, heard on the same connection, to the watch
 	// calls.
 	revokes revokeHub
+	// requests and seconds are the metrics; nil without a Registerer.
+	requests *prometheus.CounterVec
+	seconds  *prometheus.HistogramVec
+}
+
+// workerAPICalls are the calls of the protocol, as the metrics' call
+// label names them ("other" for any other path).
+var workerAPICalls = []string{"claim", "renew", "complete", "fail", "watch"}
+
+// register makes the metrics in reg, each call's series at 0.
+func (a *WorkerAPI) register(reg prometheus.Registerer) error {
+	a.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ffd_worker_api_requests_total",
+		Help: "Worker protocol requests answered, by call and HTTP status."}, []string{"call", "status"})
+	a.seconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ffd_worker_api_request_seconds",
+		Help: "Time to answer a worker protocol request (a claim's or a watch's wait included), by call.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"call"})
+	for _, c := range workerAPICalls {
+		a.requests.WithLabelValues(c, "200")
+		a.seconds.WithLabelValues(c)
+	}
+	for _, c := range []prometheus.Collector{a.requests, a.seconds} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register the worker API's metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// statusWriter keeps the status an answer was written with.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
 }
 
 // laneWakes hands each claim waiting on a lane a channel that is closed
@@ -124,6 +168,11 @@ func NewWorkerAPI(c *Client, cfg WorkerAPIConfig) (*WorkerAPI, error) {
 	}
 	if a.log == nil {
 		a.log = zap.NewNop()
+	}
+	if cfg.Registerer != nil {
+		if err := a.register(cfg.Registerer); err != nil {
+			return nil, err
+		}
 	}
 	a.done = newCompleter(c, DefaultCompletionLockTimeout, nil, a.log, maxCompletionBatch)
 	if err := a.done.Start(context.Background()); err != nil {
@@ -190,6 +239,18 @@ func (a *WorkerAPI) Close() error {
 
 // ServeHTTP answers a request of the protocol, after its token.
 func (a *WorkerAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if a.requests != nil {
+		start, sw := time.Now(), &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		defer func() {
+			call := strings.TrimPrefix(r.URL.Path, WorkerAPIPrefix)
+			if !slices.Contains(workerAPICalls, call) {
+				call = "other"
+			}
+			a.requests.WithLabelValues(call, strconv.Itoa(sw.status)).Inc()
+			a.seconds.WithLabelValues(call).Observe(time.Since(start).Seconds())
+		}()
+		w = sw
+	}
 	if !a.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="ffd"`)
 		writeWire(w, http.StatusUnauthorized, fault.Wire{Code: "unauthorized", Message: "a valid bearer token is required"})

@@ -1044,6 +1044,19 @@ func TestRunServesTheWorkerAPI(t *testing.T) {
 		t.Fatalf("the console beside the worker API: %v %v", resp, err)
 	}
 	resp.Body.Close()
+	// The protocol's metrics are served with the daemon's.
+	resp, err = http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`ffd_worker_api_requests_total{call="claim",status="200"}`, `ffd_worker_api_requests_total{call="claim",status="401"} 1`,
+		`ffd_worker_api_request_seconds_count{call="claim"}`, `ffd_events_dispatched_total`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 // serveRun runs `ffd run` with these flags on a free loopback admin

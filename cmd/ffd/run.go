@@ -149,7 +149,10 @@ func (f *DaemonFlags) mountWorkerAPI(g *Globals, pool *pgxpool.Pool, cfg *daemon
 	if err != nil {
 		return err
 	}
-	api, err := ffd.NewWorkerAPI(c, ffd.WorkerAPIConfig{Tokens: tokens, Logger: g.log.Named("worker-api")})
+	if cfg.Metrics == nil {
+		cfg.Metrics = daemon.NewMetrics() // served on /metrics with the protocol's own
+	}
+	api, err := ffd.NewWorkerAPI(c, ffd.WorkerAPIConfig{Tokens: tokens, Logger: g.log.Named("worker-api"), Registerer: cfg.Metrics.Registry()})
 	if err != nil {
 		return fmt.Errorf("--worker-token-file %s: %w", f.WorkerTokens, err)
 	}
