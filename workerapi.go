@@ -88,7 +88,7 @@ func (a *WorkerAPI) register(reg prometheus.Registerer) error {
 	a.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ffd_worker_api_requests_total",
 		Help: "Worker protocol requests answered, by call and HTTP status."}, []string{"call", "status"})
 	a.seconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ffd_worker_api_request_seconds",
-		Help: "Time to answer a worker protocol request (a claim's or a watch's wait included), by call.",
+		Help:    "Time to answer a worker protocol request (a claim's or a watch's wait included), by call.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"call"})
 	for _, c := range workerAPICalls {
 		a.requests.WithLabelValues(c, "200")
