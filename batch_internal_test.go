@@ -92,3 +92,20 @@ func TestBatcherFailures(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// A completion's lock wait is the configured one, or a quarter of the
+// shortest lease it completes when that is shorter.
+func TestLockWithin(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ limit, ttl, want time.Duration }{
+		{2 * time.Second, 0, 2 * time.Second},
+		{2 * time.Second, 30 * time.Second, 2 * time.Second},
+		{2 * time.Second, 2 * time.Second, 500 * time.Millisecond},
+		{2 * time.Second, 20 * time.Millisecond, 10 * time.Millisecond},
+		{50 * time.Millisecond, time.Second, 50 * time.Millisecond},
+	} {
+		if got := lockWithin(c.limit, c.ttl); got != c.want {
+			t.Errorf("lockWithin(%s, %s) = %s, want %s", c.limit, c.ttl, got, c.want)
+		}
+	}
+}

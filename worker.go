@@ -111,8 +111,10 @@ type WorkerConfig struct {
 	// CompletionLockTimeout bounds how long one batch of completions waits
 	// for a row lock (say, a flow row held by a frozen process). Past it
 	// the batch is split and each completion retried on its own, so the
-	// one behind the lock waits alone. 10ms..1h. Default
-	// DefaultCompletionLockTimeout.
+	// one behind the lock waits alone. A wait is never longer than a
+	// quarter of the lease of an execution it completes: the renewal of
+	// that lease waits behind the completion's hold on its row, and must
+	// land. 10ms..1h. Default DefaultCompletionLockTimeout.
 	CompletionLockTimeout time.Duration
 }
 

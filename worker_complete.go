@@ -165,9 +165,11 @@ func (c *completer) run() {
 func (c *completer) commit(batch []*completion) {
 	items := make([]leases.Completion, len(batch))
 	var ttl time.Duration
+	lockTimeout := c.lockTimeout
 	for i, item := range batch {
 		items[i] = leases.Completion{ID: item.x.ID, Epoch: item.x.LeaseEpoch, Result: item.result, Solo: item.solo}
 		ttl = max(ttl, item.x.LeaseTTL)
+		lockTimeout = lockWithin(lockTimeout, item.x.LeaseTTL)
 	}
 	var ends []*Ending
 	var errs []error
@@ -176,7 +178,7 @@ func (c *completer) commit(batch []*completion) {
 		ctx, cancel := context.WithTimeout(c.ctx, recordTimeout(ttl))
 		start := time.Now()
 		var err error
-		ends, errs, err = leases.CompleteMany(ctx, c.client.pool, c.client.limits, items, c.lockTimeout)
+		ends, errs, err = leases.CompleteMany(ctx, c.client.pool, c.client.limits, items, lockTimeout)
 		c.metrics.committed(time.Since(start))
 		cancel()
 		if err == nil {
@@ -224,7 +226,7 @@ func (c *completer) completeAlone(item *completion) {
 	retry := outbox.NewBackoff()
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(c.ctx, recordTimeout(item.x.LeaseTTL))
-		ends, errs, err := leases.CompleteMany(ctx, c.client.pool, c.client.limits, one, c.lockTimeout)
+		ends, errs, err := leases.CompleteMany(ctx, c.client.pool, c.client.limits, one, lockWithin(c.lockTimeout, item.x.LeaseTTL))
 		cancel()
 		var end *Ending
 		if err == nil {
@@ -235,4 +237,20 @@ func (c *completer) completeAlone(item *completion) {
 			return
 		}
 	}
+}
+
+// lockWithin bounds a completion's row-lock wait by a quarter of the
+// lease of an execution it completes (ttl; 0: unknown): while it waits
+// for a lock held elsewhere (a flow's, by a daemon that froze) it holds
+// the execution's own row, and the worker's renewal of that lease waits
+// behind it; a wait shorter than the lease lets the renewal land between
+// tries, so the lease outlives a lock held for longer than it.
+func lockWithin(lockTimeout, ttl time.Duration) time.Duration {
+	if ttl <= 0 {
+		return lockTimeout
+	}
+	if lockTimeout <= 0 || ttl/4 < lockTimeout {
+		return max(ttl/4, 10*time.Millisecond)
+	}
+	return lockTimeout
 }
