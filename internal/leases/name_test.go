@@ -7,8 +7,8 @@ import (
 )
 
 // namePattern is the form validName checks, as the regular expression it
-// replaced; the fuzz test holds the two equal.
-var namePattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+// replaced (and the SQL API renders); the fuzz test holds the two equal.
+var namePattern = regexp.MustCompile(NamePattern)
 
 // FuzzValidName: the byte loop accepts exactly what the pattern accepts.
 // `go test -fuzz FuzzValidName -run '^$' ./internal/leases` explores past

@@ -219,6 +219,7 @@ func apiLimits() store.APILimits {
 		DefaultCancelledBy: leases.DefaultCancelledBy, FlowCancelReason: flows.FlowCancelReason,
 		FlowCancelledBy: flows.FlowCancelledBy, DefaultDependencyKind: flows.DefaultDependencyKind,
 		SQLStates: fault.SQLStates, MaxValue: fault.MaxValue, Ranges: ranges(),
+		NamePattern: leases.NamePattern, NameDetail: leases.NameDetail,
 	}
 }
 

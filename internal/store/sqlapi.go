@@ -41,6 +41,9 @@ type APILimits struct {
 	DefaultCancelReason, DefaultCancelledBy            string
 	FlowCancelReason, FlowCancelledBy                  string
 	DefaultDependencyKind                              string
+	// NamePattern and NameDetail are a name's form and its refusal's
+	// detail (leases.NamePattern, leases.NameDetail).
+	NamePattern, NameDetail string
 	// Ranges are the integer fields' checks, by field, which the Go API
 	// makes with fault.Range.Check and the template renders (check).
 	Ranges map[string]fault.Range

@@ -200,8 +200,8 @@ $fn$;
 
 CREATE OR REPLACE FUNCTION ffd_check_name(field text, v text) RETURNS void LANGUAGE plpgsql IMMUTABLE AS $fn$
 BEGIN
-	IF v !~ '^[A-Za-z0-9_.:-]{1,{{.L.MaxNameLength}}}$' THEN
-		PERFORM ffd_invalid('invalid_value', field, v, 'want 1 to {{.L.MaxNameLength}} characters of A-Z a-z 0-9 _ . : -');
+	IF v !~ {{lit .L.NamePattern}} THEN
+		PERFORM ffd_invalid('invalid_value', field, v, {{lit .L.NameDetail}});
 	END IF;
 END
 $fn$;
