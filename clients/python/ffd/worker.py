@@ -2,11 +2,12 @@
 docs/worker-protocol.md), served by `ffd run --worker-api`.
 
 A Worker claims executions of its lanes, runs the handler registered for
-each one's kind in a thread of its own, renews the lease while it runs
-(the heartbeat), and completes or fails it fenced on the claim's epoch. A
-lease lost while the handler runs (the execution was cancelled, or the
-lease expired) sets job.cancelled: Python cannot stop a thread, so a
-long handler checks it (job.check(), job.sleep()) and returns.
+each one's kind on one of its handler threads, renews the lease while it
+runs (the heartbeat), and completes or fails it fenced on the claim's
+epoch. A lease lost while the handler runs (the execution was cancelled,
+or the lease expired) sets job.cancelled, at once through the protocol's
+watch call: Python cannot stop a thread, so a long handler checks it
+(job.check(), job.sleep()) and returns.
 """
 
 import base64
