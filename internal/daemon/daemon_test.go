@@ -347,18 +347,25 @@ func TestThreeDaemons(t *testing.T) {
 		return f.Count(`SELECT count(*) FROM ff_flow WHERE state = 'open'`) == 0
 	})
 	f.WaitFor("cascade to settle", f.quiet())
+	// A flow's own event is born dispatched; every other one here is an
+	// edge's upstream and goes through exactly one daemon. A daemon counts
+	// a dispatch once its transaction has committed, so the counters may
+	// trail the outbox a moment: wait until they reach it, then require
+	// them equal (one dispatched twice would pass it).
+	events := f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id IS NOT NULL`)
 	var total, took float64
-	for _, d := range ds {
-		total += counterValue(t, d.Metrics(), "ffd_events_dispatched_total")
-		n, _ := d.Metrics().DispatchTakes()
-		took += n
-	}
+	f.WaitFor("the daemons' counters to reach the outbox's events", func() bool {
+		total, took = 0, 0
+		for _, d := range ds {
+			total += counterValue(t, d.Metrics(), "ffd_events_dispatched_total")
+			n, _ := d.Metrics().DispatchTakes()
+			took += n
+		}
+		return int(total) >= events
+	})
 	if took < 1 || took > total {
 		t.Fatalf("ffd_dispatch_takes_total{result=took} = %v across the daemons, want 1..%v (each took at least one event)", took, total)
 	}
-	// A flow's own event is born dispatched; every other one here is an
-	// edge's upstream and goes through exactly one daemon.
-	events := f.Count(`SELECT count(*) FROM ff_completion_event WHERE execution_id IS NOT NULL`)
 	if int(total) != events {
 		t.Fatalf("the daemons dispatched %v events between them, the outbox has %d: something was dispatched twice or missed", total, events)
 	}
