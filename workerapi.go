@@ -415,9 +415,12 @@ func (a *WorkerAPI) claim(ctx context.Context, in *apiClaim) (*apiJobs, error) {
 }
 
 // jobs is what a worker needs of each claimed execution, with the
-// results of a flow member's completed upstreams by step.
+// results of a flow member's completed upstreams by step, read for all
+// of them in one round trip.
 func (a *WorkerAPI) jobs(ctx context.Context, xs []*Execution) (*apiJobs, error) {
 	out := &apiJobs{Executions: make([]apiJob, len(xs))}
+	var members []store.FlowMember
+	var at []int // the job each member is
 	for i, x := range xs {
 		j := apiJob{ID: x.ID, Epoch: x.LeaseEpoch, Attempt: x.Attempt, MaxAttempts: x.MaxAttempts, Lane: x.Lane,
 			Kind: x.Kind, Namespace: x.Namespace, Step: x.Step, LeaseTTLMS: x.LeaseTTL.Milliseconds(),
@@ -432,20 +435,24 @@ func (a *WorkerAPI) jobs(ctx context.Context, xs []*Execution) (*apiJobs, error)
 		if x.FlowID != nil {
 			s := x.FlowID.String()
 			j.FlowID = &s
-			us, err := store.UpstreamsOf(ctx, a.c.pool, *x.FlowID, x.ID)
-			if err != nil {
-				return nil, fmt.Errorf("read the upstreams of %s: %w", x.ID, err)
-			}
-			for _, u := range us {
-				if u.State == StateCompleted && json.Valid(u.Result) {
-					if j.Upstreams == nil {
-						j.Upstreams = map[string]json.RawMessage{}
-					}
-					j.Upstreams[u.Step] = u.Result
-				}
-			}
+			members, at = append(members, store.FlowMember{FlowID: *x.FlowID, ID: x.ID}), append(at, i)
 		}
 		out.Executions[i] = j
+	}
+	ups, err := store.UpstreamsOfEach(ctx, a.c.pool, members)
+	if err != nil {
+		return nil, err
+	}
+	for k, us := range ups {
+		j := &out.Executions[at[k]]
+		for _, u := range us {
+			if u.State == StateCompleted && json.Valid(u.Result) {
+				if j.Upstreams == nil {
+					j.Upstreams = map[string]json.RawMessage{}
+				}
+				j.Upstreams[u.Step] = u.Result
+			}
+		}
 	}
 	return out, nil
 }

@@ -101,19 +101,23 @@ func (a *WorkerAPI) watchLeases(ctx context.Context, in *apiWatch) (*apiWatched,
 	defer a.revokes.watch(w, in.Leases)()
 	// A lease taken away before the watch began sent its ff_revoke to
 	// nobody: read them once, now that later ones will be heard.
-	ids, epochs := make([]ExecutionID, len(in.Leases)), make([]int64, len(in.Leases))
+	refs := make([]store.LeaseRef, len(in.Leases))
 	for i, l := range in.Leases {
 		if err := leases.ValidateID("leases.id", l.ID); err != nil {
 			return nil, err
 		}
-		ids[i], epochs[i] = l.ID, l.Epoch
+		refs[i] = store.LeaseRef{ID: l.ID, Epoch: l.Epoch}
 	}
-	lost, err := store.LeasesLost(ctx, a.c.pool, ids, epochs)
+	lost, err := store.LostLeases(ctx, a.c.pool, refs)
 	if err != nil {
 		return nil, err
 	}
 	if len(lost) > 0 {
-		return &apiWatched{Revoked: lost}, nil
+		out := &apiWatched{Revoked: make([]ExecutionID, len(lost))}
+		for i, l := range lost {
+			out.Revoked[i] = l.ID
+		}
+		return out, nil
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()

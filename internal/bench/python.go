@@ -90,6 +90,12 @@ func (e *Env) drained(ctx context.Context, lane string, n int) (float64, error) 
 	if err != nil {
 		return 0, err
 	}
+	return e.firstTimeRate(ctx, lane, n)
+}
+
+// firstTimeRate is the rate of lane's n executions over their attempts'
+// own span, each of which must have completed on its first attempt.
+func (e *Env) firstTimeRate(ctx context.Context, lane string, n int) (float64, error) {
 	if c, err := store.CompletedFirstTime(ctx, e.Pool, lane); err != nil || c != n {
 		return 0, fmt.Errorf("%d of %d executions completed on their first attempt (%v)", c, n, err)
 	}

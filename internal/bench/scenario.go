@@ -286,18 +286,13 @@ func (e *Env) workVaried(ctx context.Context, name string, n, workers int, sweep
 		return f, err
 	}
 	f.Tx = float64(after-before) / float64(n)
-	span, err := store.AttemptSpan(ctx, e.Pool, lane)
-	if err != nil {
-		return f, err
-	}
 	lat, err := store.AttemptDurations(ctx, e.Pool, lane)
 	if err != nil {
 		return f, err
 	}
-	if c, err := store.CompletedFirstTime(ctx, e.Pool, lane); err != nil || c != n {
-		return f, fmt.Errorf("%d of %d executions completed on their first attempt (%v)", c, n, err)
+	if f.Rate, err = e.firstTimeRate(ctx, lane, n); err != nil {
+		return f, err
 	}
-	f.Rate = float64(n) / span.Seconds()
 	copy(f.Lat[:], percentiles(lat, 50, 95, 99))
 	return f, nil
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -179,19 +180,52 @@ func ApplyEdge(ctx context.Context, tx pgx.Tx, flowID, edgeID uuid.UUID, down ff
 // UpstreamsOf reads the upstreams of down (over its applied and resolved
 // edges), by step name, in one query on ff_edge_downstream.
 func UpstreamsOf(ctx context.Context, db DB, flowID uuid.UUID, down ffdtype.ExecutionID) ([]ffdtype.Upstream, error) {
-	rows, err := db.Query(ctx, `SELECT coalesce(u.step, ''), u.partition_key, u.execution_id, u.state, u.result
-		FROM ff_edge e JOIN ff_execution u ON u.partition_key = e.partition_key AND u.execution_id = e.upstream_id
-		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.downstream_id = $3 AND e.state <> 'staged'
-		ORDER BY u.step, u.execution_id`, down.Partition, flowID, down.UUID)
+	rows, err := db.Query(ctx, upstreamsSQL, down.Partition, flowID, down.UUID)
 	if err != nil {
 		return nil, wrap("read the upstreams of "+down.String(), err)
 	}
-	us, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ffdtype.Upstream, error) {
-		var u ffdtype.Upstream
-		err := r.Scan(&u.Step, &u.ID.Partition, &u.ID.UUID, &u.State, &u.Result)
-		return u, err
-	})
+	us, err := pgx.CollectRows(rows, scanUpstream)
 	return us, wrap("read the upstreams of "+down.String(), err)
+}
+
+// FlowMember names one member of a flow.
+type FlowMember struct {
+	FlowID uuid.UUID
+	ID     ffdtype.ExecutionID
+}
+
+// UpstreamsOfEach is UpstreamsOf for several members, in one round trip
+// (the same statement for each, pipelined), in their order.
+func UpstreamsOfEach(ctx context.Context, db DB, members []FlowMember) ([][]ffdtype.Upstream, error) {
+	out := make([][]ffdtype.Upstream, len(members))
+	if len(members) == 0 {
+		return out, nil
+	}
+	b := &pgx.Batch{}
+	for i, m := range members {
+		b.Queue(upstreamsSQL, m.ID.Partition, m.FlowID, m.ID.UUID).Query(func(rows pgx.Rows) error {
+			var err error
+			out[i], err = pgx.CollectRows(rows, scanUpstream)
+			return err
+		})
+	}
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, wrap(fmt.Sprintf("read the upstreams of %d members", len(members)), err)
+	}
+	return out, nil
+}
+
+// upstreamsSQL reads a member's upstreams through its applied and
+// resolved edges.
+const upstreamsSQL = `SELECT coalesce(u.step, ''), u.partition_key, u.execution_id, u.state, u.result
+		FROM ff_edge e JOIN ff_execution u ON u.partition_key = e.partition_key AND u.execution_id = e.upstream_id
+		WHERE e.partition_key = $1 AND e.flow_id = $2 AND e.downstream_id = $3 AND e.state <> 'staged'
+		ORDER BY u.step, u.execution_id`
+
+func scanUpstream(r pgx.CollectableRow) (ffdtype.Upstream, error) {
+	var u ffdtype.Upstream
+	err := r.Scan(&u.Step, &u.ID.Partition, &u.ID.UUID, &u.State, &u.Result)
+	return u, err
 }
 
 const insertAppliedEdgesSQL = `INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_id, downstream_id,

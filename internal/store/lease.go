@@ -302,38 +302,3 @@ func collectIDs(rows pgx.Rows, err error) ([]ffdtype.ExecutionID, error) {
 		return id, r.Scan(&id.Partition, &id.UUID)
 	})
 }
-
-// LeasesLost answers which of the leases (id at epoch) are no longer
-// held: the execution is gone, not running, or running at another epoch.
-func LeasesLost(ctx context.Context, db DB, ids []ffdtype.ExecutionID, epochs []int64) ([]ffdtype.ExecutionID, error) {
-	parts, uuids := make([]int16, len(ids)), make([]pgtype.UUID, len(ids))
-	for i, id := range ids {
-		parts[i], uuids[i] = id.Partition, pgUUID(id.UUID)
-	}
-	rows, err := db.Query(ctx, `SELECT e.partition_key, e.execution_id, e.lease_epoch FROM ff_execution e
-		WHERE (e.partition_key, e.execution_id) IN (SELECT * FROM unnest($1::smallint[], $2::uuid[]))
-			AND e.state = 'running'`, parts, uuids)
-	if err != nil {
-		return nil, wrap("read leases", err)
-	}
-	held := map[ffdtype.ExecutionID]int64{}
-	for rows.Next() {
-		var id ffdtype.ExecutionID
-		var epoch int64
-		if err := rows.Scan(&id.Partition, &id.UUID, &epoch); err != nil {
-			rows.Close()
-			return nil, wrap("read leases", err)
-		}
-		held[id] = epoch
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap("read leases", err)
-	}
-	var lost []ffdtype.ExecutionID
-	for i, id := range ids {
-		if e, ok := held[id]; !ok || e != epochs[i] {
-			lost = append(lost, id)
-		}
-	}
-	return lost, nil
-}
