@@ -15,6 +15,7 @@ import (
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/ident"
+	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -49,9 +50,13 @@ const (
 	// notification (one pipelined batch), COMMIT; the plain form's is one
 	// implicit transaction (one round trip). A flow member's adds a batch
 	// that locks and finishes its flow (the flow is found from what the
-	// ending returned).
-	budgetCitusSoloCompleteRoundTrips   = 3
-	budgetCitusMemberCompleteRoundTrips = 4
+	// ending returned). A completion its caller knows to be of no flow (a
+	// worker's: it claimed the execution and read its flow) finishes no
+	// flow, so the batch alone is its transaction: one round trip, as the
+	// plain form's.
+	budgetCitusSoloCompleteRoundTrips      = 3
+	budgetCitusKnownSoloCompleteRoundTrips = 1
+	budgetCitusMemberCompleteRoundTrips    = 4
 	// The notified dispatch of one partition: the plain form's eight
 	// statements (BEGIN, take, lock the group, resolve and count, decide,
 	// unblock and notify, COMMIT), each naming the partition.
@@ -105,13 +110,24 @@ func TestCitusBudget(t *testing.T) {
 	})
 	claims.check(t, "32 claims of one, one due per shard", budgetCitusClaimRoundTrips, budgetCitusClaimWideReads)
 
-	for _, x := range solo {
+	for i, x := range solo {
+		if i%2 == 0 {
+			done := tracer.measure(func() {
+				if _, err := c.Complete(ctx, x.ID, x.LeaseEpoch, nil); err != nil {
+					t.Fatal(err)
+				}
+			})
+			done.check(t, "a solo completion", budgetCitusSoloCompleteRoundTrips, 0)
+			continue
+		}
 		done := tracer.measure(func() {
-			if _, err := c.Complete(ctx, x.ID, x.LeaseEpoch, nil); err != nil {
-				t.Fatal(err)
+			ends, errs, err := leases.CompleteMany(ctx, traced, leases.Limits{},
+				[]leases.Completion{{ID: x.ID, Epoch: x.LeaseEpoch, Solo: true}}, 0)
+			if err != nil || errs[0] != nil || ends[0] == nil {
+				t.Fatalf("complete %s as a worker does: %v %v", x.ID, err, errs)
 			}
 		})
-		done.check(t, "a solo completion", budgetCitusSoloCompleteRoundTrips, 0)
+		done.check(t, "a solo completion a worker records", budgetCitusKnownSoloCompleteRoundTrips, 0)
 	}
 	d := cascade.New(traced, nil)
 	for _, x := range members {

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -89,6 +90,19 @@ func TestRoutedStatements(t *testing.T) {
 	}
 	if _, err := leases.Complete(ctx, db.Pool, lim, xs[21].ID, xs[21].LeaseEpoch, nil); err == nil {
 		t.Fatal("a completion after the cancel was not fenced out")
+	}
+	// The cancel took a running lease away: its lease event, with the
+	// epoch that ended. The completions gave theirs up: none (the routed
+	// ending without lease events).
+	for _, c := range []struct {
+		x    *ffdtype.Execution
+		want string
+	}{{xs[21], fmt.Sprintf("revoked@%d", xs[21].LeaseEpoch)}, {xs[5], ""}, {xs[19], ""}} {
+		var got string
+		if err := db.Pool.QueryRow(ctx, `SELECT coalesce(string_agg(event_type || '@' || lease_epoch, ','), '')
+			FROM ff_lease_event WHERE execution_id = $1`, c.x.ID.UUID).Scan(&got); err != nil || got != c.want {
+			t.Fatalf("lease events of %s: %q, %v; want %q", c.x.ID, got, err, c.want)
+		}
 	}
 	rq, err := leases.Revoke(ctx, db.Pool, xs[22].ID, "r")
 	if err != nil || rq.LeaseEpoch != xs[22].LeaseEpoch+1 {
