@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd"
 )
@@ -177,4 +179,75 @@ func TestVersionsRefuseAndFence(t *testing.T) {
 func isKind(err error, kind ffd.ValidationKind) bool {
 	var ve *ffd.ValidationError
 	return errors.As(err, &ve) && ve.Kind == kind
+}
+
+// A worker that starts while its versions cannot be announced (here the
+// versions' table is held, so the announcement's lock wait times out, as
+// a statement does while a node of the cluster is away) starts all the
+// same, claims its version's work, and announces once it can.
+func TestWorkerAnnouncesAfterAnOutage(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if err := f.client.AnnounceVersions(f.Ctx, "v9"); err != nil {
+		t.Fatal(err)
+	}
+	x := f.mustCreate(ffd.CreateParams{Lane: "announce", Version: "v9"})
+	var before time.Time
+	if err := f.Pool.QueryRow(f.Ctx, `SELECT last_seen_at FROM ff_version WHERE version = 'v9'`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(f.DB.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = "100ms"
+	pool, err := pgxpool.NewWithConfig(f.Ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	client, err := ffd.NewClient(pool, &ffd.Config{Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, err := f.Pool.Begin(f.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(context.Background())
+	if _, err := hold.Exec(f.Ctx, `LOCK TABLE ff_version IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan struct{}, 1)
+	w, err := ffd.NewWorker(client, ffd.WorkerConfig{Lanes: []string{"announce"}, Versions: []string{"v9"}, PollInterval: 20 * time.Millisecond,
+		Handler: func(context.Context, *ffd.Job) ([]byte, error) { ran <- struct{}{}; return nil, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(f.Ctx); err != nil {
+		t.Fatalf("start while the versions could not be announced: %v; want it started", err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	}()
+	select {
+	case <-ran:
+	case <-f.Ctx.Done():
+		t.Fatalf("%s not run within the test's budget while the announcement waited", x.ID)
+	}
+	if err := hold.Rollback(f.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var after time.Time
+		if err := f.Pool.QueryRow(f.Ctx, `SELECT last_seen_at FROM ff_version WHERE version = 'v9'`).Scan(&after); err != nil {
+			t.Fatalf("waiting for the worker's announcement within the test's budget: %v", err)
+		}
+		if after.After(before) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/flowfabric/ffd/internal/fault"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/logging"
+	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -139,6 +140,11 @@ type Worker struct {
 	started  bool
 	stopOnce sync.Once
 	stopErr  error
+
+	// An announcement of Versions that Start could not make for a
+	// passing reason is made again in the background until Stop.
+	announcing     sync.WaitGroup
+	stopAnnouncing context.CancelFunc
 }
 
 // NewWorker validates cfg and builds a worker over client.
@@ -238,6 +244,10 @@ func (w *Worker) Name() string { return w.name }
 
 // Start begins claiming; it returns at once. The worker runs until Stop;
 // ctx's values reach the handlers, its cancellation does not (call Stop).
+// It announces the worker's Versions first; when the database cannot be
+// reached for that (a transient failure), it logs so and announces in the
+// background until it can, claiming meanwhile. Any other failure is
+// Start's error.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -246,7 +256,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	if len(w.cfg.Versions) > 0 {
 		if err := store.AnnounceVersions(ctx, w.client.pool, w.client.cfg.Namespace, w.cfg.Versions); err != nil {
-			return err
+			if !outbox.Transient(err) {
+				return err
+			}
+			w.announceLater(ctx, err)
 		}
 	}
 	w.started = true
@@ -274,6 +287,39 @@ func (w *Worker) Run(ctx context.Context, stopTimeout time.Duration) error {
 	return w.Stop(sctx)
 }
 
+// announceLater makes the announcement of the worker's versions that
+// Start could not make (the database, or a node of it, away for a
+// while), again after a backoff until it is made or Stop. The worker
+// claims meanwhile: a claim reads no announcement, which is there for
+// producers, and a version already announced stays so. Returning the
+// error instead stopped a worker that started during an outage, which a
+// worker already running rides out.
+func (w *Worker) announceLater(ctx context.Context, first error) {
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.stopAnnouncing = cancel
+	w.log.Warn("announce versions failed; retrying in the background", zap.Strings("versions", w.cfg.Versions), zap.Error(first))
+	w.announcing.Add(1)
+	go func() {
+		defer w.announcing.Done()
+		retry := outbox.NewBackoff()
+		for retry.Wait(actx) {
+			err := store.AnnounceVersions(actx, w.client.pool, w.client.cfg.Namespace, w.cfg.Versions)
+			if err == nil {
+				w.log.Info("versions announced", zap.Strings("versions", w.cfg.Versions))
+				return
+			}
+			if actx.Err() != nil {
+				return
+			}
+			if !outbox.Transient(err) {
+				w.log.Error("announce versions failed; not retrying", zap.Strings("versions", w.cfg.Versions), zap.Error(err))
+				return
+			}
+			w.log.Warn("announce versions failed; retrying", zap.Duration("retry_in", retry.Next()), zap.Error(err))
+		}
+	}()
+}
+
 // Stop stops claiming at once and waits for running handlers until ctx
 // ends. Any handler still running then has its context cancelled (cause
 // ErrWorkerStopped) and every such execution is handed back in one
@@ -298,6 +344,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 }
 
 func (w *Worker) stop(ctx context.Context) error {
+	if w.stopAnnouncing != nil {
+		w.stopAnnouncing()
+		w.announcing.Wait()
+	}
 	// Claims in flight are cancelled: this is prompt.
 	_ = w.claims.Stop(context.WithoutCancel(ctx))
 	waitCtx, handBackCtx, cancel := w.stopContexts(ctx)

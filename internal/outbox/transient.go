@@ -54,10 +54,12 @@ func Transient(err error) bool {
 		case pgErr.Code[:2] == "08": // connection exception
 			return true
 		case pgErr.Code == "XX000" && (strings.Contains(pgErr.Where, "while executing command on") ||
-			strings.HasPrefix(pgErr.Message, "failure on connection marked as essential")):
+			strings.HasPrefix(pgErr.Message, "failure on connection marked as essential") ||
+			strings.HasPrefix(pgErr.Message, "SSL SYSCALL error")):
 			// Citus relays a worker node's error with its SQLSTATE; one
 			// without (libpq's own: the connection to a node broke, as
-			// when it restarts), and its own word that a connection its
+			// when it restarts, or libpq's word that a node's TLS
+			// connection ended), and its own word that a connection its
 			// transaction needed failed, come as internal_error.
 			return true
 		case pgErr.Code[:2] == "53": // insufficient resources (too many connections, out of memory)

@@ -33,6 +33,8 @@ func TestTransient(t *testing.T) {
 			pg("XX000", "while executing command on 127.0.0.1:9701")), true},
 		{"a Citus transaction's node connection failed", &pgconn.PgError{Code: "XX000",
 			Message: "failure on connection marked as essential: 127.0.0.1:9702"}, true},
+		{"a Citus node's TLS connection ended", &pgconn.PgError{Code: "XX000",
+			Message: "SSL SYSCALL error: EOF detected"}, true},
 		{"an internal error of the server itself", pg("XX000", ""), false},
 		{"a node's own error with its SQLSTATE", pg("23505", "while executing command on 127.0.0.1:9701"), false},
 		{"missing database", pg("3D000", ""), false},

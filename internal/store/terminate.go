@@ -30,7 +30,10 @@ type Termination struct {
 	By     string        // cancelled: cancelled_by
 	// Solo says the caller knows the execution belongs to no flow: its
 	// completion event is born dispatched, and the daemon is not asked
-	// to look for it (the outbox's consumers are woken all the same).
+	// to look for it (the outbox's consumers are woken all the same). On
+	// a distributed Postgres, endings all Solo are one implicit
+	// transaction that finishes no flow: a member said Solo has its flow
+	// finished in a second transaction.
 	Solo bool
 }
 
@@ -423,8 +426,15 @@ func terminateGroups(ctx context.Context, db DB, groups []shardGroup[Termination
 		return b
 	}
 	if !inCallerTx(db) && !slices.ContainsFunc(items, func(e Termination) bool { return !e.Solo }) {
-		err := WithRetry(ctx, db, func() error { return db.SendBatch(ctx, batch()).Close() })
-		return out, err
+		if err := WithRetry(ctx, db, func() error { return db.SendBatch(ctx, batch()).Close() }); err != nil {
+			return nil, err
+		}
+		if !slices.ContainsFunc(out, func(e Ended) bool { return e.FlowID != nil }) {
+			return out, nil
+		}
+		// A caller said Solo of a flow's member: its flow is finished
+		// after all, in a transaction of its own.
+		return out, InTx(ctx, db, func(tx pgx.Tx) error { return finishFlowsRouted(ctx, tx, out) })
 	}
 	err := InTx(ctx, db, func(tx pgx.Tx) error {
 		if err := tx.SendBatch(ctx, batch()).Close(); err != nil {
