@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd"
 )
@@ -196,20 +195,12 @@ func TestWorkerAnnouncesAfterAnOutage(t *testing.T) {
 	if err := f.Pool.QueryRow(f.Ctx, `SELECT last_seen_at FROM ff_version WHERE version = 'v9'`).Scan(&before); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pgxpool.ParseConfig(f.DB.URL)
-	if err != nil {
-		t.Fatal(err)
+	// Unknown URL parameters are session settings to pgx.
+	sep := "?"
+	if strings.Contains(f.DB.URL, "?") {
+		sep = "&"
 	}
-	cfg.ConnConfig.RuntimeParams["lock_timeout"] = "100ms"
-	pool, err := pgxpool.NewWithConfig(f.Ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	client, err := ffd.NewClient(pool, &ffd.Config{Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := budgetClient(t, budgetPool(t, f.Ctx, f.DB.URL+sep+"lock_timeout=100ms", nil, 4))
 	hold, err := f.Pool.Begin(f.Ctx)
 	if err != nil {
 		t.Fatal(err)
