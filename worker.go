@@ -256,7 +256,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	if len(w.cfg.Versions) > 0 {
 		if err := store.AnnounceVersions(ctx, w.client.pool, w.client.cfg.Namespace, w.cfg.Versions); err != nil {
-			if !outbox.Transient(err) {
+			if !retriable(ctx, err) {
 				return err
 			}
 			w.announceLater(ctx, err)
@@ -308,11 +308,10 @@ func (w *Worker) announceLater(ctx context.Context, first error) {
 				w.log.Info("versions announced", zap.Strings("versions", w.cfg.Versions))
 				return
 			}
-			if actx.Err() != nil {
-				return
-			}
-			if !outbox.Transient(err) {
-				w.log.Error("announce versions failed; not retrying", zap.Strings("versions", w.cfg.Versions), zap.Error(err))
+			if !retriable(actx, err) {
+				if actx.Err() == nil {
+					w.log.Error("announce versions failed; not retrying", zap.Strings("versions", w.cfg.Versions), zap.Error(err))
+				}
 				return
 			}
 			w.log.Warn("announce versions failed; retrying", zap.Duration("retry_in", retry.Next()), zap.Error(err))
