@@ -10,7 +10,9 @@ import (
 	"github.com/flowfabric/ffd/internal/trigger"
 )
 
-// eventBatch bounds the events one transaction fires.
+// eventBatch bounds the events one pass fires (and one transaction, on
+// one Postgres; on a distributed one each event commits alone, and
+// CascadeWorkers partitions fire at once).
 const eventBatch = 100
 
 // triggerer fires published events as their notifications (ff_event)
@@ -41,7 +43,7 @@ func (t *triggerer) Start(ctx context.Context) error {
 
 func (t *triggerer) fire(ctx context.Context) {
 	for {
-		res, err := trigger.Fire(ctx, t.e.cfg.Pool, leases.Limits{}, eventBatch, t.e.log)
+		res, err := trigger.Fire(ctx, t.e.cfg.Pool, leases.Limits{}, eventBatch, t.e.cfg.CascadeWorkers, t.e.log)
 		if err != nil {
 			t.e.log.Warn("fire events; retrying next tick", zap.Error(err))
 			return

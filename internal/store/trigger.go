@@ -149,19 +149,30 @@ func lockUnfiredStatement(routed bool) string {
 		ORDER BY e.published_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED`
 }
 
-// LockUnfiredEvents locks up to limit events not fired yet, oldest
-// first, skipping those another daemon holds. On a distributed Postgres
-// it locks them partition by partition, the partitions that hold unfired
-// events in order, until it has limit.
-func LockUnfiredEvents(ctx context.Context, tx pgx.Tx, limit int) ([]*UnfiredEvent, error) {
-	dist, err := Distributed(ctx, tx)
-	if err != nil {
-		return nil, err
+// EventScope is where one transaction that fires events takes them, and
+// how many it takes. On one Postgres it is every partition, a batch at a
+// time: the batch shares one commit. On a distributed Postgres it is one
+// partition, one event at a time: what an event starts lands on other
+// shards than the event, so a batch would grow one transaction over
+// every node (a savepoint per trigger sent to each, a two-phase commit
+// over all), where an event alone commits over the few it touches.
+type EventScope struct {
+	routed    bool
+	partition int16
+	// Batch is the most events one transaction of the scope fires.
+	Batch int
+}
+
+// UnfiredEventScopes returns the scopes that hold unfired events, batch
+// the most events a transaction takes: on one Postgres, the one scope of
+// every partition; on a distributed one, each partition with unfired
+// events, in order (one read over every shard, outside a transaction).
+func UnfiredEventScopes(ctx context.Context, db DB, batch int) ([]EventScope, error) {
+	dist, err := Distributed(ctx, db)
+	if err != nil || !dist {
+		return []EventScope{{Batch: batch}}, err
 	}
-	if !dist {
-		return lockUnfired(ctx, tx, lockUnfiredSQL[0], limit)
-	}
-	rows, err := tx.Query(ctx, `SELECT DISTINCT partition_key FROM ff_event WHERE fired_at IS NULL ORDER BY 1`)
+	rows, err := db.Query(ctx, `SELECT DISTINCT partition_key FROM ff_event WHERE fired_at IS NULL ORDER BY 1`)
 	if err != nil {
 		return nil, wrap("find unfired events", err)
 	}
@@ -169,17 +180,20 @@ func LockUnfiredEvents(ctx context.Context, tx pgx.Tx, limit int) ([]*UnfiredEve
 	if err != nil {
 		return nil, wrap("find unfired events", err)
 	}
-	var out []*UnfiredEvent
-	for _, p := range parts {
-		es, err := lockUnfired(ctx, tx, lockUnfiredSQL[1], limit-len(out), p)
-		if err != nil {
-			return nil, err
-		}
-		if out = append(out, es...); len(out) >= limit {
-			break
-		}
+	scopes := make([]EventScope, len(parts))
+	for i, p := range parts {
+		scopes[i] = EventScope{routed: true, partition: p, Batch: 1}
 	}
-	return out, nil
+	return scopes, nil
+}
+
+// LockUnfiredEvents locks up to limit events of scope s not fired yet,
+// oldest first, skipping those another daemon holds.
+func LockUnfiredEvents(ctx context.Context, tx pgx.Tx, s EventScope, limit int) ([]*UnfiredEvent, error) {
+	if s.routed {
+		return lockUnfired(ctx, tx, lockUnfiredSQL[1], limit, s.partition)
+	}
+	return lockUnfired(ctx, tx, lockUnfiredSQL[0], limit)
 }
 
 func lockUnfired(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]*UnfiredEvent, error) {

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/sourcegraph/conc/pool"
 	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd/ffdtype"
@@ -130,17 +132,84 @@ type Result struct {
 	Started int // executions and flows they started
 }
 
-// Fire takes up to limit unfired events in one transaction, starts what
-// their triggers ask for, and marks each fired. A trigger whose target
+// Fire fires up to limit unfired events: it starts what their triggers
+// ask for and marks each fired, in transactions of the store's event
+// scopes (store.UnfiredEventScopes: a batch of events on one Postgres,
+// one event on a distributed one), up to workers of them at once when
+// there are several scopes and db is a pool. A trigger whose target
 // cannot start for an event (its template no longer valid, say) is
 // logged and its failure kept on the event; the event's other triggers
 // fire. A failure of the database that passes (outbox.Transient) rolls
-// the pass back, for the next.
-func Fire(ctx context.Context, db store.DB, lim leases.Limits, limit int, log *zap.Logger) (Result, error) {
+// back the transaction it struck, whose events the next pass fires, and
+// stops the pass; Result counts what committed.
+func Fire(ctx context.Context, db store.DB, lim leases.Limits, limit, workers int, log *zap.Logger) (Result, error) {
+	scopes, err := store.UnfiredEventScopes(ctx, db, limit)
+	if err != nil || len(scopes) == 0 {
+		return Result{}, err
+	}
+	if _, tx := db.(pgx.Tx); tx || workers < 1 {
+		workers = 1 // a transaction runs one statement at a time
+	}
+	f := &firing{db: db, lim: lim, left: limit, log: log}
+	p := pool.New().WithContext(ctx).WithCancelOnError().WithFirstError().WithMaxGoroutines(min(workers, len(scopes)))
+	for _, s := range scopes {
+		p.Go(func(ctx context.Context) error { return f.scope(ctx, s) })
+	}
+	err = p.Wait()
+	return f.res, err
+}
+
+// firing is one pass of Fire: what is left of its limit, and what its
+// committed transactions did.
+type firing struct {
+	db   store.DB
+	lim  leases.Limits
+	log  *zap.Logger
+	mu   sync.Mutex
+	left int
+	res  Result
+}
+
+// scope fires the events of s, a transaction at a time, while the pass
+// has room.
+func (f *firing) scope(ctx context.Context, s store.EventScope) error {
+	for {
+		n := f.take(s.Batch)
+		if n == 0 {
+			return nil
+		}
+		r, err := fireScope(ctx, f.db, f.lim, s, n, f.log)
+		f.done(n, r)
+		if err != nil || r.Events < n {
+			return err // failed, or the scope has no more
+		}
+	}
+}
+
+// take reserves up to n of the events left to the pass.
+func (f *firing) take(n int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n = min(n, f.left)
+	f.left -= n
+	return n
+}
+
+// done records what a transaction that reserved n did.
+func (f *firing) done(n int, r Result) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.left += n - r.Events
+	f.res.Events += r.Events
+	f.res.Started += r.Started
+}
+
+// fireScope fires up to limit events of scope s in one transaction.
+func fireScope(ctx context.Context, db store.DB, lim leases.Limits, s store.EventScope, limit int, log *zap.Logger) (Result, error) {
 	var res Result
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
 		res = Result{}
-		events, err := store.LockUnfiredEvents(ctx, tx, limit)
+		events, err := store.LockUnfiredEvents(ctx, tx, s, limit)
 		if err != nil || len(events) == 0 {
 			return err
 		}
@@ -160,7 +229,10 @@ func Fire(ctx context.Context, db store.DB, lim leases.Limits, limit int, log *z
 		}
 		return nil
 	})
-	return res, err
+	if err != nil {
+		return Result{}, err
+	}
+	return res, nil
 }
 
 // fireEvent starts what each trigger of e asks for, each in a savepoint,

@@ -59,14 +59,14 @@ func TestFireAfterACrashStartsNothingTwice(t *testing.T) {
 	// A pass that dies before its commit.
 	crash := errors.New("killed")
 	if err := pgx.BeginFunc(ctx, f.Pool, func(tx pgx.Tx) error {
-		if _, err := trigger.Fire(ctx, tx, leases.Limits{}, 10, zap.NewNop()); err != nil {
+		if _, err := trigger.Fire(ctx, tx, leases.Limits{}, 10, 1, zap.NewNop()); err != nil {
 			return err
 		}
 		return crash
 	}); !errors.Is(err, crash) {
 		t.Fatalf("the pass that dies: %v", err)
 	}
-	res, err := trigger.Fire(ctx, f.Pool, leases.Limits{}, 10, zap.NewNop())
+	res, err := trigger.Fire(ctx, f.Pool, leases.Limits{}, 10, 4, zap.NewNop())
 	if err != nil || res.Events != 1 || res.Started != 0 {
 		t.Fatalf("the pass after the crash: %+v, %v; want the event fired, nothing started again", res, err)
 	}
@@ -80,7 +80,7 @@ func TestFireAfterACrashStartsNothingTwice(t *testing.T) {
 	if err != nil || got.FiredAt == nil || got.Error != "" {
 		t.Fatalf("the event: %+v, %v; want fired, without error", got, err)
 	}
-	if res, err := trigger.Fire(ctx, f.Pool, leases.Limits{}, 10, zap.NewNop()); err != nil || res.Events != 0 {
+	if res, err := trigger.Fire(ctx, f.Pool, leases.Limits{}, 10, 4, zap.NewNop()); err != nil || res.Events != 0 {
 		t.Fatalf("a pass with nothing to fire: %+v, %v", res, err)
 	}
 }
