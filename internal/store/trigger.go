@@ -161,30 +161,31 @@ type EventScope struct {
 	partition int16
 	// Batch is the most events one transaction of the scope fires.
 	Batch int
+	// Unfired is how many events the scope held when it was read (0:
+	// not counted), the most worth trying to fire from it in a pass.
+	Unfired int
 }
 
 // UnfiredEventScopes returns the scopes that hold unfired events, batch
 // the most events a transaction takes: on one Postgres, the one scope of
 // every partition; on a distributed one, each partition with unfired
-// events, in order (one read over every shard, outside a transaction).
+// events, in order, with their count (one read over every shard, outside
+// a transaction).
 func UnfiredEventScopes(ctx context.Context, db DB, batch int) ([]EventScope, error) {
 	dist, err := Distributed(ctx, db)
 	if err != nil || !dist {
 		return []EventScope{{Batch: batch}}, err
 	}
-	rows, err := db.Query(ctx, `SELECT DISTINCT partition_key FROM ff_event WHERE fired_at IS NULL ORDER BY 1`)
+	rows, err := db.Query(ctx, `SELECT partition_key, count(*) FROM ff_event WHERE fired_at IS NULL
+		GROUP BY partition_key ORDER BY partition_key`)
 	if err != nil {
 		return nil, wrap("find unfired events", err)
 	}
-	parts, err := pgx.CollectRows(rows, pgx.RowTo[int16])
-	if err != nil {
-		return nil, wrap("find unfired events", err)
-	}
-	scopes := make([]EventScope, len(parts))
-	for i, p := range parts {
-		scopes[i] = EventScope{routed: true, partition: p, Batch: 1}
-	}
-	return scopes, nil
+	scopes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (EventScope, error) {
+		s := EventScope{routed: true, Batch: 1}
+		return s, row.Scan(&s.partition, &s.Unfired)
+	})
+	return scopes, wrap("find unfired events", err)
 }
 
 // LockUnfiredEvents locks up to limit events of scope s not fired yet,

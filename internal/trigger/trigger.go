@@ -150,7 +150,7 @@ func Fire(ctx context.Context, db store.DB, lim leases.Limits, limit, workers in
 	if _, tx := db.(pgx.Tx); tx || workers < 1 {
 		workers = 1 // a transaction runs one statement at a time
 	}
-	f := &firing{db: db, lim: lim, left: limit, log: log}
+	f := newFiring(db, lim, limit, log)
 	p := pool.New().WithContext(ctx).WithCancelOnError().WithFirstError().WithMaxGoroutines(min(workers, len(scopes)))
 	for _, s := range scopes {
 		p.Go(func(ctx context.Context) error { return f.scope(ctx, s) })
@@ -159,22 +159,34 @@ func Fire(ctx context.Context, db store.DB, lim leases.Limits, limit, workers in
 	return f.res, err
 }
 
-// firing is one pass of Fire: what is left of its limit, and what its
-// committed transactions did.
+// firing is one pass of Fire: what is left of its limit, the
+// transactions under way, and what those committed did.
 type firing struct {
-	db   store.DB
-	lim  leases.Limits
-	log  *zap.Logger
-	mu   sync.Mutex
-	left int
-	res  Result
+	db       store.DB
+	lim      leases.Limits
+	log      *zap.Logger
+	mu       sync.Mutex
+	changed  *sync.Cond // on mu: a transaction under way ended
+	left     int
+	underway int
+	res      Result
+}
+
+func newFiring(db store.DB, lim leases.Limits, limit int, log *zap.Logger) *firing {
+	f := &firing{db: db, lim: lim, left: limit, log: log}
+	f.changed = sync.NewCond(&f.mu)
+	return f
 }
 
 // scope fires the events of s, a transaction at a time, while the pass
-// has room.
+// has room and s has events.
 func (f *firing) scope(ctx context.Context, s store.EventScope) error {
-	for {
-		n := f.take(s.Batch)
+	for tried := 0; s.Unfired == 0 || tried < s.Unfired; {
+		want := s.Batch
+		if s.Unfired > 0 {
+			want = min(want, s.Unfired-tried)
+		}
+		n := f.take(want)
 		if n == 0 {
 			return nil
 		}
@@ -183,15 +195,25 @@ func (f *firing) scope(ctx context.Context, s store.EventScope) error {
 		if err != nil || r.Events < n {
 			return err // failed, or the scope has no more
 		}
+		tried += n
 	}
+	return nil
 }
 
-// take reserves up to n of the events left to the pass.
+// take reserves up to n of the events left to the pass. With none left
+// it waits while transactions are under way: one that fires fewer than
+// it reserved gives the rest back, to this scope as to any.
 func (f *firing) take(n int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for f.left == 0 && f.underway > 0 {
+		f.changed.Wait()
+	}
 	n = min(n, f.left)
 	f.left -= n
+	if n > 0 {
+		f.underway++
+	}
 	return n
 }
 
@@ -200,8 +222,10 @@ func (f *firing) done(n int, r Result) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.left += n - r.Events
+	f.underway--
 	f.res.Events += r.Events
 	f.res.Started += r.Started
+	f.changed.Broadcast()
 }
 
 // fireScope fires up to limit events of scope s in one transaction.

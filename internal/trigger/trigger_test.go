@@ -3,6 +3,7 @@ package trigger_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -83,4 +84,80 @@ func TestFireAfterACrashStartsNothingTwice(t *testing.T) {
 	if res, err := trigger.Fire(ctx, f.Pool, leases.Limits{}, 10, 4, zap.NewNop()); err != nil || res.Events != 0 {
 		t.Fatalf("a pass with nothing to fire: %+v, %v", res, err)
 	}
+}
+
+// How many events share a transaction: on one Postgres a pass fires its
+// batch in one (one commit for all); in the routed form, as on a
+// distributed Postgres, each event commits alone (a batch there is one
+// transaction over every node), the partitions fired several at once.
+// Either way a pass fires no more than its limit, and the next the rest.
+// Not parallel: store.RouteAll is process-wide (the package's parallel
+// tests start once this one is done).
+func TestFireTransactions(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		routed bool
+		want   func(events int) int // transactions that marked events fired
+	}{
+		{"one Postgres", false, func(int) int { return 2 }}, // a pass of 8, a pass of the other 4
+		{"routed", true, func(events int) int { return events }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.routed {
+				defer store.RouteAll()()
+			}
+			f := testdb.Checked(t, 2*time.Minute)
+			ctx := f.Ctx
+			flow := ffdtype.SubmitFlowParams{Nodes: []ffdtype.SubmitNode{{Ref: "a", Params: ffdtype.CreateParams{Lane: "l"}}}}
+			if _, err := trigger.Create(ctx, f.Pool, leases.Limits{}, trigger.Params{Name: "flow", Event: "e", Flow: &flow}); err != nil {
+				t.Fatal(err)
+			}
+			f.Exec(`CREATE TABLE fired_in (txid xid8, event_id uuid);
+				CREATE FUNCTION fired_in() RETURNS trigger LANGUAGE plpgsql AS $$
+				BEGIN INSERT INTO fired_in VALUES (pg_current_xact_id(), NEW.event_id); RETURN NULL; END$$;
+				CREATE TRIGGER fired_in AFTER UPDATE OF fired_at ON ff_event FOR EACH ROW EXECUTE FUNCTION fired_in()`)
+			// Four events on each of three partitions: a routed pass
+			// that batched a partition's events would commit three times.
+			keys := keysOn(t, "e", []int16{7, 8, 9}, 4)
+			events := len(keys)
+			for _, k := range keys {
+				if _, _, err := trigger.Publish(ctx, f.Pool, leases.Limits{}, trigger.Publication{Name: "e", Key: k}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, want := range []int{8, events - 8, 0} {
+				res, err := trigger.Fire(ctx, f.Pool, leases.Limits{}, 8, 4, zap.NewNop())
+				if err != nil || res.Events != want || res.Started != want {
+					t.Fatalf("pass %d: %+v, %v; want %d events fired, %d flows started", i+1, res, err, want, want)
+				}
+			}
+			if n := f.Count(`SELECT count(*) FROM ff_flow`); n != events {
+				t.Fatalf("%d flows, want %d", n, events)
+			}
+			if n := f.Count(`SELECT count(DISTINCT event_id) FROM fired_in`); n != events {
+				t.Fatalf("%d events marked fired, want %d", n, events)
+			}
+			if got, want := f.Count(`SELECT count(DISTINCT txid) FROM fired_in`), tc.want(events); got != want {
+				t.Fatalf("%d events marked fired in %d transactions, want %d", events, got, want)
+			}
+		})
+	}
+}
+
+// keysOn finds n keys of events of name on each of parts.
+func keysOn(t *testing.T, name string, parts []int16, n int) []string {
+	t.Helper()
+	var keys []string
+	for _, p := range parts {
+		found := 0
+		for i := 0; found < n; i++ {
+			if i == 1<<20 {
+				t.Fatalf("no %d keys on partition %d", n, p)
+			}
+			if k := fmt.Sprint("k", i); store.EventPartition(leases.DefaultNamespace, name, k) == p {
+				keys, found = append(keys, k), found+1
+			}
+		}
+	}
+	return keys
 }
