@@ -33,7 +33,9 @@ const (
 // and submits the compensation flow of each armed flow that failed or
 // was cancelled. It acts on the nudge a sub-flow step's readiness sends
 // (ChannelEvent), on every completion notification while any sub-flow
-// or armed flow is in progress, and every ScheduleInterval. Every
+// or armed flow is in progress, and every ScheduleInterval (every fourth
+// on a distributed Postgres, where a pass reads every shard:
+// fallbackEvery). Every
 // daemon runs one; each change locks what it changes and re-checks it,
 // so two daemons never do one twice.
 type linker struct {
@@ -41,10 +43,10 @@ type linker struct {
 	e *env
 }
 
-// Start passes at once, then on each nudge and every ScheduleInterval.
+// Start passes at once, then on each nudge and at its fallback period.
 func (l *linker) Start(ctx context.Context) error {
 	return l.start(ctx, func(ctx context.Context) {
-		tick := time.NewTicker(l.e.cfg.ScheduleInterval)
+		tick := time.NewTicker(fallbackEvery(ctx, l.e, l.e.cfg.ScheduleInterval))
 		defer tick.Stop()
 		for {
 			watching := l.pass(l.e.work)

@@ -52,6 +52,19 @@ type sweeper struct {
 // A full sweep (after a reconnect) runs every step.
 const sweepTurns = 4
 
+// fallbackEvery is the period of a pass that finds what lost
+// notifications left, base on one Postgres. On a distributed Postgres,
+// where the pass reads every shard, it is once per sweep pass
+// (sweepTurns × base), as the sweep's own steps: the timers' reload,
+// the event triggers' and the linker's. Their notifications still wake
+// them at once.
+func fallbackEvery(ctx context.Context, e *env, base time.Duration) time.Duration {
+	if dist, err := store.Distributed(ctx, e.cfg.Pool); err == nil && dist {
+		return base * sweepTurns
+	}
+	return base
+}
+
 // sweepRuns says whether step runs in the sweep numbered turn: every
 // sweep on one Postgres, and after a reconnect (full); on a distributed
 // Postgres (spread) in its turn of the pass.

@@ -54,13 +54,7 @@ func (w *timerWorker) run(ctx context.Context) {
 	// Every sweep interval: a claim writes no lease event, so a reload is
 	// how a lease gets its timer, and a lease shorter than the interval
 	// between reloads would otherwise be left to the sweep.
-	every := max(w.e.cfg.SweepInterval, minReload)
-	if dist, err := store.Distributed(ctx, w.e.cfg.Pool); err == nil && dist {
-		// The reload reads every shard: once per sweep pass there
-		// (sweepTurns), as the sweep's own steps.
-		every *= sweepTurns
-	}
-	reload := time.NewTicker(every)
+	reload := time.NewTicker(fallbackEvery(ctx, w.e, max(w.e.cfg.SweepInterval, minReload)))
 	defer reload.Stop()
 	for {
 		next := time.Hour

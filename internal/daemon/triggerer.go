@@ -16,18 +16,19 @@ import (
 const eventBatch = 100
 
 // triggerer fires published events as their notifications (ff_event)
-// come, and every ScheduleInterval for any a lost notification left:
-// each starts what its triggers ask for. Every daemon runs one; events
-// are taken with SKIP LOCKED, so each fires once.
+// come, and every ScheduleInterval (on a distributed Postgres, whose
+// pass reads every shard, every fourth: fallbackEvery) for any a lost
+// notification left: each starts what its triggers ask for. Every daemon
+// runs one; events are taken with SKIP LOCKED, so each fires once.
 type triggerer struct {
 	runner
 	e *env
 }
 
-// Start fires at once, then on each nudge and every ScheduleInterval.
+// Start fires at once, then on each nudge and at its fallback period.
 func (t *triggerer) Start(ctx context.Context) error {
 	return t.start(ctx, func(ctx context.Context) {
-		tick := time.NewTicker(t.e.cfg.ScheduleInterval)
+		tick := time.NewTicker(fallbackEvery(ctx, t.e, t.e.cfg.ScheduleInterval))
 		defer tick.Stop()
 		for {
 			t.fire(t.e.work)
