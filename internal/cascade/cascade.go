@@ -267,7 +267,10 @@ func (d *Dispatcher) dispatchOnce(ctx context.Context, take func(pgx.Tx) ([]stor
 			}
 		}
 		if len(rs) > 0 {
-			r, err := flows.Resolve(ctx, tx, rs)
+			// Relaxed: a dispatch writes nothing that must outlive a
+			// crash by itself; lost before its flush, its events are
+			// undispatched again and dispatched anew.
+			r, err := flows.Resolve(ctx, tx, rs, true)
 			if err != nil {
 				return err
 			}

@@ -90,7 +90,7 @@ func TestSetPolicyWaitsForTheGroupBeforeTheFlow(t *testing.T) {
 	// The rest of the dispatch: resolve the failed upstream's edge, which
 	// skips the downstream and, as it was the last live member, finishes
 	// the flow under the flow row's lock.
-	if _, err := flows.Resolve(f.Ctx, tx, []store.Resolution{{Upstream: g.x["up"].ID, Outcome: "failed"}}); err != nil {
+	if _, err := flows.Resolve(f.Ctx, tx, []store.Resolution{{Upstream: g.x["up"].ID, Outcome: "failed"}}, true); err != nil {
 		t.Fatalf("resolve while a policy change waits: %v", err)
 	}
 	if err := tx.Commit(f.Ctx); err != nil {

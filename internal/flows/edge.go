@@ -185,7 +185,8 @@ func applyEdge(ctx context.Context, tx pgx.Tx, edge *ffdtype.Edge, up ffdtype.St
 	res := &ffdtype.ApplyResult{}
 	if up.Terminal() {
 		r := store.Resolution{Upstream: edge.Upstream, Outcome: ffdtype.OutcomeOf(up), EdgeID: &edge.ID}
-		if _, err := Resolve(ctx, tx, []store.Resolution{r}); err != nil {
+		// Not relaxed: the caller's transaction may hold anything.
+		if _, err := Resolve(ctx, tx, []store.Resolution{r}, false); err != nil {
 			return nil, err
 		}
 		res.Resolved = true

@@ -42,7 +42,11 @@ type ResolveResult struct {
 //     sibling-cancel workers (store.RecordDecisions); impossible, the
 //     downstream is skipped through store.Terminate, which writes its
 //     completion event for the cascade to carry further.
-func Resolve(ctx context.Context, tx pgx.Tx, rs []store.Resolution) (*ResolveResult, error) {
+//
+// relaxed says the caller's transaction writes nothing else a crash must
+// not take back (a dispatch); a resolve that then skips nothing lets it
+// commit without waiting for the WAL flush (store.DecisionEffects).
+func Resolve(ctx context.Context, tx pgx.Tx, rs []store.Resolution, relaxed bool) (*ResolveResult, error) {
 	res := &ResolveResult{ByOutcome: map[string]int{}}
 	if len(rs) == 0 {
 		return res, nil
@@ -55,6 +59,9 @@ func Resolve(ctx context.Context, tx pgx.Tx, rs []store.Resolution) (*ResolveRes
 		return nil, fmt.Errorf("resolve edges: %w", err)
 	}
 	effects, skip := plan(moved, res)
+	// A skip writes completion events, which consumers read: only a
+	// resolve that skips nothing may leave the flush to later.
+	effects.Unflushed = relaxed && len(skip) == 0
 	if res.CancelGroups, err = store.RecordDecisions(ctx, tx, effects); err != nil {
 		return nil, fmt.Errorf("record decisions: %w", err)
 	}

@@ -248,6 +248,19 @@ type DecisionEffects struct {
 	Ready   []ffdtype.ExecutionID // blocked downstreams to make pending
 	Lanes   []string              // the lanes of Ready, whose workers are told
 	Cancel  []ffdtype.EdgeGroup   // satisfied cancel_remaining groups
+	// Unflushed lets the caller's transaction commit without waiting for
+	// its WAL to reach the disk (synchronous_commit off, for this
+	// transaction only), on one Postgres. Only a transaction whose every
+	// write a crash may take back sets it: one whose writes are re-made
+	// from a row that was durable before it (a dispatch: its completion
+	// event is still undispatched after such a crash, and the cascade
+	// dispatches it again), that writes no outbox row a consumer could
+	// read, and whose effects nothing acts on without a commit of its
+	// own (a claim of a downstream it made pending commits synchronously,
+	// which flushes the WAL before it, the dispatch's included). A
+	// distributed Postgres keeps synchronous commits: a transaction's
+	// parts on several nodes must not be lost apart.
+	Unflushed bool
 }
 
 // RecordDecisions makes the decisions take effect in one round trip: the
@@ -298,6 +311,9 @@ func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued 
 	}
 	if b.Len() == 0 {
 		return 0, nil
+	}
+	if d.Unflushed && !routed {
+		b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
 	}
 	return queued, tx.SendBatch(ctx, b).Close()
 }
