@@ -14,8 +14,9 @@ import (
 // WAL flush (what it wrote is re-made from its undispatched event if a
 // crash takes it back); one that skips a downstream writes completion
 // events, which consumers read, and commits synchronously; so does every
-// dispatch in the routed form (a distributed Postgres). The commit mode is read inside each
-// dispatch transaction, after its last statement. Not parallel: the
+// dispatch in the routed form (a distributed Postgres). Every dispatch
+// runs on generic plans after its take. Both settings are read inside
+// each dispatch transaction, after its last statement. Not parallel: the
 // routed case sets store.RouteAll, which is process-wide (the package's
 // parallel tests start once this one is done).
 func TestDispatchCommitMode(t *testing.T) {
@@ -39,9 +40,12 @@ func TestDispatchCommitMode(t *testing.T) {
 				if name != "marked" {
 					return nil
 				}
-				var mode string
-				err := tx.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&mode)
+				var mode, plans string
+				err := tx.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('plan_cache_mode')`).Scan(&mode, &plans)
 				modes = append(modes, mode)
+				if err == nil && plans != "force_generic_plan" {
+					t.Errorf("plan_cache_mode in a dispatch: %q, want force_generic_plan (set by its take)", plans)
+				}
 				return err
 			})
 			g := f.submit(nil, "a->b")
