@@ -32,9 +32,9 @@ type ResolveResult struct {
 // Resolve resolves the applied outgoing edges of the given upstreams from
 // their outcomes, in the caller's transaction, in four steps:
 //
-//  1. lock: the groups the edges feed, in key order (store.Locks);
-//  2. resolve: edges become resolved and group counters move, in one
-//     statement (store.ResolveEdges);
+//  1. lock: the groups the edges feed, in key order, and
+//  2. resolve: edges become resolved and group counters move, one
+//     statement each in one round trip (store.Locks.ResolveEdges);
 //  3. plan: every group that has not decided yet is evaluated (Evaluate);
 //  4. apply: satisfied, the blocked downstream becomes pending (ff_ready
 //     fires at commit) and, under cancel_remaining, its live sibling
@@ -51,12 +51,9 @@ func Resolve(ctx context.Context, tx pgx.Tx, rs []store.Resolution, relaxed bool
 	if len(rs) == 0 {
 		return res, nil
 	}
-	if err := store.NewLocks(tx).GroupsResolving(ctx, rs); err != nil {
-		return nil, fmt.Errorf("lock edge groups: %w", err)
-	}
-	moved, err := store.ResolveEdges(ctx, tx, rs)
+	moved, err := store.NewLocks(tx).ResolveEdges(ctx, rs)
 	if err != nil {
-		return nil, fmt.Errorf("resolve edges: %w", err)
+		return nil, fmt.Errorf("lock edge groups and resolve edges: %w", err)
 	}
 	effects, skip := plan(moved, res)
 	// A skip writes completion events, which consumers read: only a

@@ -34,11 +34,8 @@ type Dispatching struct {
 // The statement also sets the transaction's lock_timeout (its last
 // parameter, in milliseconds; NULL keeps the session's), so that the rest
 // of the dispatch waits for a lock at most that long without a statement
-// of its own; and it has the rest of the dispatch run on generic plans
-// (plan_cache_mode, for the transaction only), as a claim does: planned
-// afresh for each call, the statements after it took 0.1-0.6 ms each to
-// plan against 0.04-0.4 ms to run (pg_stat_statements, the hop bench),
-// two thirds of a hop's dispatch.
+// of its own; and it sets the transaction's plan_cache_mode (a text
+// parameter; NULL keeps the session's): dispatchPlans says which.
 //
 // It marks with now() and returns the time it read with it, from which the
 // caller computes each event's age: a distributed Postgres refuses a
@@ -53,14 +50,15 @@ type Dispatching struct {
 // own runs on every shard under a shard lock that admits one such
 // statement at a time (every dispatcher queued behind one, and, while a
 // frozen one held it, lock timeouts).
-func takeEvents(pick, timeoutParam, partParam string) string {
+func takeEvents(pick, timeoutParam, plansParam, partParam string) string {
 	narrow := ""
 	if partParam != "" {
 		narrow = " AND c.partition_key = " + partParam
 	}
 	return `WITH picked AS (` + pick + `),
 		wait AS (SELECT (` + setLockTimeout(timeoutParam) + `) AS lock_timeout,
-			set_config('plan_cache_mode', 'force_generic_plan', true) AS plans, now() AS at)
+			set_config('plan_cache_mode', coalesce(` + plansParam + `::text, current_setting('plan_cache_mode')), true) AS plans,
+			now() AS at)
 		UPDATE ff_completion_event c SET dispatched_at = now()
 		FROM picked p, wait w
 		WHERE c.partition_key = p.partition_key AND c.event_id = p.event_id` + narrow + `
@@ -71,61 +69,61 @@ var (
 	takeEventsByID = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE event_id = ANY($1) AND dispatched_at IS NULL
 		ORDER BY event_id
-		FOR NO KEY UPDATE SKIP LOCKED`, "$2", "")
+		FOR NO KEY UPDATE SKIP LOCKED`, "$2", "$3", "")
 	takeEventByKey = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE partition_key = $1 AND event_id = $2 AND dispatched_at IS NULL
-		FOR NO KEY UPDATE SKIP LOCKED`, "$3", "$1")
+		FOR NO KEY UPDATE SKIP LOCKED`, "$3", "$4", "$1")
 	// ff_completion_event_undispatched_by_partition (migration 00024) holds
 	// exactly the rows this reads, by partition.
 	takePartitionEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE partition_key = ANY($1) AND dispatched_at IS NULL
 		ORDER BY event_id
 		LIMIT $2
-		FOR NO KEY UPDATE SKIP LOCKED`, "$3", "")
+		FOR NO KEY UPDATE SKIP LOCKED`, "$3", "$4", "")
 	// takeOnePartitionEvents is takePartitionEvents of one partition, as
 	// a distributed Postgres routes it.
 	takeOnePartitionEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE partition_key = $1 AND dispatched_at IS NULL
 		ORDER BY event_id
 		LIMIT $2
-		FOR NO KEY UPDATE SKIP LOCKED`, "$3", "$1")
+		FOR NO KEY UPDATE SKIP LOCKED`, "$3", "$4", "$1")
 	takePartitionOldEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE partition_key = $1 AND dispatched_at IS NULL
 			AND occurred_at <= clock_timestamp() - $3::bigint * interval '1 microsecond'
 		ORDER BY event_id
 		LIMIT $2
-		FOR NO KEY UPDATE SKIP LOCKED`, "$4", "$1")
+		FOR NO KEY UPDATE SKIP LOCKED`, "$4", "$5", "$1")
 	takeOldEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE dispatched_at IS NULL AND occurred_at <= clock_timestamp() - $2::bigint * interval '1 microsecond'
 		ORDER BY event_id
 		LIMIT $1
-		FOR NO KEY UPDATE SKIP LOCKED`, "$3", "")
+		FOR NO KEY UPDATE SKIP LOCKED`, "$3", "$4", "")
 )
 
 // TakeEvents takes the given completion events that are still
 // undispatched and not held by another dispatcher, and bounds the
 // transaction's lock waits by lockTimeout (0: the session's).
 func TakeEvents(ctx context.Context, tx pgx.Tx, ids []int64, lockTimeout time.Duration) ([]Dispatching, error) {
-	return collectDispatching(tx.Query(ctx, takeEventsByID, ids, millisOrNull(lockTimeout)))
+	return takeWith(ctx, tx, takeEventsByID, ids, millisOrNull(lockTimeout))
 }
 
 // TakeEvent is TakeEvents of one event named by its partition and id: a
 // statement a distributed Postgres routes to the event's shard.
 func TakeEvent(ctx context.Context, tx pgx.Tx, part int16, id int64, lockTimeout time.Duration) ([]Dispatching, error) {
-	return collectDispatching(tx.Query(ctx, takeEventByKey, part, id, millisOrNull(lockTimeout)))
+	return takeWith(ctx, tx, takeEventByKey, part, id, millisOrNull(lockTimeout))
 }
 
 // TakePartitionEvents takes up to limit undispatched events of the given
 // partitions not held by another dispatcher, oldest first, bounding the
 // transaction's lock waits like TakeEvents.
 func TakePartitionEvents(ctx context.Context, tx pgx.Tx, parts []int16, limit int, lockTimeout time.Duration) ([]Dispatching, error) {
-	return collectDispatching(tx.Query(ctx, takePartitionEvents, parts, limit, millisOrNull(lockTimeout)))
+	return takeWith(ctx, tx, takePartitionEvents, parts, limit, millisOrNull(lockTimeout))
 }
 
 // TakeOnePartitionEvents is TakePartitionEvents of one partition in the
 // form a distributed Postgres routes to its shard.
 func TakeOnePartitionEvents(ctx context.Context, tx pgx.Tx, part int16, limit int, lockTimeout time.Duration) ([]Dispatching, error) {
-	return collectDispatching(tx.Query(ctx, takeOnePartitionEvents, part, limit, millisOrNull(lockTimeout)))
+	return takeWith(ctx, tx, takeOnePartitionEvents, part, limit, millisOrNull(lockTimeout))
 }
 
 // OldEventPartitions lists the partitions of the oldest undispatched
@@ -155,7 +153,7 @@ func OldEventPartitions(ctx context.Context, db DB, limit int, grace time.Durati
 // TakePartitionEventsOlder is TakePartitionEvents of one partition's
 // events at least grace old.
 func TakePartitionEventsOlder(ctx context.Context, tx pgx.Tx, part int16, limit int, grace, lockTimeout time.Duration) ([]Dispatching, error) {
-	return collectDispatching(tx.Query(ctx, takePartitionOldEvents, part, limit, micros(grace), millisOrNull(lockTimeout)))
+	return takeWith(ctx, tx, takePartitionOldEvents, part, limit, micros(grace), millisOrNull(lockTimeout))
 }
 
 // TakeOldEvents takes up to limit undispatched events at least grace old,
@@ -163,7 +161,33 @@ func TakePartitionEventsOlder(ctx context.Context, tx pgx.Tx, part int16, limit 
 // The grace keeps the sweep from racing the notification driven dispatch
 // of events that just committed.
 func TakeOldEvents(ctx context.Context, tx pgx.Tx, limit int, grace, lockTimeout time.Duration) ([]Dispatching, error) {
-	return collectDispatching(tx.Query(ctx, takeOldEvents, limit, micros(grace), millisOrNull(lockTimeout)))
+	return takeWith(ctx, tx, takeOldEvents, limit, micros(grace), millisOrNull(lockTimeout))
+}
+
+// takeWith runs a take statement with args, then the plan mode it sets
+// for the rest of its transaction (dispatchPlans), its last parameter.
+func takeWith(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]Dispatching, error) {
+	plans, err := dispatchPlans(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	return collectDispatching(tx.Query(ctx, sql, append(args, plans)...))
+}
+
+// dispatchPlans is the plan_cache_mode a dispatch's take sets for the
+// rest of its transaction. On one Postgres, generic plans, as a claim
+// has: planned afresh for each call, the statements after the take took
+// 0.1-0.6 ms each to plan against 0.04-0.4 ms to run (pg_stat_statements,
+// the hop bench), two thirds of a hop's dispatch. On a distributed one,
+// the session's (nil): Citus cannot plan some of them without their
+// values ("could not create distributed plan").
+func dispatchPlans(ctx context.Context, tx pgx.Tx) (*string, error) {
+	dist, err := Distributed(ctx, tx)
+	if err != nil || dist {
+		return nil, err
+	}
+	generic := "force_generic_plan"
+	return &generic, nil
 }
 
 // setLockTimeout is a one-row SELECT that sets the transaction's

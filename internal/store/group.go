@@ -157,25 +157,8 @@ type Moved struct {
 	Lane                     string // the downstream's
 }
 
-// ResolveEdges resolves the applied outgoing edges of the given upstreams
-// from their outcomes and adds the resolutions to their groups' counters,
-// in one statement. The caller holds the groups (Locks.GroupsResolving).
-// Only edges still 'applied' are touched, each under its row lock, so an
-// edge resolves exactly once however many callers race.
-func ResolveEdges(ctx context.Context, tx pgx.Tx, rs []Resolution) ([]Moved, error) {
-	parts, ups, outcomes, edges := resolutionArrays(rs)
-	routed, part, err := routedPartition(ctx, tx, parts)
-	if err != nil {
-		return nil, err
-	}
-	sql, args := resolveSQL, []any{parts, ups, outcomes, edges}
-	if routed {
-		sql, args = resolveRoutedSQL, append(args, part)
-	}
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
+// collectMoved reads resolveSQL's rows: each group a resolve touched.
+func collectMoved(rows pgx.Rows) ([]Moved, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Moved, error) {
 		r, err := pgx.RowToAddrOfStructByName[movedRow](row)
 		if err != nil {
@@ -200,7 +183,10 @@ type movedRow struct {
 // resolutions to their groups' counters, returning each touched group with
 // its new counters and how many of its edges resolved, by class, and its
 // downstream's lane (read by primary key, not locked: an execution's lane
-// never changes), for the notice a downstream made pending owes.
+// never changes), for the notice a downstream made pending owes. Only
+// edges still 'applied' are touched, each under its row lock, so an edge
+// resolves exactly once however many callers race; the caller holds the
+// groups (Locks.ResolveEdges).
 var (
 	resolveSQL       = resolveStatement(false)
 	resolveRoutedSQL = resolveStatement(true)

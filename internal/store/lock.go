@@ -85,23 +85,36 @@ func (l *Locks) Group(ctx context.Context, flowID uuid.UUID, down ffdtype.Execut
 	return g, created, err
 }
 
-// GroupsResolving locks the groups of the applied edges that resolving rs
-// will touch, in key order.
-func (l *Locks) GroupsResolving(ctx context.Context, rs []Resolution) error {
+// ResolveEdges locks the groups of the applied edges that resolving rs
+// will touch, in key order, then resolves the edges and moves the
+// groups' counters (resolveSQL): two statements in one pipelined batch,
+// one round trip. Postgres runs a batch's statements one after the
+// other, so every lock is held before the resolve touches a group, as
+// when they went one round trip each.
+func (l *Locks) ResolveEdges(ctx context.Context, rs []Resolution) ([]Moved, error) {
 	if err := l.take(rankGroup); err != nil {
-		return err
+		return nil, err
 	}
-	parts, ups, _, edges := resolutionArrays(rs)
+	parts, ups, outcomes, edges := resolutionArrays(rs)
 	routed, part, err := routedPartition(ctx, l.tx, parts)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	sql, args := groupsResolvingSQL, []any{parts, ups, edges}
+	lock, lockArgs := groupsResolvingSQL, []any{parts, ups, edges}
+	resolve, resolveArgs := resolveSQL, []any{parts, ups, outcomes, edges}
 	if routed {
-		sql, args = groupsResolvingRoutedSQL, append(args, part)
+		lock, lockArgs = groupsResolvingRoutedSQL, append(lockArgs, part)
+		resolve, resolveArgs = resolveRoutedSQL, append(resolveArgs, part)
 	}
-	_, err = l.tx.Exec(ctx, sql, args...)
-	return err
+	var moved []Moved
+	b := &pgx.Batch{}
+	b.Queue(lock, lockArgs...)
+	b.Queue(resolve, resolveArgs...).Query(func(rows pgx.Rows) error {
+		var err error
+		moved, err = collectMoved(rows)
+		return err
+	})
+	return moved, l.tx.SendBatch(ctx, b).Close()
 }
 
 var (
@@ -109,7 +122,7 @@ var (
 	groupsResolvingRoutedSQL = groupsResolvingStatement(true)
 )
 
-// groupsResolvingStatement locks the groups GroupsResolving names,
+// groupsResolvingStatement locks the groups ResolveEdges touches,
 // narrowed to the partition $4 when routed.
 func groupsResolvingStatement(routed bool) string {
 	one := narrowTo(routed, "$4")
