@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -93,6 +94,14 @@ func EventCounts(ctx context.Context, db DB) (completion, lease int64, err error
 	err = db.QueryRow(ctx, `SELECT (SELECT count(*) FROM ff_completion_event), (SELECT count(*) FROM ff_lease_event)`).
 		Scan(&completion, &lease)
 	return completion, lease, wrap("count outbox events", err)
+}
+
+// CompletionsBetween counts the completion events that occurred between
+// from and to (their own times, the database's clock).
+func CompletionsBetween(ctx context.Context, db DB, from, to time.Time) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, `SELECT count(*) FROM ff_completion_event WHERE occurred_at BETWEEN $1 AND $2`, from, to).Scan(&n)
+	return n, wrap("count completion events between two times", err)
 }
 
 // EventIDs returns the id of every event of both outboxes.

@@ -1,0 +1,49 @@
+package store_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffd/ffdtype"
+	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
+	"github.com/flowfabric/ffd/internal/testdb"
+)
+
+// CompletionsBetween counts the completion events whose own time falls
+// in the window, by the database's clock, and none outside it.
+func TestCompletionsBetween(t *testing.T) {
+	t.Parallel()
+	f := testdb.Checked(t, time.Minute)
+	before, err := store.Now(f.Ctx, f.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		x, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, ffdtype.CreateParams{Lane: "l"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := leases.Cancel(f.Ctx, f.Pool, x.ID, "test", "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := store.Now(f.Ctx, f.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		from, to time.Time
+		want     int64
+	}{
+		{"the window of the three", before, after, 3},
+		{"before them", before.Add(-time.Hour), before.Add(-time.Second), 0},
+		{"after them", after.Add(time.Second), after.Add(time.Hour), 0},
+	} {
+		n, err := store.CompletionsBetween(f.Ctx, f.Pool, tc.from, tc.to)
+		if err != nil || n != tc.want {
+			t.Errorf("%s: %d completion events, %v; want %d", tc.name, n, err, tc.want)
+		}
+	}
+}
