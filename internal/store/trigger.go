@@ -161,8 +161,9 @@ type EventScope struct {
 	partition int16
 	// Batch is the most events one transaction of the scope fires.
 	Batch int
-	// Unfired is how many events the scope held when it was read (0:
-	// not counted), the most worth trying to fire from it in a pass.
+	// Unfired is the most events worth trying to fire from the scope in
+	// a pass: on a distributed Postgres, how many it held when it was
+	// read; on one Postgres, not counted, one batch.
 	Unfired int
 }
 
@@ -174,7 +175,7 @@ type EventScope struct {
 func UnfiredEventScopes(ctx context.Context, db DB, batch int) ([]EventScope, error) {
 	dist, err := Distributed(ctx, db)
 	if err != nil || !dist {
-		return []EventScope{{Batch: batch}}, err
+		return []EventScope{{Batch: batch, Unfired: batch}}, err
 	}
 	rows, err := db.Query(ctx, `SELECT partition_key, count(*) FROM ff_event WHERE fired_at IS NULL
 		GROUP BY partition_key ORDER BY partition_key`)

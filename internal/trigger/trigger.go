@@ -181,12 +181,8 @@ func newFiring(db store.DB, lim leases.Limits, limit int, log *zap.Logger) *firi
 // scope fires the events of s, a transaction at a time, while the pass
 // has room and s has events.
 func (f *firing) scope(ctx context.Context, s store.EventScope) error {
-	for tried := 0; s.Unfired == 0 || tried < s.Unfired; {
-		want := s.Batch
-		if s.Unfired > 0 {
-			want = min(want, s.Unfired-tried)
-		}
-		n := f.take(want)
+	for tried := 0; tried < s.Unfired; {
+		n := f.take(min(s.Batch, s.Unfired-tried))
 		if n == 0 {
 			return nil
 		}
