@@ -62,6 +62,14 @@ func dueExists(test, lead string) string {
 		ORDER BY ` + lead + `e.priority DESC, e.run_at, e.execution_id LIMIT 1), false)`
 }
 
+// turnKeysSetting is the transaction-local setting by which the turn
+// statement hands the claim statement the keys it locked. The claim runs
+// in the same pipelined round trip, so it cannot take them as a
+// parameter; marking each key's row instead (a token column, until
+// migration 00037) wrote one more index entry per key served and made
+// the claim read an index of every claim's marks.
+const turnKeysSetting = "ffd.turn_keys"
+
 // keyTurnSQL is a keyed claim's first statement: it locks the keys whose
 // turn it is, least recently served first, as many as the claim can
 // serve ($3 slots, each key offering what is left of its turn: its weight
@@ -69,7 +77,8 @@ func dueExists(test, lead string) string {
 // holds (SKIP LOCKED: claims of other keys go on), keys at their running
 // limit and keys out of rate tokens (so a key holding work never blocks
 // the lane behind it), keys with nothing due, and every key of a paused
-// lane. It marks them with the claim's token ($4) and counts each key's
+// lane. It hands them to the claim statement (turnKeysSetting) and
+// counts each key's
 // share of the slots (up to what is left of its turn, after the shares
 // of the keys before it) into its turn: a key whose turn that uses up
 // moves to the back of the turn order, in the order the keys had (this
@@ -108,12 +117,17 @@ WITH s AS MATERIALIZED (
 		LIMIT $3
 		FOR NO KEY UPDATE OF k SKIP LOCKED
 	) t, (SELECT clock_timestamp() AS t) clock
+), handoff AS (
+	SELECT set_config('` + turnKeysSetting + `', coalesce(array_agg(s.key) FILTER (WHERE s.before < $3), '{}')::text, true)
+	FROM s
 )
-UPDATE ff_key f SET claim_token = $4,
+UPDATE ff_key f SET
 	turn_used = CASE WHEN s.took >= s.left THEN 0 ELSE s.used + s.took END,
 	served_at = CASE WHEN s.took >= s.left THEN s.t + s.before * interval '1 microsecond' ELSE f.served_at END
 FROM s
-WHERE f.lane = s.lane AND f.key = s.key AND s.before < $3`
+WHERE f.lane = s.lane AND f.key = s.key AND s.before < $3
+	-- A one-time filter: the handoff runs even when no key's turn came.
+	AND (SELECT count(*) FROM handoff) = 1`
 
 // strictHeadSQL is the head of strict key g.key of lane $1: its pending
 // execution of the lowest place, due or not. Only the head may start, so
@@ -130,7 +144,8 @@ const laneLockSQL = `SELECT 1 FROM ff_lane WHERE lane = $1 AND (max_running IS N
 
 // controlledClaimSQL claims from a lane under control. It runs after the
 // lane's row (when capped or rate-limited) and the keys whose turn it is
-// ($5 marks them) were locked by earlier statements of its transaction,
+// (turnKeysSetting names them) were locked by earlier statements of its
+// transaction,
 // so its snapshot sees every claim that held those locks before: its
 // counts of running executions, and the tokens it reads, are current.
 //
@@ -162,13 +177,17 @@ room AS MATERIALIZED (
 	FROM lane
 ),
 groups AS MATERIALIZED (
-	SELECT k.key, k.weight, k.served_at, k.strict, greatest(0, least($3::bigint,
+	SELECT k.key, k.weight, k.served_at, k.strict, k.rate_count IS NOT NULL AS rated, greatest(0, least($3::bigint,
 		coalesce(k.max_running - ` + keyRunningSQL + `, $3::bigint),
 		coalesce(floor(CASE WHEN k.rate_count IS NOT NULL THEN ` + tokensAt("k", "clock.t") + ` END)::bigint, $3::bigint))) AS room
-	FROM ff_key k, clock, lane
-	WHERE k.lane = $1 AND k.claim_token = $5 AND lane.keyed
+	FROM unnest(current_setting('` + turnKeysSetting + `', true)::text[]) AS t(key)
+		-- A key lookup per handed key, whatever the planner guesses of
+		-- the array's length (the LIMIT keeps the lookup from being
+		-- pulled up into a join it could run as a scan of ff_key).
+		CROSS JOIN LATERAL (SELECT * FROM ff_key f WHERE f.lane = $1 AND f.key = t.key LIMIT 1) k, clock, lane
+	WHERE lane.keyed
 	UNION ALL
-	SELECT '', 1, '-infinity'::timestamptz, false, $3::bigint FROM lane WHERE NOT lane.keyed
+	SELECT '', 1, '-infinity'::timestamptz, false, false, $3::bigint FROM lane WHERE NOT lane.keyed
 ),
 cand AS (
 	SELECT c.row_ctid, g.key, g.weight, g.served_at,
@@ -217,7 +236,8 @@ spent_keys AS (
 	UPDATE ff_key k SET tokens = ` + tokensAt("k", "clock.t") + ` - s.n, tokens_at = clock.t
 	FROM (SELECT c.concurrency_key AS key, count(*) AS n FROM claimed c
 		WHERE c.concurrency_key IS NOT NULL GROUP BY 1) s, clock
-	WHERE k.lane = $1 AND k.key = s.key AND k.rate_count IS NOT NULL
+	-- A one-time filter: no key of the turn has a rate, no read of ff_key.
+	WHERE (SELECT bool_or(g.rated) FROM groups g) AND k.lane = $1 AND k.key = s.key AND k.rate_count IS NOT NULL
 ),
 spent_lane AS (
 	UPDATE ff_lane l SET tokens = ` + tokensAt("l", "clock.t") + ` - s.n, tokens_at = clock.t
@@ -249,7 +269,6 @@ func readLaneControl(ctx context.Context, db DB, lane string) (c laneControl, ok
 // first. In a caller's transaction the statements run in it, and the
 // locks are held until it ends.
 func claimControlled(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*ffdtype.Execution, error) {
-	token := uuid.New()
 	var out []*ffdtype.Execution
 	b := &pgx.Batch{}
 	if !inCallerTx(db) {
@@ -259,8 +278,8 @@ func claimControlled(ctx context.Context, db DB, lane string, caps []string, max
 		b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
 	}
 	b.Queue(laneLockSQL, lane)
-	b.Queue(keyTurnSQL, lane, caps, max, token)
-	b.Queue(controlledClaimSQL, lane, caps, max, worker, token).Query(func(rows pgx.Rows) error {
+	b.Queue(keyTurnSQL, lane, caps, max)
+	b.Queue(controlledClaimSQL, lane, caps, max, worker).Query(func(rows pgx.Rows) error {
 		var err error
 		out, err = queryExecutions(rows, nil)
 		return err
