@@ -59,16 +59,17 @@ import (
 // claim takes the best of them wherever they are. A distributed Postgres
 // locks rows only in statements that name one partition, so there the
 // claim is routed (claimRouted).
-var claimSQL = claimStatement("", "now()", func(d string) string { return "now() + " + d })
+var claimSQL = claimStatement("", "now()", afterNow)
+
+// afterNow is the time the interval column d from now, as one Postgres
+// writes it.
+func afterNow(d string) string { return "now() + " + d }
 
 // claimStatement is the claim, narrowed by partition (a condition on
 // e.partition_key, or nothing), with now the expression of the current
 // time and after(d) that of the time the interval column d from now: on a
 // distributed Postgres timePlus, since it refuses a STABLE function or
-// operator next to a column in an UPDATE. The first claim's start is
-// least(started_at, now), not a COALESCE (which it refuses around any but
-// an immutable function): least ignores a NULL, and a start already set
-// is in the past.
+// operator next to a column in an UPDATE (leaseStart).
 func claimStatement(partition, now string, after func(d string) string) string {
 	return `
 WITH picked AS (
@@ -83,20 +84,30 @@ WITH picked AS (
 	LIMIT $3
 	FOR NO KEY UPDATE OF e SKIP LOCKED
 ), claimed AS (
-	UPDATE ff_execution e SET
-		state = 'running',
-		attempt = e.attempt + 1,
-		lease_epoch = e.lease_epoch + 1,
-		lease_owner = $4,
-		lease_expires_at = ` + after("e.lease_ttl") + `,
-		attempt_deadline_at = ` + after("e.attempt_timeout") + `,
-		started_at = least(e.started_at, ` + now + `),
-		attempt_worker = $4,
-		attempt_started_at = ` + now + `
+	UPDATE ff_execution e SET ` + leaseStart("$4", now, after) + `
 	WHERE e.ctid = ANY(ARRAY(SELECT row_ctid FROM picked))` + partition + `
 	RETURNING ` + execColumns + `
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, execution_id`
+}
+
+// leaseStart is the SET list of every claim, plain or keyed, on one
+// Postgres or routed: the execution starts an attempt under a new lease
+// held by worker (a parameter), at now (an expression), with after(d)
+// the expression of now plus the interval column d. The first attempt's
+// start is least(started_at, now), which ignores a NULL: a distributed
+// Postgres refuses a COALESCE around any but an immutable function.
+func leaseStart(worker, now string, after func(d string) string) string {
+	return `
+		state = 'running',
+		attempt = e.attempt + 1,
+		lease_epoch = e.lease_epoch + 1,
+		lease_owner = ` + worker + `,
+		lease_expires_at = ` + after("e.lease_ttl") + `,
+		attempt_deadline_at = ` + after("e.attempt_timeout") + `,
+		started_at = least(e.started_at, ` + now + `),
+		attempt_worker = ` + worker + `,
+		attempt_started_at = ` + now
 }
 
 // claimPickSQL finds, without locking, where the best due executions of a

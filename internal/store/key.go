@@ -219,16 +219,7 @@ picked AS (
 	LIMIT (SELECT coalesce(max(n), 0) FROM room)
 ),
 claimed AS (
-	UPDATE ff_execution e SET
-		state = 'running',
-		attempt = e.attempt + 1,
-		lease_epoch = e.lease_epoch + 1,
-		lease_owner = $4,
-		lease_expires_at = now() + e.lease_ttl,
-		attempt_deadline_at = now() + e.attempt_timeout,
-		started_at = coalesce(e.started_at, now()),
-		attempt_worker = $4,
-		attempt_started_at = now()
+	UPDATE ff_execution e SET ` + leaseStart("$4", "now()", afterNow) + `
 	WHERE e.ctid = ANY(ARRAY(SELECT row_ctid FROM picked))
 	RETURNING ` + execColumns + `
 ),

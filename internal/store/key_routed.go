@@ -137,16 +137,9 @@ ORDER BY e.priority DESC, e.run_at, e.execution_id LIMIT $4`
 // routedClaimSQL claims the picked executions of one shard's partitions
 // ($5) that are still pending, at the time $6.
 var routedClaimSQL = `
-UPDATE ff_execution e SET
-	state = 'running',
-	attempt = e.attempt + 1,
-	lease_epoch = e.lease_epoch + 1,
-	lease_owner = $1,
-	lease_expires_at = ` + timePlus("$2::timestamptz", intervalSeconds("e.lease_ttl")) + `,
-	attempt_deadline_at = ` + timePlus("$2::timestamptz", intervalSeconds("e.attempt_timeout")) + `,
-	started_at = coalesce(e.started_at, $2::timestamptz),
-	attempt_worker = $1,
-	attempt_started_at = $2::timestamptz
+UPDATE ff_execution e SET ` + leaseStart("$1", "$2::timestamptz", func(d string) string {
+	return timePlus("$2::timestamptz", intervalSeconds(d))
+}) + `
 WHERE e.partition_key = ANY($3::smallint[]) AND e.execution_id = ANY($4::uuid[]) AND e.state = 'pending'
 RETURNING ` + execColumns
 
