@@ -596,7 +596,7 @@ func TestSQLAPIKnowsItsBinary(t *testing.T) {
 	if err != nil || !current {
 		t.Fatalf("after the migrations: current %v, %v; want the SQL API this binary's", current, err)
 	}
-	f.Exec(`COMMENT ON FUNCTION ffd_create(jsonb) IS 'ffd SQL API of an older binary'`)
+	f.Exec(`CREATE OR REPLACE FUNCTION ffd_api_mark() RETURNS text LANGUAGE sql IMMUTABLE AS $$SELECT 'ffd SQL API of an older binary'$$`)
 	if current, err := schema.APICurrent(f.Ctx, f.Pool); err != nil || current {
 		t.Fatalf("with another binary's mark: current %v, %v; want false", current, err)
 	}

@@ -5,13 +5,17 @@ package citus_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/schema"
 )
 
 // sqlCall runs an SQL API function on the coordinator and decodes its
@@ -115,5 +119,50 @@ func TestSQLAPIOnCitus(t *testing.T) {
 	}
 	if _, err := f.sqlCall("ffd_cancel", xs[1].ID.String()); !errors.Is(err, ffd.ErrAlreadyTerminal) {
 		t.Fatalf("cancelling a completed execution: %v, want already terminal", err)
+	}
+}
+
+// The SQL API is this binary's on every node, so a process whose front
+// door is a worker node (docs/scaling.md) is not told to migrate again
+// (Citus copies functions to every node but not their comments), and the
+// API creates through that node.
+func TestSQLAPIOnEveryNode(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	rows, err := f.pool.Query(f.ctx, `SELECT nodename, nodeport FROM pg_dist_node
+		WHERE isactive AND noderole = 'primary' AND groupid > 0 ORDER BY nodeport`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type node struct {
+		Host string
+		Port int
+	}
+	nodes, err := pgx.CollectRows(rows, pgx.RowToStructByPos[node])
+	if err != nil || len(nodes) == 0 {
+		t.Fatalf("worker nodes: %v, %v; want at least one", nodes, err)
+	}
+	cfg, err := pgxpool.ParseConfig(coordinator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		cfg := cfg.Copy()
+		cfg.ConnConfig.Host, cfg.ConnConfig.Port = n.Host, uint16(n.Port)
+		pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		current, err := schema.APICurrent(f.ctx, pool)
+		if err != nil || !current {
+			pool.Close()
+			t.Fatalf("through the worker node on port %d: current %v, %v; want the SQL API this binary's", n.Port, current, err)
+		}
+		var raw string
+		err = pool.QueryRow(f.ctx, `SELECT ffd_create($1)::text`, asJSON(t, map[string]any{"lane": f.lane("front")})).Scan(&raw)
+		pool.Close()
+		if err != nil || !strings.Contains(raw, `"state": "pending"`) {
+			t.Fatalf("ffd_create through the worker node on port %d: %s, %v; want a pending execution", n.Port, raw, err)
+		}
 	}
 }

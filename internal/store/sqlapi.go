@@ -129,8 +129,13 @@ func APIFunctions(schema string, l APILimits) (string, error) {
 		return "", fmt.Errorf("render the SQL API: %w", err)
 	}
 	// The digest of what was rendered marks the functions as this
-	// binary's (APICurrent).
-	fmt.Fprintf(&b, "\nCOMMENT ON FUNCTION ffd_create(jsonb) IS '%s';\n", apiMark(b.String()))
+	// binary's (APICurrent). The mark is a function's body, not only a
+	// comment: a distributed Postgres copies functions to every node but
+	// not their comments, and a process may connect to any node.
+	mark := apiMark(b.String())
+	fmt.Fprintf(&b, "\nCOMMENT ON FUNCTION ffd_create(jsonb) IS '%s';\n", mark)
+	fmt.Fprintf(&b, "CREATE OR REPLACE FUNCTION ffd_api_mark() RETURNS text LANGUAGE sql IMMUTABLE AS %s;\n",
+		apiMarkBody(mark))
 	return b.String(), nil
 }
 
@@ -140,13 +145,19 @@ func apiMark(text string) string {
 	return "ffd SQL API " + hex.EncodeToString(sum[:8])
 }
 
+// apiMarkBody is the body of ffd_api_mark(), which returns mark; the
+// same text as the function's stored source once unquoted.
+func apiMarkBody(mark string) string { return "$ffdmark$SELECT '" + mark + "'$ffdmark$" }
+
 // APICurrent reports whether the SQL API installed in the current schema
 // is the one this binary renders (false when it is missing, or another
 // binary's: `ffd migrate up` installs this one).
 func APICurrent(ctx context.Context, db DB, l APILimits) (bool, error) {
 	var schema string
 	var mark *string
-	err := db.QueryRow(ctx, `SELECT current_schema(), obj_description(to_regprocedure('ffd_create(jsonb)'), 'pg_proc')`).Scan(&schema, &mark)
+	err := db.QueryRow(ctx, `SELECT current_schema(), (SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure('ffd_api_mark()')
+		AND to_regprocedure('ffd_create(jsonb)') IS NOT NULL)`).
+		Scan(&schema, &mark)
 	if err != nil {
 		return false, wrap("read the SQL API's mark", err)
 	}
@@ -154,7 +165,7 @@ func APICurrent(ctx context.Context, db DB, l APILimits) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return mark != nil && strings.Contains(text, "'"+*mark+"'"), nil
+	return mark != nil && strings.Contains(text, "$ffdmark$"+*mark+"$ffdmark$"), nil
 }
 
 // InstallAPI (re)creates the SQL API's functions in the schema ffd lives
