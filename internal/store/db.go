@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // DB is what every statement runs on: a pool, a connection or a caller's
@@ -84,6 +85,42 @@ func refusedBy(err error, code string, names ...string) bool {
 // anything else (in particular never as a lost lease).
 func InTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
 	return WithRetry(ctx, db, func() error { return pgx.BeginFunc(ctx, db, fn) })
+}
+
+// pipelinedTx runs fn in a transaction of its own whose BEGIN goes in
+// fn's first batch and whose COMMIT in its last: a transaction of two
+// batches is two round trips, not four. fn sends its first batch with
+// first and its last with last (the same batch may be both). An error
+// rolls the transaction back; db must not be a caller's transaction.
+func pipelinedTx(ctx context.Context, db DB, fn func(first, last func(*pgx.Batch) error) error) error {
+	conn := db
+	if p, ok := db.(*pgxpool.Pool); ok {
+		c, err := p.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		// A connection left inside a transaction is closed, not reused.
+		defer c.Release()
+		conn = c
+	}
+	begun := false
+	send := func(b *pgx.Batch, begin, commit bool) error {
+		if begin {
+			b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: "BEGIN"}}, b.QueuedQueries...)
+			begun = true
+		}
+		if commit {
+			b.Queue("COMMIT")
+		}
+		return conn.SendBatch(ctx, b).Close()
+	}
+	err := fn(func(b *pgx.Batch) error { return send(b, true, false) },
+		func(b *pgx.Batch) error { return send(b, !begun, true) })
+	if err != nil && begun {
+		// Best effort: on a broken connection the release closes it.
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
+	return err
 }
 
 // WithRetry runs fn, again on a serialization failure or deadlock, unless

@@ -72,6 +72,18 @@ func TestRoutedStatements(t *testing.T) {
 			t.Fatalf("completion %d: %+v, %v; want completed with its event", i, ends[i], e)
 		}
 	}
+	// Each completion's event is the one it was told of, born dispatched
+	// (no flow): a shard's completions of solo executions write their
+	// events apart from the update (terminateSplit).
+	for i := range items {
+		var event int64
+		var dispatched bool
+		err := db.Pool.QueryRow(ctx, `SELECT event_id, dispatched_at IS NOT NULL FROM ff_completion_event WHERE execution_id = $1`,
+			xs[i].ID.UUID).Scan(&event, &dispatched)
+		if err != nil || event != ends[i].EventID || !dispatched {
+			t.Fatalf("event of completion %d: id %d dispatched %v, %v; want id %d, dispatched", i, event, dispatched, err, ends[i].EventID)
+		}
+	}
 	end, err := leases.Fail(ctx, db.Pool, xs[20].ID, xs[20].LeaseEpoch, ffdtype.FailParams{Error: "e", Retryable: true, Immediate: true})
 	if err != nil || end.State != ffdtype.StatePending {
 		t.Fatalf("fail with a retry: %+v, %v; want pending", end, err)
