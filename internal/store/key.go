@@ -78,14 +78,13 @@ const turnKeysSetting = "ffd.turn_keys"
 // limit and keys out of rate tokens (so a key holding work never blocks
 // the lane behind it), keys with nothing due, and every key of a paused
 // lane. It hands them to the claim statement (turnKeysSetting) and
-// counts each key's
-// share of the slots (up to what is left of its turn, after the shares
-// of the keys before it) into its turn: a key whose turn that uses up
-// moves to the back of the turn order, in the order the keys had (this
-// statement's time plus as many microseconds as the slots before it, so
-// the claim statement can still rank them by turn), its turn begun
-// anew; a key with turn left keeps its place, so that the next claim,
-// of one slot say, serves it again. Weights so hold across claims. A
+// counts each key's share of the slots (up to what is left of its turn,
+// after the shares of the keys before it) into its turn: a key whose
+// turn that uses up moves to the back of the turn order, in the order the
+// keys had (this statement's time plus as many microseconds as the slots
+// before it, so the claim statement can still rank them by turn), its
+// turn begun anew; a key with turn left keeps its place, so that the next
+// claim, of one slot say, serves it again. Weights so hold across claims. A
 // share the claim then does not fill (the key had less due, or the lane
 // less room) is spent all the same: the turn order moves on rather than
 // wait on a key with little to do. The tests of limits here read this
@@ -145,9 +144,9 @@ const laneLockSQL = `SELECT 1 FROM ff_lane WHERE lane = $1 AND (max_running IS N
 // controlledClaimSQL claims from a lane under control. It runs after the
 // lane's row (when capped or rate-limited) and the keys whose turn it is
 // (turnKeysSetting names them) were locked by earlier statements of its
-// transaction,
-// so its snapshot sees every claim that held those locks before: its
-// counts of running executions, and the tokens it reads, are current.
+// transaction, so its snapshot sees every claim that held those locks
+// before: its counts of running executions, and the tokens it reads, are
+// current.
 //
 // Room: the claim takes at most $3, the lane's cap less what runs in it
 // (counted only in a capped lane: the count reads every running row),
