@@ -32,10 +32,11 @@ type Dispatching struct {
 // finishes it, or rolls back and leaves it to the sweep.
 //
 // The statement also sets the transaction's lock_timeout (its
-// next-to-last parameter, in milliseconds; NULL keeps the session's), so that the rest
-// of the dispatch waits for a lock at most that long without a statement
-// of its own; and it sets the transaction's plan_cache_mode (its last
-// parameter, text; NULL keeps the session's): dispatchPlans says which.
+// next-to-last parameter, in milliseconds; NULL keeps the session's), so
+// that the rest of the dispatch waits for a lock at most that long
+// without a statement of its own; and it sets the transaction's
+// plan_cache_mode (its last parameter, text; NULL keeps the session's):
+// dispatchPlans says which.
 //
 // It marks with now() and returns the time it read with it, from which the
 // caller computes each event's age: a distributed Postgres refuses a

@@ -572,7 +572,7 @@ func terminateSplit(ctx context.Context, db DB, g shardGroup[Termination], lockT
 	var out []Ended
 	err := pipelinedTx(ctx, db, func(first, last func(*pgx.Batch) error) error {
 		out = out[:0]
-		var evs []splitEvent
+		var evs []splitEvent // evs[i] is out[i]'s event
 		b := &pgx.Batch{}
 		if ms := millisOrNull(lockTimeout); ms != nil {
 			b.Queue(`SELECT set_config('lock_timeout', $1, true)`, *ms)
@@ -591,7 +591,7 @@ func terminateSplit(ctx context.Context, db DB, g shardGroup[Termination], lockT
 			for i, e := range out {
 				at[e.ID.UUID] = i
 			}
-			sql, args := splitEventsInsert(evs)
+			sql, args := splitEventsInsert(out, evs)
 			b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
 				var id uuid.UUID
 				var event int64
@@ -608,13 +608,10 @@ func terminateSplit(ctx context.Context, db DB, g shardGroup[Termination], lockT
 	return out, err
 }
 
-// splitEvent is the completion event of an execution terminateSplit ended.
+// splitEvent is what the completion event of an execution terminateSplit
+// ended takes beyond the Ended: its outcome, namespace and step.
 type splitEvent struct {
-	part    int16
-	id      pgtype.UUID
-	flow    *uuid.UUID
 	outcome string
-	attempt int
 	ns      string
 	step    *string
 }
@@ -632,7 +629,6 @@ func scanSplitEnded(rows pgx.Rows) ([]Ended, []splitEvent, error) {
 	_, err := pgx.ForEachRow(rows, []any{&e.ID.Partition, &e.ID.UUID, &e.FlowID, &v.ns, &e.Attempt, &e.LeaseEpoch, &state,
 		&v.step, &worker, &oldState, &leaseExpired, &v.outcome, &leaseEnd}, func() error {
 		e.State, e.WasRunning = ffdtype.State(state), oldState == string(ffdtype.StateRunning)
-		v.part, v.id, v.flow, v.attempt = e.ID.Partition, pgUUID(e.ID.UUID), e.FlowID, e.Attempt
 		out, evs = append(out, e), append(evs, v)
 		// Fresh targets for the next row: its pointers must not alias these.
 		e, v, worker, leaseExpired = Ended{}, splitEvent{}, nil, nil
@@ -641,10 +637,11 @@ func scanSplitEnded(rows pgx.Rows) ([]Ended, []splitEvent, error) {
 	return out, evs, err
 }
 
-// splitEventsInsert is the insert of evs as rows of VALUES, returning each
-// event's execution and id. An event of no flow is born dispatched, as
-// terminateCompletionEvents writes it.
-func splitEventsInsert(evs []splitEvent) (string, []any) {
+// splitEventsInsert is the insert of the events of ended (evs[i] is
+// ended[i]'s) as rows of VALUES, returning each event's execution and id.
+// An event of no flow is born dispatched, as terminateCompletionEvents
+// writes it.
+func splitEventsInsert(ended []Ended, evs []splitEvent) (string, []any) {
 	const cols = 7
 	var b strings.Builder
 	b.WriteString(`INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, attempt, namespace, dispatched_at, step) VALUES `)
@@ -656,7 +653,8 @@ func splitEventsInsert(evs []splitEvent) (string, []any) {
 		}
 		b.WriteString("(" + p(1) + "::smallint, " + p(2) + "::uuid, " + p(3) + "::uuid, " + p(4) + "::text, " + p(5) + "::int, " +
 			p(6) + "::text, CASE WHEN " + p(3) + "::uuid IS NULL THEN now() END, " + p(7) + "::text)")
-		args = append(args, v.part, v.id, v.flow, v.outcome, v.attempt, v.ns, v.step)
+		e := ended[i]
+		args = append(args, e.ID.Partition, pgUUID(e.ID.UUID), e.FlowID, v.outcome, e.Attempt, v.ns, v.step)
 	}
 	b.WriteString(" RETURNING execution_id, event_id")
 	return b.String(), args
