@@ -58,7 +58,7 @@ func CompensationsDue(ctx context.Context, db DB, limit int) ([]uuid.UUID, error
 	if err != nil {
 		return nil, wrap("find flows to compensate", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	ids, err := collectUUIDs(rows)
 	return ids, wrap("find flows to compensate", err)
 }
 

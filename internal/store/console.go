@@ -155,7 +155,7 @@ func FlowProgressOf(ctx context.Context, db DB, ids []uuid.UUID) (map[uuid.UUID]
 			(array_agg(coalesce(e.step, e.execution_id::text) ORDER BY e.execution_id) FILTER (WHERE e.state = ANY($4)))[1:5]
 		FROM unnest($1::int2[], $2::uuid[]) AS f(partition_key, flow_id)
 		JOIN ff_execution e ON e.partition_key = f.partition_key AND e.flow_id = f.flow_id
-		GROUP BY e.flow_id`, parts, ids, terminalStates(), []ffdtype.State{ffdtype.StateFailed, ffdtype.StateExpired})
+		GROUP BY e.flow_id`, parts, pgUUIDs(ids), terminalStates(), []ffdtype.State{ffdtype.StateFailed, ffdtype.StateExpired})
 	if err != nil {
 		return nil, wrap("read flow progress", err)
 	}

@@ -163,6 +163,33 @@ func wrap(what string, err error) error {
 // array that is most of the client's encoding work.
 func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
 
+// pgUUIDs is pgUUID of each of us: an id array's argument.
+func pgUUIDs(us []uuid.UUID) []pgtype.UUID {
+	out := make([]pgtype.UUID, len(us))
+	for i, u := range us {
+		out[i] = pgUUID(u)
+	}
+	return out
+}
+
+// collectUUIDs reads a one-column result of ids. Scanned into a
+// uuid.UUID, each would be formatted as text and parsed back (its
+// sql.Scanner), as pgUUID explains for arguments.
+func collectUUIDs(rows pgx.Rows) ([]uuid.UUID, error) {
+	ps, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.UUID])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uuid.UUID, len(ps))
+	for i, p := range ps {
+		if !p.Valid {
+			return nil, fmt.Errorf("id %d of %d is NULL", i+1, len(ps))
+		}
+		out[i] = p.Bytes
+	}
+	return out, nil
+}
+
 // pgUUIDOrNull is pgUUID of *u, or NULL.
 func pgUUIDOrNull(u *uuid.UUID) pgtype.UUID {
 	if u == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/ffdtype"
 )
@@ -37,11 +38,11 @@ type DeadFilter struct {
 // ListDead reads up to f.Limit dead letters in id (creation) order.
 func ListDead(ctx context.Context, db DB, f DeadFilter) ([]*ffdtype.Execution, error) {
 	var parts []int16
-	var ids []uuid.UUID
+	var ids []pgtype.UUID
 	if f.IDs != nil {
-		parts, ids = make([]int16, len(f.IDs)), make([]uuid.UUID, len(f.IDs))
+		parts, ids = make([]int16, len(f.IDs)), make([]pgtype.UUID, len(f.IDs))
 		for i, id := range f.IDs {
-			parts[i], ids[i] = id.Partition, id.UUID
+			parts[i], ids[i] = id.Partition, pgUUID(id.UUID)
 		}
 	}
 	rows, err := db.Query(ctx, `SELECT `+execColumns+` FROM ff_execution e

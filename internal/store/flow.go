@@ -200,15 +200,12 @@ func CountNewMember(ctx context.Context, tx pgx.Tx, flowID uuid.UUID) error {
 // in one statement. Ending the members is the caller's next step
 // (Terminate).
 func CancelFlow(ctx context.Context, tx pgx.Tx, id uuid.UUID, policy ffdtype.CancelPolicy, reason string, members []uuid.UUID) error {
-	if members == nil {
-		members = []uuid.UUID{}
-	}
 	// The flow's event is born dispatched: its notice only wakes the
 	// outbox's consumers, and rides in the same round trip.
 	notices := &Notices{}
 	notices.Completions(ident.Partition(id), false)
 	b := &pgx.Batch{}
-	b.Queue(cancelFlowSQL, ident.Partition(id), id, string(policy), reason, members, string(ffdtype.OutcomeCancelled))
+	b.Queue(cancelFlowSQL, ident.Partition(id), id, string(policy), reason, pgUUIDs(members), string(ffdtype.OutcomeCancelled))
 	notices.Queue(b)
 	return tx.SendBatch(ctx, b).Close()
 }

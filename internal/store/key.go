@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/ffdtype"
@@ -683,9 +684,9 @@ func makeStrict(ctx context.Context, tx pgx.Tx, lane, key string) error {
 	if err := place(ctx, tx, rs, map[[2]string]bool{{lane, key}: true}); err != nil {
 		return err
 	}
-	parts, ids, seqs := make([]int16, len(rs)), make([]uuid.UUID, len(rs)), make([]int64, len(rs))
+	parts, ids, seqs := make([]int16, len(rs)), make([]pgtype.UUID, len(rs)), make([]int64, len(rs))
 	for i, r := range rs {
-		parts[i], ids[i], seqs[i] = r.ID.Partition, r.ID.UUID, *r.KeySeq
+		parts[i], ids[i], seqs[i] = r.ID.Partition, pgUUID(r.ID.UUID), *r.KeySeq
 	}
 	_, err = tx.Exec(ctx, `UPDATE ff_execution e SET key_seq = i.seq
 		FROM unnest($1::smallint[], $2::uuid[], $3::bigint[]) AS i(p, id, seq)

@@ -8,9 +8,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/ffdtype"
 )
@@ -219,9 +219,9 @@ func claimControlledRouted(ctx context.Context, db DB, lane string, c laneContro
 		}
 		b := &pgx.Batch{}
 		for _, g := range shards {
-			ids := make([]uuid.UUID, len(g.items))
+			ids := make([]pgtype.UUID, len(g.items))
 			for i, c := range g.items {
-				ids[i] = c.id.UUID
+				ids[i] = pgUUID(c.id.UUID)
 			}
 			b.Queue(routedClaimSQL, worker, now, g.parts, ids).Query(func(rows pgx.Rows) error {
 				xs, err := collectExecutions(rows)

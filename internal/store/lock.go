@@ -197,7 +197,7 @@ func (l *Locks) Members(ctx context.Context, flowID uuid.UUID, states []ffdtype.
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	return collectUUIDs(rows)
 }
 
 // LockMode is the strength of a flow lock.

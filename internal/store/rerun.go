@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
@@ -93,10 +94,10 @@ func CarryCompleted(ctx context.Context, tx pgx.Tx, pairs []Carried) error {
 	return nil
 }
 
-func carriedArrays(pairs []Carried) (np []int16, nid []uuid.UUID, op []int16, oid []uuid.UUID) {
+func carriedArrays(pairs []Carried) (np []int16, nid []pgtype.UUID, op []int16, oid []pgtype.UUID) {
 	for _, p := range pairs {
-		np, nid = append(np, p.New.Partition), append(nid, p.New.UUID)
-		op, oid = append(op, p.Old.Partition), append(oid, p.Old.UUID)
+		np, nid = append(np, p.New.Partition), append(nid, pgUUID(p.New.UUID))
+		op, oid = append(op, p.Old.Partition), append(oid, pgUUID(p.Old.UUID))
 	}
 	return np, nid, op, oid
 }

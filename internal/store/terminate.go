@@ -495,10 +495,10 @@ func finishFlowsRouted(ctx context.Context, tx pgx.Tx, ended []Ended) error {
 	slices.Sort(order)
 	b := &pgx.Batch{}
 	for _, p := range order {
-		b.Queue(lockFlowsRoutedSQL, p, flows[p])
+		b.Queue(lockFlowsRoutedSQL, p, pgUUIDs(flows[p]))
 	}
 	for _, p := range order {
-		b.Queue(finishFlowsRoutedSQL, p, flows[p])
+		b.Queue(finishFlowsRoutedSQL, p, pgUUIDs(flows[p]))
 	}
 	return tx.SendBatch(ctx, b).Close()
 }
