@@ -42,14 +42,17 @@ var (
 		"ff_completion_event.ins": 1,
 	}
 	// The claim (the setting that puts it on its generic plan, and the
-	// claim: one pipelined batch) and the completion (the ending, which
-	// also locks the flows of what it ended, and the flow-finishing
-	// statement, one pipelined batch): two round trips. The setting costs
-	// no planning and saves the claim's (0.3-0.5 ms a call;
-	// docs/benchmarks.md). The completion's batch also carries its
-	// notification (migration 00024: the writer notifies, not a trigger),
-	// one statement more and no round trip.
-	budgetSoloStatements = 5
+	// claim: one pipelined batch) and the completion (the setting that
+	// puts the ending on its generic plan, the ending, which also locks
+	// the flows of what it ended, and the flow-finishing statement, one
+	// pipelined batch): two round trips. The claim's setting costs no
+	// planning and saves the claim's (0.3-0.5 ms a call;
+	// docs/benchmarks.md); the ending's keeps the plan that updates the
+	// rows in the lock order without locking them first
+	// (store.terminateHeldSQL: 10-15% of the ending). The completion's
+	// batch also carries its notification (migration 00024: the writer
+	// notifies, not a trigger), one statement more and no round trip.
+	budgetSoloStatements = 6
 	budgetSoloRoundTrips = 2
 	// Notifications: none for the claim; one for the completion (a
 	// bare wake-up on ff_completion for the outbox's consumers), sent by
@@ -65,9 +68,9 @@ var (
 	// of the hop. The group is written twice: the counters move in SQL, the
 	// policy decides in Go (internal/flows) and the decision is written
 	// back in the same transaction.
-	// The member's completion: the solo one's pipelined batch (the ending
-	// with its flow's lock, the flow-finishing statement and the
-	// notification). The dispatch of its event, one event per
+	// The member's completion: the solo one's pipelined batch (the
+	// ending's plan setting, the ending with its flow's lock, the
+	// flow-finishing statement and the notification). The dispatch of its event, one event per
 	// transaction: BEGIN, take the event, lock the group and resolve the
 	// edge and count it (reading b's lane; one pipelined batch of two),
 	// record the decision, make b pending and tell b's lane, and let the
@@ -77,7 +80,7 @@ var (
 	// machines measured, out of every hop), COMMIT. The daemon takes every
 	// event a notification names in one such transaction, so under load
 	// these are shared by many hops.
-	budgetHopCompleteStatements, budgetHopCompleteRoundTrips = 3, 1
+	budgetHopCompleteStatements, budgetHopCompleteRoundTrips = 4, 1
 	budgetHopDispatchStatements, budgetHopDispatchRoundTrips = 9, 5
 	// Notifications: the member's completion names its partition on
 	// ff_completion (for the daemon); the dispatch tells b's lane on

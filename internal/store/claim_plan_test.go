@@ -89,10 +89,12 @@ func TestClaimPlanSurvivesStatistics(t *testing.T) {
 }
 
 type planNode struct {
-	NodeType    string     `json:"Node Type"`
-	SubplanName string     `json:"Subplan Name"`
-	IndexName   string     `json:"Index Name"`
-	Plans       []planNode `json:"Plans"`
+	NodeType     string     `json:"Node Type"`
+	SubplanName  string     `json:"Subplan Name"`
+	IndexName    string     `json:"Index Name"`
+	RelationName string     `json:"Relation Name"`
+	Parent       string     `json:"Parent Relationship"`
+	Plans        []planNode `json:"Plans"`
 }
 
 func (n *planNode) find(match func(*planNode) bool) *planNode {

@@ -35,3 +35,6 @@ func ExecutionRowTags() (tags []string, inOrder bool) {
 	}
 	return tags, inOrder
 }
+
+// TerminateHeldSQL is the ending of held leases, for the plan test.
+var TerminateHeldSQL = terminateHeldSQL
