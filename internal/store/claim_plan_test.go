@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
@@ -39,10 +41,13 @@ func TestClaimPlanSurvivesStatistics(t *testing.T) {
 				CASE WHEN '` + state + `' = 'pending' THEN NULL ELSE now() END
 			FROM generate_series(1, ` + strconv.Itoa(n) + `)`)
 	}
-	// The worker's claim runs on the generic plan (store.Claim forces
-	// it); a claim in a caller's transaction on the plan Postgres picks,
-	// a custom one. Both must read in order and update by TID.
-	check := func(when string) {
+	// The worker's claim runs on the generic plan, bitmap scans off
+	// (store.ClaimSettingsSQL); a claim in a caller's transaction on the
+	// plan Postgres picks, a custom one. Both must read in order and
+	// update by TID.
+	both := []string{"a caller's transaction (a custom plan)", "the worker's (store.ClaimSettingsSQL)"}
+	workerOnly := both[1:]
+	check := func(when string, modes []string) {
 		t.Helper()
 		conn, err := pool.Acquire(ctx)
 		if err != nil {
@@ -52,13 +57,20 @@ func TestClaimPlanSurvivesStatistics(t *testing.T) {
 		if _, err := conn.Exec(ctx, `PREPARE claim_plan(text, text[], int, text, boolean) AS `+store.ClaimSQL); err != nil {
 			t.Fatalf("prepare the claim: %v", err)
 		}
-		defer conn.Exec(ctx, `DEALLOCATE claim_plan; RESET plan_cache_mode`)
-		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		defer conn.Exec(ctx, `DEALLOCATE claim_plan`)
+		for _, mode := range modes {
 			var raw []byte
-			if _, err := conn.Exec(ctx, `SET plan_cache_mode = `+mode); err != nil {
-				t.Fatal(err)
-			}
-			if err := conn.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE claim_plan('busy', '{}', 30, 'w/1', false)`).Scan(&raw); err != nil {
+			err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				settings := `SET LOCAL plan_cache_mode = force_custom_plan`
+				if strings.HasPrefix(mode, "the worker's") {
+					settings = store.ClaimSettingsSQL
+				}
+				if _, err := tx.Exec(ctx, settings); err != nil {
+					return err
+				}
+				return tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE claim_plan('busy', '{}', 30, 'w/1', false)`).Scan(&raw)
+			})
+			if err != nil {
 				t.Fatalf("explain the claim: %v", err)
 			}
 			var plans []struct{ Plan planNode }
@@ -80,12 +92,32 @@ func TestClaimPlanSurvivesStatistics(t *testing.T) {
 			}
 		}
 	}
+	// Statistics gathered after every row was deleted, before a vacuum
+	// (a queue drained by retention, the bench's cleanup): no live row
+	// in hundreds of pages, so the planner takes the lane for one row.
+	// With some samples of ANALYZE (in about one run of this test in
+	// three) it then chose a bitmap scan and a sort of every pending row
+	// of the lane (47 ms a claim at 40,000 pending), which the worker's
+	// settings rule out. A claim in a caller's transaction keeps the
+	// plan Postgres chooses, and may sort until the statistics are
+	// refreshed (the daemon's statistician), so it is not checked here.
+	for round := range 3 {
+		insert("busy", "pending", 20000)
+		exec(`ANALYZE ff_execution`)
+		exec(`TRUNCATE ff_execution CASCADE`)
+		insert("gone", "completed", 20000)
+		exec(`DELETE FROM ff_execution`)
+		exec(`ANALYZE ff_execution`)
+		insert("busy", "pending", 20000)
+		check("statistics gathered over deleted rows, round "+strconv.Itoa(round+1), workerOnly)
+	}
+	exec(`TRUNCATE ff_execution CASCADE`)
 	insert("done", "completed", 20000)
 	exec(`ANALYZE ff_execution`) // statistics of a table with nothing pending
 	insert("busy", "pending", 20000)
-	check("statistics gathered while nothing was pending")
+	check("statistics gathered while nothing was pending", both)
 	exec(`ANALYZE ff_execution`)
-	check("statistics gathered over 20,000 pending rows")
+	check("statistics gathered over 20,000 pending rows", both)
 }
 
 type planNode struct {

@@ -38,3 +38,6 @@ func ExecutionRowTags() (tags []string, inOrder bool) {
 
 // TerminateHeldSQL is the ending of held leases, for the plan test.
 var TerminateHeldSQL = terminateHeldSQL
+
+// ClaimSettingsSQL is what the worker's claim sets for its transaction.
+const ClaimSettingsSQL = claimSettingsSQL
