@@ -41,3 +41,6 @@ var TerminateHeldSQL = terminateHeldSQL
 
 // ClaimSettingsSQL is what the worker's claim sets for its transaction.
 const ClaimSettingsSQL = claimSettingsSQL
+
+// RenewSQL and SuspendSQL are fenced lookups by key, for the plan test.
+var RenewSQL, SuspendSQL = renewSQL, suspendSQL

@@ -11,13 +11,24 @@ import (
 	"github.com/flowfabric/ffd/ffdtype"
 )
 
+// isRunning is the fence's test that a row (of alias, "" or "e.") is
+// running, for a statement that finds its row by its key. Written as
+// state = 'running', the planner may answer it from a partial index of
+// running rows (ff_execution_lease_expiry) instead of the primary key:
+// it did when the statistics said nothing was running (gathered while
+// the queue was idle), and every renewal then read every running row
+// (69 ms each at 20,000 running; docs/benchmarks.md). IS NOT DISTINCT
+// FROM is the same test for a state, which is never NULL, and no index
+// predicate implies it.
+func isRunning(alias string) string { return alias + "state IS NOT DISTINCT FROM 'running'" }
+
 // renewSQL extends a running lease by its TTL, fenced on the epoch, and
 // writes the renewed lease event. One statement on one partition, which a
 // distributed Postgres routes to the shard (nowPlus).
 var renewSQL = `
 WITH upd AS (
 	UPDATE ff_execution SET lease_expires_at = ` + nowPlus(intervalSeconds("lease_ttl")) + `
-	WHERE partition_key = $1 AND execution_id = $2 AND state = 'running' AND lease_epoch = $3
+	WHERE partition_key = $1 AND execution_id = $2 AND ` + isRunning("") + ` AND lease_epoch = $3
 	RETURNING partition_key, execution_id, lease_epoch, attempt, lease_owner, lease_expires_at
 ), lev AS (
 	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)

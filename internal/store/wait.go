@@ -54,7 +54,7 @@ WITH locked AS (
 	SELECT e.partition_key, e.execution_id, e.attempt_worker, e.attempt_started_at,
 		coalesce($6::timestamptz, ` + nowPlus("$8::float8") + `) AS wait_until
 	FROM ff_execution e
-	WHERE e.partition_key = $1 AND e.execution_id = $2 AND e.state = 'running' AND e.lease_epoch = $3
+	WHERE e.partition_key = $1 AND e.execution_id = $2 AND ` + isRunning("e.") + ` AND e.lease_epoch = $3
 	FOR NO KEY UPDATE
 ), upd AS (
 	UPDATE ff_execution e SET
