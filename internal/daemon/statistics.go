@@ -20,7 +20,8 @@ const (
 
 // statistician refreshes, every StatisticsInterval, the planner
 // statistics of ff_ tables analyzed while nearly empty that have filled
-// since (store.RefreshStaleStatistics). Autovacuum would, but up to
+// since, and of ff_execution analyzed while few of its rows were live
+// that the lane statistics now count many (store.RefreshStaleStatistics). Autovacuum would, but up to
 // autovacuum_naptime later, and until then the planner plans every batch
 // as if the table were empty.
 type statistician struct {

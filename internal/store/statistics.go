@@ -20,8 +20,12 @@ type StaleTable struct {
 // them as they were before, and those never analyzed (an estimate of -1)
 // holding at least minRows/factor (migration 00028): the planner sizes
 // such a table from its pages, but has no statistics of its columns and
-// guesses 0.5% of the rows for any test of one. The function runs as the
-// tables' owner, so that a role that only writes rows may call it.
+// guesses 0.5% of the rows for any test of one. And ff_execution, when
+// the lane statistics sampled after its last analysis count at least
+// minRows live executions and its statistics put under 1/factor of them
+// in the live states (migration 00038): then StaleTable's Estimated and
+// Live are those of the live rows. The function runs as the tables'
+// owner, so that a role that only writes rows may call it.
 //
 // A queue drains and refills. Analyzed while empty, a table keeps a row
 // estimate of zero however much it refills, and the planner plans every

@@ -1,0 +1,67 @@
+package store_test
+
+import (
+	"testing"
+
+	"github.com/flowfabric/ffd/internal/store"
+)
+
+// Statistics whose row count is right while what the rows are has
+// changed (gathered while nothing was running, then 5,000 started):
+// the refresh compares the live rows the lane statistics counted after
+// the last analysis with the rows the statistics put in the live
+// states, and analyzes ff_execution once.
+func TestRefreshStatisticsOfLiveStates(t *testing.T) {
+	t.Parallel()
+	b := newPlanBench(t)
+	b.exec(`ALTER TABLE ff_execution SET (autovacuum_enabled = false)`)
+	running := func() int64 {
+		t.Helper()
+		var est int64
+		if err := b.pool.QueryRow(b.ctx, `SELECT (c.reltuples * coalesce((SELECT sum(f.freq)
+				FROM unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS f(val, freq) WHERE f.val = 'running'), 0))::bigint
+			FROM pg_class c JOIN pg_stats s ON s.tablename = c.relname AND s.attname = 'state' AND s.schemaname = current_schema()
+			WHERE c.oid = 'ff_execution'::regclass`).Scan(&est); err != nil {
+			t.Fatalf("read the statistics' running rows: %v", err)
+		}
+		return est
+	}
+	refresh := func() []store.StaleTable {
+		t.Helper()
+		got, err := store.RefreshStaleStatistics(b.ctx, b.pool, 1000, 4)
+		if err != nil {
+			t.Fatalf("refresh: %v", err)
+		}
+		return got
+	}
+	sample := func() {
+		t.Helper()
+		if sampled, err := store.SampleLaneStats(b.ctx, b.pool, 0, "test"); err != nil || !sampled {
+			t.Fatalf("sample the lanes: sampled %v, %v", sampled, err)
+		}
+	}
+	b.insert("busy", "completed", 20000)
+	b.exec(`ANALYZE ff_execution`)
+	b.insert("busy", "running", 5000)
+	// 25,000 rows against an estimate of 20,000: the row count rule
+	// leaves them; and no sample after the analysis yet.
+	if got := refresh(); len(got) != 0 {
+		t.Fatalf("before a sample: want nothing refreshed, got %+v", got)
+	}
+	sample()
+	got := refresh()
+	if len(got) != 1 || got[0].Name != "ff_execution" || got[0].Live != 5000 || got[0].Estimated > 5000/4 {
+		t.Fatalf("want ff_execution refreshed, its 5000 live rows against an estimate under 1250, got %+v", got)
+	}
+	if est := running(); est < 4000 {
+		t.Fatalf("after the refresh the statistics put %d rows in running, want about 5000", est)
+	}
+	// The sample is older than the analysis now: nothing more to do.
+	if got := refresh(); len(got) != 0 {
+		t.Fatalf("after the refresh: want nothing refreshed, got %+v", got)
+	}
+	sample()
+	if got := refresh(); len(got) != 0 {
+		t.Fatalf("a fresh sample of fresh statistics: want nothing refreshed, got %+v", got)
+	}
+}

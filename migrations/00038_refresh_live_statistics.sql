@@ -1,0 +1,118 @@
+-- +goose Up
+-- ff_refresh_statistics also analyzes ff_execution when its statistics
+-- put far fewer of its rows in the live states (pending, running,
+-- blocked) than the lane statistics count there (ff_lane_stats, sampled
+-- after the table's last analysis). The row count may be right while
+-- what the rows are has changed: statistics gathered while nothing was
+-- running, or while the queue was drained and its rows not yet vacuumed,
+-- planned statements fenced on running rows through an index of every
+-- running row, and claims as a sort of the lane (docs/operations.md,
+-- "Planner statistics"). A distributed ff_execution (Citus) keeps its
+-- statistics on its shards, which this does not read: it is skipped.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION ff_refresh_statistics(min_rows bigint, factor double precision)
+RETURNS TABLE (table_name text, estimated_rows bigint, live_rows bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    t record;
+    analyzed boolean := false;
+    live bigint;
+    sampled timestamptz;
+    est bigint;
+BEGIN
+    IF min_rows IS NULL OR min_rows < 1 OR factor IS NULL OR factor < 1 THEN
+        RAISE EXCEPTION 'ff_refresh_statistics: want min_rows >= 1 and factor >= 1, got % and %', min_rows, factor
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR t IN SELECT c.relname::text AS name, c.reltuples::bigint AS est, s.n_live_tup AS live
+        FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_stat_user_tables s ON s.relid = c.oid
+        WHERE c.relnamespace = pg_catalog.current_schema()::pg_catalog.regnamespace
+            AND c.relkind = 'r' AND c.relname LIKE 'ff\_%'
+            AND ((c.reltuples >= 0 AND s.n_live_tup >= min_rows AND c.reltuples * factor < s.n_live_tup)
+                OR (c.reltuples < 0 AND s.n_live_tup >= min_rows / factor))
+        ORDER BY c.relname
+    LOOP
+        -- SKIP_LOCKED: a session analyzing or vacuuming it already is
+        -- refreshing it.
+        EXECUTE pg_catalog.format('ANALYZE (SKIP_LOCKED) %I', t.name);
+        analyzed := analyzed OR t.name = 'ff_execution';
+        table_name := t.name;
+        estimated_rows := t.est;
+        live_rows := t.live;
+        RETURN NEXT;
+    END LOOP;
+    IF analyzed THEN
+        RETURN;
+    END IF;
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1)'
+            INTO analyzed USING 'ff_execution'::regclass;
+        IF analyzed THEN
+            RETURN;
+        END IF;
+    END IF;
+    -- The live rows the last sample counted, if it came after the last
+    -- analysis (a sample from before it is what the analysis saw).
+    SELECT sum(l.pending + l.delayed + l.running + l.blocked)::bigint, max(l.sampled_at)
+        INTO live, sampled
+        FROM ff_lane_stats l;
+    IF live IS NULL OR live < min_rows OR sampled <= (
+            SELECT greatest(s.last_analyze, s.last_autoanalyze) FROM pg_catalog.pg_stat_user_tables s
+            WHERE s.relid = 'ff_execution'::regclass) THEN
+        RETURN;
+    END IF;
+    -- The rows the statistics put in the live states: the most common
+    -- states' shares of the row estimate; a live state not among them
+    -- counts for none. A column never analyzed is the rules' above.
+    SELECT (c.reltuples * coalesce((SELECT sum(f.freq) FROM unnest(s.most_common_vals::text::text[], s.most_common_freqs)
+                AS f(val, freq) WHERE f.val IN ('pending', 'running', 'blocked')), 0))::bigint
+        INTO est
+        FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_stats s ON s.schemaname = pg_catalog.current_schema() AND s.tablename = c.relname
+            AND s.attname = 'state'
+        WHERE c.oid = 'ff_execution'::regclass AND c.reltuples >= 0;
+    IF est IS NULL OR est * factor >= live THEN
+        RETURN;
+    END IF;
+    ANALYZE (SKIP_LOCKED) ff_execution;
+    table_name := 'ff_execution';
+    estimated_rows := est;
+    live_rows := live;
+    RETURN NEXT;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose Down
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION ff_refresh_statistics(min_rows bigint, factor double precision)
+RETURNS TABLE (table_name text, estimated_rows bigint, live_rows bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    t record;
+BEGIN
+    IF min_rows IS NULL OR min_rows < 1 OR factor IS NULL OR factor < 1 THEN
+        RAISE EXCEPTION 'ff_refresh_statistics: want min_rows >= 1 and factor >= 1, got % and %', min_rows, factor
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR t IN SELECT c.relname::text AS name, c.reltuples::bigint AS est, s.n_live_tup AS live
+        FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_stat_user_tables s ON s.relid = c.oid
+        WHERE c.relnamespace = pg_catalog.current_schema()::pg_catalog.regnamespace
+            AND c.relkind = 'r' AND c.relname LIKE 'ff\_%'
+            AND ((c.reltuples >= 0 AND s.n_live_tup >= min_rows AND c.reltuples * factor < s.n_live_tup)
+                OR (c.reltuples < 0 AND s.n_live_tup >= min_rows / factor))
+        ORDER BY c.relname
+    LOOP
+        -- SKIP_LOCKED: a session analyzing or vacuuming it already is
+        -- refreshing it.
+        EXECUTE pg_catalog.format('ANALYZE (SKIP_LOCKED) %I', t.name);
+        table_name := t.name;
+        estimated_rows := t.est;
+        live_rows := t.live;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
