@@ -7,8 +7,11 @@
 -- running, or while the queue was drained and its rows not yet vacuumed,
 -- planned statements fenced on running rows through an index of every
 -- running row, and claims as a sort of the lane (docs/operations.md,
--- "Planner statistics"). A distributed ff_execution (Citus) keeps its
--- statistics on its shards, which this does not read: it is skipped.
+-- "Planner statistics"). And ff_execution when its statistics put it
+-- below min_rows / factor rows while it holds min_rows (read at once,
+-- not from the statistics collector's counts, which lag). A distributed
+-- ff_execution (Citus) keeps its statistics on its shards, which this
+-- does not read: it is skipped.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION ff_refresh_statistics(min_rows bigint, factor double precision)
 RETURNS TABLE (table_name text, estimated_rows bigint, live_rows bigint)
@@ -49,6 +52,24 @@ BEGIN
         EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1)'
             INTO analyzed USING 'ff_execution'::regclass;
         IF analyzed THEN
+            RETURN;
+        END IF;
+    END IF;
+    -- Statistics that put ff_execution below min_rows / factor rows while
+    -- it holds min_rows: analyzed with its rows deleted and not yet
+    -- vacuumed, then refilled. The planner then takes it for empty, and a
+    -- full scan of an index for free. The rule above sees the refill only
+    -- once the writers' counts reach the statistics collector (up to 10 s
+    -- later); this reads at most min_rows rows to know now.
+    SELECT c.reltuples::bigint INTO est FROM pg_catalog.pg_class c WHERE c.oid = 'ff_execution'::regclass;
+    IF est >= 0 AND est * factor < min_rows THEN
+        SELECT count(*) INTO live FROM (SELECT 1 FROM ff_execution LIMIT min_rows) x;
+        IF live >= min_rows THEN
+            ANALYZE (SKIP_LOCKED) ff_execution;
+            table_name := 'ff_execution';
+            estimated_rows := est;
+            live_rows := live;
+            RETURN NEXT;
             RETURN;
         END IF;
     END IF;

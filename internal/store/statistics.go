@@ -24,8 +24,10 @@ type StaleTable struct {
 // the lane statistics sampled after its last analysis count at least
 // minRows live executions and its statistics put under 1/factor of them
 // in the live states (migration 00038): then StaleTable's Estimated and
-// Live are those of the live rows. The function runs as the tables'
-// owner, so that a role that only writes rows may call it.
+// Live are those of the live rows; and ff_execution when its statistics
+// put it under minRows/factor rows and a read of up to minRows of its
+// rows finds them all (Live is then minRows). The function runs as the
+// tables' owner, so that a role that only writes rows may call it.
 //
 // A queue drains and refills. Analyzed while empty, a table keeps a row
 // estimate of zero however much it refills, and the planner plans every
