@@ -96,6 +96,7 @@ type planNode struct {
 	IndexName    string     `json:"Index Name"`
 	RelationName string     `json:"Relation Name"`
 	Parent       string     `json:"Parent Relationship"`
+	MergeCond    string     `json:"Merge Cond"`
 	Plans        []planNode `json:"Plans"`
 }
 

@@ -149,9 +149,13 @@ WITH input AS (
 // write) per execution, 10-15% of the statement (docs/benchmarks.md).
 //
 // The rows are still updated in the global lock order: the input is
-// sorted, and on its generic plan (terminateHeld sets it) the update is
-// a nested loop driven by the sorted input, one index probe per row;
-// TestTerminatePlanSurvivesStatistics holds the plan to that shape.
+// sorted, and on its generic plan (TerminateWithin sets it) the update
+// is a nested loop driven by the sorted input, one index probe per row.
+// Statistics that take the table for empty (gathered over deleted rows)
+// may make it a merge join on the key with a full scan of the table: in
+// the lock order still, and slow until the daemon's statistician
+// refreshes them (migration 00038). TestTerminatePlanSurvivesStatistics
+// holds the plan to those shapes.
 // Under READ COMMITTED a row another transaction changed meanwhile is
 // waited for and its newest version re-tested against the fence, as
 // the lock did.
