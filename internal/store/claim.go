@@ -59,7 +59,7 @@ import (
 // claim takes the best of them wherever they are. A distributed Postgres
 // locks rows only in statements that name one partition, so there the
 // claim is routed (claimRouted).
-var claimSQL = claimStatement(func(string) string { return "" }, "now()", afterNow)
+var claimSQL = claimStatement(narrowTo(false, ""), "now()", afterNow)
 
 // afterNow is the time the interval column d from now, as one Postgres
 // writes it.
@@ -128,7 +128,7 @@ ORDER BY e.priority DESC, e.run_at, e.execution_id
 LIMIT $3`
 
 // claimRoutedSQL claims from the partitions of one shard ($6).
-var claimRoutedSQL = claimStatement(func(a string) string { return " AND " + a + ".partition_key = ANY($6::smallint[])" }, "now()",
+var claimRoutedSQL = claimStatement(narrowTo(true, "ANY($6::smallint[])"), "now()",
 	func(d string) string { return nowPlus(intervalSeconds(d)) })
 
 // Claim leases up to max due executions of lane that caps cover, for
@@ -304,8 +304,12 @@ func sortClaimed(out []*ffdtype.Execution) {
 
 // claimSettingsSQL sets, for the claim's own transaction, what
 // claimGeneric says.
-const claimSettingsSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_bitmapscan', 'off', true)`
+const claimSettingsSQL = genericPlanSQL + `, set_config('enable_bitmapscan', 'off', true)`
+
+// genericPlanSQL puts the rest of its transaction on generic plans: for
+// statements whose plan shape holds whatever the estimates (the claims,
+// a worker's completions), it spares their planning at every call.
+const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // claimGeneric runs the claim statement on its generic plan, set for the
 // claim's own transaction (one pipelined batch: the setting and the

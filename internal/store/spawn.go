@@ -45,14 +45,10 @@ func MembersByStep(ctx context.Context, db DB, flowID uuid.UUID, steps []string)
 // WidenGroups counts edges added into existing edge groups (the caller
 // holds them locked): each group's total grows by its count.
 func WidenGroups(ctx context.Context, tx pgx.Tx, flowID uuid.UUID, downs []uuid.UUID, adds []int32) error {
-	ids := make([]pgtype.UUID, len(downs))
-	for i, d := range downs {
-		ids[i] = pgUUID(d)
-	}
 	tag, err := tx.Exec(ctx, `UPDATE ff_edge_group g SET total = g.total + i.n
 		FROM unnest($3::uuid[], $4::int[]) AS i(downstream_id, n)
 		WHERE g.partition_key = $1 AND g.flow_id = $2 AND g.downstream_id = i.downstream_id`,
-		ident.Partition(flowID), flowID, ids, adds)
+		ident.Partition(flowID), flowID, pgUUIDs(downs), adds)
 	if err != nil {
 		return wrap("widen edge groups of flow "+flowID.String(), err)
 	}

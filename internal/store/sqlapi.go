@@ -129,13 +129,11 @@ func APIFunctions(schema string, l APILimits) (string, error) {
 		return "", fmt.Errorf("render the SQL API: %w", err)
 	}
 	// The digest of what was rendered marks the functions as this
-	// binary's (APICurrent). The mark is a function's body, not only a
+	// binary's (APICurrent). The mark is a function's body, not a
 	// comment: a distributed Postgres copies functions to every node but
 	// not their comments, and a process may connect to any node.
-	mark := apiMark(b.String())
-	fmt.Fprintf(&b, "\nCOMMENT ON FUNCTION ffd_create(jsonb) IS '%s';\n", mark)
-	fmt.Fprintf(&b, "CREATE OR REPLACE FUNCTION ffd_api_mark() RETURNS text LANGUAGE sql IMMUTABLE AS %s;\n",
-		apiMarkBody(mark))
+	fmt.Fprintf(&b, "\nCREATE OR REPLACE FUNCTION ffd_api_mark() RETURNS text LANGUAGE sql IMMUTABLE AS %s;\n",
+		apiMarkBody(apiMark(b.String())))
 	return b.String(), nil
 }
 

@@ -347,7 +347,7 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 			b.Queue(`SELECT set_config('lock_timeout', $1, true)`, *ms)
 		}
 		if held {
-			b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
+			b.Queue(genericPlanSQL)
 		}
 		// An unfenced ending (cancel, skip, deadline) can race a claim: it
 		// waits for the claim's row lock, then reads the row as the claim
