@@ -43,12 +43,12 @@ func keys(ctx context.Context, env *Env, p Params, r *Report) error {
 			r.Figures[w.name+"_vs_no_keys"] = f.Rate / base
 		}
 	}
-	// What flow control costs, as docs/flow-control.md says it should at
-	// most: a claim of many keys a few index probes per key, a hot key
-	// one contended row.
+	// What flow control may cost (the "Speed III" targets,
+	// docs/benchmarks.md): a claim of many keys a few index probes per
+	// key, a hot key one contended row.
 	hot, many := ratios["one_hot_key"], ratios[ways[1].name]
 	r.Targets = append(r.Targets,
-		target("one_hot_key_vs_no_keys", ">= 0.5", hot, "x", hot >= 0.5),
-		target(ways[1].name+"_vs_no_keys", ">= 0.25", many, "x", many >= 0.25))
+		target("one_hot_key_vs_no_keys", ">= 0.75", hot, "x", hot >= 0.75),
+		target(ways[1].name+"_vs_no_keys", ">= 0.5", many, "x", many >= 0.5))
 	return env.checkInvariants(ctx)
 }

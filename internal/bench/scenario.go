@@ -370,8 +370,8 @@ func chain(ctx context.Context, env *Env, p Params, r *Report) error {
 		r.Figures["queueing_share_of_hop"] = 1 - float64(sumReady)/float64(sumHop)
 	}
 	r.Targets = append(r.Targets,
-		target("hop_p50_ms", "<= 5", ms(pc[0]), "ms", ms(pc[0]) <= 5),
-		target("hop_p99_ms", "<= 25", ms(pc[1]), "ms", ms(pc[1]) <= 25))
+		target("hop_p50_ms", "<= 3", ms(pc[0]), "ms", ms(pc[0]) <= 3),
+		target("hop_p99_ms", "<= 15", ms(pc[1]), "ms", ms(pc[1]) <= 15))
 	if err := env.settle(ctx); err != nil {
 		return err
 	}
@@ -554,7 +554,7 @@ func cancelFlow(ctx context.Context, env *Env, p Params, r *Report) error {
 		pc := percentiles(ds, 50, 99)
 		results[fmt.Sprint(size)] = map[string]float64{"p50": ms(pc[0]), "p99": ms(pc[1])}
 		if size == slices.Max(p.FlowSizes) {
-			r.Targets = append(r.Targets, target(fmt.Sprintf("cancel_flow_%d_p99_ms", size), "<= 50 (for 1000 members)", ms(pc[1]), "ms", ms(pc[1]) <= 50))
+			r.Targets = append(r.Targets, target(fmt.Sprintf("cancel_flow_%d_p99_ms", size), "<= 30 (for 1000 members)", ms(pc[1]), "ms", ms(pc[1]) <= 30))
 		}
 	}
 	r.Figures["cancel_flow_ms"] = results
