@@ -198,8 +198,17 @@ func TestCheckConstraints(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pgErr *pgconn.PgError
-	if _, err := db.Pool.Exec(ctx, dup); !errors.As(err, &pgErr) || pgErr.Code != "23505" {
-		t.Fatalf("second completion event for one execution: %v, want a unique violation", err)
+	if _, err := db.Pool.Exec(ctx, dup); !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "ff_completion_event_execution" {
+		t.Fatalf("second completion event for one execution: %v, want a unique violation of ff_completion_event_execution", err)
+	}
+	// Its index leads with the id, so that a new event's entry lands at
+	// the right edge (migration 00039), not in one of 256 places.
+	var def string
+	if err := db.Pool.QueryRow(ctx, `SELECT pg_get_indexdef('ff_completion_event_execution'::regclass)`).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(def, "(execution_id, partition_key) WHERE (execution_id IS NOT NULL)") {
+		t.Fatalf("ff_completion_event_execution is %q, want it on (execution_id, partition_key) of events with an execution", def)
 	}
 }
 
