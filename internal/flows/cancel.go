@@ -48,7 +48,7 @@ func Cancel(ctx context.Context, db store.DB, flowID uuid.UUID, policy ffdtype.C
 			return err
 		}
 		locks := store.NewLocks(tx)
-		var members []uuid.UUID
+		var members []store.LockedMember
 		if len(states) > 0 {
 			if members, err = locks.Members(ctx, flowID, states); err != nil {
 				return err
@@ -71,18 +71,22 @@ func Cancel(ctx context.Context, db store.DB, flowID uuid.UUID, policy ffdtype.C
 }
 
 // cancelFlow cancels an open flow and the members the caller holds.
-func cancelFlow(ctx context.Context, tx pgx.Tx, f *ffdtype.Flow, policy ffdtype.CancelPolicy, reason string, members []uuid.UUID) (*ffdtype.CancelFlowResult, error) {
-	if err := store.CancelFlow(ctx, tx, f.ID, policy, reason, members); err != nil {
+func cancelFlow(ctx context.Context, tx pgx.Tx, f *ffdtype.Flow, policy ffdtype.CancelPolicy, reason string, members []store.LockedMember) (*ffdtype.CancelFlowResult, error) {
+	ids := make([]ffdtype.ExecutionID, len(members))
+	uuids := make([]uuid.UUID, len(members))
+	ends := make([]store.Termination, len(members))
+	for i := range members {
+		m := &members[i]
+		ids[i], uuids[i] = ffdtype.ExecutionID{Partition: f.Partition, UUID: m.ID}, m.ID
+		ends[i] = store.Termination{ID: ids[i], State: ffdtype.StateCancelled, Reason: reason, By: FlowCancelledBy, Locked: &m.Row}
+	}
+	if err := store.CancelFlow(ctx, tx, f.ID, policy, reason, uuids); err != nil {
 		return nil, err
 	}
-	ends := make([]store.Termination, len(members))
-	ids := make([]ffdtype.ExecutionID, len(members))
-	for i, m := range members {
-		ids[i] = ffdtype.ExecutionID{Partition: f.Partition, UUID: m}
-		ends[i] = store.Termination{ID: ids[i], State: ffdtype.StateCancelled, Reason: reason, By: FlowCancelledBy}
-	}
-	// Terminate locks the members again (held already: no wait) and
-	// then their flow, which this transaction holds too.
+	// The members are locked by this transaction, as Members read them:
+	// Terminate updates them without locking them again (on one
+	// Postgres), then looks at their flow, which this transaction holds
+	// too.
 	ended, err := store.Terminate(ctx, tx, ends)
 	if err != nil {
 		return nil, err

@@ -3,13 +3,17 @@ package flows_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/flows"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // everyState builds a flow with a member in every state and returns them
@@ -56,6 +60,10 @@ func TestCancelFlow(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
 			fl, m, runningEpoch := f.everyState()
+			running, err := leases.Get(f.Ctx, f.Pool, m["running"])
+			if err != nil || running.LeaseExpiresAt == nil {
+				t.Fatalf("running member: %+v %v", running, err)
+			}
 			states := map[string]ffdtype.State{}
 			for name, id := range m {
 				states[name] = f.state(id)
@@ -104,8 +112,13 @@ func TestCancelFlow(t *testing.T) {
 				if !errors.Is(err, ffdtype.ErrLeaseLost) {
 					t.Fatalf("complete by a fenced member: %v, want lease lost", err)
 				}
-				if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'revoked'`, m["running"].UUID); n != 1 {
-					t.Fatalf("%d revoked lease events for the running member, want 1", n)
+				// Of the lease taken away: its epoch, and the expiry it had.
+				if n := f.Count(`SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'revoked'
+					AND lease_epoch = $2 AND lease_expires_at = $3`, m["running"].UUID, runningEpoch, *running.LeaseExpiresAt); n != 1 {
+					t.Fatalf("%d revoked lease events for the running member at epoch %d, expiring %s; want 1", n, runningEpoch, running.LeaseExpiresAt)
+				}
+				if x, err := leases.Get(f.Ctx, f.Pool, m["running"]); err != nil || x.LeaseEpoch != runningEpoch+1 {
+					t.Fatalf("the cancelled running member: %+v %v; want its epoch bumped to %d", x, err, runningEpoch+1)
 				}
 			} else if err != nil {
 				t.Fatalf("complete by a running member the policy spared: %v", err)
@@ -226,3 +239,71 @@ func TestFlowCompletion(t *testing.T) {
 	}
 	check(race, ffdtype.FlowCompleted)
 }
+
+// An ending of a row its transaction holds locked trusts what the lock
+// read (Termination.Locked) only as far as the row agrees: a state or
+// epoch that differs, a row already terminal, or a skip of a row that is
+// not blocked ends nothing, as an ending that locks the row itself would
+// not.
+func TestTerminateLockedRows(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	fl, m, _ := f.everyState()
+	live := []ffdtype.State{ffdtype.StateBlocked, ffdtype.StatePending, ffdtype.StateRunning, ffdtype.StateCompleted}
+	tests := []struct {
+		name   string
+		member string
+		to     ffdtype.State
+		change func(*store.LockedRow)
+		ends   bool
+	}{
+		{"running, as read", "running", ffdtype.StateCancelled, nil, true},
+		{"pending, as read", "pending", ffdtype.StateCancelled, nil, true},
+		{"blocked, skipped", "blocked", ffdtype.StateSkipped, nil, true},
+		{"pending, skipped", "pending", ffdtype.StateSkipped, nil, false},
+		{"running, read as pending", "running", ffdtype.StateCancelled, func(r *store.LockedRow) { r.State = ffdtype.StatePending }, false},
+		{"running, another epoch", "running", ffdtype.StateCancelled, func(r *store.LockedRow) { r.LeaseEpoch-- }, false},
+		{"completed", "completed", ffdtype.StateCancelled, nil, false},
+		{"completed, read as pending", "completed", ffdtype.StateCancelled, func(r *store.LockedRow) { r.State = ffdtype.StatePending }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := m[tt.member]
+			err := pgx.BeginFunc(f.Ctx, f.Pool, func(tx pgx.Tx) error {
+				members, err := store.NewLocks(tx).Members(f.Ctx, fl.ID, live)
+				if err != nil {
+					return err
+				}
+				i := slices.IndexFunc(members, func(x store.LockedMember) bool { return x.ID == id.UUID })
+				if i < 0 {
+					t.Fatalf("Members did not lock the %s member", tt.member)
+				}
+				row := members[i].Row
+				if tt.change != nil {
+					tt.change(&row)
+				}
+				ended, err := store.Terminate(f.Ctx, tx, []store.Termination{{ID: id, State: tt.to, Reason: "test", By: "test", Locked: &row}})
+				if err != nil {
+					return err
+				}
+				if got := len(ended) == 1; got != tt.ends {
+					t.Fatalf("ended %+v; want an ending %v", ended, tt.ends)
+				}
+				var events int
+				if err := tx.QueryRow(f.Ctx, `SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND outcome = $2`,
+					id.UUID, string(ffdtype.OutcomeOf(tt.to))).Scan(&events); err != nil {
+					return err
+				}
+				if want := map[bool]int{true: 1, false: 0}[tt.ends]; events != want {
+					t.Fatalf("%d %s events, want %d", events, ffdtype.OutcomeOf(tt.to), want)
+				}
+				return errRollback
+			})
+			if !errors.Is(err, errRollback) {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+var errRollback = errors.New("rolled back")

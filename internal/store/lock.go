@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
@@ -188,8 +189,9 @@ func (l *Locks) Execution(ctx context.Context, id ffdtype.ExecutionID) (Membersh
 }
 
 // Members locks the members of a flow in one of the given states, in id
-// order, and returns their ids.
-func (l *Locks) Members(ctx context.Context, flowID uuid.UUID, states []ffdtype.State) ([]uuid.UUID, error) {
+// order, and returns them as it read them: what an ending of them in the
+// same transaction needs to know of each (Termination.Locked).
+func (l *Locks) Members(ctx context.Context, flowID uuid.UUID, states []ffdtype.State) ([]LockedMember, error) {
 	if err := l.take(rankExecution); err != nil {
 		return nil, err
 	}
@@ -197,7 +199,20 @@ func (l *Locks) Members(ctx context.Context, flowID uuid.UUID, states []ffdtype.
 	if err != nil {
 		return nil, err
 	}
-	return collectUUIDs(rows)
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LockedMember, error) {
+		var m LockedMember
+		var id pgtype.UUID
+		var state string
+		err := row.Scan(&id, &state, &m.Row.LeaseEpoch, &m.Row.LeaseExpiresAt)
+		m.ID, m.Row.State = uuid.UUID(id.Bytes), ffdtype.State(state)
+		return m, err
+	})
+}
+
+// LockedMember is a flow member Locks.Members locked.
+type LockedMember struct {
+	ID  uuid.UUID
+	Row LockedRow
 }
 
 // LockMode is the strength of a flow lock.
@@ -226,7 +241,7 @@ func (l *Locks) Flow(ctx context.Context, id uuid.UUID, mode LockMode) (*ffdtype
 
 // lockMembersSQL locks a flow's members in the given states, in the
 // global lock order.
-const lockMembersSQL = `SELECT execution_id FROM ff_execution
+const lockMembersSQL = `SELECT execution_id, state, lease_epoch, lease_expires_at FROM ff_execution
 		WHERE partition_key = $1 AND flow_id = $2 AND state = ANY($3)
 		ORDER BY partition_key, execution_id FOR NO KEY UPDATE`
 

@@ -37,6 +37,21 @@ type Termination struct {
 	// transaction that finishes no flow: a member said Solo has its flow
 	// finished in a second transaction.
 	Solo bool
+	// Locked, when set, is the execution's row as the caller's
+	// transaction read it while locking it (Locks.Members), a lock it
+	// still holds. An unfenced batch whose endings all have it updates
+	// its rows straight from what it says (terminateLockedSQL), without
+	// locking and reading them again. Ignored on a distributed Postgres.
+	Locked *LockedRow
+}
+
+// LockedRow is what an ending needs to know of an execution's row that
+// its transaction holds locked: the state, lease epoch and lease expiry
+// it read under the lock, which nothing else can change until it ends.
+type LockedRow struct {
+	State          ffdtype.State
+	LeaseEpoch     int64
+	LeaseExpiresAt *time.Time
 }
 
 // Ended is one execution Terminate ended.
@@ -159,10 +174,29 @@ WITH input AS (
 // Under READ COMMITTED a row another transaction changed meanwhile is
 // waited for and its newest version re-tested against the fence, as
 // the lock did.
-var terminateHeldSQL = `
+var terminateHeldSQL = terminateDirect(`i.*, 'running'::text AS old_state, NULL::timestamptz AS lease_expired_at
+	FROM `+terminateInput, "l.epoch", terminateCompletionEvents)
+
+// terminateLockedSQL is terminateSQL for unfenced endings of rows the
+// caller's transaction locked and read (Termination.Locked: cancel_flow's
+// members), their old state, epoch and lease expiry given per row ($11,
+// $12, $13). It need not lock the rows, nor read them but to update them;
+// an input row that is not live, or a skip of a row not blocked, ends
+// nothing, as in terminateSQL.
+var terminateLockedSQL = terminateDirect(`i.*
+	FROM unnest(`+terminateInputArrays+`, $11::text[], $12::bigint[], $13::timestamptz[])
+		AS i(`+terminateInputColumns+`, old_state, locked_epoch, lease_expired_at)
+	WHERE i.old_state IN ('blocked', 'pending', 'running') AND (i.to_state <> 'skipped' OR i.old_state = 'blocked')`,
+	"l.locked_epoch", terminateEvents)
+
+// terminateDirect is an ending that updates its rows straight from its
+// input (terminateHeldSQL, terminateLockedSQL), which gives each row's
+// old state and lease expiry (old_state, lease_expired_at) and the epoch
+// it must be at.
+func terminateDirect(input, epoch, events string) string {
+	return `
 WITH input AS (
-	SELECT i.*, 'running'::text AS old_state, NULL::timestamptz AS lease_expired_at
-	FROM ` + terminateInput + `
+	SELECT ` + input + `
 	ORDER BY i.partition_key, i.execution_id
 ), upd AS (
 	UPDATE ff_execution e SET
@@ -175,16 +209,23 @@ WITH input AS (
 		-- nothing was running it read every running row and ran the
 		-- input through that (a merge join, or a nested loop with the
 		-- input inside: out of the lock order too).
-		AND e.state = l.old_state AND e.lease_epoch = l.epoch
+		AND e.state = l.old_state AND e.lease_epoch = ` + epoch + `
 ` + terminateReturning + `
-), ` + terminateCompletionEvents + terminateFlows
+), ` + events + terminateFlows
+}
 
 // terminateInput is the endings terminateSQL and terminateHeldSQL take
 // (terminationArgs).
-const terminateInput = `unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[], $5::bytea[],
-		$6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
-		AS i(partition_key, execution_id, epoch, to_state, result, error, reason, by_whom,
-			outcome, lease_end)`
+const terminateInput = `unnest(` + terminateInputArrays + `)
+		AS i(` + terminateInputColumns + `)`
+
+// The arrays of terminationArgs and the input columns they make.
+const (
+	terminateInputArrays = `$1::smallint[], $2::uuid[], $3::bigint[], $4::text[], $5::bytea[],
+		$6::text[], $7::text[], $8::text[], $9::text[], $10::text[]`
+	terminateInputColumns = `partition_key, execution_id, epoch, to_state, result, error, reason, by_whom,
+			outcome, lease_end`
+)
 
 // terminateFlows ends terminateSQL and terminateHeldSQL: the open flows
 // of what they ended locked and handed over, and the endings returned.
@@ -331,9 +372,12 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 	// In the batch's own transaction, endings all by their holders go on
 	// their generic plan (terminateHeldSQL); the setting would outlive
 	// the batch in a caller's transaction.
-	sql, held := terminateSQL, !inCallerTx(db) && heldEndings(ends)
-	if held {
+	sql, args, held := terminateSQL, terminationArgs(ends), !inCallerTx(db) && heldEndings(ends)
+	switch {
+	case held:
 		sql = terminateHeldSQL
+	case lockedEndings(ends):
+		sql, args = terminateLockedSQL, append(args, lockedArgs(ends)...)
 	}
 	// One round trip: the statements go as one pipelined batch, which
 	// Postgres runs as one transaction (or inside the caller's).
@@ -353,7 +397,7 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 		// waits for the claim's row lock, then reads the row as the claim
 		// left it (READ COMMITTED re-checks a locked row's newest version),
 		// attempt included, since the attempt is on the row.
-		b.Queue(sql, terminationArgs(ends)...).Query(func(rows pgx.Rows) error {
+		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
 			var err error
 			out, err = scanEnded(rows)
 			return err
@@ -379,6 +423,27 @@ func heldEndings(ends []Termination) bool {
 		}
 	}
 	return true
+}
+
+// lockedEndings says whether every ending of ends is unfenced and of a
+// row its transaction holds locked (Termination.Locked).
+func lockedEndings(ends []Termination) bool {
+	for _, e := range ends {
+		if e.Epoch != 0 || e.Locked == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// lockedArgs are terminateLockedSQL's parameters beyond terminationArgs:
+// each row's state, lease epoch and lease expiry as its lock read them.
+func lockedArgs(ends []Termination) []any {
+	states, epochs, expiries := make([]string, len(ends)), make([]int64, len(ends)), make([]*time.Time, len(ends))
+	for i, e := range ends {
+		states[i], epochs[i], expiries[i] = string(e.Locked.State), e.Locked.LeaseEpoch, e.Locked.LeaseExpiresAt
+	}
+	return []any{states, epochs, expiries}
 }
 
 // terminationNotices are the notices ends owe.
