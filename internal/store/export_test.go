@@ -36,11 +36,13 @@ func ExecutionRowTags() (tags []string, inOrder bool) {
 	return tags, inOrder
 }
 
-// TerminateHeldSQL is the ending of held leases, for the plan test.
-var TerminateHeldSQL = terminateHeldSQL
+// TerminateHeldSQL is the ending of held leases, TerminateSQL the ending
+// of any, for the plan tests.
+var TerminateHeldSQL, TerminateSQL = terminateHeldSQL, terminateSQL
 
 // ClaimSettingsSQL is what the worker's claim sets for its transaction.
 const ClaimSettingsSQL = claimSettingsSQL
 
-// RenewSQL and SuspendSQL are fenced lookups by key, for the plan test.
-var RenewSQL, SuspendSQL = renewSQL, suspendSQL
+// RenewSQL, SuspendSQL and RequeueSQL are fenced lookups by key, for the
+// plan test.
+var RenewSQL, SuspendSQL, RequeueSQL = renewSQL, suspendSQL, requeueSQL

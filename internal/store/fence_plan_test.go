@@ -25,6 +25,15 @@ func TestFencedLookupsSurviveStatistics(t *testing.T) {
 		{"a suspension", `PREPARE planned(smallint, uuid, bigint, text, text, timestamptz, timestamptz, float8) AS ` +
 			store.SuspendSQL,
 			`EXECUTE planned(1, '00000000-0000-0000-0000-000000000001', 1, 'signal', 'go', NULL, NULL, NULL)`},
+		{"a retry", `PREPARE planned(smallint[], uuid[], bigint[], text[], text, boolean, boolean, boolean, text, int[]) AS ` +
+			store.RequeueSQL,
+			`EXECUTE planned('{1}', '{00000000-0000-0000-0000-000000000001}', '{1}', '{boom}', 'failed', false, true, false, '', '{0}')`},
+		{"an expiry", `PREPARE planned(smallint[], uuid[], bigint[], text[], bytea[], text[], text[], text[], text[], text[]) AS ` +
+			store.TerminateSQL,
+			`EXECUTE planned('{1}', '{00000000-0000-0000-0000-000000000001}', '{1}', '{expired}', '{NULL}', '{lapsed}', '{NULL}', '{NULL}', '{expired}', '{expired}')`},
+		{"a cancel", `PREPARE planned(smallint[], uuid[], bigint[], text[], bytea[], text[], text[], text[], text[], text[]) AS ` +
+			store.TerminateSQL,
+			`EXECUTE planned('{1}', '{00000000-0000-0000-0000-000000000001}', '{0}', '{cancelled}', '{NULL}', '{NULL}', '{no}', '{me}', '{cancelled}', '{revoked}')`},
 	} {
 		for _, mode := range []string{customPlan, `SET LOCAL plan_cache_mode = force_generic_plan`} {
 			plan, raw := b.explain(mode, c.prepare, c.execute)

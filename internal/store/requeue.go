@@ -85,7 +85,9 @@ WITH input AS (
 		e.lease_expires_at AS lease_expired_at
 	FROM ff_execution e
 	JOIN input i ON i.partition_key = e.partition_key AND i.execution_id = e.execution_id
-	WHERE e.state = 'running' AND e.lease_epoch = i.epoch
+	-- isRunning: a test no partial index's predicate implies, so that
+	-- the rows are found by their key, as the renewal's are.
+	WHERE ` + isRunning("e.") + ` AND e.lease_epoch = i.epoch
 		AND ($8 OR e.attempt < e.max_attempts + i.waits)
 	ORDER BY e.partition_key, e.execution_id
 	FOR NO KEY UPDATE OF e
@@ -111,7 +113,7 @@ WITH upd AS (
 		FROM ff_execution x
 		JOIN unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[], $11::int[]) AS i(partition_key, execution_id, epoch, error, waits)
 			ON i.partition_key = x.partition_key AND i.execution_id = x.execution_id
-		WHERE x.partition_key = ANY($10::smallint[]) AND x.state = 'running' AND x.lease_epoch = i.epoch
+		WHERE x.partition_key = ANY($10::smallint[]) AND ` + isRunning("x.") + ` AND x.lease_epoch = i.epoch
 			AND ($8 OR x.attempt < x.max_attempts + i.waits)
 		ORDER BY x.partition_key, x.execution_id
 		FOR NO KEY UPDATE OF x
