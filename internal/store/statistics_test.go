@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/flowfabric/ffd/internal/store"
@@ -93,5 +94,54 @@ func TestRefreshStatisticsOfATableTakenForEmpty(t *testing.T) {
 	}
 	if got, err := store.RefreshStaleStatistics(b.ctx, b.pool, 1000, 4); err != nil || len(got) != 0 {
 		t.Fatalf("fresh statistics: want nothing refreshed, got %+v, %v", got, err)
+	}
+}
+
+// A lane's keys created at once are analyzed at the statistician's next
+// pass, not once their count reaches the statistics collector (up to
+// 10 s later): ff_key read directly when its statistics are missing or
+// put it under minRows/factor rows. Planned with the default selectivity
+// of a lane (5 keys of 1,000), the keyed claim's turn sorted every key
+// of the lane at every claim.
+func TestRefreshStatisticsOfYoungKeys(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		before   string // what the statistics saw first
+		keys     int
+		estimate int64 // ff_key's reltuples before the refresh
+		read     int64 // rows the refresh reads to know
+	}{
+		{"never analyzed", ``, 1000, -1, 250},
+		{"analyzed nearly empty", `ANALYZE ff_key`, 1000, 0, 1000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := newPlanBench(t)
+			b.exec(`ALTER TABLE ff_key SET (autovacuum_enabled = false)`)
+			var est int64
+			if tt.before != "" {
+				b.exec(tt.before)
+			}
+			if err := b.pool.QueryRow(b.ctx, `SELECT reltuples::bigint FROM pg_class WHERE oid = 'ff_key'::regclass`).Scan(&est); err != nil || est != tt.estimate {
+				t.Fatalf("before: ff_key estimated at %d rows (%v), want %d: the case is wrong", est, err, tt.estimate)
+			}
+			b.exec(fmt.Sprintf(`INSERT INTO ff_key (lane, key, max_running) SELECT 'tenants', 'tenant-' || g, 1 FROM generate_series(1, %d) g`, tt.keys))
+			b.exec(`SELECT pg_stat_reset_single_table_counters('ff_key'::regclass)`)
+			got, err := store.RefreshStaleStatistics(b.ctx, b.pool, 1000, 4)
+			if err != nil {
+				t.Fatalf("refresh: %v", err)
+			}
+			if len(got) != 1 || got[0].Name != "ff_key" || got[0].Estimated != tt.estimate || got[0].Live != tt.read {
+				t.Fatalf("want ff_key refreshed from an estimate of %d, %d rows read, got %+v", tt.estimate, tt.read, got)
+			}
+			if err := b.pool.QueryRow(b.ctx, `SELECT reltuples::bigint FROM pg_class WHERE oid = 'ff_key'::regclass`).Scan(&est); err != nil || est != int64(tt.keys) {
+				t.Fatalf("after the refresh: ff_key estimated at %d rows (%v), want %d", est, err, tt.keys)
+			}
+			if got, err := store.RefreshStaleStatistics(b.ctx, b.pool, 1000, 4); err != nil || len(got) != 0 {
+				t.Fatalf("fresh statistics: want nothing refreshed, got %+v, %v", got, err)
+			}
+		})
 	}
 }
