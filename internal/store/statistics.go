@@ -26,7 +26,9 @@ type StaleTable struct {
 // in the live states (migration 00038): then StaleTable's Estimated and
 // Live are those of the live rows; and ff_execution when its statistics
 // put it under minRows/factor rows and a read of up to minRows of its
-// rows finds them all (Live is then minRows). The function runs as the
+// rows finds them all (Live is then minRows), and ff_key by the same read
+// (migration 00040); and either, never analyzed, when a read of up to
+// minRows/factor of its rows finds them all. The function runs as the
 // tables' owner, so that a role that only writes rows may call it.
 //
 // A queue drains and refills. Analyzed while empty, a table keeps a row
