@@ -227,7 +227,7 @@ const (
 			outcome, lease_end`
 )
 
-// terminateFlows ends terminateSQL and terminateHeldSQL: the open flows
+// terminateFlows ends terminateSQL and terminateDirect's: the open flows
 // of what they ended locked and handed over, and the endings returned.
 var terminateFlows = `
 ), flows AS (
