@@ -11,10 +11,22 @@ import (
 const Partitions = ffdtype.Partitions
 
 // CRC16 is CRC-16/XMODEM: polynomial 0x1021, init 0, no reflection, xorout 0.
+// A byte at a time from a table: every id a create mints is hashed to its
+// partition (BenchmarkPartition: 75-82 ns an id a bit at a time, 21-22
+// from the table). FuzzCRC16 holds it to the bit-at-a-time definition.
 func CRC16(b []byte) uint16 {
 	var crc uint16
 	for _, c := range b {
-		crc ^= uint16(c) << 8
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^c]
+	}
+	return crc
+}
+
+// crc16Table[i] is the CRC of the byte i alone, shifted through the
+// register: what the bit-at-a-time loop does to the high byte.
+var crc16Table = func() (t [256]uint16) {
+	for i := range t {
+		crc := uint16(i) << 8
 		for range 8 {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021
@@ -22,9 +34,10 @@ func CRC16(b []byte) uint16 {
 				crc <<= 1
 			}
 		}
+		t[i] = crc
 	}
-	return crc
-}
+	return t
+}()
 
 // Partition is the partition a uuid hashes to: CRC-16/XMODEM of its 16 raw
 // bytes, mod 256.
