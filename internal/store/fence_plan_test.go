@@ -6,8 +6,8 @@ import (
 	"github.com/flowfabric/ffd/internal/store"
 )
 
-// A statement fenced on one running execution finds it by its primary
-// key whatever the statistics say. Under statistics gathered while
+// A statement that renews, suspends, retries or ends one execution finds
+// it by its primary key whatever the statistics say. Under statistics gathered while
 // nothing was running, a renewal written with state = 'running' was
 // planned through ff_execution_lease_expiry (a partial index of every
 // running row) and read them all, once per heartbeat.
