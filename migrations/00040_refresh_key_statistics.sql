@@ -19,6 +19,7 @@ DECLARE
     done text[] := '{}';
     tab text;
     dist boolean;
+    distributed text[] := '{}';
     want bigint;
     live bigint;
     sampled timestamptz;
@@ -63,7 +64,10 @@ BEGIN
             EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1)'
                 INTO dist USING tab::regclass;
         END IF;
-        CONTINUE WHEN dist;
+        IF dist THEN
+            distributed := distributed || tab;
+            CONTINUE;
+        END IF;
         SELECT c.reltuples::bigint INTO est FROM pg_catalog.pg_class c WHERE c.oid = tab::regclass;
         want := CASE WHEN est < 0 THEN ceil(min_rows / factor)::bigint ELSE min_rows END;
         CONTINUE WHEN est >= 0 AND est * factor >= min_rows;
@@ -76,15 +80,10 @@ BEGIN
         live_rows := live;
         RETURN NEXT;
     END LOOP;
-    IF 'ff_execution' = ANY (done) THEN
+    -- Analyzed now, or distributed (its statistics are its shards'): the
+    -- rule of the live states has nothing to add.
+    IF 'ff_execution' = ANY (done || distributed) THEN
         RETURN;
-    END IF;
-    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
-        EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1)'
-            INTO dist USING 'ff_execution'::regclass;
-        IF dist THEN
-            RETURN;
-        END IF;
     END IF;
     -- The live rows the last sample counted, if it came after the last
     -- analysis (a sample from before it is what the analysis saw).

@@ -20,8 +20,10 @@ const (
 
 // statistician refreshes, every StatisticsInterval, the planner
 // statistics of ff_ tables analyzed while nearly empty that have filled
-// since, and of ff_execution analyzed while few of its rows were live
-// that the lane statistics now count many (store.RefreshStaleStatistics). Autovacuum would, but up to
+// since, of ff_execution analyzed while few of its rows were live that
+// the lane statistics now count many, and of ff_execution and ff_key
+// whose statistics are missing or take them for nearly empty, read at
+// once (store.RefreshStaleStatistics). Autovacuum would, but up to
 // autovacuum_naptime later, and until then the planner plans every batch
 // as if the table were empty.
 type statistician struct {

@@ -214,8 +214,8 @@ WITH input AS (
 ), ` + events + terminateFlows
 }
 
-// terminateInput is the endings terminateSQL and terminateHeldSQL take
-// (terminationArgs).
+// terminateInput is the endings terminateSQL, terminateHeldSQL and the
+// routed ending take (terminationArgs).
 const terminateInput = `unnest(` + terminateInputArrays + `)
 		AS i(` + terminateInputColumns + `)`
 
@@ -287,9 +287,7 @@ const terminateRoutedUpdateSQL = `
 		SELECT x.partition_key, x.execution_id, x.state AS old_state, x.lease_expires_at AS lease_expired_at,
 			i.to_state, i.result, i.error, i.reason, i.by_whom, i.outcome, i.lease_end
 		FROM ff_execution x
-		JOIN unnest($1::smallint[], $2::uuid[], $3::bigint[], $4::text[], $5::bytea[],
-			$6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
-			AS i(partition_key, execution_id, epoch, to_state, result, error, reason, by_whom, outcome, lease_end)
+		JOIN ` + terminateInput + `
 			ON i.partition_key = x.partition_key AND i.execution_id = x.execution_id
 		WHERE x.partition_key = ANY($11::smallint[]) AND x.state IN ('blocked', 'pending', 'running')
 			AND (i.epoch = 0 OR (x.state = 'running' AND x.lease_epoch = i.epoch))
