@@ -338,3 +338,23 @@ func TestRoutedForgetIdleKeys(t *testing.T) {
 		t.Fatalf("keys left %v, %v; want busy and kept", keys, rows.Err())
 	}
 }
+
+// On a distributed Postgres the statistics refresh leaves every table to
+// the nodes' own autovacuum: a filled ff_key never analyzed, which one
+// Postgres analyzes (TestRefreshStatisticsOfYoungKeys), stays as it is.
+// Not parallel: RouteAll.
+func TestRoutedStatisticsLeftToNodes(t *testing.T) {
+	restore := store.RouteAll()
+	defer restore()
+	b := newPlanBench(t)
+	b.exec(`ALTER TABLE ff_key SET (autovacuum_enabled = false)`)
+	b.exec(`INSERT INTO ff_key (lane, key, max_running) SELECT 'tenants', 'tenant-' || g, 1 FROM generate_series(1, 1000) g`)
+	got, err := store.RefreshStaleStatistics(b.ctx, b.pool, 1000, 4)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("routed refresh: want nothing refreshed, got %+v, %v", got, err)
+	}
+	var est int64
+	if err := b.pool.QueryRow(b.ctx, `SELECT reltuples::bigint FROM pg_class WHERE oid = 'ff_key'::regclass`).Scan(&est); err != nil || est != -1 {
+		t.Fatalf("after a routed refresh: ff_key estimated at %d rows (%v), want -1 (never analyzed)", est, err)
+	}
+}
