@@ -22,6 +22,7 @@ import (
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/schema"
+	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
 )
 
@@ -60,7 +61,7 @@ func TestMigrateCommands(t *testing.T) {
 	// partition_key is refused by name.
 	code, out, errOut = runFFD(t, "migrate", "distribution", url)
 	if code != 0 || !strings.Contains(out, "SELECT create_distributed_table('ff_execution', 'partition_key', colocate_with => 'ff_flow');") ||
-		!strings.Contains(out, "SELECT create_reference_table('ff_lane');") {
+		!strings.Contains(out, "SELECT create_reference_table('ff_lane');") || !strings.Contains(out, store.CitusSettings) {
 		t.Fatalf("migrate distribution: code %d, out %q, err %q", code, out, errOut)
 	}
 	if _, err := db.Pool.Exec(context.Background(), `CREATE UNIQUE INDEX ff_execution_lane_kind ON ff_execution (lane, kind) WHERE kind = 'never'`); err != nil {

@@ -110,5 +110,7 @@ func (c *MigrateDistributionCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(g.stdout, "-- %-24s %s\n", t.Table, t.Kind)
 	}
 	fmt.Fprint(g.stdout, store.CitusScript(tables))
+	fmt.Fprintln(g.stdout, "-- one connection per node for each read across the shards (docs/scaling.md, \"Settings\")")
+	fmt.Fprint(g.stdout, store.CitusSettings)
 	return nil
 }

@@ -504,7 +504,7 @@ func (h *harness) distribute(ctx context.Context) error {
 		return fmt.Errorf("ffd migrate distribution: %w\n%s", err, out)
 	}
 	for _, line := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(line, "SELECT ") {
+		if strings.HasPrefix(line, "SELECT ") || strings.HasPrefix(line, "DO ") {
 			if err := h.execOn(ctx, h.url, line); err != nil {
 				return fmt.Errorf("%s: %w", line, err)
 			}

@@ -75,6 +75,9 @@ func prepare(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", call, err)
 		}
 	}
+	if _, err := pool.Exec(ctx, store.CitusSettings); err != nil {
+		return fmt.Errorf("%s: %w", store.CitusSettings, err)
+	}
 	return nil
 }
 

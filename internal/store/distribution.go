@@ -143,6 +143,22 @@ func CheckDistribution(ctx context.Context, db DB) ([]Distribution, []Distributi
 // with: the flow, whose partition its members and their rows share.
 const ColocationAnchor = "ff_flow"
 
+// CitusSettings is the SQL, run on a Citus coordinator after CitusScript,
+// that sets what ffd's sessions want of the database on every node (the
+// setting follows the database to the worker nodes: Citus propagates
+// ALTER DATABASE for the databases it tracks, which includes one where
+// the extension was created). A read across the shards (a claim's
+// shard hint, each sweep step, the timers' reload, the lane sample)
+// otherwise opens up to 16 connections to each node from every session
+// that runs one, each a new backend loading the shards' metadata: a
+// session's first such read took 400 ms, its second 85, then 10-13;
+// with one connection a node, 89, 7, then 4-7 ms. The bench's database
+// time per execution on one worker node went from 1,060-2,613 to
+// 450-574 µs (docs/scaling.md, "Settings"). A node still reads its
+// shards for one statement in one session, in turn, which is what a
+// statement that finds a few rows per shard wants.
+const CitusSettings = "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET citus.max_adaptive_executor_pool_size = 1', current_database()); END $$;\n"
+
 // CitusScript is the SQL that places tables on a Citus coordinator:
 // reference tables first, then the distributed tables co-located with
 // ColocationAnchor, each after the tables its foreign keys reference

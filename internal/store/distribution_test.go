@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
@@ -159,5 +161,28 @@ func TestInsertRefusesAKeyOffItsPartition(t *testing.T) {
 	var n int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM ff_execution`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d rows written (%v), want none", n, err)
+	}
+}
+
+// The settings `ffd migrate distribution` prints set the database's
+// sessions to one connection per node for a read across the shards: a
+// session that starts after them has the setting (on one Postgres a
+// placeholder, which the statement's form does not mind).
+func TestCitusSettings(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := testdb.New(t)
+	if _, err := db.Pool.Exec(ctx, store.CitusSettings); err != nil {
+		t.Fatalf("%s: %v", store.CitusSettings, err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, db.Pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var got string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('citus.max_adaptive_executor_pool_size', true)`).Scan(&got); err != nil || got != "1" {
+		t.Fatalf("a new session's citus.max_adaptive_executor_pool_size = %q (%v), want 1", got, err)
 	}
 }
