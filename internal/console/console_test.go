@@ -319,7 +319,10 @@ func TestConsoleFlowControl(t *testing.T) {
 	if _, err := leases.CreateMany(f.Ctx, f.Pool, leases.Limits{}, ps); err != nil {
 		t.Fatal(err)
 	}
-	rate := ffdtype.Rate{Count: 600, Per: time.Minute, Burst: 10}
+	// Slow to refill (one token in six minutes), so that the two taken
+	// are still missing when the page is read on a loaded machine: at
+	// 600 a minute they were back 200 ms later.
+	rate := ffdtype.Rate{Count: 10, Per: time.Hour, Burst: 10}
 	if _, err := store.SetLane(f.Ctx, f.Pool, "tenants", store.LaneChange{Rate: &rate}); err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +330,7 @@ func TestConsoleFlowControl(t *testing.T) {
 		t.Fatalf("claim: %d %v; want one of acme (its limit) and zeta", len(xs), err)
 	}
 	_, body := get(t, base+"/lanes")
-	if !regexp.MustCompile(`<td>tenants</td>.*<td>600/1m0s burst 10</td><td>8\.\d</td><td><a href="/lanes/tenants/keys">2</a></td><td>1</td><td>4</td>`).MatchString(body) {
+	if !regexp.MustCompile(`<td>tenants</td>.*<td>10/1h0m0s burst 10</td><td>8\.\d</td><td><a href="/lanes/tenants/keys">2</a></td><td>1</td><td>4</td>`).MatchString(body) {
 		t.Errorf("lanes page: want tenants with its rate, 8 tokens left, 2 keys, 1 holding 4 back; got %s", body)
 	}
 	code, body := get(t, base+"/lanes/tenants/keys")
