@@ -31,6 +31,7 @@ import (
 	"github.com/flowfabric/ffd/internal/listener"
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/schema"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // Defaults for Config: internal/bound's, which `ffd run`'s flags take too.
@@ -405,7 +406,29 @@ func (d *Daemon) waitForDatabase(ctx context.Context) error {
 	d.watchdog.dbOK.Store(true)
 	d.e.cfg.Supervisor.Notify("STATUS=starting: schema verified")
 	d.checkAPI(ctx)
+	d.checkShardReads(ctx)
 	return nil
+}
+
+// checkShardReads warns, on a distributed Postgres, when a read across
+// the shards may open more than one connection to each node: the
+// setting `ffd migrate distribution` prints (store.CitusSettings) is
+// missing, and every sweep step, timer reload and lane sample of a new
+// session opens up to that many backends per node (docs/scaling.md,
+// "Settings").
+func (d *Daemon) checkShardReads(ctx context.Context) {
+	dist, err := store.Distributed(ctx, d.e.cfg.Pool)
+	if err != nil || !dist {
+		return
+	}
+	n, known, err := store.ShardReadConnections(ctx, d.e.cfg.Pool)
+	switch {
+	case err != nil:
+		d.e.log.Warn("could not read how many connections a read across the shards opens", zap.Error(err))
+	case known && n > 1:
+		d.e.log.Warn("a read across the shards opens up to this many connections to each node: run the ALTER DATABASE that ffd migrate distribution prints",
+			zap.Int("max_adaptive_executor_pool_size", n))
+	}
 }
 
 // checkAPI warns when the SQL API's functions (docs/sql.md) are not this

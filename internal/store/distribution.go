@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -158,6 +159,25 @@ const ColocationAnchor = "ff_flow"
 // shards for one statement in one session, in turn, which is what a
 // statement that finds a few rows per shard wants.
 const CitusSettings = "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET citus.max_adaptive_executor_pool_size = 1', current_database()); END $$;\n"
+
+// ShardReadConnections is the most connections the session's reads
+// across the shards open to each node (citus.max_adaptive_executor_pool_size);
+// known is false where the setting is not defined (no Citus, and no
+// placeholder of that name).
+func ShardReadConnections(ctx context.Context, db DB) (n int, known bool, err error) {
+	var v *string
+	if err := db.QueryRow(ctx, `SELECT current_setting('citus.max_adaptive_executor_pool_size', true)`).Scan(&v); err != nil {
+		return 0, false, wrap("read citus.max_adaptive_executor_pool_size", err)
+	}
+	if v == nil || *v == "" {
+		return 0, false, nil
+	}
+	n, err = strconv.Atoi(*v)
+	if err != nil {
+		return 0, false, fmt.Errorf("read citus.max_adaptive_executor_pool_size: %q is no number", *v)
+	}
+	return n, true, nil
+}
 
 // CitusScript is the SQL that places tables on a Citus coordinator:
 // reference tables first, then the distributed tables co-located with
