@@ -7,10 +7,11 @@ import (
 )
 
 // A statement that renews, suspends, retries or ends one execution finds
-// it by its primary key whatever the statistics say. Under statistics gathered while
-// nothing was running, a renewal written with state = 'running' was
-// planned through ff_execution_lease_expiry (a partial index of every
-// running row) and read them all, once per heartbeat.
+// it by its primary key whatever the statistics say. Under statistics
+// gathered while nothing was running, a renewal written with
+// state = 'running' was planned through ff_execution_lease_expiry (a
+// partial index of every running row) and read them all, once per
+// heartbeat.
 func TestFencedLookupsSurviveStatistics(t *testing.T) {
 	t.Parallel()
 	b := newPlanBench(t)
