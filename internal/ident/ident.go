@@ -1,8 +1,6 @@
 package ident
 
 import (
-	"fmt"
-
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/google/uuid"
 )
@@ -52,23 +50,41 @@ func NewUUID() uuid.UUID {
 }
 
 // NewUUIDIn mints a version 7 uuid whose own partition is partition: a
-// fresh one with its last two random bytes chosen, so that a solo
-// execution or a flow can be placed beside the row it must share a
-// partition with (the holder of a key, the flow it reruns) and still
-// satisfy "a solo id's partition is its uuid's". About 256 CRCs of 16
-// bytes on average; partition must be in 0..Partitions-1.
+// fresh one placed by InPartition, so that a solo execution or a flow can
+// be placed beside the row it must share a partition with (the holder of
+// a key, the flow it reruns) and still satisfy "a solo id's partition is
+// its uuid's". partition must be in 0..Partitions-1.
 func NewUUIDIn(partition int16) uuid.UUID {
-	u := NewUUID()
-	for i := range 1 << 16 {
-		u[14], u[15] = byte(i>>8), byte(i)
-		if Partition(u) == partition {
-			return u
+	return InPartition(NewUUID(), partition)
+}
+
+// InPartition is u with its last two bytes replaced so that its partition
+// is partition (in 0..Partitions-1); its other 14 bytes, and so its
+// version and variant, are u's. The same u and partition give the same
+// uuid: an id derived from a name (a trigger's flow for an event) can be
+// placed beside another row and stay derivable.
+//
+// CRC-16/XMODEM (init 0, no xorout) is linear over GF(2) in the message,
+// so u's CRC is the CRC of u with its last two bytes zeroed, xor the CRC
+// of those two bytes alone. The latter is a bijection of the 16-bit
+// values; lastBytesFor inverts it on the 256 values a partition needs.
+// ff_uuid_in_partition (migration 00041) computes the same in SQL.
+func InPartition(u uuid.UUID, partition int16) uuid.UUID {
+	u[14], u[15] = 0, 0
+	low := byte(CRC16(u[:])) ^ byte(partition)
+	var x uint16
+	for j, k := range lastBytesFor {
+		if low&(1<<j) != 0 {
+			x ^= k
 		}
 	}
-	// Unreachable for 0 <= partition < Partitions: the last two bytes
-	// reach every CRC value.
-	panic(fmt.Sprintf("ident: no uuid on partition %d", partition))
+	u[14], u[15] = byte(x>>8), byte(x)
+	return u
 }
+
+// lastBytesFor[j] is the two-byte value whose CRC-16/XMODEM is 1<<j.
+// TestLastBytesFor derives them again.
+var lastBytesFor = [8]uint16{0x9d71, 0x2ac3, 0x5586, 0xab0c, 0x4639, 0x8c72, 0x08c5, 0x118a}
 
 // KeyPartition is the partition a key hashes to within a namespace: an
 // execution created with an idempotency or unique key is placed there, so

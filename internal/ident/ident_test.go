@@ -91,3 +91,47 @@ func TestNewUUIDInEveryPartition(t *testing.T) {
 		t.Fatalf("NewExecutionIDForKey placed %s, want partition 94 for its id and its uuid", id)
 	}
 }
+
+// TestLastBytesFor derives InPartition's constants from the CRC itself.
+func TestLastBytesFor(t *testing.T) {
+	t.Parallel()
+	for j, k := range lastBytesFor {
+		if got := CRC16([]byte{byte(k >> 8), byte(k)}); got != 1<<j {
+			t.Errorf("CRC16 of 0x%04x = 0x%04x, want 0x%04x", k, got, 1<<j)
+		}
+	}
+}
+
+func TestInPartition(t *testing.T) {
+	t.Parallel()
+	for _, u := range []uuid.UUID{{}, uuid.Max, uuid.MustParse("2d7c9a4e-51b6-4f0e-8e3a-6a1f0c9b7d25"), NewUUID(), uuid.New()} {
+		for p := range int16(Partitions) {
+			got := InPartition(u, p)
+			if Partition(got) != p {
+				t.Fatalf("InPartition(%s, %d) = %s on partition %d", u, p, got, Partition(got))
+			}
+			if [14]byte(got[:14]) != [14]byte(u[:14]) {
+				t.Fatalf("InPartition(%s, %d) = %s: changed more than the last two bytes", u, p, got)
+			}
+			if again := InPartition(got, p); again != got {
+				t.Fatalf("InPartition(%s, %d) = %s, then %s from itself: not the same uuid", u, p, got, again)
+			}
+		}
+	}
+}
+
+// FuzzInPartition holds InPartition to its contract for any 16 bytes.
+func FuzzInPartition(f *testing.F) {
+	f.Add(make([]byte, 16), int16(0))
+	f.Add([]byte("0123456789abcdef"), int16(255))
+	f.Fuzz(func(t *testing.T, b []byte, p int16) {
+		if len(b) != 16 || p < 0 || p >= Partitions {
+			return
+		}
+		u := uuid.UUID(b)
+		got := InPartition(u, p)
+		if Partition(got) != p || [14]byte(got[:14]) != [14]byte(u[:14]) || InPartition(u, p) != got {
+			t.Fatalf("InPartition(%s, %d) = %s on partition %d", u, p, got, Partition(got))
+		}
+	})
+}
