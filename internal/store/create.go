@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"regexp"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -226,29 +230,79 @@ func UniqueHolder(ctx context.Context, db DB, partition int16, namespace, key st
 		LIMIT 1`, namespace, key, partition))
 }
 
-// insertManySQL inserts a batch in one statement from one array per
-// column. Cross-partition: each row goes to its own partition (a
-// multi-shard insert on a distributed Postgres). A row's capabilities travel as a JSON array (Postgres arrays
-// cannot be ragged).
-const insertManySQL = `
-INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
+// insertManyColumns are the columns a batch insert writes.
+const insertManyColumns = `INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
 	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
-	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, tags, step, concurrency_key, key_seq)
-SELECT i.partition_key, i.execution_id, i.flow_id, i.namespace, i.lane, i.kind, i.priority,
+	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, tags, step, concurrency_key, key_seq)`
+
+// insertManyRow is a batch row's values from its input i (insertInput): the
+// one place both forms of the batch insert take them from. A row's
+// capabilities travel as a JSON array (Postgres arrays cannot be ragged).
+const insertManyRow = `i.partition_key, i.execution_id, i.flow_id, i.namespace, i.lane, i.kind, i.priority,
 	ARRAY(SELECT jsonb_array_elements_text(i.caps)), i.state,
 	now() + i.delay * interval '1 microsecond', i.max_attempts,
 	i.base * interval '1 microsecond', i.max_backoff * interval '1 microsecond', i.multiplier, i.jitter,
 	i.ttl * interval '1 microsecond',
 	CASE WHEN i.timeout > 0 THEN i.timeout * interval '1 microsecond' END,
 	CASE WHEN i.deadline > 0 THEN now() + i.deadline * interval '1 microsecond' END,
-	i.payload, i.tags, nullif(i.step, ''), nullif(i.ckey, ''), i.seq
-FROM unnest($1::smallint[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::int[],
-	$8::jsonb[], $9::text[], $10::bigint[], $11::int[], $12::bigint[], $13::bigint[], $14::float8[],
-	$15::float8[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bytea[], $20::jsonb[], $21::text[],
-	$22::text[], $23::bigint[])
-	AS i(partition_key, execution_id, flow_id, namespace, lane, kind, priority, caps, state, delay,
-		max_attempts, base, max_backoff, multiplier, jitter, ttl, timeout, deadline, payload, tags, step, ckey, seq)
+	i.payload, i.tags, nullif(i.step, ''), nullif(i.ckey, ''), i.seq`
+
+// insertInput is a batch row's input, in the order of its parameters:
+// each field's name in insertManyRow and its type.
+var insertInput = [...]struct{ name, typ string }{
+	{"partition_key", "smallint"}, {"execution_id", "uuid"}, {"flow_id", "uuid"}, {"namespace", "text"},
+	{"lane", "text"}, {"kind", "text"}, {"priority", "int"}, {"caps", "jsonb"}, {"state", "text"},
+	{"delay", "bigint"}, {"max_attempts", "int"}, {"base", "bigint"}, {"max_backoff", "bigint"},
+	{"multiplier", "float8"}, {"jitter", "float8"}, {"ttl", "bigint"}, {"timeout", "bigint"},
+	{"deadline", "bigint"}, {"payload", "bytea"}, {"tags", "jsonb"}, {"step", "text"}, {"ckey", "text"},
+	{"seq", "bigint"},
+}
+
+// insertManySQL inserts a batch in one statement from one array per
+// input field. Cross-partition: each row goes to its own partition.
+var insertManySQL = func() string {
+	arrays, names := make([]string, len(insertInput)), make([]string, len(insertInput))
+	for k, in := range insertInput {
+		arrays[k], names[k] = fmt.Sprintf("$%d::%s[]", k+1, in.typ), in.name
+	}
+	return insertManyColumns + `
+SELECT ` + insertManyRow + `
+FROM unnest(` + strings.Join(arrays, ", ") + `)
+	AS i(` + strings.Join(names, ", ") + `)
 RETURNING ` + execColumns
+}()
+
+// insertValuesSQL is the batch insert of n rows in its form for a
+// distributed Postgres: a VALUES row each, its fields parameters in turn
+// ($1..$23 the first row's). Citus routes such an insert to the shards
+// of its rows, where an INSERT ... SELECT from arrays is run by pulling
+// the rows to the node the session is on and copying them out to the
+// shard: 7.2 ms a flow of one step submitted (a published event fired),
+// against 0.9 ms for the flow's own row beside it.
+func insertValuesSQL(n int) string {
+	if sql, ok := insertValuesCache.Load(n); ok {
+		return sql.(string)
+	}
+	var b strings.Builder
+	b.WriteString(insertManyColumns + "\nVALUES ")
+	for r := range n {
+		if r > 0 {
+			b.WriteString(",\n")
+		}
+		b.WriteString("(" + insertInputRef.ReplaceAllStringFunc(insertManyRow, func(ref string) string {
+			k := slices.IndexFunc(insertInput[:], func(in struct{ name, typ string }) bool { return in.name == ref[2:] })
+			return fmt.Sprintf("$%d::%s", r*len(insertInput)+k+1, insertInput[k].typ)
+		}) + ")")
+	}
+	b.WriteString("\nRETURNING " + execColumns)
+	sql, _ := insertValuesCache.LoadOrStore(n, b.String())
+	return sql.(string)
+}
+
+var (
+	insertInputRef    = regexp.MustCompile(`\bi\.[a-z_]+`)
+	insertValuesCache sync.Map // n → insertValuesSQL(n)
+)
 
 // CopyThreshold is the batch size from which InsertExecutions writes by
 // COPY: below it, the one-statement insert (one round trip) is cheaper
@@ -312,6 +366,14 @@ func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype
 		ttls[i], timeouts[i], deadlines[i] = micros(r.LeaseTTL), micros(r.AttemptTimeout), micros(r.Deadline)
 		payloads[i], steps[i], ckeys[i], seqs[i] = r.Payload, r.Step, r.ConcurrencyKey, r.KeySeq
 	}
+	// In insertInput's order.
+	sql, args := insertManySQL, []any{parts, ids, flowIDs, namespaces, lanes, kinds, priorities,
+		caps, states, delays, maxAttempts, bases, maxes, multipliers, jitters, ttls, timeouts, deadlines, payloads, tags, steps, ckeys, seqs}
+	if dist, err := Distributed(ctx, db); err != nil {
+		return nil, err
+	} else if dist {
+		sql, args = insertValuesSQL(n), byRow(n, args)
+	}
 	out := make([]*ffdtype.Execution, n)
 	notices := readyNotices(rs...)
 	err := WithRetry(ctx, db, func() error {
@@ -320,8 +382,7 @@ func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype
 			var err error
 			xs, err = collectExecutions(rows)
 			return err
-		}, insertManySQL, parts, ids, flowIDs, namespaces, lanes, kinds, priorities,
-			caps, states, delays, maxAttempts, bases, maxes, multipliers, jitters, ttls, timeouts, deadlines, payloads, tags, steps, ckeys, seqs)
+		}, sql, args...)
 		if err != nil {
 			return err
 		}
@@ -341,6 +402,18 @@ func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype
 		return nil, wrap(fmt.Sprintf("create %d executions", n), err)
 	}
 	return out, nil
+}
+
+// byRow turns the arrays of a batch of n rows, one per input field, into
+// the parameters of its VALUES form: each row's fields in turn.
+func byRow(n int, arrays []any) []any {
+	args := make([]any, 0, n*len(arrays))
+	for r := range n {
+		for _, a := range arrays {
+			args = append(args, reflect.ValueOf(a).Index(r).Interface())
+		}
+	}
+	return args
 }
 
 // copyColumns are the columns copyExecutions writes; the others take
