@@ -11,12 +11,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
 
 	"github.com/flowfabric/ffd"
 	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
+	"github.com/flowfabric/ffd/internal/trigger"
 )
 
 // The Citus budget: what one execution costs a distributed Postgres,
@@ -68,6 +70,17 @@ const (
 	// partition. (Its commit waits for the flush, as every distributed
 	// one: no set_config.)
 	budgetCitusDispatchRoundTrips = 5
+	// Firing published events: one read across the shards for the
+	// partitions with unfired events, then per shard one transaction
+	// that writes that shard alone (the events' triggers start what lies
+	// on their partitions): BEGIN, lock its events, now(), per event the
+	// triggers' read, what each starts in a savepoint (an execution:
+	// savepoint, its insert and notification, release; a flow of one
+	// step: two savepoints, the flow, its step and notification, edges,
+	// groups, the flow's counts, two releases) and the mark; the counts,
+	// COMMIT. Three events of two triggers on each of two shards:
+	// 1 + 2 * (3 + 3 * (1 + 3 + 9 + 1) + 2).
+	budgetCitusFireRoundTrips = 95
 )
 
 // TestCitusBudget is not parallel: store.RouteAll is process-wide, and
@@ -152,6 +165,7 @@ func TestCitusBudget(t *testing.T) {
 		})
 		hop.check(t, "the notified dispatch of a hop", budgetCitusDispatchRoundTrips, 0)
 	}
+	fireOnShards(t, ctx, creator, tracer, traced)
 	// A worker's claims and grouped completions, at concurrency: each
 	// group of completions commits per shard.
 	for i := range 64 {
@@ -163,6 +177,42 @@ func TestCitusBudget(t *testing.T) {
 	if n := multiShardWrites(t, ctx, setupPool); n != 0 {
 		t.Errorf("%d transactions wrote rows of more than one shard, want 0 (the budget)", n)
 	}
+}
+
+// fireOnShards publishes events of a flow trigger and an execution
+// trigger on two shards and fires them: one read across the shards finds
+// their partitions, then each partition's events fire in one transaction
+// that writes its shard alone (what they start lies on their partition).
+func fireOnShards(t *testing.T, ctx context.Context, creator *ffd.Client, tracer *shardTracer, traced *pgxpool.Pool) {
+	t.Helper()
+	flow := ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "a", Params: ffd.CreateParams{Lane: "citus-fired"}}}}
+	for _, p := range []ffd.TriggerParams{{Name: "budget-flow", Event: "budget", Flow: &flow},
+		{Name: "budget-exec", Event: "budget", Execution: &ffd.CreateParams{Lane: "citus-fired"}}} {
+		if _, err := creator.CreateTrigger(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const perShard = 3
+	for _, shard := range []int{5, 6} {
+		for n := range perShard {
+			key := ""
+			for i := 0; key == ""; i++ {
+				if k := fmt.Sprintf("event-%d-%d-%d", shard, n, i); int(store.EventPartition("default", "budget", k))%32 == shard {
+					key = k
+				}
+			}
+			if _, err := creator.PublishEvent(ctx, ffd.PublishParams{Name: "budget", Key: key}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fire := tracer.measure(func() {
+		res, err := trigger.Fire(ctx, traced, leases.Limits{}, 100, 1, zap.NewNop())
+		if err != nil || res.Events != 2*perShard || res.Started != 4*perShard {
+			t.Fatalf("fire the events: %+v, %v; want %d fired, %d started", res, err, 2*perShard, 4*perShard)
+		}
+	})
+	fire.check(t, "firing the events of two partitions", budgetCitusFireRoundTrips, 1)
 }
 
 // runWorkerUntil runs a worker of that concurrency on lane until its
@@ -213,7 +263,7 @@ func keyOnShardN(t *testing.T, namespace string, shard, n int) string {
 
 // distributedTables are the tables a distributed Postgres shards by
 // partition_key (store.CheckDistribution places them so).
-var distributedTables = regexp.MustCompile(`\bff_(execution|flow|attempt|edge|edge_group|pending_cancel_group|completion_event|lease_event|signal|wait|spawned)\b`)
+var distributedTables = regexp.MustCompile(`\bff_(execution|flow|attempt|edge|edge_group|pending_cancel_group|completion_event|lease_event|signal|wait|spawned|event|trigger_fired)\b`)
 
 // auditShardWrites adds row triggers that record, for every row written
 // to a distributed table, its transaction and shard.
@@ -227,7 +277,7 @@ func auditShardWrites(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
 			RETURN NULL;
 		END$$;`
 	for _, table := range []string{"ff_execution", "ff_flow", "ff_attempt", "ff_edge", "ff_edge_group", "ff_pending_cancel_group",
-		"ff_completion_event", "ff_lease_event", "ff_signal", "ff_wait", "ff_spawned"} {
+		"ff_completion_event", "ff_lease_event", "ff_signal", "ff_wait", "ff_spawned", "ff_event", "ff_trigger_fired"} {
 		sql += fmt.Sprintf(`CREATE TRIGGER budget_shard_write AFTER INSERT OR UPDATE OR DELETE ON %s
 			FOR EACH ROW EXECUTE FUNCTION budget_shard_write();`, table)
 	}

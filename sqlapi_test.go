@@ -149,9 +149,13 @@ func TestSQLIDsAreTheGoAPIs(t *testing.T) {
 		u := uuid.New()
 		key := fmt.Sprintf("k%d-é-%d", i, i*7919)
 		var part, keyPart int16
-		var in uuid.UUID
-		if err := f.Pool.QueryRow(f.Ctx, `SELECT ffd_partition($1), ff_key_partition('ns', $2), ffd_uuid_in($3)`, u, key, int16(i%256)).Scan(&part, &keyPart, &in); err != nil {
+		var in, placed uuid.UUID
+		if err := f.Pool.QueryRow(f.Ctx, `SELECT ffd_partition($1), ff_key_partition('ns', $2), ffd_uuid_in($3), ff_uuid_in_partition($1, $3::smallint)`,
+			u, key, int16(i%256)).Scan(&part, &keyPart, &in, &placed); err != nil {
 			t.Fatal(err)
+		}
+		if want := ident.InPartition(u, int16(i%256)); placed != want {
+			t.Fatalf("ff_uuid_in_partition(%s, %d) = %s, want %s (ident.InPartition)", u, i%256, placed, want)
 		}
 		if part != ident.Partition(u) || keyPart != ident.KeyPartition("ns", key) || ident.Partition(in) != int16(i%256) || in.Version() != 7 {
 			t.Fatalf("uuid %s: partition %d (Go %d); key %q: %d (Go %d); uuid on %d: %s (its partition %d)",

@@ -101,6 +101,16 @@ func TestEventTriggersStartOnce(t *testing.T) {
 	if got := f.Count(`SELECT count(*) FROM ff_execution WHERE lane = 'audit'`); got != n/10 {
 		t.Fatalf("%d audits, want one per VIP event: %d", got, n/10)
 	}
+	// Each event's id, from Go and from SQL, lies on its partition, and
+	// so does all it started.
+	if got := f.Count(`SELECT count(*) FROM ff_event WHERE ff_uuid_in_partition(event_id, partition_key) = event_id`); got != n {
+		t.Fatalf("%d of %d events have an id on their partition, want all", got, n)
+	}
+	if got := f.Count(`SELECT count(*) FROM ff_execution x LEFT JOIN ff_flow fl ON fl.flow_id = x.flow_id
+		JOIN ff_event e ON coalesce(fl.tags, x.tags)->>'ffd_event' = e.event_id::text
+		WHERE x.partition_key = e.partition_key`); got != 2*n+n/10 {
+		t.Fatalf("%d executions on their event's partition, want all %d", got, 2*n+n/10)
+	}
 	for _, i := range []int{0, 1, 499, 998} {
 		id := uuid.MustParse(ids[i])
 		if _, err := f.client.DescribeFlow(f.Ctx, ffd.TriggerFlowID("order-flow", id)); err != nil {

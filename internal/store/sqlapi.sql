@@ -51,27 +51,10 @@ $fn$;
 
 -- Ids ---------------------------------------------------------------------
 
--- ffd_crc16 continues CRC-16/XMODEM (polynomial 0x1021, no reflection, no
--- final xor) from crc over b: ident.CRC16, which places every id.
-CREATE OR REPLACE FUNCTION ffd_crc16(crc int, b bytea) RETURNS int LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $fn$
-BEGIN
-	FOR i IN 0 .. length(b) - 1 LOOP
-		crc := crc # (get_byte(b, i) << 8);
-		FOR j IN 1 .. 8 LOOP
-			IF crc & 32768 <> 0 THEN
-				crc := ((crc << 1) # 4129) & 65535;
-			ELSE
-				crc := (crc << 1) & 65535;
-			END IF;
-		END LOOP;
-	END LOOP;
-	RETURN crc;
-END
-$fn$;
-
--- ffd_partition is the partition a uuid hashes to (ident.Partition).
+-- ffd_partition is the partition a uuid hashes to (ident.Partition), by
+-- the schema's CRC-16 (ff_crc16, migration 00041).
 CREATE OR REPLACE FUNCTION ffd_partition(u uuid) RETURNS smallint LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $fn$
-	SELECT (ffd_crc16(0, uuid_send(u)) % {{.Partitions}})::smallint
+	SELECT (ff_crc16(uuid_send(u)) % {{.Partitions}})::smallint
 $fn$;
 
 -- ffd_uuid7 mints a version 7 uuid (ident.NewUUID): time-ordered, so that
@@ -83,19 +66,9 @@ CREATE OR REPLACE FUNCTION ffd_uuid7() RETURNS uuid LANGUAGE sql VOLATILE AS $fn
 $fn$;
 
 -- ffd_uuid_in mints a version 7 uuid whose own partition is part
--- (ident.NewUUIDIn): its last two bytes chosen, in the same order.
-CREATE OR REPLACE FUNCTION ffd_uuid_in(part int) RETURNS uuid LANGUAGE plpgsql VOLATILE AS $fn$
-DECLARE
-	b bytea := uuid_send(ffd_uuid7());
-	head int := ffd_crc16(0, substring(b FROM 1 FOR 14));
-BEGIN
-	FOR i IN 0 .. 65535 LOOP
-		IF ffd_crc16(head, set_byte(set_byte('\x0000'::bytea, 0, i >> 8), 1, i & 255)) % {{.Partitions}} = part THEN
-			RETURN encode(set_byte(set_byte(b, 14, i >> 8), 15, i & 255), 'hex')::uuid;
-		END IF;
-	END LOOP;
-	RAISE EXCEPTION 'no uuid on partition %', part;
-END
+-- (ident.NewUUIDIn): its last two bytes solved for by ff_uuid_in_partition.
+CREATE OR REPLACE FUNCTION ffd_uuid_in(part int) RETURNS uuid LANGUAGE sql VOLATILE AS $fn$
+	SELECT ff_uuid_in_partition(ffd_uuid7(), part::smallint)
 $fn$;
 
 CREATE OR REPLACE FUNCTION ffd_id(part smallint, id uuid) RETURNS text LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $fn$

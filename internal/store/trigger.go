@@ -1,9 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,6 +24,20 @@ type TriggerRow struct {
 }
 
 const triggerColumns = `name, namespace, event, filter, target, params, paused, fired, created_at`
+
+// countedTriggersSQL reads triggers with what each started: the count
+// kept on the row from before migration 00041 and its rows of
+// ff_trigger_fired, those of its name and creation. $1, when not NULL,
+// names the one trigger to read.
+const countedTriggersSQL = `SELECT t.name, t.namespace, t.event, t.filter, t.target, t.params, t.paused,
+	t.fired + coalesce(c.fired, 0), t.created_at
+FROM ff_trigger t LEFT JOIN (
+	SELECT trigger_name, trigger_created_at, sum(fired)::bigint AS fired FROM ff_trigger_fired
+	WHERE $1::text IS NULL OR trigger_name = $1
+	GROUP BY trigger_name, trigger_created_at
+) c ON c.trigger_name = t.name AND c.trigger_created_at = t.created_at
+WHERE $1::text IS NULL OR t.name = $1
+ORDER BY t.name`
 
 func collectTriggers(rows pgx.Rows, err error) ([]*TriggerRow, error) {
 	if err != nil {
@@ -53,13 +70,13 @@ func IsTriggerTaken(err error) bool { return refusedBy(err, "23505", "ff_trigger
 
 // ListTriggers reads every trigger, by name.
 func ListTriggers(ctx context.Context, db DB) ([]*TriggerRow, error) {
-	ts, err := collectTriggers(db.Query(ctx, `SELECT `+triggerColumns+` FROM ff_trigger ORDER BY name`))
+	ts, err := collectTriggers(db.Query(ctx, countedTriggersSQL, nil))
 	return ts, wrap("list triggers", err)
 }
 
 // GetTrigger reads one trigger, or pgx.ErrNoRows.
 func GetTrigger(ctx context.Context, db DB, name string) (*TriggerRow, error) {
-	ts, err := collectTriggers(db.Query(ctx, `SELECT `+triggerColumns+` FROM ff_trigger WHERE name = $1`, name))
+	ts, err := collectTriggers(db.Query(ctx, countedTriggersSQL, name))
 	if err != nil {
 		return nil, wrap("read trigger "+name, err)
 	}
@@ -69,10 +86,19 @@ func GetTrigger(ctx context.Context, db DB, name string) (*TriggerRow, error) {
 	return ts[0], nil
 }
 
-// DeleteTrigger deletes a trigger; false when there was none.
-func DeleteTrigger(ctx context.Context, db DB, name string) (bool, error) {
-	tag, err := db.Exec(ctx, `DELETE FROM ff_trigger WHERE name = $1`, name)
-	return tag.RowsAffected() == 1, wrap("delete trigger "+name, err)
+// DeleteTrigger deletes a trigger and its counts; false when there was
+// none.
+func DeleteTrigger(ctx context.Context, db DB, name string) (found bool, err error) {
+	err = InTx(ctx, db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM ff_trigger WHERE name = $1`, name)
+		if err != nil {
+			return err
+		}
+		found = tag.RowsAffected() == 1
+		_, err = tx.Exec(ctx, `DELETE FROM ff_trigger_fired WHERE trigger_name = $1`, name)
+		return err
+	})
+	return found, wrap("delete trigger "+name, err)
 }
 
 // EventPartition is the partition of the event key of name in namespace
@@ -139,26 +165,30 @@ type UnfiredEvent struct {
 }
 
 // lockUnfiredSQL locks up to $1 events not fired yet, oldest first,
-// skipping those another daemon holds; routed, of partition $2 only (a
-// distributed Postgres locks rows of one shard at a time).
+// skipping those another daemon holds; routed, of the partitions $2 of
+// one shard only (a distributed Postgres locks rows of one shard at a
+// time).
 var lockUnfiredSQL = [2]string{lockUnfiredStatement(false), lockUnfiredStatement(true)}
 
 func lockUnfiredStatement(routed bool) string {
+	shard := ""
+	if routed {
+		shard = " AND e.partition_key = ANY($2)"
+	}
 	return `SELECT e.partition_key, ` + publishedColumns + ` FROM ff_event e
-		WHERE e.fired_at IS NULL` + narrowTo(routed, "$2")("e") + `
+		WHERE e.fired_at IS NULL` + shard + `
 		ORDER BY e.published_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED`
 }
 
 // EventScope is where one transaction that fires events takes them, and
 // how many it takes. On one Postgres it is every partition, a batch at a
-// time: the batch shares one commit. On a distributed Postgres it is one
-// partition, one event at a time: what an event starts lands on other
-// shards than the event, so a batch would grow one transaction over
-// every node (a savepoint per trigger sent to each, a two-phase commit
-// over all), where an event alone commits over the few it touches.
+// time: the batch shares one commit. On a distributed Postgres it is the
+// partitions of one shard, a batch at a time: what an event starts lands
+// on its partition (trigger.FlowID, trigger.Key), so the transaction
+// writes that shard alone and commits on one node.
 type EventScope struct {
-	routed    bool
-	partition int16
+	routed bool
+	parts  []int16
 	// Batch is the most events one transaction of the scope fires.
 	Batch int
 	// Unfired is the most events worth trying to fire from the scope in
@@ -169,31 +199,48 @@ type EventScope struct {
 
 // UnfiredEventScopes returns the scopes that hold unfired events, batch
 // the most events a transaction takes: on one Postgres, the one scope of
-// every partition; on a distributed one, each partition with unfired
-// events, in order, with their count (one read over every shard, outside
-// a transaction).
+// every partition; on a distributed one, each shard with unfired events,
+// in order, with their count (one read over every shard, outside a
+// transaction).
 func UnfiredEventScopes(ctx context.Context, db DB, batch int) ([]EventScope, error) {
 	dist, err := Distributed(ctx, db)
 	if err != nil || !dist {
 		return []EventScope{{Batch: batch, Unfired: batch}}, err
+	}
+	type unfired struct {
+		part  int16
+		count int
 	}
 	rows, err := db.Query(ctx, `SELECT partition_key, count(*) FROM ff_event WHERE fired_at IS NULL
 		GROUP BY partition_key ORDER BY partition_key`)
 	if err != nil {
 		return nil, wrap("find unfired events", err)
 	}
-	scopes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (EventScope, error) {
-		s := EventScope{routed: true, Batch: 1}
-		return s, row.Scan(&s.partition, &s.Unfired)
+	parts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (u unfired, err error) {
+		return u, row.Scan(&u.part, &u.count)
 	})
-	return scopes, wrap("find unfired events", err)
+	if err != nil {
+		return nil, wrap("find unfired events", err)
+	}
+	shards, err := byShard(ctx, db, parts, func(u unfired) int16 { return u.part })
+	if err != nil {
+		return nil, wrap("find unfired events", err)
+	}
+	scopes := make([]EventScope, len(shards))
+	for i, sh := range shards {
+		scopes[i] = EventScope{routed: true, parts: sh.parts, Batch: batch}
+		for _, u := range sh.items {
+			scopes[i].Unfired += u.count
+		}
+	}
+	return scopes, nil
 }
 
 // LockUnfiredEvents locks up to limit events of scope s not fired yet,
 // oldest first, skipping those another daemon holds.
 func LockUnfiredEvents(ctx context.Context, tx pgx.Tx, s EventScope, limit int) ([]*UnfiredEvent, error) {
 	if s.routed {
-		return lockUnfired(ctx, tx, lockUnfiredSQL[1], limit, s.partition)
+		return lockUnfired(ctx, tx, lockUnfiredSQL[1], limit, s.parts)
 	}
 	return lockUnfired(ctx, tx, lockUnfiredSQL[0], limit)
 }
@@ -228,26 +275,60 @@ func MatchingTriggers(ctx context.Context, db DB, e *UnfiredEvent) ([]*TriggerRo
 }
 
 // MarkFired records that an event's triggers fired at the database's
-// time at: started is what they started, failure why one failed ("":
-// none); it counts what each trigger started.
-func MarkFired(ctx context.Context, tx pgx.Tx, e *UnfiredEvent, at time.Time, started map[string]int, failure string) error {
-	total := 0
-	names, counts := make([]string, 0, len(started)), make([]int64, 0, len(started))
-	for n, c := range started {
-		total += c
-		names, counts = append(names, n), append(counts, int64(c))
+// time at: started is how many executions and flows they started,
+// failure why one failed ("": none). CountFirings counts them per
+// trigger.
+func MarkFired(ctx context.Context, tx pgx.Tx, e *UnfiredEvent, at time.Time, started int, failure string) error {
+	_, err := tx.Exec(ctx, `UPDATE ff_event SET fired_at = $3, started = $4, error = nullif($5, '')
+		WHERE partition_key = $1 AND event_id = $2`, e.Partition, e.ID, at, started, failure)
+	return wrap("mark event "+e.ID.String()+" fired", err)
+}
+
+// TriggerFirings is how many executions and flows a trigger started for
+// the events of one partition.
+type TriggerFirings struct {
+	Partition int16
+	Trigger   *TriggerRow
+	Started   int
+}
+
+// CountFirings adds what triggers started to their counts, one row per
+// trigger and event partition, in one statement: a routed batch's rows
+// are all of its partition, so on a distributed Postgres the statement
+// writes the shard the batch fired on. Rows are written in their key's
+// order, so that two daemons' batches take the rows they share in one
+// order.
+func CountFirings(ctx context.Context, tx pgx.Tx, fs []TriggerFirings) error {
+	fs = slices.Clone(fs)
+	slices.SortFunc(fs, func(a, b TriggerFirings) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), strings.Compare(a.Trigger.Name, b.Trigger.Name),
+			a.Trigger.CreatedAt.Compare(b.Trigger.CreatedAt))
+	})
+	var sql strings.Builder
+	args := make([]any, 0, 4*len(fs))
+	for i, f := range fs {
+		if i+1 < len(fs) && f.Partition == fs[i+1].Partition && f.Trigger.Name == fs[i+1].Trigger.Name &&
+			f.Trigger.CreatedAt.Equal(fs[i+1].Trigger.CreatedAt) {
+			fs[i+1].Started += f.Started // one row a key: an upsert may not touch a row twice
+			continue
+		}
+		if f.Started == 0 {
+			continue
+		}
+		if len(args) > 0 {
+			sql.WriteString(", ")
+		}
+		n := len(args)
+		fmt.Fprintf(&sql, "($%d::smallint, $%d, $%d::timestamptz, $%d::bigint)", n+1, n+2, n+3, n+4)
+		args = append(args, f.Partition, f.Trigger.Name, f.Trigger.CreatedAt, f.Started)
 	}
-	b := &pgx.Batch{}
-	b.Queue(`UPDATE ff_event SET fired_at = $3, started = $4, error = nullif($5, '')
-		WHERE partition_key = $1 AND event_id = $2`, e.Partition, e.ID, at, total, failure)
-	if len(names) > 0 {
-		b.Queue(`UPDATE ff_trigger t SET fired = t.fired + c.n
-			FROM unnest($1::text[], $2::bigint[]) AS c(name, n) WHERE t.name = c.name`, names, counts)
+	if len(args) == 0 {
+		return nil
 	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return wrap("mark event "+e.ID.String()+" fired", err)
-	}
-	return nil
+	_, err := tx.Exec(ctx, `INSERT INTO ff_trigger_fired AS c (partition_key, trigger_name, trigger_created_at, fired)
+		VALUES `+sql.String()+`
+		ON CONFLICT (partition_key, trigger_name, trigger_created_at) DO UPDATE SET fired = c.fired + excluded.fired`, args...)
+	return wrap("count what triggers started", err)
 }
 
 // DeleteFiredEvents deletes the events fired longer ago than age, which

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/fault"
+	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/outbox"
 	"github.com/flowfabric/ffd/internal/schedule"
@@ -116,15 +118,35 @@ func Publish(ctx context.Context, db store.DB, lim leases.Limits, e Publication)
 // always names the same flow.
 var flowIDSpace = uuid.MustParse("2d7c9a4e-51b6-4f0e-8e3a-6a1f0c9b7d25")
 
-// FlowID is the id of the flow trigger starts for event.
+// FlowID is the id of the flow trigger starts for event: derived from
+// both, and placed on the event id's partition, which is the event's own
+// (PublishEvent and ff_publish_event mint it there), so that an event and
+// what it starts share a partition and on Citus a shard: the daemon fires
+// a partition's events in one transaction on one node.
 func FlowID(trigger string, event uuid.UUID) uuid.UUID {
-	return uuid.NewSHA1(flowIDSpace, []byte(trigger+"@"+event.String()))
+	return ident.InPartition(uuid.NewSHA1(flowIDSpace, []byte(trigger+"@"+event.String())), ident.Partition(event))
 }
 
-// Key is the idempotency key of the execution trigger starts for event.
-func Key(trigger string, event uuid.UUID) string {
-	return "ffd-trigger:" + trigger + ":" + event.String()
+// Key is the idempotency key of the execution trigger starts in namespace
+// for event. A key places its execution (ident.KeyPartition), so the key
+// ends in the first of the suffixes 000 to fff that places it on the
+// event id's partition, as FlowID places a flow. One always does: the CRC
+// is linear, so the suffix moves a key's partition by the suffix's own
+// CRC whatever comes before it, and those of the 4,096 reach all 256
+// partitions (TestKeySuffixes).
+func Key(namespace, trigger string, event uuid.UUID) string {
+	base := "ffd-trigger:" + trigger + ":" + event.String() + ":"
+	want := ident.Partition(event)
+	for i := range keySuffixes {
+		if k := fmt.Sprintf("%s%03x", base, i); ident.KeyPartition(namespace, k) == want {
+			return k
+		}
+	}
+	panic("trigger: no key suffix reaches partition " + strconv.Itoa(int(want))) // TestKeySuffixes proves it unreachable
 }
+
+// keySuffixes is how many suffixes Key tries: every three hex digits.
+const keySuffixes = 1 << 12
 
 // Result is what one Fire pass did.
 type Result struct {
@@ -134,8 +156,9 @@ type Result struct {
 
 // Fire fires up to limit unfired events: it starts what their triggers
 // ask for and marks each fired, in transactions of the store's event
-// scopes (store.UnfiredEventScopes: a batch of events on one Postgres,
-// one event on a distributed one), up to workers of them at once when
+// scopes (store.UnfiredEventScopes: a batch of events of every partition
+// on one Postgres, of one partition on a distributed one), up to workers
+// of them at once when
 // there are several scopes and db is a pool. A trigger whose target
 // cannot start for an event (its template no longer valid, say) is
 // logged and its failure kept on the event; the event's other triggers
@@ -224,7 +247,8 @@ func (f *firing) done(n int, r Result) {
 	f.changed.Broadcast()
 }
 
-// fireScope fires up to limit events of scope s in one transaction.
+// fireScope fires up to limit events of scope s in one transaction, and
+// counts what each trigger started.
 func fireScope(ctx context.Context, db store.DB, lim leases.Limits, s store.EventScope, limit int, log *zap.Logger) (Result, error) {
 	var res Result
 	err := store.InTx(ctx, db, func(tx pgx.Tx) error {
@@ -239,15 +263,19 @@ func fireScope(ctx context.Context, db store.DB, lim leases.Limits, s store.Even
 		if err != nil {
 			return err
 		}
+		var counts []store.TriggerFirings
 		for _, e := range events {
 			started, err := fireEvent(ctx, tx, lim, e, now, log)
 			if err != nil {
 				return err
 			}
 			res.Events++
-			res.Started += started
+			for _, c := range started {
+				res.Started += c.Started
+			}
+			counts = append(counts, started...)
 		}
-		return nil
+		return store.CountFirings(ctx, tx, counts)
 	})
 	if err != nil {
 		return Result{}, err
@@ -256,20 +284,21 @@ func fireScope(ctx context.Context, db store.DB, lim leases.Limits, s store.Even
 }
 
 // fireEvent starts what each trigger of e asks for, each in a savepoint,
-// and marks e fired.
-func fireEvent(ctx context.Context, tx pgx.Tx, lim leases.Limits, e *store.UnfiredEvent, now time.Time, log *zap.Logger) (int, error) {
+// marks e fired, and returns what each trigger started.
+func fireEvent(ctx context.Context, tx pgx.Tx, lim leases.Limits, e *store.UnfiredEvent, now time.Time, log *zap.Logger) ([]store.TriggerFirings, error) {
 	triggers, err := store.MatchingTriggers(ctx, tx, e)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	started := map[string]int{}
+	var started []store.TriggerFirings
 	var failures []error
+	total := 0
 	for _, t := range triggers {
 		tags := map[string]any{"ffd_trigger": t.Name, "ffd_event": e.ID.String(), "ffd_event_key": e.Key}
 		var made bool
 		err := store.InTx(ctx, tx, func(sp pgx.Tx) (err error) {
 			made, err = schedule.Start(ctx, sp, lim, schedule.Firing{Namespace: t.Namespace, Target: t.Target,
-				Params: t.Params, Key: Key(t.Name, e.ID), FlowID: FlowID(t.Name, e.ID), Tags: tags, Payload: e.Payload})
+				Params: t.Params, Key: Key(t.Namespace, t.Name, e.ID), FlowID: FlowID(t.Name, e.ID), Tags: tags, Payload: e.Payload})
 			return err
 		})
 		switch {
@@ -278,7 +307,7 @@ func fireEvent(ctx context.Context, tx pgx.Tx, lim leases.Limits, e *store.Unfir
 			// The database failed for now (a lost connection, a
 			// conflict, a restart): the whole pass rolls back and the
 			// next one fires the event.
-			return 0, fmt.Errorf("fire event %s by trigger %s: %w", e.ID, t.Name, err)
+			return nil, fmt.Errorf("fire event %s by trigger %s: %w", e.ID, t.Name, err)
 		default:
 			// The target cannot start for this event (its template no
 			// longer valid, a name taken, a row a check refuses): kept
@@ -290,16 +319,13 @@ func fireEvent(ctx context.Context, tx pgx.Tx, lim leases.Limits, e *store.Unfir
 			continue
 		}
 		if made {
-			started[t.Name]++
+			started = append(started, store.TriggerFirings{Partition: e.Partition, Trigger: t, Started: 1})
+			total++
 		}
 	}
 	failure := ""
 	if err := errors.Join(failures...); err != nil {
 		failure = leases.CleanText(err.Error(), 4096)
 	}
-	n := 0
-	for _, c := range started {
-		n += c
-	}
-	return n, store.MarkFired(ctx, tx, e, now, started, failure)
+	return started, store.MarkFired(ctx, tx, e, now, total, failure)
 }

@@ -51,7 +51,7 @@ func TestFireAfterACrashStartsNothingTwice(t *testing.T) {
 	for _, tr := range ts {
 		if err := pgx.BeginFunc(ctx, f.Pool, func(tx pgx.Tx) error {
 			_, err := schedule.Start(ctx, tx, leases.Limits{}, schedule.Firing{Namespace: tr.Namespace, Target: tr.Target,
-				Params: tr.Params, Key: trigger.Key(tr.Name, e.ID), FlowID: trigger.FlowID(tr.Name, e.ID)})
+				Params: tr.Params, Key: trigger.Key(tr.Namespace, tr.Name, e.ID), FlowID: trigger.FlowID(tr.Name, e.ID)})
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -88,19 +88,22 @@ func TestFireAfterACrashStartsNothingTwice(t *testing.T) {
 
 // How many events share a transaction: on one Postgres a pass fires its
 // batch in one (one commit for all); in the routed form, as on a
-// distributed Postgres, each event commits alone (a batch there is one
-// transaction over every node), the partitions fired several at once.
-// Either way a pass fires no more than its limit, and the next the rest.
+// distributed Postgres, the events of one shard's partitions share one,
+// the shards fired several at once (one at a time here, for a count that
+// does not depend on which goes first). Either way a pass fires no more
+// than its limit, and the next the rest; what each event starts lies on
+// the event's partition, and the trigger's count is right.
 // Not parallel: store.RouteAll is process-wide (the package's parallel
 // tests start once this one is done).
 func TestFireTransactions(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		routed bool
-		want   func(events int) int // transactions that marked events fired
+		name    string
+		routed  bool
+		workers int
+		want    int // transactions that marked events fired
 	}{
-		{"one Postgres", false, func(int) int { return 2 }}, // a pass of 8, a pass of the other 4
-		{"routed", true, func(events int) int { return events }},
+		{"one Postgres", false, 4, 2}, // a pass of 8, a pass of the other 4
+		{"routed", true, 1, 2},        // shard 7's 8 events (partitions 7 and 39), then shard 9's 4
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.routed {
@@ -116,9 +119,10 @@ func TestFireTransactions(t *testing.T) {
 				CREATE FUNCTION fired_in() RETURNS trigger LANGUAGE plpgsql AS $$
 				BEGIN INSERT INTO fired_in VALUES (pg_current_xact_id(), NEW.event_id); RETURN NULL; END$$;
 				CREATE TRIGGER fired_in AFTER UPDATE OF fired_at ON ff_event FOR EACH ROW EXECUTE FUNCTION fired_in()`)
-			// Four events on each of three partitions: a routed pass
-			// that batched a partition's events would commit three times.
-			keys := keysOn(t, "e", []int16{7, 8, 9}, 4)
+			// Four events on each of three partitions, two of them on one
+			// shard: a routed pass that fired each partition's events
+			// alone would commit three times, each event alone twelve.
+			keys := keysOn(t, "e", []int16{7, 39, 9}, 4)
 			events := len(keys)
 			for _, k := range keys {
 				if _, _, err := trigger.Publish(ctx, f.Pool, leases.Limits{}, trigger.Publication{Name: "e", Key: k}); err != nil {
@@ -126,7 +130,7 @@ func TestFireTransactions(t *testing.T) {
 				}
 			}
 			for i, want := range []int{8, events - 8, 0} {
-				res, err := trigger.Fire(ctx, f.Pool, leases.Limits{}, 8, 4, zap.NewNop())
+				res, err := trigger.Fire(ctx, f.Pool, leases.Limits{}, 8, tc.workers, zap.NewNop())
 				if err != nil || res.Events != want || res.Started != want {
 					t.Fatalf("pass %d: %+v, %v; want %d events fired, %d flows started", i+1, res, err, want, want)
 				}
@@ -137,8 +141,19 @@ func TestFireTransactions(t *testing.T) {
 			if n := f.Count(`SELECT count(DISTINCT event_id) FROM fired_in`); n != events {
 				t.Fatalf("%d events marked fired, want %d", n, events)
 			}
-			if got, want := f.Count(`SELECT count(DISTINCT txid) FROM fired_in`), tc.want(events); got != want {
-				t.Fatalf("%d events marked fired in %d transactions, want %d", events, got, want)
+			if got := f.Count(`SELECT count(DISTINCT txid) FROM fired_in`); got != tc.want {
+				t.Fatalf("%d events marked fired in %d transactions, want %d", events, got, tc.want)
+			}
+			if n := f.Count(`SELECT count(*) FROM ff_flow f JOIN ff_event e ON f.tags->>'ffd_event' = e.event_id::text
+				WHERE f.partition_key = e.partition_key`); n != events {
+				t.Fatalf("%d of %d flows on their event's partition, want all", n, events)
+			}
+			tr, err := store.GetTrigger(ctx, f.Pool, "flow")
+			if err != nil || tr.Fired != int64(events) {
+				t.Fatalf("the trigger: %+v, %v; want %d fired", tr, err, events)
+			}
+			if n := f.Count(`SELECT count(*) FROM ff_trigger_fired`); n != 3 {
+				t.Fatalf("%d rows count the trigger's firings, want one for each of 3 partitions", n)
 			}
 		})
 	}
