@@ -236,16 +236,22 @@ const insertManyColumns = `INSERT INTO ff_execution AS e (partition_key, executi
 	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, tags, step, concurrency_key, key_seq)`
 
 // insertManyRow is a batch row's values from its input i (insertInput): the
-// one place both forms of the batch insert take them from. A row's
-// capabilities travel as a JSON array (Postgres arrays cannot be ragged).
+// one place both forms of the batch insert take them from, but for the
+// capabilities (capsFromJSON).
 const insertManyRow = `i.partition_key, i.execution_id, i.flow_id, i.namespace, i.lane, i.kind, i.priority,
-	ARRAY(SELECT jsonb_array_elements_text(i.caps)), i.state,
+	` + capsFromJSON + `, i.state,
 	now() + i.delay * interval '1 microsecond', i.max_attempts,
 	i.base * interval '1 microsecond', i.max_backoff * interval '1 microsecond', i.multiplier, i.jitter,
 	i.ttl * interval '1 microsecond',
 	CASE WHEN i.timeout > 0 THEN i.timeout * interval '1 microsecond' END,
 	CASE WHEN i.deadline > 0 THEN now() + i.deadline * interval '1 microsecond' END,
 	i.payload, i.tags, nullif(i.step, ''), nullif(i.ckey, ''), i.seq`
+
+// capsFromJSON is a row's capabilities from the arrays' form, where they
+// travel as a JSON array (Postgres arrays cannot be ragged). The VALUES
+// form passes each row's as an array of its own: Citus refuses a
+// subquery in an INSERT's VALUES.
+const capsFromJSON = `ARRAY(SELECT jsonb_array_elements_text(i.caps))`
 
 // insertInput is a batch row's input, in the order of its parameters:
 // each field's name in insertManyRow and its type.
@@ -274,7 +280,7 @@ RETURNING ` + execColumns
 
 // insertValuesSQL is the batch insert of n rows in its form for a
 // distributed Postgres: a VALUES row each, its fields parameters in turn
-// ($1..$23 the first row's). Citus routes such an insert to the shards
+// ($1..$23 the first row's; its capabilities a text[]). Citus routes such an insert to the shards
 // of its rows, where an INSERT ... SELECT from arrays is run by pulling
 // the rows to the node the session is on and copying them out to the
 // shard: 7.2 ms a flow of one step submitted (a published event fired),
@@ -289,14 +295,24 @@ func insertValuesSQL(n int) string {
 		if r > 0 {
 			b.WriteString(",\n")
 		}
-		b.WriteString("(" + insertInputRef.ReplaceAllStringFunc(insertManyRow, func(ref string) string {
-			k := slices.IndexFunc(insertInput[:], func(in struct{ name, typ string }) bool { return in.name == ref[2:] })
-			return fmt.Sprintf("$%d::%s", r*len(insertInput)+k+1, insertInput[k].typ)
+		row := strings.Replace(insertManyRow, capsFromJSON, "i.caps", 1)
+		b.WriteString("(" + insertInputRef.ReplaceAllStringFunc(row, func(ref string) string {
+			k := inputIndex(ref[2:])
+			typ := insertInput[k].typ
+			if ref == "i.caps" {
+				typ = "text[]"
+			}
+			return fmt.Sprintf("$%d::%s", r*len(insertInput)+k+1, typ)
 		}) + ")")
 	}
 	b.WriteString("\nRETURNING " + execColumns)
 	sql, _ := insertValuesCache.LoadOrStore(n, b.String())
 	return sql.(string)
+}
+
+// inputIndex is the place of the field name in insertInput.
+func inputIndex(name string) int {
+	return slices.IndexFunc(insertInput[:], func(in struct{ name, typ string }) bool { return in.name == name })
 }
 
 var (
@@ -372,6 +388,11 @@ func insertExecutions(ctx context.Context, db DB, rs []NewExecution) ([]*ffdtype
 	if dist, err := Distributed(ctx, db); err != nil {
 		return nil, err
 	} else if dist {
+		lists := make([][]string, n)
+		for i := range rs {
+			lists[i] = append([]string{}, rs[i].RequiredCapabilities...)
+		}
+		args[inputIndex("caps")] = lists
 		sql, args = insertValuesSQL(n), byRow(n, args)
 	}
 	out := make([]*ffdtype.Execution, n)
