@@ -280,11 +280,11 @@ RETURNING ` + execColumns
 
 // insertValuesSQL is the batch insert of n rows in its form for a
 // distributed Postgres: a VALUES row each, its fields parameters in turn
-// ($1..$23 the first row's; its capabilities a text[]). Citus routes such an insert to the shards
-// of its rows, where an INSERT ... SELECT from arrays is run by pulling
-// the rows to the node the session is on and copying them out to the
-// shard: 7.2 ms a flow of one step submitted (a published event fired),
-// against 0.9 ms for the flow's own row beside it.
+// ($1..$23 the first row's; its capabilities a text[]). Citus routes such
+// an insert to the shards of its rows, where it runs an INSERT ... SELECT
+// from arrays by pulling the rows to the node the session is on and
+// copying them out to the shard: the step of a flow of one step took 7.2
+// ms that way, 1.4 ms this way (the flow's own row: 0.7 ms).
 func insertValuesSQL(n int) string {
 	if sql, ok := insertValuesCache.Load(n); ok {
 		return sql.(string)
