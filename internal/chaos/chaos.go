@@ -381,10 +381,20 @@ func (h *harness) faultPhase(ctx context.Context) error {
 	phaseCtx, endPhase := context.WithTimeout(ctx, h.cfg.Duration)
 	workCtx, endWork := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { h.submit(workCtx) })
-	wg.Go(func() { h.publishEvents(workCtx) })
+	var mu sync.Mutex
+	stopped := map[string]time.Time{}
+	work := func(name string, f func(context.Context)) {
+		wg.Go(func() {
+			f(workCtx)
+			mu.Lock()
+			stopped[name] = time.Now()
+			mu.Unlock()
+		})
+	}
+	work("submitter", h.submit)
+	work("publisher", h.publishEvents)
 	if slices.Contains(h.cfg.Faults, FaultKillConsumer) {
-		wg.Go(func() { h.killConsumers(workCtx) })
+		work("consumer kills", h.killConsumers)
 	}
 	started := time.Now()
 	h.injectFaults(phaseCtx)
@@ -395,7 +405,22 @@ func (h *harness) faultPhase(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	h.cfg.Logf("chaos: faults over after %s (%v); draining", h.report.FaultPhase.Round(time.Second), h.report.Faults)
+	h.mu.Lock()
+	last := h.lastFault
+	h.mu.Unlock()
+	if last.IsZero() {
+		last = started
+	}
+	// The drain is counted from the last fault: what the workload did
+	// after it (a submission in flight, the durable flows' signals sent
+	// late) is part of it.
+	var after []string
+	for name, at := range stopped {
+		after = append(after, fmt.Sprintf("%s %s", name, at.Sub(last).Round(100*time.Millisecond)))
+	}
+	slices.Sort(after)
+	h.cfg.Logf("chaos: faults over after %s (%v); the workload stopped after the last fault: %s; draining",
+		h.report.FaultPhase.Round(time.Second), h.report.Faults, strings.Join(after, ", "))
 	return nil
 }
 

@@ -104,6 +104,18 @@ func CompletionsBetween(ctx context.Context, db DB, from, to time.Time) (int64, 
 	return n, wrap("count completion events between two times", err)
 }
 
+// FirstCompletionAfter returns the time of the first completion event
+// that occurred from from on (its own time, the database's clock); false
+// when there is none.
+func FirstCompletionAfter(ctx context.Context, db DB, from time.Time) (time.Time, bool, error) {
+	var at *time.Time
+	err := db.QueryRow(ctx, `SELECT min(occurred_at) FROM ff_completion_event WHERE occurred_at >= $1`, from).Scan(&at)
+	if err != nil || at == nil {
+		return time.Time{}, false, wrap("read the first completion event after a time", err)
+	}
+	return *at, true, nil
+}
+
 // EventIDs returns the id of every event of both outboxes.
 func EventIDs(ctx context.Context, db DB) (completion, lease []int64, err error) {
 	rows, err := db.Query(ctx, `SELECT 'completion', event_id FROM ff_completion_event

@@ -11,7 +11,8 @@ import (
 )
 
 // CompletionsBetween counts the completion events whose own time falls
-// in the window, by the database's clock, and none outside it.
+// in the window, by the database's clock, and none outside it;
+// FirstCompletionAfter finds the first from a time on.
 func TestCompletionsBetween(t *testing.T) {
 	t.Parallel()
 	f := testdb.Checked(t, time.Minute)
@@ -44,6 +45,19 @@ func TestCompletionsBetween(t *testing.T) {
 		n, err := store.CompletionsBetween(f.Ctx, f.Pool, tc.from, tc.to)
 		if err != nil || n != tc.want {
 			t.Errorf("%s: %d completion events, %v; want %d", tc.name, n, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		from  time.Time
+		found bool
+	}{
+		{"from before them", before, true},
+		{"from after them", after.Add(time.Second), false},
+	} {
+		at, ok, err := store.FirstCompletionAfter(f.Ctx, f.Pool, tc.from)
+		if err != nil || ok != tc.found || (ok && (at.Before(before) || at.After(after))) {
+			t.Errorf("FirstCompletionAfter %s: %s, %v, %v; want found %v, between %s and %s", tc.name, at, ok, err, tc.found, before, after)
 		}
 	}
 }
