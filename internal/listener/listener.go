@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/flowfabric/ffd/internal/session"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -132,6 +133,9 @@ func New(cfg Config) (*Listener, error) {
 	}
 	cc := cfg.ConnConfig.Copy()
 	cc.RuntimeParams["application_name"] = cfg.ApplicationName
+	// A copy of a pool's configuration keeps its statements' cancel
+	// requests; this connection's waits end by their context instead.
+	session.CloseOnCancel(&cc.Config)
 	cfg.ConnConfig = cc
 	return &Listener{cfg: cfg}, nil
 }

@@ -15,6 +15,15 @@
 //     Idle + Interval × Count instead of the operating system's hours.
 //   - a connect timeout, so a server that accepts nothing cannot hang a
 //     start.
+//   - on a pool's connections, a statement whose context ends is stopped
+//     by a cancel request, and its connection kept (KeepOnCancel): pgx's
+//     default closes the connection, and the next statement opens a new
+//     one. On Citus a new session costs the coordinator a backend that
+//     loads the cluster's metadata and new connections to the worker
+//     nodes; under the fault suite's load every timed-out lease renewal
+//     closed one, the new sessions' start-up loaded the machine further,
+//     and more renewals timed out: a cluster of two worker nodes at a load
+//     near 33 left 1,272 executions unfinished 3 minutes after the faults.
 //
 // Settings travel as startup parameters, so they cost nothing per
 // statement and survive pool reconnects.
@@ -28,6 +37,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/ffdtype"
@@ -118,8 +128,35 @@ func ApplyConn(c ffdtype.SessionConfig, cfg *pgconn.Config) {
 // Apply sets the guard on a connection configuration.
 func Apply(c ffdtype.SessionConfig, cfg *pgx.ConnConfig) { ApplyConn(c, &cfg.Config) }
 
-// ApplyPool sets the guard on every connection of a pool configuration.
-func ApplyPool(c ffdtype.SessionConfig, cfg *pgxpool.Config) { Apply(c, cfg.ConnConfig) }
+// ApplyPool sets the guard on every connection of a pool configuration,
+// whose statements a cancel request stops (KeepOnCancel).
+func ApplyPool(c ffdtype.SessionConfig, cfg *pgxpool.Config) {
+	Apply(c, cfg.ConnConfig)
+	KeepOnCancel(&cfg.ConnConfig.Config)
+}
+
+// CancelGrace is how long a statement whose context ended waits for the
+// server to answer the cancel request before its connection is closed
+// after all (a server that answers nothing).
+const CancelGrace = 3 * time.Second
+
+// KeepOnCancel has a statement whose context ends stopped by a cancel
+// request sent at once, its connection kept for the next statement; the
+// call returns when the server has answered (at most CancelGrace later).
+func KeepOnCancel(cfg *pgconn.Config) {
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: CancelGrace}
+	}
+}
+
+// CloseOnCancel restores pgx's default on a connection that waits for
+// notifications: its waits end by their context every few seconds, with
+// nothing running for a cancel request to stop, and must end at once.
+func CloseOnCancel(cfg *pgconn.Config) {
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
+	}
+}
 
 // Guarded reports whether a configuration already carries a guard (set by
 // Apply or by hand), so that a connection ffd derives from a caller's
