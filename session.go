@@ -32,7 +32,9 @@ func DefaultSessionConfig() SessionConfig { return session.Default() }
 // every connection of cfg. Build the pool you hand to NewClient this way:
 // a process that freezes inside one of its transactions is then cut off by
 // the server instead of holding row locks the daemon and other workers
-// wait for.
+// wait for. A statement whose context ends is stopped by a cancel request
+// and its connection kept, where pgx's default closes it
+// (docs/operations.md, "Session guard").
 func ConfigurePool(cfg *pgxpool.Config, s *SessionConfig) error {
 	guard := session.Default()
 	if s != nil {
