@@ -13,7 +13,8 @@ import (
 // CRC is linear, so a suffix moves a key's CRC by the suffix's own CRC
 // (with the same number of bytes after it), and the low bytes of those of
 // the keySuffixes three-hex-digit suffixes take all 256 values. Keys of
-// many events then land on their event's partition.
+// many events then land on their event's partition, each with the first
+// suffix that places it.
 func TestKeySuffixes(t *testing.T) {
 	t.Parallel()
 	reached := map[byte]bool{}
@@ -31,6 +32,15 @@ func TestKeySuffixes(t *testing.T) {
 		k := Key(ns, trig, event)
 		if got, want := ident.KeyPartition(ns, k), ident.Partition(event); got != want {
 			t.Fatalf("Key(%q, %q, %s) = %q on partition %d, want the event's %d", ns, trig, event, k, got, want)
+		}
+		base := "ffd-trigger:" + trig + ":" + event.String() + ":"
+		for j := range keySuffixes { // the first suffix that places it, searched
+			if s := fmt.Sprintf("%s%03x", base, j); ident.KeyPartition(ns, s) == ident.Partition(event) {
+				if s != k {
+					t.Fatalf("Key(%q, %q, %s) = %q, want the first suffix that places it: %q", ns, trig, event, k, s)
+				}
+				break
+			}
 		}
 		if again := Key(ns, trig, event); again != k {
 			t.Fatalf("Key(%q, %q, %s) = %q, then %q", ns, trig, event, k, again)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -130,23 +129,32 @@ func FlowID(trigger string, event uuid.UUID) uuid.UUID {
 // Key is the idempotency key of the execution trigger starts in namespace
 // for event. A key places its execution (ident.KeyPartition), so the key
 // ends in the first of the suffixes 000 to fff that places it on the
-// event id's partition, as FlowID places a flow. One always does: the CRC
-// is linear, so the suffix moves a key's partition by the suffix's own
-// CRC whatever comes before it, and those of the 4,096 reach all 256
-// partitions (TestKeySuffixes).
+// event id's partition, as FlowID places a flow. The CRC is linear: a
+// suffix moves a key's partition by the low byte of the suffix's own CRC,
+// whatever comes before it, from where three zero bytes would put it; so
+// the suffix is looked up, and the 4,096 reach all 256 partitions
+// (TestKeySuffixes).
 func Key(namespace, trigger string, event uuid.UUID) string {
 	base := "ffd-trigger:" + trigger + ":" + event.String() + ":"
-	want := ident.Partition(event)
-	for i := range keySuffixes {
-		if k := fmt.Sprintf("%s%03x", base, i); ident.KeyPartition(namespace, k) == want {
-			return k
-		}
-	}
-	panic("trigger: no key suffix reaches partition " + strconv.Itoa(int(want))) // TestKeySuffixes proves it unreachable
+	from := ident.KeyPartition(namespace, base+"\x00\x00\x00")
+	return fmt.Sprintf("%s%03x", base, suffixFor[byte(from)^byte(ident.Partition(event))])
 }
 
-// keySuffixes is how many suffixes Key tries: every three hex digits.
+// keySuffixes is how many suffixes Key chooses from: every three hex
+// digits.
 const keySuffixes = 1 << 12
+
+// suffixFor[m] is the first suffix whose CRC's low byte is m: the one
+// that moves a key's partition by m.
+var suffixFor = func() (t [256]uint16) {
+	var found [256]bool
+	for i := range keySuffixes {
+		if m := byte(ident.CRC16(fmt.Appendf(nil, "%03x", i))); !found[m] {
+			t[m], found[m] = uint16(i), true
+		}
+	}
+	return t
+}()
 
 // Result is what one Fire pass did.
 type Result struct {
@@ -157,14 +165,13 @@ type Result struct {
 // Fire fires up to limit unfired events: it starts what their triggers
 // ask for and marks each fired, in transactions of the store's event
 // scopes (store.UnfiredEventScopes: a batch of events of every partition
-// on one Postgres, of one partition on a distributed one), up to workers
-// of them at once when
-// there are several scopes and db is a pool. A trigger whose target
-// cannot start for an event (its template no longer valid, say) is
-// logged and its failure kept on the event; the event's other triggers
-// fire. A failure of the database that passes (outbox.Transient) rolls
-// back the transaction it struck, whose events the next pass fires, and
-// stops the pass; Result counts what committed.
+// on one Postgres, of one shard's partitions on a distributed one), up to
+// workers of them at once when there are several scopes and db is a pool.
+// A trigger whose target cannot start for an event (its template no
+// longer valid, say) is logged and its failure kept on the event; the
+// event's other triggers fire. A failure of the database that passes
+// (outbox.Transient) rolls back the transaction it struck, whose events
+// the next pass fires, and stops the pass; Result counts what committed.
 func Fire(ctx context.Context, db store.DB, lim leases.Limits, limit, workers int, log *zap.Logger) (Result, error) {
 	scopes, err := store.UnfiredEventScopes(ctx, db, limit)
 	if err != nil || len(scopes) == 0 {
