@@ -299,7 +299,6 @@ func fireEvent(ctx context.Context, tx pgx.Tx, lim leases.Limits, e *store.Unfir
 	}
 	var started []store.TriggerFirings
 	var failures []error
-	total := 0
 	for _, t := range triggers {
 		tags := map[string]any{"ffd_trigger": t.Name, "ffd_event": e.ID.String(), "ffd_event_key": e.Key}
 		var made bool
@@ -327,12 +326,11 @@ func fireEvent(ctx context.Context, tx pgx.Tx, lim leases.Limits, e *store.Unfir
 		}
 		if made {
 			started = append(started, store.TriggerFirings{Partition: e.Partition, Trigger: t, Started: 1})
-			total++
 		}
 	}
 	failure := ""
 	if err := errors.Join(failures...); err != nil {
 		failure = leases.CleanText(err.Error(), 4096)
 	}
-	return started, store.MarkFired(ctx, tx, e, now, total, failure)
+	return started, store.MarkFired(ctx, tx, e, now, len(started), failure) // one each
 }
