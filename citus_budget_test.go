@@ -70,6 +70,11 @@ const (
 	// partition. (Its commit waits for the flush, as every distributed
 	// one: no set_config.)
 	budgetCitusDispatchRoundTrips = 5
+	// The notified dispatch of events on three partitions, two of them on
+	// one shard: a transaction per shard, each of the round trips above,
+	// its statements naming that shard's partitions (a transaction per
+	// partition made it 15).
+	budgetCitusShardDispatchRoundTrips = 2 * budgetCitusDispatchRoundTrips
 	// Firing published events: one read across the shards for the
 	// partitions with unfired events, then per shard one transaction
 	// that writes that shard alone (the events' triggers start what lies
@@ -165,6 +170,7 @@ func TestCitusBudget(t *testing.T) {
 		})
 		hop.check(t, "the notified dispatch of a hop", budgetCitusDispatchRoundTrips, 0)
 	}
+	dispatchShards(t, ctx, creator, tracer, traced)
 	fireOnShards(t, ctx, creator, tracer, traced)
 	// A worker's claims and grouped completions, at concurrency: each
 	// group of completions commits per shard.
@@ -176,6 +182,44 @@ func TestCitusBudget(t *testing.T) {
 	runWorkerUntil(t, budgetClient(t, budgetPool(t, ctx, db.URL, nil, 8)), ctx, "citus-worker", 64, 16)
 	if n := multiShardWrites(t, ctx, setupPool); n != 0 {
 		t.Errorf("%d transactions wrote rows of more than one shard, want 0 (the budget)", n)
+	}
+}
+
+// dispatchShards completes the first steps of flows on partitions 3 and
+// 35 (one shard) and 4 (another), and dispatches the three events as a
+// notification naming their partitions does: one transaction per shard.
+func dispatchShards(t *testing.T, ctx context.Context, creator *ffd.Client, tracer *shardTracer, traced *pgxpool.Pool) {
+	t.Helper()
+	parts := []int16{3, 35, 4}
+	for _, p := range parts {
+		if _, err := creator.SubmitFlow(ctx, ffd.SubmitFlowParams{
+			Flow:  ffd.CreateFlowParams{ID: ident.NewUUIDIn(p)},
+			Nodes: []ffd.SubmitNode{{Ref: "a", Params: ffd.CreateParams{Lane: "citus-shard-a"}}, {Ref: "b", Params: ffd.CreateParams{Lane: "citus-shard-b"}}},
+			Edges: []ffd.SubmitEdge{{From: "a", To: "b"}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	firsts, err := creator.Claim(ctx, ffd.ClaimParams{Lane: "citus-shard-a", Worker: "budget/setup", Max: len(parts)})
+	if err != nil || len(firsts) != len(parts) {
+		t.Fatalf("claim the flows' first steps: %v (%d of %d)", err, len(firsts), len(parts))
+	}
+	for _, x := range firsts {
+		if _, err := creator.Complete(ctx, x.ID, x.LeaseEpoch, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := cascade.New(traced, nil)
+	hops := tracer.measure(func() {
+		res, err := d.DispatchPartitions(ctx, parts, 10, func() {})
+		if err != nil || res.Events != len(parts) || len(res.Decided) != len(parts) {
+			t.Fatalf("dispatch partitions %v: %+v, %v; want %d events and decisions", parts, res, err, len(parts))
+		}
+	})
+	hops.check(t, "the notified dispatch of three partitions on two shards", budgetCitusShardDispatchRoundTrips, 0)
+	next, err := creator.Claim(ctx, ffd.ClaimParams{Lane: "citus-shard-b", Worker: "budget/setup", Max: len(parts)})
+	if err != nil || len(next) != len(parts) {
+		t.Fatalf("claim the flows' second steps: %v (%d of %d); want all made pending", err, len(next), len(parts))
 	}
 }
 

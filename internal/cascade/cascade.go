@@ -109,22 +109,27 @@ func (d *Dispatcher) DispatchPartitions(ctx context.Context, parts []int16, limi
 			return filled(limit, events, err)
 		})
 	}
-	return d.eachPartition(ctx, parts, limit, func(tx pgx.Tx, p int16, limit int) ([]store.Dispatching, error) {
-		events, err := store.TakeOnePartitionEvents(ctx, tx, p, limit, d.lockTimeout)
+	return d.eachShard(ctx, parts, limit, func(tx pgx.Tx, shard []int16, limit int) ([]store.Dispatching, error) {
+		events, err := store.TakeShardEvents(ctx, tx, shard, limit, d.lockTimeout)
 		return filled(limit, events, err)
 	})
 }
 
-// eachPartition dispatches parts one transaction each, as a distributed
-// Postgres needs (it routes a locking statement only when it names one
-// partition), taking with take at most what is left of limit, and stops
-// once limit events are taken.
-func (d *Dispatcher) eachPartition(ctx context.Context, parts []int16, limit int,
-	take func(tx pgx.Tx, p int16, limit int) ([]store.Dispatching, error)) (Result, error) {
+// eachShard dispatches the partitions of parts a transaction per shard,
+// as a distributed Postgres needs (it routes a locking statement only
+// when it names partitions of one shard, and commits a transaction that
+// writes one shard on its node alone), taking with take at most what is
+// left of limit, and stops once limit events are taken.
+func (d *Dispatcher) eachShard(ctx context.Context, parts []int16, limit int,
+	take func(tx pgx.Tx, shard []int16, limit int) ([]store.Dispatching, error)) (Result, error) {
+	shards, err := store.ShardsOf(ctx, d.db, parts)
+	if err != nil {
+		return Result{}, fmt.Errorf("dispatch completion events: %w", err)
+	}
 	var total Result
-	for _, p := range parts {
+	for _, shard := range shards {
 		left := limit - total.Events
-		res, err := d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) { return take(tx, p, left) })
+		res, err := d.dispatch(ctx, func(tx pgx.Tx) ([]store.Dispatching, error) { return take(tx, shard, left) })
 		total.add(res)
 		if err != nil || total.Events >= limit {
 			return total, err
@@ -157,13 +162,13 @@ func (d *Dispatcher) DispatchBatch(ctx context.Context, limit int, grace time.Du
 		})
 	}
 	// A distributed Postgres: find where the oldest wait, then a
-	// transaction per partition.
+	// transaction per shard.
 	parts, err := store.OldEventPartitions(ctx, d.db, limit, grace)
 	if err != nil {
 		return Result{}, err
 	}
-	return d.eachPartition(ctx, parts, limit, func(tx pgx.Tx, p int16, limit int) ([]store.Dispatching, error) {
-		return store.TakePartitionEventsOlder(ctx, tx, p, limit, grace, d.lockTimeout)
+	return d.eachShard(ctx, parts, limit, func(tx pgx.Tx, shard []int16, limit int) ([]store.Dispatching, error) {
+		return store.TakeShardEventsOlder(ctx, tx, shard, limit, grace, d.lockTimeout)
 	})
 }
 

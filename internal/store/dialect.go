@@ -245,9 +245,10 @@ func nowPlus(seconds string) string { return timePlus("now()", seconds) }
 func intervalSeconds(d string) string { return "extract(epoch FROM " + d + ")::float8" }
 
 // narrowTo returns the condition that narrows an alias's rows to the
-// partition in parameter param, or nothing when not routed: a statement
-// every table of which names its one partition is what a distributed
-// Postgres routes to a shard. On one Postgres the statements keep no such
+// partition param names (`$n`, or `ANY($n::smallint[])` for partitions of
+// one shard), or nothing when not routed: a statement every table of which
+// names partitions of one shard is what a distributed Postgres routes to
+// that shard. On one Postgres the statements keep no such
 // condition: a redundant `partition_key = ANY(...)` changed the plans of
 // the cascade's statements enough to triple a 1,000-way join's p99.
 func narrowTo(routed bool, param string) func(alias string) string {
@@ -259,20 +260,45 @@ func narrowTo(routed bool, param string) func(alias string) string {
 	}
 }
 
-// routedPartition says whether a statement over rows of parts must take
-// its routed form, and the one partition it then names: on a distributed
-// Postgres its callers scope their work to one partition (a cascade
-// transaction per partition), and rows of several are a bug.
-func routedPartition(ctx context.Context, db DB, parts []int16) (routed bool, part int16, err error) {
+// routedPartitions says whether a statement over rows of parts must take
+// its routed form, and the partitions it then names (distinct, in
+// order): on a distributed Postgres its callers scope their work to one
+// shard (a cascade transaction per shard), and rows of two shards are a
+// bug.
+func routedPartitions(ctx context.Context, db DB, parts []int16) (routed bool, one []int16, err error) {
 	if routed, err = Distributed(ctx, db); err != nil || !routed || len(parts) == 0 {
-		return routed, 0, err
+		return routed, nil, err
 	}
-	for _, p := range parts[1:] {
-		if p != parts[0] {
-			return true, 0, fmt.Errorf("a routed statement over partitions %d and %d: a distributed Postgres runs one partition per statement", parts[0], p)
+	shard, err := shardMap(ctx, db)
+	if err != nil {
+		return true, nil, err
+	}
+	one = slices.Compact(slices.Sorted(slices.Values(parts)))
+	for _, p := range one[1:] {
+		if shard(p) != shard(one[0]) {
+			return true, nil, fmt.Errorf("a routed statement over partitions %d and %d: a distributed Postgres runs one shard per statement", one[0], p)
 		}
 	}
-	return true, parts[0], nil
+	return true, one, nil
+}
+
+// ShardsOf groups parts by the shard that holds them, in shard order and,
+// within a shard, partition order: on a distributed Postgres, the scopes
+// of transactions that each write one shard. On one Postgres, all of
+// parts in one group.
+func ShardsOf(ctx context.Context, db DB, parts []int16) ([][]int16, error) {
+	if dist, err := Distributed(ctx, db); err != nil || !dist {
+		return [][]int16{parts}, err
+	}
+	groups, err := byShard(ctx, db, parts, func(p int16) int16 { return p })
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]int16, len(groups))
+	for i, g := range groups {
+		out[i] = g.parts
+	}
+	return out, nil
 }
 
 // byPartition groups items by partition, in partition order (the global
@@ -335,11 +361,11 @@ func byShard[T any](ctx context.Context, db DB, items []T, partition func(T) int
 	return out, nil
 }
 
-// routedArgs are a statement's arguments, with the partition its routed
+// routedArgs are a statement's arguments, with the partitions its routed
 // form names last.
-func routedArgs(routed bool, part int16, args ...any) []any {
+func routedArgs(routed bool, parts []int16, args ...any) []any {
 	if routed {
-		return append(args, part)
+		return append(args, parts)
 	}
 	return args
 }

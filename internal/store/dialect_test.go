@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,5 +33,37 @@ func TestUnroutableForgets(t *testing.T) {
 	}
 	if _, ok := dialects.load(pool); ok {
 		t.Fatal("a statement Citus refused kept the pool's answer")
+	}
+}
+
+// A routed statement names the partitions of one shard: repeats and order
+// of its rows do not matter, and rows of two shards are refused.
+func TestRoutedPartitions(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connects
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	dialects.store(pool, true)
+	placements.store(pool, routedPlacement) // partition p on shard p % 32
+	for _, c := range []struct {
+		parts []int16
+		want  []int16
+		err   bool
+	}{
+		{parts: []int16{35, 3, 35, 67}, want: []int16{3, 35, 67}},
+		{parts: []int16{7}, want: []int16{7}},
+		{parts: []int16{3, 4}, err: true},
+		{parts: nil},
+	} {
+		routed, one, err := routedPartitions(context.Background(), pool, c.parts)
+		if !routed || (err != nil) != c.err || !slices.Equal(one, c.want) {
+			t.Errorf("routedPartitions(%v) = %v, %v, %v; want true, %v, error %v", c.parts, routed, one, err, c.want, c.err)
+		}
+	}
+	shards, err := ShardsOf(context.Background(), pool, []int16{36, 4, 3, 35})
+	if err != nil || len(shards) != 2 || !slices.Equal(shards[0], []int16{3, 35}) || !slices.Equal(shards[1], []int16{4, 36}) {
+		t.Fatalf("ShardsOf = %v, %v; want [[3 35] [4 36]]", shards, err)
 	}
 }

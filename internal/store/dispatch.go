@@ -44,8 +44,9 @@ type Dispatching struct {
 // RETURNING. The take is its transaction's first statement, so now() is
 // when it ran, within the BEGIN before it.
 //
-// A statement whose pick names one partition (partParam, a parameter
-// holding it; "" for none) names it in the UPDATE too: a CTE that locks
+// A statement whose pick names the partitions of one shard (partParam, a
+// parameter holding them, or one; "" for none) names them in the UPDATE
+// too: a CTE that locks
 // rows is not inlined, so a distributed Postgres runs it first and joins
 // the UPDATE to its result, and an UPDATE that names no partition of its
 // own runs on every shard under a shard lock that admits one such
@@ -81,19 +82,19 @@ var (
 		ORDER BY event_id
 		LIMIT $2
 		FOR NO KEY UPDATE SKIP LOCKED`, "$3", "$4", "")
-	// takeOnePartitionEvents is takePartitionEvents of one partition, as
-	// a distributed Postgres routes it.
-	takeOnePartitionEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
-		WHERE partition_key = $1 AND dispatched_at IS NULL
+	// takeShardEvents is takePartitionEvents of the partitions of one
+	// shard, as a distributed Postgres routes it.
+	takeShardEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
+		WHERE partition_key = ANY($1::smallint[]) AND dispatched_at IS NULL
 		ORDER BY event_id
 		LIMIT $2
-		FOR NO KEY UPDATE SKIP LOCKED`, "$3", "$4", "$1")
-	takePartitionOldEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
-		WHERE partition_key = $1 AND dispatched_at IS NULL
+		FOR NO KEY UPDATE SKIP LOCKED`, "$3", "$4", "ANY($1::smallint[])")
+	takeShardOldEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
+		WHERE partition_key = ANY($1::smallint[]) AND dispatched_at IS NULL
 			AND occurred_at <= clock_timestamp() - $3::bigint * interval '1 microsecond'
 		ORDER BY event_id
 		LIMIT $2
-		FOR NO KEY UPDATE SKIP LOCKED`, "$4", "$5", "$1")
+		FOR NO KEY UPDATE SKIP LOCKED`, "$4", "$5", "ANY($1::smallint[])")
 	takeOldEvents = takeEvents(`SELECT partition_key, event_id FROM ff_completion_event
 		WHERE dispatched_at IS NULL AND occurred_at <= clock_timestamp() - $2::bigint * interval '1 microsecond'
 		ORDER BY event_id
@@ -121,16 +122,16 @@ func TakePartitionEvents(ctx context.Context, tx pgx.Tx, parts []int16, limit in
 	return takeWith(ctx, tx, takePartitionEvents, parts, limit, millisOrNull(lockTimeout))
 }
 
-// TakeOnePartitionEvents is TakePartitionEvents of one partition in the
-// form a distributed Postgres routes to its shard.
-func TakeOnePartitionEvents(ctx context.Context, tx pgx.Tx, part int16, limit int, lockTimeout time.Duration) ([]Dispatching, error) {
-	return takeWith(ctx, tx, takeOnePartitionEvents, part, limit, millisOrNull(lockTimeout))
+// TakeShardEvents is TakePartitionEvents of the partitions of one shard
+// (ShardsOf) in the form a distributed Postgres routes to that shard.
+func TakeShardEvents(ctx context.Context, tx pgx.Tx, parts []int16, limit int, lockTimeout time.Duration) ([]Dispatching, error) {
+	return takeWith(ctx, tx, takeShardEvents, parts, limit, millisOrNull(lockTimeout))
 }
 
 // OldEventPartitions lists the partitions of the oldest undispatched
 // events at least grace old (up to limit events), oldest first, without
-// locking: where a distributed Postgres's sweep dispatches, one partition
-// per transaction (TakePartitionEventsOlder).
+// locking: where a distributed Postgres's sweep dispatches, one shard per
+// transaction (ShardsOf, TakeShardEventsOlder).
 func OldEventPartitions(ctx context.Context, db DB, limit int, grace time.Duration) ([]int16, error) {
 	rows, err := db.Query(ctx, `SELECT partition_key FROM ff_completion_event
 		WHERE dispatched_at IS NULL AND occurred_at <= clock_timestamp() - $2::bigint * interval '1 microsecond'
@@ -151,10 +152,9 @@ func OldEventPartitions(ctx context.Context, db DB, limit int, grace time.Durati
 	return out, nil
 }
 
-// TakePartitionEventsOlder is TakePartitionEvents of one partition's
-// events at least grace old.
-func TakePartitionEventsOlder(ctx context.Context, tx pgx.Tx, part int16, limit int, grace, lockTimeout time.Duration) ([]Dispatching, error) {
-	return takeWith(ctx, tx, takePartitionOldEvents, part, limit, micros(grace), millisOrNull(lockTimeout))
+// TakeShardEventsOlder is TakeShardEvents of events at least grace old.
+func TakeShardEventsOlder(ctx context.Context, tx pgx.Tx, parts []int16, limit int, grace, lockTimeout time.Duration) ([]Dispatching, error) {
+	return takeWith(ctx, tx, takeShardOldEvents, parts, limit, micros(grace), millisOrNull(lockTimeout))
 }
 
 // TakeOldEvents takes up to limit undispatched events at least grace old,

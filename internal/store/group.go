@@ -192,10 +192,10 @@ var (
 	resolveRoutedSQL = resolveStatement(true)
 )
 
-// resolveStatement is resolveSQL, narrowed to the partition $5 when
-// routed.
+// resolveStatement is resolveSQL, narrowed to the partitions $5 (of one
+// shard) when routed.
 func resolveStatement(routed bool) string {
-	one := narrowTo(routed, "$5")
+	one := narrowTo(routed, "ANY($5::smallint[])")
 	return `
 WITH input AS (
 	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::text[], $4::uuid[])
@@ -260,7 +260,7 @@ func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued 
 	for i, g := range d.Decided {
 		all[i] = g.Downstream.Partition // Ready and Cancel are among them
 	}
-	routed, part, err := routedPartition(ctx, tx, all)
+	routed, one, err := routedPartitions(ctx, tx, all)
 	if err != nil {
 		return 0, err
 	}
@@ -271,14 +271,14 @@ func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued 
 		for i, g := range d.Decided {
 			parts[i], flows[i], downs[i], decisions[i] = g.Downstream.Partition, pgUUID(g.FlowID), pgUUID(g.Downstream.UUID), string(g.Decision)
 		}
-		b.Queue(stmts.decide, routedArgs(routed, part, parts, flows, downs, decisions)...)
+		b.Queue(stmts.decide, routedArgs(routed, one, parts, flows, downs, decisions)...)
 	}
 	if n := len(d.Ready); n > 0 {
 		parts, ids := make([]int16, n), make([]pgtype.UUID, n)
 		for i, id := range d.Ready {
 			parts[i], ids[i] = id.Partition, pgUUID(id.UUID)
 		}
-		b.Queue(stmts.ready, routedArgs(routed, part, parts, ids)...)
+		b.Queue(stmts.ready, routedArgs(routed, one, parts, ids)...)
 		ready := &Notices{}
 		for _, lane := range d.Lanes {
 			ready.Ready(lane)
@@ -290,7 +290,7 @@ func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued 
 		for i, g := range d.Cancel {
 			parts[i], flows[i], downs[i] = g.Downstream.Partition, pgUUID(g.FlowID), pgUUID(g.Downstream.UUID)
 		}
-		b.Queue(stmts.queueCancel, routedArgs(routed, part, parts, flows, downs)...).Exec(func(tag pgconn.CommandTag) error {
+		b.Queue(stmts.queueCancel, routedArgs(routed, one, parts, flows, downs)...).Exec(func(tag pgconn.CommandTag) error {
 			queued = int(tag.RowsAffected())
 			return nil
 		})
@@ -305,7 +305,7 @@ func RecordDecisions(ctx context.Context, tx pgx.Tx, d DecisionEffects) (queued 
 }
 
 // recordSQL are RecordDecisions' statements, plain (false) and narrowed
-// to one partition (true: its last parameter).
+// to the partitions of one shard (true: its last parameter).
 var recordSQL = map[bool]recordStatements{false: newRecordStatements(false), true: newRecordStatements(true)}
 
 type recordStatements struct{ decide, ready, queueCancel string }
@@ -314,10 +314,10 @@ func newRecordStatements(routed bool) recordStatements {
 	return recordStatements{
 		decide: `UPDATE ff_edge_group g SET decision = i.decision, decided_at = now()
 			FROM unnest($1::smallint[], $2::uuid[], $3::uuid[], $4::text[]) AS i(partition_key, flow_id, downstream_id, decision)
-			WHERE g.partition_key = i.partition_key AND g.flow_id = i.flow_id AND g.downstream_id = i.downstream_id` + narrowTo(routed, "$5")("g"),
+			WHERE g.partition_key = i.partition_key AND g.flow_id = i.flow_id AND g.downstream_id = i.downstream_id` + narrowTo(routed, "ANY($5::smallint[])")("g"),
 		ready: `UPDATE ff_execution e SET state = 'pending', run_at = now()
 			FROM unnest($1::smallint[], $2::uuid[]) AS i(partition_key, execution_id)
-			WHERE e.partition_key = i.partition_key AND e.execution_id = i.execution_id AND e.state = 'blocked'` + narrowTo(routed, "$3")("e"),
+			WHERE e.partition_key = i.partition_key AND e.execution_id = i.execution_id AND e.state = 'blocked'` + narrowTo(routed, "ANY($3::smallint[])")("e"),
 		queueCancel: queueCancelStatement(routed),
 	}
 }
@@ -325,9 +325,9 @@ func newRecordStatements(routed bool) recordStatements {
 // queueCancelStatement records, for each satisfied cancel_remaining
 // group, the sibling upstreams still live, and queues the group for the
 // sibling-cancel workers; a group with no live sibling needs no queueing.
-// Narrowed to the partition $4 when routed.
+// Narrowed to the partitions $4 (of one shard) when routed.
 func queueCancelStatement(routed bool) string {
-	one := narrowTo(routed, "$4")
+	one := narrowTo(routed, "ANY($4::smallint[])")
 	return `
 WITH g AS (
 	SELECT * FROM unnest($1::smallint[], $2::uuid[], $3::uuid[]) AS i(partition_key, flow_id, downstream_id)

@@ -97,15 +97,15 @@ func (l *Locks) ResolveEdges(ctx context.Context, rs []Resolution) ([]Moved, err
 		return nil, err
 	}
 	parts, ups, outcomes, edges := resolutionArrays(rs)
-	routed, part, err := routedPartition(ctx, l.tx, parts)
+	routed, one, err := routedPartitions(ctx, l.tx, parts)
 	if err != nil {
 		return nil, err
 	}
 	lock, lockArgs := groupsResolvingSQL, []any{parts, ups, edges}
 	resolve, resolveArgs := resolveSQL, []any{parts, ups, outcomes, edges}
 	if routed {
-		lock, lockArgs = groupsResolvingRoutedSQL, append(lockArgs, part)
-		resolve, resolveArgs = resolveRoutedSQL, append(resolveArgs, part)
+		lock, lockArgs = groupsResolvingRoutedSQL, append(lockArgs, one)
+		resolve, resolveArgs = resolveRoutedSQL, append(resolveArgs, one)
 	}
 	var moved []Moved
 	b := &pgx.Batch{}
@@ -124,9 +124,9 @@ var (
 )
 
 // groupsResolvingStatement locks the groups ResolveEdges touches,
-// narrowed to the partition $4 when routed.
+// narrowed to the partitions $4 (of one shard) when routed.
 func groupsResolvingStatement(routed bool) string {
-	one := narrowTo(routed, "$4")
+	one := narrowTo(routed, "ANY($4::smallint[])")
 	return `SELECT 1 FROM ff_edge_group g
 		WHERE (g.partition_key, g.flow_id, g.downstream_id) IN (
 			SELECT e.partition_key, e.flow_id, e.downstream_id

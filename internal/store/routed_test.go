@@ -177,7 +177,8 @@ func TestRoutedStatements(t *testing.T) {
 	}
 	_, err = leases.Complete(ctx, db.Pool, lim, sibs[0].ID, sibs[0].LeaseEpoch, nil)
 	must(err)
-	// Two partitions at once: one transaction each when routed.
+	// Two partitions of two shards at once: one transaction each when
+	// routed.
 	res0, err := d.DispatchPartitions(ctx, []int16{(part + 1) % ffdtype.Partitions, part}, 100, nil)
 	if err != nil || res0.Events != 1 || res0.CancelGroups != 1 {
 		t.Fatalf("dispatch of the winner: %+v, %v; want one event and one group to cancel", res0, err)
