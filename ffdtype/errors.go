@@ -114,9 +114,17 @@ type LeaseLostError struct {
 	// CurrentEpoch and State are the execution's now.
 	CurrentEpoch int64
 	State        string
+	// Unread, when not nil, is why CurrentEpoch and State could not be
+	// read. The fenced operation matched nothing, so the lease is lost
+	// all the same: a caller that retried on the read's error would renew
+	// a lease it no longer holds again and again.
+	Unread error
 }
 
 func (e *LeaseLostError) Error() string {
+	if e.Unread != nil {
+		return fmt.Sprintf("lease lost on execution %s: held epoch %d (its state could not be read: %v)", e.ExecutionID, e.Epoch, e.Unread)
+	}
 	return fmt.Sprintf("lease lost on execution %s: held epoch %d, execution is %s at epoch %d", e.ExecutionID, e.Epoch, e.State, e.CurrentEpoch)
 }
 

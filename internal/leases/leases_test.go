@@ -1,12 +1,16 @@
 package leases_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/ident"
@@ -825,5 +829,61 @@ func TestCompleteMany(t *testing.T) {
 	outs, errs, err = leases.CompleteMany(f.Ctx, f.Pool, leases.Limits{}, items, 0)
 	if err != nil || !outs[0].Repeated || errs[0] != nil || f.Count(`SELECT count(*) FROM ff_completion_event`) != before {
 		t.Fatalf("repeat: %+v %v %v", outs[0], errs[0], err)
+	}
+}
+
+// cancelAfterBatch is a tracer that ends a context once a pipelined
+// batch (a renewal with its notice) has run: the statements after it in
+// the same call fail as a read that timed out under load does.
+type cancelAfterBatch struct{ cancel context.CancelFunc }
+
+func (c *cancelAfterBatch) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (c *cancelAfterBatch) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *cancelAfterBatch) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *cancelAfterBatch) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (c *cancelAfterBatch) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {
+	c.cancel()
+}
+
+// A renewal that matched nothing is a lost lease even when the read that
+// says why fails: the caller (a heartbeat) must stop, not retry.
+func TestRenewLostWithoutItsReason(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.create(ffdtype.CreateParams{Lane: "unread"})
+	x := f.claimOne("unread")
+	if _, err := leases.Revoke(f.Ctx, f.Pool, x.ID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(f.DB.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.Ctx)
+	defer cancel()
+	cfg.ConnConfig.Tracer = &cancelAfterBatch{cancel: cancel}
+	pool, err := pgxpool.NewWithConfig(f.Ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := pool.Ping(f.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = leases.Renew(ctx, pool, x.ID, x.LeaseEpoch)
+	var lost *ffdtype.LeaseLostError
+	if !errors.As(err, &lost) || !errors.Is(err, ffdtype.ErrLeaseLost) || lost.Unread == nil || !errors.Is(lost.Unread, context.Canceled) {
+		t.Fatalf("renew of a revoked lease whose state could not be read: %v; want a lost lease that says the read failed", err)
+	}
+	if !strings.Contains(err.Error(), "could not be read") {
+		t.Errorf("error %q does not say the state went unread", err)
 	}
 }

@@ -115,14 +115,17 @@ func repeatedOr(ctx context.Context, db store.DB, id ffdtype.ExecutionID, epoch 
 }
 
 // explainLost builds the lease-lost (or not-found) error for a fenced
-// operation that matched nothing.
+// operation that matched nothing. A read that fails leaves the lease lost
+// (LeaseLostError.Unread): under a load that times reads out, a heartbeat
+// given the read's error retried the renewal of a lost lease, and its
+// read, dozens of times an execution (the fault suite on Citus).
 func explainLost(ctx context.Context, db store.DB, id ffdtype.ExecutionID, epoch int64) error {
 	f, err := store.ReadFence(ctx, db, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &ffdtype.NotFoundError{Object: "execution", ID: id.String()}
 	}
 	if err != nil {
-		return wrap("read execution "+id.String(), err)
+		return &ffdtype.LeaseLostError{ExecutionID: id.String(), Epoch: epoch, Unread: wrap("read execution "+id.String(), err)}
 	}
 	return &ffdtype.LeaseLostError{ExecutionID: id.String(), Epoch: epoch, CurrentEpoch: f.Epoch, State: string(f.State)}
 }
