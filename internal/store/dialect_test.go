@@ -14,11 +14,7 @@ import (
 // answer again; any other error keeps it.
 func TestUnroutableForgets(t *testing.T) {
 	t.Parallel()
-	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connects
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := unconnected(t)
 	dialects.store(pool, false)
 	other := &pgconn.PgError{Code: "40001"}
 	if got := unroutable(pool, other); !errors.Is(got, other) {
@@ -40,11 +36,7 @@ func TestUnroutableForgets(t *testing.T) {
 // of its rows do not matter, and rows of two shards are refused.
 func TestRoutedPartitions(t *testing.T) {
 	t.Parallel()
-	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connects
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := unconnected(t)
 	dialects.store(pool, true)
 	placements.store(pool, routedPlacement) // partition p on shard p % 32
 	for _, c := range []struct {
@@ -66,4 +58,16 @@ func TestRoutedPartitions(t *testing.T) {
 	if err != nil || len(shards) != 2 || !slices.Equal(shards[0], []int16{3, 35}) || !slices.Equal(shards[1], []int16{4, 36}) {
 		t.Fatalf("ShardsOf = %v, %v; want [[3 35] [4 36]]", shards, err)
 	}
+}
+
+// unconnected is a pool that never connects: the answers a test stores
+// for it are all it has.
+func unconnected(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
