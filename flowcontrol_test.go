@@ -660,3 +660,29 @@ func TestUnkeyedWorkAsAKey(t *testing.T) {
 		t.Fatalf("claims of one slot took %s (- for unkeyed); want turns of two unkeyed and one of key a", o)
 	}
 }
+
+// A key of limit 1 runs its executions one after the other without
+// waiting for the poll: the claim a run's end wakes can come before the
+// completer records that run, and the record wakes the lane again. With
+// an hour's poll, only the wakes can get past the first execution.
+func TestKeyOfLimitOneNeedsNoPoll(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const lane, n = "one-at-a-time", 20
+	f.createAll(keyed(lane, "k", 1, n))
+	var running, peak atomic.Int64 // peak: the most at once, when above 1
+	f.startWorker(ffd.WorkerConfig{Lanes: []string{lane}, Concurrency: 4, PollInterval: time.Hour,
+		Handler: func(context.Context, *ffd.Job) ([]byte, error) {
+			if now := running.Add(1); now > 1 {
+				peak.Store(now)
+			}
+			running.Add(-1)
+			return nil, nil
+		}})
+	f.WaitFor(fmt.Sprintf("%d executions of a key of limit 1 completed with an hour's poll", n), func() bool {
+		return f.Count(`SELECT count(*) FROM ff_execution WHERE lane = $1 AND state = 'completed'`, lane) == n
+	})
+	if peak.Load() > 1 {
+		t.Fatalf("%d handlers of the key ran at once; want 1", peak.Load())
+	}
+}

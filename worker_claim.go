@@ -95,6 +95,18 @@ func newClaimer(client *Client, cfg *WorkerConfig, name string, log *zap.Logger,
 			}
 		}
 	}
+	// A success is recorded after its run ends (the completer batches
+	// it): the claim its run's end woke may have found its key still at
+	// the limit. Waking the lane again once it is recorded lets a key of
+	// limit 1 run its next execution at once, not at the next poll (one
+	// execution a poll interval before).
+	exec.onRecorded = func(lane string) {
+		c.heldMu.Lock()
+		defer c.heldMu.Unlock()
+		if c.held[lane] {
+			c.signalLane(lane)
+		}
+	}
 	return c
 }
 

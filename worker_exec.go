@@ -70,6 +70,11 @@ type executor struct {
 	// onDone runs after each execution's run has ended, with its lane,
 	// so that the claim loop can claim into the freed slot.
 	onDone func(lane string)
+	// onRecorded runs after a success handed to the completer has been
+	// recorded (or refused), with its lane: only then has a concurrency
+	// key's running count gone down, so a claim that flow control held
+	// back when the run ended may find room now.
+	onRecorded func(lane string)
 
 	mu    sync.Mutex
 	ctx   context.Context // the runs' base; cut by abort
@@ -91,7 +96,7 @@ type runningJob struct {
 
 // newExecutor builds an executor that records successes through done.
 func newExecutor(client *Client, cfg *WorkerConfig, log *zap.Logger, done *completer) *executor {
-	return &executor{client: client, cfg: cfg, log: log, done: done, onDone: func(string) {},
+	return &executor{client: client, cfg: cfg, log: log, done: done, onDone: func(string) {}, onRecorded: func(string) {},
 		active: map[store.LeaseRef]*runningJob{}}
 }
 
@@ -334,6 +339,7 @@ func (e *executor) finish(ctx context.Context, j *runningJob, result []byte, her
 		release := e.keepLease(j)
 		e.done.Complete(x, result, x.FlowID == nil, func(_ *Ending, err error) {
 			release()
+			e.onRecorded(x.Lane)
 			e.logFinish(x, "completed", err)
 			if errors.Is(err, ErrLeaseLost) {
 				report(HandlerLeaseLost)
