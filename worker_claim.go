@@ -64,6 +64,9 @@ type claimer struct {
 	heldMu sync.Mutex
 	held   map[string]bool
 	more   map[string]bool
+	// heldNow mirrors held, one flag per lane, for the wake after a
+	// success is recorded: read on every recorded success, without heldMu.
+	heldNow map[string]*atomic.Bool
 
 	// slotMu guards reserved (slots reserved by claims in flight) and
 	// claiming (how many are in flight).
@@ -79,10 +82,11 @@ type claimer struct {
 // newClaimer builds the claim loop of a worker named name over exec.
 func newClaimer(client *Client, cfg *WorkerConfig, name string, log *zap.Logger, exec *executor) *claimer {
 	c := &claimer{client: client, cfg: cfg, name: name, log: log, exec: exec,
-		wakes: map[string]chan struct{}{}, listening: make(chan struct{}), stopping: make(chan struct{})}
+		wakes: map[string]chan struct{}{}, heldNow: map[string]*atomic.Bool{}, listening: make(chan struct{}), stopping: make(chan struct{})}
 	for _, lane := range cfg.Lanes {
 		if _, dup := c.wakes[lane]; !dup {
 			c.wakes[lane] = make(chan struct{}, 1)
+			c.heldNow[lane] = &atomic.Bool{}
 			c.lanes = append(c.lanes, lane)
 		}
 	}
@@ -101,9 +105,7 @@ func newClaimer(client *Client, cfg *WorkerConfig, name string, log *zap.Logger,
 	// limit 1 run its next execution at once, not at the next poll (one
 	// execution a poll interval before).
 	exec.onRecorded = func(lane string) {
-		c.heldMu.Lock()
-		defer c.heldMu.Unlock()
-		if c.held[lane] {
+		if h := c.heldNow[lane]; h != nil && h.Load() {
 			c.signalLane(lane)
 		}
 	}
@@ -164,6 +166,9 @@ func (c *claimer) setHeld(lane string, held bool) {
 		c.held = map[string]bool{}
 	}
 	c.held[lane] = held
+	if h := c.heldNow[lane]; h != nil {
+		h.Store(held)
+	}
 }
 
 func (c *claimer) setMore(lane string, more bool) {
