@@ -46,12 +46,11 @@ type Dispatching struct {
 //
 // A statement whose pick names the partitions of one shard (partParam, a
 // parameter holding them, or one; "" for none) names them in the UPDATE
-// too: a CTE that locks
-// rows is not inlined, so a distributed Postgres runs it first and joins
-// the UPDATE to its result, and an UPDATE that names no partition of its
-// own runs on every shard under a shard lock that admits one such
-// statement at a time (every dispatcher queued behind one, and, while a
-// frozen one held it, lock timeouts).
+// too: a CTE that locks rows is not inlined, so a distributed Postgres
+// runs it first and joins the UPDATE to its result, and an UPDATE that
+// names no partition of its own runs on every shard under a shard lock
+// that admits one such statement at a time (every dispatcher queued
+// behind one, and, while a frozen one held it, lock timeouts).
 func takeEvents(pick, timeoutParam, plansParam, partParam string) string {
 	narrow := ""
 	if partParam != "" {
