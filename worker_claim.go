@@ -60,13 +60,12 @@ type claimer struct {
 	// that lane's runs: on a distributed Postgres a controlled claim is
 	// a dozen round trips, and re-claiming a held lane at every run's
 	// end of any lane saturated the claim loop (the fault suite's drain
-	// on Citus). Both guarded by heldMu.
+	// on Citus). more is guarded by heldMu; held is a flag per lane (its
+	// map fixed at construction), read without the lock on every
+	// recorded success.
 	heldMu sync.Mutex
-	held   map[string]bool
+	held   map[string]*atomic.Bool
 	more   map[string]bool
-	// heldNow mirrors held, one flag per lane, for the wake after a
-	// success is recorded: read on every recorded success, without heldMu.
-	heldNow map[string]*atomic.Bool
 
 	// slotMu guards reserved (slots reserved by claims in flight) and
 	// claiming (how many are in flight).
@@ -82,11 +81,11 @@ type claimer struct {
 // newClaimer builds the claim loop of a worker named name over exec.
 func newClaimer(client *Client, cfg *WorkerConfig, name string, log *zap.Logger, exec *executor) *claimer {
 	c := &claimer{client: client, cfg: cfg, name: name, log: log, exec: exec,
-		wakes: map[string]chan struct{}{}, heldNow: map[string]*atomic.Bool{}, listening: make(chan struct{}), stopping: make(chan struct{})}
+		wakes: map[string]chan struct{}{}, held: map[string]*atomic.Bool{}, listening: make(chan struct{}), stopping: make(chan struct{})}
 	for _, lane := range cfg.Lanes {
 		if _, dup := c.wakes[lane]; !dup {
 			c.wakes[lane] = make(chan struct{}, 1)
-			c.heldNow[lane] = &atomic.Bool{}
+			c.held[lane] = &atomic.Bool{}
 			c.lanes = append(c.lanes, lane)
 		}
 	}
@@ -94,7 +93,7 @@ func newClaimer(client *Client, cfg *WorkerConfig, name string, log *zap.Logger,
 		c.heldMu.Lock()
 		defer c.heldMu.Unlock()
 		for _, lane := range c.lanes {
-			if c.more[lane] || (lane == ended && c.held[lane]) {
+			if c.more[lane] || (lane == ended && c.isHeld(lane)) {
 				c.signalLane(lane)
 			}
 		}
@@ -105,7 +104,7 @@ func newClaimer(client *Client, cfg *WorkerConfig, name string, log *zap.Logger,
 	// limit 1 run its next execution at once, not at the next poll (one
 	// execution a poll interval before).
 	exec.onRecorded = func(lane string) {
-		if h := c.heldNow[lane]; h != nil && h.Load() {
+		if c.isHeld(lane) {
 			c.signalLane(lane)
 		}
 	}
@@ -160,15 +159,15 @@ func (c *claimer) Stop(ctx context.Context) error {
 }
 
 func (c *claimer) setHeld(lane string, held bool) {
-	c.heldMu.Lock()
-	defer c.heldMu.Unlock()
-	if c.held == nil {
-		c.held = map[string]bool{}
-	}
-	c.held[lane] = held
-	if h := c.heldNow[lane]; h != nil {
+	if h := c.held[lane]; h != nil {
 		h.Store(held)
 	}
+}
+
+// isHeld reports whether lane's last claim was held back by flow control.
+func (c *claimer) isHeld(lane string) bool {
+	h := c.held[lane]
+	return h != nil && h.Load()
 }
 
 func (c *claimer) setMore(lane string, more bool) {
