@@ -84,7 +84,10 @@ type executor struct {
 	// its old handler has not yet seen the revocation; the two runs are
 	// two leases, each revoked, counted and removed on its own.
 	active map[store.LeaseRef]*runningJob
-	jobs   sync.WaitGroup // handlers, with their heartbeats
+	jobs   sync.WaitGroup // handlers
+	// renewals renews the leases of handlers that run past a renewal
+	// interval, and of outcomes not yet recorded, in batches.
+	renewals *renewer
 }
 
 type runningJob struct {
@@ -96,8 +99,10 @@ type runningJob struct {
 
 // newExecutor builds an executor that records successes through done.
 func newExecutor(client *Client, cfg *WorkerConfig, log *zap.Logger, done *completer) *executor {
-	return &executor{client: client, cfg: cfg, log: log, done: done, onDone: func(string) {}, onRecorded: func(string) {},
+	e := &executor{client: client, cfg: cfg, log: log, done: done, onDone: func(string) {}, onRecorded: func(string) {},
 		active: map[store.LeaseRef]*runningJob{}}
+	e.renewals = newRenewer(e)
+	return e
 }
 
 // Start sets the context runs are based on: its values reach handlers and
@@ -135,6 +140,7 @@ func (e *executor) Abort() {
 	if abort != nil {
 		abort()
 	}
+	e.renewals.close()
 }
 
 // Free is how many more executions the worker may run now.
@@ -276,22 +282,18 @@ func (e *executor) runHandler(ctx context.Context, j *runningJob) (result []byte
 	hbDone := make(chan struct{})
 	// The heartbeat is a timer until its first renewal is due: most
 	// handlers end before that, and a goroutine with a timer of its own
-	// for each was 8% of a busy worker's CPU (pprof). Once it fires, it
-	// renews at once and every interval after, and ends on its own once
+	// for each was 8% of a busy worker's CPU (pprof). Once it fires, the
+	// lease joins the worker's renewer, which renews it at once and every
+	// interval after, in one batch with the other leases due then, until
 	// hbDone is closed: a renewal in flight (it may take up to the TTL on
-	// a slow server) finishes without holding up the result. Stop waits
-	// for it like a handler.
-	e.jobs.Add(1)
-	hb := time.AfterFunc(heartbeatInterval(x), func() {
-		defer e.jobs.Done()
-		e.heartbeat(ctx, j, hbDone, true)
-	})
+	// a slow server) finishes without holding up the result.
+	hb := time.AfterFunc(heartbeatInterval(x), func() { e.renewals.add(ctx, j, hbDone) })
 	var pc panics.Catcher
 	j.job = &Job{Execution: x, client: e.client}
 	pc.Try(func() { result, herr = e.cfg.Handler(ctx, j.job) })
 	close(hbDone)
-	if hb.Stop() {
-		e.jobs.Done() // it never fired: no heartbeat ran
+	if !hb.Stop() {
+		e.renewals.wake() // let the lease go now, not at its next renewal
 	}
 	if r := pc.Recovered(); r != nil {
 		herr = fmt.Errorf("handler panicked: %v", r.Value)
@@ -464,8 +466,13 @@ func (e *executor) logFinish(x *Execution, state string, err error, more ...zap.
 // interval after the handler's end, at most two after its last renewal.
 func (e *executor) keepLease(j *runningJob) (release func()) {
 	recorded := make(chan struct{})
-	keep := time.AfterFunc(heartbeatInterval(j.x), func() { e.heartbeat(e.ctx, j, recorded, true) })
-	return func() { keep.Stop(); close(recorded) }
+	keep := time.AfterFunc(heartbeatInterval(j.x), func() { e.renewals.add(e.ctx, j, recorded) })
+	return func() {
+		close(recorded)
+		if !keep.Stop() {
+			e.renewals.wake()
+		}
+	}
 }
 
 // record runs op, a call that records how j's run ended, keeping the
@@ -498,55 +505,3 @@ func (e *executor) record(j *runningJob, what string, op func(ctx context.Contex
 
 // heartbeatInterval is how often x's lease is renewed: a third of its TTL.
 func heartbeatInterval(x *Execution) time.Duration { return max(x.LeaseTTL/3, 10*time.Millisecond) }
-
-// heartbeat renews the lease every heartbeatInterval until done or ctx
-// ends (at once first, when now); a fenced renewal cancels the handler with
-// ErrLeaseLost. A renewal may take up to the lease's TTL (renewTimeout);
-// one that failed is tried again after a jittered backoff shorter than
-// the interval, so that a moment's fault costs no lease.
-func (e *executor) heartbeat(ctx context.Context, j *runningJob, done <-chan struct{}, now bool) {
-	interval := heartbeatInterval(j.x)
-	next := interval
-	if now {
-		next = 0
-	}
-	t := time.NewTimer(next)
-	defer t.Stop()
-	for failures := 0; ; {
-		select {
-		case <-done:
-			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		select {
-		case <-done: // the outcome was recorded while the timer fired
-			return
-		default:
-		}
-		sent := time.Now()
-		// On the executor's context, not ctx: a run that ends (its
-		// context cancelled) while a renewal is in flight lets it land
-		// rather than cut it and its connection.
-		rctx, cancel := context.WithTimeout(e.ctx, renewTimeout(j.x))
-		_, err := e.client.Renew(rctx, j.x.ID, j.x.LeaseEpoch)
-		cancel()
-		switch {
-		case err == nil:
-			failures = 0
-			next = max(interval-time.Since(sent), 0)
-		case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
-			e.log.Info("heartbeat fenced; cancelling handler", jobFields(j.x, zap.Error(err))...)
-			j.cancel(ErrLeaseLost)
-			return
-		default:
-			failures++
-			next = renewBackoff(max(interval/8, 10*time.Millisecond), interval, failures)
-			if ctx.Err() == nil {
-				e.log.Warn("heartbeat failed; will retry", jobFields(j.x, zap.Int("failures", failures), zap.Duration("backoff", next), zap.Error(err))...)
-			}
-		}
-		t.Reset(next)
-	}
-}

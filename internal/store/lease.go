@@ -3,10 +3,15 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sourcegraph/conc/pool"
 
 	"github.com/flowfabric/ffd/ffdtype"
 )
@@ -55,6 +60,126 @@ func Renew(ctx context.Context, db DB, id ffdtype.ExecutionID, epoch int64) (exp
 		return time.Time{}, false, wrap("renew lease of "+id.String(), err)
 	}
 	return expires, true, nil
+}
+
+// renewManyStatement extends the leases of its input ($1 partitions, $2
+// ids, $3 epochs) that still run at their epochs, each by its own TTL,
+// and writes their renewed lease events ($4); routed, it names the
+// partitions of one shard ($5). A row another transaction holds locked
+// (a cancel, the cascade, an expiry under way) is skipped, not waited
+// for: one such row must not hold up every other lease of the batch, and
+// the caller renews what was skipped on its own (Renew), which waits for
+// the lock and says whether the lease is still held. The rows are locked
+// in the global order; their fence reads isRunning, so the planner finds
+// each by its primary key, as the single renewal does.
+func renewManyStatement(routed bool) string {
+	one := narrowTo(routed, "ANY($5::smallint[])")
+	return `
+WITH upd AS (
+	UPDATE ff_execution e SET lease_expires_at = ` + nowPlus(intervalSeconds("e.lease_ttl")) + `
+	FROM (
+		SELECT x.partition_key, x.execution_id
+		FROM ff_execution x
+		JOIN unnest($1::smallint[], $2::uuid[], $3::bigint[]) AS i(partition_key, execution_id, epoch)
+			ON x.partition_key = i.partition_key AND x.execution_id = i.execution_id
+		WHERE ` + isRunning("x.") + ` AND x.lease_epoch = i.epoch` + one("x") + `
+		ORDER BY x.partition_key, x.execution_id
+		FOR NO KEY UPDATE OF x SKIP LOCKED
+	) l
+	WHERE e.partition_key = l.partition_key AND e.execution_id = l.execution_id` + one("e") + `
+	RETURNING e.partition_key, e.execution_id, e.lease_epoch, e.attempt, e.lease_owner, e.lease_expires_at
+), lev AS (
+	INSERT INTO ff_lease_event (partition_key, execution_id, lease_epoch, attempt, worker, event_type, lease_expires_at)
+	SELECT partition_key, execution_id, lease_epoch, attempt, lease_owner, $4, lease_expires_at FROM upd
+)
+SELECT partition_key, execution_id, lease_epoch, lease_expires_at FROM upd`
+}
+
+var (
+	renewManySQL       = renewManyStatement(false)
+	renewManyRoutedSQL = renewManyStatement(true)
+)
+
+// RenewMany extends the leases held that still run at their epochs, each
+// by its TTL, with a renewed lease event each, and returns the new
+// expiries of those it renewed. A lease it leaves out was lost, or its
+// row was locked by another transaction: the caller renews those with
+// Renew, which waits for the lock and tells the two apart. On an error
+// nothing is known of the leases it leaves out.
+//
+// One statement and its notice in one round trip. On a distributed
+// Postgres one statement per shard, each a transaction of its own that
+// commits on the node holding the shard, up to shardWriters at once on a
+// pool; a shard that fails leaves the others renewed.
+func RenewMany(ctx context.Context, db DB, held []LeaseRef) (map[LeaseRef]time.Time, error) {
+	out := make(map[LeaseRef]time.Time, len(held))
+	if len(held) == 0 {
+		return out, nil
+	}
+	routed, err := Distributed(ctx, db)
+	if err != nil {
+		return out, wrap("renew leases", err)
+	}
+	if !routed {
+		return out, renewGroup(ctx, db, held, nil, out)
+	}
+	groups, err := byShard(ctx, db, held, func(l LeaseRef) int16 { return l.ID.Partition })
+	if err != nil {
+		return out, wrap("renew leases", err)
+	}
+	var mu sync.Mutex
+	errs := make([]error, len(groups))
+	one := func(i int) {
+		got := map[LeaseRef]time.Time{}
+		errs[i] = renewGroup(ctx, db, groups[i].items, groups[i].parts, got)
+		mu.Lock()
+		maps.Copy(out, got)
+		mu.Unlock()
+	}
+	if _, ok := db.(*pgxpool.Pool); ok && len(groups) > 1 {
+		p := pool.New().WithMaxGoroutines(shardWriters)
+		for i := range groups {
+			p.Go(func() { one(i) })
+		}
+		p.Wait()
+	} else {
+		for i := range groups {
+			one(i)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// renewGroup renews held in one statement (routed: naming parts, the
+// partitions of one shard) and adds what it renewed to out.
+func renewGroup(ctx context.Context, db DB, held []LeaseRef, parts []int16, out map[LeaseRef]time.Time) error {
+	n := len(held)
+	ps, ids, epochs := make([]int16, n), make([]pgtype.UUID, n), make([]int64, n)
+	notices := &Notices{}
+	for i, l := range held {
+		ps[i], ids[i], epochs[i] = l.ID.Partition, pgUUID(l.ID.UUID), l.Epoch
+		notices.LeaseEvents(l.ID.Partition) // the renewed events, for the outbox's consumers
+	}
+	sql, args := renewManySQL, []any{ps, ids, epochs, LeaseRenewed}
+	if parts != nil {
+		sql, args = renewManyRoutedSQL, append(args, parts)
+	}
+	err := WithRetry(ctx, db, func() error {
+		clear(out)
+		return queryNotifying(ctx, db, notices, func(rows pgx.Rows) error {
+			var l LeaseRef
+			var at time.Time
+			_, err := pgx.ForEachRow(rows, []any{&l.ID.Partition, &l.ID.UUID, &l.Epoch, &at}, func() error {
+				out[l] = at
+				return nil
+			})
+			return err
+		}, sql, args...)
+	})
+	if err != nil {
+		return wrap(fmt.Sprintf("renew %d leases", n), unroutable(db, err))
+	}
+	return nil
 }
 
 // Fence is an execution's state and current lease epoch.
