@@ -177,7 +177,11 @@ func renewGroup(ctx context.Context, db DB, held []LeaseRef, parts []int16, out 
 		}, sql, args...)
 	})
 	if err != nil {
-		return wrap(fmt.Sprintf("renew %d leases", n), unroutable(db, err))
+		what := fmt.Sprintf("renew %d leases", n)
+		if n == 1 {
+			what = "renew 1 lease"
+		}
+		return wrap(what, unroutable(db, err))
 	}
 	return nil
 }
