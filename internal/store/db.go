@@ -84,7 +84,48 @@ func refusedBy(err error, code string, names ...string) bool {
 // serialization failures and deadlocks, so these never surface as
 // anything else (in particular never as a lost lease).
 func InTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
-	return WithRetry(ctx, db, func() error { return pgx.BeginFunc(ctx, db, fn) })
+	return WithRetry(ctx, db, func() error { return inTx(ctx, db, fn) })
+}
+
+// inTx is pgx.BeginFunc but for its rollback, which runs on a context of
+// its own (rollbackContext): BeginFunc rolls back on the caller's, and
+// when that has ended (the deadline that failed the transaction, most
+// often) the rollback fails and pgx closes the connection. Under load
+// every transaction cut by its deadline then cost the pool its
+// connection and the server a new session, whose first statements run
+// slower (on a distributed Postgres, with the node's metadata still to
+// load), so more of them hit their deadlines: a daemon on Citus under
+// the fault suite replaced its ten connections about three times a
+// second.
+func inTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	// After a commit, the rollback is a no-op (pgx.ErrTxClosed).
+	defer rollback(ctx, tx)
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// rollbackTimeout bounds a rollback on its own context: a server that
+// does not answer within it has the connection closed after all.
+const rollbackTimeout = 5 * time.Second
+
+// rollbackContext is the context a rollback runs on: ctx's values, not
+// its end, bounded by rollbackTimeout.
+func rollbackContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+}
+
+// rollback ends tx if it is still open; a failure leaves pgx to close
+// the connection, as it does.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := rollbackContext(ctx)
+	defer cancel()
+	_ = tx.Rollback(rctx)
 }
 
 // pipelinedTx runs fn in a transaction of its own whose BEGIN goes in
@@ -118,7 +159,9 @@ func pipelinedTx(ctx context.Context, db DB, fn func(first, last func(*pgx.Batch
 		func(b *pgx.Batch) error { return send(b, !begun, true) })
 	if err != nil && begun {
 		// Best effort: on a broken connection the release closes it.
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		rctx, cancel := rollbackContext(ctx)
+		_, _ = conn.Exec(rctx, "ROLLBACK")
+		cancel()
 	}
 	return err
 }
