@@ -102,11 +102,16 @@ func inTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
 	if err != nil {
 		return err
 	}
-	// After a commit, the rollback is a no-op (pgx.ErrTxClosed).
-	defer rollback(ctx, tx)
+	committing := false
+	defer func() {
+		if !committing { // fn failed or panicked; a commit, failed or not, ends tx itself
+			rollback(ctx, tx)
+		}
+	}()
 	if err := fn(tx); err != nil {
 		return err
 	}
+	committing = true
 	return tx.Commit(ctx)
 }
 
