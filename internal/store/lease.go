@@ -10,8 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/sourcegraph/conc/pool"
 
 	"github.com/flowfabric/ffd/ffdtype"
 )
@@ -136,17 +134,7 @@ func RenewMany(ctx context.Context, db DB, held []LeaseRef) (map[LeaseRef]time.T
 		maps.Copy(out, got)
 		mu.Unlock()
 	}
-	if _, ok := db.(*pgxpool.Pool); ok && len(groups) > 1 {
-		p := pool.New().WithMaxGoroutines(shardWriters)
-		for i := range groups {
-			p.Go(func() { one(i) })
-		}
-		p.Wait()
-	} else {
-		for i := range groups {
-			one(i)
-		}
-	}
+	eachGroup(db, len(groups), one)
 	return out, errors.Join(errs...)
 }
 

@@ -514,25 +514,34 @@ func terminateShards(ctx context.Context, db DB, groups []shardGroup[Termination
 			errs[i] = wrap(fmt.Sprintf("terminate %d executions on the shard of partition %d", len(g.items), g.parts[0]), err)
 		}
 	}
-	if _, ok := db.(*pgxpool.Pool); ok {
-		p := pool.New().WithMaxGoroutines(shardWriters)
-		for i := range groups {
-			p.Go(func() { one(i) })
-		}
-		p.Wait()
-	} else {
-		for i := range groups {
-			one(i)
-		}
-	}
+	eachGroup(db, len(groups), one)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return slices.Concat(ended...), nil
 }
 
-// shardWriters bounds the shards one batch of endings writes at once.
+// shardWriters bounds the shards one batch of endings (or of renewals)
+// writes at once.
 const shardWriters = 4
+
+// eachGroup runs one(i) for each of n shard groups, each its own
+// transaction: on a pool up to shardWriters at once (each holds one
+// connection and the locks of one shard, so they cannot wait on each
+// other), on one connection one after another.
+func eachGroup(db DB, n int, one func(i int)) {
+	if _, ok := db.(*pgxpool.Pool); !ok || n < 2 {
+		for i := range n {
+			one(i)
+		}
+		return
+	}
+	p := pool.New().WithMaxGoroutines(shardWriters)
+	for i := range n {
+		p.Go(func() { one(i) })
+	}
+	p.Wait()
+}
 
 // terminateGroups ends groups in one transaction (db's own, or the
 // caller's): their statements in one pipelined batch with the notices
