@@ -94,9 +94,7 @@ func InTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
 // every transaction cut by its deadline then cost the pool its
 // connection and the server a new session, whose first statements run
 // slower (on a distributed Postgres, with the node's metadata still to
-// load), so more of them hit their deadlines: a daemon on Citus under
-// the fault suite replaced its ten connections about three times a
-// second.
+// load), so more of them would hit their deadlines.
 func inTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
