@@ -203,7 +203,7 @@ func (c *consumer) step(ctx context.Context, batch int) (int, error) {
 		return ConsumeOnce(ctx, c.cfg.Pool, c.cfg.Name, batch, c.cfg.Handler)
 	}
 	var events []ffdtype.OutboxEvent
-	err := pgx.BeginFunc(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
+	err := store.InTxOnce(ctx, c.cfg.Pool, func(tx pgx.Tx) error {
 		var err error
 		if events, err = Read(ctx, tx, c.cfg.Stream, c.cursor, batch); err != nil || len(events) == 0 {
 			return err
@@ -240,7 +240,7 @@ func TopicsOf(s ffdtype.OutboxStream) []listener.Topic {
 // delivering a batch twice.
 func ConsumeOnce(ctx context.Context, db store.DB, name string, batch int, h ffdtype.OutboxHandler) (int, error) {
 	var n int
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	err := store.InTxOnce(ctx, db, func(tx pgx.Tx) error {
 		cons, err := store.LockConsumer(ctx, tx, name)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return &ffdtype.NotFoundError{Object: "consumer", ID: name}

@@ -87,6 +87,14 @@ func InTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
 	return WithRetry(ctx, db, func() error { return inTx(ctx, db, fn) })
 }
 
+// InTxOnce is InTx without its retries: for a transaction whose fn has
+// effects outside it that must not be repeated on the caller's behalf
+// (an outbox consumer's handler). Its rollback, too, keeps the
+// connection when ctx has ended.
+func InTxOnce(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
+	return inTx(ctx, db, fn)
+}
+
 // inTx is pgx.BeginFunc but for its rollback, which runs on a context of
 // its own (rollbackContext): BeginFunc rolls back on the caller's, and
 // when that has ended (the deadline that failed the transaction, most

@@ -37,54 +37,66 @@ func TestTxCutByItsContextKeepsItsConnection(t *testing.T) {
 			return err
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			db := testdb.New(t)
-			ctx, done := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer done()
-			cfg, err := pgxpool.ParseConfig(db.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.MaxConns = 1
-			session.KeepOnCancel(&cfg.ConnConfig.Config)
-			pool, err := pgxpool.NewWithConfig(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pool.Close()
-			pid := func() (p int32) {
-				if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&p); err != nil {
-					t.Fatal(err)
-				}
-				return p
-			}
-			before := pid()
-			if _, err := pool.Exec(ctx, `CREATE TABLE cut (n int)`); err != nil {
-				t.Fatal(err)
-			}
-			txCtx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			err = store.InTx(txCtx, pool, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(txCtx, `INSERT INTO cut VALUES (1)`); err != nil {
-					return err
-				}
-				return tc.cut(txCtx, cancel, tx)
+		for _, inTx := range []struct {
+			name string
+			run  func(context.Context, store.DB, func(pgx.Tx) error) error
+		}{{"InTx", store.InTx}, {"InTxOnce", store.InTxOnce}} {
+			t.Run(inTx.name+" "+tc.name, func(t *testing.T) {
+				t.Parallel()
+				testTxCut(t, inTx.run, tc.cut)
 			})
-			if err == nil {
-				t.Fatal("the cut transaction returned no error")
-			}
-			if after := pid(); after != before {
-				t.Fatalf("the next statement ran on session %d, want %d (the cut transaction's connection was closed: %v)", after, before, err)
-			}
-			var n int
-			if err := pool.QueryRow(ctx, `SELECT count(*) FROM cut`).Scan(&n); err != nil || n != 0 {
-				t.Fatalf("%d rows of the cut transaction kept (%v), want 0", n, err)
-			}
-			if !errors.Is(err, context.Canceled) && !pgErrCanceled(err) {
-				t.Fatalf("the cut transaction failed with %v, want its context's end", err)
-			}
-		})
+		}
+	}
+}
+
+// testTxCut cuts a transaction run by inTx as cut says, and checks that
+// its connection was kept and nothing of it was.
+func testTxCut(t *testing.T, inTx func(context.Context, store.DB, func(pgx.Tx) error) error,
+	cut func(ctx context.Context, cancel context.CancelFunc, tx pgx.Tx) error) {
+	db := testdb.New(t)
+	ctx, done := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer done()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	session.KeepOnCancel(&cfg.ConnConfig.Config)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	pid := func() (p int32) {
+		if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	before := pid()
+	if _, err := pool.Exec(ctx, `CREATE TABLE cut (n int)`); err != nil {
+		t.Fatal(err)
+	}
+	txCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err = inTx(txCtx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(txCtx, `INSERT INTO cut VALUES (1)`); err != nil {
+			return err
+		}
+		return cut(txCtx, cancel, tx)
+	})
+	if err == nil {
+		t.Fatal("the cut transaction returned no error")
+	}
+	if after := pid(); after != before {
+		t.Fatalf("the next statement ran on session %d, want %d (the cut transaction's connection was closed: %v)", after, before, err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM cut`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d rows of the cut transaction kept (%v), want 0", n, err)
+	}
+	if !errors.Is(err, context.Canceled) && !pgErrCanceled(err) {
+		t.Fatalf("the cut transaction failed with %v, want its context's end", err)
 	}
 }
 
