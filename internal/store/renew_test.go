@@ -42,17 +42,7 @@ func testRenewMany(t *testing.T) {
 	defer cancel()
 	db := testdb.New(t)
 	ttls := []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, time.Minute, time.Minute, time.Minute}
-	ps := make([]ffdtype.CreateParams, len(ttls))
-	for i, ttl := range ttls {
-		ps[i] = ffdtype.CreateParams{Lane: "renew", LeaseTTL: ttl, Priority: len(ttls) - i}
-	}
-	if _, err := leases.CreateMany(ctx, db.Pool, leases.Limits{}, ps); err != nil {
-		t.Fatal(err)
-	}
-	xs, err := leases.Claim(ctx, db.Pool, ffdtype.ClaimParams{Lane: "renew", Worker: "w/1", Max: len(ps)})
-	if err != nil || len(xs) != len(ps) {
-		t.Fatalf("claimed %d of %d: %v", len(xs), len(ps), err)
-	}
+	xs := claimWithTTLs(t, ctx, db, ttls)
 	held := make([]store.LeaseRef, len(xs))
 	for i, x := range xs {
 		held[i] = store.LeaseRef{ID: x.ID, Epoch: x.LeaseEpoch}
@@ -84,23 +74,7 @@ func testRenewMany(t *testing.T) {
 		t.Fatalf("renewed %d leases (%v), want the 3 held and unlocked", len(renewed), renewed)
 	}
 	for i := range 3 {
-		at, ok := renewed[held[i]]
-		if !ok {
-			t.Fatalf("the lease of %s (held, unlocked) was not renewed", xs[i].ID)
-		}
-		var row time.Time
-		var ttl time.Duration
-		if err := db.Pool.QueryRow(ctx, `SELECT lease_expires_at, lease_ttl FROM ff_execution WHERE partition_key = $1 AND execution_id = $2`,
-			xs[i].ID.Partition, xs[i].ID.UUID).Scan(&row, &ttl); err != nil {
-			t.Fatal(err)
-		}
-		if !row.Equal(at) || !at.After(*xs[i].LeaseExpiresAt) || ttl != ttls[i] {
-			t.Fatalf("lease %d: renewed to %s, row says %s (TTL %s), claimed until %s; want the row's expiry, later than the claim's, by its own TTL %s",
-				i, at, row, ttl, xs[i].LeaseExpiresAt, ttls[i])
-		}
-		if d := at.Sub(*xs[i].LeaseExpiresAt); d > budget {
-			t.Fatalf("lease %d moved %s past its claimed expiry; want less than the test's %s (its TTL runs from the renewal)", i, d, budget)
-		}
+		checkRenewed(t, ctx, db, xs[i], renewed[held[i]], ttls[i], budget)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -127,5 +101,46 @@ func testRenewMany(t *testing.T) {
 	}
 	if got, err := store.RenewMany(ctx, db.Pool, nil); err != nil || len(got) != 0 {
 		t.Fatalf("renew no leases: %v, %v; want nothing, no error", got, err)
+	}
+}
+
+// claimWithTTLs creates an execution for each of ttls, its lease's TTL,
+// and claims them all, in ttls' order.
+func claimWithTTLs(t *testing.T, ctx context.Context, db *testdb.DB, ttls []time.Duration) []*ffdtype.Execution {
+	t.Helper()
+	ps := make([]ffdtype.CreateParams, len(ttls))
+	for i, ttl := range ttls {
+		ps[i] = ffdtype.CreateParams{Lane: "renew", LeaseTTL: ttl, Priority: len(ttls) - i}
+	}
+	if _, err := leases.CreateMany(ctx, db.Pool, leases.Limits{}, ps); err != nil {
+		t.Fatal(err)
+	}
+	xs, err := leases.Claim(ctx, db.Pool, ffdtype.ClaimParams{Lane: "renew", Worker: "w/1", Max: len(ps)})
+	if err != nil || len(xs) != len(ps) {
+		t.Fatalf("claimed %d of %d: %v", len(xs), len(ps), err)
+	}
+	return xs
+}
+
+// checkRenewed checks that x's lease was renewed to at (zero: it was
+// not), as its row says, later than its claim's expiry, by its own TTL,
+// and by less than the test's budget past that expiry.
+func checkRenewed(t *testing.T, ctx context.Context, db *testdb.DB, x *ffdtype.Execution, at time.Time, ttl, budget time.Duration) {
+	t.Helper()
+	if at.IsZero() {
+		t.Fatalf("the lease of %s (held, unlocked) was not renewed", x.ID)
+	}
+	var row time.Time
+	var rowTTL time.Duration
+	if err := db.Pool.QueryRow(ctx, `SELECT lease_expires_at, lease_ttl FROM ff_execution WHERE partition_key = $1 AND execution_id = $2`,
+		x.ID.Partition, x.ID.UUID).Scan(&row, &rowTTL); err != nil {
+		t.Fatal(err)
+	}
+	if !row.Equal(at) || !at.After(*x.LeaseExpiresAt) || rowTTL != ttl {
+		t.Fatalf("lease of %s: renewed to %s, row says %s (TTL %s), claimed until %s; want the row's expiry, later than the claim's, by its own TTL %s",
+			x.ID, at, row, rowTTL, x.LeaseExpiresAt, ttl)
+	}
+	if d := at.Sub(*x.LeaseExpiresAt); d > budget {
+		t.Fatalf("lease of %s moved %s past its claimed expiry; want less than the test's %s (its TTL runs from the renewal)", x.ID, d, budget)
 	}
 }
