@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -125,16 +124,14 @@ func RenewMany(ctx context.Context, db DB, held []LeaseRef) (map[LeaseRef]time.T
 	if err != nil {
 		return out, wrap("renew leases", err)
 	}
-	var mu sync.Mutex
-	errs := make([]error, len(groups))
-	one := func(i int) {
-		got := map[LeaseRef]time.Time{}
-		errs[i] = renewGroup(ctx, db, groups[i].items, groups[i].parts, got)
-		mu.Lock()
-		maps.Copy(out, got)
-		mu.Unlock()
+	got, errs := make([]map[LeaseRef]time.Time, len(groups)), make([]error, len(groups))
+	eachGroup(db, len(groups), func(i int) {
+		got[i] = map[LeaseRef]time.Time{}
+		errs[i] = renewGroup(ctx, db, groups[i].items, groups[i].parts, got[i])
+	})
+	for _, g := range got {
+		maps.Copy(out, g)
 	}
-	eachGroup(db, len(groups), one)
 	return out, errors.Join(errs...)
 }
 
