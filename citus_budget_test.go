@@ -185,6 +185,68 @@ func TestCitusBudget(t *testing.T) {
 	}
 }
 
+// A keyed claim on a distributed Postgres, of a lane a claim found under
+// flow control a moment before (store's claimStillControlled, then
+// claimControlledRouted): the lane's controls, then BEGIN, its setting,
+// the time, the lane's row, the lane's keys, the keys with due work and
+// their partitions (a read of every shard), their running counts
+// (another), the turn's keys locked, their running counts again (a
+// third), the turns counted (one batch), the candidates (one batch: a
+// read of each shard holding due work of the turn's keys), the claim
+// (one batch: a statement per shard), COMMIT. Eight keys each due on a
+// shard of its own. Read per key, the candidates were a read of every
+// shard per key: 8 more; and before the cache was kept on a distributed
+// Postgres too, the plain claim read every shard for due work first.
+const (
+	budgetCitusKeyedClaimRoundTrips = 14
+	budgetCitusKeyedClaimWideReads  = 3
+)
+
+// TestCitusKeyedClaimBudget counts a keyed claim's statements on the
+// routed form: a turn of eight keys reads the candidates shard by shard,
+// no statement naming more than one shard. Not parallel: store.RouteAll.
+func TestCitusKeyedClaimBudget(t *testing.T) {
+	restore := store.RouteAll()
+	defer restore()
+	ctx, db, _ := budgetSetup(t)
+	creator := budgetClient(t, budgetPool(t, ctx, db.URL, nil, 4))
+	tracer := &shardTracer{}
+	traced := budgetPool(t, ctx, db.URL, tracer, 1)
+	c := budgetClient(t, traced)
+	warmDistributed(t, ctx, traced)
+	create := func(key string, shard int) {
+		t.Helper()
+		if _, err := creator.Create(ctx, ffd.CreateParams{Lane: "citus-keyed", ConcurrencyKey: key,
+			ConcurrencyLimit: 1, IdempotencyKey: keyOnShard(t, "default", shard)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A first claim finds the lane under control.
+	create("first", 1)
+	if xs, err := c.Claim(ctx, ffd.ClaimParams{Lane: "citus-keyed", Worker: "budget/keyed", Max: 1}); err != nil || len(xs) != 1 {
+		t.Fatalf("the first keyed claim: %v (%d claimed, want 1)", err, len(xs))
+	}
+	const keys = 8
+	for k := range keys {
+		create(fmt.Sprint("key-", k), 4*k)
+	}
+	var xs []*ffd.Execution
+	claim := tracer.measure(func() {
+		var err error
+		if xs, err = c.Claim(ctx, ffd.ClaimParams{Lane: "citus-keyed", Worker: "budget/keyed", Max: keys}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	got := map[string]bool{}
+	for _, x := range xs {
+		got[x.ConcurrencyKey] = true
+	}
+	if len(xs) != keys || len(got) != keys {
+		t.Fatalf("the keyed claim took %d executions of %d keys, want %d, one of each key", len(xs), len(got), keys)
+	}
+	claim.check(t, "a keyed claim of eight keys on eight shards", budgetCitusKeyedClaimRoundTrips, budgetCitusKeyedClaimWideReads)
+}
+
 // dispatchShards completes the first steps of flows on partitions 3 and
 // 35 (one shard) and 4 (another), and dispatches the three events as a
 // notification naming their partitions does: one transaction per shard.

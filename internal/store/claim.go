@@ -164,7 +164,7 @@ func ClaimThrottled(ctx context.Context, db DB, lane string, caps []string, max 
 	if err == nil && len(out) == 0 {
 		// Nothing: an idle lane, or one under control, which only the
 		// controlled claim takes from. One probe tells them apart.
-		out, th, err = claimUnderControl(ctx, db, lane, caps, max, worker)
+		out, th, _, err = claimUnderControl(ctx, db, lane, caps, max, worker)
 	}
 	if err != nil {
 		return nil, th, wrap("claim from lane "+lane, err)
@@ -174,25 +174,27 @@ func ClaimThrottled(ctx context.Context, db DB, lane string, caps []string, max 
 
 // claimUnderControl claims from lane when it has a control row that lets
 // it be claimed from (not paused), and reads the throttle when the claim
-// took less than max.
-func claimUnderControl(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*ffdtype.Execution, Throttle, error) {
-	var th Throttle
+// took less than max. It says whether the lane is under control (a
+// paused one is), and remembers one it claims from (markControlled).
+func claimUnderControl(ctx context.Context, db DB, lane string, caps []string, max int, worker string) (out []*ffdtype.Execution, th Throttle, under bool, err error) {
 	c, ok, err := readLaneControl(ctx, db, lane)
-	if err != nil || !ok || c.paused || !(c.capped || c.rated || c.keyed) {
-		return nil, th, err
+	if err != nil || !ok || !(c.paused || c.capped || c.rated || c.keyed) {
+		return nil, th, false, err
+	}
+	if c.paused {
+		return nil, th, true, nil
+	}
+	if key, ok := controlKey(db, lane); ok {
+		markControlled(key)
 	}
 	dist, err := Distributed(ctx, db)
 	if err != nil {
-		return nil, th, err
+		return nil, th, true, err
 	}
-	var out []*ffdtype.Execution
 	switch {
 	case dist && !c.rated && !c.keyed:
 		out, err = claimCapped(ctx, db, lane, caps, max, worker)
 	case !dist:
-		if key, ok := controlKey(db, lane); ok {
-			markControlled(key)
-		}
 		err = WithRetry(ctx, db, func() error {
 			var err error
 			out, err = claimControlled(ctx, db, lane, caps, max, worker)
@@ -206,10 +208,10 @@ func claimUnderControl(ctx context.Context, db DB, lane string, caps []string, m
 		})
 	}
 	if err != nil || len(out) >= max {
-		return out, th, err
+		return out, th, true, err
 	}
 	th, err = ClaimThrottle(ctx, db, lane, caps)
-	return out, th, err
+	return out, th, true, err
 }
 
 // claimCapped claims from a capped lane with its row locked, so claims in

@@ -771,10 +771,21 @@ func markControlled(k controlKeyOf) {
 // control. When the claim takes something the lane is still controlled.
 // When it takes nothing, the probe says why: still under control
 // (throttled, or nothing due: the throttle is read), or no longer (again:
-// the caller takes the whole path). Not on a distributed Postgres, whose
-// routed claim needs the probe's answer first; there the cache is never
-// filled.
+// the caller takes the whole path). On a distributed Postgres, whose
+// routed claim needs the probe's answer first, the probe comes first
+// (claimUnderControl): what the cache spares there is the plain claim's
+// read of every shard for due work the controlled claim does not take.
 func claimStillControlled(ctx context.Context, db DB, k controlKeyOf, lane string, caps []string, max int, worker string) (out []*ffdtype.Execution, th Throttle, again bool, err error) {
+	if dist, err := Distributed(ctx, db); err != nil || dist {
+		if err != nil {
+			return nil, th, false, err
+		}
+		out, th, under, err := claimUnderControl(ctx, db, lane, caps, max, worker)
+		if err == nil && !under {
+			controlled.Delete(k)
+		}
+		return out, th, err == nil && !under, err
+	}
 	err = WithRetry(ctx, db, func() error {
 		var err error
 		out, err = claimControlled(ctx, db, lane, caps, max, worker)

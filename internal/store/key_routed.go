@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -88,6 +89,7 @@ type routedKey struct {
 	weight     int
 	turnUsed   int // starts in its current turn (keyTurnSQL)
 	strict     bool
+	due        []int16 // the partitions holding its due executions, as routedTurnOrder read them
 }
 
 // turnLeft is what is left of k's turn: its weight less what it took in
@@ -108,29 +110,60 @@ func scanRoutedKey(row pgx.Row) (routedKey, error) {
 }
 
 // routedDueKeysSQL names the keys of lane $1 with a due execution the
-// claimer can run (the empty key for unkeyed ones).
-const routedDueKeysSQL = `SELECT DISTINCT coalesce(e.concurrency_key, '') FROM ff_execution e WHERE ` + dueFilter
+// claimer can run (the empty key for unkeyed ones), and the partitions
+// those executions lie on.
+const routedDueKeysSQL = `SELECT DISTINCT coalesce(e.concurrency_key, ''), e.partition_key FROM ff_execution e WHERE ` + dueFilter
 
 // routedKeyRunningSQL counts the running executions of keys $2 of lane $1.
 const routedKeyRunningSQL = `SELECT concurrency_key, count(*) FROM ff_execution
 WHERE state = 'running' AND lane = $1 AND concurrency_key = ANY($2::text[]) GROUP BY 1`
 
-// routedCandidatesSQL reads a key's ($3) best due executions, at most
-// $4; routedUnkeyedSQL the unkeyed ones ($3 unused, for the same
-// arguments).
-const (
-	routedCandidatesSQL = `SELECT e.partition_key, e.execution_id, e.priority, e.run_at FROM ff_execution e
-WHERE ` + dueFilter + ` AND e.concurrency_key = $3
+// routedCandidatesSQL are the reads of a group's best due executions,
+// at most $4: a key's ($3) with routedKeyed, the lane's unkeyed ones ($3
+// NULL) without; with routedNarrowed, on the partitions $5 only.
+var routedCandidatesSQL = func() (out [4]string) {
+	for i := range out {
+		test := `e.concurrency_key IS NULL AND $3::text IS NULL`
+		if i&routedKeyed != 0 {
+			test = `e.concurrency_key = $3`
+		}
+		if i&routedNarrowed != 0 {
+			test += ` AND e.partition_key = ANY($5::smallint[])`
+		}
+		out[i] = `SELECT 0, e.partition_key, e.execution_id, e.priority, e.run_at FROM ff_execution e
+WHERE ` + dueFilter + ` AND ` + test + `
 ORDER BY e.priority DESC, e.run_at, e.execution_id LIMIT $4`
-	// routedStrictSQL is routedCandidatesSQL for a key of strict order:
-	// its head (strictHeadSQL), when due.
-	routedStrictSQL = `SELECT e.partition_key, e.execution_id, e.priority, e.run_at FROM ff_execution e
+	}
+	return out
+}()
+
+// The forms of routedCandidatesSQL.
+const (
+	routedKeyed    = 1
+	routedNarrowed = 2
+)
+
+const (
+	// routedStrictSQL reads the head of a key ($3) of strict order
+	// (strictHeadSQL), when due ($4: at most, as routedCandidatesSQL's).
+	routedStrictSQL = `SELECT 0, e.partition_key, e.execution_id, e.priority, e.run_at FROM ff_execution e
 WHERE ` + dueFilter + ` AND e.concurrency_key = $3 AND e.execution_id = (SELECT h.execution_id FROM ff_execution h
 	WHERE h.state = 'pending' AND h.key_seq IS NOT NULL AND h.lane = $1 AND h.concurrency_key = $3
 	ORDER BY h.key_seq LIMIT 1)
 LIMIT $4`
-	routedUnkeyedSQL = `SELECT e.partition_key, e.execution_id, e.priority, e.run_at FROM ff_execution e
-WHERE ` + dueFilter + ` AND e.concurrency_key IS NULL AND $3::text IS NULL
+	// routedShardCandidatesSQL reads the best due executions of keys $3
+	// on the partitions $6 of one shard, at most $4 of each, each row
+	// tagged with its key's $5.
+	routedShardCandidatesSQL = `SELECT g.which, c.partition_key, c.execution_id, c.priority, c.run_at
+FROM unnest($3::text[], $4::int[], $5::int[]) AS g(key, room, which)
+CROSS JOIN LATERAL (
+	SELECT e.partition_key, e.execution_id, e.priority, e.run_at FROM ff_execution e
+	WHERE e.partition_key = ANY($6::smallint[]) AND ` + dueFilter + ` AND e.concurrency_key = g.key
+	ORDER BY e.priority DESC, e.run_at, e.execution_id LIMIT g.room) c`
+	// routedShardUnkeyedSQL reads the lane's unkeyed due executions on
+	// the partitions $5 of one shard, at most $4, its rows tagged with $3.
+	routedShardUnkeyedSQL = `SELECT $3::int, e.partition_key, e.execution_id, e.priority, e.run_at FROM ff_execution e
+WHERE e.partition_key = ANY($5::smallint[]) AND ` + dueFilter + ` AND e.concurrency_key IS NULL
 ORDER BY e.priority DESC, e.run_at, e.execution_id LIMIT $4`
 )
 
@@ -152,6 +185,9 @@ type routedGroup struct {
 	rated  bool
 	tokens float64
 	strict bool
+	// parts are the partitions holding its due executions (a keyed
+	// lane's turn reads them); nil when unknown (a lane without keys).
+	parts []int16
 }
 
 // routedCandidate is a due execution a group offers.
@@ -288,18 +324,12 @@ func routedTurnOrder(ctx context.Context, tx pgx.Tx, lane string, caps []string,
 	if err != nil {
 		return nil, err
 	}
-	rows, err = tx.Query(ctx, routedDueKeysSQL, lane, caps)
+	due, err := routedDueKeys(ctx, tx, lane, caps)
 	if err != nil {
 		return nil, err
 	}
-	dueKeys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, err
-	}
-	due := map[string]bool{}
 	var names []string
-	for _, k := range dueKeys {
-		due[k] = true
+	for k := range due {
 		if k != "" {
 			names = append(names, k)
 		}
@@ -314,16 +344,34 @@ func routedTurnOrder(ctx context.Context, tx pgx.Tx, lane string, caps []string,
 		if before >= room {
 			break
 		}
-		if !due[k.key] || (k.maxRunning != nil && running[k.key] >= *k.maxRunning) {
+		if due[k.key] == nil || (k.maxRunning != nil && running[k.key] >= *k.maxRunning) {
 			continue
 		}
 		if t, rated := k.rate.tokensAt(now); rated && t < 1 {
 			continue
 		}
+		k.due = due[k.key]
 		turn = append(turn, k)
 		before += min(k.turnLeft(), room)
 	}
 	return turn, nil
+}
+
+// routedDueKeys reads the keys of lane with due executions the claimer
+// can run, each with the partitions that hold them.
+func routedDueKeys(ctx context.Context, db DB, lane string, caps []string) (map[string][]int16, error) {
+	rows, err := db.Query(ctx, routedDueKeysSQL, lane, caps)
+	if err != nil {
+		return nil, err
+	}
+	due := map[string][]int16{}
+	var key string
+	var part int16
+	_, err = pgx.ForEachRow(rows, []any{&key, &part}, func() error {
+		due[key] = append(due[key], part)
+		return nil
+	})
+	return due, err
 }
 
 // routedTakeTurns makes a group of each key of turn that this claim
@@ -339,7 +387,7 @@ func routedTakeTurns(ctx context.Context, tx pgx.Tx, lane string, turn []routedK
 		if !ok {
 			continue // another claim holds it
 		}
-		g := routedGroup{key: k.key, room: room, weight: k.weight, rate: k.rate, strict: k.strict}
+		g := routedGroup{key: k.key, room: room, weight: k.weight, rate: k.rate, strict: k.strict, parts: planned.due}
 		if k.maxRunning != nil {
 			g.room = min(g.room, *k.maxRunning-running[k.key])
 		}
@@ -384,34 +432,177 @@ func routedRunning(ctx context.Context, tx pgx.Tx, lane string, keys []string) (
 
 // routedPick reads each group's best due executions and takes them in
 // rounds by weight, groups in turn order, at most room.
+//
+// Groups whose partitions are known (a keyed lane's turn) are read
+// either one statement per group, naming its partitions, or one
+// statement per shard holding any of their due work, for all of them:
+// each a statement a distributed Postgres routes to the shards it names.
+// Whichever form costs less (perShard) is taken. A key of strict order,
+// and the group of a lane without keys, are read across the shards (a
+// strict key's head is the lowest sequence of all of them).
 func routedPick(ctx context.Context, tx pgx.Tx, lane string, caps []string, groups []routedGroup, room int) ([]routedCandidate, error) {
-	var all []routedCandidate
+	found := make([][]routedCandidate, len(groups))
 	b := &pgx.Batch{}
+	var spread []groupPart
 	for gi, g := range groups {
-		sql, key := routedUnkeyedSQL, (*string)(nil)
-		switch {
-		case g.strict:
-			sql, key = routedStrictSQL, &g.key
-		case g.key != "":
-			sql, key = routedCandidatesSQL, &g.key
+		if g.parts == nil || g.strict {
+			queueGroupCandidates(b, lane, caps, groups, gi, false, found)
+			continue
 		}
-		b.Queue(sql, lane, caps, key, g.room).Query(func(rows pgx.Rows) error {
-			rn := 0
-			for rows.Next() {
-				var c routedCandidate
-				if err := rows.Scan(&c.id.Partition, &c.id.UUID, &c.priority, &c.runAt); err != nil {
-					return err
-				}
-				rn++
-				c.group, c.rn, c.key = gi, rn, g.key
-				c.round = (rn + g.weight - 1) / g.weight
-				all = append(all, c)
+		for _, p := range g.parts {
+			spread = append(spread, groupPart{group: gi, part: p})
+		}
+	}
+	shards, err := byShard(ctx, tx, spread, func(x groupPart) int16 { return x.part })
+	if err != nil {
+		return nil, err
+	}
+	if perShard(shards) {
+		for _, s := range shards {
+			queueShardCandidates(b, lane, caps, groups, s, found)
+		}
+	} else {
+		for gi, g := range groups {
+			if g.parts != nil && !g.strict {
+				queueGroupCandidates(b, lane, caps, groups, gi, true, found)
 			}
-			return rows.Err()
-		})
+		}
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
+	}
+	return takeRounds(groups, found, room), nil
+}
+
+// perShard says whether the groups' due work (shards: by shard) is read
+// for less one statement per shard than one per group. A distributed
+// Postgres costs a statement about as much as each shard it reads (0.48
+// and 0.36 ms on the machine of docs/scaling.md's figures), so the forms
+// cost their statements plus their shard reads: per shard, a statement
+// and a read of each shard; per group, a statement of each group and a
+// read of each shard of each group. A turn of many keys (100 keys of 1,000
+// on 32 shards) reads per shard: 64 against 100 statements and about 200
+// shard reads; one key, per group: 33 against 64.
+func perShard(shards []shardGroup[groupPart]) bool {
+	groups, reads := map[int]bool{}, 0
+	for _, s := range shards {
+		here := map[int]bool{}
+		for _, x := range s.items {
+			here[x.group], groups[x.group] = true, true
+		}
+		reads += len(here)
+	}
+	return 2*len(shards) <= len(groups)+reads
+}
+
+// queueGroupCandidates queues the read of group gi's best due executions
+// across the shards, or, narrowed, on the partitions that hold them.
+func queueGroupCandidates(b *pgx.Batch, lane string, caps []string, groups []routedGroup, gi int, narrowed bool, found [][]routedCandidate) {
+	g := groups[gi]
+	var key *string
+	if g.key != "" {
+		key = &g.key
+	}
+	var sql string
+	switch {
+	case g.strict:
+		sql = routedStrictSQL
+	case narrowed:
+		sql = routedCandidatesSQL[routedNarrowed|keyedIf(g.key)]
+	default:
+		sql = routedCandidatesSQL[keyedIf(g.key)]
+	}
+	args := []any{lane, caps, key, g.room}
+	if narrowed {
+		args = append(args, g.parts)
+	}
+	b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+		return scanCandidates(rows, func(int) int { return gi }, found)
+	})
+}
+
+// keyedIf is routedKeyed for a key, 0 for the unkeyed group ("").
+func keyedIf(key string) int {
+	if key == "" {
+		return 0
+	}
+	return routedKeyed
+}
+
+// groupPart is a partition holding due work of the group-th group.
+type groupPart struct {
+	group int
+	part  int16
+}
+
+// queueShardCandidates queues the reads of one shard's best due
+// executions of each group with due work there: one statement for the
+// keys, one for the lane's unkeyed executions, each naming the shard's
+// partitions.
+func queueShardCandidates(b *pgx.Batch, lane string, caps []string, groups []routedGroup, s shardGroup[groupPart], found [][]routedCandidate) {
+	var keys []string
+	var rooms, which []int32
+	seen := map[int]bool{}
+	for _, x := range s.items {
+		if seen[x.group] {
+			continue
+		}
+		seen[x.group] = true
+		g := groups[x.group]
+		if g.key == "" {
+			b.Queue(routedShardUnkeyedSQL, lane, caps, int32(x.group), g.room, s.parts).Query(func(rows pgx.Rows) error {
+				return scanCandidates(rows, func(i int) int { return i }, found)
+			})
+			continue
+		}
+		keys, rooms, which = append(keys, g.key), append(rooms, int32(g.room)), append(which, int32(x.group))
+	}
+	if len(keys) > 0 {
+		b.Queue(routedShardCandidatesSQL, lane, caps, keys, rooms, which, s.parts).Query(func(rows pgx.Rows) error {
+			return scanCandidates(rows, func(i int) int { return i }, found)
+		})
+	}
+}
+
+// scanCandidates adds each row (a group's index, then the candidate's
+// partition, id, priority and run_at) to found, under the group group
+// names by that index.
+func scanCandidates(rows pgx.Rows, group func(int) int, found [][]routedCandidate) error {
+	for rows.Next() {
+		var c routedCandidate
+		var gi int32
+		if err := rows.Scan(&gi, &c.id.Partition, &c.id.UUID, &c.priority, &c.runAt); err != nil {
+			return err
+		}
+		g := group(int(gi))
+		found[g] = append(found[g], c)
+	}
+	return rows.Err()
+}
+
+// takeRounds merges what each group's reads found into the group's best
+// (the claim order: priority, then run_at, then id), at most its room,
+// and takes them in rounds by weight, groups in turn order, at most room.
+func takeRounds(groups []routedGroup, found [][]routedCandidate, room int) []routedCandidate {
+	var all []routedCandidate
+	for gi, cs := range found {
+		g := groups[gi]
+		slices.SortFunc(cs, func(a, b routedCandidate) int {
+			if a.priority != b.priority {
+				return cmp.Compare(b.priority, a.priority)
+			}
+			if c := a.runAt.Compare(b.runAt); c != 0 {
+				return c
+			}
+			return bytes.Compare(a.id.UUID[:], b.id.UUID[:])
+		})
+		cs = cs[:min(len(cs), g.room)]
+		for i := range cs {
+			rn := i + 1
+			cs[i].group, cs[i].rn, cs[i].key = gi, rn, g.key
+			cs[i].round = (rn + g.weight - 1) / g.weight
+		}
+		all = append(all, cs...)
 	}
 	slices.SortStableFunc(all, func(a, b routedCandidate) int {
 		if a.round != b.round {
@@ -422,7 +613,7 @@ func routedPick(ctx context.Context, tx pgx.Tx, lane string, caps []string, grou
 		}
 		return cmp.Compare(a.rn, b.rn)
 	})
-	return all[:min(len(all), room)], nil
+	return all[:min(len(all), room)]
 }
 
 // routedSpend takes the tokens of what was claimed from the lane's bucket
@@ -460,13 +651,13 @@ func claimThrottleRouted(ctx context.Context, db DB, lane string, caps []string)
 	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return t, err
 	}
-	rows, err := db.Query(ctx, routedDueKeysSQL, lane, caps)
-	if err != nil {
+	due, err := routedDueKeys(ctx, db, lane, caps)
+	if err != nil || len(due) == 0 {
 		return t, err
 	}
-	dueKeys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(dueKeys) == 0 {
-		return t, err
+	dueKeys := make([]string, 0, len(due))
+	for k := range due {
+		dueKeys = append(dueKeys, k)
 	}
 	t.Held = true
 	var l routedLane
@@ -479,7 +670,7 @@ func claimThrottleRouted(ctx context.Context, db DB, lane string, caps []string)
 		return t, err
 	}
 	t.Retry = l.rate.wait(now)
-	rows, err = db.Query(ctx, `SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 AND key = ANY($2::text[]) AND rate_count IS NOT NULL`,
+	rows, err := db.Query(ctx, `SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 AND key = ANY($2::text[]) AND rate_count IS NOT NULL`,
 		lane, dueKeys)
 	if err != nil {
 		return t, err

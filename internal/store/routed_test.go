@@ -9,6 +9,7 @@ import (
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/cascade"
 	"github.com/flowfabric/ffd/internal/flows"
+	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/leases"
 	"github.com/flowfabric/ffd/internal/store"
 	"github.com/flowfabric/ffd/internal/testdb"
@@ -302,6 +303,74 @@ func TestRoutedWeightsHoldAcrossClaims(t *testing.T) {
 	if got := string(order); got != "hhhlhhhlhhhlhhhlhhhl" {
 		t.Fatalf("routed claims of one slot started %s; want turns of three heavy and one light", got)
 	}
+}
+
+// The routed keyed claim reads each key's best due executions wherever
+// they lie and takes each key's best: read shard by shard for a turn of
+// many keys on few shards, and key by key, on the key's partitions, for
+// one key on many shards (the two forms of routedPick). Not parallel:
+// RouteAll.
+func TestRoutedKeyedClaimReads(t *testing.T) {
+	restore := store.RouteAll()
+	defer restore()
+	for _, c := range []struct {
+		name   string
+		keys   int
+		shards []int // an execution of each key on each, of priority its index
+		max    int
+	}{
+		{"twelve keys on two shards, read per shard", 12, []int{0, 1}, 12},
+		{"one key on six shards, read per key", 1, []int{3, 7, 11, 15, 19, 23}, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			db := testdb.New(t)
+			n := 0
+			for k := range c.keys {
+				for prio, shard := range c.shards {
+					n++
+					p := ffdtype.CreateParams{Lane: "reads", ConcurrencyKey: fmt.Sprint("key-", k), Priority: prio,
+						IdempotencyKey: idempotencyKeyOnShard(t, shard, n)}
+					if _, _, err := leases.Create(ctx, db.Pool, leases.Limits{}, p); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			xs, err := leases.Claim(ctx, db.Pool, ffdtype.ClaimParams{Lane: "reads", Worker: "w/1", Max: c.max})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Each key's best first: per key, the highest priorities.
+			want := map[string][]int{}
+			for k := range c.keys {
+				for i := range c.max / c.keys {
+					want[fmt.Sprint("key-", k)] = append(want[fmt.Sprint("key-", k)], len(c.shards)-1-i)
+				}
+			}
+			got := map[string][]int{}
+			for _, x := range xs {
+				got[x.ConcurrencyKey] = append(got[x.ConcurrencyKey], x.Priority)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("claimed priorities by key %v; want %v", got, want)
+			}
+		})
+	}
+}
+
+// idempotencyKeyOnShard is an idempotency key that places its execution
+// on a partition of shard (of the routed placement's 32), the nth such.
+func idempotencyKeyOnShard(t *testing.T, shard, n int) string {
+	t.Helper()
+	for i := range 1 << 20 {
+		k := fmt.Sprintf("on-%d-%d-%d", shard, n, i)
+		if int(ident.KeyPartition("default", k))%32 == shard {
+			return k
+		}
+	}
+	t.Fatalf("no idempotency key on shard %d", shard)
+	return ""
 }
 
 // The routed sweep of idle keys forgets a key only its executions named
