@@ -187,18 +187,20 @@ func TestCitusBudget(t *testing.T) {
 
 // A keyed claim on a distributed Postgres, of a lane a claim found under
 // flow control a moment before (store's claimStillControlled, then
-// claimControlledRouted): the lane's controls, then BEGIN, its setting,
-// the time, the lane's row, the lane's keys, the keys with due work and
-// their partitions (a read of every shard), their running counts
-// (another), the turn's keys locked, their running counts again (a
-// third), the turns counted (one batch), the candidates (one batch: a
-// read of each shard holding due work of the turn's keys), the claim
-// (one batch: a statement per shard), COMMIT. Eight keys due on four
-// shards, two on each. Read per key across the shards, the candidates
-// were a read of every shard per key: 8 more; and before the cache was kept on a distributed
-// Postgres too, the plain claim read every shard for due work first.
+// claimControlledRouted): the lane's controls; then BEGIN; one batch of
+// the transaction's setting, the time, the lane's row, the lane's keys,
+// the keys with due work and their partitions (a read of every shard)
+// and every key's running executions (another); one batch that locks the
+// turn's keys and counts their running executions again (a third); one
+// batch of the turns' counts and the candidates (a read of each shard
+// holding due work of the turn's keys); the claim (a batch of a
+// statement per shard); COMMIT. Eight keys due on four shards, two on
+// each. It was 14 round trips with each of those reads its own, and
+// before that the candidates were read per key across the shards (8 more
+// reads of every shard) after the plain claim's read of every shard for
+// due work.
 const (
-	budgetCitusKeyedClaimRoundTrips = 14
+	budgetCitusKeyedClaimRoundTrips = 7
 	budgetCitusKeyedClaimWideReads  = 3
 )
 

@@ -114,9 +114,14 @@ func scanRoutedKey(row pgx.Row) (routedKey, error) {
 // those executions lie on.
 const routedDueKeysSQL = `SELECT DISTINCT coalesce(e.concurrency_key, ''), e.partition_key FROM ff_execution e WHERE ` + dueFilter
 
-// routedKeyRunningSQL counts the running executions of keys $2 of lane $1.
-const routedKeyRunningSQL = `SELECT concurrency_key, count(*) FROM ff_execution
+// routedKeyRunningSQL counts the running executions of keys $2 of lane
+// $1; routedLaneKeysRunningSQL those of every key of lane $1.
+const (
+	routedKeyRunningSQL = `SELECT concurrency_key, count(*) FROM ff_execution
 WHERE state = 'running' AND lane = $1 AND concurrency_key = ANY($2::text[]) GROUP BY 1`
+	routedLaneKeysRunningSQL = `SELECT concurrency_key, count(*) FROM ff_execution
+WHERE state = 'running' AND lane = $1 AND concurrency_key IS NOT NULL GROUP BY 1`
+)
 
 // routedCandidatesSQL are the reads of a group's best due executions,
 // at most $4: a key's ($3) with routedKeyed, the lane's unkeyed ones ($3
@@ -204,35 +209,15 @@ func claimControlledRouted(ctx context.Context, db DB, lane string, c laneContro
 	var out []*ffdtype.Execution
 	err := InTx(ctx, db, func(tx pgx.Tx) error {
 		out = nil
-		if _, err := tx.Exec(ctx, `SET LOCAL citus.multi_shard_modify_mode TO 'sequential'`); err != nil {
-			return err
-		}
-		var now time.Time
-		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-			return err
-		}
-		sql := routedLaneSQL
-		if c.capped || c.rated {
-			sql += " FOR UPDATE"
-		}
-		var l routedLane
-		err := tx.QueryRow(ctx, sql, lane).Scan(&l.paused, &l.keyed, &l.maxRunning, &l.rate.count, &l.rate.perUS,
-			&l.rate.burst, &l.rate.tokens, &l.rate.at)
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && l.paused) {
-			return nil
-		}
-		if err != nil {
+		st, err := routedRead(ctx, tx, lane, c, caps)
+		if err != nil || !st.found || st.lane.paused {
 			return err
 		}
 		room := max
-		if l.maxRunning != nil {
-			var running int
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM ff_execution WHERE state = 'running' AND lane = $1`, lane).Scan(&running); err != nil {
-				return err
-			}
-			room = min(room, *l.maxRunning-running)
+		if st.lane.maxRunning != nil {
+			room = min(room, *st.lane.maxRunning-st.running)
 		}
-		laneTokens, laneRated := l.rate.tokensAt(now)
+		laneTokens, laneRated := st.lane.rate.tokensAt(st.now)
 		if laneRated {
 			room = min(room, int(math.Floor(laneTokens)))
 		}
@@ -240,121 +225,209 @@ func claimControlledRouted(ctx context.Context, db DB, lane string, c laneContro
 			return nil
 		}
 		groups := []routedGroup{{key: "", room: room, weight: 1}}
-		if l.keyed {
-			if groups, err = routedTurn(ctx, tx, lane, caps, room, now); err != nil || len(groups) == 0 {
+		b := &pgx.Batch{}
+		if st.lane.keyed {
+			if groups, err = routedTurn(ctx, tx, b, lane, st, room); err != nil {
 				return err
 			}
 		}
-		picked, err := routedPick(ctx, tx, lane, caps, groups, room)
+		picked, err := routedPick(ctx, tx, b, lane, caps, groups, room)
 		if err != nil || len(picked) == 0 {
 			return err
 		}
-		shards, err := byShard(ctx, tx, picked, func(c routedCandidate) int16 { return c.id.Partition })
-		if err != nil {
+		if out, err = routedClaim(ctx, tx, picked, worker, st.now); err != nil {
 			return err
 		}
-		b := &pgx.Batch{}
-		for _, g := range shards {
-			ids := make([]pgtype.UUID, len(g.items))
-			for i, c := range g.items {
-				ids[i] = pgUUID(c.id.UUID)
-			}
-			b.Queue(routedClaimSQL, worker, now, g.parts, ids).Query(func(rows pgx.Rows) error {
-				xs, err := collectExecutions(rows)
-				out = append(out, xs...)
-				return err
-			})
-		}
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
-		}
-		return routedSpend(ctx, tx, lane, l, laneRated, laneTokens, groups, out, now)
+		return routedSpend(ctx, tx, lane, st.lane, laneRated, laneTokens, groups, out, st.now)
 	})
 	sortClaimed(out)
 	return out, err
 }
 
-// routedTurn locks the keys whose turn it is and returns them, in turn
-// order, with their room; it counts their shares into their turns, as
-// keyTurnSQL does.
-func routedTurn(ctx context.Context, tx pgx.Tx, lane string, caps []string, room int, now time.Time) ([]routedGroup, error) {
-	turn, err := routedTurnOrder(ctx, tx, lane, caps, room, now)
-	if err != nil || len(turn) == 0 {
-		return nil, err
-	}
-	sorted := make([]string, len(turn))
-	for i, k := range turn {
-		sorted[i] = k.key
-	}
-	slices.Sort(sorted)
-	rows, err := tx.Query(ctx, `SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 AND key = ANY($2::text[])
-		ORDER BY key FOR NO KEY UPDATE SKIP LOCKED`, lane, sorted)
-	if err != nil {
-		return nil, err
-	}
-	locked, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (routedKey, error) { return scanRoutedKey(row) })
-	if err != nil {
-		return nil, err
-	}
-	byKey := map[string]routedKey{}
-	var lockedNames []string
-	for _, k := range locked {
-		byKey[k.key] = k
-		if k.key != "" {
-			lockedNames = append(lockedNames, k.key)
-		}
-	}
-	// Counted again on this statement's snapshot, taken after the locks.
-	running, err := routedRunning(ctx, tx, lane, lockedNames)
-	if err != nil {
-		return nil, err
-	}
-	return routedTakeTurns(ctx, tx, lane, turn, byKey, running, room, now)
+// routedState is what a routed controlled claim reads before it takes
+// anything: the time, the lane's row (locked when capped or
+// rate-limited) and what runs in it when capped (counted after the
+// lock), and for a keyed lane its keys in turn order, those with due work
+// (and where it lies) and what each runs.
+type routedState struct {
+	now        time.Time
+	lane       routedLane
+	found      bool
+	running    int
+	keys       []routedKey
+	due        map[string][]int16
+	keyRunning map[string]int
 }
 
-// routedTurnOrder walks the turn order as keyTurnSQL does, on reads
-// without locks: due keys below their limits with a token, each offering
-// what is left of its turn, until the slots are spoken for.
-func routedTurnOrder(ctx context.Context, tx pgx.Tx, lane string, caps []string, room int, now time.Time) ([]routedKey, error) {
-	rows, err := tx.Query(ctx, `SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 ORDER BY served_at, key`, lane)
+// routedRead reads the claim's routedState in one round trip, with the
+// transaction's setting; the lane's controls c (read before the
+// transaction) say which reads it needs, and a second round trip reads
+// what they did not foresee.
+func routedRead(ctx context.Context, tx pgx.Tx, lane string, c laneControl, caps []string) (*routedState, error) {
+	st := &routedState{}
+	b := &pgx.Batch{}
+	b.Queue(`SET LOCAL citus.multi_shard_modify_mode TO 'sequential'`)
+	b.Queue(`SELECT now()`).QueryRow(func(row pgx.Row) error { return row.Scan(&st.now) })
+	sql := routedLaneSQL
+	if c.capped || c.rated {
+		sql += " FOR UPDATE"
+	}
+	b.Queue(sql, lane).QueryRow(func(row pgx.Row) error {
+		l := &st.lane
+		err := row.Scan(&l.paused, &l.keyed, &l.maxRunning, &l.rate.count, &l.rate.perUS, &l.rate.burst, &l.rate.tokens, &l.rate.at)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		st.found = err == nil
+		return err
+	})
+	if c.capped {
+		queueLaneRunning(b, lane, st)
+	}
+	if c.keyed {
+		queueKeyReads(b, lane, caps, st)
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	if !st.found || st.lane.paused {
+		return st, nil
+	}
+	// The controls changed since they were read: read what they now need.
+	b = &pgx.Batch{}
+	if st.lane.maxRunning != nil && !c.capped {
+		queueLaneRunning(b, lane, st)
+	}
+	if st.lane.keyed && !c.keyed {
+		queueKeyReads(b, lane, caps, st)
+	}
+	if b.Len() > 0 {
+		return st, tx.SendBatch(ctx, b).Close()
+	}
+	return st, nil
+}
+
+// queueLaneRunning queues the count of lane's running executions into st.
+func queueLaneRunning(b *pgx.Batch, lane string, st *routedState) {
+	b.Queue(`SELECT count(*) FROM ff_execution WHERE state = 'running' AND lane = $1`, lane).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&st.running)
+	})
+}
+
+// queueKeyReads queues the reads of a keyed lane's turn into st: its keys
+// in turn order, the keys with due work the claimer can run and the
+// partitions that hold it, and every key's running executions.
+func queueKeyReads(b *pgx.Batch, lane string, caps []string, st *routedState) {
+	b.Queue(`SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 ORDER BY served_at, key`, lane).Query(func(rows pgx.Rows) error {
+		var err error
+		st.keys, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (routedKey, error) { return scanRoutedKey(row) })
+		return err
+	})
+	b.Queue(routedDueKeysSQL, lane, caps).Query(func(rows pgx.Rows) error {
+		st.due = map[string][]int16{}
+		var key string
+		var part int16
+		_, err := pgx.ForEachRow(rows, []any{&key, &part}, func() error {
+			st.due[key] = append(st.due[key], part)
+			return nil
+		})
+		return err
+	})
+	b.Queue(routedLaneKeysRunningSQL, lane).Query(func(rows pgx.Rows) error {
+		var err error
+		st.keyRunning, err = keyCounts(rows)
+		return err
+	})
+}
+
+// routedClaim claims the picked executions, one statement per shard, in
+// one round trip.
+func routedClaim(ctx context.Context, tx pgx.Tx, picked []routedCandidate, worker string, now time.Time) ([]*ffdtype.Execution, error) {
+	shards, err := byShard(ctx, tx, picked, func(c routedCandidate) int16 { return c.id.Partition })
 	if err != nil {
 		return nil, err
 	}
-	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (routedKey, error) { return scanRoutedKey(row) })
-	if err != nil {
-		return nil, err
+	var out []*ffdtype.Execution
+	b := &pgx.Batch{}
+	for _, g := range shards {
+		ids := make([]pgtype.UUID, len(g.items))
+		for i, c := range g.items {
+			ids[i] = pgUUID(c.id.UUID)
+		}
+		b.Queue(routedClaimSQL, worker, now, g.parts, ids).Query(func(rows pgx.Rows) error {
+			xs, err := collectExecutions(rows)
+			out = append(out, xs...)
+			return err
+		})
 	}
-	due, err := routedDueKeys(ctx, tx, lane, caps)
-	if err != nil {
-		return nil, err
+	return out, tx.SendBatch(ctx, b).Close()
+}
+
+// routedTurn locks the keys whose turn it is, counts their running
+// executions again after the locks (one round trip for both), and
+// returns them, in turn order, with their room; it queues into b the
+// counts of their shares into their turns, as keyTurnSQL makes them.
+func routedTurn(ctx context.Context, tx pgx.Tx, b *pgx.Batch, lane string, st *routedState, room int) ([]routedGroup, error) {
+	turn := routedTurnOrder(st, room)
+	if len(turn) == 0 {
+		return nil, nil
 	}
+	sorted := make([]string, 0, len(turn))
 	var names []string
-	for k := range due {
-		if k != "" {
-			names = append(names, k)
+	for _, k := range turn {
+		sorted = append(sorted, k.key)
+		if k.key != "" {
+			names = append(names, k.key)
 		}
 	}
-	running, err := routedRunning(ctx, tx, lane, names)
-	if err != nil {
+	slices.Sort(sorted)
+	byKey := map[string]routedKey{}
+	running := map[string]int{}
+	lb := &pgx.Batch{}
+	lb.Queue(`SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 AND key = ANY($2::text[])
+		ORDER BY key FOR NO KEY UPDATE SKIP LOCKED`, lane, sorted).Query(func(rows pgx.Rows) error {
+		_, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (routedKey, error) {
+			k, err := scanRoutedKey(row)
+			byKey[k.key] = k
+			return k, err
+		})
+		return err
+	})
+	if len(names) > 0 {
+		// Counted on this statement's snapshot, taken after the locks.
+		lb.Queue(routedKeyRunningSQL, lane, names).Query(func(rows pgx.Rows) error {
+			var err error
+			running, err = keyCounts(rows)
+			return err
+		})
+	}
+	if err := tx.SendBatch(ctx, lb).Close(); err != nil {
 		return nil, err
 	}
+	return routedTakeTurns(b, lane, turn, byKey, running, room, st.now), nil
+}
+
+// routedTurnOrder walks the turn order as keyTurnSQL does, on the reads
+// of st (without locks): due keys below their limits with a token, each
+// offering what is left of its turn, until the slots are spoken for.
+func routedTurnOrder(st *routedState, room int) []routedKey {
 	var turn []routedKey
 	before := 0
-	for _, k := range keys {
+	for _, k := range st.keys {
 		if before >= room {
 			break
 		}
-		if due[k.key] == nil || (k.maxRunning != nil && running[k.key] >= *k.maxRunning) {
+		if st.due[k.key] == nil || (k.maxRunning != nil && st.keyRunning[k.key] >= *k.maxRunning) {
 			continue
 		}
-		if t, rated := k.rate.tokensAt(now); rated && t < 1 {
+		if t, rated := k.rate.tokensAt(st.now); rated && t < 1 {
 			continue
 		}
-		k.due = due[k.key]
+		k.due = st.due[k.key]
 		turn = append(turn, k)
 		before += min(k.turnLeft(), room)
 	}
-	return turn, nil
+	return turn
 }
 
 // routedDueKeys reads the keys of lane with due executions the claimer
@@ -375,12 +448,11 @@ func routedDueKeys(ctx context.Context, db DB, lane string, caps []string) (map[
 }
 
 // routedTakeTurns makes a group of each key of turn that this claim
-// locked, with its room, and counts its share into its turn (a turn used
-// up moves the key to the back of the turn order).
-func routedTakeTurns(ctx context.Context, tx pgx.Tx, lane string, turn []routedKey, byKey map[string]routedKey,
-	running map[string]int, room int, now time.Time) ([]routedGroup, error) {
+// locked, with its room, and queues into b the count of its share into
+// its turn (a turn used up moves the key to the back of the turn order).
+func routedTakeTurns(b *pgx.Batch, lane string, turn []routedKey, byKey map[string]routedKey,
+	running map[string]int, room int, now time.Time) []routedGroup {
 	var groups []routedGroup
-	b := &pgx.Batch{}
 	before := 0
 	for i, planned := range turn {
 		k, ok := byKey[planned.key]
@@ -409,29 +481,12 @@ func routedTakeTurns(ctx context.Context, tx pgx.Tx, lane string, turn []routedK
 			groups = append(groups, g)
 		}
 	}
-	if b.Len() > 0 {
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return nil, err
-		}
-	}
-	return groups, nil
-}
-
-// routedRunning counts the running executions of keys of lane.
-func routedRunning(ctx context.Context, tx pgx.Tx, lane string, keys []string) (map[string]int, error) {
-	out := map[string]int{}
-	if len(keys) == 0 {
-		return out, nil
-	}
-	rows, err := tx.Query(ctx, routedKeyRunningSQL, lane, keys)
-	if err != nil {
-		return nil, err
-	}
-	return keyCounts(rows)
+	return groups
 }
 
 // routedPick reads each group's best due executions and takes them in
-// rounds by weight, groups in turn order, at most room.
+// rounds by weight, groups in turn order, at most room; the reads go in
+// one round trip with what b holds already (the turns' counts).
 //
 // Groups whose partitions are known (a keyed lane's turn) are read
 // either one statement per group, naming its partitions, or one
@@ -440,9 +495,8 @@ func routedRunning(ctx context.Context, tx pgx.Tx, lane string, keys []string) (
 // The form of fewer statements (perShard) is taken. A key of strict order,
 // and the group of a lane without keys, are read across the shards (a
 // strict key's head is the lowest sequence of all of them).
-func routedPick(ctx context.Context, tx pgx.Tx, lane string, caps []string, groups []routedGroup, room int) ([]routedCandidate, error) {
+func routedPick(ctx context.Context, tx pgx.Tx, b *pgx.Batch, lane string, caps []string, groups []routedGroup, room int) ([]routedCandidate, error) {
 	found := make([][]routedCandidate, len(groups))
-	b := &pgx.Batch{}
 	var spread []groupPart
 	for gi, g := range groups {
 		if g.parts == nil || g.strict {
@@ -467,6 +521,9 @@ func routedPick(ctx context.Context, tx pgx.Tx, lane string, caps []string, grou
 				queueGroupCandidates(b, lane, caps, groups, gi, true, found)
 			}
 		}
+	}
+	if b.Len() == 0 {
+		return nil, nil
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
