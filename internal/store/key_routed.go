@@ -324,13 +324,8 @@ func queueKeyReads(b *pgx.Batch, lane string, caps []string, st *routedState) {
 		return err
 	})
 	b.Queue(routedDueKeysSQL, lane, caps).Query(func(rows pgx.Rows) error {
-		st.due = map[string][]int16{}
-		var key string
-		var part int16
-		_, err := pgx.ForEachRow(rows, []any{&key, &part}, func() error {
-			st.due[key] = append(st.due[key], part)
-			return nil
-		})
+		var err error
+		st.due, err = scanDueKeys(rows)
 		return err
 	})
 	b.Queue(routedLaneKeysRunningSQL, lane).Query(func(rows pgx.Rows) error {
@@ -437,10 +432,15 @@ func routedDueKeys(ctx context.Context, db DB, lane string, caps []string) (map[
 	if err != nil {
 		return nil, err
 	}
+	return scanDueKeys(rows)
+}
+
+// scanDueKeys reads routedDueKeysSQL's rows: each key's partitions.
+func scanDueKeys(rows pgx.Rows) (map[string][]int16, error) {
 	due := map[string][]int16{}
 	var key string
 	var part int16
-	_, err = pgx.ForEachRow(rows, []any{&key, &part}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&key, &part}, func() error {
 		due[key] = append(due[key], part)
 		return nil
 	})
