@@ -776,15 +776,18 @@ func markControlled(k controlKeyOf) {
 // (claimUnderControl): what the cache spares there is the plain claim's
 // read of every shard for due work the controlled claim does not take.
 func claimStillControlled(ctx context.Context, db DB, k controlKeyOf, lane string, caps []string, max int, worker string) (out []*ffdtype.Execution, th Throttle, again bool, err error) {
-	if dist, err := Distributed(ctx, db); err != nil || dist {
-		if err != nil {
-			return nil, th, false, err
-		}
-		out, th, under, err := claimUnderControl(ctx, db, lane, caps, max, worker)
+	dist, err := Distributed(ctx, db)
+	if err != nil {
+		return nil, th, false, err
+	}
+	if dist {
+		var under bool
+		out, th, under, err = claimUnderControl(ctx, db, lane, caps, max, worker)
 		if err == nil && !under {
 			controlled.Delete(k)
+			again = true
 		}
-		return out, th, err == nil && !under, err
+		return out, th, again, err
 	}
 	err = WithRetry(ctx, db, func() error {
 		var err error
