@@ -425,16 +425,6 @@ func routedTurnOrder(st *routedState, room int) []routedKey {
 	return turn
 }
 
-// routedDueKeys reads the keys of lane with due executions the claimer
-// can run, each with the partitions that hold them.
-func routedDueKeys(ctx context.Context, db DB, lane string, caps []string) (map[string][]int16, error) {
-	rows, err := db.Query(ctx, routedDueKeysSQL, lane, caps)
-	if err != nil {
-		return nil, err
-	}
-	return scanDueKeys(rows)
-}
-
 // scanDueKeys reads routedDueKeysSQL's rows: each key's partitions.
 func scanDueKeys(rows pgx.Rows) (map[string][]int16, error) {
 	due := map[string][]int16{}
@@ -701,42 +691,47 @@ func routedSpend(ctx context.Context, tx pgx.Tx, lane string, l routedLane, lane
 }
 
 // claimThrottleRouted is ClaimThrottle on a distributed Postgres: the
-// same answer from separate reads.
+// same answer from separate reads, in one round trip (the time, the keys
+// with due work, the lane's row, its rate-limited keys).
 func claimThrottleRouted(ctx context.Context, db DB, lane string, caps []string) (Throttle, error) {
 	var t Throttle
 	var now time.Time
-	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+	var due map[string][]int16
+	var l routedLane
+	var laneFound bool
+	var keys []routedKey
+	b := &pgx.Batch{}
+	b.Queue(`SELECT now()`).QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
+	b.Queue(routedDueKeysSQL, lane, caps).Query(func(rows pgx.Rows) error {
+		var err error
+		due, err = scanDueKeys(rows)
+		return err
+	})
+	b.Queue(routedLaneSQL, lane).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&l.paused, &l.keyed, &l.maxRunning, &l.rate.count, &l.rate.perUS, &l.rate.burst, &l.rate.tokens, &l.rate.at)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		laneFound = err == nil
+		return err
+	})
+	b.Queue(`SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 AND rate_count IS NOT NULL`, lane).Query(func(rows pgx.Rows) error {
+		var err error
+		keys, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (routedKey, error) { return scanRoutedKey(row) })
+		return err
+	})
+	if err := db.SendBatch(ctx, b).Close(); err != nil || len(due) == 0 {
 		return t, err
-	}
-	due, err := routedDueKeys(ctx, db, lane, caps)
-	if err != nil || len(due) == 0 {
-		return t, err
-	}
-	dueKeys := make([]string, 0, len(due))
-	for k := range due {
-		dueKeys = append(dueKeys, k)
 	}
 	t.Held = true
-	var l routedLane
-	err = db.QueryRow(ctx, routedLaneSQL, lane).Scan(&l.paused, &l.keyed, &l.maxRunning, &l.rate.count, &l.rate.perUS,
-		&l.rate.burst, &l.rate.tokens, &l.rate.at)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if !laneFound {
 		return t, nil
 	}
-	if err != nil {
-		return t, err
-	}
 	t.Retry = l.rate.wait(now)
-	rows, err := db.Query(ctx, `SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 AND key = ANY($2::text[]) AND rate_count IS NOT NULL`,
-		lane, dueKeys)
-	if err != nil {
-		return t, err
-	}
-	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (routedKey, error) { return scanRoutedKey(row) })
-	if err != nil {
-		return t, err
-	}
 	for _, k := range keys {
+		if due[k.key] == nil {
+			continue
+		}
 		if w := k.rate.wait(now); w > 0 && (t.Retry == 0 || w < t.Retry) {
 			t.Retry = w
 		}

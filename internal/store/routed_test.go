@@ -276,18 +276,11 @@ func TestRoutedStatements(t *testing.T) {
 // one does: claimed one slot at a time, a key of weight 3 starts three
 // for each one of a key of weight 1, in turns. Not parallel: RouteAll.
 func TestRoutedWeightsHoldAcrossClaims(t *testing.T) {
-	restore := store.RouteAll()
-	defer restore()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db := testdb.New(t)
 	var ps []ffdtype.CreateParams
 	for range 40 {
 		ps = append(ps, ffdtype.CreateParams{Lane: "weights", ConcurrencyKey: "heavy"}, ffdtype.CreateParams{Lane: "weights", ConcurrencyKey: "light"})
 	}
-	if _, err := leases.CreateMany(ctx, db.Pool, leases.Limits{}, ps); err != nil {
-		t.Fatal(err)
-	}
+	ctx, db := routedWith(t, ps)
 	three := 3
 	if _, err := store.SetKey(ctx, db.Pool, "weights", "heavy", store.KeyChange{Weight: &three}); err != nil {
 		t.Fatal(err)
@@ -357,6 +350,49 @@ func TestRoutedKeyedClaimReads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The routed throttle, read in one round trip, says what the
+// single-node one says: a key out of tokens holds its due work back until
+// its next token; a lane with nothing due holds nothing. Not parallel:
+// RouteAll.
+func TestRoutedThrottle(t *testing.T) {
+	var ps []ffdtype.CreateParams
+	for range 3 {
+		ps = append(ps, ffdtype.CreateParams{Lane: "thr", ConcurrencyKey: "api"})
+	}
+	ctx, db := routedWith(t, ps)
+	hourly := &ffdtype.Rate{Count: 1, Per: time.Hour, Burst: 1}
+	if _, err := store.SetKey(ctx, db.Pool, "thr", "api", store.KeyChange{Rate: hourly}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{1, 0} {
+		xs, th, err := store.ClaimThrottled(ctx, db.Pool, "thr", nil, 10, "w/1")
+		if err != nil || len(xs) != want {
+			t.Fatalf("claim %d: %d executions, %v; want %d", i, len(xs), err, want)
+		}
+		if !th.Held || th.Retry < 59*time.Minute || th.Retry > time.Hour {
+			t.Fatalf("claim %d: throttle %+v; want held, the key's next token in about an hour", i, th)
+		}
+	}
+	th, err := store.ClaimThrottle(ctx, db.Pool, "idle", nil)
+	if err != nil || th.Held || th.Retry != 0 {
+		t.Fatalf("throttle of a lane with nothing due: %+v, %v; want not held", th, err)
+	}
+}
+
+// routedWith routes every statement for the test (store.RouteAll), and
+// returns a context bounded by a minute and a database holding ps.
+func routedWith(t *testing.T, ps []ffdtype.CreateParams) (context.Context, *testdb.DB) {
+	t.Helper()
+	t.Cleanup(store.RouteAll())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	db := testdb.New(t)
+	if _, err := leases.CreateMany(ctx, db.Pool, leases.Limits{}, ps); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, db
 }
 
 // idempotencyKeyOnShard is an idempotency key that places its execution
