@@ -89,7 +89,6 @@ type routedKey struct {
 	weight     int
 	turnUsed   int // starts in its current turn (keyTurnSQL)
 	strict     bool
-	due        []int16 // the partitions holding its due executions, as routedTurnOrder read them
 }
 
 // turnLeft is what is left of k's turn: its weight less what it took in
@@ -165,11 +164,6 @@ CROSS JOIN LATERAL (
 	SELECT e.partition_key, e.execution_id, e.priority, e.run_at FROM ff_execution e
 	WHERE e.partition_key = ANY($6::smallint[]) AND ` + dueFilter + ` AND e.concurrency_key = g.key
 	ORDER BY e.priority DESC, e.run_at, e.execution_id LIMIT g.room) c`
-	// routedShardUnkeyedSQL reads the lane's unkeyed due executions on
-	// the partitions $5 of one shard, at most $4, its rows tagged with $3.
-	routedShardUnkeyedSQL = `SELECT $3::int, e.partition_key, e.execution_id, e.priority, e.run_at FROM ff_execution e
-WHERE e.partition_key = ANY($5::smallint[]) AND ` + dueFilter + ` AND e.concurrency_key IS NULL
-ORDER BY e.priority DESC, e.run_at, e.execution_id LIMIT $4`
 )
 
 // routedClaimSQL claims the picked executions of one shard's partitions
@@ -399,7 +393,7 @@ func routedTurn(ctx context.Context, tx pgx.Tx, b *pgx.Batch, lane string, st *r
 	if err := tx.SendBatch(ctx, lb).Close(); err != nil {
 		return nil, err
 	}
-	return routedTakeTurns(b, lane, turn, byKey, running, room, st.now), nil
+	return routedTakeTurns(b, lane, st, turn, byKey, running, room), nil
 }
 
 // routedTurnOrder walks the turn order as keyTurnSQL does, on the reads
@@ -418,7 +412,6 @@ func routedTurnOrder(st *routedState, room int) []routedKey {
 		if t, rated := k.rate.tokensAt(st.now); rated && t < 1 {
 			continue
 		}
-		k.due = st.due[k.key]
 		turn = append(turn, k)
 		before += min(k.turnLeft(), room)
 	}
@@ -438,10 +431,12 @@ func scanDueKeys(rows pgx.Rows) (map[string][]int16, error) {
 }
 
 // routedTakeTurns makes a group of each key of turn that this claim
-// locked, with its room, and queues into b the count of its share into
-// its turn (a turn used up moves the key to the back of the turn order).
-func routedTakeTurns(b *pgx.Batch, lane string, turn []routedKey, byKey map[string]routedKey,
-	running map[string]int, room int, now time.Time) []routedGroup {
+// locked, with its room and the partitions st saw its due work on, and
+// queues into b the count of its share into its turn (a turn used up
+// moves the key to the back of the turn order).
+func routedTakeTurns(b *pgx.Batch, lane string, st *routedState, turn []routedKey, byKey map[string]routedKey,
+	running map[string]int, room int) []routedGroup {
+	now := st.now
 	var groups []routedGroup
 	before := 0
 	for i, planned := range turn {
@@ -449,7 +444,7 @@ func routedTakeTurns(b *pgx.Batch, lane string, turn []routedKey, byKey map[stri
 		if !ok {
 			continue // another claim holds it
 		}
-		g := routedGroup{key: k.key, room: room, weight: k.weight, rate: k.rate, strict: k.strict, parts: planned.due}
+		g := routedGroup{key: k.key, room: room, weight: k.weight, rate: k.rate, strict: k.strict, parts: st.due[k.key]}
 		if k.maxRunning != nil {
 			g.room = min(g.room, *k.maxRunning-running[k.key])
 		}
@@ -490,7 +485,7 @@ func routedPick(ctx context.Context, tx pgx.Tx, b *pgx.Batch, lane string, caps 
 	var spread []groupPart
 	for gi, g := range groups {
 		if g.parts == nil || g.strict {
-			queueGroupCandidates(b, lane, caps, groups, gi, false, found)
+			queueGroupCandidates(b, lane, caps, groups, gi, nil, found)
 			continue
 		}
 		for _, p := range g.parts {
@@ -508,7 +503,7 @@ func routedPick(ctx context.Context, tx pgx.Tx, b *pgx.Batch, lane string, caps 
 	} else {
 		for gi, g := range groups {
 			if g.parts != nil && !g.strict {
-				queueGroupCandidates(b, lane, caps, groups, gi, true, found)
+				queueGroupCandidates(b, lane, caps, groups, gi, g.parts, found)
 			}
 		}
 	}
@@ -543,8 +538,8 @@ func perShard(shards []shardGroup[groupPart]) bool {
 }
 
 // queueGroupCandidates queues the read of group gi's best due executions
-// across the shards, or, narrowed, on the partitions that hold them.
-func queueGroupCandidates(b *pgx.Batch, lane string, caps []string, groups []routedGroup, gi int, narrowed bool, found [][]routedCandidate) {
+// across the shards, or, given parts, on those partitions only.
+func queueGroupCandidates(b *pgx.Batch, lane string, caps []string, groups []routedGroup, gi int, parts []int16, found [][]routedCandidate) {
 	g := groups[gi]
 	var key *string
 	if g.key != "" {
@@ -554,14 +549,14 @@ func queueGroupCandidates(b *pgx.Batch, lane string, caps []string, groups []rou
 	switch {
 	case g.strict:
 		sql = routedStrictSQL
-	case narrowed:
+	case parts != nil:
 		sql = routedCandidatesSQL[routedNarrowed|keyedIf(g.key)]
 	default:
 		sql = routedCandidatesSQL[keyedIf(g.key)]
 	}
 	args := []any{lane, caps, key, g.room}
-	if narrowed {
-		args = append(args, g.parts)
+	if parts != nil && !g.strict {
+		args = append(args, parts)
 	}
 	b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
 		return scanCandidates(rows, func(int) int { return gi }, found)
@@ -597,9 +592,7 @@ func queueShardCandidates(b *pgx.Batch, lane string, caps []string, groups []rou
 		seen[x.group] = true
 		g := groups[x.group]
 		if g.key == "" {
-			b.Queue(routedShardUnkeyedSQL, lane, caps, int32(x.group), g.room, s.parts).Query(func(rows pgx.Rows) error {
-				return scanCandidates(rows, func(i int) int { return i }, found)
-			})
+			queueGroupCandidates(b, lane, caps, groups, x.group, s.parts, found)
 			continue
 		}
 		keys, rooms, which = append(keys, g.key), append(rooms, int32(g.room)), append(which, int32(x.group))
