@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // keyed is n executions of lane under key with limit (0: none).
@@ -278,4 +279,49 @@ func TestLaneRateOnCitus(t *testing.T) {
 		t.Fatalf("%d starts within %s; the rate allows %d (+5%%: %d)", most, window, want, limit)
 	}
 	t.Logf("at most %d starts within %s at 600/min (allowed %d); %d started in %s", most, window, want, len(starts), starts[len(starts)-1].Sub(starts[0]).Round(time.Second))
+}
+
+// The sweep of idle keys on Citus forgets each key whose executions all
+// ended, keeps a configured key and a busy one, and tells a key idle in
+// one lane from one of the same name busy in another.
+func TestForgetIdleKeysOnCitus(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	a, b := f.lane("forget-a"), f.lane("forget-b")
+	var ps []ffd.CreateParams
+	for i := range 30 {
+		ps = append(ps, keyed(a, fmt.Sprintf("idle-%02d", i), 1, 1)...)
+	}
+	f.createAll(t, ps, keyed(a, "shared", 1, 1), keyed(b, "shared", 1, 1), keyed(b, "busy", 1, 1))
+	one := 1
+	if _, err := f.client.SetKey(f.ctx, a, "kept", ffd.KeyParams{MaxRunning: &one}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := f.pool.Query(f.ctx, `SELECT partition_key, execution_id FROM ff_execution
+		WHERE (lane = $1 AND concurrency_key LIKE 'idle-%') OR (lane = $2 AND concurrency_key = 'shared')`, a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ffd.ExecutionID])
+	if err != nil || len(ids) != 31 {
+		t.Fatalf("read the executions to cancel: %d, %v; want 31", len(ids), err)
+	}
+	for _, id := range ids {
+		if _, err := f.client.Cancel(f.ctx, id, "test", "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A daemon of another test may forget some of them first: what is
+	// left says whether they went.
+	if _, err := store.ForgetIdleKeys(f.ctx, f.pool, 10_000); err != nil {
+		t.Fatalf("ForgetIdleKeys: %v", err)
+	}
+	rows, err = f.pool.Query(f.ctx, `SELECT lane || '/' || key FROM ff_key WHERE lane IN ($1, $2) AND key <> '' ORDER BY 1`, a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if want := fmt.Sprint([]string{a + "/kept", a + "/shared", b + "/busy"}); err != nil || fmt.Sprint(left) != want {
+		t.Fatalf("keys left %v, %v; want %s", left, err, want)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"iter"
 	"math"
 	"slices"
 	"time"
@@ -1006,110 +1007,117 @@ func lockStrict(b *pgx.Batch, strict [][2]string) map[[2]string]bool {
 	return out
 }
 
-// forgetIdleKeysRouted is ForgetIdleKeys on a distributed Postgres: the
-// keys that look idle, locked SKIP LOCKED, deleted when they are still
+// forgetIdleKeysRouted is ForgetIdleKeys on a distributed Postgres, where
+// a statement that writes ff_key (a reference table) holds a lock of the
+// whole table until commit, which every keyed claim waits for: so the
+// transaction reads first and locks late, with one statement per lane
+// for the locks and one for the deletes (never one per key). The keys
+// that look idle are locked SKIP LOCKED and deleted when they are still
 // idle on a read after the locks.
 func forgetIdleKeysRouted(ctx context.Context, tx pgx.Tx, limit int) (int, error) {
 	if _, err := tx.Exec(ctx, `SET LOCAL citus.multi_shard_modify_mode TO 'sequential'`); err != nil {
 		return 0, err
 	}
-	rows, err := tx.Query(ctx, `SELECT DISTINCT lane FROM ff_key WHERE NOT configured AND key <> ''`)
+	rows, err := tx.Query(ctx, `SELECT lane, key FROM ff_key WHERE NOT configured AND key <> '' ORDER BY lane, key`)
 	if err != nil {
 		return 0, err
 	}
-	lanes, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(lanes) == 0 {
+	known, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
+		var k [2]string
+		return k, r.Scan(&k[0], &k[1])
+	})
+	if err != nil || len(known) == 0 {
 		return 0, err
 	}
-	busy, err := liveKeys(ctx, tx, lanes)
-	if err != nil {
-		return 0, err
-	}
-	rows, err = tx.Query(ctx, `SELECT lane, key FROM ff_key WHERE NOT configured AND key <> '' ORDER BY lane, key`)
+	busy, err := liveKeys(ctx, tx, known)
 	if err != nil {
 		return 0, err
 	}
 	var idle [][2]string
-	for rows.Next() {
-		var k [2]string
-		if err := rows.Scan(&k[0], &k[1]); err != nil {
-			rows.Close()
-			return 0, err
-		}
+	for _, k := range known {
 		if !busy[k] && len(idle) < limit {
 			idle = append(idle, k)
 		}
 	}
-	if err := rows.Err(); err != nil || len(idle) == 0 {
-		return 0, err
+	if len(idle) == 0 {
+		return 0, nil
 	}
 	locked, err := lockKeys(ctx, tx, idle)
 	if err != nil || len(locked) == 0 {
 		return 0, err
 	}
-	busy, err = liveKeys(ctx, tx, lanes) // after the locks: a creator holding a key committed its rows first
+	busy, err = liveKeys(ctx, tx, locked) // after the locks: a creator holding a key committed its rows first
 	if err != nil {
 		return 0, err
 	}
+	gone := slices.DeleteFunc(locked, func(k [2]string) bool { return busy[k] })
+	if len(gone) == 0 {
+		return 0, nil
+	}
 	n := 0
 	b := &pgx.Batch{}
-	for _, k := range locked {
-		if !busy[k] {
-			b.Queue(`DELETE FROM ff_key WHERE lane = $1 AND key = $2`, k[0], k[1]).Exec(func(tag pgconn.CommandTag) error {
-				n += int(tag.RowsAffected())
-				return nil
-			})
-		}
-	}
-	if b.Len() == 0 {
-		return 0, nil
+	for lane, keys := range byLane(gone) {
+		b.Queue(`DELETE FROM ff_key WHERE lane = $1 AND key = ANY($2::text[])`, lane, keys).Exec(func(tag pgconn.CommandTag) error {
+			n += int(tag.RowsAffected())
+			return nil
+		})
 	}
 	return n, tx.SendBatch(ctx, b).Close()
 }
 
-// liveKeys are the (lane, key) pairs of lanes that have a live execution.
-func liveKeys(ctx context.Context, tx pgx.Tx, lanes []string) (map[[2]string]bool, error) {
-	rows, err := tx.Query(ctx, `SELECT DISTINCT lane, concurrency_key FROM ff_execution
-		WHERE lane = ANY($1::text[]) AND concurrency_key IS NOT NULL AND state IN ('blocked', 'pending', 'running')`, lanes)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[[2]string]bool{}
-	for rows.Next() {
-		var k [2]string
-		if err := rows.Scan(&k[0], &k[1]); err != nil {
-			return nil, err
+// byLane groups keys (lane, key), sorted, by lane, in lane order.
+func byLane(keys [][2]string) iter.Seq2[string, []string] {
+	return func(yield func(string, []string) bool) {
+		for i := 0; i < len(keys); {
+			j := i
+			var ks []string
+			for ; j < len(keys) && keys[j][0] == keys[i][0]; j++ {
+				ks = append(ks, keys[j][1])
+			}
+			if !yield(keys[i][0], ks) {
+				return
+			}
+			i = j
 		}
-		out[k] = true
 	}
-	return out, rows.Err()
 }
 
-// lockKeys locks those of keys (lane, key) still unconfigured, in key
-// order, skipping those another transaction holds.
+// liveKeys are those of keys (lane, key), sorted, that have a live
+// execution.
+func liveKeys(ctx context.Context, tx pgx.Tx, keys [][2]string) (map[[2]string]bool, error) {
+	out := map[[2]string]bool{}
+	b := &pgx.Batch{}
+	for lane, ks := range byLane(keys) {
+		b.Queue(`SELECT DISTINCT concurrency_key FROM ff_execution
+			WHERE lane = $1 AND concurrency_key = ANY($2::text[]) AND state IN ('blocked', 'pending', 'running')`, lane, ks).
+			Query(func(rows pgx.Rows) error {
+				var k string
+				_, err := pgx.ForEachRow(rows, []any{&k}, func() error {
+					out[[2]string{lane, k}] = true
+					return nil
+				})
+				return err
+			})
+	}
+	return out, tx.SendBatch(ctx, b).Close()
+}
+
+// lockKeys locks those of keys (lane, key), sorted, still unconfigured,
+// in key order, skipping those another transaction holds; it returns
+// them sorted.
 func lockKeys(ctx context.Context, tx pgx.Tx, keys [][2]string) ([][2]string, error) {
-	ls, ks := make([]string, len(keys)), make([]string, len(keys))
-	want := map[[2]string]bool{}
-	for i, k := range keys {
-		ls[i], ks[i] = k[0], k[1]
-		want[k] = true
-	}
-	rows, err := tx.Query(ctx, `SELECT lane, key FROM ff_key WHERE lane = ANY($1::text[]) AND key = ANY($2::text[])
-		AND NOT configured ORDER BY lane, key FOR UPDATE SKIP LOCKED`, ls, ks)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	var locked [][2]string
-	for rows.Next() {
-		var k [2]string
-		if err := rows.Scan(&k[0], &k[1]); err != nil {
-			return nil, err
-		}
-		if want[k] {
-			locked = append(locked, k)
-		}
+	b := &pgx.Batch{}
+	for lane, ks := range byLane(keys) {
+		b.Queue(`SELECT key FROM ff_key WHERE lane = $1 AND key = ANY($2::text[]) AND NOT configured
+			ORDER BY key FOR UPDATE SKIP LOCKED`, lane, ks).Query(func(rows pgx.Rows) error {
+			var k string
+			_, err := pgx.ForEachRow(rows, []any{&k}, func() error {
+				locked = append(locked, [2]string{lane, k})
+				return nil
+			})
+			return err
+		})
 	}
-	return locked, rows.Err()
+	return locked, tx.SendBatch(ctx, b).Close()
 }

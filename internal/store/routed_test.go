@@ -3,8 +3,13 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/cascade"
@@ -410,40 +415,73 @@ func idempotencyKeyOnShard(t *testing.T, shard, n int) string {
 }
 
 // The routed sweep of idle keys forgets a key only its executions named
-// once none of them is live, and keeps a configured key and a busy one.
-// Not parallel: RouteAll.
+// once none of them is live, and keeps a configured key and a busy one,
+// matching each key to its own lane (a key of one name idle in one lane
+// and busy in another). Its statements are a fixed few per lane, never
+// one per key: on Citus each write of ff_key holds every keyed claim
+// until commit. Not parallel: RouteAll.
 func TestRoutedForgetIdleKeys(t *testing.T) {
-	restore := store.RouteAll()
-	defer restore()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db := testdb.New(t)
-	ps := []ffdtype.CreateParams{{Lane: "forget", ConcurrencyKey: "idle"}, {Lane: "forget", ConcurrencyKey: "busy"}}
-	if _, err := leases.CreateMany(ctx, db.Pool, leases.Limits{}, ps); err != nil {
-		t.Fatal(err)
+	const idle = 40
+	var ps []ffdtype.CreateParams
+	for i := range idle {
+		ps = append(ps, ffdtype.CreateParams{Lane: "forget-a", ConcurrencyKey: fmt.Sprintf("idle-%02d", i)})
 	}
+	ps = append(ps, ffdtype.CreateParams{Lane: "forget-a", ConcurrencyKey: "shared"},
+		ffdtype.CreateParams{Lane: "forget-b", ConcurrencyKey: "shared"},
+		ffdtype.CreateParams{Lane: "forget-b", ConcurrencyKey: "busy"})
+	ctx, db := routedWith(t, ps)
 	one := 1
-	if _, err := store.SetKey(ctx, db.Pool, "forget", "kept", store.KeyChange{MaxRunning: &one}); err != nil {
+	if _, err := store.SetKey(ctx, db.Pool, "forget-a", "kept", store.KeyChange{MaxRunning: &one}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, `UPDATE ff_execution SET state = 'cancelled', terminal_at = now(), cancellation_reason = 'test', cancelled_by = 'test' WHERE concurrency_key = 'idle'`); err != nil {
+	if _, err := db.Pool.Exec(ctx, `UPDATE ff_execution SET state = 'cancelled', terminal_at = now(), cancellation_reason = 'test', cancelled_by = 'test'
+		WHERE concurrency_key LIKE 'idle-%' OR (lane = 'forget-b' AND concurrency_key = 'shared')`); err != nil {
 		t.Fatal(err)
 	}
-	n, err := store.ForgetIdleKeys(ctx, db.Pool, 100)
-	if err != nil || n != 1 {
-		t.Fatalf("ForgetIdleKeys = %d, %v; want 1 (idle)", n, err)
+	cfg := db.Pool.Config().Copy()
+	var statements atomic.Int64
+	cfg.ConnConfig.Tracer = statementTracer{&statements}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	n, err := store.ForgetIdleKeys(ctx, pool, 100)
+	if err != nil || n != idle+1 {
+		t.Fatalf("ForgetIdleKeys = %d, %v; want %d (the idle keys of forget-a, and shared of forget-b)", n, err, idle+1)
+	}
+	// BEGIN, the setting, the read of the keys, per lane: the live keys,
+	// the locks, the live keys again, the delete; COMMIT.
+	if got, want := statements.Load(), int64(3+4*2+1); got != want {
+		t.Errorf("the sweep of %d idle keys on 2 lanes took %d statements, want %d", idle+1, got, want)
 	}
 	var keys []string
-	rows, _ := db.Pool.Query(ctx, `SELECT key FROM ff_key WHERE lane = 'forget' AND key <> '' ORDER BY key`)
+	rows, _ := db.Pool.Query(ctx, `SELECT lane || '/' || key FROM ff_key WHERE lane LIKE 'forget-%' AND key <> '' ORDER BY 1`)
 	for rows.Next() {
 		var k string
 		_ = rows.Scan(&k)
 		keys = append(keys, k)
 	}
-	if rows.Err() != nil || len(keys) != 2 || keys[0] != "busy" || keys[1] != "kept" {
-		t.Fatalf("keys left %v, %v; want busy and kept", keys, rows.Err())
+	if want := []string{"forget-a/kept", "forget-a/shared", "forget-b/busy"}; rows.Err() != nil || !slices.Equal(keys, want) {
+		t.Fatalf("keys left %v, %v; want %v", keys, rows.Err(), want)
 	}
 }
+
+// statementTracer counts the statements sent, alone or in a batch.
+type statementTracer struct{ n *atomic.Int64 }
+
+func (s statementTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	s.n.Add(1)
+	return ctx
+}
+func (s statementTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (s statementTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (s statementTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	s.n.Add(1)
+}
+func (s statementTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // On a distributed Postgres the statistics refresh leaves every table to
 // the nodes' own autovacuum: a filled ff_key never analyzed, which one
