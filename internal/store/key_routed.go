@@ -1011,7 +1011,8 @@ func lockStrict(b *pgx.Batch, strict [][2]string) map[[2]string]bool {
 // a statement that writes ff_key (a reference table) holds a lock of the
 // whole table until commit, which every keyed claim waits for: so the
 // transaction reads first and locks late, with one statement per lane
-// for the locks and one for the deletes (never one per key). The keys
+// for the locks and one for the deletes (never one per key), and one
+// read across the shards for the live keys of every lane. The keys
 // that look idle are locked SKIP LOCKED and deleted when they are still
 // idle on a read after the locks.
 func forgetIdleKeysRouted(ctx context.Context, tx pgx.Tx, limit int) (int, error) {
@@ -1029,7 +1030,11 @@ func forgetIdleKeysRouted(ctx context.Context, tx pgx.Tx, limit int) (int, error
 	if err != nil || len(known) == 0 {
 		return 0, err
 	}
-	busy, err := liveKeys(ctx, tx, known)
+	var lanes []string
+	for lane := range byLane(known) {
+		lanes = append(lanes, lane)
+	}
+	busy, err := liveKeys(ctx, tx, lanes, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -1046,8 +1051,12 @@ func forgetIdleKeysRouted(ctx context.Context, tx pgx.Tx, limit int) (int, error
 	if err != nil || len(locked) == 0 {
 		return 0, err
 	}
-	busy, err = liveKeys(ctx, tx, locked) // after the locks: a creator holding a key committed its rows first
-	if err != nil {
+	keys := make([]string, len(locked))
+	for i, k := range locked {
+		keys[i] = k[1]
+	}
+	// After the locks: a creator holding a key committed its rows first.
+	if busy, err = liveKeys(ctx, tx, lanes, keys); err != nil {
 		return 0, err
 	}
 	gone := slices.DeleteFunc(locked, func(k [2]string) bool { return busy[k] })
@@ -1082,24 +1091,23 @@ func byLane(keys [][2]string) iter.Seq2[string, []string] {
 	}
 }
 
-// liveKeys are those of keys (lane, key), sorted, that have a live
-// execution.
-func liveKeys(ctx context.Context, tx pgx.Tx, keys [][2]string) (map[[2]string]bool, error) {
-	out := map[[2]string]bool{}
-	b := &pgx.Batch{}
-	for lane, ks := range byLane(keys) {
-		b.Queue(`SELECT DISTINCT concurrency_key FROM ff_execution
-			WHERE lane = $1 AND concurrency_key = ANY($2::text[]) AND state IN ('blocked', 'pending', 'running')`, lane, ks).
-			Query(func(rows pgx.Rows) error {
-				var k string
-				_, err := pgx.ForEachRow(rows, []any{&k}, func() error {
-					out[[2]string{lane, k}] = true
-					return nil
-				})
-				return err
-			})
+// liveKeys are the (lane, key) pairs of lanes that have a live
+// execution, of keys only when keys is not nil: one read across the
+// shards, however many lanes.
+func liveKeys(ctx context.Context, tx pgx.Tx, lanes, keys []string) (map[[2]string]bool, error) {
+	rows, err := tx.Query(ctx, `SELECT DISTINCT lane, concurrency_key FROM ff_execution
+		WHERE lane = ANY($1::text[]) AND concurrency_key IS NOT NULL AND ($2::text[] IS NULL OR concurrency_key = ANY($2::text[]))
+			AND state IN ('blocked', 'pending', 'running')`, lanes, keys)
+	if err != nil {
+		return nil, err
 	}
-	return out, tx.SendBatch(ctx, b).Close()
+	out := map[[2]string]bool{}
+	var k [2]string
+	_, err = pgx.ForEachRow(rows, []any{&k[0], &k[1]}, func() error {
+		out[k] = true
+		return nil
+	})
+	return out, err
 }
 
 // lockKeys locks those of keys (lane, key), sorted, still unconfigured,

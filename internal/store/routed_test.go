@@ -450,9 +450,9 @@ func TestRoutedForgetIdleKeys(t *testing.T) {
 	if err != nil || n != idle+1 {
 		t.Fatalf("ForgetIdleKeys = %d, %v; want %d (the idle keys of forget-a, and shared of forget-b)", n, err, idle+1)
 	}
-	// BEGIN, the setting, the read of the keys, per lane: the live keys,
-	// the locks, the live keys again, the delete; COMMIT.
-	if got, want := statements.Load(), int64(3+4*2+1); got != want {
+	// BEGIN, the setting, the read of the keys, the live keys, per lane
+	// the locks, the live keys again, per lane the delete; COMMIT.
+	if got, want := statements.Load(), int64(4+2+1+2+1); got != want {
 		t.Errorf("the sweep of %d idle keys on 2 lanes took %d statements, want %d", idle+1, got, want)
 	}
 	var keys []string
