@@ -434,11 +434,16 @@ func scanDueKeys(rows pgx.Rows) (map[string][]int16, error) {
 // routedTakeTurns makes a group of each key of turn that this claim
 // locked, with its room and the partitions st saw its due work on, and
 // queues into b the count of its share into its turn (a turn used up
-// moves the key to the back of the turn order).
+// moves the key to the back of the turn order): one statement for every
+// key, since on a distributed Postgres each write of ff_key (a reference
+// table) is a step through every node that holds it.
 func routedTakeTurns(b *pgx.Batch, lane string, st *routedState, turn []routedKey, byKey map[string]routedKey,
 	running map[string]int, room int) []routedGroup {
 	now := st.now
 	var groups []routedGroup
+	var keys []string
+	var served []*time.Time
+	var used []int
 	before := 0
 	for i, planned := range turn {
 		k, ok := byKey[planned.key]
@@ -457,18 +462,29 @@ func routedTakeTurns(b *pgx.Batch, lane string, st *routedState, turn []routedKe
 		share := min(left, room)
 		took := min(share, room-before)
 		before += share
+		keys = append(keys, k.key)
 		if took >= left {
-			b.Queue(`UPDATE ff_key SET served_at = $3, turn_used = 0 WHERE lane = $1 AND key = $2`, lane, k.key,
-				now.Add(time.Duration(i)*time.Microsecond))
+			at := now.Add(time.Duration(i) * time.Microsecond)
+			served, used = append(served, &at), append(used, 0)
 		} else {
-			b.Queue(`UPDATE ff_key SET turn_used = $3 WHERE lane = $1 AND key = $2`, lane, k.key, min(k.turnUsed, k.weight-1)+took)
+			served, used = append(served, nil), append(used, min(k.turnUsed, k.weight-1)+took)
 		}
 		if g.room > 0 {
 			groups = append(groups, g)
 		}
 	}
+	if len(keys) > 0 {
+		b.Queue(routedTurnsSQL, lane, keys, served, used)
+	}
 	return groups
 }
+
+// routedTurnsSQL records the turns of keys ($2) of lane $1: each key
+// served at $3 (its turn used up; NULL: not) with $4 of its next turn
+// used.
+const routedTurnsSQL = `UPDATE ff_key k SET served_at = coalesce(t.served_at, k.served_at), turn_used = t.used
+	FROM unnest($2::text[], $3::timestamptz[], $4::int[]) AS t(key, served_at, used)
+	WHERE k.lane = $1 AND k.key = ANY($2::text[]) AND k.key = t.key`
 
 // routedPick reads each group's best due executions and takes them in
 // rounds by weight, groups in turn order, at most room; the reads go in
