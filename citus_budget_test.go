@@ -189,9 +189,10 @@ func TestCitusBudget(t *testing.T) {
 // flow control a moment before (store's claimStillControlled, then
 // claimControlledRouted): the lane's controls; then BEGIN; one batch of
 // the transaction's setting, the time, the lane's row, the lane's keys,
-// the keys with due work and their partitions (a read of every shard)
-// and every key's running executions (another); one batch that locks the
-// turn's keys and counts their running executions again (a third); one
+// and the keys with due work and their partitions with every key's
+// running executions (one read of every shard: two, before they were
+// one union); one batch that locks the turn's keys and counts their
+// running executions again (a second read of every shard); one
 // batch of the turns' counts and the candidates (a read of each shard
 // holding due work of the turn's keys); the claim (a batch of a
 // statement per shard); COMMIT. Eight keys due on four shards, two on
@@ -201,7 +202,7 @@ func TestCitusBudget(t *testing.T) {
 // due work.
 const (
 	budgetCitusKeyedClaimRoundTrips = 7
-	budgetCitusKeyedClaimWideReads  = 3
+	budgetCitusKeyedClaimWideReads  = 2
 )
 
 // TestCitusKeyedClaimBudget counts a keyed claim's statements on the
