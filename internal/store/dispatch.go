@@ -34,9 +34,10 @@ type Dispatching struct {
 // The statement also sets the transaction's lock_timeout (its
 // next-to-last parameter, in milliseconds; NULL keeps the session's), so
 // that the rest of the dispatch waits for a lock at most that long
-// without a statement of its own; and it sets the transaction's
+// without a statement of its own (on a distributed Postgres, takeWith
+// sets it with statements of its own instead); and it sets the transaction's
 // plan_cache_mode (its last parameter, text; NULL keeps the session's):
-// dispatchPlans says which.
+// takeWith says which.
 //
 // It marks with now() and returns the time it read with it, from which the
 // caller computes each event's age: a distributed Postgres refuses a
@@ -164,30 +165,36 @@ func TakeOldEvents(ctx context.Context, tx pgx.Tx, limit int, grace, lockTimeout
 	return takeWith(ctx, tx, takeOldEvents, limit, micros(grace), millisOrNull(lockTimeout))
 }
 
-// takeWith runs a take statement with args, then the plan mode it sets
-// for the rest of its transaction (dispatchPlans), its last parameter.
+// takeWith runs a take statement with args, its lock timeout (a *string)
+// last, then the plan mode it sets for the rest of its transaction. On
+// one Postgres, generic plans, as a claim has: planned afresh for each
+// call, the statements after the take took 0.1-0.6 ms each to plan
+// against 0.04-0.4 ms to run (pg_stat_statements, the hop bench), two
+// thirds of a hop's dispatch. On a distributed one, the session's (nil):
+// Citus cannot plan some of them without their values ("could not create
+// distributed plan"); and there the lock timeout is set by statements of
+// its own, sent with the take in one round trip (queueRoutedLockTimeout).
 func takeWith(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]Dispatching, error) {
-	plans, err := dispatchPlans(ctx, tx)
+	dist, err := Distributed(ctx, tx)
 	if err != nil {
 		return nil, err
 	}
-	return collectDispatching(tx.Query(ctx, sql, append(args, plans)...))
-}
-
-// dispatchPlans is the plan_cache_mode a dispatch's take sets for the
-// rest of its transaction. On one Postgres, generic plans, as a claim
-// has: planned afresh for each call, the statements after the take took
-// 0.1-0.6 ms each to plan against 0.04-0.4 ms to run (pg_stat_statements,
-// the hop bench), two thirds of a hop's dispatch. On a distributed one,
-// the session's (nil): Citus cannot plan some of them without their
-// values ("could not create distributed plan").
-func dispatchPlans(ctx context.Context, tx pgx.Tx) (*string, error) {
-	dist, err := Distributed(ctx, tx)
-	if err != nil || dist {
-		return nil, err
+	if !dist {
+		generic := "force_generic_plan"
+		return collectDispatching(tx.Query(ctx, sql, append(args, &generic)...))
 	}
-	generic := "force_generic_plan"
-	return &generic, nil
+	last := len(args) - 1
+	ms, _ := args[last].(*string)
+	args[last] = nil
+	b := &pgx.Batch{}
+	queueRoutedLockTimeout(b, ms)
+	var out []Dispatching
+	b.Queue(sql, append(args, nil)...).Query(func(rows pgx.Rows) error {
+		var err error
+		out, err = collectDispatching(rows, nil)
+		return err
+	})
+	return out, tx.SendBatch(ctx, b).Close()
 }
 
 // setLockTimeout is a one-row SELECT that sets the transaction's
@@ -197,6 +204,26 @@ func dispatchPlans(ctx context.Context, tx pgx.Tx) (*string, error) {
 func setLockTimeout(param string) string {
 	return `SELECT CASE WHEN ` + param + `::text IS NOT NULL
 			THEN set_config('lock_timeout', ` + param + `::text, true) END AS lock_timeout`
+}
+
+// queueRoutedLockTimeout queues into b what bounds its transaction's lock
+// waits at ms milliseconds (nil: the session's) on a distributed
+// Postgres. There a statement waits for row locks on the transaction's
+// connections to the nodes that hold the rows, which a setting of the
+// session the client talks to does not reach: with set_config there, a
+// completion behind a locked row waited until its statement timeout (4 s
+// where 500 ms was asked, on Citus 13). SET LOCAL does reach them once
+// the transaction's citus.propagate_set_commands is 'local': Citus sends
+// it on each such connection. On one Postgres (the routed form in tests)
+// the two statements set what set_config would.
+func queueRoutedLockTimeout(b *pgx.Batch, ms *string) {
+	if ms == nil {
+		return
+	}
+	b.Queue(`SET LOCAL citus.propagate_set_commands TO 'local'`)
+	// ms holds digits only (millisOrNull), so it goes into the text as is:
+	// SET takes no parameters.
+	b.Queue(`SET LOCAL lock_timeout = '` + *ms + `ms'`)
 }
 
 // millisOrNull is a lock_timeout setting: d in whole milliseconds (at

@@ -377,12 +377,13 @@ const cancelGroupCandidates = 16
 // takeCancelGroupRouted is TakeCancelGroup on a distributed Postgres: the
 // oldest queued groups are read without locks (a read may span every
 // shard), then locked one by one by key (one shard each) until one is
-// free. (The lock timeout is set on the coordinator's session; Citus does
-// not carry it to the worker nodes' connections unless its
-// citus.propagate_set_commands says so.)
+// free. The lock timeout goes to the nodes' connections too
+// (queueRoutedLockTimeout).
 func takeCancelGroupRouted(ctx context.Context, tx pgx.Tx, lockTimeout time.Duration) (flowID uuid.UUID, down ffdtype.ExecutionID, err error) {
 	if ms := millisOrNull(lockTimeout); ms != nil {
-		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, *ms); err != nil {
+		b := &pgx.Batch{}
+		queueRoutedLockTimeout(b, ms)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return flowID, down, err
 		}
 	}

@@ -560,9 +560,7 @@ func terminateGroups(ctx context.Context, db DB, groups []shardGroup[Termination
 	batch := func() *pgx.Batch {
 		out = out[:0]
 		b := &pgx.Batch{}
-		if ms := millisOrNull(lockTimeout); ms != nil {
-			b.Queue(`SELECT set_config('lock_timeout', $1, true)`, *ms)
-		}
+		queueRoutedLockTimeout(b, millisOrNull(lockTimeout))
 		for _, g := range groups {
 			b.Queue(routedEnding(g.items), append(terminationArgs(g.items), g.parts)...).Query(func(rows pgx.Rows) error {
 				ended, err := scanEnded(rows)
@@ -575,6 +573,13 @@ func terminateGroups(ctx context.Context, db DB, groups []shardGroup[Termination
 	}
 	if !inCallerTx(db) && !slices.ContainsFunc(items, func(e Termination) bool { return !e.Solo }) {
 		send := func() error { return db.SendBatch(ctx, batch()).Close() }
+		if lockTimeout > 0 {
+			// SET LOCAL (queueRoutedLockTimeout) holds only in a
+			// transaction block: BEGIN and COMMIT go in the same batch.
+			send = func() error {
+				return pipelinedTx(ctx, db, func(_, last func(*pgx.Batch) error) error { return last(batch()) })
+			}
+		}
 		if len(groups) == 1 && routedEnding(items) == terminateRoutedNoLeaseSQL {
 			send = func() error {
 				var err error
@@ -716,9 +721,7 @@ func terminateSplit(ctx context.Context, db DB, g shardGroup[Termination], lockT
 		out = out[:0]
 		var evs []splitEvent // evs[i] is out[i]'s event
 		b := &pgx.Batch{}
-		if ms := millisOrNull(lockTimeout); ms != nil {
-			b.Queue(`SELECT set_config('lock_timeout', $1, true)`, *ms)
-		}
+		queueRoutedLockTimeout(b, millisOrNull(lockTimeout))
 		b.Queue(terminateRoutedUpdateSQL, append(terminationArgs(g.items), g.parts)...).Query(func(rows pgx.Rows) error {
 			var err error
 			out, evs, err = scanSplitEnded(rows)
