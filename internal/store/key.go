@@ -443,7 +443,7 @@ func ensureKeys(ctx context.Context, db DB, lanes, keys []string, lims []int32) 
 	if dist {
 		strict, err = ensureKeysRouted(ctx, db, lanes, keys, lims)
 	} else {
-		strict, err = strictKeys(db.Query(ctx, ensureKeysSQL, lanes, keys, lims))
+		strict, err = keySet(db.Query(ctx, ensureKeysSQL, lanes, keys, lims))
 	}
 	if err != nil {
 		return nil, wrap(fmt.Sprintf("record the concurrency keys of %d executions", len(keys)), mapStrictLimit(err))
@@ -451,8 +451,8 @@ func ensureKeys(ctx context.Context, db DB, lanes, keys []string, lims []int32) 
 	return strict, nil
 }
 
-// strictKeys reads rows of (lane, key).
-func strictKeys(rows pgx.Rows, err error) (map[[2]string]bool, error) {
+// keySet reads rows of (lane, key) into a set.
+func keySet(rows pgx.Rows, err error) (map[[2]string]bool, error) {
 	if err != nil {
 		return nil, err
 	}

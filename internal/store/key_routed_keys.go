@@ -379,19 +379,9 @@ func byLane(keys [][2]string) iter.Seq2[string, []string] {
 // execution, of keys only when keys is not nil: one read across the
 // shards, however many lanes.
 func liveKeys(ctx context.Context, tx pgx.Tx, lanes, keys []string) (map[[2]string]bool, error) {
-	rows, err := tx.Query(ctx, `SELECT DISTINCT lane, concurrency_key FROM ff_execution
+	return keySet(tx.Query(ctx, `SELECT DISTINCT lane, concurrency_key FROM ff_execution
 		WHERE lane = ANY($1::text[]) AND concurrency_key IS NOT NULL AND ($2::text[] IS NULL OR concurrency_key = ANY($2::text[]))
-			AND state IN ('blocked', 'pending', 'running')`, lanes, keys)
-	if err != nil {
-		return nil, err
-	}
-	out := map[[2]string]bool{}
-	var k [2]string
-	_, err = pgx.ForEachRow(rows, []any{&k[0], &k[1]}, func() error {
-		out[k] = true
-		return nil
-	})
-	return out, err
+			AND state IN ('blocked', 'pending', 'running')`, lanes, keys))
 }
 
 // lockKeys locks those of keys (lane, key), sorted, still unconfigured,
