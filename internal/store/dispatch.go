@@ -185,11 +185,11 @@ func takeWith(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]Dispat
 	}
 	last := len(args) - 1
 	ms, _ := args[last].(*string)
-	args[last] = nil
 	b := &pgx.Batch{}
 	queueRoutedLockTimeout(b, ms)
 	var out []Dispatching
-	b.Queue(sql, append(args, nil)...).Query(func(rows pgx.Rows) error {
+	// The take's own timeout and plan mode: the session's.
+	b.Queue(sql, append(slices.Clone(args[:last]), nil, nil)...).Query(func(rows pgx.Rows) error {
 		var err error
 		out, err = collectDispatching(rows, nil)
 		return err
