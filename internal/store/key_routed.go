@@ -25,14 +25,14 @@ import (
 //     its cap less what runs in it (counted after the lock), its tokens;
 //  2. for a keyed lane, the keys whose turn it is, read without a lock
 //     (their rows, which have due work, which are below their limits),
-//     then locked SKIP LOCKED in key order, then their running
-//     executions counted again after the locks, so the counts are
-//     current;
-//  3. each key's best due executions (one read per key, pipelined), and
-//     the rounds by weight, as claimControlledSQL takes them;
+//     then locked SKIP LOCKED in key order; their running executions
+//     are the count read before the locks plus what their claimed
+//     counts grew by meanwhile (routedTurn);
+//  3. each key's best due executions (per key or per shard, pipelined),
+//     and the rounds by weight, as claimControlledSQL takes them;
 //  4. the claim, one statement per shard naming the shard's partitions
 //     (a row another claimer took meanwhile is no longer pending and is
-//     left);
+//     left), and the keys' claimed counts;
 //  5. the keys' new turns and the tokens spent.
 //
 // Reading distributed tables in parallel and then writing a reference
@@ -88,6 +88,7 @@ type routedKey struct {
 	weight     int
 	turnUsed   int // starts in its current turn (keyTurnSQL)
 	strict     bool
+	claimed    int64 // what claims took of it so far (migration 00042)
 }
 
 // turnLeft is what is left of k's turn: its weight less what it took in
@@ -99,11 +100,11 @@ const routedLaneSQL = `SELECT paused, keyed, max_running, rate_count,
 FROM ff_lane WHERE lane = $1`
 
 const routedKeyColumns = `key, max_running, rate_count, (extract(epoch FROM rate_interval) * 1e6)::bigint,
-	rate_burst, tokens, tokens_at, weight, turn_used, strict`
+	rate_burst, tokens, tokens_at, weight, turn_used, strict, claimed`
 
 func scanRoutedKey(row pgx.Row) (routedKey, error) {
 	var k routedKey
-	err := row.Scan(&k.key, &k.maxRunning, &k.rate.count, &k.rate.perUS, &k.rate.burst, &k.rate.tokens, &k.rate.at, &k.weight, &k.turnUsed, &k.strict)
+	err := row.Scan(&k.key, &k.maxRunning, &k.rate.count, &k.rate.perUS, &k.rate.burst, &k.rate.tokens, &k.rate.at, &k.weight, &k.turnUsed, &k.strict, &k.claimed)
 	return k, err
 }
 
@@ -127,11 +128,6 @@ const routedKeyStateSQL = `SELECT * FROM (
 	SELECT true, concurrency_key, partition_key, count(*) FROM ff_execution
 	WHERE state = 'running' AND lane = $1 AND concurrency_key IS NOT NULL GROUP BY 2, 3
 ) s`
-
-// routedKeyRunningSQL counts the running executions of keys $2 of lane
-// $1.
-const routedKeyRunningSQL = `SELECT concurrency_key, count(*) FROM ff_execution
-WHERE state = 'running' AND lane = $1 AND concurrency_key = ANY($2::text[]) GROUP BY 1`
 
 // routedCandidatesSQL are the reads of a group's best due executions,
 // at most $4: a key's ($3) with routedKeyed, the lane's unkeyed ones ($3
@@ -240,7 +236,7 @@ func claimControlledRouted(ctx context.Context, db DB, lane string, c laneContro
 		if err != nil || len(picked) == 0 {
 			return err
 		}
-		if out, err = routedClaim(ctx, tx, picked, worker, st.now); err != nil {
+		if out, err = routedClaim(ctx, tx, lane, picked, worker, st.now); err != nil {
 			return err
 		}
 		return routedSpend(ctx, tx, lane, st.lane, laneRated, laneTokens, groups, out, st.now)
@@ -347,8 +343,9 @@ func queueKeyReads(b *pgx.Batch, lane string, caps []string, st *routedState) {
 }
 
 // routedClaim claims the picked executions, one statement per shard, in
-// one round trip.
-func routedClaim(ctx context.Context, tx pgx.Tx, picked []routedCandidate, worker string, now time.Time) ([]*ffdtype.Execution, error) {
+// one round trip; with them, each key's claimed count grows by what it
+// picked (routedClaimedSQL).
+func routedClaim(ctx context.Context, tx pgx.Tx, lane string, picked []routedCandidate, worker string, now time.Time) ([]*ffdtype.Execution, error) {
 	shards, err := byShard(ctx, tx, picked, func(c routedCandidate) int16 { return c.id.Partition })
 	if err != nil {
 		return nil, err
@@ -366,48 +363,73 @@ func routedClaim(ctx context.Context, tx pgx.Tx, picked []routedCandidate, worke
 			return err
 		})
 	}
+	took := map[string]int{}
+	var keys []string
+	for _, c := range picked {
+		if c.key != "" {
+			if took[c.key] == 0 {
+				keys = append(keys, c.key)
+			}
+			took[c.key]++
+		}
+	}
+	if len(keys) > 0 {
+		slices.Sort(keys)
+		n := make([]int, len(keys))
+		for i, k := range keys {
+			n[i] = took[k]
+		}
+		b.Queue(routedClaimedSQL, lane, keys, n)
+	}
 	return out, tx.SendBatch(ctx, b).Close()
 }
 
-// routedTurn locks the keys whose turn it is, counts their running
-// executions again after the locks (one round trip for both), and
-// returns them, in turn order, with their room; it queues into b the
-// counts of their shares into their turns, as keyTurnSQL makes them.
+// routedClaimedSQL adds $3 to the claimed counts of keys $2 of lane $1,
+// rows the claim holds locked. A row picked but taken by another claimer
+// first is counted too: a count that errs high only leaves later claims
+// less room.
+const routedClaimedSQL = `UPDATE ff_key k SET claimed = k.claimed + c.n
+	FROM unnest($2::text[], $3::int[]) AS c(key, n)
+	WHERE k.lane = $1 AND k.key = ANY($2::text[]) AND k.key = c.key`
+
+// routedTurn locks the keys whose turn it is and returns them, in turn
+// order, with their room; it queues into b the counts of their shares
+// into their turns, as keyTurnSQL makes them.
+//
+// Their running executions are st's counts (read across the shards
+// before the locks, after the keys' rows) and what claims took of each
+// since its row was read: its claimed count as the lock reads it, less
+// the one st read. A claim that committed between the two reads is
+// counted twice, which only makes the room smaller; none is missed, as
+// every claim of a key holds its lock while it takes and counts.
 func routedTurn(ctx context.Context, tx pgx.Tx, b *pgx.Batch, lane string, st *routedState, room int) ([]routedGroup, error) {
 	turn := routedTurnOrder(st, room)
 	if len(turn) == 0 {
 		return nil, nil
 	}
 	sorted := make([]string, 0, len(turn))
-	var names []string
 	for _, k := range turn {
 		sorted = append(sorted, k.key)
-		if k.key != "" {
-			names = append(names, k.key)
-		}
 	}
 	slices.Sort(sorted)
+	read := map[string]int64{}
+	for _, k := range st.keys {
+		read[k.key] = k.claimed
+	}
 	byKey := map[string]routedKey{}
 	running := map[string]int{}
-	lb := &pgx.Batch{}
-	lb.Queue(`SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 AND key = ANY($2::text[])
-		ORDER BY key FOR NO KEY UPDATE SKIP LOCKED`, lane, sorted).Query(func(rows pgx.Rows) error {
-		_, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (routedKey, error) {
-			k, err := scanRoutedKey(row)
-			byKey[k.key] = k
-			return k, err
-		})
-		return err
-	})
-	if len(names) > 0 {
-		// Counted on this statement's snapshot, taken after the locks.
-		lb.Queue(routedKeyRunningSQL, lane, names).Query(func(rows pgx.Rows) error {
-			var err error
-			running, err = keyCounts(rows)
-			return err
-		})
+	rows, err := tx.Query(ctx, `SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 AND key = ANY($2::text[])
+		ORDER BY key FOR NO KEY UPDATE SKIP LOCKED`, lane, sorted)
+	if err != nil {
+		return nil, err
 	}
-	if err := tx.SendBatch(ctx, lb).Close(); err != nil {
+	_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (routedKey, error) {
+		k, err := scanRoutedKey(row)
+		byKey[k.key] = k
+		running[k.key] = st.keyRunning[k.key] + int(k.claimed-read[k.key])
+		return k, err
+	})
+	if err != nil {
 		return nil, err
 	}
 	return routedTakeTurns(b, lane, st, turn, byKey, running, room), nil
