@@ -412,8 +412,8 @@ func routedTurn(ctx context.Context, tx pgx.Tx, b *pgx.Batch, lane string, st *r
 		sorted = append(sorted, k.key)
 	}
 	slices.Sort(sorted)
-	read := map[string]int64{}
-	for _, k := range st.keys {
+	read := make(map[string]int64, len(turn)) // each key's claimed count as st read it
+	for _, k := range turn {
 		read[k.key] = k.claimed
 	}
 	byKey := map[string]routedKey{}
@@ -726,11 +726,18 @@ func routedSpend(ctx context.Context, tx pgx.Tx, lane string, l routedLane, lane
 	for _, x := range out {
 		taken[x.ConcurrencyKey]++
 	}
+	var keys []string
+	var tokens []float64
 	for _, g := range groups {
 		if g.rated && taken[g.key] > 0 {
-			b.Queue(`UPDATE ff_key SET tokens = $3, tokens_at = $4 WHERE lane = $1 AND key = $2`,
-				lane, g.key, g.tokens-float64(taken[g.key]), now)
+			keys, tokens = append(keys, g.key), append(tokens, g.tokens-float64(taken[g.key]))
 		}
+	}
+	if len(keys) > 0 {
+		// One statement for every key, as the turns (routedTurnsSQL).
+		b.Queue(`UPDATE ff_key k SET tokens = t.tokens, tokens_at = $3
+			FROM unnest($2::text[], $4::float8[]) AS t(key, tokens)
+			WHERE k.lane = $1 AND k.key = ANY($2::text[]) AND k.key = t.key`, lane, keys, now, tokens)
 	}
 	if b.Len() == 0 {
 		return nil
