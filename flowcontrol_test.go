@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -58,6 +59,45 @@ func sameCounts(a, b map[string]int) bool {
 		}
 	}
 	return true
+}
+
+// A solo execution with a concurrency key is placed on its key's
+// partition, one and single (Create) or many (CreateMany), so that on a
+// distributed Postgres a keyed claim and its completions write few
+// shards; a key that places its execution elsewhere (an idempotency
+// key's unique index, a flow) keeps that placement.
+func TestKeyedExecutionsShareTheirKeysPartition(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	home := ident.ConcurrencyKeyPartition("placed", "tenant-7")
+	one, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "placed", ConcurrencyKey: "tenant-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	many, err := f.client.CreateMany(f.Ctx, keyed("placed", "tenant-7", 0, 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range append(many, one.Execution) {
+		if x.ID.Partition != home {
+			t.Fatalf("a solo execution of key tenant-7 on partition %d; want the key's, %d", x.ID.Partition, home)
+		}
+	}
+	byID, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "placed", ConcurrencyKey: "tenant-7", IdempotencyKey: "order-9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := ident.KeyPartition("default", "order-9"); byID.Execution.ID.Partition != want {
+		t.Fatalf("an execution with an idempotency key on partition %d; want the idempotency key's, %d", byID.Execution.ID.Partition, want)
+	}
+	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{
+		{Ref: "a", Params: ffd.CreateParams{Lane: "placed", ConcurrencyKey: "tenant-7"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := sub.Executions["a"].ID.Partition; p != sub.Flow.Partition {
+		t.Fatalf("a keyed flow member on partition %d; want its flow's, %d", p, sub.Flow.Partition)
+	}
 }
 
 // Weights hold across claims, not only inside one: claimed one slot at a

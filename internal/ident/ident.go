@@ -96,6 +96,11 @@ func KeyPartition(namespace, key string) int16 {
 	return int16(CRC16(b) % Partitions)
 }
 
+// ConcurrencyKeyPartition is the partition of a lane's concurrency key,
+// where its solo executions are placed: KeyPartition with the lane for
+// the namespace, as a concurrency key is the lane's.
+func ConcurrencyKeyPartition(lane, key string) int16 { return KeyPartition(lane, key) }
+
 // NewExecutionIDForKey mints a solo execution id on its key's partition.
 func NewExecutionIDForKey(namespace, key string) ffdtype.ExecutionID {
 	return NewSoloExecutionIDIn(KeyPartition(namespace, key))

@@ -564,7 +564,10 @@ func newRow(n *Normalized) store.NewExecution {
 	}
 	// Placement: a flow member on its flow's partition; a solo execution
 	// with a key on the key's, where the key's unique index looks; a rerun
-	// on its original's (Partition set without a flow).
+	// on its original's (Partition set without a flow); a solo execution
+	// with a concurrency key on that key's, so that on a distributed
+	// Postgres a key's executions share a shard, and a keyed claim and
+	// its completions can keep to few (docs/flow-control.md).
 	switch {
 	case place.FlowID != nil && place.Partition != nil:
 		r.ID = ident.NewExecutionIDIn(*place.Partition)
@@ -576,6 +579,8 @@ func newRow(n *Normalized) store.NewExecution {
 		r.ID = ident.NewExecutionIDForKey(r.Namespace, p.Debounce.Key)
 	case place.Partition != nil:
 		r.ID = ident.NewSoloExecutionIDIn(*place.Partition)
+	case p.ConcurrencyKey != "":
+		r.ID = ident.NewSoloExecutionIDIn(ident.ConcurrencyKeyPartition(p.Lane, p.ConcurrencyKey))
 	}
 	if place.Blocked {
 		r.State = ffdtype.StateBlocked

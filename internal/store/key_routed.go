@@ -122,7 +122,7 @@ const routedDueKeysSQL = `SELECT DISTINCT coalesce(e.concurrency_key, ''), e.par
 // node's one connection (about 20 ms of the coordinator's time a claim,
 // with 32 shards on one worker node).
 const routedKeyStateSQL = `SELECT * FROM (
-	SELECT false AS running, coalesce(e.concurrency_key, '') AS key, e.partition_key, 0::bigint AS n
+	SELECT false AS running, coalesce(e.concurrency_key, '') AS key, e.partition_key, max(e.priority)::bigint AS n
 	FROM ff_execution e WHERE ` + dueFilter + ` GROUP BY 2, 3
 	UNION ALL
 	SELECT true, concurrency_key, partition_key, count(*) FROM ff_execution
@@ -256,7 +256,8 @@ type routedState struct {
 	found      bool
 	running    int
 	keys       []routedKey
-	due        map[string][]int16
+	due        map[string][]int16 // each key's partitions with due work
+	dueBest    map[string][]int   // the highest priority due on each, as due
 	keyRunning map[string]int
 }
 
@@ -325,7 +326,7 @@ func queueKeyReads(b *pgx.Batch, lane string, caps []string, st *routedState) {
 		return err
 	})
 	b.Queue(routedKeyStateSQL, lane, caps).Query(func(rows pgx.Rows) error {
-		st.due, st.keyRunning = map[string][]int16{}, map[string]int{}
+		st.due, st.dueBest, st.keyRunning = map[string][]int16{}, map[string][]int{}, map[string]int{}
 		var running bool
 		var key string
 		var part int16
@@ -334,7 +335,7 @@ func queueKeyReads(b *pgx.Batch, lane string, caps []string, st *routedState) {
 			if running {
 				st.keyRunning[key] += n
 			} else {
-				st.due[key] = append(st.due[key], part)
+				st.due[key], st.dueBest[key] = append(st.due[key], part), append(st.dueBest[key], n)
 			}
 			return nil
 		})
@@ -403,7 +404,11 @@ const routedClaimedSQL = `UPDATE ff_key k SET claimed = k.claimed + c.n
 // counted twice, which only makes the room smaller; none is missed, as
 // every claim of a key holds its lock while it takes and counts.
 func routedTurn(ctx context.Context, tx pgx.Tx, b *pgx.Batch, lane string, st *routedState, room int) ([]routedGroup, error) {
-	turn := routedTurnOrder(st, room)
+	shardOf, err := shardMap(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	turn, parts := routedTurnOrder(st, room, shardOf)
 	if len(turn) == 0 {
 		return nil, nil
 	}
@@ -432,14 +437,25 @@ func routedTurn(ctx context.Context, tx pgx.Tx, b *pgx.Batch, lane string, st *r
 	if err != nil {
 		return nil, err
 	}
-	return routedTakeTurns(b, lane, st, turn, byKey, running, room), nil
+	return routedTakeTurns(b, lane, st.now, turn, parts, byKey, running, room), nil
 }
+
+// focusShards is how many shards a keyed claim on a distributed
+// Postgres takes its work from, beyond those of its first key
+// (routedTurnOrder).
+const focusShards = 1
 
 // routedTurnOrder walks the turn order as keyTurnSQL does, on the reads
 // of st (without locks): due keys below their limits with a token, each
 // offering what is left of its turn, until the slots are spoken for.
-func routedTurnOrder(st *routedState, room int) []routedKey {
+// It returns the keys and the partitions each offers (turnFocus): a
+// claim, and the worker's completions of what it took, write few shards,
+// one transaction each, where a turn over 1,000 keys spread over every
+// shard took a little from each.
+func routedTurnOrder(st *routedState, room int, shardOf func(int16) int64) ([]routedKey, map[string][]int16) {
 	var turn []routedKey
+	parts := map[string][]int16{}
+	f := turnFocus{shardOf: shardOf}
 	before := 0
 	for _, k := range st.keys {
 		if before >= room {
@@ -451,10 +467,71 @@ func routedTurnOrder(st *routedState, room int) []routedKey {
 		if t, rated := k.rate.tokensAt(st.now); rated && t < 1 {
 			continue
 		}
-		turn = append(turn, k)
+		on := f.offer(st.due[k.key], st.dueBest[k.key])
+		if len(on) == 0 {
+			continue
+		}
+		turn, parts[k.key] = append(turn, k), on
 		before += min(k.turnLeft(), room)
 	}
-	return turn
+	return turn, parts
+}
+
+// turnFocus is the shards a keyed claim takes its work from: those of
+// the first key in the turn order that can run, which offers all its due
+// work; then, while fewer than focusShards more are chosen, the shard of
+// the best due execution of each next key whose best lies on none chosen
+// yet. A key offers its due work on the chosen shards, and only when its
+// best lies there (the highest priority due; on one of them, for a tie),
+// so each key's best comes first as on one Postgres; a key whose best
+// lies elsewhere keeps its place in the order for a later claim.
+//
+// Fairness holds: the first key that can run always offers its work, so
+// each claim serves the key that waited longest, and a key served goes to
+// the back of the order. What it gives up: a key further back may wait
+// behind keys after it in the order that lie on the chosen shards, for as
+// many claims as keys ahead of it choose other shards. A key's
+// executions share a partition when they are created alone
+// (ident.ConcurrencyKeyPartition), so its work lies on one shard.
+type turnFocus struct {
+	shardOf func(int16) int64
+	shards  []int64
+	first   int // how many shards the first key chose
+}
+
+// offer is those of a key's due partitions (due, with the highest
+// priority due on each, best) the claim takes from; none when its best
+// lies on no shard chosen and no more may be.
+func (f *turnFocus) offer(due []int16, best []int) []int16 {
+	if len(f.shards) == 0 {
+		for _, p := range due {
+			if s := f.shardOf(p); !slices.Contains(f.shards, s) {
+				f.shards = append(f.shards, s)
+			}
+		}
+		f.first = len(f.shards)
+		return due
+	}
+	top := slices.Max(best)
+	at := -1
+	for i, p := range due {
+		if best[i] == top && (at < 0 || slices.Contains(f.shards, f.shardOf(p))) {
+			at = i
+		}
+	}
+	if s := f.shardOf(due[at]); !slices.Contains(f.shards, s) {
+		if len(f.shards)-f.first >= focusShards {
+			return nil
+		}
+		f.shards = append(f.shards, s)
+	}
+	var on []int16
+	for _, p := range due {
+		if slices.Contains(f.shards, f.shardOf(p)) {
+			on = append(on, p)
+		}
+	}
+	return on
 }
 
 // scanDueKeys reads routedDueKeysSQL's rows: each key's partitions.
@@ -470,14 +547,14 @@ func scanDueKeys(rows pgx.Rows) (map[string][]int16, error) {
 }
 
 // routedTakeTurns makes a group of each key of turn that this claim
-// locked, with its room and the partitions st saw its due work on, and
+// locked, with its room and its partitions of due work on the shards
+// routedTurnOrder chose (parts), and
 // queues into b the count of its share into its turn (a turn used up
 // moves the key to the back of the turn order): one statement for every
 // key, since on a distributed Postgres each write of ff_key (a reference
 // table) is a step through every node that holds it.
-func routedTakeTurns(b *pgx.Batch, lane string, st *routedState, turn []routedKey, byKey map[string]routedKey,
-	running map[string]int, room int) []routedGroup {
-	now := st.now
+func routedTakeTurns(b *pgx.Batch, lane string, now time.Time, turn []routedKey, parts map[string][]int16,
+	byKey map[string]routedKey, running map[string]int, room int) []routedGroup {
 	var groups []routedGroup
 	var keys []string
 	var served []*time.Time
@@ -488,7 +565,7 @@ func routedTakeTurns(b *pgx.Batch, lane string, st *routedState, turn []routedKe
 		if !ok {
 			continue // another claim holds it
 		}
-		g := routedGroup{key: k.key, room: room, weight: k.weight, rate: k.rate, strict: k.strict, parts: st.due[k.key]}
+		g := routedGroup{key: k.key, room: room, weight: k.weight, rate: k.rate, strict: k.strict, parts: parts[k.key]}
 		if k.maxRunning != nil {
 			g.room = min(g.room, *k.maxRunning-running[k.key])
 		}

@@ -357,6 +357,60 @@ func TestRoutedKeyedClaimReads(t *testing.T) {
 	}
 }
 
+// The routed keyed claim takes its work from few shards: those of the
+// first key in the turn order that can run, and of one more key's best;
+// a key whose best lies elsewhere waits for a later claim, which serves
+// it in its turn, rather than offering a worse execution on a chosen
+// shard. Not parallel: RouteAll.
+func TestRoutedKeyedClaimFocus(t *testing.T) {
+	type exec struct {
+		key             string
+		shard, priority int
+	}
+	for _, c := range []struct {
+		name   string
+		execs  []exec
+		claims [][]string // the keys each claim of six takes, in order
+	}{
+		{"six keys on six shards, two a claim, in turn order",
+			[]exec{{"k0", 0, 0}, {"k1", 4, 0}, {"k2", 8, 0}, {"k3", 12, 0}, {"k4", 16, 0}, {"k5", 20, 0}},
+			[][]string{{"k0", "k1"}, {"k2", "k3"}, {"k4", "k5"}}},
+		{"a key whose best lies on a third shard waits for its turn",
+			[]exec{{"a", 0, 0}, {"b", 8, 0}, {"c", 16, 5}, {"c", 0, 1}},
+			[][]string{{"a", "b"}, {"c"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, db := routedWith(t, nil)
+			for i, x := range c.execs {
+				p := ffdtype.CreateParams{Lane: "focus", ConcurrencyKey: x.key, ConcurrencyLimit: 1,
+					Priority: x.priority, IdempotencyKey: idempotencyKeyOnShard(t, x.shard, i)}
+				if _, _, err := leases.Create(ctx, db.Pool, leases.Limits{}, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, want := range c.claims {
+				xs, err := leases.Claim(ctx, db.Pool, ffdtype.ClaimParams{Lane: "focus", Worker: "w/1", Max: 6})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, x := range xs {
+					got = append(got, x.ConcurrencyKey)
+				}
+				slices.Sort(got)
+				if !slices.Equal(got, want) {
+					t.Fatalf("claim %d took the keys %v; want %v", i+1, got, want)
+				}
+				for _, x := range xs {
+					if x.ConcurrencyKey == "c" && x.Priority != 5 {
+						t.Fatalf("claim %d took key c's execution of priority %d; want its best, 5", i+1, x.Priority)
+					}
+				}
+			}
+		})
+	}
+}
+
 // The routed throttle, read in one round trip, says what the
 // single-node one says: a key out of tokens holds its due work back until
 // its next token; a lane with nothing due holds nothing. Not parallel:
