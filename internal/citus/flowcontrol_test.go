@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffd"
+	"github.com/flowfabric/ffd/internal/ident"
 	"github.com/flowfabric/ffd/internal/store"
 )
 
@@ -48,43 +49,70 @@ func (f *fixture) claimKeys(t *testing.T, lane string, max int) map[string]int {
 	return got
 }
 
+// keysTogether names each of keys (those after the first with a suffix)
+// so that all lie on the first one's partition in lane: one keyed claim
+// on Citus then may take from each of them (a turn takes from the shards
+// of its first key and of one more: store's turnFocus). A name with a
+// suffix is the only way: a key's partition is a linear function of its
+// bytes, so keys of one length differ by the same partitions in every
+// lane.
+func keysTogether(t *testing.T, lane string, keys []string) map[string]string {
+	t.Helper()
+	names := map[string]string{keys[0]: keys[0]}
+	home := ident.ConcurrencyKeyPartition(lane, keys[0])
+	for _, k := range keys[1:] {
+		for i := 0; names[k] == ""; i++ {
+			if i == 1<<20 {
+				t.Fatalf("no name %s* on partition %d in lane %s", k, home, lane)
+			}
+			if n := fmt.Sprint(k, "-", i); ident.ConcurrencyKeyPartition(lane, n) == home {
+				names[k] = n
+			}
+		}
+	}
+	return names
+}
+
 // One claim on Citus takes what it takes on one Postgres: limits, turns,
-// weights, rates, the lane's cap; the lists say what is held back.
+// weights, rates, the lane's cap; the lists say what is held back. The
+// keys of a case lie on one partition when it has more than two groups
+// to take from (together), as one claim takes from few shards.
 func TestKeyedClaimOnCitus(t *testing.T) {
 	t.Parallel()
 	three := 3
 	cases := []struct {
-		name  string
-		setup func(f *fixture, lane string)
-		max   int
-		want  string
+		name     string
+		together []string
+		setup    func(f *fixture, lane string, k map[string]string)
+		max      int
+		want     string
 	}{
-		{"limit, other keys, unkeyed", func(f *fixture, lane string) {
-			f.createAll(t, keyed(lane, "a", 1, 3), keyed(lane, "b", 0, 2), make2(lane, 2))
+		{"limit, other keys, unkeyed", []string{"a", "b"}, func(f *fixture, lane string, k map[string]string) {
+			f.createAll(t, keyed(lane, k["a"], 1, 3), keyed(lane, k["b"], 0, 2), make2(lane, 2))
 		}, 10, "map[:2 a:1 b:2]"},
-		{"turns", func(f *fixture, lane string) {
-			f.createAll(t, keyed(lane, "a", 0, 5), keyed(lane, "b", 0, 5), keyed(lane, "c", 0, 5))
+		{"turns", []string{"a", "b", "c"}, func(f *fixture, lane string, k map[string]string) {
+			f.createAll(t, keyed(lane, k["a"], 0, 5), keyed(lane, k["b"], 0, 5), keyed(lane, k["c"], 0, 5))
 		}, 3, "map[a:1 b:1 c:1]"},
-		{"hot key", func(f *fixture, lane string) { f.createAll(t, keyed(lane, "hot", 0, 20)) }, 7, "map[hot:7]"},
-		{"weights", func(f *fixture, lane string) {
+		{"hot key", nil, func(f *fixture, lane string, _ map[string]string) { f.createAll(t, keyed(lane, "hot", 0, 20)) }, 7, "map[hot:7]"},
+		{"weights", nil, func(f *fixture, lane string, _ map[string]string) {
 			f.createAll(t, keyed(lane, "heavy", 0, 10), keyed(lane, "light", 0, 10))
 			if _, err := f.client.SetKey(f.ctx, lane, "heavy", ffd.KeyParams{Weight: &three}); err != nil {
 				t.Fatal(err)
 			}
 		}, 4, "map[heavy:3 light:1]"},
-		{"key rate", func(f *fixture, lane string) {
+		{"key rate", nil, func(f *fixture, lane string, _ map[string]string) {
 			f.createAll(t, keyed(lane, "api", 0, 10), make2(lane, 1))
 			if _, err := f.client.SetKey(f.ctx, lane, "api", ffd.KeyParams{Rate: &ffd.Rate{Count: 2, Per: time.Hour}}); err != nil {
 				t.Fatal(err)
 			}
 		}, 10, "map[:1 api:1]"},
-		{"lane cap", func(f *fixture, lane string) {
+		{"lane cap", nil, func(f *fixture, lane string, _ map[string]string) {
 			f.createAll(t, keyed(lane, "a", 0, 5), keyed(lane, "b", 0, 5))
 			if _, err := f.client.SetLaneLimit(f.ctx, lane, 3); err != nil {
 				t.Fatal(err)
 			}
 		}, 10, "map[a:2 b:1]"},
-		{"lane rate", func(f *fixture, lane string) {
+		{"lane rate", nil, func(f *fixture, lane string, _ map[string]string) {
 			f.createAll(t, make2(lane, 10))
 			if _, err := f.client.SetLaneRate(f.ctx, lane, ffd.Rate{Count: 4, Per: time.Hour, Burst: 4}); err != nil {
 				t.Fatal(err)
@@ -96,8 +124,16 @@ func TestKeyedClaimOnCitus(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
 			lane := f.lane("keyed")
-			tc.setup(f, lane)
-			if got := fmt.Sprint(f.claimKeys(t, lane, tc.max)); got != tc.want {
+			var names map[string]string
+			if tc.together != nil {
+				names = keysTogether(t, lane, tc.together)
+			}
+			tc.setup(f, lane, names)
+			took := map[string]int{}
+			for k, n := range f.claimKeys(t, lane, tc.max) {
+				took[strings.Split(k, "-")[0]] += n // by the name the case gives it
+			}
+			if got := fmt.Sprint(took); got != tc.want {
 				t.Fatalf("claim of %d took %s by key; want %s", tc.max, got, tc.want)
 			}
 		})

@@ -80,7 +80,7 @@ var stepTurn = map[string]int{
 	stepLapsedLeases:   2,
 	stepDeadlines:      2,
 	stepDueLanes:       3,
-	// ff_key is a reference table, a local read; but when it holds keys
+	// ff_key is one shard, a read of one task; but when it holds keys
 	// that look idle, the step reads their lanes' live executions on
 	// every shard to confirm (59 ms a sweep on one worker node while a
 	// few keys stayed live).

@@ -24,15 +24,29 @@ const DistributionColumn = "partition_key"
 // coordinator alone.
 // Every other ff_ table must have DistributionColumn and is distributed
 // by it.
+//
+// LaneTables are distributed by LaneColumn instead, each one shard in a
+// colocation group of its own, on one node. ff_key is one: a keyed claim
+// locks and writes its keys' rows (their turns, claimed counts and
+// tokens), and on a reference table every such write and lock took a lock
+// of the table's shard on every node until commit, so keyed claims ran
+// one at a time across the cluster and each committed in two phases
+// (docs/flow-control.md). One shard, not a shard per lane: a statement
+// over several lanes' keys (a create's, the idle-key sweep's) stays one
+// task, and may still lock.
 var (
-	ReferenceTables = []string{"ff_idempotency_legacy", "ff_key", "ff_lane", "ff_lane_stats", "ff_lane_stats_sample", "ff_outbox_consumer", "ff_schedule", "ff_schema_version", "ff_trigger", "ff_version"}
+	ReferenceTables = []string{"ff_idempotency_legacy", "ff_lane", "ff_lane_stats", "ff_lane_stats_sample", "ff_outbox_consumer", "ff_schedule", "ff_schema_version", "ff_trigger", "ff_version"}
+	LaneTables      = []string{"ff_key"}
 	LocalTables     = []string{}
 )
+
+// LaneColumn is the column LaneTables are distributed by.
+const LaneColumn = "lane"
 
 // Distribution is how one table would be placed on a distributed Postgres.
 type Distribution struct {
 	Table      string
-	Kind       string   // "distributed", "reference" or "local"
+	Kind       string   // "distributed", "lane" (by LaneColumn), "reference" or "local"
 	References []string // the tables its foreign keys reference, sorted
 }
 
@@ -47,14 +61,16 @@ func (v DistributionViolation) String() string {
 }
 
 // distributionSQL lists, for every ff_ table of the current schema,
-// whether it has the distribution column, and each unique index (primary
-// keys included), exclusion constraint and foreign key: whether it covers
-// the distribution column, and for a foreign key whether it pairs that
-// column with the referenced table's and which table it references.
+// whether it has its distribution column ($1, or $3 for the tables $2),
+// and each unique index (primary keys included), exclusion constraint and
+// foreign key: whether it covers that column, and for a foreign key
+// whether it pairs the column with the referenced table's and which
+// table it references.
 const distributionSQL = `
 WITH t AS (
 	SELECT c.oid, c.relname::text AS name,
-		(SELECT a.attnum FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = $1 AND NOT a.attisdropped) AS dist
+		(SELECT a.attnum FROM pg_attribute a WHERE a.attrelid = c.oid
+			AND a.attname = CASE WHEN c.relname = ANY ($2::text[]) THEN $3 ELSE $1 END AND NOT a.attisdropped) AS dist
 	FROM pg_class c
 	WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND c.relname LIKE 'ff\_%'
 )
@@ -89,7 +105,7 @@ ORDER BY 1, 2`
 // listens, and Citus refuses to place a table that has one). With no
 // violations, the schema can be placed as the returned tables say.
 func CheckDistribution(ctx context.Context, db DB) ([]Distribution, []DistributionViolation, error) {
-	rows, err := db.Query(ctx, distributionSQL, DistributionColumn)
+	rows, err := db.Query(ctx, distributionSQL, DistributionColumn, LaneTables, LaneColumn)
 	if err != nil {
 		return nil, nil, wrap("read the schema's keys", err)
 	}
@@ -115,6 +131,11 @@ func CheckDistribution(ctx context.Context, db DB) ([]Distribution, []Distributi
 			k = "reference"
 		case slices.Contains(LocalTables, o.Table):
 			k = "local"
+		case slices.Contains(LaneTables, o.Table):
+			k = "lane"
+			if !o.Covers {
+				bad = append(bad, DistributionViolation{o.Table, "table", "has no " + LaneColumn + ", the column it is distributed by"})
+			}
 		case !o.Covers:
 			bad = append(bad, DistributionViolation{o.Table, "table", "has no " + DistributionColumn + " and is listed neither as a reference nor as a local table"})
 		}
@@ -180,7 +201,8 @@ func ShardReadConnections(ctx context.Context, db DB) (n int, known bool, err er
 }
 
 // CitusScript is the SQL that places tables on a Citus coordinator:
-// reference tables first, then the distributed tables co-located with
+// reference tables first, then LaneTables by LaneColumn, then the
+// distributed tables co-located with
 // ColocationAnchor, each after the tables its foreign keys reference
 // (Citus wants a referenced table distributed first).
 func CitusScript(tables []Distribution) string {
@@ -200,6 +222,11 @@ func CitusScript(tables []Distribution) string {
 	for _, t := range tables {
 		if t.Kind == "reference" {
 			fmt.Fprintf(&b, "SELECT create_reference_table('%s');\n", t.Table)
+		}
+	}
+	for _, t := range tables {
+		if t.Kind == "lane" {
+			fmt.Fprintf(&b, "SELECT create_distributed_table('%s', '%s', colocate_with => 'none', shard_count => 1);\n", t.Table, LaneColumn)
 		}
 	}
 	placed := map[string]bool{}
@@ -255,8 +282,13 @@ func violation(kind, what string, covers bool, refKind, refs string) string {
 		if kind == "distributed" && !covers {
 			return "omits " + DistributionColumn
 		}
+		if kind == "lane" && !covers {
+			return "omits " + LaneColumn
+		}
 	case refKind == "reference":
 		// Anything may reference a table every node holds.
+	case kind == "lane" || refKind == "lane":
+		return "a foreign key between tables distributed by different columns (" + refs + ")"
 	case kind == "distributed" && refKind == "distributed" && !covers:
 		return "does not pair " + DistributionColumn + " with " + refs + "'s"
 	case kind == "distributed" && refKind == "local":

@@ -46,6 +46,11 @@ func TestSchemaIsDistributable(t *testing.T) {
 			t.Errorf("%s is %q, want reference (is it in the schema?)", name, kinds[name])
 		}
 	}
+	for _, name := range store.LaneTables {
+		if kinds[name] != "lane" {
+			t.Errorf("%s is %q, want lane (is it in the schema?)", name, kinds[name])
+		}
+	}
 }
 
 // Each kind of key a distributed Postgres refuses is reported.
@@ -56,6 +61,7 @@ func TestCheckDistributionFindsViolations(t *testing.T) {
 	db := testdb.New(t)
 	if _, err := db.Pool.Exec(ctx, `
 		CREATE UNIQUE INDEX ff_execution_bad_global ON ff_execution (namespace, lane) WHERE kind = 'never';
+		CREATE UNIQUE INDEX ff_key_bad_global ON ff_key (key) WHERE weight = 999;
 		CREATE TABLE ff_unplaced (id int PRIMARY KEY);
 		CREATE TABLE ff_bad_child (partition_key smallint, execution_id uuid, other_partition smallint,
 			PRIMARY KEY (partition_key, execution_id),
@@ -85,6 +91,7 @@ func TestCheckDistributionFindsViolations(t *testing.T) {
 		"ff_lane trigger ff_bad_notify",
 		"ff_schema_version trigger ff_bad_notify", // a reference table: every process reads it on its node
 		"ff_execution unique index ff_execution_bad_global",
+		"ff_key unique index ff_key_bad_global", // distributed by lane, which it omits
 		"ff_schedule foreign key ff_schedule_bad_fk",
 		"ff_unplaced table",
 		"ff_unplaced primary key ff_unplaced_pkey",
@@ -119,14 +126,19 @@ func TestCitusScript(t *testing.T) {
 	if len(lines) != len(tables)-len(store.LocalTables) || len(at) != len(lines) {
 		t.Fatalf("script places %d tables in %d lines, want each of %d (all but the local ones) once:\n%s", len(at), len(lines), len(tables)-len(store.LocalTables), script)
 	}
-	if want := "SELECT create_distributed_table('ff_flow', 'partition_key', colocate_with => 'none');"; lines[len(store.ReferenceTables)] != want {
-		t.Fatalf("first distributed line %q, want %q", lines[len(store.ReferenceTables)], want)
+	first := len(store.ReferenceTables) + len(store.LaneTables)
+	if want := "SELECT create_distributed_table('ff_flow', 'partition_key', colocate_with => 'none');"; lines[first] != want {
+		t.Fatalf("first distributed line %q, want %q", lines[first], want)
 	}
 	for _, d := range tables {
 		switch d.Kind {
 		case "reference":
 			if at[d.Table] >= len(store.ReferenceTables) {
 				t.Errorf("reference table %s placed on line %d, after a distributed one", d.Table, at[d.Table])
+			}
+		case "lane":
+			if want := "SELECT create_distributed_table('" + d.Table + "', 'lane', colocate_with => 'none', shard_count => 1);"; at[d.Table] >= first || lines[at[d.Table]] != want {
+				t.Errorf("table %s placed on line %d as %q; want %q before the tables distributed by partition_key", d.Table, at[d.Table], lines[at[d.Table]], want)
 			}
 		case "distributed":
 			if d.Table != "ff_flow" && !strings.Contains(lines[at[d.Table]], "colocate_with => 'ff_flow'") {

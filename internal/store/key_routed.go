@@ -16,9 +16,10 @@ import (
 )
 
 // The controlled claim on a distributed Postgres. There a statement that
-// locks or writes rows of a reference table (ff_lane, ff_key) may not
-// read a distributed one (ff_execution) beside them, and a locking read
-// must name one shard; so the claim is the single-node claim's steps as
+// locks or writes rows of a reference table (ff_lane) may not read a
+// distributed one (ff_execution) beside them, ff_key is distributed by
+// lane (one shard, apart from ff_execution's), and a locking read must
+// name one shard; so the claim is the single-node claim's steps as
 // separate statements of one transaction, the arithmetic in Go:
 //
 //  1. the lane's row, locked when capped or rate-limited, and its room:
@@ -36,8 +37,8 @@ import (
 //  5. the keys' new turns and the tokens spent.
 //
 // Reading distributed tables in parallel and then writing a reference
-// table in one transaction is refused, so the transaction runs Citus's
-// multi-shard statements sequentially.
+// table (a rate-limited lane's tokens) in one transaction is refused, so
+// the transaction runs Citus's multi-shard statements sequentially.
 
 // routedLane is a lane's control row as the routed claim reads it.
 type routedLane struct {
@@ -551,8 +552,8 @@ func scanDueKeys(rows pgx.Rows) (map[string][]int16, error) {
 // routedTurnOrder chose (parts), and
 // queues into b the count of its share into its turn (a turn used up
 // moves the key to the back of the turn order): one statement for every
-// key, since on a distributed Postgres each write of ff_key (a reference
-// table) is a step through every node that holds it.
+// key, since on a distributed Postgres each statement is a step through
+// the node that holds ff_key's shard.
 func routedTakeTurns(b *pgx.Batch, lane string, now time.Time, turn []routedKey, parts map[string][]int16,
 	byKey map[string]routedKey, running map[string]int, room int) []routedGroup {
 	var groups []routedGroup

@@ -14,9 +14,10 @@ import (
 
 // The keys of controlled lanes on a distributed Postgres, apart from the
 // claim (key_routed.go): what lists read of them, the keys a create
-// records, and the sweep that forgets idle ones. ff_key is a reference
-// table there: a statement that locks or writes it holds a lock of the
-// whole table until commit, which every keyed claim waits for.
+// records, and the sweep that forgets idle ones. ff_key is distributed
+// by lane there, one shard apart from ff_execution's (migration 00043;
+// a reference table before, whose every write locked the whole table
+// until commit): a statement joins neither with the other.
 
 // keyStat is what runs and is due of one key of a lane.
 type keyStat struct{ running, due int }
@@ -89,8 +90,7 @@ func fillKey(k *ffdtype.Key, r rateState, s keyStat, now time.Time) {
 // listKeysRouted reads keys of lane in key order, after *after when set,
 // only *key when set, at most limit, with what runs and is due of each.
 // Its statements read ff_key and ff_execution apart (a distributed
-// Postgres joins neither with the other in a statement that reads
-// ff_key, a reference table, beside shards), so it serves both kinds of
+// Postgres joins neither with the other), so it serves both kinds of
 // Postgres.
 func listKeysRouted(ctx context.Context, db DB, lane string, after, key *string, limit int) ([]*ffdtype.Key, error) {
 	var now time.Time
@@ -181,7 +181,8 @@ func listLanesRouted(ctx context.Context, db DB, only *string) ([]*ffdtype.Lane,
 }
 
 // ensureKeysRouted is EnsureKeys on a distributed Postgres, where a
-// statement that writes a reference table takes no data-modifying CTE:
+// statement that writes ff_lane (a reference table) or ff_key (another
+// colocation than the rows it is read beside) takes no data-modifying CTE:
 // the keys already known locked FOR KEY SHARE, then a row for each lane
 // not yet keyed and each key missing or whose limit changes.
 func ensureKeysRouted(ctx context.Context, db DB, lanes, keys []string, lims []int32) (map[[2]string]bool, error) {
@@ -292,9 +293,9 @@ func lockStrict(b *pgx.Batch, strict [][2]string) map[[2]string]bool {
 }
 
 // forgetIdleKeysRouted is ForgetIdleKeys on a distributed Postgres, where
-// a statement that writes ff_key (a reference table) holds a lock of the
-// whole table until commit, which every keyed claim waits for: so the
-// transaction reads first and locks late, with one statement per lane
+// the keys it locks are held until commit, and a keyed claim would wait
+// for them (and, while ff_key was a reference table, for any write of
+// it): so the transaction reads first and locks late, with one statement per lane
 // for the locks and one for the deletes (never one per key), and one
 // read across the shards for the live keys of every lane. The keys
 // that look idle are locked SKIP LOCKED and deleted when they are still
