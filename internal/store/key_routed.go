@@ -549,11 +549,10 @@ func scanDueKeys(rows pgx.Rows) (map[string][]int16, error) {
 
 // routedTakeTurns makes a group of each key of turn that this claim
 // locked, with its room and its partitions of due work on the shards
-// routedTurnOrder chose (parts), and
-// queues into b the count of its share into its turn (a turn used up
-// moves the key to the back of the turn order): one statement for every
-// key, since on a distributed Postgres each statement is a step through
-// the node that holds ff_key's shard.
+// routedTurnOrder chose (parts), and queues into b the count of its share
+// into its turn (a turn used up moves the key to the back of the turn
+// order): one statement for every key, since on a distributed Postgres
+// each statement is a step through the node that holds ff_key's shard.
 func routedTakeTurns(b *pgx.Batch, lane string, now time.Time, turn []routedKey, parts map[string][]int16,
 	byKey map[string]routedKey, running map[string]int, room int) []routedGroup {
 	var groups []routedGroup
