@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -105,7 +106,8 @@ func (c *MigrateDistributionCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		return fmt.Errorf("%w: %d violations", ErrNotDistributable, len(bad))
 	}
-	fmt.Fprintf(g.stdout, "-- every unique index and foreign key of a distributed table includes %s\n", store.DistributionColumn)
+	fmt.Fprintf(g.stdout, "-- every unique index and foreign key of a distributed table includes %s (%s of the tables distributed by it: %s)\n",
+		store.DistributionColumn, store.LaneColumn, strings.Join(store.LaneTables, ", "))
 	for _, t := range tables {
 		fmt.Fprintf(g.stdout, "-- %-24s %s\n", t.Table, t.Kind)
 	}

@@ -202,9 +202,9 @@ func ShardReadConnections(ctx context.Context, db DB) (n int, known bool, err er
 
 // CitusScript is the SQL that places tables on a Citus coordinator:
 // reference tables first, then LaneTables by LaneColumn, then the
-// distributed tables co-located with
-// ColocationAnchor, each after the tables its foreign keys reference
-// (Citus wants a referenced table distributed first).
+// distributed tables co-located with ColocationAnchor, each after the
+// tables its foreign keys reference (Citus wants a referenced table
+// distributed first).
 func CitusScript(tables []Distribution) string {
 	tables = slices.Clone(tables)
 	slices.SortStableFunc(tables, func(a, b Distribution) int {
