@@ -283,11 +283,12 @@ func (e *executor) runHandler(ctx context.Context, j *runningJob) (result []byte
 	// The heartbeat is a timer until its first renewal is due: most
 	// handlers end before that, and a goroutine with a timer of its own
 	// for each was 8% of a busy worker's CPU (pprof). Once it fires, the
-	// lease joins the worker's renewer, which renews it at once and every
-	// interval after, in one batch with the other leases due then, until
+	// lease joins the worker's renewer, which renews it a renewalLead
+	// later and every interval after, in one batch with the other leases
+	// due then, until
 	// hbDone is closed: a renewal in flight (it may take up to the TTL on
 	// a slow server) finishes without holding up the result.
-	hb := time.AfterFunc(heartbeatInterval(x), func() { e.renewals.add(ctx, j, hbDone) })
+	hb := time.AfterFunc(heartbeatInterval(x)-renewalLead(x), func() { e.renewals.add(ctx, j, hbDone) })
 	var pc panics.Catcher
 	j.job = &Job{Execution: x, client: e.client}
 	pc.Try(func() { result, herr = e.cfg.Handler(ctx, j.job) })
@@ -466,7 +467,7 @@ func (e *executor) logFinish(x *Execution, state string, err error, more ...zap.
 // interval after the handler's end, at most two after its last renewal.
 func (e *executor) keepLease(j *runningJob) (release func()) {
 	recorded := make(chan struct{})
-	keep := time.AfterFunc(heartbeatInterval(j.x), func() { e.renewals.add(e.ctx, j, recorded) })
+	keep := time.AfterFunc(heartbeatInterval(j.x)-renewalLead(j.x), func() { e.renewals.add(e.ctx, j, recorded) })
 	return func() {
 		close(recorded)
 		if !keep.Stop() {
@@ -505,3 +506,10 @@ func (e *executor) record(j *runningJob, what string, op func(ctx context.Contex
 
 // heartbeatInterval is how often x's lease is renewed: a third of its TTL.
 func heartbeatInterval(x *Execution) time.Duration { return max(x.LeaseTTL/3, 10*time.Millisecond) }
+
+// renewalLead is how long before its first renewal is due a lease joins
+// the renewer (half its interval), so that leases whose first renewals
+// fall due close together go in one batch: joined at the time they were
+// due, each went in a batch of its own as it came, 12 leases whose
+// handlers started within 300 ms in 12 transactions.
+func renewalLead(x *Execution) time.Duration { return heartbeatInterval(x) / 2 }

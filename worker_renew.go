@@ -22,6 +22,20 @@ import (
 // and the ones that came back late lost their leases, so the work was
 // done again (docs/scaling.md, "The fault suite on Citus").
 //
+// A batch also takes the leases due within half their interval, so that
+// leases whose renewals fall apart (their handlers started apart) come
+// to share one schedule: of two sets of leases due d apart, one falls due
+// within half an interval of the other, whose batch takes it along
+// early, and both are due an interval after that batch (without, sets
+// between a quarter and three quarters of an interval apart stayed apart
+// for good). A lease taken along is renewed at most half an interval (a
+// sixth of its TTL) early. And a lease joins the renewer half an
+// interval before its first renewal is due (renewalLead), so the first
+// renewals of handlers that started close together go in one batch too:
+// 12 leases renewed 6 times each took 17 transactions (12 for the first
+// round), 19 on a busy machine; now 6, on a busy machine too
+// (TestWorkerRenewsLeasesTogether).
+//
 // A lease the batch leaves out (lost, or its row locked by another
 // transaction) is renewed on its own, as before: that renewal waits for
 // the lock up to the lease's TTL and tells a lost lease, which cancels
@@ -61,7 +75,7 @@ func newRenewer(e *executor) *renewer {
 // add renews j's lease from now on, every interval, until done is closed
 // or ctx ends.
 func (r *renewer) add(ctx context.Context, j *runningJob, done <-chan struct{}) {
-	l := &renewal{j: j, ctx: ctx, done: done, next: time.Now()}
+	l := &renewal{j: j, ctx: ctx, done: done, next: time.Now().Add(renewalLead(j.x))}
 	r.mu.Lock()
 	if r.closed || l.let() {
 		r.mu.Unlock()
@@ -126,13 +140,15 @@ func (r *renewer) loop() {
 }
 
 // take lets go of the leases no longer kept and marks busy, and returns,
-// those due by now and a quarter of their interval; then how long until
-// the next is due. ok is false, and the loop must end, when it holds
+// those due by now and a quarter of their interval, and when there are
+// any, with them those due within half their interval; then how long
+// until the next is due. ok is false, and the loop must end, when it holds
 // none. A batch to send is counted in wg here, under mu.
 func (r *renewer) take(now time.Time) (due []*renewal, wait time.Duration, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	wait = time.Hour
+	var soon []*renewal
 	for l := range r.leases {
 		if l.busy {
 			continue
@@ -141,10 +157,14 @@ func (r *renewer) take(now time.Time) (due []*renewal, wait time.Duration, ok bo
 			delete(r.leases, l)
 			continue
 		}
-		if until := l.next.Sub(now); until <= heartbeatInterval(l.j.x)/4 {
-			l.busy = true
+		until, interval := l.next.Sub(now), heartbeatInterval(l.j.x)
+		switch {
+		case until <= interval/4:
 			due = append(due, l)
-		} else {
+		case until <= interval/2:
+			soon = append(soon, l)
+			fallthrough
+		default:
 			wait = min(wait, until)
 		}
 	}
@@ -153,6 +173,10 @@ func (r *renewer) take(now time.Time) (due []*renewal, wait time.Duration, ok bo
 		return nil, 0, false
 	}
 	if len(due) > 0 {
+		due = append(due, soon...)
+		for _, l := range due {
+			l.busy = true
+		}
 		r.wg.Add(1)
 	}
 	return due, wait, true
