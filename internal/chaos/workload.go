@@ -229,21 +229,34 @@ func (h *harness) drain(ctx context.Context) {
 		}
 		left = fmt.Sprintf("%d live executions, %d undispatched events, %d cancel groups, %d open flows, %d sub-flows, compensations and events to act on (err %v)",
 			o.Live, o.Undispatched, o.CancelGroups, o.OpenFlows, o.Links, err)
+		// Every progress line and the verdict name the lanes, so that a
+		// drain that stalls says where, and whether on time or on work.
 		if time.Since(said) >= 10*time.Second {
 			said = time.Now()
-			h.cfg.Logf("chaos: draining, %s after the last fault: %s", time.Since(from).Round(time.Second), left)
+			h.cfg.Logf("chaos: draining, %s after the last fault: %s%s", time.Since(from).Round(time.Second), left, h.lanesLeft(ctx))
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			if live, err := store.LiveByLane(ctx, h.pool); err == nil {
-				for _, d := range live {
-					left += fmt.Sprintf("; %s %s %d", d.Lane, d.State, d.Count)
-				}
-			}
-			h.violation("not drained %s after the faults: %s", h.cfg.DrainTimeout, left)
+			h.violation("not drained %s after the faults: %s%s", h.cfg.DrainTimeout, left, h.lanesLeft(ctx))
 			return
 		}
 		time.Sleep(pace(100*time.Millisecond, took))
 	}
+}
+
+// lanesLeft lists the live executions by lane and state, each part
+// after "; " (nothing when the read fails: it only explains).
+func (h *harness) lanesLeft(ctx context.Context) string {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	live, err := store.LiveByLane(qctx, h.pool)
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, d := range live {
+		b.WriteString("; " + d.String())
+	}
+	return b.String()
 }
 
 // verify checks the invariants and every DAG's ground truth.

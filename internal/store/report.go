@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -41,18 +42,38 @@ func countBy[K ~string](ctx context.Context, db DB, sql string, args ...any) (ma
 	return out, err
 }
 
-// LaneDepth is how many live executions of a lane are in one state.
+// LaneDepth is how many live executions of a lane are in one state, and
+// of those how many are waiting on time rather than on a worker: pending
+// but not yet due (a retry's backoff, a delay), or running on a lease
+// that has lapsed (left to the daemon's expiry).
 type LaneDepth struct {
-	Lane  string        `db:"lane"`
-	State ffdtype.State `db:"state"`
-	Count int64         `db:"count"`
+	Lane    string        `db:"lane"`
+	State   ffdtype.State `db:"state"`
+	Count   int64         `db:"count"`
+	Waiting int64         `db:"waiting"`
+}
+
+// String is the depth as a drain's progress line names it.
+func (d LaneDepth) String() string {
+	s := fmt.Sprintf("%s %s %d", d.Lane, d.State, d.Count)
+	switch {
+	case d.Waiting == 0:
+	case d.State == ffdtype.StatePending:
+		s += fmt.Sprintf(" (%d not yet due)", d.Waiting)
+	case d.State == ffdtype.StateRunning:
+		s += fmt.Sprintf(" (%d on lapsed leases)", d.Waiting)
+	}
+	return s
 }
 
 // LiveByLane counts the live executions (blocked, pending, running) of
 // every lane by state.
 func LiveByLane(ctx context.Context, db DB) ([]LaneDepth, error) {
-	rows, err := db.Query(ctx, `SELECT lane, state, count(*) AS count FROM ff_execution
-		WHERE state IN ('blocked', 'pending', 'running') GROUP BY lane, state`)
+	rows, err := db.Query(ctx, `SELECT lane, state, count(*) AS count,
+			count(*) FILTER (WHERE state = 'pending' AND run_at > now()
+				OR state = 'running' AND lease_expires_at <= now()) AS waiting
+		FROM ff_execution
+		WHERE state IN ('blocked', 'pending', 'running') GROUP BY lane, state ORDER BY lane, state`)
 	if err != nil {
 		return nil, wrap("count live executions by lane", err)
 	}

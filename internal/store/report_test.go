@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -59,5 +60,41 @@ func TestCompletionsBetween(t *testing.T) {
 		if err != nil || ok != tc.found || (ok && (at.Before(before) || at.After(after))) {
 			t.Errorf("FirstCompletionAfter %s: %s, %v, %v; want found %v, between %s and %s", tc.name, at, ok, err, tc.found, before, after)
 		}
+	}
+}
+
+// LiveByLane counts each lane's live executions by state, and which of
+// them wait on time: pending but not yet due, running on a lapsed lease.
+func TestLiveByLane(t *testing.T) {
+	t.Parallel()
+	f := testdb.Checked(t, time.Minute)
+	for _, p := range []ffdtype.CreateParams{
+		{Lane: "a"}, {Lane: "a"}, {Lane: "a", Delay: time.Hour},
+		{Lane: "b"}, {Lane: "b"}, {Lane: "b"},
+	} {
+		if _, _, err := leases.Create(f.Ctx, f.Pool, leases.Limits{}, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimed, err := leases.Claim(f.Ctx, f.Pool, ffdtype.ClaimParams{Lane: "b", Worker: "w/1", Max: 2})
+	if err != nil || len(claimed) != 2 {
+		t.Fatalf("claim 2 of lane b: %d, %v", len(claimed), err)
+	}
+	// One lease lapses: as a worker that stopped renewing would leave it.
+	if _, err := f.Pool.Exec(f.Ctx, `UPDATE ff_execution SET lease_expires_at = now() - interval '1 second'
+		WHERE partition_key = $1 AND execution_id = $2`, claimed[0].ID.Partition, claimed[0].ID.UUID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := store.LiveByLane(f.Ctx, f.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"a pending 3 (1 not yet due)", "b pending 1", "b running 2 (1 on lapsed leases)"}
+	var said []string
+	for _, d := range got {
+		said = append(said, d.String())
+	}
+	if !slices.Equal(said, want) {
+		t.Errorf("live by lane: %q; want %q", said, want)
 	}
 }
