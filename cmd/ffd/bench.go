@@ -45,6 +45,7 @@ type BenchCmd struct {
 	DaemonCurve   []int         `name:"daemon-curve" default:"${bench_daemon_curve}" help:"daemons: numbers of daemons dispatching."`
 	DaemonFan     int           `name:"daemon-fan" default:"${bench_daemon_fan}" help:"daemons: middles per flow (hops per root event)."`
 	Keys          int           `name:"keys" default:"${bench_keys}" help:"keys: distinct concurrency keys of limit 1."`
+	LaneRate      int           `name:"lane-rate" help:"keys: a rate limit on each way's lane, starts a second with a burst as large (0: none); one the work never reaches measures the rate-limited claim."`
 	FloorLoops    int           `name:"floor-loops" default:"${bench_floor_loops}" help:"floor, and throughput with --peer: loops claiming and finishing --executions rows."`
 	FloorBatch    int           `name:"floor-batch" default:"${bench_floor_batch}" help:"floor: rows each loop claims and finishes per statement."`
 	Preload       int           `name:"preload" default:"${bench_preload}" help:"history: finished executions already in the tables."`
@@ -94,7 +95,7 @@ func (c *BenchCmd) Run(ctx context.Context, g *Globals) error {
 	params := bench.Params{Executions: c.Executions, Workers: c.Workers, Flows: c.Flows,
 		ChainLength: c.ChainLength, ChainWorker: c.ChainWorkers, FanWidth: c.FanWidth, Repeats: c.Repeats, FlowSizes: c.FlowSizes,
 		Leases: c.Leases, LeaseTTL: c.LeaseTTL, Burst: c.Burst, SweepInterval: c.SweepInterval, Cancels: c.Cancels, Creates: c.Creates,
-		HopChains: c.HopChains, HopLength: c.HopLength, WorkerCurve: c.WorkerCurve, DaemonCurve: c.DaemonCurve, DaemonFan: c.DaemonFan, Keys: c.Keys, FloorLoops: c.FloorLoops, FloorBatch: c.FloorBatch, Preload: c.Preload, BigFlowSizes: c.BigFlowSizes,
+		HopChains: c.HopChains, HopLength: c.HopLength, WorkerCurve: c.WorkerCurve, DaemonCurve: c.DaemonCurve, DaemonFan: c.DaemonFan, Keys: c.Keys, LaneRate: c.LaneRate, FloorLoops: c.FloorLoops, FloorBatch: c.FloorBatch, Preload: c.Preload, BigFlowSizes: c.BigFlowSizes,
 		MemoryRounds: c.MemoryRounds, Rounds: c.Rounds, LangExecutions: c.LangExecs, LangWorkers: c.LangWorkers, Python: c.Python,
 		PythonClient: c.PythonClient}
 	if c.Peer != "" {

@@ -105,8 +105,11 @@ type Params struct {
 	// dispatched by each number of daemons in DaemonCurve
 	DaemonFan   int   `json:"daemon_fan,omitempty"` // default 50
 	DaemonCurve []int `json:"daemon_curve,omitempty"`
-	// keys: distinct concurrency keys of limit 1 (default 1000)
-	Keys int `json:"keys,omitempty"`
+	// keys: distinct concurrency keys of limit 1 (default 1000), and a
+	// rate on each way's lane, starts a second (default 0: none); a rate
+	// that never binds measures what a rate-limited lane's claim costs
+	Keys     int `json:"keys,omitempty"`
+	LaneRate int `json:"lane_rate,omitempty"`
 	// floor (and the floor side of a throughput comparison): loops
 	// claiming and finishing Executions rows, FloorBatch at a time
 	// (defaults 4 and 100)

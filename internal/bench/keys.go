@@ -3,8 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/flowfabric/ffd/ffdtype"
+	"github.com/flowfabric/ffd/internal/store"
 )
 
 // keys: the throughput scenario's work three ways in one run, so their
@@ -14,7 +16,8 @@ import (
 // running executions), and all under one hot key without a limit (every
 // claim contends for that key's row). Figures: each way's executions per
 // second and database time per execution, and the keyed ways' rates as a
-// fraction of the unkeyed one.
+// fraction of the unkeyed one. With a lane rate every way's lane is
+// rate-limited, so all three take the controlled claim.
 func keys(ctx context.Context, env *Env, p Params, r *Report) error {
 	ways := []struct {
 		name string
@@ -29,9 +32,22 @@ func keys(ctx context.Context, env *Env, p Params, r *Report) error {
 	var base float64
 	ratios := map[string]float64{}
 	for i, w := range ways {
+		if p.LaneRate > 0 {
+			rate := ffdtype.Rate{Count: p.LaneRate, Per: time.Second, Burst: p.LaneRate}
+			if _, err := store.SetLane(ctx, env.Pool, env.lane("keys-"+w.name), store.LaneChange{Rate: &rate}); err != nil {
+				return fmt.Errorf("%s: %w", w.name, err)
+			}
+		}
 		f, err := env.workVaried(ctx, "keys-"+w.name, p.Executions, p.Workers, p.SweepInterval, w.vary)
 		if err != nil {
 			return fmt.Errorf("%s: %w", w.name, err)
+		}
+		if p.LaneRate > 0 {
+			// The run's lanes leave no rate behind in a database kept
+			// for benches.
+			if _, err := store.SetLane(ctx, env.Pool, env.lane("keys-"+w.name), store.LaneChange{Rate: &ffdtype.Rate{}}); err != nil {
+				return fmt.Errorf("%s: %w", w.name, err)
+			}
 		}
 		m := map[string]any{}
 		f.into(m)
