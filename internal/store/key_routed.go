@@ -33,8 +33,8 @@ import (
 //     and the rounds by weight, as claimControlledSQL takes them;
 //  4. the claim, one statement per shard naming the shard's partitions
 //     (a row another claimer took meanwhile is no longer pending and is
-//     left), and the keys' claimed counts;
-//  5. the keys' new turns and the tokens spent.
+//     left), and the keys' new turns and claimed counts in one;
+//  5. the tokens spent.
 //
 // Reading distributed tables in parallel and then writing a reference
 // table (a rate-limited lane's tokens) in one transaction is refused, so
@@ -227,17 +227,21 @@ func claimControlledRouted(ctx context.Context, db DB, lane string, c laneContro
 			return nil
 		}
 		groups := []routedGroup{{key: "", room: room, weight: 1}}
-		b := &pgx.Batch{}
+		var turns keyTurns
 		if st.lane.keyed {
-			if groups, err = routedTurn(ctx, tx, b, lane, st, room); err != nil {
+			if groups, turns, err = routedTurn(ctx, tx, lane, st, room); err != nil {
 				return err
 			}
 		}
-		picked, err := routedPick(ctx, tx, b, lane, caps, groups, room)
-		if err != nil || len(picked) == 0 {
+		picked, err := routedPick(ctx, tx, lane, caps, groups, room)
+		if err != nil {
 			return err
 		}
-		if out, err = routedClaim(ctx, tx, lane, picked, worker, st.now); err != nil {
+		if len(picked) == 0 {
+			// Nothing left to take: the turns are recorded all the same.
+			return turns.record(ctx, tx, lane, nil)
+		}
+		if out, err = routedClaim(ctx, tx, lane, picked, turns, worker, st.now); err != nil {
 			return err
 		}
 		return routedSpend(ctx, tx, lane, st.lane, laneRated, laneTokens, groups, out, st.now)
@@ -345,9 +349,9 @@ func queueKeyReads(b *pgx.Batch, lane string, caps []string, st *routedState) {
 }
 
 // routedClaim claims the picked executions, one statement per shard, in
-// one round trip; with them, each key's claimed count grows by what it
-// picked (routedClaimedSQL).
-func routedClaim(ctx context.Context, tx pgx.Tx, lane string, picked []routedCandidate, worker string, now time.Time) ([]*ffdtype.Execution, error) {
+// one round trip; with them go the keys' turns, and each key's claimed
+// count grows by what it picked (keyTurns.queue).
+func routedClaim(ctx context.Context, tx pgx.Tx, lane string, picked []routedCandidate, turns keyTurns, worker string, now time.Time) ([]*ffdtype.Execution, error) {
 	shards, err := byShard(ctx, tx, picked, func(c routedCandidate) int16 { return c.id.Partition })
 	if err != nil {
 		return nil, err
@@ -365,38 +369,62 @@ func routedClaim(ctx context.Context, tx pgx.Tx, lane string, picked []routedCan
 			return err
 		})
 	}
-	took := map[string]int{}
-	var keys []string
-	for _, c := range picked {
-		if c.key != "" {
-			if took[c.key] == 0 {
-				keys = append(keys, c.key)
-			}
-			took[c.key]++
-		}
-	}
-	if len(keys) > 0 {
-		slices.Sort(keys)
-		n := make([]int, len(keys))
-		for i, k := range keys {
-			n[i] = took[k]
-		}
-		b.Queue(routedClaimedSQL, lane, keys, n)
-	}
+	turns.queue(b, lane, picked)
 	return out, tx.SendBatch(ctx, b).Close()
 }
 
-// routedClaimedSQL adds $3 to the claimed counts of keys $2 of lane $1,
-// rows the claim holds locked. A row picked but taken by another claimer
-// first is counted too: a count that errs high only leaves later claims
-// less room.
-const routedClaimedSQL = `UPDATE ff_key k SET claimed = k.claimed + c.n
-	FROM unnest($2::text[], $3::int[]) AS c(key, n)
-	WHERE k.lane = $1 AND k.key = ANY($2::text[]) AND k.key = c.key`
+// keyTurns are the turns a keyed claim on a distributed Postgres takes
+// (routedTakeTurns): each key served at served (its turn used up; nil:
+// not) with used of its next turn used. The claim writes them with the
+// keys' claimed counts in one statement (keyTurnsSQL), each statement
+// through ff_key being a step through the node that holds its shard.
+type keyTurns struct {
+	keys   []string
+	served []*time.Time
+	used   []int
+}
+
+// keyTurnsSQL records the turns of keys ($2) of lane $1: each key served
+// at $3 (NULL: not), with $4 of its next turn used, and $5 more claimed.
+// The claim holds the rows locked (routedTurn). A row picked but taken
+// by another claimer first is counted too: a count that errs high only
+// leaves later claims less room.
+const keyTurnsSQL = `UPDATE ff_key k SET served_at = coalesce(t.served_at, k.served_at), turn_used = t.used,
+	claimed = k.claimed + t.n
+	FROM unnest($2::text[], $3::timestamptz[], $4::int[], $5::int[]) AS t(key, served_at, used, n)
+	WHERE k.lane = $1 AND k.key = ANY($2::text[]) AND k.key = t.key`
+
+// queue queues into b the statement that records the turns and what the
+// claim picked of each key; nothing when no key's turn came.
+func (t keyTurns) queue(b *pgx.Batch, lane string, picked []routedCandidate) {
+	if len(t.keys) == 0 {
+		return
+	}
+	took := map[string]int{}
+	for _, c := range picked {
+		took[c.key]++
+	}
+	n := make([]int, len(t.keys))
+	for i, k := range t.keys {
+		if k != "" { // the lane's unkeyed executions have no limit to count against
+			n[i] = took[k]
+		}
+	}
+	b.Queue(keyTurnsSQL, lane, t.keys, t.served, t.used, n)
+}
+
+// record writes the turns in a round trip of their own, with picked.
+func (t keyTurns) record(ctx context.Context, tx pgx.Tx, lane string, picked []routedCandidate) error {
+	b := &pgx.Batch{}
+	if t.queue(b, lane, picked); b.Len() == 0 {
+		return nil
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
 
 // routedTurn locks the keys whose turn it is and returns them, in turn
-// order, with their room; it queues into b the counts of their shares
-// into their turns, as keyTurnSQL makes them.
+// order, with their room, and the counts of their shares into their
+// turns, as keyTurnSQL makes them.
 //
 // Their running executions are st's counts (read across the shards
 // before the locks, after the keys' rows) and what claims took of each
@@ -404,14 +432,14 @@ const routedClaimedSQL = `UPDATE ff_key k SET claimed = k.claimed + c.n
 // the one st read. A claim that committed between the two reads is
 // counted twice, which only makes the room smaller; none is missed, as
 // every claim of a key holds its lock while it takes and counts.
-func routedTurn(ctx context.Context, tx pgx.Tx, b *pgx.Batch, lane string, st *routedState, room int) ([]routedGroup, error) {
+func routedTurn(ctx context.Context, tx pgx.Tx, lane string, st *routedState, room int) ([]routedGroup, keyTurns, error) {
 	shardOf, err := shardMap(ctx, tx)
 	if err != nil {
-		return nil, err
+		return nil, keyTurns{}, err
 	}
 	turn, parts := routedTurnOrder(st, room, shardOf)
 	if len(turn) == 0 {
-		return nil, nil
+		return nil, keyTurns{}, nil
 	}
 	sorted := make([]string, 0, len(turn))
 	for _, k := range turn {
@@ -427,7 +455,7 @@ func routedTurn(ctx context.Context, tx pgx.Tx, b *pgx.Batch, lane string, st *r
 	rows, err := tx.Query(ctx, `SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 AND key = ANY($2::text[])
 		ORDER BY key FOR NO KEY UPDATE SKIP LOCKED`, lane, sorted)
 	if err != nil {
-		return nil, err
+		return nil, keyTurns{}, err
 	}
 	_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (routedKey, error) {
 		k, err := scanRoutedKey(row)
@@ -436,9 +464,10 @@ func routedTurn(ctx context.Context, tx pgx.Tx, b *pgx.Batch, lane string, st *r
 		return k, err
 	})
 	if err != nil {
-		return nil, err
+		return nil, keyTurns{}, err
 	}
-	return routedTakeTurns(b, lane, st.now, turn, parts, byKey, running, room), nil
+	groups, turns := routedTakeTurns(st.now, turn, parts, byKey, running, room)
+	return groups, turns, nil
 }
 
 // focusShards is how many shards a keyed claim on a distributed
@@ -549,16 +578,12 @@ func scanDueKeys(rows pgx.Rows) (map[string][]int16, error) {
 
 // routedTakeTurns makes a group of each key of turn that this claim
 // locked, with its room and its partitions of due work on the shards
-// routedTurnOrder chose (parts), and queues into b the count of its share
-// into its turn (a turn used up moves the key to the back of the turn
-// order): one statement for every key, since on a distributed Postgres
-// each statement is a step through the node that holds ff_key's shard.
-func routedTakeTurns(b *pgx.Batch, lane string, now time.Time, turn []routedKey, parts map[string][]int16,
-	byKey map[string]routedKey, running map[string]int, room int) []routedGroup {
+// routedTurnOrder chose (parts), and counts its share into its turn (a
+// turn used up moves the key to the back of the turn order).
+func routedTakeTurns(now time.Time, turn []routedKey, parts map[string][]int16,
+	byKey map[string]routedKey, running map[string]int, room int) ([]routedGroup, keyTurns) {
 	var groups []routedGroup
-	var keys []string
-	var served []*time.Time
-	var used []int
+	var t keyTurns
 	before := 0
 	for i, planned := range turn {
 		k, ok := byKey[planned.key]
@@ -577,33 +602,23 @@ func routedTakeTurns(b *pgx.Batch, lane string, now time.Time, turn []routedKey,
 		share := min(left, room)
 		took := min(share, room-before)
 		before += share
-		keys = append(keys, k.key)
+		t.keys = append(t.keys, k.key)
 		if took >= left {
 			at := now.Add(time.Duration(i) * time.Microsecond)
-			served, used = append(served, &at), append(used, 0)
+			t.served, t.used = append(t.served, &at), append(t.used, 0)
 		} else {
-			served, used = append(served, nil), append(used, min(k.turnUsed, k.weight-1)+took)
+			t.served, t.used = append(t.served, nil), append(t.used, min(k.turnUsed, k.weight-1)+took)
 		}
 		if g.room > 0 {
 			groups = append(groups, g)
 		}
 	}
-	if len(keys) > 0 {
-		b.Queue(routedTurnsSQL, lane, keys, served, used)
-	}
-	return groups
+	return groups, t
 }
-
-// routedTurnsSQL records the turns of keys ($2) of lane $1: each key
-// served at $3 (its turn used up; NULL: not) with $4 of its next turn
-// used.
-const routedTurnsSQL = `UPDATE ff_key k SET served_at = coalesce(t.served_at, k.served_at), turn_used = t.used
-	FROM unnest($2::text[], $3::timestamptz[], $4::int[]) AS t(key, served_at, used)
-	WHERE k.lane = $1 AND k.key = ANY($2::text[]) AND k.key = t.key`
 
 // routedPick reads each group's best due executions and takes them in
 // rounds by weight, groups in turn order, at most room; the reads go in
-// one round trip with what b holds already (the turns' counts).
+// one round trip.
 //
 // Groups whose partitions are known (a keyed lane's turn) are read
 // either one statement per group, naming its partitions, or one
@@ -612,7 +627,8 @@ const routedTurnsSQL = `UPDATE ff_key k SET served_at = coalesce(t.served_at, k.
 // The form of fewer statements (perShard) is taken. A key of strict order,
 // and the group of a lane without keys, are read across the shards (a
 // strict key's head is the lowest sequence of all of them).
-func routedPick(ctx context.Context, tx pgx.Tx, b *pgx.Batch, lane string, caps []string, groups []routedGroup, room int) ([]routedCandidate, error) {
+func routedPick(ctx context.Context, tx pgx.Tx, lane string, caps []string, groups []routedGroup, room int) ([]routedCandidate, error) {
+	b := &pgx.Batch{}
 	found := make([][]routedCandidate, len(groups))
 	var spread []groupPart
 	for gi, g := range groups {
@@ -811,7 +827,7 @@ func routedSpend(ctx context.Context, tx pgx.Tx, lane string, l routedLane, lane
 		}
 	}
 	if len(keys) > 0 {
-		// One statement for every key, as the turns (routedTurnsSQL).
+		// One statement for every key, as the turns (keyTurnsSQL).
 		b.Queue(`UPDATE ff_key k SET tokens = t.tokens, tokens_at = $3
 			FROM unnest($2::text[], $4::float8[]) AS t(key, tokens)
 			WHERE k.lane = $1 AND k.key = ANY($2::text[]) AND k.key = t.key`, lane, keys, now, tokens)
