@@ -41,7 +41,7 @@ func TestSlowLaneDoesNotDelayAnother(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hold.Rollback(context.WithoutCancel(f.Ctx)) //nolint:errcheck // released below; this is for a failure
-	if _, err := hold.Exec(f.Ctx, `SELECT 1 FROM ff_lane WHERE lane = 'lanes-slow' FOR UPDATE`); err != nil {
+	if _, err := hold.Exec(f.Ctx, `SELECT 1 FROM ff_lane_room WHERE lane = 'lanes-slow' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
 	f.mustCreate(ffd.CreateParams{Lane: "lanes-slow"})
@@ -66,9 +66,9 @@ func TestSlowLaneDoesNotDelayAnother(t *testing.T) {
 	}()
 	var pid int
 	var since time.Time
-	f.WaitFor("the capped lane's claim to wait for the lane's row", func() bool {
+	f.WaitFor("the capped lane's claim to wait for the lane's room", func() bool {
 		err := f.Pool.QueryRow(f.Ctx, `SELECT pid, query_start FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FROM ff_lane%'`).Scan(&pid, &since)
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FROM ff_lane_room%'`).Scan(&pid, &since)
 		return err == nil
 	})
 	for range 8 {
@@ -82,7 +82,7 @@ func TestSlowLaneDoesNotDelayAnother(t *testing.T) {
 	if err := hold.Rollback(f.Ctx); err != nil {
 		t.Fatal(err)
 	}
-	f.WaitFor("the capped lane's execution to complete once its row is free", func() bool {
+	f.WaitFor("the capped lane's execution to complete once its room is free", func() bool {
 		return f.Count(`SELECT count(*) FROM ff_execution WHERE lane = 'lanes-slow' AND state = 'completed'`) == 1
 	})
 }

@@ -214,15 +214,21 @@ func claimUnderControl(ctx context.Context, db DB, lane string, caps []string, m
 	return out, th, true, err
 }
 
-// claimCapped claims from a capped lane with its row locked, so claims in
-// the lane count their room one after the other: the count runs after the
-// lock is granted, on a snapshot that sees every claim committed before.
+// claimCapped claims from a capped lane with its room locked, so claims
+// in the lane count their room one after the other: the count runs after
+// the lock is granted, on a snapshot that sees every claim committed
+// before.
 func claimCapped(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*ffdtype.Execution, error) {
 	var out []*ffdtype.Execution
 	err := InTx(ctx, db, func(tx pgx.Tx) error {
 		var paused bool
 		var limit *int
-		err := tx.QueryRow(ctx, `SELECT paused, max_running FROM ff_lane WHERE lane = $1 FOR UPDATE`, lane).Scan(&paused, &limit)
+		b := &pgx.Batch{}
+		b.Queue(laneLockSQL, lane)
+		b.Queue(`SELECT paused, max_running FROM ff_lane WHERE lane = $1`, lane).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&paused, &limit)
+		})
+		err := tx.SendBatch(ctx, b).Close()
 		if errors.Is(err, pgx.ErrNoRows) || paused || limit == nil {
 			return nil // resumed, uncapped or paused since the probe
 		}

@@ -25,18 +25,20 @@ const DistributionColumn = "partition_key"
 // Every other ff_ table must have DistributionColumn and is distributed
 // by it.
 //
-// LaneTables are distributed by LaneColumn instead, each one shard in a
-// colocation group of its own, on one node. ff_key is one: a keyed claim
-// locks and writes its keys' rows (their turns, claimed counts and
-// tokens), and on a reference table every such write and lock took a lock
-// of the table's shard on every node until commit, so keyed claims ran
-// one at a time across the cluster and each committed in two phases
-// (docs/flow-control.md). One shard, not a shard per lane: a statement
-// over several lanes' keys (a create's, the idle-key sweep's) stays one
-// task, and may still lock.
+// LaneTables are distributed by LaneColumn instead, one shard on one
+// node: the first in a colocation group of its own, the others colocated
+// with it. A controlled claim locks and writes their rows: its lane's
+// room (ff_lane_room: the lock capped and rate-limited lanes' claims
+// take, and the lane's tokens) and its keys' rows (ff_key: their turns,
+// claimed counts and tokens). On a reference table every such write and
+// lock took a lock of the table's shard on every node until commit, so
+// those claims ran one at a time across the cluster and each committed
+// in two phases (docs/flow-control.md). One shard, not a shard per lane:
+// a statement over several lanes' keys (a create's, the idle-key
+// sweep's) stays one task, and may still lock.
 var (
 	ReferenceTables = []string{"ff_idempotency_legacy", "ff_lane", "ff_lane_stats", "ff_lane_stats_sample", "ff_outbox_consumer", "ff_schedule", "ff_schema_version", "ff_trigger", "ff_version"}
-	LaneTables      = []string{"ff_key"}
+	LaneTables      = []string{"ff_key", "ff_lane_room"}
 	LocalTables     = []string{}
 )
 
@@ -201,7 +203,8 @@ func ShardReadConnections(ctx context.Context, db DB) (n int, known bool, err er
 }
 
 // CitusScript is the SQL that places tables on a Citus coordinator:
-// reference tables first, then LaneTables by LaneColumn, then the
+// reference tables first, then LaneTables by LaneColumn (in their order,
+// each after the first colocated with it), then the
 // distributed tables co-located with ColocationAnchor, each after the
 // tables its foreign keys reference (Citus wants a referenced table
 // distributed first).
@@ -224,9 +227,16 @@ func CitusScript(tables []Distribution) string {
 			fmt.Fprintf(&b, "SELECT create_reference_table('%s');\n", t.Table)
 		}
 	}
-	for _, t := range tables {
-		if t.Kind == "lane" {
-			fmt.Fprintf(&b, "SELECT create_distributed_table('%s', '%s', colocate_with => 'none', shard_count => 1);\n", t.Table, LaneColumn)
+	lanes := ""
+	for _, name := range LaneTables {
+		i := slices.IndexFunc(tables, func(t Distribution) bool { return t.Table == name && t.Kind == "lane" })
+		switch {
+		case i < 0:
+		case lanes == "":
+			fmt.Fprintf(&b, "SELECT create_distributed_table('%s', '%s', colocate_with => 'none', shard_count => 1);\n", name, LaneColumn)
+			lanes = name
+		default:
+			fmt.Fprintf(&b, "SELECT create_distributed_table('%s', '%s', colocate_with => '%s');\n", name, LaneColumn, lanes)
 		}
 	}
 	placed := map[string]bool{}

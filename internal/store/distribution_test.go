@@ -103,8 +103,9 @@ func TestCheckDistributionFindsViolations(t *testing.T) {
 	}
 }
 
-// The Citus script places reference tables first and every distributed
-// table after the tables it references, co-located with the flow.
+// The Citus script places reference tables first, then the lane tables
+// together, and every distributed table after the tables it references,
+// co-located with the flow.
 func TestCitusScript(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -137,8 +138,15 @@ func TestCitusScript(t *testing.T) {
 				t.Errorf("reference table %s placed on line %d, after a distributed one", d.Table, at[d.Table])
 			}
 		case "lane":
-			if want := "SELECT create_distributed_table('" + d.Table + "', 'lane', colocate_with => 'none', shard_count => 1);"; at[d.Table] >= first || lines[at[d.Table]] != want {
-				t.Errorf("table %s placed on line %d as %q; want %q before the tables distributed by partition_key", d.Table, at[d.Table], lines[at[d.Table]], want)
+			// The first lane table in a group of its own, one shard; the
+			// others beside it.
+			want := "SELECT create_distributed_table('" + d.Table + "', 'lane', colocate_with => 'none', shard_count => 1);"
+			if d.Table != store.LaneTables[0] {
+				want = "SELECT create_distributed_table('" + d.Table + "', 'lane', colocate_with => '" + store.LaneTables[0] + "');"
+			}
+			if at[d.Table] >= first || at[d.Table] < at[store.LaneTables[0]] || lines[at[d.Table]] != want {
+				t.Errorf("table %s placed on line %d as %q; want %q after %s, before the tables distributed by partition_key",
+					d.Table, at[d.Table], lines[at[d.Table]], want, store.LaneTables[0])
 			}
 		case "distributed":
 			if d.Table != "ff_flow" && !strings.Contains(lines[at[d.Table]], "colocate_with => 'ff_flow'") {

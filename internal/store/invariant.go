@@ -120,6 +120,14 @@ var always = []check{
 		FROM ff_flow f
 		WHERE f.node_count <> (SELECT count(*) FROM ff_execution x WHERE x.partition_key = f.partition_key AND x.flow_id = f.flow_id)
 			OR f.edge_count <> (SELECT count(*) FROM ff_edge e WHERE e.partition_key = f.partition_key AND e.flow_id = f.flow_id)`, false},
+	{"a lane has a room exactly while it is capped or rate-limited", `
+		SELECT l.lane, 'no room' FROM ff_lane l
+		WHERE (l.max_running IS NOT NULL OR l.rate_count IS NOT NULL)
+			AND NOT EXISTS (SELECT 1 FROM ff_lane_room r WHERE r.lane = l.lane)
+		UNION ALL
+		SELECT r.lane, 'a room of a lane neither capped nor rate-limited' FROM ff_lane_room r
+		WHERE NOT EXISTS (SELECT 1 FROM ff_lane l WHERE l.lane = r.lane
+			AND (l.max_running IS NOT NULL OR l.rate_count IS NOT NULL))`, false},
 }
 
 // quiescent holds once every event has been dispatched and every cancel

@@ -16,13 +16,18 @@ import (
 	"github.com/flowfabric/ffd/ffdtype"
 )
 
-// tokensAt is the SQL expression of the rate tokens a row x of ff_lane
-// or ff_key holds at time t: what was left at tokens_at plus what the
-// rate has added since, at most the burst; a bucket never used is full.
+// tokensAt is the SQL expression of the rate tokens a row x of ff_key
+// holds at time t: what was left at tokens_at plus what the rate has
+// added since, at most the burst; a bucket never used is full.
 // Meaningful only when x.rate_count is set.
-func tokensAt(x, t string) string {
-	return `least(` + x + `.rate_burst::float8, coalesce(` + x + `.tokens + greatest(0, extract(epoch FROM ` + t + ` - ` + x + `.tokens_at))::float8
-		* ` + x + `.rate_count / extract(epoch FROM ` + x + `.rate_interval)::float8, ` + x + `.rate_burst::float8))`
+func tokensAt(x, t string) string { return bucketAt(x, x, t) }
+
+// bucketAt is tokensAt of a rate whose settings are row r's and whose
+// bucket is row b's: a lane's settings are in ff_lane, its bucket in
+// ff_lane_room.
+func bucketAt(r, b, t string) string {
+	return `least(` + r + `.rate_burst::float8, coalesce(` + b + `.tokens + greatest(0, extract(epoch FROM ` + t + ` - ` + b + `.tokens_at))::float8
+		* ` + r + `.rate_count / extract(epoch FROM ` + r + `.rate_interval)::float8, ` + r + `.rate_burst::float8))`
 }
 
 // dueFilter is the claim's test of a pending row e of lane $1, with the
@@ -138,12 +143,13 @@ const strictHeadSQL = `(SELECT h.execution_id FROM ff_execution h
 	WHERE h.state = 'pending' AND h.key_seq IS NOT NULL AND h.lane = $1 AND h.concurrency_key = g.key
 	ORDER BY h.key_seq LIMIT 1)`
 
-// laneLockSQL locks a capped or rate-limited lane's row, so that its
-// claims count the lane's room one after the other.
-const laneLockSQL = `SELECT 1 FROM ff_lane WHERE lane = $1 AND (max_running IS NOT NULL OR rate_count IS NOT NULL) FOR UPDATE`
+// laneLockSQL locks a capped or rate-limited lane's room, so that its
+// claims count it one after the other (a lane has a row of ff_lane_room
+// exactly while it is capped or rate-limited).
+const laneLockSQL = `SELECT 1 FROM ff_lane_room WHERE lane = $1 FOR UPDATE`
 
 // controlledClaimSQL claims from a lane under control. It runs after the
-// lane's row (when capped or rate-limited) and the keys whose turn it is
+// lane's room (when capped or rate-limited) and the keys whose turn it is
 // (turnKeysSetting names them) were locked by earlier statements of its
 // transaction, so its snapshot sees every claim that held those locks
 // before: its counts of running executions, and the tokens it reads, are
@@ -164,8 +170,8 @@ var controlledClaimSQL = `
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t),
 lane AS MATERIALIZED (
 	SELECT l.keyed, l.max_running,
-		CASE WHEN l.rate_count IS NOT NULL THEN ` + tokensAt("l", "clock.t") + ` END AS tokens
-	FROM ff_lane l, clock
+		CASE WHEN l.rate_count IS NOT NULL THEN ` + bucketAt("l", "b", "clock.t") + ` END AS tokens
+	FROM ff_lane l LEFT JOIN ff_lane_room b ON b.lane = l.lane, clock
 	WHERE l.lane = $1 AND NOT l.paused
 ),
 room AS MATERIALIZED (
@@ -231,9 +237,9 @@ spent_keys AS (
 	WHERE (SELECT bool_or(g.rated) FROM groups g) AND k.lane = $1 AND k.key = s.key AND k.rate_count IS NOT NULL
 ),
 spent_lane AS (
-	UPDATE ff_lane l SET tokens = ` + tokensAt("l", "clock.t") + ` - s.n, tokens_at = clock.t
-	FROM (SELECT count(*) AS n FROM claimed) s, clock
-	WHERE l.lane = $1 AND l.rate_count IS NOT NULL AND s.n > 0
+	UPDATE ff_lane_room b SET tokens = ` + bucketAt("l", "b", "clock.t") + ` - s.n, tokens_at = clock.t
+	FROM ff_lane l, (SELECT count(*) AS n FROM claimed) s, clock
+	WHERE b.lane = $1 AND l.lane = $1 AND l.rate_count IS NOT NULL AND s.n > 0
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, execution_id`
 
@@ -302,9 +308,9 @@ type Throttle struct {
 var throttleSQL = `
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t),
 lane_wait AS (
-	SELECT CASE WHEN l.rate_count IS NOT NULL AND ` + tokensAt("l", "clock.t") + ` < 1
-		THEN (1 - ` + tokensAt("l", "clock.t") + `) * extract(epoch FROM l.rate_interval)::float8 / l.rate_count END AS wait
-	FROM ff_lane l, clock WHERE l.lane = $1
+	SELECT CASE WHEN l.rate_count IS NOT NULL AND ` + bucketAt("l", "b", "clock.t") + ` < 1
+		THEN (1 - ` + bucketAt("l", "b", "clock.t") + `) * extract(epoch FROM l.rate_interval)::float8 / l.rate_count END AS wait
+	FROM ff_lane l LEFT JOIN ff_lane_room b ON b.lane = l.lane, clock WHERE l.lane = $1
 ),
 key_wait AS (
 	SELECT min((1 - ` + tokensAt("k", "clock.t") + `) * extract(epoch FROM k.rate_interval)::float8 / k.rate_count) AS wait

@@ -15,14 +15,13 @@ import (
 	"github.com/flowfabric/ffd/ffdtype"
 )
 
-// The controlled claim on a distributed Postgres. There a statement that
-// locks or writes rows of a reference table (ff_lane) may not read a
-// distributed one (ff_execution) beside them, ff_key is distributed by
-// lane (one shard, apart from ff_execution's), and a locking read must
+// The controlled claim on a distributed Postgres. There ff_key and
+// ff_lane_room are distributed by lane (one shard, apart from
+// ff_execution's), ff_lane is a reference table, and a locking read must
 // name one shard; so the claim is the single-node claim's steps as
 // separate statements of one transaction, the arithmetic in Go:
 //
-//  1. the lane's row, locked when capped or rate-limited, and its room:
+//  1. the lane's row, and its room, locked when capped or rate-limited:
 //     its cap less what runs in it (counted after the lock), its tokens;
 //  2. for a keyed lane, the keys whose turn it is, read without a lock
 //     (their rows, which have due work, which are below their limits),
@@ -36,9 +35,13 @@ import (
 //     left), and the keys' new turns and claimed counts in one;
 //  5. the tokens spent.
 //
-// Reading distributed tables in parallel and then writing a reference
-// table (a rate-limited lane's tokens) in one transaction is refused, so
-// the transaction runs Citus's multi-shard statements sequentially.
+// No statement of it writes a reference table, so the lane's and its
+// keys' rows are written on the node of their shard alone. The
+// transaction runs Citus's multi-shard statements sequentially, as it did
+// when the lane's tokens were a reference table's (reading distributed
+// tables in parallel and then writing a reference table in one
+// transaction is refused): the reads across the shards then use the one
+// connection per node the database is set to anyway.
 
 // routedLane is a lane's control row as the routed claim reads it.
 type routedLane struct {
@@ -97,8 +100,11 @@ type routedKey struct {
 func (k routedKey) turnLeft() int { return k.weight - min(k.turnUsed, k.weight-1) }
 
 const routedLaneSQL = `SELECT paused, keyed, max_running, rate_count,
-	(extract(epoch FROM rate_interval) * 1e6)::bigint, rate_burst, tokens, tokens_at
+	(extract(epoch FROM rate_interval) * 1e6)::bigint, rate_burst
 FROM ff_lane WHERE lane = $1`
+
+// routedRoomSQL reads a lane's rate bucket (ff_lane_room).
+const routedRoomSQL = `SELECT tokens, tokens_at FROM ff_lane_room WHERE lane = $1`
 
 const routedKeyColumns = `key, max_running, rate_count, (extract(epoch FROM rate_interval) * 1e6)::bigint,
 	rate_burst, tokens, tokens_at, weight, turn_used, strict, claimed`
@@ -275,13 +281,12 @@ func routedRead(ctx context.Context, tx pgx.Tx, lane string, c laneControl, caps
 	b := &pgx.Batch{}
 	b.Queue(`SET LOCAL citus.multi_shard_modify_mode TO 'sequential'`)
 	b.Queue(`SELECT now()`).QueryRow(func(row pgx.Row) error { return row.Scan(&st.now) })
-	sql := routedLaneSQL
 	if c.capped || c.rated {
-		sql += " FOR UPDATE"
+		queueLaneRoom(b, lane, st)
 	}
-	b.Queue(sql, lane).QueryRow(func(row pgx.Row) error {
+	b.Queue(routedLaneSQL, lane).QueryRow(func(row pgx.Row) error {
 		l := &st.lane
-		err := row.Scan(&l.paused, &l.keyed, &l.maxRunning, &l.rate.count, &l.rate.perUS, &l.rate.burst, &l.rate.tokens, &l.rate.at)
+		err := row.Scan(&l.paused, &l.keyed, &l.maxRunning, &l.rate.count, &l.rate.perUS, &l.rate.burst)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -302,6 +307,9 @@ func routedRead(ctx context.Context, tx pgx.Tx, lane string, c laneControl, caps
 	}
 	// The controls changed since they were read: read what they now need.
 	b = &pgx.Batch{}
+	if (st.lane.maxRunning != nil || st.lane.rate.count != nil) && !(c.capped || c.rated) {
+		queueLaneRoom(b, lane, st)
+	}
 	if st.lane.maxRunning != nil && !c.capped {
 		queueLaneRunning(b, lane, st)
 	}
@@ -312,6 +320,22 @@ func routedRead(ctx context.Context, tx pgx.Tx, lane string, c laneControl, caps
 		return st, tx.SendBatch(ctx, b).Close()
 	}
 	return st, nil
+}
+
+// queueLaneRoom queues the lock of lane's room (ff_lane_room) and the read
+// of its rate bucket into st: claims of a capped or rate-limited lane
+// count its room one after the other.
+func queueLaneRoom(b *pgx.Batch, lane string, st *routedState) {
+	b.Queue(routedRoomSQL+` FOR UPDATE`, lane).Query(scanRoom(&st.lane.rate))
+}
+
+// scanRoom scans the row of routedRoomSQL, if any, into r's bucket (none:
+// a full one).
+func scanRoom(r *rateState) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&r.tokens, &r.at}, func() error { return nil })
+		return err
+	}
 }
 
 // queueLaneRunning queues the count of lane's running executions into st.
@@ -813,7 +837,7 @@ func routedSpend(ctx context.Context, tx pgx.Tx, lane string, l routedLane, lane
 	}
 	b := &pgx.Batch{}
 	if laneRated {
-		b.Queue(`UPDATE ff_lane SET tokens = $2, tokens_at = $3 WHERE lane = $1`, lane, laneTokens-float64(len(out)), now)
+		b.Queue(`UPDATE ff_lane_room SET tokens = $2, tokens_at = $3 WHERE lane = $1`, lane, laneTokens-float64(len(out)), now)
 	}
 	taken := map[string]int{}
 	for _, x := range out {
@@ -856,13 +880,14 @@ func claimThrottleRouted(ctx context.Context, db DB, lane string, caps []string)
 		return err
 	})
 	b.Queue(routedLaneSQL, lane).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&l.paused, &l.keyed, &l.maxRunning, &l.rate.count, &l.rate.perUS, &l.rate.burst, &l.rate.tokens, &l.rate.at)
+		err := row.Scan(&l.paused, &l.keyed, &l.maxRunning, &l.rate.count, &l.rate.perUS, &l.rate.burst)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		laneFound = err == nil
 		return err
 	})
+	b.Queue(routedRoomSQL, lane).Query(scanRoom(&l.rate))
 	b.Queue(`SELECT `+routedKeyColumns+` FROM ff_key WHERE lane = $1 AND rate_count IS NOT NULL`, lane).Query(func(rows pgx.Rows) error {
 		var err error
 		keys, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (routedKey, error) { return scanRoutedKey(row) })

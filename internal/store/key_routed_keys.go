@@ -118,6 +118,25 @@ func listKeysRouted(ctx context.Context, db DB, lane string, after, key *string,
 	return out, nil
 }
 
+// laneBuckets reads the rate buckets of the lanes' rooms (only: of that
+// lane alone), by lane: apart from ff_lane, which a distributed Postgres
+// keeps on every node, as ff_lane_room is on one.
+func laneBuckets(ctx context.Context, db DB, only *string) (map[string]rateState, error) {
+	rows, err := db.Query(ctx, `SELECT lane, tokens, tokens_at FROM ff_lane_room WHERE $1::text IS NULL OR lane = $1`, only)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]rateState{}
+	var lane string
+	var r rateState
+	_, err = pgx.ForEachRow(rows, []any{&lane, &r.tokens, &r.at}, func() error {
+		out[lane] = r
+		r = rateState{}
+		return nil
+	})
+	return out, err
+}
+
 // listLanesRouted lists lanes under control ($1: only that one), with
 // what runs and is due in each, and, for keyed lanes, how many keys hold
 // due executions back (at their running limit or out of rate tokens) and
@@ -128,8 +147,12 @@ func listLanesRouted(ctx context.Context, db DB, only *string) ([]*ffdtype.Lane,
 	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return nil, err
 	}
+	buckets, err := laneBuckets(ctx, db, only)
+	if err != nil {
+		return nil, err
+	}
 	rows, err := db.Query(ctx, `SELECT lane, paused, coalesce(max_running, 0), rate_count,
-			(extract(epoch FROM rate_interval) * 1e6)::bigint, rate_burst, tokens, tokens_at, keyed, updated_at
+			(extract(epoch FROM rate_interval) * 1e6)::bigint, rate_burst, keyed, updated_at
 		FROM ff_lane WHERE $1::text IS NULL OR lane = $1 ORDER BY lane`, only)
 	if err != nil {
 		return nil, err
@@ -139,11 +162,13 @@ func listLanesRouted(ctx context.Context, db DB, only *string) ([]*ffdtype.Lane,
 	for rows.Next() {
 		var l ffdtype.Lane
 		var r rateState
-		if err := rows.Scan(&l.Name, &l.Paused, &l.MaxRunning, &r.count, &r.perUS, &r.burst, &r.tokens, &r.at, &l.Keyed, &l.UpdatedAt); err != nil {
+		if err := rows.Scan(&l.Name, &l.Paused, &l.MaxRunning, &r.count, &r.perUS, &r.burst, &l.Keyed, &l.UpdatedAt); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		if r.count != nil {
+			b := buckets[l.Name]
+			r.tokens, r.at = b.tokens, b.at
 			l.Rate = &ffdtype.Rate{Count: *r.count, Per: time.Duration(*r.perUS) * time.Microsecond, Burst: *r.burst}
 			l.Tokens, _ = r.tokensAt(now)
 		}

@@ -18,7 +18,9 @@ type LaneChange struct {
 
 // SetLane changes a lane's control, then wakes its workers. A row is kept
 // only while the lane is paused, capped, rate-limited or keyed, so that
-// claims in every other lane find none (and take no lock).
+// claims in every other lane find none (and take no lock); its room
+// (ff_lane_room, what its claims lock and its rate bucket) only while it
+// is capped or rate-limited.
 func SetLane(ctx context.Context, db DB, lane string, ch LaneChange) (*ffdtype.Lane, error) {
 	rateSet, count, per, burst := rateArgs(ch.Rate)
 	var l *ffdtype.Lane
@@ -26,7 +28,7 @@ func SetLane(ctx context.Context, db DB, lane string, ch LaneChange) (*ffdtype.L
 		// The time goes in through VALUES: a distributed Postgres allows
 		// only immutable functions in DO UPDATE SET. A rate set anew
 		// starts with a full bucket.
-		var keep bool
+		var keep, room bool
 		err := tx.QueryRow(ctx, `INSERT INTO ff_lane AS l (lane, paused, max_running, rate_count, rate_interval, rate_burst, updated_at)
 			VALUES ($1, coalesce($2, false), CASE WHEN $3::int > 0 THEN $3::int END,
 				$5::int, $6::bigint * interval '1 microsecond', $7::int, $8)
@@ -36,12 +38,14 @@ func SetLane(ctx context.Context, db DB, lane string, ch LaneChange) (*ffdtype.L
 				rate_count = CASE WHEN $4::boolean THEN excluded.rate_count ELSE l.rate_count END,
 				rate_interval = CASE WHEN $4::boolean THEN excluded.rate_interval ELSE l.rate_interval END,
 				rate_burst = CASE WHEN $4::boolean THEN excluded.rate_burst ELSE l.rate_burst END,
-				tokens = CASE WHEN $4::boolean THEN NULL ELSE l.tokens END,
-				tokens_at = CASE WHEN $4::boolean THEN NULL ELSE l.tokens_at END,
 				updated_at = excluded.updated_at
-			RETURNING l.paused OR l.max_running IS NOT NULL OR l.rate_count IS NOT NULL OR l.keyed`,
-			lane, ch.Paused, ch.MaxRunning, rateSet, count, per, burst, time.Now()).Scan(&keep)
+			RETURNING l.paused OR l.max_running IS NOT NULL OR l.rate_count IS NOT NULL OR l.keyed,
+				l.max_running IS NOT NULL OR l.rate_count IS NOT NULL`,
+			lane, ch.Paused, ch.MaxRunning, rateSet, count, per, burst, time.Now()).Scan(&keep, &room)
 		if err != nil {
+			return err
+		}
+		if err := setLaneRoom(ctx, tx, lane, room, rateSet); err != nil {
 			return err
 		}
 		if !keep {
@@ -67,6 +71,21 @@ func SetLane(ctx context.Context, db DB, lane string, ch LaneChange) (*ffdtype.L
 		return nil, wrap("set lane "+lane, err)
 	}
 	return l, nil
+}
+
+// setLaneRoom keeps lane's row of ff_lane_room while it is capped or
+// rate-limited (room), and empties its bucket when its rate is set anew
+// (a new rate starts with a full bucket).
+func setLaneRoom(ctx context.Context, tx pgx.Tx, lane string, room, rateSet bool) error {
+	sql := `DELETE FROM ff_lane_room WHERE lane = $1`
+	switch {
+	case room && rateSet:
+		sql = `INSERT INTO ff_lane_room (lane) VALUES ($1) ON CONFLICT (lane) DO UPDATE SET tokens = NULL, tokens_at = NULL`
+	case room:
+		sql = `INSERT INTO ff_lane_room (lane) VALUES ($1) ON CONFLICT (lane) DO NOTHING`
+	}
+	_, err := tx.Exec(ctx, sql, lane)
+	return err
 }
 
 // ListLanes lists the lanes under control (a lane without a control row

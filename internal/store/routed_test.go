@@ -440,6 +440,38 @@ func TestRoutedThrottle(t *testing.T) {
 	}
 }
 
+// The routed claim of a rate-limited, capped lane locks the lane's room
+// and spends the lane's tokens there, as the single-node claim does, and
+// its throttle reads them there. Not parallel: RouteAll.
+func TestRoutedLaneRoom(t *testing.T) {
+	var ps []ffdtype.CreateParams
+	for range 3 {
+		ps = append(ps, ffdtype.CreateParams{Lane: "rated"})
+	}
+	ctx, db := routedWith(t, ps)
+	five := 5
+	twoAnHour := &ffdtype.Rate{Count: 2, Per: time.Hour, Burst: 2}
+	if _, err := store.SetLane(ctx, db.Pool, "rated", store.LaneChange{MaxRunning: &five, Rate: twoAnHour}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{2, 0} {
+		xs, th, err := store.ClaimThrottled(ctx, db.Pool, "rated", nil, 10, "w/1")
+		if err != nil || len(xs) != want {
+			t.Fatalf("claim %d: %d executions, %v; want %d (the lane's burst, then none)", i, len(xs), err, want)
+		}
+		if !th.Held || th.Retry < 29*time.Minute || th.Retry > 30*time.Minute {
+			t.Fatalf("claim %d: throttle %+v; want held, the lane's next token in about half an hour", i, th)
+		}
+		var tokens float64
+		if err := db.Pool.QueryRow(ctx, `SELECT tokens FROM ff_lane_room WHERE lane = 'rated'`).Scan(&tokens); err != nil || tokens > 0.01 {
+			t.Fatalf("claim %d: the lane's room holds %v tokens, %v; want the burst spent", i, tokens, err)
+		}
+	}
+	if err := store.CheckInvariants(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // routedWith routes every statement for the test (store.RouteAll), and
 // returns a context bounded by a minute and a database holding ps.
 func routedWith(t *testing.T, ps []ffdtype.CreateParams) (context.Context, *testdb.DB) {
