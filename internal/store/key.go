@@ -169,7 +169,7 @@ const laneLockSQL = `SELECT 1 FROM ff_lane_room WHERE lane = $1 FOR UPDATE`
 var controlledClaimSQL = `
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t),
 lane AS MATERIALIZED (
-	SELECT l.keyed, l.max_running,
+	SELECT l.keyed, l.max_running, l.rate_count, l.rate_interval, l.rate_burst,
 		CASE WHEN l.rate_count IS NOT NULL THEN ` + bucketAt("l", "b", "clock.t") + ` END AS tokens
 	FROM ff_lane l LEFT JOIN ff_lane_room b ON b.lane = l.lane, clock
 	WHERE l.lane = $1 AND NOT l.paused
@@ -237,9 +237,9 @@ spent_keys AS (
 	WHERE (SELECT bool_or(g.rated) FROM groups g) AND k.lane = $1 AND k.key = s.key AND k.rate_count IS NOT NULL
 ),
 spent_lane AS (
-	UPDATE ff_lane_room b SET tokens = ` + bucketAt("l", "b", "clock.t") + ` - s.n, tokens_at = clock.t
-	FROM ff_lane l, (SELECT count(*) AS n FROM claimed) s, clock
-	WHERE b.lane = $1 AND l.lane = $1 AND l.rate_count IS NOT NULL AND s.n > 0
+	UPDATE ff_lane_room b SET tokens = ` + bucketAt("lane", "b", "clock.t") + ` - s.n, tokens_at = clock.t
+	FROM lane, (SELECT count(*) AS n FROM claimed) s, clock
+	WHERE b.lane = $1 AND lane.rate_count IS NOT NULL AND s.n > 0
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, execution_id`
 
