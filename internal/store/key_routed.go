@@ -37,11 +37,10 @@ import (
 //
 // No statement of it writes a reference table, so the lane's and its
 // keys' rows are written on the node of their shard alone. The
-// transaction runs Citus's multi-shard statements sequentially, as it did
-// when the lane's tokens were a reference table's (reading distributed
-// tables in parallel and then writing a reference table in one
-// transaction is refused): the reads across the shards then use the one
-// connection per node the database is set to anyway.
+// transaction runs Citus's multi-shard statements sequentially all the
+// same: a caller's transaction (ClaimTx) may go on to write a reference
+// table, which Citus refuses after a parallel read of distributed tables
+// in the same transaction.
 
 // routedLane is a lane's control row as the routed claim reads it.
 type routedLane struct {
@@ -245,7 +244,7 @@ func claimControlledRouted(ctx context.Context, db DB, lane string, c laneContro
 		}
 		if len(picked) == 0 {
 			// Nothing left to take: the turns are recorded all the same.
-			return turns.record(ctx, tx, lane, nil)
+			return turns.record(ctx, tx, lane)
 		}
 		if out, err = routedClaim(ctx, tx, lane, picked, turns, worker, st.now); err != nil {
 			return err
@@ -437,10 +436,11 @@ func (t keyTurns) queue(b *pgx.Batch, lane string, picked []routedCandidate) {
 	b.Queue(keyTurnsSQL, lane, t.keys, t.served, t.used, n)
 }
 
-// record writes the turns in a round trip of their own, with picked.
-func (t keyTurns) record(ctx context.Context, tx pgx.Tx, lane string, picked []routedCandidate) error {
+// record writes the turns, with nothing picked, in a round trip of their
+// own.
+func (t keyTurns) record(ctx context.Context, tx pgx.Tx, lane string) error {
 	b := &pgx.Batch{}
-	if t.queue(b, lane, picked); b.Len() == 0 {
+	if t.queue(b, lane, nil); b.Len() == 0 {
 		return nil
 	}
 	return tx.SendBatch(ctx, b).Close()
@@ -864,7 +864,7 @@ func routedSpend(ctx context.Context, tx pgx.Tx, lane string, l routedLane, lane
 
 // claimThrottleRouted is ClaimThrottle on a distributed Postgres: the
 // same answer from separate reads, in one round trip (the time, the keys
-// with due work, the lane's row, its rate-limited keys).
+// with due work, the lane's row and room, its rate-limited keys).
 func claimThrottleRouted(ctx context.Context, db DB, lane string, caps []string) (Throttle, error) {
 	var t Throttle
 	var now time.Time

@@ -118,9 +118,9 @@ func listKeysRouted(ctx context.Context, db DB, lane string, after, key *string,
 	return out, nil
 }
 
-// laneBuckets reads the rate buckets of the lanes' rooms (only: of that
-// lane alone), by lane: apart from ff_lane, which a distributed Postgres
-// keeps on every node, as ff_lane_room is on one.
+// laneBuckets reads the rate buckets of the lanes' rooms (only: that
+// lane's), by lane. A read of its own: on a distributed Postgres
+// ff_lane_room lies on one node and ff_lane on every node.
 func laneBuckets(ctx context.Context, db DB, only *string) (map[string]rateState, error) {
 	rows, err := db.Query(ctx, `SELECT lane, tokens, tokens_at FROM ff_lane_room WHERE $1::text IS NULL OR lane = $1`, only)
 	if err != nil {
