@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -194,9 +195,9 @@ func TestCitusBudget(t *testing.T) {
 // one union); the lock of the turn's keys, which reads what claims took
 // of them since (their claimed counts; it was a second read of every
 // shard, counting their running executions again); one batch of the
-// turns' counts and the candidates (a read of each shard holding due
-// work of the turn's keys); the claim (a batch of a statement per shard,
-// and the keys' claimed counts); COMMIT. Eight keys due on two shards, four
+// candidates (a read of each shard holding due work of the turn's keys);
+// the claim (a batch of a statement per shard, and one of the keys'
+// turns and claimed counts: they were two); COMMIT. Eight keys due on two shards, four
 // on each (a turn takes from the shards of its first key and one more:
 // store's turnFocus). It was 14 round trips with each of those reads its own, and
 // before that the candidates were read per key across the shards (8 more
@@ -205,6 +206,20 @@ func TestCitusBudget(t *testing.T) {
 const (
 	budgetCitusKeyedClaimRoundTrips = 7
 	budgetCitusKeyedClaimWideReads  = 1
+)
+
+// A claim of a capped, rate-limited lane without keys on a distributed
+// Postgres, found under control a moment before: the lane's controls;
+// BEGIN; one batch of the setting, the time, the lock of the lane's room
+// (ff_lane_room, one shard) with its tokens, the lane's row, and the
+// count of what runs in it (a read of every shard); one read of every
+// shard for the lane's best due executions; the claim (a statement per
+// shard, in one batch); the tokens spent (the lane's room); COMMIT. The
+// lock and the tokens were the lane's row of ff_lane, a reference table:
+// a lock on every node, and a two-phase commit over every node.
+const (
+	budgetCitusRatedClaimRoundTrips = 7
+	budgetCitusRatedClaimWideReads  = 2
 )
 
 // TestCitusKeyedClaimBudget counts a keyed claim's statements on the
@@ -250,6 +265,68 @@ func TestCitusKeyedClaimBudget(t *testing.T) {
 		t.Fatalf("the keyed claim took %d executions of %d keys, want %d, one of each key", len(xs), len(got), keys)
 	}
 	claim.check(t, "a keyed claim of eight keys on two shards", budgetCitusKeyedClaimRoundTrips, budgetCitusKeyedClaimWideReads)
+}
+
+// TestCitusRatedClaimBudget is not parallel: store.RouteAll.
+func TestCitusRatedClaimBudget(t *testing.T) {
+	restore := store.RouteAll()
+	defer restore()
+	ctx, db, _ := budgetSetup(t)
+	creator := budgetClient(t, budgetPool(t, ctx, db.URL, nil, 4))
+	tracer := &shardTracer{}
+	traced := budgetPool(t, ctx, db.URL, tracer, 1)
+	c := budgetClient(t, traced)
+	warmDistributed(t, ctx, traced)
+	const lane, n = "citus-rated", 8
+	if _, err := creator.SetLaneLimit(ctx, lane, 100, ffd.NewLane()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := creator.SetLaneRate(ctx, lane, ffd.Rate{Count: 1000, Per: time.Second}, ffd.NewLane()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n + 1 {
+		if _, err := creator.Create(ctx, ffd.CreateParams{Lane: lane, IdempotencyKey: keyOnShardN(t, "default", 8*(i%2), i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A first claim finds the lane under control.
+	if xs, err := c.Claim(ctx, ffd.ClaimParams{Lane: lane, Worker: "budget/rated", Max: 1}); err != nil || len(xs) != 1 {
+		t.Fatalf("the first claim: %v (%d claimed, want 1)", err, len(xs))
+	}
+	var xs []*ffd.Execution
+	claim := tracer.measure(func() {
+		var err error
+		if xs, err = c.Claim(ctx, ffd.ClaimParams{Lane: lane, Worker: "budget/rated", Max: n}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if len(xs) != n {
+		t.Fatalf("the claim took %d executions, want %d", len(xs), n)
+	}
+	claim.check(t, "a claim of a capped, rate-limited lane on two shards", budgetCitusRatedClaimRoundTrips, budgetCitusRatedClaimWideReads)
+}
+
+// Statements that write or lock a reference table, and ones that do not.
+func TestWritesReference(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		sql  string
+		want bool
+	}{
+		{`SELECT paused, keyed FROM ff_lane WHERE lane = $1 FOR UPDATE`, true},
+		{`UPDATE ff_lane SET tokens = $2, tokens_at = $3 WHERE lane = $1`, true},
+		{`INSERT INTO ff_lane (lane, keyed) VALUES ($1, true) ON CONFLICT (lane) DO UPDATE SET keyed = true`, true},
+		{`SELECT f.key FROM ff_key f JOIN ff_lane l ON l.lane = f.lane FOR NO KEY UPDATE OF l`, true},
+		{`UPDATE ff_execution e SET state = 'running' WHERE e.ctid = ANY(ARRAY(SELECT p.ctid FROM ff_execution p
+			WHERE NOT EXISTS (SELECT 1 FROM ff_lane l WHERE l.lane = $1) FOR NO KEY UPDATE OF p SKIP LOCKED))`, false},
+		{`SELECT 1 FROM ff_lane_room WHERE lane = $1 FOR UPDATE`, false},
+		{`UPDATE ff_lane_room SET tokens = $2, tokens_at = $3 WHERE lane = $1`, false},
+		{`SELECT paused, max_running FROM ff_lane WHERE lane = $1`, false},
+	} {
+		if got := writesReference(tc.sql); got != tc.want {
+			t.Errorf("writesReference(%q) = %v, want %v", tc.sql, got, tc.want)
+		}
+	}
 }
 
 // dispatchShards completes the first steps of flows on partitions 3 and
@@ -489,13 +566,52 @@ func (s *shardTracer) measure(f func()) traced {
 	return traced{statements: s.statements, roundTrips: s.roundTrips}
 }
 
+// writesReference reports a statement that writes or locks rows of a
+// reference table: on a distributed Postgres that takes a lock on every
+// node until a two-phase commit, and such statements run one at a time
+// across the cluster. A locking clause locks the tables its OF names
+// (their aliases), or, without OF, every table of its FROM.
+func writesReference(sql string) bool {
+	names := strings.Join(store.ReferenceTables, "|")
+	if regexp.MustCompile(`(?is)\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+(` + names + `)\b`).MatchString(sql) {
+		return true
+	}
+	for _, m := range lockingClause.FindAllStringSubmatch(sql, -1) {
+		if m[2] == "" {
+			if regexp.MustCompile(`(?is)\bFROM\s+(` + names + `)\b`).MatchString(sql) {
+				return true
+			}
+			continue
+		}
+		for _, alias := range strings.Split(m[2], ",") {
+			if aliasOf(sql, regexp.QuoteMeta(strings.TrimSpace(alias)), names) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// lockingClause finds FOR UPDATE and its kin, with the aliases of OF.
+var lockingClause = regexp.MustCompile(`(?is)\bFOR\s+(UPDATE|NO\s+KEY\s+UPDATE|SHARE|KEY\s+SHARE)\b(?:\s+OF\s+([a-z_][a-z0-9_]*(?:\s*,\s*[a-z_][a-z0-9_]*)*))?`)
+
+// aliasOf reports alias naming a reference table in sql: the table
+// itself, or one FROM or JOIN binds to it.
+func aliasOf(sql, alias, names string) bool {
+	return regexp.MustCompile(`(?is)^(`+names+`)$`).MatchString(alias) ||
+		regexp.MustCompile(`(?is)\b(FROM|JOIN)\s+(`+names+`)\s+(AS\s+)?`+alias+`\b`).MatchString(sql)
+}
+
 // check compares an operation's round trips and its reads across every
 // shard with the budget, and refuses any statement that names more than
-// one shard.
+// one shard, or writes or locks a reference table.
 func (tr traced) check(t *testing.T, what string, roundTrips, wideReads int) {
 	t.Helper()
 	wide := 0
 	for _, st := range tr.statements {
+		if writesReference(st.sql) {
+			t.Errorf("%s: a statement writes or locks a reference table, on every node, want none:\n%s", what, st.sql)
+		}
 		switch {
 		case !distributedTables.MatchString(st.sql):
 			// BEGIN, COMMIT, a setting, a notification: no shard.
