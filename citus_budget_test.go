@@ -212,14 +212,21 @@ const (
 // Postgres, found under control a moment before: the lane's controls;
 // BEGIN; one batch of the setting, the time, the lock of the lane's room
 // (ff_lane_room, one shard) with its tokens, the lane's row, and the
-// count of what runs in it (a read of every shard); one read of every
-// shard for the lane's best due executions; the claim (a statement per
-// shard, in one batch); the tokens spent (the lane's room); COMMIT. The
-// lock and the tokens were the lane's row of ff_lane, a reference table:
-// a lock on every node, and a two-phase commit over every node.
+// count of what runs in it (a read of every shard); a claim of each shard
+// of the lane's hint, which the claim before read (claimShards: it was
+// one read of every shard for the lane's best due executions at each
+// claim, then a batch of the shards' claims); the tokens spent (the
+// lane's room); COMMIT. The lock and the tokens were the lane's row of
+// ff_lane, a reference table: a lock on every node, and a two-phase
+// commit over every node. A capped lane without a rate: its controls;
+// BEGIN; the lock of its room and its row; the count of what runs; a
+// claim of each shard of the hint; COMMIT (it was a read of every shard
+// too, and a lock of ff_lane's row).
 const (
-	budgetCitusRatedClaimRoundTrips = 7
-	budgetCitusRatedClaimWideReads  = 2
+	budgetCitusRatedClaimRoundTrips  = 7
+	budgetCitusRatedClaimWideReads   = 1
+	budgetCitusCappedClaimRoundTrips = 7
+	budgetCitusCappedClaimWideReads  = 1
 )
 
 // TestCitusKeyedClaimBudget counts a keyed claim's statements on the
@@ -277,33 +284,45 @@ func TestCitusRatedClaimBudget(t *testing.T) {
 	traced := budgetPool(t, ctx, db.URL, tracer, 1)
 	c := budgetClient(t, traced)
 	warmDistributed(t, ctx, traced)
-	const lane, n = "citus-rated", 8
-	if _, err := creator.SetLaneLimit(ctx, lane, 100, ffd.NewLane()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := creator.SetLaneRate(ctx, lane, ffd.Rate{Count: 1000, Per: time.Second}, ffd.NewLane()); err != nil {
-		t.Fatal(err)
-	}
-	for i := range n + 1 {
-		if _, err := creator.Create(ctx, ffd.CreateParams{Lane: lane, IdempotencyKey: keyOnShardN(t, "default", 8*(i%2), i)}); err != nil {
+	for li, tc := range []struct {
+		lane              string
+		rated             bool
+		roundTrips, wides int
+	}{
+		{"citus-rated", true, budgetCitusRatedClaimRoundTrips, budgetCitusRatedClaimWideReads},
+		{"citus-capped", false, budgetCitusCappedClaimRoundTrips, budgetCitusCappedClaimWideReads},
+	} {
+		const n = 8
+		seen := 1000 * (li + 1) // idempotency keys of its own
+		if _, err := creator.SetLaneLimit(ctx, tc.lane, 100, ffd.NewLane()); err != nil {
 			t.Fatal(err)
 		}
-	}
-	// A first claim finds the lane under control.
-	if xs, err := c.Claim(ctx, ffd.ClaimParams{Lane: lane, Worker: "budget/rated", Max: 1}); err != nil || len(xs) != 1 {
-		t.Fatalf("the first claim: %v (%d claimed, want 1)", err, len(xs))
-	}
-	var xs []*ffd.Execution
-	claim := tracer.measure(func() {
-		var err error
-		if xs, err = c.Claim(ctx, ffd.ClaimParams{Lane: lane, Worker: "budget/rated", Max: n}); err != nil {
-			t.Fatal(err)
+		if tc.rated {
+			if _, err := creator.SetLaneRate(ctx, tc.lane, ffd.Rate{Count: 1000, Per: time.Second}, ffd.NewLane()); err != nil {
+				t.Fatal(err)
+			}
 		}
-	})
-	if len(xs) != n {
-		t.Fatalf("the claim took %d executions, want %d", len(xs), n)
+		for i := range n + 1 {
+			if _, err := creator.Create(ctx, ffd.CreateParams{Lane: tc.lane, IdempotencyKey: keyOnShardN(t, "default", 8*(i%2), seen+i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A first claim finds the lane under control, and reads its hint.
+		if xs, err := c.Claim(ctx, ffd.ClaimParams{Lane: tc.lane, Worker: "budget/controlled", Max: 1}); err != nil || len(xs) != 1 {
+			t.Fatalf("%s: the first claim: %v (%d claimed, want 1)", tc.lane, err, len(xs))
+		}
+		var xs []*ffd.Execution
+		claim := tracer.measure(func() {
+			var err error
+			if xs, err = c.Claim(ctx, ffd.ClaimParams{Lane: tc.lane, Worker: "budget/controlled", Max: n}); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if len(xs) != n {
+			t.Fatalf("%s: the claim took %d executions, want %d", tc.lane, len(xs), n)
+		}
+		claim.check(t, "a claim of lane "+tc.lane+" on two shards", tc.roundTrips, tc.wides)
 	}
-	claim.check(t, "a claim of a capped, rate-limited lane on two shards", budgetCitusRatedClaimRoundTrips, budgetCitusRatedClaimWideReads)
 }
 
 // Statements that write or lock a reference table, and ones that do not.

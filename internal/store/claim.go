@@ -249,16 +249,17 @@ func claimCapped(ctx context.Context, db DB, lane string, caps []string, max int
 	return out, err
 }
 
-// claimRouted claims on a distributed Postgres. In its own transaction
-// it claims shard by shard (claimShards); in a caller's transaction, or
-// with a capped lane's row locked, it reads where the best candidates are
-// (a read locks nothing, so it may span every shard), then claims from
-// the shards they are in, as many as it found there, in one pipelined
-// batch of statements that each name the partitions of one shard
-// (byShard): a transaction that writes every shard it names.
+// claimRouted claims on a distributed Postgres. In its own transaction,
+// or with a capped lane's room locked (in the transaction that holds
+// it), it claims shard by shard (claimShards); in a caller's transaction
+// it reads where the best candidates are (a read locks nothing, so it may
+// span every shard), then claims from the shards they are in, as many as
+// it found there, in one pipelined batch of statements that each name
+// the partitions of one shard (byShard): a transaction that writes every
+// shard it names.
 func claimRouted(ctx context.Context, db DB, lane string, caps []string, max int, worker string, locked bool) ([]*ffdtype.Execution, error) {
-	if !inCallerTx(db) && !locked {
-		return claimShards(ctx, db, lane, caps, max, worker)
+	if locked || !inCallerTx(db) {
+		return claimShards(ctx, db, lane, caps, max, worker, locked)
 	}
 	cands, err := pickPartitions(ctx, db, lane, caps, max, locked)
 	if err != nil || len(cands) == 0 {

@@ -130,7 +130,16 @@ func hintFor(db DB, lane string) *shardHint {
 // (once per call) when it runs out. What it claimed before an error is
 // returned without the error: those leases are the caller's, and the
 // error comes again at the next claim.
-func claimShards(ctx context.Context, db DB, lane string, caps []string, max int, worker string) ([]*ffdtype.Execution, error) {
+//
+// controlled: db is the transaction of a claim that holds a controlled
+// lane's room (claimCapped, claimControlledRouted), which takes from the
+// lane although it has a control row, and whose statements commit or
+// roll back together: an error returns nothing claimed.
+func claimShards(ctx context.Context, db DB, lane string, caps []string, max int, worker string, controlled bool) ([]*ffdtype.Execution, error) {
+	partial := partial
+	if controlled {
+		partial = func(_ []*ffdtype.Execution, err error) ([]*ffdtype.Execution, error) { return nil, err }
+	}
 	h := hintFor(db, lane)
 	var out []*ffdtype.Execution
 	read := false
@@ -141,7 +150,7 @@ func claimShards(ctx context.Context, db DB, lane string, caps []string, max int
 				break
 			}
 			read = true
-			shards, err := dueShards(ctx, db, lane, caps, max)
+			shards, err := dueShards(ctx, db, lane, caps, max, controlled)
 			if err != nil || len(shards) == 0 {
 				return partial(out, err)
 			}
@@ -149,7 +158,7 @@ func claimShards(ctx context.Context, db DB, lane string, caps []string, max int
 			continue
 		}
 		want := min(max-len(out), shardVisit-sh.taken)
-		xs, err := queryExecutions(db.Query(ctx, claimRoutedSQL, lane, caps, want, worker, false, sh.parts))
+		xs, err := queryExecutions(db.Query(ctx, claimRoutedSQL, lane, caps, want, worker, controlled, sh.parts))
 		out = append(out, xs...)
 		if err != nil {
 			return partial(out, err)
@@ -175,9 +184,9 @@ func partial(out []*ffdtype.Execution, err error) ([]*ffdtype.Execution, error) 
 // first, each as every partition it holds (the claim that follows takes
 // whatever the shard has, not only what the read saw) and how many of
 // them the read saw there.
-func dueShards(ctx context.Context, db DB, lane string, caps []string, want int) ([]hintedShard, error) {
+func dueShards(ctx context.Context, db DB, lane string, caps []string, want int, controlled bool) ([]hintedShard, error) {
 	limit := max(want, pickFloor)
-	cands, err := pickPartitions(ctx, db, lane, caps, limit, false)
+	cands, err := pickPartitions(ctx, db, lane, caps, limit, controlled)
 	if err != nil || len(cands) == 0 {
 		return nil, err
 	}

@@ -35,6 +35,11 @@ import (
 //     left), and the keys' new turns and claimed counts in one;
 //  5. the tokens spent.
 //
+// A lane without keys skips steps 2 to 4: it takes its room shard by
+// shard from the lane's hint (claimShards), as a lane without control
+// does, without a read of every shard for its best due executions at
+// each claim.
+//
 // No statement of it writes a reference table, so the lane's and its
 // keys' rows are written on the node of their shard alone. The
 // transaction runs Citus's multi-shard statements sequentially all the
@@ -231,12 +236,17 @@ func claimControlledRouted(ctx context.Context, db DB, lane string, c laneContro
 		if room <= 0 {
 			return nil
 		}
-		groups := []routedGroup{{key: "", room: room, weight: 1}}
-		var turns keyTurns
-		if st.lane.keyed {
-			if groups, turns, err = routedTurn(ctx, tx, lane, st, room); err != nil {
+		if !st.lane.keyed {
+			// One group, the lane's: shard by shard from the lane's hint,
+			// as a claim of a lane without control takes it.
+			if out, err = claimShards(ctx, tx, lane, caps, room, worker, true); err != nil {
 				return err
 			}
+			return routedSpend(ctx, tx, lane, st.lane, laneRated, laneTokens, nil, out, st.now)
+		}
+		groups, turns, err := routedTurn(ctx, tx, lane, st, room)
+		if err != nil {
+			return err
 		}
 		picked, err := routedPick(ctx, tx, lane, caps, groups, room)
 		if err != nil {
@@ -648,9 +658,9 @@ func routedTakeTurns(now time.Time, turn []routedKey, parts map[string][]int16,
 // either one statement per group, naming its partitions, or one
 // statement per shard holding any of their due work, for all of them:
 // each a statement a distributed Postgres routes to the shards it names.
-// The form of fewer statements (perShard) is taken. A key of strict order,
-// and the group of a lane without keys, are read across the shards (a
-// strict key's head is the lowest sequence of all of them).
+// The form of fewer statements (perShard) is taken. A key of strict order
+// is read across the shards (its head is the lowest sequence of all of
+// them).
 func routedPick(ctx context.Context, tx pgx.Tx, lane string, caps []string, groups []routedGroup, room int) ([]routedCandidate, error) {
 	b := &pgx.Batch{}
 	found := make([][]routedCandidate, len(groups))
