@@ -233,14 +233,7 @@ const (
 // routed form: a turn of eight keys on two shards reads the candidates
 // shard by shard, no statement naming more than one shard. Not parallel: store.RouteAll.
 func TestCitusKeyedClaimBudget(t *testing.T) {
-	restore := store.RouteAll()
-	defer restore()
-	ctx, db, _ := budgetSetup(t)
-	creator := budgetClient(t, budgetPool(t, ctx, db.URL, nil, 4))
-	tracer := &shardTracer{}
-	traced := budgetPool(t, ctx, db.URL, tracer, 1)
-	c := budgetClient(t, traced)
-	warmDistributed(t, ctx, traced)
+	ctx, creator, tracer, c := claimBudgetSetup(t)
 	create := func(key string, shard, n int) {
 		t.Helper()
 		if _, err := creator.Create(ctx, ffd.CreateParams{Lane: "citus-keyed", ConcurrencyKey: key,
@@ -274,16 +267,23 @@ func TestCitusKeyedClaimBudget(t *testing.T) {
 	claim.check(t, "a keyed claim of eight keys on two shards", budgetCitusKeyedClaimRoundTrips, budgetCitusKeyedClaimWideReads)
 }
 
-// TestCitusRatedClaimBudget is not parallel: store.RouteAll.
-func TestCitusRatedClaimBudget(t *testing.T) {
-	restore := store.RouteAll()
-	defer restore()
+// claimBudgetSetup routes every statement until the test ends
+// (store.RouteAll), and returns a client for the set-up, and a client of
+// one connection whose statements tracer counts, warmed.
+func claimBudgetSetup(t *testing.T) (context.Context, *ffd.Client, *shardTracer, *ffd.Client) {
+	t.Helper()
+	t.Cleanup(store.RouteAll())
 	ctx, db, _ := budgetSetup(t)
 	creator := budgetClient(t, budgetPool(t, ctx, db.URL, nil, 4))
 	tracer := &shardTracer{}
 	traced := budgetPool(t, ctx, db.URL, tracer, 1)
-	c := budgetClient(t, traced)
 	warmDistributed(t, ctx, traced)
+	return ctx, creator, tracer, budgetClient(t, traced)
+}
+
+// TestCitusRatedClaimBudget is not parallel: store.RouteAll.
+func TestCitusRatedClaimBudget(t *testing.T) {
+	ctx, creator, tracer, c := claimBudgetSetup(t)
 	for li, tc := range []struct {
 		lane              string
 		rated             bool
