@@ -20,7 +20,7 @@
 -- migrate distribution` places it), it stays a plain table.
 SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
 CREATE TABLE ff_lane_room (
-    lane      text PRIMARY KEY CHECK (lane ~ '^[A-Za-z0-9_.:-]{1,128}$'),
+    lane      text PRIMARY KEY CHECK (length(lane) >= 1 AND length(lane) <= 128 AND lane ~ '^[A-Za-z0-9_.:-]+$'),
     tokens    double precision,
     tokens_at timestamptz
 );
