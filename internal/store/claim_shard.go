@@ -138,7 +138,13 @@ func hintFor(db DB, lane string) *shardHint {
 func claimShards(ctx context.Context, db DB, lane string, caps []string, max int, worker string, controlled bool) ([]*ffdtype.Execution, error) {
 	partial := partial
 	if controlled {
-		partial = func(_ []*ffdtype.Execution, err error) ([]*ffdtype.Execution, error) { return nil, err }
+		partial = func(out []*ffdtype.Execution, err error) ([]*ffdtype.Execution, error) {
+			if err != nil {
+				return nil, err
+			}
+			sortClaimed(out)
+			return out, nil
+		}
 	}
 	h := hintFor(db, lane)
 	var out []*ffdtype.Execution

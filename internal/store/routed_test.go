@@ -472,6 +472,47 @@ func TestRoutedLaneRoom(t *testing.T) {
 	}
 }
 
+// A controlled lane's claim on the routed form takes its room shard by
+// shard from the hint of its connection, and returns every execution it
+// took: the second claim below empties the hinted shard, finds the lane
+// dry on a read of the hint, and must return what it took before that
+// read (it returned nothing, and left them running for their leases to
+// expire). Not parallel: RouteAll.
+func TestRoutedControlledClaimReturnsWhatItTook(t *testing.T) {
+	ctx, db := routedWith(t, nil)
+	for i := range 3 { // on one shard
+		p := ffdtype.CreateParams{Lane: "hinted", IdempotencyKey: idempotencyKeyOnShard(t, 5, i)}
+		if _, _, err := leases.Create(ctx, db.Pool, leases.Limits{}, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	many := &ffdtype.Rate{Count: 1000, Per: time.Second, Burst: 1000}
+	if _, err := store.SetLane(ctx, db.Pool, "hinted", store.LaneChange{Rate: many}); err != nil {
+		t.Fatal(err)
+	}
+	// A pool of one connection: every claim's transaction has its hint.
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for i, c := range []struct{ max, want int }{{1, 1}, {10, 2}, {10, 0}} {
+		xs, _, err := store.ClaimThrottled(ctx, pool, "hinted", nil, c.max, "w/1")
+		if err != nil || len(xs) != c.want {
+			t.Fatalf("claim %d of up to %d: %d executions, %v; want %d", i, c.max, len(xs), err, c.want)
+		}
+	}
+	var running int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM ff_execution WHERE lane = 'hinted' AND state = 'running'`).Scan(&running); err != nil || running != 3 {
+		t.Fatalf("%d running, %v; want the 3 the claims returned", running, err)
+	}
+}
+
 // routedWith routes every statement for the test (store.RouteAll), and
 // returns a context bounded by a minute and a database holding ps.
 func routedWith(t *testing.T, ps []ffdtype.CreateParams) (context.Context, *testdb.DB) {
