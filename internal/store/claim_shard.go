@@ -136,16 +136,6 @@ func hintFor(db DB, lane string) *shardHint {
 // lane although it has a control row, and whose statements commit or
 // roll back together: an error returns nothing claimed.
 func claimShards(ctx context.Context, db DB, lane string, caps []string, max int, worker string, controlled bool) ([]*ffdtype.Execution, error) {
-	partial := partial
-	if controlled {
-		partial = func(out []*ffdtype.Execution, err error) ([]*ffdtype.Execution, error) {
-			if err != nil {
-				return nil, err
-			}
-			sortClaimed(out)
-			return out, nil
-		}
-	}
 	h := hintFor(db, lane)
 	var out []*ffdtype.Execution
 	read := false
@@ -158,7 +148,7 @@ func claimShards(ctx context.Context, db DB, lane string, caps []string, max int
 			read = true
 			shards, err := dueShards(ctx, db, lane, caps, max, controlled)
 			if err != nil || len(shards) == 0 {
-				return partial(out, err)
+				return partial(out, err, controlled)
 			}
 			h.set(shards)
 			continue
@@ -167,7 +157,7 @@ func claimShards(ctx context.Context, db DB, lane string, caps []string, max int
 		xs, err := queryExecutions(db.Query(ctx, claimRoutedSQL, lane, caps, want, worker, controlled, sh.parts))
 		out = append(out, xs...)
 		if err != nil {
-			return partial(out, err)
+			return partial(out, err, controlled)
 		}
 		if len(xs) == want {
 			h.again(sh, len(xs))
@@ -177,13 +167,16 @@ func claimShards(ctx context.Context, db DB, lane string, caps []string, max int
 	return out, nil
 }
 
-// partial is what a claim that failed after claiming out returns.
-func partial(out []*ffdtype.Execution, err error) ([]*ffdtype.Execution, error) {
-	if len(out) > 0 {
-		sortClaimed(out)
-		return out, nil
+// partial is what a claim that failed after claiming out returns: out
+// without the error, those leases being the caller's; but in one
+// transaction (whole), whose statements roll back together, the error
+// alone. Without an error it is out.
+func partial(out []*ffdtype.Execution, err error, whole bool) ([]*ffdtype.Execution, error) {
+	if err != nil && (whole || len(out) == 0) {
+		return nil, err
 	}
-	return nil, err
+	sortClaimed(out)
+	return out, nil
 }
 
 // dueShards lists the shards of the best due executions of a lane, best
