@@ -405,11 +405,16 @@ func TestSubflowDeadlineCancelsTheChild(t *testing.T) {
 	f.startDaemon()
 	waiting := &ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{{Ref: "w", Params: ffd.CreateParams{Lane: "nobody"}}}}
 	sub, err := f.client.SubmitFlow(f.Ctx, ffd.SubmitFlowParams{Nodes: []ffd.SubmitNode{
-		{Ref: "child", Params: ffd.CreateParams{Deadline: 500 * time.Millisecond}, Flow: waiting}}})
+		{Ref: "child", Params: ffd.CreateParams{Deadline: time.Hour}, Flow: waiting}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	child := f.waitChild(sub.Executions["child"].ID)
+	// The deadline passes once the child runs: a deadline of half a
+	// second could pass first on a busy machine, and the step expire
+	// before the daemon started any child.
+	id := sub.Executions["child"].ID
+	f.Exec(`UPDATE ff_execution SET deadline_at = now() WHERE partition_key = $1 AND execution_id = $2`, id.Partition, id.UUID)
 	out, err := f.client.WaitFlow(f.Ctx, child.ID)
 	if err != nil {
 		t.Fatal(err)
