@@ -4,12 +4,10 @@ import (
 	"encoding/json"
 	"os"
 	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/flowfabric/ffd/internal/schema"
-	"github.com/flowfabric/ffd/migrations"
 )
 
 // oldExecution is what encoding/json made of an execution's params before
@@ -72,18 +70,7 @@ func TestScheduleParamsMigrateToTheWireFormat(t *testing.T) {
 		}
 	}
 
-	// Down: the section after "-- +goose Down" gives the old spelling back.
-	src, err := migrations.FS.ReadFile("00023_schedule_wire.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, down, ok := strings.Cut(string(src), "-- +goose Down")
-	if !ok {
-		t.Fatal("migration 23 has no Down section")
-	}
-	if _, err := db.Pool.Exec(ctx, down); err != nil {
-		t.Fatalf("migration 23 down: %v", err)
-	}
+	down(ctx, t, db, "00023_schedule_wire.sql")
 	for name, want := range map[string]any{"exec": beforeExec, "flow": beforeFlow} {
 		var raw []byte
 		if err := db.Pool.QueryRow(ctx, `SELECT params FROM ff_schedule WHERE name = $1`, name).Scan(&raw); err != nil {

@@ -60,15 +60,18 @@ type NewExecution struct {
 	KeySeq *int64
 }
 
-// insertColumns and insertValues are one execution's row: $1..$26.
+// insertColumns and insertValues are one execution's row: $1..$26. A
+// parameter bound for a column of a domain type (migration 00045) is cast
+// to the domain's own type: a client learns the parameter's type from the
+// server, and pgx encodes no value for a type it does not know.
 const (
 	insertColumns = `INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
 	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
 	backoff_jitter, lease_ttl, attempt_timeout, deadline_at, payload, idempotency_key, tags, step,
 	unique_key, unique_while_live, concurrency_key, key_seq)`
 	insertValues = `$1, $2, $3, $4, $5, $6, $7, $8, $9,
-	now() + $10::bigint * interval '1 microsecond', $11,
-	$12::bigint * interval '1 microsecond', $13::bigint * interval '1 microsecond', $14, $15,
+	now() + $10::bigint * interval '1 microsecond', $11::integer,
+	$12::bigint * interval '1 microsecond', $13::bigint * interval '1 microsecond', $14::float8, $15::float8,
 	$16::bigint * interval '1 microsecond',
 	CASE WHEN $17::bigint > 0 THEN $17::bigint * interval '1 microsecond' END,
 	CASE WHEN $18::bigint > 0 THEN now() + $18::bigint * interval '1 microsecond' END,
