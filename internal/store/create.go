@@ -63,7 +63,10 @@ type NewExecution struct {
 // insertColumns and insertValues are one execution's row: $1..$26. A
 // parameter bound for a column of a domain type (migration 00045) is cast
 // to the domain's own type: a client learns the parameter's type from the
-// server, and pgx encodes no value for a type it does not know.
+// server, and pgx encodes no value for a type it does not know. The tags
+// are cast too, so that this release keeps creating executions if a later
+// one checks them by a domain (releases before 00045 bind them uncast,
+// which is why 00045 leaves their check on the table).
 const (
 	insertColumns = `INSERT INTO ff_execution AS e (partition_key, execution_id, flow_id, namespace, lane, kind, priority,
 	required_capabilities, state, run_at, max_attempts, backoff_base, backoff_max, backoff_multiplier,
@@ -75,7 +78,7 @@ const (
 	$16::bigint * interval '1 microsecond',
 	CASE WHEN $17::bigint > 0 THEN $17::bigint * interval '1 microsecond' END,
 	CASE WHEN $18::bigint > 0 THEN now() + $18::bigint * interval '1 microsecond' END,
-	$19, $20, $21, $22, $23, CASE WHEN $23::text IS NOT NULL THEN $24::boolean END, $25, $26`
+	$19, $20, $21::jsonb, $22, $23, CASE WHEN $23::text IS NOT NULL THEN $24::boolean END, $25, $26`
 )
 
 // insertExecutionSQL inserts an execution without an idempotency key.
