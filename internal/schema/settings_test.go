@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/flowfabric/ffd/internal/schema"
@@ -89,15 +90,8 @@ func files(ctx context.Context, t *testing.T, db *testdb.DB) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for rows.Next() {
-		var f string
-		if err := rows.Scan(&f); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, f)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -113,14 +107,11 @@ func columnTypes(ctx context.Context, t *testing.T, db *testdb.DB) map[string]st
 		t.Fatal(err)
 	}
 	out := map[string]string{}
-	for rows.Next() {
-		var col, typ string
-		if err := rows.Scan(&col, &typ); err != nil {
-			t.Fatal(err)
-		}
+	var col, typ string
+	if _, err := pgx.ForEachRow(rows, []any{&col, &typ}, func() error {
 		out[col] = typ
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	return out
