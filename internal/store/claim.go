@@ -315,6 +315,18 @@ func sortClaimed(out []*ffdtype.Execution) {
 // claimGeneric says.
 const claimSettingsSQL = genericPlanSQL + `, set_config('enable_bitmapscan', 'off', true)`
 
+// controlledSettingsSQL sets, for a controlled claim's own transaction,
+// generic plans (claimControlled) and no sequential or bitmap scans.
+// Each of its statements reads by index: a lane's row, its keys in turn
+// order, each key's best due executions in claim order, and the keys it
+// updates by their primary key. A sequential scan of ff_key, which a
+// hash join chose for the turn's update where its statistics saw a small
+// table, read every dead version of the keys' rows (1 of a hot key's
+// claim's 1.5 ms at 98 pages; auto_explain): a key's row is updated at
+// each of its turns, and its turn index keeps those updates from being
+// HOT.
+const controlledSettingsSQL = genericPlanSQL + `, set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+
 // genericPlanSQL puts the rest of its transaction on generic plans: for
 // statements whose plan shape holds whatever the estimates (the claims,
 // a worker's completions), it spares their planning at every call.

@@ -43,6 +43,12 @@ var TerminateHeldSQL, TerminateSQL = terminateHeldSQL, terminateSQL
 // ClaimSettingsSQL is what the worker's claim sets for its transaction.
 const ClaimSettingsSQL = claimSettingsSQL
 
+// ControlledSettingsSQL is what a controlled claim sets for its
+// transaction, KeyTurnSQL its keys' turn, for the plan test.
+const ControlledSettingsSQL = controlledSettingsSQL
+
+var KeyTurnSQL = keyTurnSQL
+
 // RenewSQL, SuspendSQL and RequeueSQL are fenced lookups by key, for the
 // plan test.
 var RenewSQL, SuspendSQL, RequeueSQL = renewSQL, suspendSQL, requeueSQL
