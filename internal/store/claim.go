@@ -311,26 +311,34 @@ func sortClaimed(out []*ffdtype.Execution) {
 	})
 }
 
-// claimSettingsSQL sets, for the claim's own transaction, what
-// claimGeneric says.
-const claimSettingsSQL = genericPlanSQL + `, set_config('enable_bitmapscan', 'off', true)`
-
-// controlledSettingsSQL sets, for a controlled claim's own transaction,
-// generic plans (claimControlled) and no sequential or bitmap scans.
-// Each of its statements reads by index: a lane's row, its keys in turn
-// order, each key's best due executions in claim order, and the keys it
-// updates by their primary key. A sequential scan of ff_key, which a
-// hash join chose for the turn's update where its statistics saw a small
-// table, read every dead version of the keys' rows (1 of a hot key's
-// claim's 1.5 ms at 98 pages; auto_explain): a key's row is updated at
-// each of its turns, and its turn index keeps those updates from being
-// HOT.
-const controlledSettingsSQL = genericPlanSQL + `, set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
-
-// genericPlanSQL puts the rest of its transaction on generic plans: for
-// statements whose plan shape holds whatever the estimates (the claims,
-// a worker's completions), it spares their planning at every call.
-const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+// hotPlansSQL sets how the rest of its transaction plans, in the
+// transactions of ffd's hot path on one Postgres: a worker's claim
+// (plain, claimGeneric, or controlled, claimControlled), a worker's
+// completions (terminateHeld), and the daemon's dispatch, whose take
+// sets the same in its own statement (takeEvents). Three settings:
+//
+//   - Generic plans. Planned afresh at each call, these statements took
+//     as long to plan as to run (a claim of 50 0.3-0.5 ms; each
+//     statement of a dispatch 0.1-0.6 ms).
+//   - No sequential scans. Each statement reads rows by key (an
+//     execution, a flow's live members, a group, a lane's key) or a
+//     lane's due rows in claim order, which an index serves whatever the
+//     table's size. A generic plan is made once per connection and kept
+//     until the table's statistics change; made while a table was small
+//     (a new install, a table emptied by retention, or one whose rows
+//     churn faster than it is analyzed), it read the whole table at
+//     every call, by a sequential scan or a hash join over one: a keyed
+//     claim's turn read every key of every lane and each dead version of
+//     them (1 ms of a hot key's 1.5 ms turn; auto_explain), a chain's
+//     completions and dispatches the executions, groups and flows
+//     (docs/benchmarks.md).
+//   - No bitmap scans. A bitmap scan returns rows in no order, so a
+//     claim would sort every due row of its lane (claimGeneric).
+//
+// A statement that has no other way still gets its scan: the settings
+// price it, they do not forbid it.
+const hotPlansSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 // claimGeneric runs the claim statement on its generic plan, set for the
 // claim's own transaction (one pipelined batch: the setting and the
@@ -338,7 +346,7 @@ const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan
 // In a caller's transaction the setting would outlive the claim, so there
 // the claim is planned as Postgres chooses.
 //
-// The same statement turns bitmap scans off for the claim's transaction.
+// hotPlansSQL turns bitmap scans off for the claim's transaction too.
 // The claim reads the lane in claim order and stops at its LIMIT; a
 // bitmap scan cannot return rows in order, so the plan would sort every
 // due row of the lane for each claim. The planner chose that when
@@ -360,7 +368,7 @@ func claimGeneric(ctx context.Context, db DB, own bool, lane string, caps []stri
 	}
 	var out []*ffdtype.Execution
 	b := &pgx.Batch{}
-	b.Queue(claimSettingsSQL)
+	b.Queue(hotPlansSQL)
 	b.Queue(claimSQL, lane, caps, max, worker, locked).Query(func(rows pgx.Rows) error {
 		var err error
 		out, err = queryExecutions(rows, nil)

@@ -19,11 +19,11 @@ func TestClaimPlanSurvivesStatistics(t *testing.T) {
 	t.Parallel()
 	b := newPlanBench(t)
 	// The worker's claim runs on the generic plan, bitmap scans off
-	// (store.ClaimSettingsSQL); a claim in a caller's transaction on the
+	// (store.HotPlansSQL); a claim in a caller's transaction on the
 	// plan Postgres picks, a custom one. Both must read in order and
 	// update by TID.
 	type mode struct{ name, settings string }
-	worker := mode{"the worker's (store.ClaimSettingsSQL)", store.ClaimSettingsSQL}
+	worker := mode{"the worker's (store.HotPlansSQL)", store.HotPlansSQL}
 	both := []mode{{"a caller's transaction (a custom plan)", customPlan}, worker}
 	check := func(when string, modes []mode) {
 		t.Helper()

@@ -37,7 +37,9 @@ type Dispatching struct {
 // without a statement of its own (on a distributed Postgres, takeWith
 // sets it with statements of its own instead); and it sets the transaction's
 // plan_cache_mode (its last parameter, text; NULL keeps the session's):
-// takeWith says which.
+// takeWith says which. With a plan mode it also plans the rest of the
+// dispatch by index, as hotPlansSQL does (each of its statements reads
+// events, edges, groups, executions and flows by key).
 //
 // It marks with now() and returns the time it read with it, from which the
 // caller computes each event's age: a distributed Postgres refuses a
@@ -60,11 +62,19 @@ func takeEvents(pick, timeoutParam, plansParam, partParam string) string {
 	return `WITH picked AS (` + pick + `),
 		wait AS (SELECT (` + setLockTimeout(timeoutParam) + `) AS lock_timeout,
 			set_config('plan_cache_mode', coalesce(` + plansParam + `::text, current_setting('plan_cache_mode')), true) AS plans,
+			` + byIndex("enable_seqscan", plansParam) + ` AS seqscan, ` + byIndex("enable_bitmapscan", plansParam) + ` AS bitmapscan,
 			now() AS at)
 		UPDATE ff_completion_event c SET dispatched_at = now()
 		FROM picked p, wait w
 		WHERE c.partition_key = p.partition_key AND c.event_id = p.event_id` + narrow + `
 		RETURNING c.event_id, c.partition_key, c.execution_id, c.flow_id, c.outcome, c.occurred_at, w.at`
+}
+
+// byIndex is the set_config that turns setting off for the rest of the
+// transaction where plans (a parameter) is set, and keeps the session's
+// where it is NULL.
+func byIndex(setting, plans string) string {
+	return `set_config('` + setting + `', CASE WHEN ` + plans + `::text IS NULL THEN current_setting('` + setting + `') ELSE 'off' END, true)`
 }
 
 var (

@@ -40,14 +40,15 @@ func ExecutionRowTags() (tags []string, inOrder bool) {
 // of any, for the plan tests.
 var TerminateHeldSQL, TerminateSQL = terminateHeldSQL, terminateSQL
 
-// ClaimSettingsSQL is what the worker's claim sets for its transaction.
-const ClaimSettingsSQL = claimSettingsSQL
-
-// ControlledSettingsSQL is what a controlled claim sets for its
-// transaction, KeyTurnSQL its keys' turn, for the plan test.
-const ControlledSettingsSQL = controlledSettingsSQL
+// HotPlansSQL is what a worker's claims and completions set for their
+// transactions, KeyTurnSQL a keyed claim's turn, for the plan tests.
+const HotPlansSQL = hotPlansSQL
 
 var KeyTurnSQL = keyTurnSQL
+
+// FinishFlowsSQL finishes the flows a batch of endings ended; ReadySQL
+// and DecideSQL record a dispatch's decisions: for the plan tests.
+var FinishFlowsSQL, ReadySQL, DecideSQL = finishFlowsSQL, recordSQL[false].ready, recordSQL[false].decide
 
 // RenewSQL, SuspendSQL and RequeueSQL are fenced lookups by key, for the
 // plan test.

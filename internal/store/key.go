@@ -272,7 +272,7 @@ func claimControlled(ctx context.Context, db DB, lane string, caps []string, max
 		// Generic plans, for the claim's own transaction only: planning
 		// the turn and the claim took 2-4 ms each a call (EXPLAIN), as
 		// long as running them; as for the plain claim (claimGeneric).
-		b.Queue(controlledSettingsSQL)
+		b.Queue(hotPlansSQL)
 	}
 	b.Queue(laneLockSQL, lane)
 	b.Queue(keyTurnSQL, lane, caps, max)

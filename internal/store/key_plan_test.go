@@ -20,7 +20,7 @@ func TestKeyTurnPlanUpdatesKeysByKey(t *testing.T) {
 	b.exec(`INSERT INTO ff_key (lane, key) VALUES ('hot', 'hot')`)
 	b.exec(`ANALYZE ff_key`)
 	for _, lane := range []string{"hot", "many"} {
-		plan, raw := b.explain(store.ControlledSettingsSQL, `PREPARE planned(text, text[], int) AS `+store.KeyTurnSQL,
+		plan, raw := b.explain(store.HotPlansSQL, `PREPARE planned(text, text[], int) AS `+store.KeyTurnSQL,
 			`EXECUTE planned('`+lane+`', '{}', 50)`)
 		update := plan.find(func(n *planNode) bool { return n.NodeType == "ModifyTable" })
 		if update == nil {

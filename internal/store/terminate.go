@@ -368,7 +368,8 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 	}
 	notices := terminationNotices(ends)
 	// In the batch's own transaction, endings all by their holders go on
-	// their generic plan (terminateHeldSQL); the setting would outlive
+	// their generic plan (terminateHeldSQL), by index (hotPlansSQL), and
+	// so does the finishing of their flows; the settings would outlive
 	// the batch in a caller's transaction.
 	sql, args, held := terminateSQL, terminationArgs(ends), !inCallerTx(db) && heldEndings(ends)
 	switch {
@@ -389,7 +390,7 @@ func TerminateWithin(ctx context.Context, db DB, ends []Termination, lockTimeout
 			b.Queue(`SELECT set_config('lock_timeout', $1, true)`, *ms)
 		}
 		if held {
-			b.Queue(genericPlanSQL)
+			b.Queue(hotPlansSQL)
 		}
 		// An unfenced ending (cancel, skip, deadline) can race a claim: it
 		// waits for the claim's row lock, then reads the row as the claim
