@@ -314,7 +314,8 @@ func sortClaimed(out []*ffdtype.Execution) {
 // hotPlansSQL sets how the rest of its transaction plans, in the
 // transactions of ffd's hot path on one Postgres: a worker's claim
 // (plain, claimGeneric, or controlled, claimControlled), a worker's
-// completions (terminateHeld), and the daemon's dispatch, whose take
+// completions (TerminateWithin, endings all by their holders), and the
+// daemon's dispatch, whose take
 // sets the same in its own statement (takeEvents). Three settings:
 //
 //   - Generic plans. Planned afresh at each call, these statements took

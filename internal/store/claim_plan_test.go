@@ -18,8 +18,8 @@ import (
 func TestClaimPlanSurvivesStatistics(t *testing.T) {
 	t.Parallel()
 	b := newPlanBench(t)
-	// The worker's claim runs on the generic plan, bitmap scans off
-	// (store.HotPlansSQL); a claim in a caller's transaction on the
+	// The worker's claim runs on the generic plan, sequential and bitmap
+	// scans off (store.HotPlansSQL); a claim in a caller's transaction on the
 	// plan Postgres picks, a custom one. Both must read in order and
 	// update by TID.
 	type mode struct{ name, settings string }

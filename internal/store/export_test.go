@@ -41,9 +41,10 @@ func ExecutionRowTags() (tags []string, inOrder bool) {
 var TerminateHeldSQL, TerminateSQL = terminateHeldSQL, terminateSQL
 
 // HotPlansSQL is what a worker's claims and completions set for their
-// transactions, KeyTurnSQL a keyed claim's turn, for the plan tests.
+// transactions, for the plan tests.
 const HotPlansSQL = hotPlansSQL
 
+// KeyTurnSQL is a keyed claim's turn, for the plan test.
 var KeyTurnSQL = keyTurnSQL
 
 // FinishFlowsSQL finishes the flows a batch of endings ended; ReadySQL
