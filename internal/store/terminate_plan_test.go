@@ -10,7 +10,8 @@ import (
 // The ending of held leases (a worker's completions) updates its rows
 // without locking them first, so the order in which it updates them is
 // the plan's: it must be the sorted input's, the global lock order, or
-// two batches could deadlock. On its generic plan it must be a nested
+// two batches could deadlock. On its generic plan, under the settings a
+// worker's completions run with (store.HotPlansSQL), it must be a nested
 // loop driven by the input (sorted, on the outer side) with one probe
 // of the primary key per row inside. Checked under statistics that
 // misled the planner: gathered on an empty table, and over rows that
@@ -23,7 +24,7 @@ func TestTerminatePlanSurvivesStatistics(t *testing.T) {
 	b := newPlanBench(t)
 	check := func(when string, mergeToo bool) {
 		t.Helper()
-		plan, raw := b.explain(`SET LOCAL plan_cache_mode = force_generic_plan`,
+		plan, raw := b.explain(store.HotPlansSQL, // what a worker's completions run under
 			`PREPARE planned(smallint[], uuid[], bigint[], text[], bytea[], text[], text[], text[], text[], text[]) AS `+
 				store.TerminateHeldSQL,
 			`EXECUTE planned('{1,2}', '{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002}',
