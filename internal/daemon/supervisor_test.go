@@ -173,9 +173,12 @@ func TestLeaseTimersDueTogetherCostOneStatement(t *testing.T) {
 	d := f.startDaemon(daemon.Config{SweepInterval: 100 * time.Millisecond})
 	const n = 20
 	for range n {
-		// Long enough that the handlers end before their first heartbeat
-		// (a third of the TTL): a renewal would give each its own expiry.
-		if _, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "timers", LeaseTTL: 6 * time.Second}); err != nil {
+		// Long enough that the handlers end, and their results are
+		// recorded, before their first heartbeat (a third of the TTL): a
+		// renewal would give each its own expiry. With 6 s the margin was
+		// half a second, and a loaded machine (CI, every package's tests at
+		// once) recorded some results later and renewed their leases.
+		if _, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "timers", LeaseTTL: 12 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -195,7 +198,8 @@ func TestLeaseTimersDueTogetherCostOneStatement(t *testing.T) {
 		return labelValue(t, d.Metrics(), "ffd_lease_timers_total", "outcome", "checked") >= n
 	})
 	if checks := counterValue(t, d.Metrics(), "ffd_lease_checks_total"); checks != 1 {
-		t.Fatalf("%v statements checked %d lease timers due together, want 1", checks, n)
+		t.Fatalf("%v statements checked %d lease timers due together, want 1 (a heartbeat before a result was recorded, "+
+			"a third of the TTL after the claim, would have given its lease an expiry of its own)", checks, n)
 	}
 	if n := f.Count(`SELECT count(*) FROM ff_execution WHERE lane = 'timers' AND state <> 'completed'`); n != 0 {
 		t.Fatalf("%d executions changed by their stale timers", n)
