@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
@@ -19,22 +18,16 @@ import (
 func TestHotPlansReadByKey(t *testing.T) {
 	t.Parallel()
 	b := newPlanBench(t)
-	flows := func(n int) {
-		b.exec(`INSERT INTO ff_flow (partition_key, flow_id) SELECT (i % 256)::smallint, gen_random_uuid() FROM generate_series(1, ` + strconv.Itoa(n) + `) i`)
-		b.exec(`INSERT INTO ff_execution (partition_key, execution_id, flow_id, namespace, lane, state, attempt, lease_epoch)
-			SELECT f.partition_key, gen_random_uuid(), f.flow_id, 'plan', 'flows', 'blocked', 0, 0
-			FROM ff_flow f, generate_series(1, 4)
-			WHERE NOT EXISTS (SELECT 1 FROM ff_execution e WHERE e.partition_key = f.partition_key AND e.flow_id = f.flow_id)`)
-		b.exec(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_id, total)
-			SELECT e.partition_key, e.flow_id, e.execution_id, 1 FROM ff_execution e
-			WHERE e.flow_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ff_edge_group g
-				WHERE g.partition_key = e.partition_key AND g.flow_id = e.flow_id AND g.downstream_id = e.execution_id)`)
-	}
 	// A connection makes its generic plan at its first calls and keeps it
 	// until the tables' statistics change: planned over a few flows, as at
 	// a new install's first flows, a plan that reads a table whole reads
 	// it whole at every call as it grows.
-	flows(3)
+	b.exec(`INSERT INTO ff_flow (partition_key, flow_id) SELECT i::smallint, gen_random_uuid() FROM generate_series(1, 3) i`)
+	b.exec(`INSERT INTO ff_execution (partition_key, execution_id, flow_id, namespace, lane, state, attempt, lease_epoch)
+		SELECT f.partition_key, gen_random_uuid(), f.flow_id, 'plan', 'flows', 'blocked', 0, 0
+		FROM ff_flow f, generate_series(1, 4)`)
+	b.exec(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_id, total)
+		SELECT partition_key, flow_id, execution_id, 1 FROM ff_execution`)
 	b.exec(`ANALYZE ff_flow, ff_execution, ff_edge_group`)
 	const one = `'{7}', '{00000000-0000-0000-0000-000000000001}'`
 	for _, c := range []struct{ name, prepare, execute string }{
@@ -44,7 +37,7 @@ func TestHotPlansReadByKey(t *testing.T) {
 			`EXECUTE planned(` + one + `, '{00000000-0000-0000-0000-000000000002}', '{satisfied}')`},
 	} {
 		plan, raw := b.explain(store.HotPlansSQL, c.prepare, c.execute)
-		if plan.find(func(n *planNode) bool { return n.NodeType == "Seq Scan" && n.RelationName != "" }) != nil {
+		if plan.find(func(n *planNode) bool { return n.NodeType == "Seq Scan" }) != nil {
 			t.Errorf("%s: want every table read by key, no sequential scan; got %s", c.name, raw)
 		}
 	}
