@@ -176,8 +176,8 @@ func TestLeaseTimersDueTogetherCostOneStatement(t *testing.T) {
 		// Long enough that the handlers end, and their results are
 		// recorded, before their first heartbeat (a third of the TTL): a
 		// renewal would give each its own expiry. With 6 s the margin was
-		// half a second, and a loaded machine (CI, every package's tests at
-		// once) recorded some results later and renewed their leases.
+		// half a second, and one CI run (every package's tests at once)
+		// counted two checks, most likely from results recorded that late.
 		if _, err := f.client.Create(f.Ctx, ffd.CreateParams{Lane: "timers", LeaseTTL: 12 * time.Second}); err != nil {
 			t.Fatal(err)
 		}

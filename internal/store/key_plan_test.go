@@ -12,7 +12,8 @@ import (
 // over a sequential scan of ff_key: every claim then read every key of
 // every lane, and every dead version of them (a key's row is updated at
 // each of its turns, never as a HOT update: its turn index holds the
-// column). The controlled claim's settings rule that out.
+// column). The settings a controlled claim runs with (store.HotPlansSQL)
+// rule that out.
 func TestKeyTurnPlanUpdatesKeysByKey(t *testing.T) {
 	t.Parallel()
 	b := newPlanBench(t)
