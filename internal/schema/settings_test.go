@@ -121,10 +121,7 @@ func columnTypes(ctx context.Context, t *testing.T, db *testdb.DB) map[string]st
 // settings and nothing else.
 func settingTableChecks(ctx context.Context, t *testing.T, db *testdb.DB) int {
 	t.Helper()
-	names := make([]string, 0, len(settingDomains))
-	for col := range settingDomains {
-		names = append(names, col)
-	}
+	names := slices.Collect(maps.Keys(settingDomains))
 	var n int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_constraint c
 		WHERE c.conrelid = 'ff_execution'::regclass AND c.contype = 'c'

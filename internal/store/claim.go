@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 
 	"github.com/flowfabric/ffd/ffdtype"
 	"github.com/jackc/pgx/v5"
@@ -338,8 +339,20 @@ func sortClaimed(out []*ffdtype.Execution) {
 //
 // A statement that has no other way still gets its scan: the settings
 // price it, they do not forbid it.
-const hotPlansSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+var hotPlansSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)` + offScans(func(string) string { return "'off'" })
+
+// hotPlanScans are the scans hotPlansSQL turns off.
+var hotPlanScans = []string{"enable_seqscan", "enable_bitmapscan"}
+
+// offScans is, for each of hotPlanScans, a set_config of it to value(it)
+// for the rest of the transaction, each after a comma.
+func offScans(value func(setting string) string) string {
+	var b strings.Builder
+	for _, s := range hotPlanScans {
+		b.WriteString(", set_config('" + s + "', " + value(s) + ", true)")
+	}
+	return b.String()
+}
 
 // claimGeneric runs the claim statement on its generic plan, set for the
 // claim's own transaction (one pipelined batch: the setting and the

@@ -61,8 +61,8 @@ func takeEvents(pick, timeoutParam, plansParam, partParam string) string {
 	}
 	return `WITH picked AS (` + pick + `),
 		wait AS (SELECT (` + setLockTimeout(timeoutParam) + `) AS lock_timeout,
-			set_config('plan_cache_mode', coalesce(` + plansParam + `::text, current_setting('plan_cache_mode')), true) AS plans,
-			` + byIndex("enable_seqscan", plansParam) + ` AS seqscan, ` + byIndex("enable_bitmapscan", plansParam) + ` AS bitmapscan,
+			set_config('plan_cache_mode', coalesce(` + plansParam + `::text, current_setting('plan_cache_mode')), true) AS plans` +
+		offScans(byIndex(plansParam)) + `,
 			now() AS at)
 		UPDATE ff_completion_event c SET dispatched_at = now()
 		FROM picked p, wait w
@@ -70,11 +70,12 @@ func takeEvents(pick, timeoutParam, plansParam, partParam string) string {
 		RETURNING c.event_id, c.partition_key, c.execution_id, c.flow_id, c.outcome, c.occurred_at, w.at`
 }
 
-// byIndex is the set_config that turns setting off for the rest of the
-// transaction where plans (a parameter) is set, and keeps the session's
-// where it is NULL.
-func byIndex(setting, plans string) string {
-	return `set_config('` + setting + `', CASE WHEN ` + plans + `::text IS NULL THEN current_setting('` + setting + `') ELSE 'off' END, true)`
+// byIndex is, for offScans, the value that turns a scan off where plans
+// (a parameter) is set, and keeps the session's where it is NULL.
+func byIndex(plans string) func(setting string) string {
+	return func(setting string) string {
+		return `CASE WHEN ` + plans + `::text IS NULL THEN current_setting('` + setting + `') ELSE 'off' END`
+	}
 }
 
 var (

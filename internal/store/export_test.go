@@ -42,7 +42,7 @@ var TerminateHeldSQL, TerminateSQL = terminateHeldSQL, terminateSQL
 
 // HotPlansSQL is what a worker's claims and completions set for their
 // transactions, for the plan tests.
-const HotPlansSQL = hotPlansSQL
+var HotPlansSQL = hotPlansSQL
 
 // KeyTurnSQL is a keyed claim's turn, for the plan test.
 var KeyTurnSQL = keyTurnSQL
